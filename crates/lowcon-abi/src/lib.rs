@@ -1,0 +1,115 @@
+//! Types that cross the host ↔ device boundary, defined once.
+//!
+//! Both the host library (`lowcon`) and the device kernels (`lowcon-kernels`, built for
+//! `nvptx64-nvidia-cuda`) depend on this crate, so a field added here is seen by both.
+//! Every type is `#[repr(C)]`, `Copy`, `bytemuck::Pod` + `Zeroable`, and has a `const`
+//! size assertion: a layout change that would silently desynchronise host and device
+//! fails to compile instead.
+#![no_std]
+
+use bytemuck::{Pod, Zeroable};
+
+/// Status codes a kernel writes into an [`ErrorRecord::code`].
+pub mod status {
+    /// Nothing went wrong (the record's initial, zeroed state).
+    pub const OK: u32 = 0;
+    /// A wait on a signal slot did not see the expected epoch before its deadline.
+    pub const WAIT_TIMEOUT: u32 = 1;
+    /// A kernel found data that did not match what it expected (test kernels).
+    pub const DATA_MISMATCH: u32 = 2;
+}
+
+/// Written by a kernel when a bounded wait expires (or a self-check fails) instead of
+/// trapping the context, so the host can turn it into an error that names the peer.
+///
+/// The first writer wins: kernels claim the record with a CAS on `code` from
+/// [`status::OK`] and only then fill the other fields, so a record is never a mix of two
+/// failures. Once `code` is non-zero the host treats the record as final after the
+/// kernel's stream has been synchronised.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct ErrorRecord {
+    /// One of [`status`]'s codes.
+    pub code: u32,
+    /// The rank (or, in single-GPU tests, the kernel role) that observed the failure.
+    pub rank: u32,
+    /// The peer whose signal never arrived (or `u32::MAX` when not applicable).
+    pub peer: u32,
+    /// The signal channel the wait was on.
+    pub channel: u32,
+    /// The epoch the wait expected (the slot must hold this value or a later one).
+    pub expected: u64,
+    /// The value last read from the slot when the wait gave up.
+    pub observed: u64,
+    /// How long the kernel waited, in nanoseconds of `%globaltimer`.
+    pub waited_ns: u64,
+}
+const _: () = assert!(core::mem::size_of::<ErrorRecord>() == 40);
+
+impl ErrorRecord {
+    /// Value of [`ErrorRecord::peer`] when no peer is involved.
+    pub const NO_PEER: u32 = u32::MAX;
+}
+
+/// Counters the flag round-trip test kernels report back (one per kernel role).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct RoundTripReport {
+    /// Rounds this kernel completed.
+    pub rounds_done: u32,
+    /// Payload words that did not match the expected pattern, summed over all rounds.
+    pub mismatches: u32,
+}
+const _: () = assert!(core::mem::size_of::<RoundTripReport>() == 8);
+
+/// The pseudo-random payload word `i` of round `round` for a test seeded with `seed`.
+///
+/// Shared by the device test kernels (which write and check payloads) and the host
+/// tests (which pick a fresh `seed` per run), so the pattern is defined once. It is a
+/// SplitMix64-style finaliser: every word differs from its neighbours and from the same
+/// word of the previous round, so a stale or partially visible payload is detected.
+#[inline(always)]
+pub const fn payload_word(seed: u64, round: u32, i: u32) -> u32 {
+    let mut z = seed ^ ((round as u64) << 32 | i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) as u32
+}
+
+/// Kernel names exported by `lowcon-kernels`, so the host never spells one by hand.
+pub mod kernel_names {
+    /// `vec_add_f32(a, b, out, n)`: the pipeline's smoke test.
+    pub const VEC_ADD_F32: &str = "lowcon_vec_add_f32";
+    /// `flag_ping(...)`: first half of the system-scope flag round trip.
+    pub const FLAG_PING: &str = "lowcon_flag_ping";
+    /// `flag_pong(...)`: second half of the system-scope flag round trip.
+    pub const FLAG_PONG: &str = "lowcon_flag_pong";
+    /// Every kernel the host expects to find in the PTX.
+    pub const ALL: &[&str] = &[VEC_ADD_F32, FLAG_PING, FLAG_PONG];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_words_differ_across_rounds_and_indices() {
+        let seed = 0x1234_5678_9abc_def0;
+        assert_ne!(payload_word(seed, 1, 0), payload_word(seed, 2, 0));
+        assert_ne!(payload_word(seed, 1, 0), payload_word(seed, 1, 1));
+        assert_ne!(payload_word(seed, 1, 0), payload_word(seed ^ 1, 1, 0));
+    }
+
+    #[test]
+    fn error_record_is_plain_bytes() {
+        let r = ErrorRecord {
+            code: status::WAIT_TIMEOUT,
+            peer: 3,
+            ..Default::default()
+        };
+        let bytes = bytemuck::bytes_of(&r);
+        assert_eq!(bytes.len(), 40);
+        let back: ErrorRecord = *bytemuck::from_bytes(bytes);
+        assert_eq!(back, r);
+    }
+}

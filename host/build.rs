@@ -1,0 +1,52 @@
+//! Builds `gpu-kernels/` to PTX and places it in `OUT_DIR` for `include_str!`.
+//!
+//! The same executable doubles as the nvptx "linker" that rustc calls during that
+//! nested build: see `lowcon_build`'s crate docs (NOTE [kernel build pipeline]).
+
+use std::path::PathBuf;
+
+use lowcon_build::{ARCH_ENV, KernelBuild, PTX_DIR_ENV, PTX_FILE, TOOLCHAIN_ENV};
+
+fn main() {
+    lowcon_build::run_as_linker_if_requested();
+    if let Err(e) = build() {
+        eprintln!("error: lowcon's GPU kernels could not be built: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn build() -> Result<(), Box<dyn std::error::Error>> {
+    for var in [PTX_DIR_ENV, ARCH_ENV, TOOLCHAIN_ENV] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    let dest = out_dir.join(PTX_FILE);
+
+    let ptx = if let Some(dir) = std::env::var_os(PTX_DIR_ENV) {
+        let src = PathBuf::from(dir).join(PTX_FILE);
+        println!("cargo:rerun-if-changed={}", src.display());
+        if !src.is_file() {
+            return Err(
+                format!("{PTX_DIR_ENV} is set but {} does not exist", src.display()).into(),
+            );
+        }
+        src
+    } else {
+        let kernels = manifest.join("../gpu-kernels");
+        let abi = manifest.join("../crates/lowcon-abi");
+        for p in [
+            kernels.join("src"),
+            kernels.join("Cargo.toml"),
+            kernels.join("Cargo.lock"),
+            abi.join("src"),
+            abi.join("Cargo.toml"),
+        ] {
+            println!("cargo:rerun-if-changed={}", p.display());
+        }
+        KernelBuild::from_env(kernels, out_dir.join("kernels-target"))?.build()?
+    };
+    std::fs::copy(&ptx, &dest)
+        .map_err(|e| format!("cannot copy {} to {}: {e}", ptx.display(), dest.display()))?;
+    Ok(())
+}
