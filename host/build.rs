@@ -27,9 +27,7 @@ fn build() -> Result<(), Box<dyn std::error::Error>> {
         let src = PathBuf::from(dir).join(PTX_FILE);
         println!("cargo:rerun-if-changed={}", src.display());
         if !src.is_file() {
-            return Err(
-                format!("{PTX_DIR_ENV} is set but {} does not exist", src.display()).into(),
-            );
+            return Err(format!("{PTX_DIR_ENV} is set but {} does not exist", src.display()).into());
         }
         src
     } else {
@@ -46,7 +44,6 @@ fn build() -> Result<(), Box<dyn std::error::Error>> {
         }
         KernelBuild::from_env(kernels, out_dir.join("kernels-target"))?.build()?
     };
-    std::fs::copy(&ptx, &dest)
-        .map_err(|e| format!("cannot copy {} to {}: {e}", ptx.display(), dest.display()))?;
+    std::fs::copy(&ptx, &dest).map_err(|e| format!("cannot copy {} to {}: {e}", ptx.display(), dest.display()))?;
     Ok(())
 }

@@ -27,9 +27,7 @@ use core::arch::asm;
 pub unsafe fn ld_acquire_sys_u32(p: *const u32) -> u32 {
     let v: u32;
     // SAFETY: the caller guarantees `p` is valid and aligned.
-    unsafe {
-        asm!("ld.acquire.sys.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) p, options(nostack))
-    };
+    unsafe { asm!("ld.acquire.sys.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) p, options(nostack)) };
     v
 }
 
@@ -44,9 +42,7 @@ pub unsafe fn ld_acquire_sys_u32(p: *const u32) -> u32 {
 pub unsafe fn ld_relaxed_sys_u32(p: *const u32) -> u32 {
     let v: u32;
     // SAFETY: the caller guarantees `p` is valid and aligned.
-    unsafe {
-        asm!("ld.relaxed.sys.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) p, options(nostack))
-    };
+    unsafe { asm!("ld.relaxed.sys.u32 {v}, [{p}];", v = out(reg32) v, p = in(reg64) p, options(nostack)) };
     v
 }
 
@@ -59,9 +55,7 @@ pub unsafe fn ld_relaxed_sys_u32(p: *const u32) -> u32 {
 #[inline(always)]
 pub unsafe fn st_release_sys_u32(p: *mut u32, v: u32) {
     // SAFETY: the caller guarantees `p` is valid and aligned.
-    unsafe {
-        asm!("st.release.sys.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack))
-    };
+    unsafe { asm!("st.release.sys.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack)) };
 }
 
 /// `red.release.sys.add.u32`: an atomic add, with release semantics, at system scope;
@@ -72,9 +66,7 @@ pub unsafe fn st_release_sys_u32(p: *mut u32, v: u32) {
 #[inline(always)]
 pub unsafe fn red_release_sys_add_u32(p: *mut u32, v: u32) {
     // SAFETY: the caller guarantees `p` is valid and aligned.
-    unsafe {
-        asm!("red.release.sys.add.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack))
-    };
+    unsafe { asm!("red.release.sys.add.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack)) };
 }
 
 /// `atom.relaxed.gpu.add.u32`: an atomic add visible to this GPU only (counters that
@@ -160,11 +152,7 @@ pub struct WaitTimeout {
 /// # Safety
 /// `p` must be a valid, 4-byte-aligned address readable by this thread.
 #[inline(always)]
-pub unsafe fn wait_epoch_acquire_sys(
-    p: *const u32,
-    expected: u32,
-    timeout_ns: u64,
-) -> Result<u32, WaitTimeout> {
+pub unsafe fn wait_epoch_acquire_sys(p: *const u32, expected: u32, timeout_ns: u64) -> Result<u32, WaitTimeout> {
     let start = globaltimer_ns();
     let mut backoff = 32u32;
     loop {
@@ -176,10 +164,7 @@ pub unsafe fn wait_epoch_acquire_sys(
         }
         let waited = globaltimer_ns().wrapping_sub(start);
         if timeout_ns != 0 && waited > timeout_ns {
-            return Err(WaitTimeout {
-                observed: seen,
-                waited_ns: waited,
-            });
+            return Err(WaitTimeout { observed: seen, waited_ns: waited });
         }
         nanosleep(backoff);
         if backoff < 1024 {

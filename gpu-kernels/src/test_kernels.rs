@@ -3,9 +3,7 @@
 
 use lowcon_abi::{ErrorRecord, RoundTripReport, payload_word, status};
 
-use crate::atomics::{
-    atom_add_relaxed_gpu_u32, atom_cas_acq_rel_sys_u32, st_release_sys_u32, wait_epoch_acquire_sys,
-};
+use crate::atomics::{atom_add_relaxed_gpu_u32, atom_cas_acq_rel_sys_u32, st_release_sys_u32, wait_epoch_acquire_sys};
 use crate::thread::{block_dim_x, grid_stride, sync_threads_or, thread_idx_x};
 
 /// `out[i] = a[i] + b[i]` for `i < n`, grid-stride.
@@ -13,12 +11,7 @@ use crate::thread::{block_dim_x, grid_stride, sync_threads_or, thread_idx_x};
 /// # Safety
 /// `a`, `b` and `out` must be valid device pointers to `n` `f32`s; `out` may not alias.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn lowcon_vec_add_f32(
-    a: *const f32,
-    b: *const f32,
-    out: *mut f32,
-    n: u64,
-) {
+pub unsafe extern "ptx-kernel" fn lowcon_vec_add_f32(a: *const f32, b: *const f32, out: *mut f32, n: u64) {
     let (mut i, step) = grid_stride();
     while i < n {
         // SAFETY: i < n and the caller guarantees n elements behind each pointer.
@@ -28,7 +21,7 @@ pub unsafe extern "ptx-kernel" fn lowcon_vec_add_f32(
 }
 
 /// Salt that makes the pong side's payload differ from the ping side's.
-const PONG_SALT: u64 = 0x5EED_0F_B0B;
+const PONG_SALT: u64 = 0x0005_EED0_FB0B;
 
 /// Fills `err` unless another failure claimed it first (see `ErrorRecord`).
 ///
@@ -36,8 +29,7 @@ const PONG_SALT: u64 = 0x5EED_0F_B0B;
 /// `err` must point to a valid `ErrorRecord`.
 unsafe fn report_error(err: *mut ErrorRecord, rec: ErrorRecord) {
     // SAFETY: `err` is valid; `code` is its first, 4-byte-aligned field.
-    let claimed =
-        unsafe { atom_cas_acq_rel_sys_u32(err.cast::<u32>(), status::OK, rec.code) } == status::OK;
+    let claimed = unsafe { atom_cas_acq_rel_sys_u32(err.cast::<u32>(), status::OK, rec.code) } == status::OK;
     if claimed {
         // SAFETY: this thread owns the record now (the CAS above); the host reads it
         // only after the stream completes. `code` is rewritten with the same value.
@@ -73,11 +65,7 @@ unsafe fn round_trip(
 ) {
     let tid = thread_idx_x();
     let nthreads = block_dim_x();
-    let (my_seed, peer_seed) = if first_mover {
-        (seed, seed ^ PONG_SALT)
-    } else {
-        (seed ^ PONG_SALT, seed)
-    };
+    let (my_seed, peer_seed) = if first_mover { (seed, seed ^ PONG_SALT) } else { (seed ^ PONG_SALT, seed) };
     let role = if first_mover { 0 } else { 1 };
     let mut mismatches = 0u32;
     let mut done = 0u32;
@@ -175,19 +163,7 @@ pub unsafe extern "ptx-kernel" fn lowcon_flag_ping(
 ) {
     // SAFETY: forwarded from the caller.
     unsafe {
-        round_trip(
-            true,
-            payload_out,
-            flag_out,
-            payload_in,
-            flag_in,
-            words,
-            rounds,
-            seed,
-            timeout_ns,
-            report,
-            err,
-        )
+        round_trip(true, payload_out, flag_out, payload_in, flag_in, words, rounds, seed, timeout_ns, report, err)
     }
 }
 
@@ -211,18 +187,6 @@ pub unsafe extern "ptx-kernel" fn lowcon_flag_pong(
 ) {
     // SAFETY: forwarded from the caller.
     unsafe {
-        round_trip(
-            false,
-            payload_out,
-            flag_out,
-            payload_in,
-            flag_in,
-            words,
-            rounds,
-            seed,
-            timeout_ns,
-            report,
-            err,
-        )
+        round_trip(false, payload_out, flag_out, payload_in, flag_in, words, rounds, seed, timeout_ns, report, err)
     }
 }

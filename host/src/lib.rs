@@ -1,1 +1,16 @@
-pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/lowcon_kernels.ptx"));
+//! lowcon: low-contention collectives for single-node NVLink GPU boxes.
+//!
+//! The pipeline, in the order a newcomer should read it: store → rendezvous →
+//! symmetric memory → sync → algorithms → bench. This crate holds the GPU side:
+//!
+//! - [`cuda`]: the CUDA driver (loaded at run time through cudarc), devices, streams,
+//!   events, and lowcon's kernels, written in Rust (`gpu-kernels/`) and embedded as PTX.
+//! - [`Error`]: the one error type; a machine without a driver gets
+//!   [`Error::NoDriver`], never a panic.
+//!
+//! See `docs/design.md` for why it is built this way.
+
+pub mod cuda;
+mod error;
+
+pub use error::{Error, Result};

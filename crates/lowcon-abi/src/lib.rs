@@ -102,11 +102,7 @@ mod tests {
 
     #[test]
     fn error_record_is_plain_bytes() {
-        let r = ErrorRecord {
-            code: status::WAIT_TIMEOUT,
-            peer: 3,
-            ..Default::default()
-        };
+        let r = ErrorRecord { code: status::WAIT_TIMEOUT, peer: 3, ..Default::default() };
         let bytes = bytemuck::bytes_of(&r);
         assert_eq!(bytes.len(), 40);
         let back: ErrorRecord = *bytemuck::from_bytes(bytes);

@@ -82,27 +82,16 @@ impl KernelBuild {
         let arch = std::env::var(ARCH_ENV).unwrap_or_else(|_| DEFAULT_ARCH.to_string());
         validate_arch(&arch)?;
         let toolchain = std::env::var(TOOLCHAIN_ENV).unwrap_or_else(|_| "nightly".to_string());
-        let linker = std::env::current_exe()
-            .map_err(|e| err(format!("cannot locate the build script executable: {e}")))?;
-        Ok(Self {
-            crate_dir,
-            target_dir,
-            arch,
-            toolchain,
-            linker,
-        })
+        let linker =
+            std::env::current_exe().map_err(|e| err(format!("cannot locate the build script executable: {e}")))?;
+        Ok(Self { crate_dir, target_dir, arch, toolchain, linker })
     }
 
     /// Builds the kernels and returns the path of the PTX file.
     pub fn build(&self) -> Result<PathBuf, BuildError> {
         let sysroot = self.toolchain_output("rustc", &["--print", "sysroot"])?;
-        let host = self
-            .toolchain_output("rustc", &["--print", "host-tuple"])
-            .or_else(|_| host_from_version(self))?;
-        let tools = Path::new(sysroot.trim())
-            .join("lib/rustlib")
-            .join(host.trim())
-            .join("bin");
+        let host = self.toolchain_output("rustc", &["--print", "host-tuple"]).or_else(|_| host_from_version(self))?;
+        let tools = Path::new(sysroot.trim()).join("lib/rustlib").join(host.trim()).join("bin");
         for tool in ["llvm-link", "opt", "llc", "llvm-ar"] {
             if !tools.join(tool).is_file() {
                 return Err(err(format!(
@@ -123,21 +112,13 @@ impl KernelBuild {
         }
 
         let mut cmd = Command::new("rustup");
-        cmd.args([
-            "run",
-            &self.toolchain,
-            "cargo",
-            "build",
-            "--release",
-            "--locked",
-            "-Zbuild-std=core",
-        ])
-        .arg("--target")
-        .arg(NVPTX_TARGET)
-        .arg("--manifest-path")
-        .arg(self.crate_dir.join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(&self.target_dir);
+        cmd.args(["run", &self.toolchain, "cargo", "build", "--release", "--locked", "-Zbuild-std=core"])
+            .arg("--target")
+            .arg(NVPTX_TARGET)
+            .arg("--manifest-path")
+            .arg(self.crate_dir.join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&self.target_dir);
         scrub_cargo_env(&mut cmd);
         // The target's default linker flavor is `llbc`, so `-C linker` alone selects our linker.
         let flags = [format!("-Ctarget-cpu={}", self.arch)];
@@ -146,7 +127,10 @@ impl KernelBuild {
             .env(LINKER_MODE_ENV, "1")
             .env(LLVM_TOOLS_ENV, &tools);
         let out = cmd.output().map_err(|e| {
-            err(format!("cannot run `rustup run {} cargo`: {e}; install rustup and a nightly toolchain, or set {PTX_DIR_ENV}", self.toolchain))
+            err(format!(
+                "cannot run `rustup run {} cargo`: {e}; install rustup and a nightly toolchain, or set {PTX_DIR_ENV}",
+                self.toolchain
+            ))
         })?;
         if !out.status.success() {
             return Err(err(format!(
@@ -156,16 +140,9 @@ impl KernelBuild {
                 String::from_utf8_lossy(&out.stderr)
             )));
         }
-        let ptx = self
-            .target_dir
-            .join(NVPTX_TARGET)
-            .join("release")
-            .join(PTX_FILE);
+        let ptx = self.target_dir.join(NVPTX_TARGET).join("release").join(PTX_FILE);
         if !ptx.is_file() {
-            return Err(err(format!(
-                "the kernel build succeeded but {} was not produced",
-                ptx.display()
-            )));
+            return Err(err(format!("the kernel build succeeded but {} was not produced", ptx.display())));
         }
         Ok(ptx)
     }
@@ -174,7 +151,11 @@ impl KernelBuild {
         let mut cmd = Command::new("rustup");
         cmd.args(["run", &self.toolchain, tool]).args(args);
         scrub_cargo_env(&mut cmd);
-        let out = cmd.output().map_err(|e| err(format!("cannot run rustup ({e}); a nightly toolchain is needed to build the GPU kernels, or set {PTX_DIR_ENV}")))?;
+        let out = cmd.output().map_err(|e| {
+            err(format!(
+                "cannot run rustup ({e}); a nightly toolchain is needed to build the GPU kernels, or set {PTX_DIR_ENV}"
+            ))
+        })?;
         if !out.status.success() {
             return Err(err(format!(
                 "`rustup run {} {tool} {}` failed: {}(install it with `rustup toolchain install {}`, or set {PTX_DIR_ENV})",
@@ -193,9 +174,7 @@ pub fn validate_arch(arch: &str) -> Result<(), BuildError> {
     let digits = arch.strip_prefix("sm_").unwrap_or("");
     let num = digits.trim_end_matches('a');
     if num.len() < 2 || !num.chars().all(|c| c.is_ascii_digit()) {
-        return Err(err(format!(
-            "{ARCH_ENV}={arch:?} is not a GPU architecture such as sm_90"
-        )));
+        return Err(err(format!("{ARCH_ENV}={arch:?} is not a GPU architecture such as sm_90")));
     }
     Ok(())
 }
@@ -267,16 +246,10 @@ impl LinkArgs {
     /// Parses rustc's linker command line; unknown flags are an error so that a change in
     /// rustc's calling convention is noticed, not silently mislinked.
     pub fn parse(args: &[OsString]) -> Result<Self, BuildError> {
-        let mut a = LinkArgs {
-            opt_level: "3".into(),
-            ..Default::default()
-        };
+        let mut a = LinkArgs { opt_level: "3".into(), ..Default::default() };
         let mut it = args.iter().map(|s| s.to_string_lossy().into_owned());
         while let Some(arg) = it.next() {
-            let mut value = |flag: &str| {
-                it.next()
-                    .ok_or_else(|| err(format!("{flag} needs a value")))
-            };
+            let mut value = |flag: &str| it.next().ok_or_else(|| err(format!("{flag} needs a value")));
             match arg.as_str() {
                 "--export-symbol" => a.exports.push(value("--export-symbol")?),
                 "--target" => {
@@ -301,9 +274,7 @@ impl LinkArgs {
             return Err(err("no -o output given"));
         }
         if a.exports.is_empty() {
-            return Err(err(
-                "no --export-symbol given: the kernel crate exports no kernels",
-            ));
+            return Err(err("no --export-symbol given: the kernel crate exports no kernels"));
         }
         Ok(a)
     }
@@ -315,41 +286,27 @@ const BITCODE_WRAPPER_MAGIC: [u8; 4] = [0xDE, 0xC0, 0x17, 0x0B];
 fn is_bitcode(path: &Path) -> bool {
     let mut magic = [0u8; 4];
     use std::io::Read;
-    fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok()
+    fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok()
         && (magic == BITCODE_MAGIC || magic == BITCODE_WRAPPER_MAGIC)
 }
 
 fn is_archive(path: &Path) -> bool {
     let mut magic = [0u8; 8];
     use std::io::Read;
-    fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok()
-        && &magic == b"!<arch>\n"
+    fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && &magic == b"!<arch>\n"
 }
 
 fn run(cmd: &mut Command) -> Result<(), BuildError> {
-    let out = cmd
-        .output()
-        .map_err(|e| err(format!("cannot run {:?}: {e}", cmd.get_program())))?;
+    let out = cmd.output().map_err(|e| err(format!("cannot run {:?}: {e}", cmd.get_program())))?;
     if !out.status.success() {
-        return Err(err(format!(
-            "{:?} failed ({}): {}",
-            cmd,
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        )));
+        return Err(err(format!("{:?} failed ({}): {}", cmd, out.status, String::from_utf8_lossy(&out.stderr))));
     }
     Ok(())
 }
 
 fn link(a: &LinkArgs) -> Result<(), BuildError> {
-    let tools = PathBuf::from(
-        std::env::var_os(LLVM_TOOLS_ENV)
-            .ok_or_else(|| err(format!("{LLVM_TOOLS_ENV} is not set")))?,
-    );
+    let tools =
+        PathBuf::from(std::env::var_os(LLVM_TOOLS_ENV).ok_or_else(|| err(format!("{LLVM_TOOLS_ENV} is not set")))?);
     let output = a.output.as_ref().expect("checked in parse");
     let cpu = a.target_cpu.clone().unwrap_or_else(|| DEFAULT_ARCH.into());
     let work = output.with_extension("link.d");
@@ -361,8 +318,7 @@ fn link(a: &LinkArgs) -> Result<(), BuildError> {
     for (i, input) in a.inputs.iter().enumerate() {
         if is_archive(input) {
             let dir = work.join(format!("ar{i}"));
-            fs::create_dir_all(&dir)
-                .map_err(|e| err(format!("cannot create {}: {e}", dir.display())))?;
+            fs::create_dir_all(&dir).map_err(|e| err(format!("cannot create {}: {e}", dir.display())))?;
             run(Command::new(tools.join("llvm-ar"))
                 .arg("x")
                 .arg(fs::canonicalize(input).unwrap_or(input.clone()))
@@ -379,10 +335,7 @@ fn link(a: &LinkArgs) -> Result<(), BuildError> {
         } else if input.extension().is_some_and(|e| e == "rmeta") {
             continue;
         } else {
-            return Err(err(format!(
-                "linker input {} is neither bitcode nor an archive",
-                input.display()
-            )));
+            return Err(err(format!("linker input {} is neither bitcode nor an archive", input.display())));
         }
     }
     if modules.is_empty() {
@@ -390,10 +343,7 @@ fn link(a: &LinkArgs) -> Result<(), BuildError> {
     }
 
     let linked = work.join("linked.bc");
-    run(Command::new(tools.join("llvm-link"))
-        .arg("-o")
-        .arg(&linked)
-        .args(&modules))?;
+    run(Command::new(tools.join("llvm-link")).arg("-o").arg(&linked).args(&modules))?;
 
     let optimized = work.join("opt.bc");
     let level = match a.opt_level.as_str() {
@@ -401,13 +351,8 @@ fn link(a: &LinkArgs) -> Result<(), BuildError> {
         _ => "2".to_string(),
     };
     run(Command::new(tools.join("opt"))
-        .arg(format!(
-            "--internalize-public-api-list={}",
-            a.exports.join(",")
-        ))
-        .arg(format!(
-            "--passes=internalize,globaldce,default<O{level}>,globaldce"
-        ))
+        .arg(format!("--internalize-public-api-list={}", a.exports.join(",")))
+        .arg(format!("--passes=internalize,globaldce,default<O{level}>,globaldce"))
         .arg("-o")
         .arg(&optimized)
         .arg(&linked))?;
@@ -421,13 +366,10 @@ fn link(a: &LinkArgs) -> Result<(), BuildError> {
         .arg(&optimized))?;
 
     let _ = fs::remove_dir_all(&work);
-    let ptx = fs::read_to_string(output)
-        .map_err(|e| err(format!("cannot read {}: {e}", output.display())))?;
+    let ptx = fs::read_to_string(output).map_err(|e| err(format!("cannot read {}: {e}", output.display())))?;
     for sym in &a.exports {
         if !ptx.contains(&format!(".entry {sym}")) {
-            return Err(err(format!(
-                "exported kernel {sym} is missing from the PTX"
-            )));
+            return Err(err(format!("exported kernel {sym} is missing from the PTX")));
         }
     }
     Ok(())
@@ -463,10 +405,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(a.exports, vec!["k1", "k2"]);
-        assert_eq!(
-            a.inputs,
-            vec![PathBuf::from("a.o"), PathBuf::from("libcore.rlib")]
-        );
+        assert_eq!(a.inputs, vec![PathBuf::from("a.o"), PathBuf::from("libcore.rlib")]);
         assert_eq!(a.target_cpu.as_deref(), Some("sm_90"));
         assert_eq!(a.output, Some(PathBuf::from("out.ptx")));
         assert_eq!(a.opt_level, "3");
@@ -474,15 +413,13 @@ mod tests {
 
     #[test]
     fn rejects_unknown_flags_and_missing_output() {
-        let e =
-            LinkArgs::parse(&os(&["--export-symbol", "k", "--frobnicate", "-o", "x"])).unwrap_err();
+        let e = LinkArgs::parse(&os(&["--export-symbol", "k", "--frobnicate", "-o", "x"])).unwrap_err();
         assert!(e.to_string().contains("--frobnicate"), "{e}");
         let e = LinkArgs::parse(&os(&["--export-symbol", "k", "a.o"])).unwrap_err();
         assert!(e.to_string().contains("-o"), "{e}");
         let e = LinkArgs::parse(&os(&["a.o", "-o", "x"])).unwrap_err();
         assert!(e.to_string().contains("export"), "{e}");
-        let e =
-            LinkArgs::parse(&os(&["--target", "x86_64-unknown-linux-gnu", "-o", "x"])).unwrap_err();
+        let e = LinkArgs::parse(&os(&["--target", "x86_64-unknown-linux-gnu", "-o", "x"])).unwrap_err();
         assert!(e.to_string().contains("unexpected target"), "{e}");
     }
 

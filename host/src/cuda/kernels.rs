@@ -1,0 +1,141 @@
+//! The embedded PTX and typed launchers for lowcon's kernels.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+use lowcon_abi::{ErrorRecord, RoundTripReport, kernel_names as names};
+
+use super::Stream;
+use super::stream::DeviceRecord;
+use crate::error::{Error, Result, drv};
+
+/// The PTX of `gpu-kernels/`, built by `host/build.rs` (or taken from `LOWCON_PTX_DIR`).
+pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/lowcon_kernels.ptx"));
+
+/// lowcon's kernels, loaded into one context.
+#[derive(Debug)]
+pub struct Kernels {
+    _module: Arc<CudaModule>,
+    vec_add_f32: CudaFunction,
+    flag_ping: CudaFunction,
+    flag_pong: CudaFunction,
+}
+
+impl Kernels {
+    /// JIT-loads the embedded PTX into `ctx` and resolves every kernel.
+    pub(crate) fn load(ctx: &Arc<CudaContext>) -> Result<Self> {
+        let module = ctx.load_module(Ptx::from_src(PTX)).map_err(drv("cuModuleLoadData"))?;
+        let f = |name: &'static str| {
+            module
+                .load_function(name)
+                .map_err(|e| Error::MissingKernel { name, source: Box::new(Error::driver("cuModuleGetFunction", e)) })
+        };
+        Ok(Self {
+            vec_add_f32: f(names::VEC_ADD_F32)?,
+            flag_ping: f(names::FLAG_PING)?,
+            flag_pong: f(names::FLAG_PONG)?,
+            _module: module,
+        })
+    }
+
+    /// Enqueues `out = a + b` on `stream`. All three must have the same length.
+    pub fn vec_add_f32(
+        &self,
+        stream: &Stream,
+        a: &CudaSlice<f32>,
+        b: &CudaSlice<f32>,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let n = out.len();
+        if a.len() != n || b.len() != n {
+            return Err(Error::InvalidArgument(format!(
+                "vec_add_f32: lengths differ (a {}, b {}, out {n})",
+                a.len(),
+                b.len()
+            )));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let blocks = n.div_ceil(256).min(132 * 8) as u32;
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let n = n as u64;
+        let mut launch = stream.cuda_stream().launch_builder(&self.vec_add_f32);
+        launch.arg(a).arg(b).arg(out).arg(&n);
+        // SAFETY: the kernel takes (const f32*, const f32*, f32*, u64) and reads/writes
+        // `n` elements of each; all three buffers hold exactly `n` elements.
+        unsafe { launch.launch(cfg) }.map_err(drv("cuLaunchKernel(vec_add_f32)"))?;
+        Ok(())
+    }
+
+    /// Enqueues one side of the system-scope flag round trip (see
+    /// `gpu-kernels/src/test_kernels.rs`): side 0 moves first (ping), side 1 answers
+    /// (pong). The two sides must run concurrently, on two streams.
+    pub fn flag_round_trip(
+        &self,
+        stream: &Stream,
+        side: usize,
+        bufs: &RoundTripBuffers,
+        rounds: u32,
+        seed: u64,
+        timeout_ns: u64,
+    ) -> Result<()> {
+        if side > 1 {
+            return Err(Error::InvalidArgument(format!("flag_round_trip: side {side} is not 0 or 1")));
+        }
+        let words = u32::try_from(bufs.words).map_err(|_| {
+            Error::InvalidArgument(format!("flag_round_trip: {} payload words is too many", bufs.words))
+        })?;
+        let f = if side == 0 { &self.flag_ping } else { &self.flag_pong };
+        let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let mut launch = stream.cuda_stream().launch_builder(f);
+        launch
+            .arg(&bufs.payload[side])
+            .arg(&bufs.flag[side])
+            .arg(&bufs.payload[1 - side])
+            .arg(&bufs.flag[1 - side])
+            .arg(&words)
+            .arg(&rounds)
+            .arg(&seed)
+            .arg(&timeout_ns)
+            .arg(bufs.report[side].buffer())
+            .arg(bufs.error.buffer());
+        // SAFETY: the argument list matches `lowcon_flag_ping/pong`'s signature; both
+        // payloads hold `words` u32s, the flags one u32 each, and the report and error
+        // buffers are sized for their ABI types by `DeviceRecord`. The kernel is
+        // launched with the one CTA it requires.
+        unsafe { launch.launch(cfg) }.map_err(drv("cuLaunchKernel(flag_round_trip)"))?;
+        Ok(())
+    }
+}
+
+/// Device memory for the flag round trip: `payload[s]` and `flag[s]` are written by
+/// side `s` and read by side `1 - s`; each side has its own report; the error record is
+/// shared (the first failure claims it).
+#[derive(Debug)]
+pub struct RoundTripBuffers {
+    words: usize,
+    payload: [CudaSlice<u32>; 2],
+    flag: [CudaSlice<u32>; 2],
+    /// What each side counted.
+    pub report: [DeviceRecord<RoundTripReport>; 2],
+    /// The first timeout, if any.
+    pub error: DeviceRecord<ErrorRecord>,
+}
+
+impl RoundTripBuffers {
+    /// Zeroed buffers for payloads of `words` u32s, on `stream`'s device.
+    pub fn new(stream: &Stream, words: usize) -> Result<Self> {
+        if words == 0 {
+            return Err(Error::InvalidArgument("flag round trip needs at least one payload word".into()));
+        }
+        Ok(Self {
+            words,
+            payload: [stream.alloc_zeros(words)?, stream.alloc_zeros(words)?],
+            flag: [stream.alloc_zeros(1)?, stream.alloc_zeros(1)?],
+            report: [stream.alloc_record()?, stream.alloc_record()?],
+            error: stream.alloc_record()?,
+        })
+    }
+}

@@ -1,0 +1,69 @@
+//! The CUDA host core: the driver (loaded at run time), devices, streams, events, the
+//! embedded PTX module and kernel launches.
+//!
+//! Built on cudarc's safe driver layer with `dynamic-loading`: nothing CUDA is needed
+//! to build lowcon, and a machine without a driver gets [`Error::NoDriver`] from the
+//! first call instead of a panic. Areas cudarc does not wrap (VMM export/import, IPC,
+//! stream memory operations) get thin `result`-style modules of their own next to this
+//! one, as the symmetric-memory layer needs them.
+
+mod device;
+mod kernels;
+mod stream;
+
+pub use device::{Device, DeviceInfo};
+pub use kernels::{Kernels, PTX, RoundTripBuffers};
+pub use stream::{DeviceRecord, Event, Stream, StreamPriority};
+
+use std::sync::OnceLock;
+
+use crate::error::{Error, Result, drv};
+use cudarc::driver::{DriverError, result, sys};
+
+/// Loads the driver library and calls `cuInit` once per process.
+///
+/// Returns [`Error::NoDriver`] when `libcuda.so.1` cannot be loaded: cudarc panics if
+/// asked to load a missing library, so this check must precede every other driver call.
+pub fn init() -> Result<()> {
+    // `None`: no driver library; `Some(Err)`: cuInit failed.
+    static INIT: OnceLock<Option<std::result::Result<(), DriverError>>> = OnceLock::new();
+    let r = INIT.get_or_init(|| {
+        // SAFETY: `is_culib_present` only tries `dlopen` on the candidate names.
+        if !unsafe { sys::is_culib_present() } {
+            return None;
+        }
+        Some(result::init())
+    });
+    match r {
+        None => Err(Error::NoDriver),
+        Some(Ok(())) => Ok(()),
+        Some(Err(e)) => Err(Error::driver("cuInit", *e)),
+    }
+}
+
+/// Whether a CUDA driver library is present (without initialising it).
+pub fn driver_present() -> bool {
+    // SAFETY: only tries `dlopen` on the candidate library names.
+    unsafe { sys::is_culib_present() }
+}
+
+/// The number of CUDA devices visible to this process (0 when `cuInit` reports
+/// `CUDA_ERROR_NO_DEVICE`). Errors with [`Error::NoDriver`] when there is no driver.
+pub fn device_count() -> Result<usize> {
+    match init() {
+        Ok(()) => {}
+        Err(Error::Driver { name, .. }) if name == "CUDA_ERROR_NO_DEVICE" => return Ok(0),
+        Err(e) => return Err(e),
+    }
+    let n = result::device::get_count().map_err(drv("cuDeviceGetCount"))?;
+    Ok(n.max(0) as usize)
+}
+
+/// The CUDA driver version as (major, minor), e.g. (13, 0).
+pub fn driver_version() -> Result<(u32, u32)> {
+    init()?;
+    let mut v = 0i32;
+    // SAFETY: `v` is a valid out-pointer; the driver is initialised.
+    unsafe { sys::cuDriverGetVersion(&mut v) }.result().map_err(drv("cuDriverGetVersion"))?;
+    Ok(((v / 1000) as u32, ((v % 1000) / 10) as u32))
+}

@@ -1,0 +1,177 @@
+//! Streams and events, with lowcon errors and typed memory helpers.
+
+use std::sync::Arc;
+
+use bytemuck::Pod;
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, ValidAsZeroBits, result, sys};
+
+use super::Device;
+use crate::error::{Error, Result, drv};
+
+/// Scheduling priority of a stream. Collectives usually run on a `High` stream so that
+/// their short synchronisation kernels are not queued behind a long GEMM's CTAs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StreamPriority {
+    /// The device's default (lowest) priority.
+    #[default]
+    Default,
+    /// The greatest priority the device supports.
+    High,
+    /// An explicit driver priority value (numerically smaller is higher); clamped to the
+    /// device's range.
+    Value(i32),
+}
+
+/// A non-blocking CUDA stream on one device.
+#[derive(Clone, Debug)]
+pub struct Stream {
+    inner: Arc<CudaStream>,
+    device: Device,
+}
+
+impl Stream {
+    pub(crate) fn new(device: &Device, priority: StreamPriority) -> Result<Self> {
+        device.bind_to_thread()?;
+        let (least, greatest) = result::stream::get_priority_range().map_err(drv("cuCtxGetStreamPriorityRange"))?;
+        let p = match priority {
+            StreamPriority::Default => least,
+            StreamPriority::High => greatest,
+            StreamPriority::Value(v) => v.clamp(greatest, least),
+        };
+        let inner = device.cuda_context().new_stream_with_priority(p).map_err(drv("cuStreamCreateWithPriority"))?;
+        Ok(Self { inner, device: device.clone() })
+    }
+
+    /// The device this stream belongs to.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The underlying cudarc stream (for launching kernels and interoperating).
+    pub fn cuda_stream(&self) -> &Arc<CudaStream> {
+        &self.inner
+    }
+
+    /// The raw `CUstream`.
+    pub fn raw(&self) -> sys::CUstream {
+        self.inner.cu_stream()
+    }
+
+    /// The stream's priority as the driver reports it.
+    pub fn priority(&self) -> Result<i32> {
+        let mut p = 0i32;
+        // SAFETY: the stream is alive (we hold it) and `p` is a valid out-pointer.
+        unsafe { sys::cuStreamGetPriority(self.raw(), &mut p) }.result().map_err(drv("cuStreamGetPriority"))?;
+        Ok(p)
+    }
+
+    /// Blocks until everything enqueued on this stream has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        self.inner.synchronize().map_err(drv("cuStreamSynchronize"))
+    }
+
+    /// Allocates `len` zeroed elements (stream-ordered).
+    pub fn alloc_zeros<T: DeviceRepr + ValidAsZeroBits>(&self, len: usize) -> Result<CudaSlice<T>> {
+        self.inner.alloc_zeros(len).map_err(drv("cuMemAllocAsync"))
+    }
+
+    /// Copies `data` to a new device allocation.
+    pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<CudaSlice<T>> {
+        self.inner.clone_htod(data).map_err(drv("cuMemcpyHtoDAsync"))
+    }
+
+    /// Overwrites `dst` with `data`; the lengths must match.
+    pub fn write<T: DeviceRepr>(&self, data: &[T], dst: &mut CudaSlice<T>) -> Result<()> {
+        if data.len() != dst.len() {
+            return Err(Error::InvalidArgument(format!(
+                "host data has {} elements but the device buffer has {}",
+                data.len(),
+                dst.len()
+            )));
+        }
+        self.inner.memcpy_htod(data, dst).map_err(drv("cuMemcpyHtoDAsync"))
+    }
+
+    /// Copies a device buffer back to the host (synchronises the stream).
+    pub fn download<T: DeviceRepr + Default + Clone>(&self, src: &CudaSlice<T>) -> Result<Vec<T>> {
+        self.inner.clone_dtoh(src).map_err(drv("cuMemcpyDtoHAsync"))
+    }
+
+    /// Fills a device buffer with the byte `value` (stream-ordered), e.g. to poison
+    /// outputs before a kernel so unwritten elements show.
+    pub fn fill_bytes<T: DeviceRepr>(&self, dst: &mut CudaSlice<T>, value: u8) -> Result<()> {
+        let bytes = dst.num_bytes();
+        let (ptr, _sync) = dst.device_ptr_mut(&self.inner);
+        // SAFETY: `ptr` is the start of `dst`'s allocation, valid for `bytes` bytes,
+        // and the memset is ordered on this stream like any other use of `dst`.
+        unsafe { result::memset_d8_async(ptr, value, bytes, self.raw()) }.map_err(drv("cuMemsetD8Async"))
+    }
+
+    /// Allocates a zeroed device copy of one `T: Pod` record (error records, reports),
+    /// stored as bytes so that any ABI type can be used.
+    pub fn alloc_record<T: Pod>(&self) -> Result<DeviceRecord<T>> {
+        Ok(DeviceRecord { bytes: self.alloc_zeros::<u8>(size_of::<T>())?, _t: std::marker::PhantomData })
+    }
+
+    /// Records an event on this stream.
+    pub fn record(&self, event: &Event) -> Result<()> {
+        event.inner.record(&self.inner).map_err(drv("cuEventRecord"))
+    }
+
+    /// Makes future work on this stream wait for `event`.
+    pub fn wait(&self, event: &Event) -> Result<()> {
+        self.inner.wait(&event.inner).map_err(drv("cuStreamWaitEvent"))
+    }
+
+    /// A new event on this stream's device; `timing` enables `elapsed_ms`.
+    pub fn event(&self, timing: bool) -> Result<Event> {
+        let flags =
+            if timing { sys::CUevent_flags::CU_EVENT_DEFAULT } else { sys::CUevent_flags::CU_EVENT_DISABLE_TIMING };
+        let inner = self.device.cuda_context().new_event(Some(flags)).map_err(drv("cuEventCreate"))?;
+        Ok(Event { inner })
+    }
+}
+
+/// One `T` in device memory (kernel reports, error records), read back with
+/// [`DeviceRecord::read`].
+#[derive(Debug)]
+pub struct DeviceRecord<T: Pod> {
+    bytes: CudaSlice<u8>,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T: Pod> DeviceRecord<T> {
+    /// The device buffer holding the record, to pass to a kernel.
+    pub fn buffer(&self) -> &CudaSlice<u8> {
+        &self.bytes
+    }
+
+    /// Copies the record back (synchronises `stream`).
+    pub fn read(&self, stream: &Stream) -> Result<T> {
+        let v = stream.download(&self.bytes)?;
+        Ok(bytemuck::pod_read_unaligned(&v))
+    }
+}
+
+/// A CUDA event.
+#[derive(Debug)]
+pub struct Event {
+    inner: CudaEvent,
+}
+
+impl Event {
+    /// Blocks until the work before the event's last record has finished.
+    pub fn synchronize(&self) -> Result<()> {
+        self.inner.synchronize().map_err(drv("cuEventSynchronize"))
+    }
+
+    /// Milliseconds between `self` and a later event `end` (both created with timing).
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        self.inner.elapsed_ms(&end.inner).map_err(drv("cuEventElapsedTime"))
+    }
+
+    /// Whether the work before the event has finished, without blocking.
+    pub fn is_complete(&self) -> Result<bool> {
+        self.inner.try_is_complete().map_err(drv("cuEventQuery"))
+    }
+}

@@ -1,0 +1,87 @@
+//! The one error type of the `lowcon` crate.
+//!
+//! Variants carry what a caller needs to act: the CUDA call and its error name, the
+//! device index, the kernel, the rank or peer. Driver errors keep their numeric code.
+
+use cudarc::driver::DriverError;
+use lowcon_abi::ErrorRecord;
+
+/// Everything that can go wrong in lowcon.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `libcuda.so.1` could not be loaded: no NVIDIA driver on this machine.
+    #[error(
+        "no CUDA driver (libcuda.so.1) found: install the NVIDIA driver (or add its directory to \
+         LD_LIBRARY_PATH)"
+    )]
+    NoDriver,
+
+    /// A CUDA driver call returned an error.
+    #[error("CUDA call {call} failed: {name} (code {code}): {description}")]
+    Driver {
+        /// The driver API function (or lowcon operation) that failed.
+        call: &'static str,
+        /// The numeric `CUresult`.
+        code: u32,
+        /// The `CUresult` name, e.g. `CUDA_ERROR_INVALID_VALUE`.
+        name: String,
+        /// The driver's description of the error.
+        description: String,
+    },
+
+    /// A device index past the number of visible devices.
+    #[error("CUDA device {index} does not exist: {count} device(s) visible (check CUDA_VISIBLE_DEVICES)")]
+    NoSuchDevice {
+        /// The index asked for.
+        index: usize,
+        /// How many devices the driver reports.
+        count: usize,
+    },
+
+    /// A kernel that the host expects is not in the embedded PTX (a build mismatch).
+    #[error("kernel {name} is missing from lowcon's embedded PTX: {source}")]
+    MissingKernel {
+        /// The kernel's exported name.
+        name: &'static str,
+        /// The driver's error.
+        source: Box<Error>,
+    },
+
+    /// A caller passed something that cannot work; the message names the argument.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// A kernel's bounded wait expired; the record names the waiting rank and the peer.
+    #[error(
+        "GPU wait timed out on rank {} waiting for peer {} (channel {}, expected epoch {}, saw {}, after {:.3} s)",
+        .0.rank, .0.peer, .0.channel, .0.expected, .0.observed, .0.waited_ns as f64 * 1e-9
+    )]
+    DeviceTimeout(ErrorRecord),
+}
+
+/// `Result` with lowcon's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Wraps a cudarc driver error with the call that produced it.
+    pub(crate) fn driver(call: &'static str, e: DriverError) -> Self {
+        let name =
+            e.error_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|_| "CUDA_ERROR_UNKNOWN".into());
+        let description = e.error_string().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        Error::Driver { call, code: e.0 as u32, name, description }
+    }
+
+    /// The driver's `CUresult` name, when this is a driver error.
+    pub fn driver_error_name(&self) -> Option<&str> {
+        match self {
+            Error::Driver { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+}
+
+/// `.map_err(drv("cuXxx"))`: attach the call name to a cudarc error.
+pub(crate) fn drv(call: &'static str) -> impl FnOnce(DriverError) -> Error {
+    move |e| Error::driver(call, e)
+}

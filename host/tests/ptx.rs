@@ -1,0 +1,96 @@
+//! Checks on the embedded PTX that need no GPU: every kernel is there, the
+//! synchronisation primitives kept their system scope, and `ptxas` accepts the code.
+//!
+//! A refactor that silently weakens an ordering (say, `ld.acquire.sys` becoming a plain
+//! load because someone used `core::sync::atomic`) must fail here, not on a GPU box.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Command;
+
+use lowcon::cuda::PTX;
+use lowcon_abi::kernel_names;
+
+#[test]
+fn every_kernel_is_exported() {
+    for name in kernel_names::ALL {
+        assert!(PTX.contains(&format!(".visible .entry {name}(")), "kernel {name} missing from the PTX");
+    }
+}
+
+/// The body of one `.entry` in the PTX (up to the next `.entry` or the end).
+fn entry_body(name: &str) -> &'static str {
+    let start = PTX.find(&format!(".entry {name}(")).unwrap_or_else(|| panic!("{name} missing"));
+    let rest = &PTX[start + 1..];
+    let end = rest.find(".entry ").map_or(PTX.len(), |e| start + 1 + e);
+    &PTX[start..end]
+}
+
+#[test]
+fn flag_kernels_keep_system_scope_ordering() {
+    for name in [kernel_names::FLAG_PING, kernel_names::FLAG_PONG] {
+        let body = entry_body(name);
+        for instr in ["ld.acquire.sys", "st.release.sys", "atom.acq_rel.sys.cas", "%globaltimer", "nanosleep"] {
+            assert!(body.contains(instr), "{name} lost `{instr}`");
+        }
+    }
+}
+
+#[test]
+fn ptx_targets_the_configured_arch() {
+    let arch = std::env::var("LOWCON_CUDA_ARCH").unwrap_or_else(|_| "sm_90".into());
+    assert!(PTX.contains(&format!(".target {arch}")), "PTX is not built for {arch}");
+}
+
+/// `LOWCON_PTXAS`, then the copy `scripts/setup.sh` installs under `.tools/`, then PATH.
+fn find_ptxas() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("LOWCON_PTXAS") {
+        return Some(PathBuf::from(p));
+    }
+    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools/cuda-nvcc/nvidia/cu13/bin/ptxas");
+    if local.is_file() {
+        return Some(local);
+    }
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| PathBuf::from(d).join("ptxas")).find(|p| p.is_file())
+}
+
+#[test]
+fn ptxas_accepts_the_ptx() {
+    let Some(ptxas) = find_ptxas() else {
+        let required = std::env::var("LOWCON_REQUIRE_PTXAS").is_ok_and(|v| v == "1");
+        assert!(!required, "LOWCON_REQUIRE_PTXAS=1 but no ptxas found (run scripts/setup.sh)");
+        // Not eprintln!: libtest captures that, and the reason should show.
+        writeln!(
+            std::io::stderr(),
+            "skipped ptxas_accepts_the_ptx: no ptxas found (run scripts/setup.sh or set LOWCON_PTXAS)"
+        )
+        .ok();
+        return;
+    };
+    let arch = PTX
+        .lines()
+        .find_map(|l| l.strip_prefix(".target "))
+        .map(|t| t.split(',').next().unwrap_or(t).trim().to_string())
+        .expect("PTX has a .target line");
+    let dir = std::env::temp_dir().join(format!("lowcon-ptxas-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("lowcon_kernels.ptx");
+    std::fs::write(&src, PTX).unwrap();
+    let out = Command::new(&ptxas)
+        .arg(format!("-arch={arch}"))
+        .arg("--warning-as-error")
+        .arg("-v")
+        .arg(&src)
+        .arg("-o")
+        .arg(dir.join("lowcon_kernels.cubin"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", ptxas.display()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "ptxas -arch={arch} rejected the PTX:\n{log}");
+    // Kernels must not spill: every entry reports 0 bytes of spill stores.
+    for line in log.lines().filter(|l| l.contains("spill stores")) {
+        assert!(line.contains("0 bytes spill stores"), "a kernel spills registers: {line}");
+    }
+    eprintln!("ptxas -arch={arch} accepted {} kernels", log.matches("Compiling entry function").count());
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# lowcon's test command (the README's, and what .ci/run calls after scripts/setup.sh):
+# formatting, clippy on host and device code, and the whole workspace's tests. ptxas
+# must be present (scripts/setup.sh installs it): every generated PTX is checked with
+# `ptxas -arch=sm_90`. GPU tests skip, saying why, when no GPU is present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TOOLCHAIN=${LOWCON_KERNEL_TOOLCHAIN:-nightly}
+export LOWCON_REQUIRE_PTXAS=1
+
+echo "== rustfmt"
+cargo fmt --all --check
+rustfmt --edition 2024 --check gpu-kernels/src/lib.rs
+
+echo "== clippy (host)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo "== clippy (device, nvptx64)"
+(cd gpu-kernels && env -u RUSTUP_TOOLCHAIN rustup run "$TOOLCHAIN" cargo clippy --locked --release \
+  --target nvptx64-nvidia-cuda -Zbuild-std=core --target-dir ../target/clippy-nvptx -- -D warnings)
+
+echo "== tests"
+cargo test --workspace --locked
