@@ -1,12 +1,15 @@
-//! Runs every GPU check on device 0 (or `--device N`) and prints a table. Exits 1 if any
+//! Runs every GPU check on device 0 (or `--device N`) and prints a table; `--quick`
+//! uses small sizes (for compute-sanitizer runs). Exits 1 if any
 //! check fails and 2 if no GPU is usable. Carried to GPU machines by
 //! `scripts/gpu-bundle.sh`.
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let mut index = 0usize;
+    let mut quick = false;
     while let Some(a) = args.next() {
         match a.as_str() {
+            "--quick" => quick = true,
             "--device" => index = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
             _ => usage(),
         }
@@ -35,13 +38,13 @@ fn main() {
         ),
         (Err(e), _) | (_, Err(e)) => println!("device {index}: info unavailable: {e}"),
     }
-    let outcomes = lowcon_tests::gpu::all_checks(&device);
+    let outcomes = lowcon_tests::gpu::all_checks(&device, quick);
     let (table, failed) = lowcon_tests::table(&outcomes);
     print!("{table}");
     std::process::exit(if failed == 0 { 0 } else { 1 });
 }
 
 fn usage() -> ! {
-    eprintln!("usage: lowcon-gpu-tests [--device N]");
+    eprintln!("usage: lowcon-gpu-tests [--device N] [--quick]");
     std::process::exit(2);
 }
