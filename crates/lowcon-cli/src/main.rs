@@ -1,7 +1,12 @@
 //! `lowcon`: the command-line front end.
 
+mod launch;
+mod store_cmd;
+
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -14,6 +19,34 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Start N ranks with the torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK,
+    /// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), hosting lowcon's store; fail fast.
+    Launch {
+        /// Ranks to start: a number, or `gpu` for one per visible GPU.
+        #[arg(long, value_name = "N|gpu")]
+        nproc_per_node: String,
+        /// Address the store binds and MASTER_ADDR names.
+        #[arg(long, default_value = "127.0.0.1")]
+        master_addr: String,
+        /// MASTER_PORT given to the ranks (left free for torch.distributed's own store).
+        #[arg(long, default_value_t = 29500)]
+        master_port: u16,
+        /// Port of lowcon's store (0: any free port); the ranks get it as LOWCON_STORE_ADDR.
+        #[arg(long, default_value_t = 0)]
+        store_port: u16,
+        /// Prefix every line the ranks print with `[rank k]`.
+        #[arg(long)]
+        tee: bool,
+        /// Seconds between SIGTERM and SIGKILL when stopping ranks.
+        #[arg(long, default_value_t = 5.0)]
+        grace_period: f64,
+        /// The command each rank runs, after `--`.
+        #[arg(last = true, required = true)]
+        command: Vec<OsString>,
+    },
+    /// The store: serve one, or use one from a shell script.
+    #[command(subcommand)]
+    Store(store_cmd::StoreCommand),
     /// Show the CUDA driver, the visible GPUs and the embedded kernels.
     Info,
     /// Write the embedded PTX to a directory (usable as LOWCON_PTX_DIR on machines
@@ -27,16 +60,50 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let r = match cli.command {
-        Command::Info => info(),
-        Command::Ptx { out } => ptx(&out),
+    let r: Result<i32, Box<dyn std::error::Error>> = match cli.command {
+        Command::Launch { nproc_per_node, master_addr, master_port, store_port, tee, grace_period, command } => {
+            (|| {
+                let nproc = parse_nproc(&nproc_per_node)?;
+                if !(0.0..=3600.0).contains(&grace_period) {
+                    return Err(format!("--grace-period {grace_period} must be between 0 and 3600 seconds").into());
+                }
+                let opts = launch::LaunchOptions {
+                    nproc,
+                    master_addr,
+                    master_port,
+                    store_port,
+                    tee,
+                    grace: Duration::from_secs_f64(grace_period),
+                    command,
+                };
+                Ok(launch::launch(&opts)?)
+            })()
+        }
+        Command::Store(cmd) => store_cmd::run(cmd).map(|()| 0),
+        Command::Info => info().map(|()| 0),
+        Command::Ptx { out } => ptx(&out).map(|()| 0),
     };
     match r {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code.clamp(1, 255) as u8),
         Err(e) => {
             eprintln!("lowcon: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+fn parse_nproc(v: &str) -> Result<usize, Box<dyn std::error::Error>> {
+    if v == "gpu" {
+        let n = lowcon::cuda::device_count().map_err(|e| format!("--nproc-per-node gpu: {e}"))?;
+        if n == 0 {
+            return Err("--nproc-per-node gpu: no CUDA device is visible".into());
+        }
+        return Ok(n);
+    }
+    match v.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("--nproc-per-node {v:?}: expected a positive number or `gpu`").into()),
     }
 }
 
