@@ -128,7 +128,7 @@ fn ranks_ignoring_sigterm_are_killed_after_the_grace_period() {
 fn sigterm_to_the_launcher_is_forwarded() {
     let dir = tempfile::tempdir().unwrap();
     let script = format!("{}; wait", record_pids(dir.path()));
-    let mut child = Command::new(LOWCON)
+    let child = Command::new(LOWCON)
         .args(["launch", "--nproc-per-node", "3", "--", "sh", "-c", &script])
         .stderr(Stdio::piped())
         .spawn()
