@@ -12,8 +12,10 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod atomics;
+pub mod errors;
 pub mod thread;
 
+mod sync;
 mod test_kernels;
 
 /// Kernels cannot unwind. A panic (an out-of-range slice index, say) traps the context;

@@ -3,7 +3,8 @@
 
 use lowcon_abi::{ErrorRecord, RoundTripReport, payload_word, status};
 
-use crate::atomics::{atom_add_relaxed_gpu_u32, atom_cas_acq_rel_sys_u32, st_release_sys_u32, wait_epoch_acquire_sys};
+use crate::atomics::{atom_add_relaxed_gpu_u32, st_release_sys_u32, wait_epoch_acquire_sys};
+use crate::errors::report_error;
 use crate::thread::{block_dim_x, grid_stride, sync_threads_or, thread_idx_x};
 
 /// `out[i] = a[i] + b[i]` for `i < n`, grid-stride.
@@ -22,20 +23,6 @@ pub unsafe extern "ptx-kernel" fn lowcon_vec_add_f32(a: *const f32, b: *const f3
 
 /// Salt that makes the pong side's payload differ from the ping side's.
 const PONG_SALT: u64 = 0x0005_EED0_FB0B;
-
-/// Fills `err` unless another failure claimed it first (see `ErrorRecord`).
-///
-/// # Safety
-/// `err` must point to a valid `ErrorRecord`.
-unsafe fn report_error(err: *mut ErrorRecord, rec: ErrorRecord) {
-    // SAFETY: `err` is valid; `code` is its first, 4-byte-aligned field.
-    let claimed = unsafe { atom_cas_acq_rel_sys_u32(err.cast::<u32>(), status::OK, rec.code) } == status::OK;
-    if claimed {
-        // SAFETY: this thread owns the record now (the CAS above); the host reads it
-        // only after the stream completes. `code` is rewritten with the same value.
-        unsafe { *err = rec };
-    }
-}
 
 /// One side of the round trip. For each round `r` in `1..=rounds`:
 /// - the first mover writes `words` payload words to `payload_out`, then releases `r`

@@ -52,6 +52,53 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
+    /// Setting up a group or an allocation failed a check; the message names the ranks,
+    /// devices or sizes involved.
+    #[error("{0}")]
+    Rendezvous(String),
+
+    /// A peer did not do its part in time.
+    #[error("rank {rank}: timed out after {secs:.1} s waiting for peer rank {peer}: {what}")]
+    PeerTimeout {
+        /// This rank.
+        rank: usize,
+        /// The peer that did not arrive.
+        peer: usize,
+        /// What this rank was waiting for.
+        what: String,
+        /// The timeout that expired.
+        secs: f64,
+    },
+
+    /// A peer's process is gone (its sockets closed).
+    #[error("rank {rank}: peer rank {peer} is gone (its process exited or was killed) while {what}")]
+    PeerGone {
+        /// This rank.
+        rank: usize,
+        /// The peer that disappeared.
+        peer: usize,
+        /// What this rank was doing.
+        what: String,
+    },
+
+    /// The group saw an error earlier and refuses further work; the message is the
+    /// original error.
+    #[error("the group is unusable after an earlier error: {0}")]
+    GroupFailed(String),
+
+    /// The store failed (connect, timeout, ...).
+    #[error(transparent)]
+    Store(#[from] lowcon_store::StoreError),
+
+    /// An operating-system call failed.
+    #[error("{call} failed: {source}")]
+    Os {
+        /// The call, with what it was for.
+        call: String,
+        /// The errno.
+        source: nix::errno::Errno,
+    },
+
     /// A kernel's bounded wait expired; the record names the waiting rank and the peer.
     #[error(
         "GPU wait timed out on rank {} waiting for peer {} (channel {}, expected epoch {}, saw {}, after {:.3} s)",

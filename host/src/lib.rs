@@ -10,7 +10,14 @@
 //!
 //! See `docs/design.md` for why it is built this way.
 
+pub mod config;
 pub mod cuda;
 mod error;
+mod fdpass;
+mod group;
+pub mod shm;
+pub mod sync;
 
 pub use error::{Error, Result};
+pub use shm::{HostBuffer, HostGroup, HostGroupOptions};
+pub use sync::SyncMethod;

@@ -84,8 +84,14 @@ pub mod kernel_names {
     pub const FLAG_PING: &str = "lowcon_flag_ping";
     /// `flag_pong(...)`: second half of the system-scope flag round trip.
     pub const FLAG_PONG: &str = "lowcon_flag_pong";
+    /// `barrier(pads, rank, world, channel, epoch, timeout_ns, err)`: one CTA.
+    pub const BARRIER: &str = "lowcon_barrier";
+    /// `put_signal(pads, rank, world, peer, channel, epoch)`: one thread.
+    pub const PUT_SIGNAL: &str = "lowcon_put_signal";
+    /// `wait_signal(pad, rank, world, peer, channel, epoch, timeout_ns, err)`: one thread.
+    pub const WAIT_SIGNAL: &str = "lowcon_wait_signal";
     /// Every kernel the host expects to find in the PTX.
-    pub const ALL: &[&str] = &[VEC_ADD_F32, FLAG_PING, FLAG_PONG];
+    pub const ALL: &[&str] = &[VEC_ADD_F32, FLAG_PING, FLAG_PONG, BARRIER, PUT_SIGNAL, WAIT_SIGNAL];
 }
 
 #[cfg(test)]
@@ -101,11 +107,55 @@ mod tests {
     }
 
     #[test]
+    fn pad_slots_are_distinct() {
+        let world = 5;
+        let mut seen = [false; pad::bytes(5) / 4];
+        for c in 0..pad::CHANNELS {
+            for k in 0..pad::KINDS {
+                for from in 0..world {
+                    let s = pad::slot(c, k, from, world) as usize;
+                    assert!(!seen[s], "slot {s} used twice");
+                    seen[s] = true;
+                }
+            }
+        }
+        assert!(seen.iter().all(|&b| b));
+    }
+
+    #[test]
     fn error_record_is_plain_bytes() {
         let r = ErrorRecord { code: status::WAIT_TIMEOUT, peer: 3, ..Default::default() };
         let bytes = bytemuck::bytes_of(&r);
         assert_eq!(bytes.len(), 40);
         let back: ErrorRecord = *bytemuck::from_bytes(bytes);
         assert_eq!(back, r);
+    }
+}
+
+/// The signal pad: one `u32` epoch slot per (channel, kind, peer), in symmetric memory.
+///
+/// Rank `r` signals peer `p` by writing into *`p`'s* pad at `slot(channel, kind, r)`;
+/// `p` waits on its own pad. Barriers and point-to-point signals use separate kinds, so
+/// their epoch counters never share a slot, and independent operations use different
+/// channels, so two streams never share slots either.
+pub mod pad {
+    /// Channels per group: independent sync streams (e.g. one per CUDA stream).
+    pub const CHANNELS: u32 = 16;
+    /// Slot kinds within a channel.
+    pub const KINDS: u32 = 2;
+    /// Kind used by barriers.
+    pub const BARRIER: u32 = 0;
+    /// Kind used by put_signal / wait_signal.
+    pub const P2P: u32 = 1;
+
+    /// Index (in `u32`s) of the slot in which peer `from` signals on `(channel, kind)`.
+    #[inline(always)]
+    pub const fn slot(channel: u32, kind: u32, from: u32, world: u32) -> u32 {
+        (channel * KINDS + kind) * world + from
+    }
+
+    /// Bytes of one rank's pad for a world of `world` ranks.
+    pub const fn bytes(world: u32) -> usize {
+        (CHANNELS * KINDS * world) as usize * 4
     }
 }

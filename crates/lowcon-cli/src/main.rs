@@ -47,6 +47,12 @@ enum Command {
     /// The store: serve one, or use one from a shell script.
     #[command(subcommand)]
     Store(store_cmd::StoreCommand),
+    /// Run one rank of a multi-process check (start it with `lowcon launch`); exits 1
+    /// with the reason if the check fails.
+    Selftest {
+        #[command(subcommand)]
+        scenario: Scenario,
+    },
     /// Show the CUDA driver, the visible GPUs and the embedded kernels.
     Info,
     /// Write the embedded PTX to a directory (usable as LOWCON_PTX_DIR on machines
@@ -56,6 +62,64 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+}
+
+#[derive(Subcommand)]
+enum Scenario {
+    /// Barriers with random per-rank delays, checking that no rank runs ahead.
+    BarrierStress {
+        #[arg(long, default_value_t = 100_000)]
+        iters: u64,
+        #[arg(long, default_value_t = 200)]
+        max_delay_us: u64,
+    },
+    /// Ring of publish (fresh random data) then signal; every word checked.
+    PublishSignal {
+        #[arg(long, default_value_t = 10_000)]
+        rounds: u32,
+        #[arg(long, default_value_t = 1024)]
+        words: usize,
+    },
+    /// One rank skips a barrier; the others must time out naming it.
+    SkipBarrier {
+        #[arg(long)]
+        skipper: Option<usize>,
+        #[arg(long, default_value_t = 1000)]
+        timeout_ms: u64,
+    },
+    /// One rank exits abruptly; the others must notice and name it.
+    DeadPeer {
+        #[arg(long)]
+        victim: Option<usize>,
+    },
+    /// Ranks ask for different sizes; allocation must fail naming them.
+    MismatchedSize,
+}
+
+fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
+    use lowcon_tests::ranks;
+    let world: usize = std::env::var("WORLD_SIZE").ok().and_then(|w| w.parse().ok()).unwrap_or(1);
+    let rank = std::env::var("RANK").unwrap_or_else(|_| "?".into());
+    let (name, r) = match s {
+        Scenario::BarrierStress { iters, max_delay_us } => ("barrier-stress", ranks::barrier_stress(iters, max_delay_us)),
+        Scenario::PublishSignal { rounds, words } => ("publish-signal", ranks::publish_signal(rounds, words)),
+        Scenario::SkipBarrier { skipper, timeout_ms } => (
+            "skip-barrier",
+            ranks::skip_barrier(skipper.unwrap_or(world - 1), Duration::from_millis(timeout_ms)),
+        ),
+        Scenario::DeadPeer { victim } => ("dead-peer", ranks::dead_peer(victim.unwrap_or(world - 1))),
+        Scenario::MismatchedSize => ("mismatched-size", ranks::mismatched_size()),
+    };
+    match r {
+        Ok(detail) => {
+            println!("rank {rank}: {name} ok: {detail}");
+            Ok(0)
+        }
+        Err(why) => {
+            println!("rank {rank}: {name} FAILED: {why}");
+            Ok(1)
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -80,6 +144,7 @@ fn main() -> ExitCode {
             })()
         }
         Command::Store(cmd) => store_cmd::run(cmd).map(|()| 0),
+        Command::Selftest { scenario } => selftest(scenario),
         Command::Info => info().map(|()| 0),
         Command::Ptx { out } => ptx(&out).map(|()| 0),
     };

@@ -1,0 +1,182 @@
+//! What every group has, whatever the backend: its place in the world, the store, the
+//! socket mesh for passing memory handles, epoch counters, and a failed state.
+//!
+//! Creation is collective: every rank of the world calls it, in the same order as any
+//! other group creation. It checks, before anything is mapped, that all ranks run on
+//! one host (same boot id), and gives the ranks a common group id, from which the
+//! abstract socket names derive.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use lowcon_store::StoreClient;
+
+use crate::error::{Error, Result};
+use crate::fdpass::Mesh;
+use crate::sync::Epochs;
+
+/// This rank's facts, exchanged at group creation (`key=value` lines).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct PeerInfo {
+    pub(crate) fields: Vec<(String, String)>,
+}
+
+impl PeerInfo {
+    pub(crate) fn get(&self, key: &str) -> &str {
+        self.fields.iter().find(|(k, _)| k == key).map_or("", |(_, v)| v.as_str())
+    }
+    fn encode(&self) -> Vec<u8> {
+        self.fields.iter().map(|(k, v)| format!("{k}={v}\n")).collect::<String>().into_bytes()
+    }
+    fn decode(b: &[u8]) -> Self {
+        let s = String::from_utf8_lossy(b);
+        Self {
+            fields: s
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+}
+
+pub(crate) struct GroupCore {
+    pub(crate) rank: usize,
+    pub(crate) world: usize,
+    pub(crate) group_id: String,
+    pub(crate) timeout: Duration,
+    pub(crate) mesh: Mesh,
+    pub(crate) infos: Vec<PeerInfo>,
+    store: Mutex<StoreClient>,
+    epochs: Mutex<Epochs>,
+    next_alloc: Mutex<u64>,
+    failed: Mutex<Option<String>>,
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+impl GroupCore {
+    /// Collective: exchanges `extra` facts, checks the world fits on one host, agrees on
+    /// a group id and connects the socket mesh.
+    pub(crate) fn new(
+        mut store: StoreClient,
+        rank: usize,
+        world: usize,
+        name: &str,
+        extra: Vec<(String, String)>,
+        timeout: Duration,
+    ) -> Result<Self> {
+        if world == 0 || rank >= world {
+            return Err(Error::InvalidArgument(format!("rank {rank} is not within a world of {world}")));
+        }
+        // The k-th creation of group `name` by these ranks: every rank adds 1, so the
+        // k-th round of additions yields values in (k*world, (k+1)*world].
+        let joined = store.add(&format!("lowcon/group/{name}/joins"), 1)?;
+        let seq = (joined - 1) as usize / world;
+        let mut me = PeerInfo::default();
+        me.fields.push(("host".into(), hostname()));
+        me.fields.push(("boot_id".into(), boot_id()));
+        me.fields.push(("pid".into(), std::process::id().to_string()));
+        me.fields.push(("world".into(), world.to_string()));
+        if rank == 0 {
+            use rand::RngCore;
+            let id = format!("{:016x}", rand::rng().next_u64());
+            me.fields.push(("group_id".into(), id));
+        }
+        me.fields.extend(extra);
+        let key = format!("group/{name}/{seq}/hello");
+        let infos: Vec<PeerInfo> =
+            store.all_gather(&key, rank, world, &me.encode(), timeout)?.iter().map(|b| PeerInfo::decode(b)).collect();
+        for (r, info) in infos.iter().enumerate() {
+            if info.get("world") != world.to_string() {
+                return Err(Error::Rendezvous(format!(
+                    "rank {r} was started with a world of {} but rank {rank} with {world}",
+                    info.get("world")
+                )));
+            }
+            if info.get("boot_id") != infos[0].get("boot_id") {
+                return Err(Error::Rendezvous(format!(
+                    "the world does not fit in one box: rank {r} runs on host {:?}, rank 0 on {:?} \
+                     (lowcon is single-node: symmetric memory needs every rank on one host)",
+                    info.get("host"),
+                    infos[0].get("host")
+                )));
+            }
+        }
+        let group_id = format!("{}-{seq}", infos[0].get("group_id"));
+        let listener = Mesh::listen(&group_id, rank)?;
+        store.barrier(&format!("group/{name}/{seq}/listening"), world, timeout)?;
+        let mesh = Mesh::connect(listener, &group_id, rank, world, timeout)?;
+        Ok(Self {
+            rank,
+            world,
+            group_id,
+            timeout,
+            mesh,
+            infos,
+            store: Mutex::new(store),
+            epochs: Mutex::new(Epochs::new(world)),
+            next_alloc: Mutex::new(0),
+            failed: Mutex::new(None),
+        })
+    }
+
+    pub(crate) fn store(&self) -> MutexGuard<'_, StoreClient> {
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn epochs(&self) -> MutexGuard<'_, Epochs> {
+        self.epochs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Errors with [`Error::GroupFailed`] once the group has failed.
+    pub(crate) fn check_usable(&self) -> Result<()> {
+        match &*self.failed.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(msg) => Err(Error::GroupFailed(msg.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Records `e` as the group's failure (the first one wins) and returns it.
+    pub(crate) fn fail(&self, e: Error) -> Error {
+        let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        if f.is_none() {
+            *f = Some(e.to_string());
+        }
+        e
+    }
+
+    /// Collective: the next allocation's tag, after checking every rank asked for the
+    /// same size (an error naming the ranks and sizes otherwise).
+    pub(crate) fn agree_on_alloc(&self, bytes: usize) -> Result<u64> {
+        let tag = {
+            let mut n = self.next_alloc.lock().unwrap_or_else(|p| p.into_inner());
+            *n += 1;
+            *n
+        };
+        let sizes = self.store().all_gather(
+            &format!("group/{}/alloc/{tag}", self.group_id),
+            self.rank,
+            self.world,
+            &(bytes as u64).to_le_bytes(),
+            self.timeout,
+        )?;
+        for (r, s) in sizes.iter().enumerate() {
+            let theirs = s.as_slice().try_into().map(u64::from_le_bytes).unwrap_or(u64::MAX);
+            if theirs != bytes as u64 {
+                return Err(Error::Rendezvous(format!(
+                    "symmetric allocation {tag}: rank {r} asked for {theirs} bytes but rank {} asked for {bytes} \
+                     (every rank must allocate the same size)",
+                    self.rank
+                )));
+            }
+        }
+        Ok(tag)
+    }
+}

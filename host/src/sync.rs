@@ -1,0 +1,116 @@
+//! Epoch bookkeeping shared by both backends.
+//!
+//! Signals are monotonic epochs, never set-and-clear: every barrier on a channel, and
+//! every signal from one rank to one peer on a channel, uses the next value of its own
+//! counter, and a wait completes when the slot holds that value *or a later one*
+//! (compared modulo 2³², see [`epoch_reached`]). No slot is ever reset, so a late
+//! reader can never mistake a stale handshake for a fresh one, and channels keep
+//! independent operations apart (PyTorch's #192581/#189228 are what this avoids).
+//! The host knows every epoch before it enqueues the operation that uses it.
+
+use lowcon_abi::pad;
+
+use crate::error::{Error, Result};
+
+/// How a synchronisation step runs on the GPU backend.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SyncMethod {
+    /// A one-CTA Rust kernel with system-scope release/acquire and a timeout.
+    #[default]
+    Kernel,
+    /// Stream memory operations and 4-byte copy-engine writes: no SM at all, so it
+    /// cannot queue behind a GEMM that fills every SM.
+    StreamMemop,
+}
+
+impl std::str::FromStr for SyncMethod {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "kernel" => Ok(Self::Kernel),
+            "memop" | "stream-memop" => Ok(Self::StreamMemop),
+            _ => Err(Error::InvalidArgument(format!("sync method {s:?}: expected `kernel` or `memop`"))),
+        }
+    }
+}
+
+/// `true` when `observed` is `expected` or later, modulo 2³² (the comparison
+/// `cuStreamWaitValue32(GEQ)` and the kernels' waits make too).
+pub const fn epoch_reached(observed: u32, expected: u32) -> bool {
+    (observed.wrapping_sub(expected) as i32) >= 0
+}
+
+/// The next epoch of every counter of one group.
+#[derive(Debug)]
+pub(crate) struct Epochs {
+    world: usize,
+    barrier: Vec<u32>,
+    sent: Vec<u32>,
+    received: Vec<u32>,
+}
+
+impl Epochs {
+    pub(crate) fn new(world: usize) -> Self {
+        let n = pad::CHANNELS as usize;
+        Self { world, barrier: vec![0; n], sent: vec![0; n * world], received: vec![0; n * world] }
+    }
+
+    pub(crate) fn check_channel(channel: u32) -> Result<()> {
+        if channel >= pad::CHANNELS {
+            return Err(Error::InvalidArgument(format!("channel {channel}: groups have channels 0..{}", pad::CHANNELS)));
+        }
+        Ok(())
+    }
+
+    fn bump(v: &mut u32) -> u32 {
+        // Epoch 0 is the pads' initial value, so skip it when wrapping.
+        *v = v.wrapping_add(1);
+        if *v == 0 {
+            *v = 1;
+        }
+        *v
+    }
+
+    /// The epoch of the next barrier on `channel`.
+    pub(crate) fn next_barrier(&mut self, channel: u32) -> u32 {
+        Self::bump(&mut self.barrier[channel as usize])
+    }
+
+    /// The epoch of the next signal from this rank to `peer` on `channel`.
+    pub(crate) fn next_send(&mut self, channel: u32, peer: usize) -> u32 {
+        Self::bump(&mut self.sent[channel as usize * self.world + peer])
+    }
+
+    /// The epoch the next wait for `peer` on `channel` expects.
+    pub(crate) fn next_receive(&mut self, channel: u32, peer: usize) -> u32 {
+        Self::bump(&mut self.received[channel as usize * self.world + peer])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epochs_compare_across_wraparound() {
+        assert!(epoch_reached(5, 5));
+        assert!(epoch_reached(6, 5));
+        assert!(!epoch_reached(4, 5));
+        assert!(epoch_reached(2, u32::MAX)); // wrapped past the expected value
+        assert!(!epoch_reached(u32::MAX, 2));
+    }
+
+    #[test]
+    fn counters_are_independent_and_skip_zero() {
+        let mut e = Epochs::new(3);
+        assert_eq!(e.next_barrier(0), 1);
+        assert_eq!(e.next_barrier(0), 2);
+        assert_eq!(e.next_barrier(1), 1);
+        assert_eq!(e.next_send(0, 2), 1);
+        assert_eq!(e.next_send(0, 1), 1);
+        assert_eq!(e.next_receive(0, 2), 1);
+        e.barrier[3] = u32::MAX;
+        assert_eq!(e.next_barrier(3), 1);
+        assert!(Epochs::check_channel(pad::CHANNELS).is_err());
+    }
+}
