@@ -85,11 +85,14 @@ impl Mesh {
             match listener.accept() {
                 Ok((mut s, _)) => {
                     s.set_nonblocking(false).map_err(|e| Error::Rendezvous(format!("socket: {e}")))?;
-                    s.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))
-                        .map_err(|e| Error::Rendezvous(format!("socket: {e}")))?;
+                    s.set_read_timeout(Some(
+                        deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1)),
+                    ))
+                    .map_err(|e| Error::Rendezvous(format!("socket: {e}")))?;
                     let mut who = [0u8; 4];
-                    s.read_exact(&mut who)
-                        .map_err(|e| Error::Rendezvous(format!("rank {rank}: a peer connected but sent no rank: {e}")))?;
+                    s.read_exact(&mut who).map_err(|e| {
+                        Error::Rendezvous(format!("rank {rank}: a peer connected but sent no rank: {e}"))
+                    })?;
                     let who = u32::from_le_bytes(who) as usize;
                     if who <= rank || who >= world || peers[who].is_some() {
                         return Err(Error::Rendezvous(format!(
@@ -158,7 +161,9 @@ impl Mesh {
                         e => Error::PeerGone { rank, peer: p, what: format!("receiving its memory handle ({e})") },
                     })?;
                 let mut fd = None;
-                for c in msg.cmsgs().map_err(|e| Error::Rendezvous(format!("bad control message from rank {p}: {e}")))? {
+                for c in
+                    msg.cmsgs().map_err(|e| Error::Rendezvous(format!("bad control message from rank {p}: {e}")))?
+                {
                     if let ControlMessageOwned::ScmRights(v) = c {
                         for raw in v {
                             // SAFETY: the kernel just installed `raw` in our table for
@@ -173,7 +178,11 @@ impl Mesh {
                 (msg.bytes, fd)
             };
             if bytes == 0 {
-                return Err(Error::PeerGone { rank, peer: p, what: "receiving its memory handle (it closed the connection)".into() });
+                return Err(Error::PeerGone {
+                    rank,
+                    peer: p,
+                    what: "receiving its memory handle (it closed the connection)".into(),
+                });
             }
             let got_tag = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
             let got_rank = u32::from_le_bytes(buf[8..].try_into().expect("4 bytes")) as usize;
@@ -200,7 +209,10 @@ impl Mesh {
                 }
                 // Readable with no message pending is EOF.
                 let mut b = [0u8; 1];
-                matches!(nix::sys::socket::recv(s.as_raw_fd(), &mut b, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT), Ok(0))
+                matches!(
+                    nix::sys::socket::recv(s.as_raw_fd(), &mut b, MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT),
+                    Ok(0)
+                )
             }
             _ => false,
         }

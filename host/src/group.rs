@@ -31,11 +31,7 @@ impl PeerInfo {
     fn decode(b: &[u8]) -> Self {
         let s = String::from_utf8_lossy(b);
         Self {
-            fields: s
-                .lines()
-                .filter_map(|l| l.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            fields: s.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         }
     }
 }

@@ -16,8 +16,10 @@ mod error;
 mod fdpass;
 mod group;
 pub mod shm;
+pub mod symm;
 pub mod sync;
 
 pub use error::{Error, Result};
 pub use shm::{HostBuffer, HostGroup, HostGroupOptions};
+pub use symm::{GpuGroup, GpuGroupOptions, HandleKind, SymmetricBuffer};
 pub use sync::SyncMethod;

@@ -139,7 +139,8 @@ pub struct HostGroup {
 impl HostGroup {
     /// Collective: creates the group from a connected store client.
     pub fn new(store: StoreClient, rank: usize, world: usize, opts: HostGroupOptions) -> Result<Self> {
-        let core = GroupCore::new(store, rank, world, &opts.name, vec![("backend".into(), "host".into())], opts.timeout)?;
+        let core =
+            GroupCore::new(store, rank, world, &opts.name, vec![("backend".into(), "host".into())], opts.timeout)?;
         let pads = alloc_on(&core, pad::bytes(world as u32))?;
         Ok(Self { core, pads })
     }
@@ -179,7 +180,13 @@ impl HostGroup {
         alloc_on(&self.core, bytes)
     }
 
-    /// Collective: the store, for exchanging small blobs.
+    /// Collective: every rank contributes `data` (a small blob) through the store and
+    /// gets all ranks' contributions in rank order.
+    pub fn all_gather_bytes(&self, name: &str, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        Ok(self.core.store().all_gather(name, self.core.rank, self.core.world, data, self.core.timeout)?)
+    }
+
+    /// Collective: a barrier through the store (host-side; for setup and teardown).
     pub fn store_barrier(&self, name: &str) -> Result<()> {
         Ok(self.core.store().barrier(name, self.core.world, self.core.timeout)?)
     }
@@ -210,7 +217,7 @@ impl HostGroup {
                 std::hint::spin_loop();
                 continue;
             }
-            if spins % 256 == 0 {
+            if spins.is_multiple_of(256) {
                 if self.core.mesh.peer_hung_up(peer) {
                     return Err(self.core.fail(Error::PeerGone {
                         rank: self.core.rank,
@@ -290,7 +297,8 @@ fn alloc_on(core: &GroupCore, bytes: usize) -> Result<HostBuffer> {
     let mut maps = Vec::with_capacity(core.world);
     for (p, peer_fd) in peers.into_iter().enumerate() {
         let f = if p == core.rank { &fd } else { peer_fd.as_ref().expect("exchange_fds fills every peer") };
-        let st = nix::sys::stat::fstat(f).map_err(|e| Error::Os { call: format!("fstat of rank {p}'s buffer"), source: e })?;
+        let st = nix::sys::stat::fstat(f)
+            .map_err(|e| Error::Os { call: format!("fstat of rank {p}'s buffer"), source: e })?;
         if st.st_size as usize != bytes {
             return Err(Error::Rendezvous(format!("rank {p}'s buffer has {} bytes, expected {bytes}", st.st_size)));
         }

@@ -57,7 +57,10 @@ impl Epochs {
 
     pub(crate) fn check_channel(channel: u32) -> Result<()> {
         if channel >= pad::CHANNELS {
-            return Err(Error::InvalidArgument(format!("channel {channel}: groups have channels 0..{}", pad::CHANNELS)));
+            return Err(Error::InvalidArgument(format!(
+                "channel {channel}: groups have channels 0..{}",
+                pad::CHANNELS
+            )));
         }
         Ok(())
     }
@@ -69,6 +72,16 @@ impl Epochs {
             *v = 1;
         }
         *v
+    }
+
+    /// The epoch of the latest barrier issued on `channel` (0: none yet).
+    pub(crate) fn barrier_epoch(&self, channel: u32) -> u32 {
+        self.barrier[channel as usize]
+    }
+
+    /// The epoch of the latest wait issued for `peer` on `channel` (0: none yet).
+    pub(crate) fn received_epoch(&self, channel: u32, peer: usize) -> u32 {
+        self.received[channel as usize * self.world + peer]
     }
 
     /// The epoch of the next barrier on `channel`.

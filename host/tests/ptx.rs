@@ -37,6 +37,23 @@ fn flag_kernels_keep_system_scope_ordering() {
 }
 
 #[test]
+fn sync_kernels_keep_system_scope_ordering() {
+    for (name, needs) in [
+        (
+            kernel_names::BARRIER,
+            &["fence.acq_rel.sys", "st.release.sys", "ld.acquire.sys", "%globaltimer", "atom.acq_rel.sys.cas"][..],
+        ),
+        (kernel_names::PUT_SIGNAL, &["fence.acq_rel.sys", "st.release.sys"][..]),
+        (kernel_names::WAIT_SIGNAL, &["ld.acquire.sys", "%globaltimer", "atom.acq_rel.sys.cas"][..]),
+    ] {
+        let body = entry_body(name);
+        for instr in needs {
+            assert!(body.contains(instr), "{name} lost `{instr}`");
+        }
+    }
+}
+
+#[test]
 fn ptx_targets_the_configured_arch() {
     let arch = std::env::var("LOWCON_CUDA_ARCH").unwrap_or_else(|_| "sm_90".into());
     assert!(PTX.contains(&format!(".target {arch}")), "PTX is not built for {arch}");

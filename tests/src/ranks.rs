@@ -89,7 +89,9 @@ pub fn publish_signal(rounds: u32, words: usize) -> Result<String, String> {
             let got = u32::from_le_bytes(w.try_into().expect("4 bytes"));
             let want = payload_word(seed ^ prev as u64, round, i as u32);
             if got != want {
-                return Err(format!("rank {rank}: round {round} word {i} from rank {prev}: got {got:#x}, want {want:#x}"));
+                return Err(format!(
+                    "rank {rank}: round {round} word {i} from rank {prev}: got {got:#x}, want {want:#x}"
+                ));
             }
             checked += 1;
         }
@@ -139,10 +141,9 @@ pub fn dead_peer(victim: usize) -> Result<String, String> {
     }
     let t = Instant::now();
     match g.barrier(0) {
-        Err(err @ Error::PeerGone { peer, .. }) if peer == victim && t.elapsed() < timeout / 4 => Ok(format!(
-            "noticed in {:.0} ms: {err}",
-            t.elapsed().as_secs_f64() * 1e3
-        )),
+        Err(err @ Error::PeerGone { peer, .. }) if peer == victim && t.elapsed() < timeout / 4 => {
+            Ok(format!("noticed in {:.0} ms: {err}", t.elapsed().as_secs_f64() * 1e3))
+        }
         other => Err(format!("rank {rank}: expected PeerGone naming rank {victim} quickly, got {other:?}")),
     }
 }

@@ -1,5 +1,6 @@
 //! `lowcon`: the command-line front end.
 
+mod bench;
 mod launch;
 mod store_cmd;
 
@@ -47,6 +48,9 @@ enum Command {
     /// The store: serve one, or use one from a shell script.
     #[command(subcommand)]
     Store(store_cmd::StoreCommand),
+    /// Benchmarks (run every rank under `lowcon launch`).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
     /// Run one rank of a multi-process check (start it with `lowcon launch`); exits 1
     /// with the reason if the check fails.
     Selftest {
@@ -94,21 +98,91 @@ enum Scenario {
     },
     /// Ranks ask for different sizes; allocation must fail naming them.
     MismatchedSize,
+    /// GPU: checked barriers (both sync methods unless --method).
+    GpuBarrierStress {
+        #[arg(long, default_value_t = 100_000)]
+        iters: u64,
+        #[arg(long, default_value_t = 200)]
+        max_delay_us: u64,
+        #[arg(long)]
+        method: Option<String>,
+    },
+    /// GPU: copy-engine publish then signal, every word checked.
+    GpuPublishSignal {
+        #[arg(long, default_value_t = 10_000)]
+        rounds: u32,
+        #[arg(long, default_value_t = 1024)]
+        words: usize,
+        #[arg(long)]
+        method: Option<String>,
+    },
+    /// GPU: one rank skips a barrier; the others must time out naming it.
+    GpuSkipBarrier {
+        #[arg(long, default_value_t = 1000)]
+        timeout_ms: u64,
+        #[arg(long)]
+        method: Option<String>,
+    },
+    /// GPU: one rank exits abruptly; the others must name it.
+    GpuDeadPeer {
+        #[arg(long)]
+        method: Option<String>,
+    },
+    /// GPU: ranks ask for different sizes.
+    GpuMismatchedSize,
+    /// GPU: run with LOWCON_DEVICE=0 on every rank; creation must fail naming them.
+    GpuSameDevice,
+    /// GPU: symmetric memory is given back when dropped.
+    GpuMemoryRelease,
+}
+
+fn methods(m: &Option<String>) -> Result<Vec<lowcon::SyncMethod>, Box<dyn std::error::Error>> {
+    match m {
+        None => Ok(vec![lowcon::SyncMethod::Kernel, lowcon::SyncMethod::StreamMemop]),
+        Some(s) => Ok(vec![s.parse()?]),
+    }
+}
+
+/// Runs `f` once per method, joining the details; the first failure wins.
+fn per_method(m: &Option<String>, f: impl Fn(lowcon::SyncMethod) -> Result<String, String>) -> Result<String, String> {
+    let ms = methods(m).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for method in ms {
+        out.push(f(method)?);
+    }
+    Ok(out.join("; "))
 }
 
 fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
-    use lowcon_tests::ranks;
+    use lowcon_tests::{gpu_ranks, ranks};
     let world: usize = std::env::var("WORLD_SIZE").ok().and_then(|w| w.parse().ok()).unwrap_or(1);
     let rank = std::env::var("RANK").unwrap_or_else(|_| "?".into());
     let (name, r) = match s {
-        Scenario::BarrierStress { iters, max_delay_us } => ("barrier-stress", ranks::barrier_stress(iters, max_delay_us)),
+        Scenario::BarrierStress { iters, max_delay_us } => {
+            ("barrier-stress", ranks::barrier_stress(iters, max_delay_us))
+        }
         Scenario::PublishSignal { rounds, words } => ("publish-signal", ranks::publish_signal(rounds, words)),
-        Scenario::SkipBarrier { skipper, timeout_ms } => (
-            "skip-barrier",
-            ranks::skip_barrier(skipper.unwrap_or(world - 1), Duration::from_millis(timeout_ms)),
-        ),
+        Scenario::SkipBarrier { skipper, timeout_ms } => {
+            ("skip-barrier", ranks::skip_barrier(skipper.unwrap_or(world - 1), Duration::from_millis(timeout_ms)))
+        }
         Scenario::DeadPeer { victim } => ("dead-peer", ranks::dead_peer(victim.unwrap_or(world - 1))),
         Scenario::MismatchedSize => ("mismatched-size", ranks::mismatched_size()),
+        Scenario::GpuBarrierStress { iters, max_delay_us, method } => {
+            ("gpu-barrier-stress", per_method(&method, |m| gpu_ranks::barrier_stress(m, iters, max_delay_us)))
+        }
+        Scenario::GpuPublishSignal { rounds, words, method } => {
+            ("gpu-publish-signal", per_method(&method, |m| gpu_ranks::publish_signal(m, rounds, words)))
+        }
+        Scenario::GpuSkipBarrier { timeout_ms, method } => (
+            "gpu-skip-barrier",
+            per_method(&method, |m| gpu_ranks::skip_barrier(m, world - 1, Duration::from_millis(timeout_ms))),
+        ),
+        Scenario::GpuDeadPeer { method } => {
+            ("gpu-dead-peer", per_method(&method, |m| gpu_ranks::dead_peer(m, world - 1)))
+        }
+        Scenario::GpuMismatchedSize => ("gpu-mismatched-size", gpu_ranks::mismatched_size()),
+        Scenario::GpuSameDevice => ("gpu-same-device", gpu_ranks::same_device()),
+        Scenario::GpuMemoryRelease => ("gpu-memory-release", gpu_ranks::memory_release()),
     };
     match r {
         Ok(detail) => {
@@ -145,6 +219,7 @@ fn main() -> ExitCode {
         }
         Command::Store(cmd) => store_cmd::run(cmd).map(|()| 0),
         Command::Selftest { scenario } => selftest(scenario),
+        Command::Bench(b) => bench::run(b).map(|()| 0),
         Command::Info => info().map(|()| 0),
         Command::Ptx { out } => ptx(&out).map(|()| 0),
     };

@@ -85,7 +85,10 @@ fn rendezvous(s: &StoreServer, n: usize, round: usize) -> Duration {
 fn main() {
     let json = std::env::args().any(|a| a == "--json");
     let s = StoreServer::start("127.0.0.1:0", ServerOptions::default()).expect("server");
-    println!("lowcon-store benchmark, loopback, {} CPU(s)", std::thread::available_parallelism().map_or(0, |n| n.get()));
+    println!(
+        "lowcon-store benchmark, loopback, {} CPU(s)",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
     println!();
     println!("{:<5} {:>8} {:>9} {:>10} {:>10}", "op", "clients", "ops", "p50 (us)", "p99 (us)");
     for clients in [1usize, 64] {

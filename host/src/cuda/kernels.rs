@@ -20,6 +20,21 @@ pub struct Kernels {
     vec_add_f32: CudaFunction,
     flag_ping: CudaFunction,
     flag_pong: CudaFunction,
+    barrier: CudaFunction,
+    put_signal: CudaFunction,
+    wait_signal: CudaFunction,
+}
+
+/// Arguments of the signal-pad kernels: where the pads are and who is asking.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PadArgs {
+    /// Device array of the `world` pad base pointers.
+    pub pads: u64,
+    pub rank: u32,
+    pub world: u32,
+    /// Device pointer to the group's (host-mapped) error record.
+    pub err: u64,
+    pub timeout_ns: u64,
 }
 
 impl Kernels {
@@ -35,8 +50,66 @@ impl Kernels {
             vec_add_f32: f(names::VEC_ADD_F32)?,
             flag_ping: f(names::FLAG_PING)?,
             flag_pong: f(names::FLAG_PONG)?,
+            barrier: f(names::BARRIER)?,
+            put_signal: f(names::PUT_SIGNAL)?,
+            wait_signal: f(names::WAIT_SIGNAL)?,
             _module: module,
         })
+    }
+
+    /// Enqueues the one-CTA barrier kernel.
+    ///
+    /// # Safety
+    /// `a.pads` is a device array of `a.world` mapped pad pointers and `a.err` a
+    /// device-visible error record, both alive until the kernel has run.
+    pub(crate) unsafe fn barrier(&self, stream: &Stream, a: PadArgs, channel: u32, epoch: u32) -> Result<()> {
+        let threads = a.world.div_ceil(32).clamp(1, 32) * 32;
+        let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+        let mut l = stream.cuda_stream().launch_builder(&self.barrier);
+        l.arg(&a.pads).arg(&a.rank).arg(&a.world).arg(&channel).arg(&epoch).arg(&a.timeout_ns).arg(&a.err);
+        // SAFETY: matches `lowcon_barrier`'s signature; pointer validity is the caller's.
+        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(barrier)"))?;
+        Ok(())
+    }
+
+    /// Enqueues a one-thread `put_signal` to `peer`.
+    ///
+    /// # Safety
+    /// As [`Kernels::barrier`], with `peer < a.world`.
+    pub(crate) unsafe fn put_signal(
+        &self,
+        stream: &Stream,
+        a: PadArgs,
+        peer: u32,
+        channel: u32,
+        epoch: u32,
+    ) -> Result<()> {
+        let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
+        let mut l = stream.cuda_stream().launch_builder(&self.put_signal);
+        l.arg(&a.pads).arg(&a.rank).arg(&a.world).arg(&peer).arg(&channel).arg(&epoch);
+        // SAFETY: matches `lowcon_put_signal`'s signature; validity is the caller's.
+        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(put_signal)"))?;
+        Ok(())
+    }
+
+    /// Enqueues a one-thread `wait_signal` for `peer`.
+    ///
+    /// # Safety
+    /// As [`Kernels::barrier`], with `peer < a.world`.
+    pub(crate) unsafe fn wait_signal(
+        &self,
+        stream: &Stream,
+        a: PadArgs,
+        peer: u32,
+        channel: u32,
+        epoch: u32,
+    ) -> Result<()> {
+        let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
+        let mut l = stream.cuda_stream().launch_builder(&self.wait_signal);
+        l.arg(&a.pads).arg(&a.rank).arg(&a.world).arg(&peer).arg(&channel).arg(&epoch).arg(&a.timeout_ns).arg(&a.err);
+        // SAFETY: matches `lowcon_wait_signal`'s signature; validity is the caller's.
+        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(wait_signal)"))?;
+        Ok(())
     }
 
     /// Enqueues `out = a + b` on `stream`. All three must have the same length.

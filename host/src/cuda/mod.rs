@@ -8,7 +8,8 @@
 //! one, as the symmetric-memory layer needs them.
 
 mod device;
-mod kernels;
+pub(crate) mod kernels;
+pub mod raw;
 mod stream;
 
 pub use device::{Device, DeviceInfo};

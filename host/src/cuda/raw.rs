@@ -1,0 +1,338 @@
+//! Thin `result`-style wrappers for the driver calls cudarc does not wrap: VMM
+//! export/import, legacy IPC, host-mapped memory, peer access and stream memory
+//! operations. Grouped by area; out-parameters become return values; every failure
+//! keeps the call's name and the driver's code (`Error::Driver`).
+//!
+//! Every function here is `unsafe`: the caller must have made the right context current
+//! and must pass handles and pointers that are alive. The safe types above this layer
+//! (`crate::symm`) own what these functions create.
+
+use std::ffi::{CString, c_void};
+use std::os::fd::{FromRawFd, OwnedFd};
+
+use cudarc::driver::{DriverError, sys};
+
+use crate::error::{Error, Result};
+
+fn check(call: &'static str, r: sys::CUresult) -> Result<()> {
+    r.result().map_err(|e: DriverError| Error::driver(call, e))
+}
+
+/// CUDA virtual memory management with POSIX file-descriptor handles.
+pub mod vmm {
+    use super::*;
+
+    fn prop(device: i32) -> sys::CUmemAllocationProp {
+        sys::CUmemAllocationProp {
+            type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+            requestedHandleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            location: sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: device },
+            win32HandleMetaData: std::ptr::null_mut(),
+            allocFlags: sys::CUmemAllocationProp_st__bindgen_ty_1 {
+                compressionType: 0,
+                gpuDirectRDMACapable: 0,
+                usage: 0,
+                reserved: [0; 4],
+            },
+        }
+    }
+
+    /// The recommended allocation granularity for `device`.
+    ///
+    /// # Safety
+    /// The driver must be initialised.
+    pub unsafe fn granularity(device: i32) -> Result<usize> {
+        let p = prop(device);
+        let mut g = 0usize;
+        // SAFETY: valid out-pointer and property struct.
+        check("cuMemGetAllocationGranularity", unsafe {
+            sys::cuMemGetAllocationGranularity(
+                &mut g,
+                &p,
+                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+            )
+        })?;
+        Ok(g)
+    }
+
+    /// `cuMemCreate` of `size` bytes (a multiple of the granularity) on `device`,
+    /// exportable as a POSIX file descriptor.
+    ///
+    /// # Safety
+    /// A context of `device` must be current.
+    pub unsafe fn create(device: i32, size: usize) -> Result<sys::CUmemGenericAllocationHandle> {
+        let p = prop(device);
+        let mut h = 0;
+        // SAFETY: valid out-pointer and property struct.
+        check("cuMemCreate", unsafe { sys::cuMemCreate(&mut h, size, &p, 0) })?;
+        Ok(h)
+    }
+
+    /// Exports `handle` as a file descriptor this process owns.
+    ///
+    /// # Safety
+    /// `handle` must be a live allocation created with a POSIX-fd handle type.
+    pub unsafe fn export_fd(handle: sys::CUmemGenericAllocationHandle) -> Result<OwnedFd> {
+        let mut fd: i32 = -1;
+        // SAFETY: for POSIX fds the out-parameter is an `int`.
+        check("cuMemExportToShareableHandle", unsafe {
+            sys::cuMemExportToShareableHandle(
+                (&mut fd as *mut i32).cast::<c_void>(),
+                handle,
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                0,
+            )
+        })?;
+        // SAFETY: the driver just created `fd` for us.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// Imports a peer's exported allocation.
+    ///
+    /// # Safety
+    /// `fd` must be a descriptor produced by `export_fd` in some process.
+    pub unsafe fn import_fd(fd: &OwnedFd) -> Result<sys::CUmemGenericAllocationHandle> {
+        use std::os::fd::AsRawFd;
+        let mut h = 0;
+        // SAFETY: for POSIX fds the "OS handle" argument is the fd value cast to a
+        // pointer (documented driver convention); the fd stays open during the call.
+        check("cuMemImportFromShareableHandle", unsafe {
+            sys::cuMemImportFromShareableHandle(
+                &mut h,
+                fd.as_raw_fd() as usize as *mut c_void,
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            )
+        })?;
+        Ok(h)
+    }
+
+    /// Reserves `size` bytes of device virtual address space, maps `handle` there and
+    /// grants `device` read/write access. Returns the address.
+    ///
+    /// # Safety
+    /// A context must be current; `handle` is live and at least `size` bytes.
+    pub unsafe fn map(handle: sys::CUmemGenericAllocationHandle, size: usize, device: i32) -> Result<sys::CUdeviceptr> {
+        let mut ptr = 0;
+        // SAFETY: valid out-pointer.
+        check("cuMemAddressReserve", unsafe { sys::cuMemAddressReserve(&mut ptr, size, 0, 0, 0) })?;
+        // SAFETY: `ptr` is a fresh reservation of `size` bytes.
+        if let Err(e) = check("cuMemMap", unsafe { sys::cuMemMap(ptr, size, 0, handle, 0) }) {
+            // SAFETY: undo the reservation we just made.
+            let _ = unsafe { sys::cuMemAddressFree(ptr, size) };
+            return Err(e);
+        }
+        let desc = sys::CUmemAccessDesc {
+            location: sys::CUmemLocation { type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE, id: device },
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: `ptr..ptr+size` is mapped; one access descriptor.
+        if let Err(e) = check("cuMemSetAccess", unsafe { sys::cuMemSetAccess(ptr, size, &desc, 1) }) {
+            // SAFETY: undo the mapping and reservation made above.
+            unsafe {
+                let _ = sys::cuMemUnmap(ptr, size);
+                let _ = sys::cuMemAddressFree(ptr, size);
+            }
+            return Err(e);
+        }
+        Ok(ptr)
+    }
+
+    /// Unmaps and frees a range made by [`map`].
+    ///
+    /// # Safety
+    /// `ptr`/`size` come from [`map`] and no work using them is pending.
+    pub unsafe fn unmap(ptr: sys::CUdeviceptr, size: usize) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        check("cuMemUnmap", unsafe { sys::cuMemUnmap(ptr, size) })?;
+        // SAFETY: forwarded from the caller.
+        check("cuMemAddressFree", unsafe { sys::cuMemAddressFree(ptr, size) })
+    }
+
+    /// Releases an allocation handle (the memory goes once every mapping is gone).
+    ///
+    /// # Safety
+    /// `handle` is live and not released twice.
+    pub unsafe fn release(handle: sys::CUmemGenericAllocationHandle) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        check("cuMemRelease", unsafe { sys::cuMemRelease(handle) })
+    }
+}
+
+/// Legacy CUDA IPC handles (the fallback when VMM export/import is refused).
+pub mod ipc {
+    use super::*;
+
+    /// Bytes in a `CUipcMemHandle`.
+    pub const HANDLE_BYTES: usize = 64;
+
+    /// The IPC handle of an allocation made with `cuMemAlloc`.
+    ///
+    /// # Safety
+    /// `ptr` is the base of a live `cuMemAlloc` allocation in the current context.
+    pub unsafe fn get_handle(ptr: sys::CUdeviceptr) -> Result<[u8; HANDLE_BYTES]> {
+        let mut h = sys::CUipcMemHandle { reserved: [0; HANDLE_BYTES] };
+        // SAFETY: valid out-pointer.
+        check("cuIpcGetMemHandle", unsafe { sys::cuIpcGetMemHandle(&mut h, ptr) })?;
+        Ok(h.reserved.map(|b| b as u8))
+    }
+
+    /// Opens a peer's IPC handle; returns its address in this process.
+    ///
+    /// # Safety
+    /// A context must be current; `bytes` is a handle from another process.
+    pub unsafe fn open_handle(bytes: &[u8; HANDLE_BYTES]) -> Result<sys::CUdeviceptr> {
+        let h = sys::CUipcMemHandle { reserved: bytes.map(|b| b as _) };
+        let mut ptr = 0;
+        // SAFETY: valid out-pointer; lazy peer access enabling as PyTorch does.
+        check("cuIpcOpenMemHandle", unsafe {
+            sys::cuIpcOpenMemHandle_v2(&mut ptr, h, sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32)
+        })?;
+        Ok(ptr)
+    }
+
+    /// Closes an address opened with [`open_handle`].
+    ///
+    /// # Safety
+    /// `ptr` came from [`open_handle`] and no pending work uses it.
+    pub unsafe fn close_handle(ptr: sys::CUdeviceptr) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        check("cuIpcCloseMemHandle", unsafe { sys::cuIpcCloseMemHandle(ptr) })
+    }
+
+    /// `cuMemAlloc` (IPC handles need a non-pool allocation).
+    ///
+    /// # Safety
+    /// A context must be current.
+    pub unsafe fn alloc(bytes: usize) -> Result<sys::CUdeviceptr> {
+        let mut ptr = 0;
+        // SAFETY: valid out-pointer.
+        check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) })?;
+        Ok(ptr)
+    }
+
+    /// `cuMemFree`.
+    ///
+    /// # Safety
+    /// `ptr` came from [`alloc`] and no pending work uses it.
+    pub unsafe fn free(ptr: sys::CUdeviceptr) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        check("cuMemFree", unsafe { sys::cuMemFree_v2(ptr) })
+    }
+}
+
+/// Pinned host memory that kernels can write (error records).
+pub mod host_mem {
+    use super::*;
+
+    /// `cuMemHostAlloc(DEVICEMAP | PORTABLE)`; returns (host pointer, device pointer).
+    ///
+    /// # Safety
+    /// A context must be current.
+    pub unsafe fn alloc_mapped(bytes: usize) -> Result<(*mut c_void, sys::CUdeviceptr)> {
+        let mut host = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        check("cuMemHostAlloc", unsafe {
+            sys::cuMemHostAlloc(&mut host, bytes, sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE)
+        })?;
+        // SAFETY: `host` is a live mapped allocation.
+        unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, bytes) };
+        let mut dev = 0;
+        // SAFETY: valid out-pointer; `host` was allocated with DEVICEMAP.
+        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, host, 0) };
+        if let Err(e) = check("cuMemHostGetDevicePointer", r) {
+            // SAFETY: free what we just allocated.
+            let _ = unsafe { sys::cuMemFreeHost(host) };
+            return Err(e);
+        }
+        Ok((host, dev))
+    }
+
+    /// `cuMemFreeHost`.
+    ///
+    /// # Safety
+    /// `host` came from [`alloc_mapped`]; no pending kernel writes it.
+    pub unsafe fn free(host: *mut c_void) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        check("cuMemFreeHost", unsafe { sys::cuMemFreeHost(host) })
+    }
+}
+
+/// Device queries.
+pub mod device {
+    use super::*;
+
+    /// The device with PCI bus id `bus_id` (as `DeviceInfo::pci_bus_id` prints it).
+    ///
+    /// # Safety
+    /// The driver must be initialised.
+    pub unsafe fn by_pci_bus_id(bus_id: &str) -> Result<sys::CUdevice> {
+        let c = CString::new(bus_id).map_err(|_| Error::InvalidArgument(format!("PCI bus id {bus_id:?}")))?;
+        let mut d = 0;
+        // SAFETY: valid out-pointer and C string.
+        check("cuDeviceGetByPCIBusId", unsafe { sys::cuDeviceGetByPCIBusId(&mut d, c.as_ptr()) })?;
+        Ok(d)
+    }
+
+    /// Whether `dev` can map `peer`'s memory.
+    ///
+    /// # Safety
+    /// The driver must be initialised.
+    pub unsafe fn can_access_peer(dev: sys::CUdevice, peer: sys::CUdevice) -> Result<bool> {
+        let mut ok = 0;
+        // SAFETY: valid out-pointer.
+        check("cuDeviceCanAccessPeer", unsafe { sys::cuDeviceCanAccessPeer(&mut ok, dev, peer) })?;
+        Ok(ok != 0)
+    }
+}
+
+/// Stream memory operations and small stream-ordered copies: synchronisation that
+/// needs no SM.
+pub mod mem_op {
+    use super::*;
+
+    /// Enqueues `*addr = value` (with the driver's default memory barrier before it).
+    ///
+    /// # Safety
+    /// `addr` is 4-byte-aligned device memory valid when the operation runs.
+    pub unsafe fn write_u32(stream: sys::CUstream, addr: sys::CUdeviceptr, value: u32) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        check("cuStreamWriteValue32", unsafe {
+            sys::cuStreamWriteValue32_v2(
+                stream,
+                addr,
+                value,
+                sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32,
+            )
+        })
+    }
+
+    /// Enqueues a wait until `(int32_t)(*addr - value) >= 0`.
+    ///
+    /// # Safety
+    /// `addr` is 4-byte-aligned device memory valid while the wait runs.
+    pub unsafe fn wait_geq_u32(stream: sys::CUstream, addr: sys::CUdeviceptr, value: u32) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        check("cuStreamWaitValue32", unsafe {
+            sys::cuStreamWaitValue32_v2(
+                stream,
+                addr,
+                value,
+                sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
+            )
+        })
+    }
+
+    /// Enqueues a device-to-device copy of `bytes` (the copy engine for peer memory).
+    ///
+    /// # Safety
+    /// Both ranges are valid device memory (this device or mapped peers) when it runs.
+    pub unsafe fn copy(
+        stream: sys::CUstream,
+        dst: sys::CUdeviceptr,
+        src: sys::CUdeviceptr,
+        bytes: usize,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, stream) })
+    }
+}

@@ -1,0 +1,806 @@
+//! Symmetric memory on GPUs: every rank allocates the same size on its GPU, the ranks
+//! exchange handles, and each maps every peer's allocation into its own address space,
+//! so copy engines and kernels reach peers over NVLink. Signal pads in such memory
+//! carry the synchronisation ([`crate::sync`] for the epoch rules).
+//!
+//! NOTE [handles]: the default path is CUDA VMM: `cuMemCreate` with a POSIX
+//! file-descriptor handle type, exported, passed with `SCM_RIGHTS` over the group's
+//! socket mesh, imported and mapped by every peer. When VMM export or import is refused
+//! (old drivers, some containers), the ranks fall back together to legacy IPC handles
+//! (`cuIpcGetMemHandle`, exchanged through the store), and the reason is logged.
+//! `LOWCON_MEM_HANDLES=vmm|ipc|auto` selects.
+//!
+//! Ownership: a [`GpuGroup`] owns its pads and error record; a [`SymmetricBuffer`]
+//! owns its allocation and every mapping of its peers' allocations, and releases them
+//! on drop (after synchronising the device, so no enqueued work still uses them). Both
+//! hand kernels plain pointers; the owner must outlive the work that uses them.
+
+use std::ffi::c_void;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{CudaSlice, sys};
+use lowcon_abi::{ErrorRecord, pad, status};
+use lowcon_store::StoreClient;
+
+use crate::cuda::kernels::PadArgs;
+use crate::cuda::raw;
+use crate::cuda::{Device, Stream, StreamPriority};
+use crate::error::{Error, Result};
+use crate::group::GroupCore;
+use crate::sync::{Epochs, SyncMethod, epoch_reached};
+
+/// How the GPU backend shares memory between processes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HandleKind {
+    /// VMM, falling back to IPC (all ranks together) when VMM is refused.
+    #[default]
+    Auto,
+    /// CUDA VMM with POSIX file descriptors only.
+    Vmm,
+    /// Legacy CUDA IPC handles only.
+    Ipc,
+}
+
+impl std::str::FromStr for HandleKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "vmm" => Ok(Self::Vmm),
+            "ipc" => Ok(Self::Ipc),
+            _ => Err(Error::InvalidArgument(format!("memory handles {s:?}: expected auto, vmm or ipc"))),
+        }
+    }
+}
+
+/// Options for [`GpuGroup::new`].
+#[derive(Clone, Debug)]
+pub struct GpuGroupOptions {
+    /// Group name; ranks creating groups with one name in the same order meet.
+    pub name: String,
+    /// Bound on every wait for a peer (device waits and host waits).
+    pub timeout: Duration,
+    /// Device index; default `LOWCON_DEVICE`, else `LOCAL_RANK`, else the rank.
+    pub device: Option<usize>,
+    /// How memory is shared; default from `LOWCON_MEM_HANDLES`.
+    pub handles: HandleKind,
+}
+
+impl Default for GpuGroupOptions {
+    fn default() -> Self {
+        Self {
+            name: "default".into(),
+            timeout: crate::config::timeout(),
+            device: None,
+            handles: crate::config::mem_handles().parse().unwrap_or_default(),
+        }
+    }
+}
+
+enum Backing {
+    Vmm { size: usize, handles: Vec<sys::CUmemGenericAllocationHandle>, maps: Vec<sys::CUdeviceptr> },
+    Ipc { own: sys::CUdeviceptr, opened: Vec<sys::CUdeviceptr> },
+}
+
+/// A buffer of the same size on every rank's GPU, with every peer's buffer mapped here.
+pub struct SymmetricBuffer {
+    device: Device,
+    rank: usize,
+    len: usize,
+    ptrs: Vec<sys::CUdeviceptr>,
+    dev_ptrs: CudaSlice<u64>,
+    backing: Option<Backing>,
+}
+
+impl SymmetricBuffer {
+    /// Bytes in each rank's buffer.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer is empty (never: zero-sized allocations are refused).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.ptrs.len()
+    }
+
+    /// Rank `peer`'s buffer as this process addresses it (own buffer at `rank`).
+    pub fn peer_ptr(&self, peer: usize) -> sys::CUdeviceptr {
+        self.ptrs[peer]
+    }
+
+    /// This rank's own buffer.
+    pub fn local_ptr(&self) -> sys::CUdeviceptr {
+        self.ptrs[self.rank]
+    }
+
+    /// Every rank's buffer, indexed by rank.
+    pub fn peer_ptrs(&self) -> &[sys::CUdeviceptr] {
+        &self.ptrs
+    }
+
+    /// A device array of [`SymmetricBuffer::peer_ptrs`], for kernels.
+    pub fn device_peer_ptrs(&self) -> &CudaSlice<u64> {
+        &self.dev_ptrs
+    }
+
+    /// The device the buffer lives on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Unmaps and releases everything now, reporting errors (drop does the same and
+    /// can only ignore them).
+    pub fn close(mut self) -> Result<()> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<()> {
+        match self.backing.take() {
+            Some(b) => release_backing(&self.device, b),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Unmaps and releases everything `backing` holds (after synchronising the device, so
+/// no enqueued work still uses it); reports the first error but attempts every step.
+fn release_backing(device: &Device, backing: Backing) -> Result<()> {
+    device.bind_to_thread()?;
+    device.synchronize()?;
+    let mut first: Result<()> = Ok(());
+    let mut keep = |r: Result<()>| {
+        if first.is_ok() {
+            first = r;
+        }
+    };
+    match backing {
+        Backing::Vmm { size, handles, maps } => {
+            for p in maps {
+                // SAFETY: mapped by `raw::vmm::map` with `size`; the device is idle.
+                keep(unsafe { raw::vmm::unmap(p, size) });
+            }
+            for h in handles {
+                // SAFETY: created or imported by us, released once.
+                keep(unsafe { raw::vmm::release(h) });
+            }
+        }
+        Backing::Ipc { own, opened } => {
+            for p in opened {
+                // SAFETY: opened by `raw::ipc::open_handle`; the device is idle.
+                keep(unsafe { raw::ipc::close_handle(p) });
+            }
+            // SAFETY: allocated by `raw::ipc::alloc`; the device is idle.
+            keep(unsafe { raw::ipc::free(own) });
+        }
+    }
+    first
+}
+
+impl Drop for SymmetricBuffer {
+    fn drop(&mut self) {
+        // Never panic in drop; `close()` reports errors to callers who want them.
+        if let Err(e) = self.release()
+            && crate::config::debug()
+        {
+            eprintln!("lowcon: releasing a symmetric buffer failed: {e}");
+        }
+    }
+}
+
+/// The group's error record in host-mapped memory: kernels write it, the host reads it
+/// without synchronising.
+struct HostRecord {
+    host: *mut c_void,
+    dev: sys::CUdeviceptr,
+    device: Device,
+}
+
+// SAFETY: the record is plain pinned memory; the host only reads it with volatile reads
+// and clears it while no kernel runs.
+unsafe impl Send for HostRecord {}
+// SAFETY: as above.
+unsafe impl Sync for HostRecord {}
+
+impl HostRecord {
+    fn new(device: &Device) -> Result<Self> {
+        device.bind_to_thread()?;
+        // SAFETY: the device's context is current.
+        let (host, dev) = unsafe { raw::host_mem::alloc_mapped(size_of::<ErrorRecord>())? };
+        Ok(Self { host, dev, device: device.clone() })
+    }
+
+    fn read(&self) -> ErrorRecord {
+        // SAFETY: `host` points to a live, aligned ErrorRecord-sized pinned allocation;
+        // a volatile read sees what kernels wrote (a torn record is impossible once
+        // the writing stream completed; a racing read only delays detection).
+        unsafe { std::ptr::read_volatile(self.host.cast::<ErrorRecord>()) }
+    }
+}
+
+impl Drop for HostRecord {
+    fn drop(&mut self) {
+        if self.device.bind_to_thread().is_ok() && self.device.synchronize().is_ok() {
+            // SAFETY: allocated by alloc_mapped; the device is idle.
+            let _ = unsafe { raw::host_mem::free(self.host) };
+        }
+    }
+}
+
+/// A group of ranks, one GPU each, on one host.
+pub struct GpuGroup {
+    core: GroupCore,
+    device: Device,
+    handles: HandleKind,
+    pads: SymmetricBuffer,
+    err: HostRecord,
+    side: Stream,
+}
+
+fn stage_offset(world: usize) -> usize {
+    pad::bytes(world as u32)
+}
+
+impl GpuGroup {
+    /// Collective: creates the group from a connected store client. Checks before
+    /// anything is mapped: all ranks on one host, no two ranks on one GPU, every pair
+    /// of GPUs can access each other.
+    pub fn new(store: StoreClient, rank: usize, world: usize, opts: GpuGroupOptions) -> Result<Self> {
+        let index = match opts.device {
+            Some(d) => d,
+            None => std::env::var("LOWCON_DEVICE")
+                .ok()
+                .or_else(|| std::env::var("LOCAL_RANK").ok())
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(rank),
+        };
+        let device = Device::open(index)?;
+        let info = device.info()?;
+        let extra = vec![
+            ("backend".to_string(), "gpu".to_string()),
+            ("pci".to_string(), info.pci_bus_id.clone()),
+            ("device_index".to_string(), index.to_string()),
+        ];
+        let core = GroupCore::new(store, rank, world, &opts.name, extra, opts.timeout)?;
+        // Every rank evaluates the same checks on the same facts, so all fail together.
+        for a in 0..world {
+            if core.infos[a].get("backend") != "gpu" {
+                return Err(Error::Rendezvous(format!("rank {a} is not using the GPU backend")));
+            }
+            for b in a + 1..world {
+                if core.infos[a].get("pci") == core.infos[b].get("pci") {
+                    return Err(Error::Rendezvous(format!(
+                        "ranks {a} and {b} both use the GPU at PCI {} (device index {} and {}): give each rank \
+                         its own GPU (lowcon launch sets LOCAL_RANK; or set LOWCON_DEVICE)",
+                        core.infos[a].get("pci"),
+                        core.infos[a].get("device_index"),
+                        core.infos[b].get("device_index")
+                    )));
+                }
+            }
+        }
+        // Peer access is checked locally; the verdicts are shared so every rank fails
+        // with the same message instead of some waiting for the others.
+        let verdict = peer_access_verdict(&core, &device);
+        let verdicts = core.store().all_gather(
+            &format!("group/{}/peer-access", core.group_id),
+            rank,
+            world,
+            verdict.as_bytes(),
+            core.timeout,
+        )?;
+        if let Some(bad) = verdicts.iter().find(|v| !v.is_empty()) {
+            return Err(Error::Rendezvous(String::from_utf8_lossy(bad).into_owned()));
+        }
+        device.kernels()?;
+        let handles = opts.handles;
+        let pads = alloc_on(&core, &device, handles, stage_offset(world) + pad::CHANNELS as usize * 4)?;
+        let err = HostRecord::new(&device)?;
+        let side = device.stream(StreamPriority::High)?;
+        Ok(Self { core, device, handles, pads, err, side })
+    }
+
+    /// Collective: creates the group from the `lowcon launch` environment.
+    pub fn from_env(opts: GpuGroupOptions) -> Result<Self> {
+        let rdzv = lowcon_store::Rendezvous::from_env(opts.timeout)?;
+        if rdzv.hosts_store() {
+            return Err(Error::InvalidArgument(
+                "GpuGroup::from_env: this rank would host the store and drop it on return; start ranks with \
+                 `lowcon launch`, or create the store yourself and use GpuGroup::new"
+                    .into(),
+            ));
+        }
+        let (rank, world) = (rdzv.env.rank, rdzv.env.world_size);
+        Self::new(rdzv.client, rank, world, opts)
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.core.rank
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.core.world
+    }
+
+    /// This rank's GPU.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The wait bound.
+    pub fn timeout(&self) -> Duration {
+        self.core.timeout
+    }
+
+    /// Collective: a symmetric buffer of `bytes` on every rank (all must ask the same),
+    /// zero-filled.
+    pub fn alloc(&self, bytes: usize) -> Result<SymmetricBuffer> {
+        self.core.check_usable()?;
+        alloc_on(&self.core, &self.device, self.handles, bytes)
+    }
+
+    /// Collective: every rank contributes `data` (a small blob) through the store and
+    /// gets all ranks' contributions in rank order.
+    pub fn all_gather_bytes(&self, name: &str, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        Ok(self.core.store().all_gather(name, self.core.rank, self.core.world, data, self.core.timeout)?)
+    }
+
+    /// Collective: a barrier through the store (host-side; for setup and teardown).
+    pub fn store_barrier(&self, name: &str) -> Result<()> {
+        Ok(self.core.store().barrier(name, self.core.world, self.core.timeout)?)
+    }
+
+    fn pad_args(&self) -> PadArgs {
+        PadArgs {
+            pads: self.pads.dev_ptrs_u64(),
+            rank: self.core.rank as u32,
+            world: self.core.world as u32,
+            err: self.err.dev,
+            timeout_ns: self.core.timeout.as_nanos().min(u64::MAX as u128) as u64,
+        }
+    }
+
+    fn check_stream(&self, stream: &Stream) -> Result<()> {
+        self.core.check_usable()?;
+        if stream.device().index() != self.device.index() {
+            return Err(Error::InvalidArgument(format!(
+                "rank {}: the stream is on device {} but the group uses device {}",
+                self.core.rank,
+                stream.device().index(),
+                self.device.index()
+            )));
+        }
+        self.device.bind_to_thread()
+    }
+
+    fn slot_ptr(&self, owner: usize, channel: u32, kind: u32, from: usize) -> sys::CUdeviceptr {
+        self.pads.ptrs[owner] + 4 * pad::slot(channel, kind, from as u32, self.core.world as u32) as u64
+    }
+
+    fn stage_ptr(&self, channel: u32) -> sys::CUdeviceptr {
+        self.pads.ptrs[self.core.rank] + (stage_offset(self.core.world) + 4 * channel as usize) as u64
+    }
+
+    /// Memop signal: write the epoch into this rank's staging word, then copy the 4 bytes
+    /// into the peer's slot with the copy engine (no SM; the driver's write-value barrier
+    /// and stream order put it after everything enqueued before).
+    fn memop_signal(&self, stream: &Stream, peer: usize, channel: u32, kind: u32, epoch: u32) -> Result<()> {
+        let stage = self.stage_ptr(channel);
+        let dst = self.slot_ptr(peer, channel, kind, self.core.rank);
+        // SAFETY: both addresses are inside the live pad buffers owned by `self`.
+        unsafe {
+            raw::mem_op::write_u32(stream.raw(), stage, epoch)?;
+            raw::mem_op::copy(stream.raw(), dst, stage, 4)
+        }
+    }
+
+    fn memop_wait(&self, stream: &Stream, peer: usize, channel: u32, kind: u32, epoch: u32) -> Result<()> {
+        let slot = self.slot_ptr(self.core.rank, channel, kind, peer);
+        // SAFETY: `slot` is inside this rank's live pad buffer.
+        unsafe { raw::mem_op::wait_geq_u32(stream.raw(), slot, epoch) }
+    }
+
+    /// Enqueues a barrier of all ranks on `channel`. Work enqueued on `stream` before it
+    /// (kernels, copies into peers' buffers) is visible to every rank's work after it.
+    /// Asynchronous: a peer that never arrives shows in [`GpuGroup::synchronize`].
+    pub fn barrier(&self, stream: &Stream, channel: u32, method: SyncMethod) -> Result<()> {
+        self.check_stream(stream)?;
+        Epochs::check_channel(channel)?;
+        let epoch = self.core.epochs().next_barrier(channel);
+        let peers = (0..self.core.world).filter(|&p| p != self.core.rank);
+        match method {
+            // SAFETY: pad pointers and the error record are owned by `self`.
+            SyncMethod::Kernel => unsafe { self.device.kernels()?.barrier(stream, self.pad_args(), channel, epoch) },
+            SyncMethod::StreamMemop => {
+                for p in peers.clone() {
+                    self.memop_signal(stream, p, channel, pad::BARRIER, epoch)?;
+                }
+                for p in peers {
+                    self.memop_wait(stream, p, channel, pad::BARRIER, epoch)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn check_peer(&self, peer: usize, channel: u32) -> Result<()> {
+        Epochs::check_channel(channel)?;
+        if peer >= self.core.world || peer == self.core.rank {
+            return Err(Error::InvalidArgument(format!(
+                "peer {peer}: must be another rank of the world of {} (this is rank {})",
+                self.core.world, self.core.rank
+            )));
+        }
+        Ok(())
+    }
+
+    /// Enqueues a signal to `peer` on `channel`, after everything enqueued before.
+    pub fn put_signal(&self, stream: &Stream, peer: usize, channel: u32, method: SyncMethod) -> Result<()> {
+        self.check_stream(stream)?;
+        self.check_peer(peer, channel)?;
+        let epoch = self.core.epochs().next_send(channel, peer);
+        match method {
+            // SAFETY: pad pointers and the error record are owned by `self`; peer < world.
+            SyncMethod::Kernel => unsafe {
+                self.device.kernels()?.put_signal(stream, self.pad_args(), peer as u32, channel, epoch)
+            },
+            SyncMethod::StreamMemop => self.memop_signal(stream, peer, channel, pad::P2P, epoch),
+        }
+    }
+
+    /// Enqueues a wait for `peer`'s next signal on `channel`; work after it sees what
+    /// the peer did before signalling.
+    pub fn wait_signal(&self, stream: &Stream, peer: usize, channel: u32, method: SyncMethod) -> Result<()> {
+        self.check_stream(stream)?;
+        self.check_peer(peer, channel)?;
+        let epoch = self.core.epochs().next_receive(channel, peer);
+        match method {
+            // SAFETY: pad pointers and the error record are owned by `self`; peer < world.
+            SyncMethod::Kernel => unsafe {
+                self.device.kernels()?.wait_signal(stream, self.pad_args(), peer as u32, channel, epoch)
+            },
+            SyncMethod::StreamMemop => self.memop_wait(stream, peer, channel, pad::P2P, epoch),
+        }
+    }
+
+    /// Errors if a kernel of this group has reported a timeout (without waiting).
+    pub fn check(&self) -> Result<()> {
+        self.core.check_usable()?;
+        let rec = self.err.read();
+        if rec.code != status::OK {
+            return Err(self.core.fail(Error::DeviceTimeout(rec)));
+        }
+        Ok(())
+    }
+
+    /// Waits for `stream`, bounded by the group's timeout, watching for peers that died
+    /// and for kernel-reported timeouts. On a timeout the error names the peer(s) whose
+    /// signals are missing, the stuck waits are released so the stream drains, and the
+    /// group refuses further work.
+    pub fn synchronize(&self, stream: &Stream) -> Result<()> {
+        self.check_stream(stream)?;
+        let done = stream.event(false)?;
+        stream.record(&done)?;
+        let start = Instant::now();
+        let mut polls = 0u64;
+        while !done.is_complete()? {
+            polls += 1;
+            if polls.is_multiple_of(64) {
+                for p in (0..self.core.world).filter(|&p| p != self.core.rank) {
+                    if self.core.mesh.peer_hung_up(p) {
+                        let e = Error::PeerGone {
+                            rank: self.core.rank,
+                            peer: p,
+                            what: "its signals were awaited on the GPU".into(),
+                        };
+                        self.release_waits();
+                        return Err(self.core.fail(e));
+                    }
+                }
+            }
+            if start.elapsed() > self.core.timeout + Duration::from_secs(1) {
+                let e = self.diagnose_timeout();
+                self.release_waits();
+                return Err(self.core.fail(e));
+            }
+            if polls < 1000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        self.check()
+    }
+
+    /// Reads this rank's pad and names the first (channel, peer) whose signal is behind
+    /// what this rank expects.
+    fn diagnose_timeout(&self) -> Error {
+        let world = self.core.world;
+        let secs = self.core.timeout.as_secs_f64();
+        let slots = match self.read_own_pad() {
+            Ok(s) => s,
+            Err(e) => {
+                return Error::Rendezvous(format!(
+                    "rank {}: timed out, and the pad is unreadable: {e}",
+                    self.core.rank
+                ));
+            }
+        };
+        let ep = self.core.epochs();
+        for channel in 0..pad::CHANNELS {
+            for p in (0..world).filter(|&p| p != self.core.rank) {
+                let checks = [
+                    (pad::BARRIER, ep.barrier_epoch(channel), "barrier arrival"),
+                    (pad::P2P, ep.received_epoch(channel, p), "signal"),
+                ];
+                for (kind, want, what) in checks {
+                    let seen = slots[pad::slot(channel, kind, p as u32, world as u32) as usize];
+                    if want != 0 && !epoch_reached(seen, want) {
+                        return Error::PeerTimeout {
+                            rank: self.core.rank,
+                            peer: p,
+                            what: format!("its {what} on channel {channel} (epoch {want}, saw {seen})"),
+                            secs,
+                        };
+                    }
+                }
+            }
+        }
+        Error::Rendezvous(format!(
+            "rank {}: the stream did not finish within {secs:.1} s, yet every peer signalled",
+            self.core.rank
+        ))
+    }
+
+    fn read_own_pad(&self) -> Result<Vec<u32>> {
+        let n = pad::bytes(self.core.world as u32) / 4;
+        let mut v = vec![0u32; n];
+        // SAFETY: copies this rank's live pad on the side stream (not blocked by the
+        // stuck stream) into `v`, then waits for the side stream only.
+        unsafe {
+            sys::cuMemcpyDtoHAsync_v2(v.as_mut_ptr().cast(), self.pads.local_ptr(), n * 4, self.side.raw())
+                .result()
+                .map_err(|e| Error::driver("cuMemcpyDtoHAsync", e))?;
+        }
+        self.side.synchronize()?;
+        Ok(v)
+    }
+
+    /// Writes every epoch this rank is waiting for into its own pad (on the side stream)
+    /// so that waits stuck on a missing peer complete and the streams drain. Only used
+    /// once the group has failed.
+    fn release_waits(&self) {
+        let world = self.core.world;
+        let mut slots = match self.read_own_pad() {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        {
+            let ep = self.core.epochs();
+            for channel in 0..pad::CHANNELS {
+                for p in 0..world {
+                    let b = pad::slot(channel, pad::BARRIER, p as u32, world as u32) as usize;
+                    slots[b] = slots[b].max(ep.barrier_epoch(channel));
+                    let s = pad::slot(channel, pad::P2P, p as u32, world as u32) as usize;
+                    slots[s] = slots[s].max(ep.received_epoch(channel, p));
+                }
+            }
+        }
+        // SAFETY: writes this rank's own live pad from `slots` on the side stream and
+        // waits for it, so `slots` outlives the copy.
+        unsafe {
+            let _ = sys::cuMemcpyHtoDAsync_v2(
+                self.pads.local_ptr(),
+                slots.as_ptr().cast(),
+                slots.len() * 4,
+                self.side.raw(),
+            );
+        }
+        let _ = self.side.synchronize();
+    }
+}
+
+impl SymmetricBuffer {
+    fn dev_ptrs_u64(&self) -> u64 {
+        use cudarc::driver::DevicePtr;
+        let (p, _sync) = self.dev_ptrs.device_ptr(self.dev_ptrs.stream());
+        p
+    }
+}
+
+fn peer_access_verdict(core: &GroupCore, device: &Device) -> String {
+    for p in (0..core.world).filter(|&p| p != core.rank) {
+        let pci = core.infos[p].get("pci");
+        // SAFETY: the driver is initialised (the device is open).
+        let peer_dev = match unsafe { raw::device::by_pci_bus_id(pci) } {
+            Ok(d) => d,
+            Err(e) => {
+                return format!(
+                    "rank {}: the GPU of rank {p} (PCI {pci}) is not visible to this process ({e}); every rank \
+                     must see every GPU (check CUDA_VISIBLE_DEVICES)",
+                    core.rank
+                );
+            }
+        };
+        let me = device.cuda_context().cu_device();
+        // SAFETY: both are valid device handles.
+        match unsafe { raw::device::can_access_peer(me, peer_dev) } {
+            Ok(true) => {}
+            Ok(false) => {
+                return format!(
+                    "GPUs of rank {} (PCI {}) and rank {p} (PCI {pci}) cannot access each other's memory \
+                     (cuDeviceCanAccessPeer is false): lowcon needs peer access (NVLink or PCIe P2P) between all GPUs",
+                    core.rank,
+                    core.infos[core.rank].get("pci")
+                );
+            }
+            Err(e) => return format!("rank {}: {e}", core.rank),
+        }
+    }
+    String::new()
+}
+
+fn alloc_on(core: &GroupCore, device: &Device, handles: HandleKind, bytes: usize) -> Result<SymmetricBuffer> {
+    if bytes == 0 {
+        return Err(Error::InvalidArgument("symmetric buffers must hold at least one byte".into()));
+    }
+    let tag = core.agree_on_alloc(bytes)?;
+    device.bind_to_thread()?;
+    let ordinal = device.index() as i32;
+    let world = core.world;
+
+    // Try VMM; every rank reports whether it could, and all take the same path.
+    let mut vmm_attempt = None;
+    let mut why_not = String::new();
+    if handles != HandleKind::Ipc {
+        // SAFETY: the device's context is current.
+        let r = unsafe {
+            raw::vmm::granularity(ordinal).and_then(|g| {
+                let size = bytes.div_ceil(g) * g;
+                let h = raw::vmm::create(ordinal, size)?;
+                match raw::vmm::export_fd(h) {
+                    Ok(fd) => Ok((size, h, fd)),
+                    Err(e) => {
+                        let _ = raw::vmm::release(h);
+                        Err(e)
+                    }
+                }
+            })
+        };
+        match r {
+            Ok(v) => vmm_attempt = Some(v),
+            Err(e) => why_not = e.to_string(),
+        }
+    }
+    let verdicts = core.store().all_gather(
+        &format!("group/{}/alloc/{tag}/vmm", core.group_id),
+        core.rank,
+        world,
+        why_not.as_bytes(),
+        core.timeout,
+    )?;
+    let refusal = verdicts.iter().enumerate().find(|(_, v)| !v.is_empty());
+    let use_vmm = handles != HandleKind::Ipc && refusal.is_none();
+    if handles == HandleKind::Vmm && !use_vmm {
+        let (r, v) = refusal.expect("not use_vmm implies a refusal");
+        return Err(Error::Rendezvous(format!(
+            "rank {r} cannot export VMM memory ({}) and LOWCON_MEM_HANDLES=vmm forbids the IPC fallback",
+            String::from_utf8_lossy(v)
+        )));
+    }
+    if handles == HandleKind::Auto && !use_vmm && core.rank == 0 {
+        let (r, v) = refusal.expect("not use_vmm implies a refusal");
+        eprintln!(
+            "lowcon: falling back to CUDA IPC handles: rank {r} cannot export VMM memory: {}",
+            String::from_utf8_lossy(v)
+        );
+    }
+
+    let (ptrs, backing) = if use_vmm {
+        let (size, own, fd) = vmm_attempt.expect("use_vmm implies this rank succeeded");
+        let mut handles_held = vec![own];
+        let mut maps = Vec::new();
+        let result = (|| -> Result<Vec<sys::CUdeviceptr>> {
+            // SAFETY: own handle is live and `size` bytes.
+            let own_ptr = unsafe { raw::vmm::map(own, size, ordinal)? };
+            maps.push(own_ptr);
+            // Zero before anyone can see it: peers map it only after the exchange.
+            // SAFETY: `own_ptr` is mapped for `size` bytes.
+            unsafe { sys::cuMemsetD8_v2(own_ptr, 0, size) }.result().map_err(|e| Error::driver("cuMemsetD8", e))?;
+            let fds = core.mesh.exchange_fds(tag, fd.as_fd())?;
+            let mut ptrs = vec![0; world];
+            ptrs[core.rank] = own_ptr;
+            for (p, f) in fds.iter().enumerate() {
+                let Some(f) = f else { continue };
+                // SAFETY: `f` is a peer's exported VMM fd; the context is current.
+                let h = unsafe { raw::vmm::import_fd(f)? };
+                handles_held.push(h);
+                // SAFETY: the peer allocated `size` bytes (sizes agreed above, same
+                // granularity on identical GPUs; a mismatch fails cuMemMap).
+                let ptr = unsafe { raw::vmm::map(h, size, ordinal)? };
+                maps.push(ptr);
+                ptrs[p] = ptr;
+            }
+            Ok(ptrs)
+        })();
+        let backing = Backing::Vmm { size, handles: handles_held, maps };
+        match result {
+            Ok(ptrs) => (ptrs, backing),
+            Err(e) => {
+                // Release what was made so far before reporting.
+                let _ = release_backing(device, backing);
+                return Err(e);
+            }
+        }
+    } else {
+        if let Some((_, h, _)) = vmm_attempt {
+            // SAFETY: created above and never mapped.
+            let _ = unsafe { raw::vmm::release(h) };
+        }
+        // SAFETY: the context is current.
+        let own = unsafe { raw::ipc::alloc(bytes)? };
+        let mut opened = Vec::new();
+        let result = (|| -> Result<Vec<sys::CUdeviceptr>> {
+            // SAFETY: `own` is a live allocation of `bytes`.
+            unsafe { sys::cuMemsetD8_v2(own, 0, bytes) }.result().map_err(|e| Error::driver("cuMemsetD8", e))?;
+            // SAFETY: `own` is the base of a cuMemAlloc allocation.
+            let handle = unsafe { raw::ipc::get_handle(own)? };
+            let all = core.store().all_gather(
+                &format!("group/{}/alloc/{tag}/ipc", core.group_id),
+                core.rank,
+                world,
+                &handle,
+                core.timeout,
+            )?;
+            let mut ptrs = vec![0; world];
+            ptrs[core.rank] = own;
+            for (p, h) in all.iter().enumerate() {
+                if p == core.rank {
+                    continue;
+                }
+                let h: &[u8; raw::ipc::HANDLE_BYTES] = h
+                    .as_slice()
+                    .try_into()
+                    .map_err(|_| Error::Rendezvous(format!("rank {p} sent an IPC handle of {} bytes", h.len())))?;
+                // SAFETY: a peer's IPC handle; the context is current.
+                let ptr = unsafe { raw::ipc::open_handle(h)? };
+                opened.push(ptr);
+                ptrs[p] = ptr;
+            }
+            Ok(ptrs)
+        })();
+        let backing = Backing::Ipc { own, opened };
+        match result {
+            Ok(ptrs) => (ptrs, backing),
+            Err(e) => {
+                let _ = release_backing(device, backing);
+                return Err(e);
+            }
+        }
+    };
+    let side = device.stream(StreamPriority::Default)?;
+    let ptrs_u64: Vec<u64> = ptrs.clone();
+    let dev_ptrs = match side.upload(&ptrs_u64) {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = release_backing(device, backing);
+            return Err(e);
+        }
+    };
+    side.synchronize()?;
+    // Nobody signals into a pad, or copies into a buffer, before every rank mapped it.
+    core.store().barrier(&format!("group/{}/alloc/{tag}/mapped", core.group_id), world, core.timeout)?;
+    Ok(SymmetricBuffer { device: device.clone(), rank: core.rank, len: bytes, ptrs, dev_ptrs, backing: Some(backing) })
+}
