@@ -56,6 +56,7 @@ if [ "$ngpu" -ge 2 ]; then
   for w in $(echo $sizes | tr ' ' '\n' | awk '!seen[$0]++'); do
     vis=$(seq -s, 0 $((w - 1)))
     run() { CUDA_VISIBLE_DEVICES=$vis "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest "$@"; }
+    step "w=$w gpu-mapping" "multi-w$w.txt" run gpu-mapping
     step "w=$w gpu-barrier-stress 100k (kernel+memop)" "multi-w$w.txt" run gpu-barrier-stress
     step "w=$w gpu-publish-signal 10k (kernel+memop)" "multi-w$w.txt" run gpu-publish-signal
     step "w=$w gpu-skip-barrier (kernel+memop)" "multi-w$w.txt" run gpu-skip-barrier

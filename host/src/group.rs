@@ -41,6 +41,8 @@ pub(crate) struct GroupCore {
     pub(crate) world: usize,
     pub(crate) group_id: String,
     pub(crate) timeout: Duration,
+    /// Bound on set-up steps (creation, allocation); at least `timeout`.
+    pub(crate) setup_timeout: Duration,
     pub(crate) mesh: Mesh,
     pub(crate) infos: Vec<PeerInfo>,
     store: Mutex<StoreClient>,
@@ -68,6 +70,7 @@ impl GroupCore {
         extra: Vec<(String, String)>,
         timeout: Duration,
     ) -> Result<Self> {
+        let setup = crate::config::setup_timeout().max(timeout);
         if world == 0 || rank >= world {
             return Err(Error::InvalidArgument(format!("rank {rank} is not within a world of {world}")));
         }
@@ -88,7 +91,7 @@ impl GroupCore {
         me.fields.extend(extra);
         let key = format!("group/{name}/{seq}/hello");
         let infos: Vec<PeerInfo> =
-            store.all_gather(&key, rank, world, &me.encode(), timeout)?.iter().map(|b| PeerInfo::decode(b)).collect();
+            store.all_gather(&key, rank, world, &me.encode(), setup)?.iter().map(|b| PeerInfo::decode(b)).collect();
         for (r, info) in infos.iter().enumerate() {
             if info.get("world") != world.to_string() {
                 return Err(Error::Rendezvous(format!(
@@ -107,13 +110,14 @@ impl GroupCore {
         }
         let group_id = format!("{}-{seq}", infos[0].get("group_id"));
         let listener = Mesh::listen(&group_id, rank)?;
-        store.barrier(&format!("group/{name}/{seq}/listening"), world, timeout)?;
-        let mesh = Mesh::connect(listener, &group_id, rank, world, timeout)?;
+        store.barrier(&format!("group/{name}/{seq}/listening"), world, setup)?;
+        let mesh = Mesh::connect(listener, &group_id, rank, world, setup)?;
         Ok(Self {
             rank,
             world,
             group_id,
             timeout,
+            setup_timeout: setup,
             mesh,
             infos,
             store: Mutex::new(store),
@@ -148,6 +152,19 @@ impl GroupCore {
         e
     }
 
+    /// Collective: `data` from every rank, in rank order, under a key private to this
+    /// group (so groups, and clients, never see each other's blobs).
+    pub(crate) fn all_gather(&self, name: &str, data: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        let key = format!("group/{}/user/{name}", self.group_id);
+        Ok(self.store().all_gather(&key, self.rank, self.world, data, timeout)?)
+    }
+
+    /// Collective: a store barrier under a key private to this group.
+    pub(crate) fn barrier(&self, name: &str, timeout: Duration) -> Result<()> {
+        let key = format!("group/{}/user/{name}", self.group_id);
+        Ok(self.store().barrier(&key, self.world, timeout)?)
+    }
+
     /// Collective: the next allocation's tag, after checking every rank asked for the
     /// same size (an error naming the ranks and sizes otherwise).
     pub(crate) fn agree_on_alloc(&self, bytes: usize) -> Result<u64> {
@@ -161,7 +178,7 @@ impl GroupCore {
             self.rank,
             self.world,
             &(bytes as u64).to_le_bytes(),
-            self.timeout,
+            self.setup_timeout,
         )?;
         for (r, s) in sizes.iter().enumerate() {
             let theirs = s.as_slice().try_into().map(u64::from_le_bytes).unwrap_or(u64::MAX);

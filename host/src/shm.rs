@@ -147,7 +147,7 @@ impl HostGroup {
 
     /// Collective: creates the group from the launcher/torchrun environment.
     pub fn from_env(opts: HostGroupOptions) -> Result<Self> {
-        let rdzv = lowcon_store::Rendezvous::from_env(opts.timeout)?;
+        let rdzv = lowcon_store::Rendezvous::from_env(crate::config::setup_timeout().max(opts.timeout))?;
         let (rank, world) = (rdzv.env.rank, rdzv.env.world_size);
         if rdzv.hosts_store() {
             return Err(Error::InvalidArgument(
@@ -183,12 +183,12 @@ impl HostGroup {
     /// Collective: every rank contributes `data` (a small blob) through the store and
     /// gets all ranks' contributions in rank order.
     pub fn all_gather_bytes(&self, name: &str, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        Ok(self.core.store().all_gather(name, self.core.rank, self.core.world, data, self.core.timeout)?)
+        self.core.all_gather(name, data, self.core.setup_timeout)
     }
 
     /// Collective: a barrier through the store (host-side; for setup and teardown).
     pub fn store_barrier(&self, name: &str) -> Result<()> {
-        Ok(self.core.store().barrier(name, self.core.world, self.core.timeout)?)
+        self.core.barrier(name, self.core.setup_timeout)
     }
 
     fn slot(&self, owner: usize, channel: u32, kind: u32, from: usize) -> &AtomicU32 {

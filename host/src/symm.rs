@@ -297,7 +297,7 @@ impl GpuGroup {
             rank,
             world,
             verdict.as_bytes(),
-            core.timeout,
+            core.setup_timeout,
         )?;
         if let Some(bad) = verdicts.iter().find(|v| !v.is_empty()) {
             return Err(Error::Rendezvous(String::from_utf8_lossy(bad).into_owned()));
@@ -312,7 +312,7 @@ impl GpuGroup {
 
     /// Collective: creates the group from the `lowcon launch` environment.
     pub fn from_env(opts: GpuGroupOptions) -> Result<Self> {
-        let rdzv = lowcon_store::Rendezvous::from_env(opts.timeout)?;
+        let rdzv = lowcon_store::Rendezvous::from_env(crate::config::setup_timeout().max(opts.timeout))?;
         if rdzv.hosts_store() {
             return Err(Error::InvalidArgument(
                 "GpuGroup::from_env: this rank would host the store and drop it on return; start ranks with \
@@ -354,12 +354,12 @@ impl GpuGroup {
     /// Collective: every rank contributes `data` (a small blob) through the store and
     /// gets all ranks' contributions in rank order.
     pub fn all_gather_bytes(&self, name: &str, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        Ok(self.core.store().all_gather(name, self.core.rank, self.core.world, data, self.core.timeout)?)
+        self.core.all_gather(name, data, self.core.setup_timeout)
     }
 
     /// Collective: a barrier through the store (host-side; for setup and teardown).
     pub fn store_barrier(&self, name: &str) -> Result<()> {
-        Ok(self.core.store().barrier(name, self.core.world, self.core.timeout)?)
+        self.core.barrier(name, self.core.setup_timeout)
     }
 
     fn pad_args(&self) -> PadArgs {
@@ -689,7 +689,7 @@ fn alloc_on(core: &GroupCore, device: &Device, handles: HandleKind, bytes: usize
         core.rank,
         world,
         why_not.as_bytes(),
-        core.timeout,
+        core.setup_timeout,
     )?;
     let refusal = verdicts.iter().enumerate().find(|(_, v)| !v.is_empty());
     let use_vmm = handles != HandleKind::Ipc && refusal.is_none();
@@ -719,6 +719,9 @@ fn alloc_on(core: &GroupCore, device: &Device, handles: HandleKind, bytes: usize
             // Zero before anyone can see it: peers map it only after the exchange.
             // SAFETY: `own_ptr` is mapped for `size` bytes.
             unsafe { sys::cuMemsetD8_v2(own_ptr, 0, size) }.result().map_err(|e| Error::driver("cuMemsetD8", e))?;
+            // cuMemsetD8 runs on the legacy stream, which lowcon's non-blocking streams
+            // do not wait for: finish it before any peer can write into the buffer.
+            device.synchronize()?;
             let fds = core.mesh.exchange_fds(tag, fd.as_fd())?;
             let mut ptrs = vec![0; world];
             ptrs[core.rank] = own_ptr;
@@ -755,6 +758,7 @@ fn alloc_on(core: &GroupCore, device: &Device, handles: HandleKind, bytes: usize
         let result = (|| -> Result<Vec<sys::CUdeviceptr>> {
             // SAFETY: `own` is a live allocation of `bytes`.
             unsafe { sys::cuMemsetD8_v2(own, 0, bytes) }.result().map_err(|e| Error::driver("cuMemsetD8", e))?;
+            device.synchronize()?;
             // SAFETY: `own` is the base of a cuMemAlloc allocation.
             let handle = unsafe { raw::ipc::get_handle(own)? };
             let all = core.store().all_gather(
@@ -762,7 +766,7 @@ fn alloc_on(core: &GroupCore, device: &Device, handles: HandleKind, bytes: usize
                 core.rank,
                 world,
                 &handle,
-                core.timeout,
+                core.setup_timeout,
             )?;
             let mut ptrs = vec![0; world];
             ptrs[core.rank] = own;
@@ -801,6 +805,6 @@ fn alloc_on(core: &GroupCore, device: &Device, handles: HandleKind, bytes: usize
     };
     side.synchronize()?;
     // Nobody signals into a pad, or copies into a buffer, before every rank mapped it.
-    core.store().barrier(&format!("group/{}/alloc/{tag}/mapped", core.group_id), world, core.timeout)?;
+    core.store().barrier(&format!("group/{}/alloc/{tag}/mapped", core.group_id), world, core.setup_timeout)?;
     Ok(SymmetricBuffer { device: device.clone(), rank: core.rank, len: bytes, ptrs, dev_ptrs, backing: Some(backing) })
 }

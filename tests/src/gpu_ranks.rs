@@ -198,6 +198,51 @@ pub fn dead_peer(method: SyncMethod, victim: usize) -> Result<String, String> {
     }
 }
 
+/// Every rank stamps its buffer with its rank; every rank reads every peer's stamp
+/// through its own mapping (copy engine) and through a peer-pointer table, so a mapping
+/// that points at the wrong rank's memory is caught directly.
+pub fn mapping() -> Result<String, String> {
+    let g = group(None)?;
+    let (rank, world) = (g.rank(), g.world_size());
+    let stream = g.device().stream(StreamPriority::High).map_err(e)?;
+    let buf = g.alloc(1 << 20).map_err(e)?;
+    let stamp = |r: usize| 0x1000_0000u32 + r as u32;
+    // SAFETY: stamps this rank's own live buffer (1 MiB = 256 Ki words).
+    unsafe { sys::cuMemsetD32Async(buf.local_ptr(), stamp(rank), 1 << 18, stream.raw()) }
+        .result()
+        .map_err(|x| format!("{x:?}"))?;
+    g.synchronize(&stream).map_err(e)?;
+    g.store_barrier("mapping-stamped").map_err(e)?;
+    let scratch = stream.alloc_zeros::<u32>(world).map_err(e)?;
+    let scratch_ptr = {
+        use cudarc::driver::DevicePtr;
+        let (p, _s) = scratch.device_ptr(stream.cuda_stream());
+        p
+    };
+    for p in 0..world {
+        // Read the last word of each peer's buffer (the far end of the mapping).
+        // SAFETY: both ranges are live; stream-ordered; synchronised below.
+        unsafe { raw::mem_op::copy(stream.raw(), scratch_ptr + 4 * p as u64, buf.peer_ptr(p) + (1 << 20) - 4, 4) }
+            .map_err(e)?;
+    }
+    let got = stream.download(&scratch).map_err(e)?;
+    let table = stream.download(buf.device_peer_ptrs()).map_err(e)?;
+    g.store_barrier("mapping-checked").map_err(e)?;
+    for p in 0..world {
+        if got[p] != stamp(p) {
+            return Err(format!(
+                "rank {rank}: the mapping of rank {p}'s buffer holds stamp {:#x}, not {:#x}",
+                got[p],
+                stamp(p)
+            ));
+        }
+        if table[p] != buf.peer_ptr(p) {
+            return Err(format!("rank {rank}: the device pointer table's entry {p} differs from the host's"));
+        }
+    }
+    Ok(format!("all {world} mappings point at the right rank's memory"))
+}
+
 /// Ranks ask for different sizes: every rank gets an error naming them.
 pub fn mismatched_size() -> Result<String, String> {
     let g = group(None)?;

@@ -130,6 +130,8 @@ enum Scenario {
     },
     /// GPU: ranks ask for different sizes.
     GpuMismatchedSize,
+    /// GPU: every peer mapping points at that peer's memory.
+    GpuMapping,
     /// GPU: run with LOWCON_DEVICE=0 on every rank; creation must fail naming them.
     GpuSameDevice,
     /// GPU: symmetric memory is given back when dropped.
@@ -181,6 +183,7 @@ fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
             ("gpu-dead-peer", per_method(&method, |m| gpu_ranks::dead_peer(m, world - 1)))
         }
         Scenario::GpuMismatchedSize => ("gpu-mismatched-size", gpu_ranks::mismatched_size()),
+        Scenario::GpuMapping => ("gpu-mapping", gpu_ranks::mapping()),
         Scenario::GpuSameDevice => ("gpu-same-device", gpu_ranks::same_device()),
         Scenario::GpuMemoryRelease => ("gpu-memory-release", gpu_ranks::memory_release()),
     };
