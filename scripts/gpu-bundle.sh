@@ -60,7 +60,7 @@ if [ "$ngpu" -ge 2 ]; then
     step "w=$w gpu-barrier-stress 100k (kernel+memop)" "multi-w$w.txt" run gpu-barrier-stress
     step "w=$w gpu-publish-signal 10k (kernel+memop)" "multi-w$w.txt" run gpu-publish-signal
     step "w=$w gpu-skip-barrier (kernel+memop)" "multi-w$w.txt" run gpu-skip-barrier
-    step "w=$w gpu-dead-peer (kernel+memop)" "multi-w$w.txt" run gpu-dead-peer --method kernel
+    step "w=$w gpu-dead-peer (kernel)" "multi-w$w.txt" run gpu-dead-peer --method kernel
     step "w=$w gpu-dead-peer (memop)" "multi-w$w.txt" run gpu-dead-peer --method memop
     step "w=$w gpu-mismatched-size" "multi-w$w.txt" run gpu-mismatched-size
     step "w=$w gpu-same-device" "multi-w$w.txt" env LOWCON_DEVICE=0 CUDA_VISIBLE_DEVICES=$vis "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest gpu-same-device

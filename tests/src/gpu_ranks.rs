@@ -189,13 +189,15 @@ pub fn dead_peer(method: SyncMethod, victim: usize) -> Result<String, String> {
     }
     let t = Instant::now();
     g.barrier(&stream, 0, method).map_err(e)?;
-    match g.synchronize(&stream) {
+    let r = match g.synchronize(&stream) {
         Err(err @ Error::PeerGone { peer, .. }) if peer == victim && t.elapsed() < Duration::from_secs(15) => {
             stream.synchronize().map_err(e)?;
             Ok(format!("{method:?}: noticed in {:.0} ms: {err}", t.elapsed().as_secs_f64() * 1e3))
         }
         other => Err(format!("rank {rank}: expected PeerGone naming rank {victim}, got {other:?}")),
-    }
+    };
+    crate::survivors_barrier(&format!("gpu-dead-peer-survivors-{method:?}"), g.world_size() - 1)?;
+    r
 }
 
 /// Every rank stamps its buffer with its rank; every rank reads every peer's stamp

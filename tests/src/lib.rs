@@ -55,6 +55,16 @@ pub fn print_skip(test: &str, why: &str) {
     let _ = writeln!(std::io::stderr(), "skipped {test}: {why}");
 }
 
+/// Survivors of a dead-peer scenario wait here for each other (through the launcher's
+/// store, with a world of `survivors`), so that no survivor exits (and so looks dead)
+/// before every other survivor has detected the victim.
+pub fn survivors_barrier(name: &str, survivors: usize) -> Result<(), String> {
+    let addr = std::env::var("LOWCON_STORE_ADDR").map_err(|_| "LOWCON_STORE_ADDR is not set".to_string())?;
+    let mut c =
+        lowcon_store::StoreClient::connect(addr, lowcon_store::ClientOptions::from_env()).map_err(|e| e.to_string())?;
+    c.barrier(name, survivors, std::time::Duration::from_secs(60)).map_err(|e| e.to_string())
+}
+
 /// Formats outcomes as a fixed-width table; returns (table, number failed).
 pub fn table(outcomes: &[Outcome]) -> (String, usize) {
     let w = outcomes.iter().map(|o| o.name.len()).max().unwrap_or(4).max(4);
