@@ -67,6 +67,13 @@ if [ "$ngpu" -ge 2 ]; then
     step "w=$w gpu-memory-release" "multi-w$w.txt" run gpu-memory-release
     step "w=$w bench barrier" "bench-barrier.txt" env CUDA_VISIBLE_DEVICES=$vis "$L" launch --nproc-per-node "$w" -- "$L" bench barrier --json
   done
+  # The legacy-IPC fallback path, forced, at the full world size.
+  vis=$(seq -s, 0 $((ngpu - 1)))
+  ipc() { env LOWCON_MEM_HANDLES=ipc CUDA_VISIBLE_DEVICES=$vis "$L" launch --nproc-per-node "$ngpu" --tee -- "$L" selftest "$@"; }
+  step "w=$ngpu IPC handles: gpu-mapping" multi-ipc.txt ipc gpu-mapping
+  step "w=$ngpu IPC handles: gpu-publish-signal 2k (kernel+memop)" multi-ipc.txt ipc gpu-publish-signal --rounds 2000
+  step "w=$ngpu IPC handles: gpu-barrier-stress 10k (kernel+memop)" multi-ipc.txt ipc gpu-barrier-stress --iters 10000
+  step "w=$ngpu IPC handles: gpu-memory-release" multi-ipc.txt ipc gpu-memory-release
 fi
 echo
 echo "== summary"
