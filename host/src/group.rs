@@ -51,6 +51,21 @@ pub(crate) struct GroupCore {
     failed: Mutex<Option<String>>,
 }
 
+/// Reads the launcher environment and connects to its store, for `from_env`
+/// constructors. Refuses to be the rank that hosts the store (torchrun mode), because
+/// the store would be dropped on return.
+pub(crate) fn connect_from_env(kind: &str, timeout: Duration) -> Result<(StoreClient, usize, usize)> {
+    let rdzv = lowcon_store::Rendezvous::from_env(crate::config::setup_timeout().max(timeout))?;
+    if rdzv.hosts_store() {
+        return Err(Error::InvalidArgument(format!(
+            "{kind}::from_env: this rank would host the store and drop it on return; start ranks with \
+             `lowcon launch`, or create the store yourself and use {kind}::new"
+        )));
+    }
+    let (rank, world) = (rdzv.env.rank, rdzv.env.world_size);
+    Ok((rdzv.client, rank, world))
+}
+
 fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
 }
@@ -150,6 +165,18 @@ impl GroupCore {
             *f = Some(e.to_string());
         }
         e
+    }
+
+    /// Checks that `peer` is another rank and `channel` exists.
+    pub(crate) fn check_peer(&self, peer: usize, channel: u32) -> Result<()> {
+        crate::sync::Epochs::check_channel(channel)?;
+        if peer >= self.world || peer == self.rank {
+            return Err(Error::InvalidArgument(format!(
+                "peer {peer}: must be another rank of the world of {} (this is rank {})",
+                self.world, self.rank
+            )));
+        }
+        Ok(())
     }
 
     /// Collective: `data` from every rank, in rank order, under a key private to this

@@ -147,16 +147,8 @@ impl HostGroup {
 
     /// Collective: creates the group from the launcher/torchrun environment.
     pub fn from_env(opts: HostGroupOptions) -> Result<Self> {
-        let rdzv = lowcon_store::Rendezvous::from_env(crate::config::setup_timeout().max(opts.timeout))?;
-        let (rank, world) = (rdzv.env.rank, rdzv.env.world_size);
-        if rdzv.hosts_store() {
-            return Err(Error::InvalidArgument(
-                "HostGroup::from_env: this rank would host the store and drop it on return; start ranks with \
-                 `lowcon launch`, or create the store yourself and use HostGroup::new"
-                    .into(),
-            ));
-        }
-        Self::new(rdzv.client, rank, world, opts)
+        let (store, rank, world) = crate::group::connect_from_env("HostGroup", opts.timeout)?;
+        Self::new(store, rank, world, opts)
     }
 
     /// This rank.
@@ -257,7 +249,7 @@ impl HostGroup {
     /// everything this rank wrote before).
     pub fn put_signal(&self, peer: usize, channel: u32) -> Result<()> {
         self.core.check_usable()?;
-        self.check_peer(peer, channel)?;
+        self.core.check_peer(peer, channel)?;
         let epoch = self.core.epochs().next_send(channel, peer);
         self.signal(peer, channel, pad::P2P, epoch);
         Ok(())
@@ -266,20 +258,9 @@ impl HostGroup {
     /// Waits for `peer`'s next `put_signal` on `channel`.
     pub fn wait_signal(&self, peer: usize, channel: u32) -> Result<()> {
         self.core.check_usable()?;
-        self.check_peer(peer, channel)?;
+        self.core.check_peer(peer, channel)?;
         let epoch = self.core.epochs().next_receive(channel, peer);
         self.wait(peer, channel, pad::P2P, epoch, "signal")
-    }
-
-    fn check_peer(&self, peer: usize, channel: u32) -> Result<()> {
-        Epochs::check_channel(channel)?;
-        if peer >= self.core.world || peer == self.core.rank {
-            return Err(Error::InvalidArgument(format!(
-                "peer {peer}: must be another rank of the world of {} (this is rank {})",
-                self.core.world, self.core.rank
-            )));
-        }
-        Ok(())
     }
 }
 

@@ -312,16 +312,8 @@ impl GpuGroup {
 
     /// Collective: creates the group from the `lowcon launch` environment.
     pub fn from_env(opts: GpuGroupOptions) -> Result<Self> {
-        let rdzv = lowcon_store::Rendezvous::from_env(crate::config::setup_timeout().max(opts.timeout))?;
-        if rdzv.hosts_store() {
-            return Err(Error::InvalidArgument(
-                "GpuGroup::from_env: this rank would host the store and drop it on return; start ranks with \
-                 `lowcon launch`, or create the store yourself and use GpuGroup::new"
-                    .into(),
-            ));
-        }
-        let (rank, world) = (rdzv.env.rank, rdzv.env.world_size);
-        Self::new(rdzv.client, rank, world, opts)
+        let (store, rank, world) = crate::group::connect_from_env("GpuGroup", opts.timeout)?;
+        Self::new(store, rank, world, opts)
     }
 
     /// This rank.
@@ -435,21 +427,10 @@ impl GpuGroup {
         }
     }
 
-    fn check_peer(&self, peer: usize, channel: u32) -> Result<()> {
-        Epochs::check_channel(channel)?;
-        if peer >= self.core.world || peer == self.core.rank {
-            return Err(Error::InvalidArgument(format!(
-                "peer {peer}: must be another rank of the world of {} (this is rank {})",
-                self.core.world, self.core.rank
-            )));
-        }
-        Ok(())
-    }
-
     /// Enqueues a signal to `peer` on `channel`, after everything enqueued before.
     pub fn put_signal(&self, stream: &Stream, peer: usize, channel: u32, method: SyncMethod) -> Result<()> {
         self.check_stream(stream)?;
-        self.check_peer(peer, channel)?;
+        self.core.check_peer(peer, channel)?;
         let epoch = self.core.epochs().next_send(channel, peer);
         match method {
             // SAFETY: pad pointers and the error record are owned by `self`; peer < world.
@@ -464,7 +445,7 @@ impl GpuGroup {
     /// the peer did before signalling.
     pub fn wait_signal(&self, stream: &Stream, peer: usize, channel: u32, method: SyncMethod) -> Result<()> {
         self.check_stream(stream)?;
-        self.check_peer(peer, channel)?;
+        self.core.check_peer(peer, channel)?;
         let epoch = self.core.epochs().next_receive(channel, peer);
         match method {
             // SAFETY: pad pointers and the error record are owned by `self`; peer < world.
