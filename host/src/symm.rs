@@ -356,7 +356,7 @@ impl GpuGroup {
 
     fn pad_args(&self) -> PadArgs {
         PadArgs {
-            pads: self.pads.dev_ptrs_u64(),
+            pads: crate::cuda::device_ptr(self.pads.device_peer_ptrs()),
             rank: self.core.rank as u32,
             world: self.core.world as u32,
             err: self.err.dev,
@@ -505,10 +505,31 @@ impl GpuGroup {
         self.check()
     }
 
+    /// Every pad slot this rank has issued a wait on, with the epoch it awaits: the
+    /// facts behind both the timeout diagnosis and the release of stuck waits.
+    fn awaited(&self) -> Vec<Awaited> {
+        let world = self.core.world;
+        let ep = self.core.epochs();
+        let mut v = Vec::new();
+        for channel in 0..pad::CHANNELS {
+            for peer in (0..world).filter(|&p| p != self.core.rank) {
+                for (kind, epoch, what) in [
+                    (pad::BARRIER, ep.barrier_epoch(channel), "barrier arrival"),
+                    (pad::P2P, ep.received_epoch(channel, peer), "signal"),
+                ] {
+                    if epoch != 0 {
+                        let slot = pad::slot(channel, kind, peer as u32, world as u32) as usize;
+                        v.push(Awaited { slot, epoch, channel, peer, what });
+                    }
+                }
+            }
+        }
+        v
+    }
+
     /// Reads this rank's pad and names the first (channel, peer) whose signal is behind
     /// what this rank expects.
     fn diagnose_timeout(&self) -> Error {
-        let world = self.core.world;
         let secs = self.core.timeout.as_secs_f64();
         let slots = match self.read_own_pad() {
             Ok(s) => s,
@@ -519,24 +540,15 @@ impl GpuGroup {
                 ));
             }
         };
-        let ep = self.core.epochs();
-        for channel in 0..pad::CHANNELS {
-            for p in (0..world).filter(|&p| p != self.core.rank) {
-                let checks = [
-                    (pad::BARRIER, ep.barrier_epoch(channel), "barrier arrival"),
-                    (pad::P2P, ep.received_epoch(channel, p), "signal"),
-                ];
-                for (kind, want, what) in checks {
-                    let seen = slots[pad::slot(channel, kind, p as u32, world as u32) as usize];
-                    if want != 0 && !epoch_reached(seen, want) {
-                        return Error::PeerTimeout {
-                            rank: self.core.rank,
-                            peer: p,
-                            what: format!("its {what} on channel {channel} (epoch {want}, saw {seen})"),
-                            secs,
-                        };
-                    }
-                }
+        for a in self.awaited() {
+            let seen = slots[a.slot];
+            if !epoch_reached(seen, a.epoch) {
+                return Error::PeerTimeout {
+                    rank: self.core.rank,
+                    peer: a.peer,
+                    what: format!("its {} on channel {} (epoch {}, saw {seen})", a.what, a.channel, a.epoch),
+                    secs,
+                };
             }
         }
         Error::Rendezvous(format!(
@@ -546,16 +558,10 @@ impl GpuGroup {
     }
 
     fn read_own_pad(&self) -> Result<Vec<u32>> {
-        let n = pad::bytes(self.core.world as u32) / 4;
-        let mut v = vec![0u32; n];
+        let mut v = vec![0u32; pad::bytes(self.core.world as u32) / 4];
         // SAFETY: copies this rank's live pad on the side stream (not blocked by the
-        // stuck stream) into `v`, then waits for the side stream only.
-        unsafe {
-            sys::cuMemcpyDtoHAsync_v2(v.as_mut_ptr().cast(), self.pads.local_ptr(), n * 4, self.side.raw())
-                .result()
-                .map_err(|e| Error::driver("cuMemcpyDtoHAsync", e))?;
-        }
-        self.side.synchronize()?;
+        // stuck stream) into `v`.
+        unsafe { raw::mem_op::copy_to_host(self.side.raw(), &mut v, self.pads.local_ptr())? };
         Ok(v)
     }
 
@@ -563,42 +569,24 @@ impl GpuGroup {
     /// so that waits stuck on a missing peer complete and the streams drain. Only used
     /// once the group has failed.
     fn release_waits(&self) {
-        let world = self.core.world;
-        let mut slots = match self.read_own_pad() {
-            Ok(s) => s,
-            Err(_) => return,
-        };
-        {
-            let ep = self.core.epochs();
-            for channel in 0..pad::CHANNELS {
-                for p in 0..world {
-                    let b = pad::slot(channel, pad::BARRIER, p as u32, world as u32) as usize;
-                    slots[b] = slots[b].max(ep.barrier_epoch(channel));
-                    let s = pad::slot(channel, pad::P2P, p as u32, world as u32) as usize;
-                    slots[s] = slots[s].max(ep.received_epoch(channel, p));
-                }
+        let Ok(mut slots) = self.read_own_pad() else { return };
+        for a in self.awaited() {
+            if !epoch_reached(slots[a.slot], a.epoch) {
+                slots[a.slot] = a.epoch;
             }
         }
-        // SAFETY: writes this rank's own live pad from `slots` on the side stream and
-        // waits for it, so `slots` outlives the copy.
-        unsafe {
-            let _ = sys::cuMemcpyHtoDAsync_v2(
-                self.pads.local_ptr(),
-                slots.as_ptr().cast(),
-                slots.len() * 4,
-                self.side.raw(),
-            );
-        }
-        let _ = self.side.synchronize();
+        // SAFETY: writes this rank's own live pad on the side stream.
+        let _ = unsafe { raw::mem_op::copy_from_host(self.side.raw(), self.pads.local_ptr(), &slots) };
     }
 }
 
-impl SymmetricBuffer {
-    fn dev_ptrs_u64(&self) -> u64 {
-        use cudarc::driver::DevicePtr;
-        let (p, _sync) = self.dev_ptrs.device_ptr(self.dev_ptrs.stream());
-        p
-    }
+/// One wait this rank has issued: the slot in its own pad and the epoch it awaits.
+struct Awaited {
+    slot: usize,
+    epoch: u32,
+    channel: u32,
+    peer: usize,
+    what: &'static str,
 }
 
 fn peer_access_verdict(core: &GroupCore, device: &Device) -> String {

@@ -29,11 +29,9 @@ fn seed(g: &GpuGroup, name: &str) -> Result<u64, String> {
 }
 
 fn dtoh(stream: &lowcon::cuda::Stream, src: sys::CUdeviceptr, out: &mut [u32]) -> Result<(), String> {
-    // SAFETY: `src` is a live symmetric buffer of at least `out.len()` words (callers),
-    // and the stream is synchronised by the caller before `out` is read.
-    unsafe { sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), src, out.len() * 4, stream.raw()) }
-        .result()
-        .map_err(|x| format!("cuMemcpyDtoHAsync: {x:?}"))
+    // SAFETY: `src` is a live symmetric buffer of at least `out.len()` words (callers);
+    // the copy is ordered after the stream's earlier work and waited for.
+    unsafe { raw::mem_op::copy_to_host(stream.raw(), out, src) }.map_err(e)
 }
 
 /// `iters` barriers with random host-side delays. Every barrier is checked: before
@@ -103,11 +101,7 @@ pub fn publish_signal(method: SyncMethod, rounds: u32, words: usize) -> Result<S
     let mut out = vec![0u32; words];
     let mut inp = vec![0u32; words];
     let mut checked = 0u64;
-    let staging_ptr = {
-        use cudarc::driver::DevicePtr;
-        let (p, _s) = staging.device_ptr(stream.cuda_stream());
-        p
-    };
+    let staging_ptr = lowcon::cuda::device_ptr(&staging);
     for round in 1..=rounds {
         for (i, w) in out.iter_mut().enumerate() {
             *w = payload_word(seed ^ rank as u64, round, i as u32);
@@ -216,11 +210,7 @@ pub fn mapping() -> Result<String, String> {
     g.synchronize(&stream).map_err(e)?;
     g.store_barrier("mapping-stamped").map_err(e)?;
     let scratch = stream.alloc_zeros::<u32>(world).map_err(e)?;
-    let scratch_ptr = {
-        use cudarc::driver::DevicePtr;
-        let (p, _s) = scratch.device_ptr(stream.cuda_stream());
-        p
-    };
+    let scratch_ptr = lowcon::cuda::device_ptr(&scratch);
     for p in 0..world {
         // Read the last word of each peer's buffer (the far end of the mapping).
         // SAFETY: both ranges are live; stream-ordered; synchronised below.

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use bytemuck::Pod;
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, ValidAsZeroBits, result, sys};
+use cudarc::driver::{
+    CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, ValidAsZeroBits, result, sys,
+};
 
 use super::Device;
 use crate::error::{Error, Result, drv};
@@ -130,6 +132,14 @@ impl Stream {
         let inner = self.device.cuda_context().new_event(Some(flags)).map_err(drv("cuEventCreate"))?;
         Ok(Event { inner })
     }
+}
+
+/// The device address of `slice`, for kernels and raw copies. lowcon's contexts run
+/// without cudarc's event tracking, so no synchronisation is attached to it; the caller
+/// orders uses on streams itself.
+pub fn device_ptr<T>(slice: &CudaSlice<T>) -> sys::CUdeviceptr {
+    let (p, _no_tracking) = slice.device_ptr(slice.stream());
+    p
 }
 
 /// One `T` in device memory (kernel reports, error records), read back with
