@@ -153,6 +153,29 @@ pub struct WaitTimeout {
 /// `p` must be a valid, 4-byte-aligned address readable by this thread.
 #[inline(always)]
 pub unsafe fn wait_epoch_acquire_sys(p: *const u32, expected: u32, timeout_ns: u64) -> Result<u32, WaitTimeout> {
+    // SAFETY: forwarded; a null abort word is never read.
+    unsafe { wait_epoch_acquire_sys_or_abort(p, expected, timeout_ns, core::ptr::null()) }
+}
+
+/// Waits spent before a wait starts looking at its abort word: the fast path never
+/// touches it (it may be host-mapped memory, a microsecond away).
+const ABORT_CHECK_AFTER_NS: u64 = 100_000;
+
+/// As [`wait_epoch_acquire_sys`], but also gives up (reporting a timeout at once) when
+/// the word at `abort` (the group's error record code) becomes non-zero: once one wait
+/// of a group has failed, the group is dead, and later waits drain instead of each
+/// waiting out its own timeout. `abort` is only read after the first 100 µs of waiting.
+///
+/// # Safety
+/// `p` must be a valid, 4-byte-aligned address readable by this thread; `abort` null or
+/// likewise valid.
+#[inline(always)]
+pub unsafe fn wait_epoch_acquire_sys_or_abort(
+    p: *const u32,
+    expected: u32,
+    timeout_ns: u64,
+    abort: *const u32,
+) -> Result<u32, WaitTimeout> {
     let start = globaltimer_ns();
     let mut backoff = 32u32;
     loop {
@@ -166,8 +189,12 @@ pub unsafe fn wait_epoch_acquire_sys(p: *const u32, expected: u32, timeout_ns: u
         if timeout_ns != 0 && waited > timeout_ns {
             return Err(WaitTimeout { observed: seen, waited_ns: waited });
         }
+        // SAFETY: `abort` is non-null here and valid (caller).
+        if waited > ABORT_CHECK_AFTER_NS && !abort.is_null() && unsafe { ld_relaxed_sys_u32(abort) } != 0 {
+            return Err(WaitTimeout { observed: seen, waited_ns: waited });
+        }
         nanosleep(backoff);
-        if backoff < 1024 {
+        if backoff < 256 {
             backoff *= 2;
         }
     }

@@ -15,6 +15,7 @@ pub mod atomics;
 pub mod errors;
 pub mod thread;
 
+mod coll;
 mod sync;
 mod test_kernels;
 

@@ -11,7 +11,7 @@
 
 use lowcon_abi::{ErrorRecord, pad, status};
 
-use crate::atomics::{fence_acq_rel_sys, st_release_sys_u32, wait_epoch_acquire_sys};
+use crate::atomics::{fence_acq_rel_sys, st_release_sys_u32, wait_epoch_acquire_sys_or_abort};
 use crate::errors::report_error;
 use crate::thread::{block_dim_x, sync_threads_or, thread_idx_x};
 
@@ -20,7 +20,15 @@ use crate::thread::{block_dim_x, sync_threads_or, thread_idx_x};
 /// # Safety
 /// `pads` holds `world` valid pad pointers; `peer < world`; `channel < pad::CHANNELS`.
 #[inline(always)]
-unsafe fn signal(pads: *const *mut u32, rank: u32, world: u32, peer: u32, channel: u32, kind: u32, epoch: u32) {
+pub(crate) unsafe fn signal(
+    pads: *const *mut u32,
+    rank: u32,
+    world: u32,
+    peer: u32,
+    channel: u32,
+    kind: u32,
+    epoch: u32,
+) {
     fence_acq_rel_sys();
     // SAFETY: the caller guarantees `pads[peer]` is a mapped pad of pad::bytes(world).
     unsafe {
@@ -35,7 +43,7 @@ unsafe fn signal(pads: *const *mut u32, rank: u32, world: u32, peer: u32, channe
 /// As [`signal`]; `err` points to a valid `ErrorRecord`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn wait(
+pub(crate) unsafe fn wait(
     pads: *const *mut u32,
     rank: u32,
     world: u32,
@@ -49,7 +57,7 @@ unsafe fn wait(
     // SAFETY: the caller guarantees `pads[rank]` is this rank's mapped pad.
     let slot = unsafe { (*pads.add(rank as usize)).add(pad::slot(channel, kind, peer, world) as usize) };
     // SAFETY: `slot` is inside this rank's pad.
-    match unsafe { wait_epoch_acquire_sys(slot, epoch, timeout_ns) } {
+    match unsafe { wait_epoch_acquire_sys_or_abort(slot, epoch, timeout_ns, err.cast::<u32>()) } {
         Ok(_) => true,
         Err(t) => {
             let rec = ErrorRecord {

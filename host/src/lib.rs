@@ -10,6 +10,9 @@
 //!
 //! See `docs/design.md` for why it is built this way.
 
+pub mod coll;
+mod coll_gpu;
+mod coll_host;
 pub mod config;
 pub mod cuda;
 mod error;
@@ -19,6 +22,12 @@ pub mod shm;
 pub mod symm;
 pub mod sync;
 
+pub use coll::{
+    AllGatherAlgorithm, AllGatherOptions, CollOptions, DType, Element, ReduceOp, ReduceScatterAlgorithm,
+    ReduceScatterOptions,
+};
+pub use coll_gpu::DeviceBuf;
+pub use coll_host::HostInput;
 pub use error::{Error, Result};
 pub use shm::{HostBuffer, HostGroup, HostGroupOptions};
 pub use symm::{GpuGroup, GpuGroupOptions, HandleKind, SymmetricBuffer};

@@ -132,8 +132,10 @@ impl Default for HostGroupOptions {
 
 /// A group of ranks on the host backend.
 pub struct HostGroup {
-    core: GroupCore,
+    pub(crate) core: GroupCore,
     pads: HostBuffer,
+    /// Per channel: the collectives' workspace (grown collectively on demand).
+    pub(crate) workspaces: Vec<std::sync::Mutex<Option<HostBuffer>>>,
 }
 
 impl HostGroup {
@@ -142,7 +144,8 @@ impl HostGroup {
         let core =
             GroupCore::new(store, rank, world, &opts.name, vec![("backend".into(), "host".into())], opts.timeout)?;
         let pads = alloc_on(&core, pad::bytes(world as u32))?;
-        Ok(Self { core, pads })
+        let workspaces = (0..pad::CHANNELS).map(|_| std::sync::Mutex::new(None)).collect();
+        Ok(Self { core, pads, workspaces })
     }
 
     /// Collective: creates the group from the launcher/torchrun environment.

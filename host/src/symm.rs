@@ -220,6 +220,20 @@ impl HostRecord {
         Ok(Self { host, dev, device: device.clone() })
     }
 
+    /// Marks the record as failed (if nothing claimed it yet) so that queued kernels'
+    /// waits give up instead of each waiting out its timeout.
+    fn abort(&self) {
+        let code = self.host.cast::<u32>();
+        // SAFETY: `code` is the record's first field in live pinned memory; kernels only
+        // CAS it from OK, so a racing claim by a kernel at worst loses to this write,
+        // which the group (already failed) no longer reports.
+        unsafe {
+            if std::ptr::read_volatile(code) == status::OK {
+                std::ptr::write_volatile(code, status::ABORTED);
+            }
+        }
+    }
+
     fn read(&self) -> ErrorRecord {
         // SAFETY: `host` points to a live, aligned ErrorRecord-sized pinned allocation;
         // a volatile read sees what kernels wrote (a torn record is impossible once
@@ -239,16 +253,17 @@ impl Drop for HostRecord {
 
 /// A group of ranks, one GPU each, on one host.
 pub struct GpuGroup {
-    core: GroupCore,
-    device: Device,
+    pub(crate) core: GroupCore,
+    pub(crate) device: Device,
     handles: HandleKind,
-    pads: SymmetricBuffer,
+    pub(crate) pads: SymmetricBuffer,
     err: HostRecord,
     side: Stream,
-}
-
-fn stage_offset(world: usize) -> usize {
-    pad::bytes(world as u32)
+    /// Per channel: the collectives' workspace, copy stream and events.
+    pub(crate) channels: Vec<std::sync::Mutex<crate::coll_gpu::ChannelState>>,
+    /// Completion events of the latest collective calls, oldest first (bounds how far
+    /// the host runs ahead of the GPU; see `coll_gpu`).
+    pub(crate) inflight: std::sync::Mutex<std::collections::VecDeque<crate::cuda::Event>>,
 }
 
 impl GpuGroup {
@@ -304,10 +319,11 @@ impl GpuGroup {
         }
         device.kernels()?;
         let handles = opts.handles;
-        let pads = alloc_on(&core, &device, handles, stage_offset(world) + pad::CHANNELS as usize * 4)?;
+        let pads = alloc_on(&core, &device, handles, pad::buffer_bytes(world as u32))?;
         let err = HostRecord::new(&device)?;
         let side = device.stream(StreamPriority::High)?;
-        Ok(Self { core, device, handles, pads, err, side })
+        let channels = (0..pad::CHANNELS).map(|_| std::sync::Mutex::new(Default::default())).collect();
+        Ok(Self { core, device, handles, pads, err, side, channels, inflight: Default::default() })
     }
 
     /// Collective: creates the group from the `lowcon launch` environment.
@@ -354,7 +370,7 @@ impl GpuGroup {
         self.core.barrier(name, self.core.setup_timeout)
     }
 
-    fn pad_args(&self) -> PadArgs {
+    pub(crate) fn pad_args(&self) -> PadArgs {
         PadArgs {
             pads: crate::cuda::device_ptr(self.pads.device_peer_ptrs()),
             rank: self.core.rank as u32,
@@ -364,7 +380,7 @@ impl GpuGroup {
         }
     }
 
-    fn check_stream(&self, stream: &Stream) -> Result<()> {
+    pub(crate) fn check_stream(&self, stream: &Stream) -> Result<()> {
         self.core.check_usable()?;
         if stream.device().index() != self.device.index() {
             return Err(Error::InvalidArgument(format!(
@@ -382,7 +398,7 @@ impl GpuGroup {
     }
 
     fn stage_ptr(&self, channel: u32) -> sys::CUdeviceptr {
-        self.pads.ptrs[self.core.rank] + (stage_offset(self.core.world) + 4 * channel as usize) as u64
+        self.pads.ptrs[self.core.rank] + pad::stage_offset(self.core.world as u32, channel) as u64
     }
 
     /// Memop signal: write the epoch into this rank's staging word, then copy the 4 bytes
@@ -474,6 +490,12 @@ impl GpuGroup {
         self.check_stream(stream)?;
         let done = stream.event(false)?;
         stream.record(&done)?;
+        self.wait_event(&done)
+    }
+
+    /// Waits for `done`, bounded by the group's timeout, watching for dead peers and
+    /// kernel-reported timeouts (see [`GpuGroup::synchronize`]).
+    pub(crate) fn wait_event(&self, done: &crate::cuda::Event) -> Result<()> {
         let start = Instant::now();
         let mut polls = 0u64;
         while !done.is_complete()? {
@@ -569,6 +591,8 @@ impl GpuGroup {
     /// so that waits stuck on a missing peer complete and the streams drain. Only used
     /// once the group has failed.
     fn release_waits(&self) {
+        // Queued kernels of this group give up their waits at once from now on.
+        self.err.abort();
         let Ok(mut slots) = self.read_own_pad() else { return };
         for a in self.awaited() {
             if !epoch_reached(slots[a.slot], a.epoch) {

@@ -17,6 +17,8 @@ pub mod status {
     pub const WAIT_TIMEOUT: u32 = 1;
     /// A kernel found data that did not match what it expected (test kernels).
     pub const DATA_MISMATCH: u32 = 2;
+    /// The host gave up on the group (a peer died or timed out); waits drain at once.
+    pub const ABORTED: u32 = 3;
 }
 
 /// Written by a kernel when a bounded wait expires (or a self-check fails) instead of
@@ -90,8 +92,52 @@ pub mod kernel_names {
     pub const PUT_SIGNAL: &str = "lowcon_put_signal";
     /// `wait_signal(pad, rank, world, peer, channel, epoch, timeout_ns, err)`: one thread.
     pub const WAIT_SIGNAL: &str = "lowcon_wait_signal";
+    /// `allgather_oneshot(...)`: one kernel reads every peer's shard (optionally with
+    /// the entry and exit barriers fused in).
+    pub const ALLGATHER_ONESHOT: &str = "lowcon_allgather_oneshot";
+    /// `reduce_<dtype>(...)`: reduces this rank's chunk with staged peer chunks (ce-reduce).
+    pub const REDUCE: [&str; 3] = ["lowcon_reduce_f32", "lowcon_reduce_f16", "lowcon_reduce_bf16"];
+    /// `rs_direct_<dtype>(...)`: reads and reduces the peers' chunks over NVLink (sm-direct).
+    pub const RS_DIRECT: [&str; 3] = ["lowcon_rs_direct_f32", "lowcon_rs_direct_f16", "lowcon_rs_direct_bf16"];
     /// Every kernel the host expects to find in the PTX.
-    pub const ALL: &[&str] = &[VEC_ADD_F32, FLAG_PING, FLAG_PONG, BARRIER, PUT_SIGNAL, WAIT_SIGNAL];
+    pub const ALL: &[&str] = &[
+        VEC_ADD_F32,
+        FLAG_PING,
+        FLAG_PONG,
+        BARRIER,
+        PUT_SIGNAL,
+        WAIT_SIGNAL,
+        ALLGATHER_ONESHOT,
+        REDUCE[0],
+        REDUCE[1],
+        REDUCE[2],
+        RS_DIRECT[0],
+        RS_DIRECT[1],
+        RS_DIRECT[2],
+    ];
+}
+
+/// Reduction operators, as the reduction kernels take them (a `u32` argument).
+pub mod reduce_op {
+    /// Sum.
+    pub const SUM: u32 = 0;
+    /// Sum divided by the world size.
+    pub const AVG: u32 = 1;
+    /// Minimum.
+    pub const MIN: u32 = 2;
+    /// Maximum.
+    pub const MAX: u32 = 3;
+}
+
+/// Element types of the reduction kernels; the index into `kernel_names::REDUCE` and
+/// `kernel_names::RS_DIRECT`.
+pub mod reduce_dtype {
+    /// `f32`.
+    pub const F32: usize = 0;
+    /// IEEE half.
+    pub const F16: usize = 1;
+    /// bfloat16.
+    pub const BF16: usize = 2;
 }
 
 #[cfg(test)]
@@ -154,8 +200,25 @@ pub mod pad {
         (channel * KINDS + kind) * world + from
     }
 
-    /// Bytes of one rank's pad for a world of `world` ranks.
+    /// Bytes of one rank's pad (the epoch slots) for a world of `world` ranks.
     pub const fn bytes(world: u32) -> usize {
         (CHANNELS * KINDS * world) as usize * 4
+    }
+
+    /// Byte offset, in a rank's pad buffer, of the per-channel staging word that
+    /// stream-memop signals copy from.
+    pub const fn stage_offset(world: u32, channel: u32) -> usize {
+        bytes(world) + channel as usize * 4
+    }
+
+    /// Byte offset, in a rank's pad buffer, of the per-channel CTA counter that fused
+    /// kernels use to find their last CTA (it returns to 0 after every launch).
+    pub const fn counter_offset(world: u32, channel: u32) -> usize {
+        bytes(world) + (CHANNELS + channel) as usize * 4
+    }
+
+    /// Bytes of one rank's whole pad buffer: slots, staging words and counters.
+    pub const fn buffer_bytes(world: u32) -> usize {
+        bytes(world) + 2 * CHANNELS as usize * 4
     }
 }

@@ -23,6 +23,25 @@ pub struct Kernels {
     barrier: CudaFunction,
     put_signal: CudaFunction,
     wait_signal: CudaFunction,
+    allgather_oneshot: CudaFunction,
+    reduce: [CudaFunction; 3],
+    rs_direct: [CudaFunction; 3],
+}
+
+/// Threads per CTA of the collective kernels.
+pub(crate) const COLL_THREADS: u32 = 512;
+
+/// Where a fused one-shot kernel synchronises (entry and exit barriers inside the
+/// kernel), or `fused == 0` when the host enqueues the barriers around it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FusedArgs {
+    pub pad: PadArgs,
+    pub channel: u32,
+    pub epoch_in: u32,
+    pub epoch_out: u32,
+    /// This rank's CTA counter word for the channel.
+    pub counter: u64,
+    pub fused: u32,
 }
 
 /// Arguments of the signal-pad kernels: where the pads are and who is asking.
@@ -53,6 +72,9 @@ impl Kernels {
             barrier: f(names::BARRIER)?,
             put_signal: f(names::PUT_SIGNAL)?,
             wait_signal: f(names::WAIT_SIGNAL)?,
+            allgather_oneshot: f(names::ALLGATHER_ONESHOT)?,
+            reduce: [f(names::REDUCE[0])?, f(names::REDUCE[1])?, f(names::REDUCE[2])?],
+            rs_direct: [f(names::RS_DIRECT[0])?, f(names::RS_DIRECT[1])?, f(names::RS_DIRECT[2])?],
             _module: module,
         })
     }
@@ -109,6 +131,96 @@ impl Kernels {
         l.arg(&a.pads).arg(&a.rank).arg(&a.world).arg(&peer).arg(&channel).arg(&epoch).arg(&a.timeout_ns).arg(&a.err);
         // SAFETY: matches `lowcon_wait_signal`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(wait_signal)"))?;
+        Ok(())
+    }
+
+    /// Enqueues the one-shot all-gather on `ctas` CTAs.
+    ///
+    /// # Safety
+    /// `bases` is a device array of `world` symmetric-buffer bases each valid for
+    /// `src_off + shard` bytes, `dst` is valid for `world * shard` bytes, the fused
+    /// arguments point into the group's live pads; `vec_ok` only if `src_off`, `dst`
+    /// and `shard` are multiples of 16.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn allgather_oneshot(
+        &self,
+        stream: &Stream,
+        f: FusedArgs,
+        ctas: u32,
+        bases: u64,
+        src_off: u64,
+        dst: u64,
+        shard: u64,
+        vec_ok: bool,
+    ) -> Result<()> {
+        let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (COLL_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let mut l = stream.cuda_stream().launch_builder(&self.allgather_oneshot);
+        let vec_ok = vec_ok as u32;
+        l.arg(&f.pad.pads).arg(&f.pad.rank).arg(&f.pad.world).arg(&f.channel).arg(&f.epoch_in).arg(&f.epoch_out);
+        l.arg(&f.pad.timeout_ns).arg(&f.pad.err).arg(&f.counter).arg(&f.fused);
+        l.arg(&bases).arg(&src_off).arg(&dst).arg(&shard).arg(&vec_ok);
+        // SAFETY: matches `lowcon_allgather_oneshot`'s signature; validity is the caller's.
+        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(allgather_oneshot)"))?;
+        Ok(())
+    }
+
+    /// Enqueues ce-reduce's reduction of one piece (`dtype` is a `reduce_dtype` index).
+    ///
+    /// # Safety
+    /// `own` and `dst` valid for `n` elements, `staged` for `(world - 1) * stride`;
+    /// `vec_ok` only if all addresses and `stride` allow 16-byte vectors.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn reduce(
+        &self,
+        stream: &Stream,
+        dtype: usize,
+        ctas: u32,
+        own: u64,
+        own_idx: u32,
+        staged: u64,
+        stride: u64,
+        world: u32,
+        dst: u64,
+        n: u64,
+        op: u32,
+        vec_ok: bool,
+    ) -> Result<()> {
+        let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (COLL_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let mut l = stream.cuda_stream().launch_builder(&self.reduce[dtype]);
+        let vec_ok = vec_ok as u32;
+        l.arg(&own).arg(&own_idx).arg(&staged).arg(&stride).arg(&world).arg(&dst).arg(&n).arg(&op).arg(&vec_ok);
+        // SAFETY: matches `lowcon_reduce_*`'s signature; validity is the caller's.
+        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(reduce)"))?;
+        Ok(())
+    }
+
+    /// Enqueues the sm-direct reduce-scatter (`dtype` is a `reduce_dtype` index).
+    ///
+    /// # Safety
+    /// As [`Kernels::allgather_oneshot`], with every `bases[p] + off` valid for `n`
+    /// elements and `dst` for `n`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn rs_direct(
+        &self,
+        stream: &Stream,
+        dtype: usize,
+        f: FusedArgs,
+        ctas: u32,
+        bases: u64,
+        off: u64,
+        dst: u64,
+        n: u64,
+        op: u32,
+        vec_ok: bool,
+    ) -> Result<()> {
+        let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (COLL_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let mut l = stream.cuda_stream().launch_builder(&self.rs_direct[dtype]);
+        let vec_ok = vec_ok as u32;
+        l.arg(&f.pad.pads).arg(&f.pad.rank).arg(&f.pad.world).arg(&f.channel).arg(&f.epoch_in).arg(&f.epoch_out);
+        l.arg(&f.pad.timeout_ns).arg(&f.pad.err).arg(&f.counter).arg(&f.fused);
+        l.arg(&bases).arg(&off).arg(&dst).arg(&n).arg(&op).arg(&vec_ok);
+        // SAFETY: matches `lowcon_rs_direct_*`'s signature; validity is the caller's.
+        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(rs_direct)"))?;
         Ok(())
     }
 

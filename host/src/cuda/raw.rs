@@ -273,6 +273,24 @@ pub mod device {
         Ok(d)
     }
 
+    /// The ordinal of the device that owns the memory at `ptr` (errors for host memory
+    /// and unknown addresses).
+    ///
+    /// # Safety
+    /// The driver must be initialised.
+    pub unsafe fn pointer_ordinal(ptr: sys::CUdeviceptr) -> Result<i32> {
+        let mut ordinal: i32 = -1;
+        // SAFETY: for DEVICE_ORDINAL the out-parameter is an `int`.
+        check("cuPointerGetAttribute(DEVICE_ORDINAL)", unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut ordinal as *mut i32).cast::<c_void>(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                ptr,
+            )
+        })?;
+        Ok(ordinal)
+    }
+
     /// Whether `dev` can map `peer`'s memory.
     ///
     /// # Safety

@@ -1,0 +1,571 @@
+//! Collective kernels: the one-shot all-gather, the reduction of staged chunks
+//! (`ce-reduce`), and the direct NVLink reduce-scatter (`sm-direct`).
+//!
+//! Data moves in 16-byte vectors when every address and the length allow it (the host
+//! decides and passes `vec_ok`), else element by element. Reductions accumulate in
+//! `f32` and add the sources in rank order, so the result is the same whichever
+//! algorithm produced it, and equal to a CPU reference that adds in rank order.
+//!
+//! NOTE [fused barriers]: with `fused != 0` the one-shot kernels carry their own entry
+//! and exit barriers (saving two launches, which is most of a small collective's time):
+//! - entry: CTA 0 signals every peer (`BARRIER` kind, `epoch_in`); every CTA then waits
+//!   for every peer's `epoch_in` before it reads peer memory;
+//! - exit: each CTA, when its part is done, counts itself in on the channel's counter
+//!   (`fence.acq_rel.sys` first, so its reads and writes are ordered before); the last
+//!   CTA resets the counter, signals `epoch_out` to every peer and waits for theirs. A
+//!   peer that sees our `epoch_out` knows we no longer read its memory.
+//!
+//! A failed wait is reported in the error record (first failure wins); the CTAs then
+//! skip the data movement but still count themselves in, so the counter returns to 0.
+
+use lowcon_abi::{ErrorRecord, pad, reduce_op};
+
+use crate::atomics::{atom_add_relaxed_gpu_u32, fence_acq_rel_sys, st_release_sys_u32};
+use crate::sync::{signal, wait};
+use crate::thread::{block_dim_x, block_idx_x, grid_dim_x, grid_stride, sync_threads_or, thread_idx_x};
+
+/// Sixteen bytes, loaded and stored as one vector.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct V16([u32; 4]);
+
+/// Where a fused kernel synchronises; unused (all zero) when `fused == 0`.
+#[derive(Clone, Copy)]
+struct Fused {
+    pads: *const *mut u32,
+    rank: u32,
+    world: u32,
+    channel: u32,
+    epoch_in: u32,
+    epoch_out: u32,
+    timeout_ns: u64,
+    err: *mut ErrorRecord,
+    counter: *mut u32,
+    on: bool,
+}
+
+impl Fused {
+    /// Entry barrier; returns `false` (in every thread of the CTA) if a wait failed.
+    ///
+    /// # Safety
+    /// The pointers are valid as the kernels' contracts state.
+    #[inline(always)]
+    unsafe fn enter(&self) -> bool {
+        if !self.on {
+            return true;
+        }
+        let t = thread_idx_x();
+        if block_idx_x() == 0 {
+            let mut p = t;
+            while p < self.world {
+                if p != self.rank {
+                    // SAFETY: p < world; the caller's contract.
+                    unsafe { signal(self.pads, self.rank, self.world, p, self.channel, pad::BARRIER, self.epoch_in) };
+                }
+                p += block_dim_x();
+            }
+        }
+        let mut failed = false;
+        let mut p = t;
+        while p < self.world {
+            if p != self.rank
+                // SAFETY: as above.
+                && !unsafe {
+                    wait(
+                        self.pads,
+                        self.rank,
+                        self.world,
+                        p,
+                        self.channel,
+                        pad::BARRIER,
+                        self.epoch_in,
+                        self.timeout_ns,
+                        self.err,
+                    )
+                }
+            {
+                failed = true;
+            }
+            p += block_dim_x();
+        }
+        !sync_threads_or(failed)
+    }
+
+    /// Exit barrier (see the module note). Every thread of every CTA calls it.
+    ///
+    /// # Safety
+    /// As [`Fused::enter`].
+    #[inline(always)]
+    unsafe fn exit(&self) {
+        if !self.on {
+            return;
+        }
+        let t = thread_idx_x();
+        let mut last = false;
+        sync_threads_or(false);
+        if t == 0 {
+            fence_acq_rel_sys();
+            // SAFETY: `counter` is this rank's counter word for the channel.
+            let before = unsafe { atom_add_relaxed_gpu_u32(self.counter, 1) };
+            last = before == grid_dim_x() - 1;
+            if last {
+                fence_acq_rel_sys();
+                // SAFETY: as above; the next launch on this channel starts after this
+                // kernel completes, so nobody counts concurrently with the reset.
+                unsafe { st_release_sys_u32(self.counter, 0) };
+            }
+        }
+        if !sync_threads_or(last) {
+            return;
+        }
+        let mut p = t;
+        while p < self.world {
+            if p != self.rank {
+                // SAFETY: p < world; the caller's contract.
+                unsafe { signal(self.pads, self.rank, self.world, p, self.channel, pad::BARRIER, self.epoch_out) };
+            }
+            p += block_dim_x();
+        }
+        let mut p = t;
+        while p < self.world {
+            if p != self.rank {
+                // SAFETY: as above. A failure is recorded in `err`.
+                unsafe {
+                    wait(
+                        self.pads,
+                        self.rank,
+                        self.world,
+                        p,
+                        self.channel,
+                        pad::BARRIER,
+                        self.epoch_out,
+                        self.timeout_ns,
+                        self.err,
+                    )
+                };
+            }
+            p += block_dim_x();
+        }
+        sync_threads_or(false);
+    }
+}
+
+/// Copies `bytes` from `src` to `dst` with this thread's share of the grid-stride
+/// `(start, step)`, in 16-byte vectors when `vec`.
+///
+/// # Safety
+/// Both ranges valid; when `vec`, both addresses and `bytes` are multiples of 16.
+#[inline(always)]
+unsafe fn copy_part(src: *const u8, dst: *mut u8, bytes: u64, vec: bool, start: u64, step: u64) {
+    if vec {
+        let (s, d) = (src.cast::<V16>(), dst.cast::<V16>());
+        let n = bytes / 16;
+        let mut i = start;
+        // Four independent loads in flight per thread.
+        while i + 3 * step < n {
+            // SAFETY: i + 3*step < n vectors; the caller's contract.
+            unsafe {
+                let a = s.add(i as usize).read();
+                let b = s.add((i + step) as usize).read();
+                let c = s.add((i + 2 * step) as usize).read();
+                let e = s.add((i + 3 * step) as usize).read();
+                d.add(i as usize).write(a);
+                d.add((i + step) as usize).write(b);
+                d.add((i + 2 * step) as usize).write(c);
+                d.add((i + 3 * step) as usize).write(e);
+            }
+            i += 4 * step;
+        }
+        while i < n {
+            // SAFETY: i < n vectors.
+            unsafe { d.add(i as usize).write(s.add(i as usize).read()) };
+            i += step;
+        }
+    } else {
+        let mut i = start;
+        while i < bytes {
+            // SAFETY: i < bytes.
+            unsafe { *dst.add(i as usize) = src.add(i as usize).read() };
+            i += step;
+        }
+    }
+}
+
+/// One-shot all-gather: `dst[p * shard ..][..shard] = peer p's (src_bases[p] + src_off)`
+/// for every rank `p` (its own included), reading peers over NVLink. Peers are visited
+/// starting after this rank, so the ranks do not all read one peer at once.
+///
+/// # Safety
+/// `src_bases` is a device array of `world` mapped symmetric-buffer bases, each valid
+/// for `src_off + shard` bytes; `dst` valid for `world * shard` bytes; when `fused`,
+/// `pads`, `err` and `counter` are the group's (see the module note). `vec_ok` only if
+/// `src_off`, `dst` and `shard` are multiples of 16.
+#[allow(clippy::too_many_arguments)]
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn lowcon_allgather_oneshot(
+    pads: *const *mut u32,
+    rank: u32,
+    world: u32,
+    channel: u32,
+    epoch_in: u32,
+    epoch_out: u32,
+    timeout_ns: u64,
+    err: *mut ErrorRecord,
+    counter: *mut u32,
+    fused: u32,
+    src_bases: *const u64,
+    src_off: u64,
+    dst: *mut u8,
+    shard: u64,
+    vec_ok: u32,
+) {
+    let f = Fused { pads, rank, world, channel, epoch_in, epoch_out, timeout_ns, err, counter, on: fused != 0 };
+    // SAFETY: the caller's contract.
+    if unsafe { f.enter() } {
+        let (start, step) = grid_stride();
+        for k in 0..world {
+            let p = (rank + 1 + k) % world;
+            // SAFETY: p < world; the ranges are the caller's contract.
+            unsafe {
+                let src = (*src_bases.add(p as usize) + src_off) as *const u8;
+                copy_part(src, dst.add((p as u64 * shard) as usize), shard, vec_ok != 0, start, step);
+            }
+        }
+    }
+    // SAFETY: the caller's contract.
+    unsafe { f.exit() };
+}
+
+/// An element type the reductions handle: loaded to and stored from `f32`.
+trait Elem: Copy {
+    /// Elements per 16-byte vector.
+    const VEC: usize;
+    fn to_f32(self) -> f32;
+    fn from_f32(f: f32) -> Self;
+    fn unpack(v: V16) -> [f32; 8];
+    fn pack(f: &[f32; 8]) -> V16;
+}
+
+impl Elem for f32 {
+    const VEC: usize = 4;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f32(f: f32) -> Self {
+        f
+    }
+    #[inline(always)]
+    fn unpack(v: V16) -> [f32; 8] {
+        let w = v.0;
+        [f32::from_bits(w[0]), f32::from_bits(w[1]), f32::from_bits(w[2]), f32::from_bits(w[3]), 0.0, 0.0, 0.0, 0.0]
+    }
+    #[inline(always)]
+    fn pack(f: &[f32; 8]) -> V16 {
+        V16([f[0].to_bits(), f[1].to_bits(), f[2].to_bits(), f[3].to_bits()])
+    }
+}
+
+/// IEEE binary16, as its bits.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub struct F16(u16);
+
+/// bfloat16, as its bits.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub struct Bf16(u16);
+
+#[inline(always)]
+fn f16_to_f32(h: u16) -> f32 {
+    let f: f32;
+    // SAFETY: a register-only conversion.
+    unsafe {
+        core::arch::asm!("cvt.f32.f16 {f}, {h};", f = out(reg32) f, h = in(reg16) h, options(pure, nomem, nostack))
+    };
+    f
+}
+
+#[inline(always)]
+fn f32_to_f16(f: f32) -> u16 {
+    let h: u16;
+    // SAFETY: a register-only conversion (round to nearest even).
+    unsafe {
+        core::arch::asm!("cvt.rn.f16.f32 {h}, {f};", h = out(reg16) h, f = in(reg32) f, options(pure, nomem, nostack))
+    };
+    h
+}
+
+#[inline(always)]
+fn f32_to_bf16(f: f32) -> u16 {
+    let h: u16;
+    // SAFETY: a register-only conversion (round to nearest even; sm_80+).
+    unsafe {
+        core::arch::asm!("cvt.rn.bf16.f32 {h}, {f};", h = out(reg16) h, f = in(reg32) f, options(pure, nomem, nostack))
+    };
+    h
+}
+
+/// Unpacks eight 16-bit values with `conv`.
+#[inline(always)]
+fn unpack16(v: V16, conv: impl Fn(u16) -> f32) -> [f32; 8] {
+    let mut out = [0.0; 8];
+    for (i, w) in v.0.iter().enumerate() {
+        out[2 * i] = conv(*w as u16);
+        out[2 * i + 1] = conv((*w >> 16) as u16);
+    }
+    out
+}
+
+/// Packs eight `f32`s into 16-bit values with `conv`.
+#[inline(always)]
+fn pack16(f: &[f32; 8], conv: impl Fn(f32) -> u16) -> V16 {
+    let mut w = [0u32; 4];
+    for (i, x) in w.iter_mut().enumerate() {
+        *x = conv(f[2 * i]) as u32 | (conv(f[2 * i + 1]) as u32) << 16;
+    }
+    V16(w)
+}
+
+impl Elem for F16 {
+    const VEC: usize = 8;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16_to_f32(self.0)
+    }
+    #[inline(always)]
+    fn from_f32(f: f32) -> Self {
+        F16(f32_to_f16(f))
+    }
+    #[inline(always)]
+    fn unpack(v: V16) -> [f32; 8] {
+        unpack16(v, f16_to_f32)
+    }
+    #[inline(always)]
+    fn pack(f: &[f32; 8]) -> V16 {
+        pack16(f, f32_to_f16)
+    }
+}
+
+impl Elem for Bf16 {
+    const VEC: usize = 8;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f32::from_bits((self.0 as u32) << 16)
+    }
+    #[inline(always)]
+    fn from_f32(f: f32) -> Self {
+        Bf16(f32_to_bf16(f))
+    }
+    #[inline(always)]
+    fn unpack(v: V16) -> [f32; 8] {
+        unpack16(v, |h| f32::from_bits((h as u32) << 16))
+    }
+    #[inline(always)]
+    fn pack(f: &[f32; 8]) -> V16 {
+        pack16(f, f32_to_bf16)
+    }
+}
+
+#[inline(always)]
+fn combine(op: u32, acc: f32, x: f32) -> f32 {
+    match op {
+        reduce_op::MIN => acc.min(x),
+        reduce_op::MAX => acc.max(x),
+        _ => acc + x,
+    }
+}
+
+#[inline(always)]
+fn finish(op: u32, acc: f32, world: u32) -> f32 {
+    if op == reduce_op::AVG { acc / world as f32 } else { acc }
+}
+
+/// Reduces `nsrc` sources of `n` elements into `dst` (`src(i)` gives source `i`, in rank
+/// order), this thread's share of the grid-stride `(start, step)`.
+///
+/// # Safety
+/// Every source and `dst` valid for `n` elements; when `vec`, all 16-byte aligned.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn reduce_part<T: Elem>(
+    src: impl Fn(u32) -> *const T,
+    nsrc: u32,
+    dst: *mut T,
+    n: u64,
+    op: u32,
+    vec: bool,
+    start: u64,
+    step: u64,
+) {
+    let mut scalar_from = 0u64;
+    if vec {
+        let nv = n / T::VEC as u64;
+        let mut i = start;
+        // Two vectors per thread per pass: both sources' loads are issued together.
+        while i < nv {
+            let j = i + step;
+            let two = j < nv;
+            // SAFETY: i < nv (and j < nv when `two`); the caller's contract.
+            let (mut a, mut b) = unsafe {
+                let s0 = src(0).cast::<V16>();
+                (
+                    T::unpack(s0.add(i as usize).read()),
+                    if two { T::unpack(s0.add(j as usize).read()) } else { [0.0; 8] },
+                )
+            };
+            for s in 1..nsrc {
+                // SAFETY: as above.
+                let (x, y) = unsafe {
+                    let sp = src(s).cast::<V16>();
+                    (
+                        T::unpack(sp.add(i as usize).read()),
+                        if two { T::unpack(sp.add(j as usize).read()) } else { [0.0; 8] },
+                    )
+                };
+                for k in 0..T::VEC {
+                    a[k] = combine(op, a[k], x[k]);
+                    b[k] = combine(op, b[k], y[k]);
+                }
+            }
+            for k in 0..T::VEC {
+                a[k] = finish(op, a[k], nsrc);
+                b[k] = finish(op, b[k], nsrc);
+            }
+            // SAFETY: as above.
+            unsafe {
+                let d = dst.cast::<V16>();
+                d.add(i as usize).write(T::pack(&a));
+                if two {
+                    d.add(j as usize).write(T::pack(&b));
+                }
+            }
+            i += 2 * step;
+        }
+        scalar_from = nv * T::VEC as u64;
+    }
+    let mut i = scalar_from + start;
+    while i < n {
+        // SAFETY: i < n.
+        unsafe {
+            let mut acc = src(0).add(i as usize).read().to_f32();
+            for s in 1..nsrc {
+                acc = combine(op, acc, src(s).add(i as usize).read().to_f32());
+            }
+            *dst.add(i as usize) = T::from_f32(finish(op, acc, nsrc));
+        }
+        i += step;
+    }
+}
+
+/// ce-reduce's reduction: source `own_idx` is `own` (this rank's chunk, in place), the
+/// others are the staged peer chunks, `stride` elements apart in rank order with this
+/// rank's place skipped.
+///
+/// # Safety
+/// `own` and `dst` valid for `n` elements, `staged` for `(nsrc - 1) * stride`;
+/// `vec_ok` only if every address and `stride` allow 16-byte vectors.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn reduce_staged<T: Elem>(
+    own: *const T,
+    own_idx: u32,
+    staged: *const T,
+    stride: u64,
+    nsrc: u32,
+    dst: *mut T,
+    n: u64,
+    op: u32,
+    vec_ok: u32,
+) {
+    let src = |i: u32| {
+        if i == own_idx {
+            own
+        } else {
+            let slot = if i < own_idx { i } else { i - 1 };
+            staged.wrapping_add((slot as u64 * stride) as usize)
+        }
+    };
+    let (start, step) = grid_stride();
+    // SAFETY: forwarded from the caller.
+    unsafe { reduce_part::<T>(src, nsrc, dst, n, op, vec_ok != 0, start, step) };
+}
+
+/// sm-direct: reduces chunk `rank` of every peer's input (`bases[p] + off`) into `dst`,
+/// reading over NVLink, with optionally fused barriers.
+///
+/// # Safety
+/// As [`lowcon_allgather_oneshot`], with every `bases[p] + off` valid for `n` elements.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn rs_direct<T: Elem>(f: Fused, bases: *const u64, off: u64, dst: *mut T, n: u64, op: u32, vec_ok: u32) {
+    // SAFETY: the caller's contract.
+    if unsafe { f.enter() } {
+        // SAFETY: i < world entries in `bases`.
+        let src = |i: u32| unsafe { (*bases.add(i as usize) + off) as *const T };
+        let (start, step) = grid_stride();
+        // SAFETY: forwarded from the caller.
+        unsafe { reduce_part::<T>(src, f.world, dst, n, op, vec_ok != 0, start, step) };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { f.exit() };
+}
+
+macro_rules! reduce_kernels {
+    ($t:ty, $staged:ident, $direct:ident) => {
+        /// ce-reduce's reduction for this element type (see `reduce_staged`).
+        ///
+        /// # Safety
+        /// See `reduce_staged`.
+        #[allow(clippy::too_many_arguments)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $staged(
+            own: *const $t,
+            own_idx: u32,
+            staged: *const $t,
+            stride: u64,
+            nsrc: u32,
+            dst: *mut $t,
+            n: u64,
+            op: u32,
+            vec_ok: u32,
+        ) {
+            // SAFETY: forwarded from the caller.
+            unsafe { reduce_staged::<$t>(own, own_idx, staged, stride, nsrc, dst, n, op, vec_ok) };
+        }
+
+        /// sm-direct for this element type (see `rs_direct`).
+        ///
+        /// # Safety
+        /// See `rs_direct`.
+        #[allow(clippy::too_many_arguments)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $direct(
+            pads: *const *mut u32,
+            rank: u32,
+            world: u32,
+            channel: u32,
+            epoch_in: u32,
+            epoch_out: u32,
+            timeout_ns: u64,
+            err: *mut ErrorRecord,
+            counter: *mut u32,
+            fused: u32,
+            bases: *const u64,
+            off: u64,
+            dst: *mut $t,
+            n: u64,
+            op: u32,
+            vec_ok: u32,
+        ) {
+            let f = Fused { pads, rank, world, channel, epoch_in, epoch_out, timeout_ns, err, counter, on: fused != 0 };
+            // SAFETY: forwarded from the caller.
+            unsafe { rs_direct::<$t>(f, bases, off, dst, n, op, vec_ok) };
+        }
+    };
+}
+
+reduce_kernels!(f32, lowcon_reduce_f32, lowcon_rs_direct_f32);
+reduce_kernels!(F16, lowcon_reduce_f16, lowcon_rs_direct_f16);
+reduce_kernels!(Bf16, lowcon_reduce_bf16, lowcon_rs_direct_bf16);

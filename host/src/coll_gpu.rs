@@ -1,0 +1,522 @@
+//! The collectives on GPUs: all-gather (`ce-pull`, `ce-push`, `sm-oneshot`) and
+//! reduce-scatter (`ce-reduce`, `sm-direct`) over the group's symmetric memory and
+//! signal pads. See [`crate::coll`] for the algorithms and `docs/design.md` for why.
+//!
+//! Calls are asynchronous like NCCL's: they check their arguments, enqueue on the
+//! caller's stream and return. A call that returns `Err` has enqueued nothing and has
+//! not advanced any epoch, so the group stays usable.
+//!
+//! NOTE [streams]: copy-engine copies on one stream run one after another. The peer
+//! copies run on the caller's stream in rotated order (rank r reads r+1, r+2, ...), so
+//! at any moment each GPU is read by about one peer. Work that can overlap them (the
+//! local copy of the own shard; ce-reduce's piece copies against its reductions) runs
+//! on the channel's copy stream, forked from and joined back into the caller's stream
+//! with events, so the caller only ever has to order work against its own stream.
+//!
+//! NOTE [in flight]: each call records an event; when 64 calls are in flight the next
+//! call first waits (bounded, watching for dead peers) for the oldest. The host cannot
+//! run unboundedly ahead of a stalled GPU, and a dead peer surfaces as an error from
+//! the next call within the group's timeout even if the caller never synchronises.
+
+use std::sync::MutexGuard;
+
+use cudarc::driver::{CudaSlice, sys};
+
+use crate::coll::{
+    AllGatherAlgorithm, AllGatherOptions, DEFAULT_REDUCE_CTAS, DType, Element, ReduceOp, ReduceScatterAlgorithm,
+    ReduceScatterOptions, align256, check_all_gather, check_reduce_scatter, choose_all_gather, choose_reduce_scatter,
+    default_pieces, grow_to, oneshot_ctas, piece_elems, rotated, staged_slot,
+};
+use crate::cuda::kernels::FusedArgs;
+use crate::cuda::{Event, Stream, StreamPriority, raw};
+use crate::error::{Error, Result};
+use crate::symm::{GpuGroup, SymmetricBuffer};
+use crate::sync::SyncMethod;
+
+/// Calls that may be in flight before a call waits for the oldest.
+const MAX_INFLIGHT: usize = 64;
+
+/// A device buffer given to a collective: ordinary device memory, or a range of a
+/// [`SymmetricBuffer`] (which peers can reach directly, saving a staging copy).
+#[derive(Clone, Copy)]
+pub struct DeviceBuf<'a> {
+    ptr: sys::CUdeviceptr,
+    count: usize,
+    dtype: DType,
+    /// The symmetric buffer and the byte offset of `ptr` in it.
+    symm: Option<(&'a SymmetricBuffer, usize)>,
+}
+
+impl<'a> DeviceBuf<'a> {
+    /// A whole cudarc slice (as input).
+    pub fn slice<T: Element>(s: &'a CudaSlice<T>) -> Self {
+        Self { ptr: crate::cuda::device_ptr(s), count: s.len(), dtype: T::DTYPE, symm: None }
+    }
+
+    /// A whole cudarc slice (as output: the collective writes it).
+    pub fn slice_mut<T: Element>(s: &'a mut CudaSlice<T>) -> Self {
+        Self { ptr: crate::cuda::device_ptr(s), count: s.len(), dtype: T::DTYPE, symm: None }
+    }
+
+    /// `count` elements of `dtype` at a raw device address.
+    ///
+    /// # Safety
+    /// `ptr` must stay valid for `count` elements until the collective has run.
+    pub unsafe fn from_raw(ptr: sys::CUdeviceptr, count: usize, dtype: DType) -> Self {
+        Self { ptr, count, dtype, symm: None }
+    }
+
+    /// `count` elements of `dtype` at byte `offset` of a symmetric buffer. Every rank must
+    /// pass the same offset and count: peers address each other's copies by it.
+    pub fn symmetric(buf: &'a SymmetricBuffer, offset: usize, count: usize, dtype: DType) -> Result<Self> {
+        let bytes = count.checked_mul(dtype.size());
+        if bytes.and_then(|b| b.checked_add(offset)).is_none_or(|end| end > buf.len()) {
+            return Err(Error::InvalidArgument(format!(
+                "rank {}: {count} {dtype} elements at byte {offset} do not fit the {}-byte symmetric buffer",
+                buf.rank(),
+                buf.len()
+            )));
+        }
+        Ok(Self { ptr: buf.local_ptr() + offset as u64, count, dtype, symm: Some((buf, offset)) })
+    }
+
+    /// Elements `start..start + count` of this buffer (any element alignment).
+    pub fn sub(self, start: usize, count: usize) -> Result<Self> {
+        if start.checked_add(count).is_none_or(|end| end > self.count) {
+            return Err(Error::InvalidArgument(format!(
+                "elements {start}..{start}+{count} are outside a buffer of {}",
+                self.count
+            )));
+        }
+        let off = start * self.dtype.size();
+        Ok(Self { ptr: self.ptr + off as u64, count, symm: self.symm.map(|(b, o)| (b, o + off)), ..self })
+    }
+
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether it holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Bytes.
+    pub fn bytes(&self) -> usize {
+        self.count * self.dtype.size()
+    }
+
+    /// The device address.
+    pub fn ptr(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+
+    /// Whether peers can reach it directly.
+    pub fn is_symmetric(&self) -> bool {
+        self.symm.is_some()
+    }
+}
+
+/// Per-channel state of a group's collectives.
+#[derive(Default)]
+pub(crate) struct ChannelState {
+    workspace: Option<SymmetricBuffer>,
+    copy: Option<Stream>,
+    events: Vec<Event>,
+}
+
+/// Where every rank's copy of some data lives: a symmetric buffer and a byte offset.
+#[derive(Clone, Copy)]
+struct Sym<'b> {
+    buf: &'b SymmetricBuffer,
+    off: usize,
+}
+
+impl Sym<'_> {
+    fn peer(&self, p: usize) -> u64 {
+        self.buf.peer_ptr(p) + self.off as u64
+    }
+    fn bases(&self) -> u64 {
+        crate::cuda::device_ptr(self.buf.device_peer_ptrs())
+    }
+}
+
+/// A copy-engine copy of `bytes` on `stream`.
+///
+/// # Safety
+/// Both ranges valid (local or mapped peer memory) until the copy has run.
+unsafe fn ce_copy(stream: &Stream, dst: u64, src: u64, bytes: usize) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { raw::mem_op::copy(stream.raw(), dst, src, bytes) }
+}
+
+fn refuse_staging(rank: usize, algorithm: &str, what: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "rank {rank}: {algorithm} needs a symmetric {what} (DeviceBuf::symmetric), the {what} is ordinary device \
+         memory, and staging is disabled (allow_staging = false)"
+    ))
+}
+
+impl GpuGroup {
+    fn check_buf(&self, what: &str, b: &DeviceBuf<'_>) -> Result<()> {
+        let rank = self.core.rank;
+        let mine = self.device.index() as i32;
+        let on = match b.symm {
+            Some((s, _)) => {
+                if s.world_size() != self.core.world || s.rank() != rank {
+                    return Err(Error::InvalidArgument(format!(
+                        "rank {rank}: the {what}'s symmetric buffer belongs to another group (rank {} of {})",
+                        s.rank(),
+                        s.world_size()
+                    )));
+                }
+                s.device().index() as i32
+            }
+            // SAFETY: the driver is initialised (the group's device is open).
+            None => unsafe { raw::device::pointer_ordinal(b.ptr) }.map_err(|e| {
+                Error::InvalidArgument(format!("rank {rank}: the {what} at {:#x} is not device memory ({e})", b.ptr))
+            })?,
+        };
+        if on != mine {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank}: the {what} is on device {on} but the group uses device {mine}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn channel(&self, channel: u32) -> MutexGuard<'_, ChannelState> {
+        self.channels[channel as usize].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Readies the channel for a call needing `need` workspace bytes and `events`
+    /// events (growing the workspace is collective: every rank asks for the same).
+    fn prepare(&self, st: &mut ChannelState, need: usize, events: usize) -> Result<()> {
+        let have = st.workspace.as_ref().map_or(0, |w| w.len());
+        if need > have {
+            st.workspace = None; // synchronises the device before unmapping (Drop)
+            st.workspace = Some(self.alloc(grow_to(have, need))?);
+        }
+        if st.copy.is_none() {
+            st.copy = Some(self.device.stream(StreamPriority::High)?);
+        }
+        while st.events.len() < events {
+            st.events.push(self.device.stream(StreamPriority::Default)?.event(false)?);
+        }
+        Ok(())
+    }
+
+    /// Bounds the calls in flight (see the module note).
+    fn throttle(&self) -> Result<Option<Event>> {
+        let mut q = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        if q.len() < MAX_INFLIGHT {
+            return Ok(None);
+        }
+        let oldest = q.pop_front().expect("non-empty");
+        drop(q);
+        self.wait_event(&oldest)?;
+        Ok(Some(oldest))
+    }
+
+    fn record_inflight(&self, stream: &Stream, reuse: Option<Event>) -> Result<()> {
+        let ev = match reuse {
+            Some(e) => e,
+            None => stream.event(false)?,
+        };
+        stream.record(&ev)?;
+        self.inflight.lock().unwrap_or_else(|p| p.into_inner()).push_back(ev);
+        Ok(())
+    }
+
+    fn fused(&self, channel: u32, sync: SyncMethod) -> FusedArgs {
+        let (epoch_in, epoch_out, fused) = if sync == SyncMethod::Kernel {
+            let mut ep = self.core.epochs();
+            (ep.next_barrier(channel), ep.next_barrier(channel), 1)
+        } else {
+            (0, 0, 0)
+        };
+        FusedArgs {
+            pad: self.pad_args(),
+            channel,
+            epoch_in,
+            epoch_out,
+            counter: self.pads.local_ptr() + lowcon_abi::pad::counter_offset(self.core.world as u32, channel) as u64,
+            fused,
+        }
+    }
+
+    /// Copies `input` into the workspace at `at` when it is not symmetric; returns where
+    /// every rank's copy is.
+    ///
+    /// # Safety
+    /// `input` is valid for its length; `ws` holds `at + input.bytes()`.
+    unsafe fn symmetric_input<'b>(
+        &self,
+        stream: &Stream,
+        input: &DeviceBuf<'b>,
+        ws: Option<&'b SymmetricBuffer>,
+        at: usize,
+    ) -> Result<Sym<'b>> {
+        Ok(match input.symm {
+            Some((buf, off)) => Sym { buf, off },
+            None => {
+                let ws = ws.expect("workspace sized for staging");
+                // SAFETY: forwarded from the caller.
+                unsafe { ce_copy(stream, ws.local_ptr() + at as u64, input.ptr, input.bytes())? };
+                Sym { buf: ws, off: at }
+            }
+        })
+    }
+
+    /// All-gather: on every rank, `output[p * n .. (p + 1) * n]` receives rank `p`'s
+    /// `input` (`n` elements). Enqueued on `stream`; every rank must make the same call
+    /// (same sizes, dtype, algorithm, channel and kinds of buffers).
+    pub fn all_gather(
+        &self,
+        input: DeviceBuf<'_>,
+        output: DeviceBuf<'_>,
+        stream: &Stream,
+        opts: &AllGatherOptions,
+    ) -> Result<()> {
+        let (rank, world) = (self.core.rank, self.core.world);
+        self.check_stream(stream)?;
+        opts.check(rank)?;
+        self.check_buf("input", &input)?;
+        self.check_buf("output", &output)?;
+        let shard = check_all_gather(rank, world, (input.count, input.dtype), (output.count, output.dtype))?;
+        if shard == 0 {
+            return Ok(());
+        }
+        let algorithm = match opts.algorithm {
+            AllGatherAlgorithm::Auto => choose_all_gather(shard, world),
+            a => a,
+        };
+        let push = algorithm == AllGatherAlgorithm::CePush;
+        let stage_in = !input.is_symmetric() && !push;
+        let stage_out = !output.is_symmetric() && push;
+        if stage_in && !opts.allow_staging {
+            return Err(refuse_staging(rank, algorithm.name(), "input"));
+        }
+        if stage_out && !opts.allow_staging {
+            return Err(refuse_staging(rank, algorithm.name(), "output"));
+        }
+        let need = if stage_in { align256(shard) } else { 0 } + if stage_out { world * shard } else { 0 };
+        let ch = opts.channel;
+        let mut st = self.channel(ch);
+        let reuse = self.throttle()?;
+        self.prepare(&mut st, need, 2)?;
+        let ws = st.workspace.as_ref();
+        let copy = st.copy.as_ref().expect("prepared");
+        let (fork, join) = (&st.events[0], &st.events[1]);
+        let out = output.ptr;
+        let s = shard as u64;
+        // SAFETY: (the whole block) every pointer is a checked device buffer of this rank
+        // or a mapped symmetric buffer of the group, sized as checked above; the
+        // barriers order peers' accesses (module docs of `coll`).
+        unsafe {
+            match algorithm {
+                AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto => {
+                    let src = self.symmetric_input(stream, &input, ws, 0)?;
+                    stream.record(fork)?;
+                    copy.wait(fork)?;
+                    ce_copy(copy, out + rank as u64 * s, input.ptr, shard)?;
+                    copy.record(join)?;
+                    self.barrier(stream, ch, opts.sync)?;
+                    for p in rotated(rank, world).filter(|&p| p != rank) {
+                        ce_copy(stream, out + p as u64 * s, src.peer(p), shard)?;
+                    }
+                    stream.wait(join)?;
+                    self.barrier(stream, ch, opts.sync)?;
+                }
+                AllGatherAlgorithm::CePush => {
+                    let dst = match output.symm {
+                        Some((buf, off)) => Sym { buf, off },
+                        None => Sym { buf: ws.expect("workspace sized"), off: 0 },
+                    };
+                    stream.record(fork)?;
+                    copy.wait(fork)?;
+                    ce_copy(copy, out + rank as u64 * s, input.ptr, shard)?;
+                    copy.record(join)?;
+                    self.barrier(stream, ch, opts.sync)?;
+                    for p in rotated(rank, world).filter(|&p| p != rank) {
+                        ce_copy(stream, dst.peer(p) + rank as u64 * s, input.ptr, shard)?;
+                    }
+                    self.barrier(stream, ch, opts.sync)?;
+                    if stage_out {
+                        let local = dst.peer(rank);
+                        ce_copy(stream, out, local, rank * shard)?;
+                        let after = (rank as u64 + 1) * s;
+                        ce_copy(stream, out + after, local + after, (world - rank - 1) * shard)?;
+                    }
+                    stream.wait(join)?;
+                }
+                AllGatherAlgorithm::SmOneshot => {
+                    let src = self.symmetric_input(stream, &input, ws, 0)?;
+                    let ctas = opts.ctas.unwrap_or_else(|| oneshot_ctas(world * shard));
+                    let vec_ok = src.off.is_multiple_of(16) && out.is_multiple_of(16) && shard.is_multiple_of(16);
+                    let f = self.fused(ch, opts.sync);
+                    if f.fused == 0 {
+                        self.barrier(stream, ch, opts.sync)?;
+                    }
+                    self.device.kernels()?.allgather_oneshot(
+                        stream,
+                        f,
+                        ctas,
+                        src.bases(),
+                        src.off as u64,
+                        out,
+                        s,
+                        vec_ok,
+                    )?;
+                    if f.fused == 0 {
+                        self.barrier(stream, ch, opts.sync)?;
+                    }
+                }
+            }
+        }
+        drop(st);
+        self.record_inflight(stream, reuse)
+    }
+
+    /// Reduce-scatter: on every rank, `output` (`n` elements) receives `op` over all
+    /// ranks of their input chunk `rank` (`input[rank * n .. (rank + 1) * n]`). f32, f16
+    /// and bf16, accumulated in f32, added in rank order. Enqueued on `stream`; every
+    /// rank must make the same call.
+    pub fn reduce_scatter(
+        &self,
+        input: DeviceBuf<'_>,
+        output: DeviceBuf<'_>,
+        op: ReduceOp,
+        stream: &Stream,
+        opts: &ReduceScatterOptions,
+    ) -> Result<()> {
+        let (rank, world) = (self.core.rank, self.core.world);
+        self.check_stream(stream)?;
+        opts.check(rank)?;
+        self.check_buf("input", &input)?;
+        self.check_buf("output", &output)?;
+        let chunk = check_reduce_scatter(rank, world, (input.count, input.dtype), (output.count, output.dtype))?;
+        let dt = input.dtype.kernel_index()?;
+        if chunk == 0 {
+            return Ok(());
+        }
+        let algorithm = match opts.algorithm {
+            ReduceScatterAlgorithm::Auto => choose_reduce_scatter(chunk, world),
+            a => a,
+        };
+        let stage_in = !input.is_symmetric();
+        if stage_in && !opts.allow_staging {
+            return Err(refuse_staging(rank, algorithm.name(), "input"));
+        }
+        let esize = input.dtype.size();
+        let n = output.count;
+        let ctas = opts.ctas.unwrap_or(DEFAULT_REDUCE_CTAS);
+        let pe = piece_elems(n, opts.pipeline.unwrap_or_else(|| default_pieces(chunk)));
+        let pieces = n.div_ceil(pe);
+        let in_len = if stage_in { align256(world * chunk) } else { 0 };
+        let slot = pe * esize;
+        let need = in_len + if algorithm == ReduceScatterAlgorithm::CeReduce { 2 * (world - 1) * slot } else { 0 };
+        let ch = opts.channel;
+        let mut st = self.channel(ch);
+        let reuse = self.throttle()?;
+        self.prepare(&mut st, need, 1 + 2 * pieces)?;
+        let ws = st.workspace.as_ref();
+        let copy = st.copy.as_ref().expect("prepared");
+        let out = output.ptr;
+        let kernels = self.device.kernels()?;
+        // SAFETY: (the whole block) as in `all_gather`; staging slots are inside the
+        // workspace sized above, and a slot is only refilled after the reduction that
+        // read it (events).
+        unsafe {
+            let src = self.symmetric_input(stream, &input, ws, 0)?;
+            match algorithm {
+                ReduceScatterAlgorithm::CeReduce | ReduceScatterAlgorithm::Auto => {
+                    let ws = ws.expect("workspace sized for staging");
+                    let (start, rest) = st.events.split_first().expect("prepared");
+                    let (copied, reduced) = rest.split_at(pieces);
+                    self.barrier(stream, ch, opts.sync)?;
+                    stream.record(start)?;
+                    copy.wait(start)?;
+                    let stage_base = ws.local_ptr() + in_len as u64;
+                    for i in 0..pieces {
+                        let first = i * pe;
+                        let len = pe.min(n - first);
+                        if i >= 2 {
+                            copy.wait(&reduced[i - 2])?;
+                        }
+                        let slots = stage_base + ((i % 2) * (world - 1) * slot) as u64;
+                        for p in rotated(rank, world).filter(|&p| p != rank) {
+                            let from = src.peer(p) + (rank * chunk + first * esize) as u64;
+                            ce_copy(copy, slots + (staged_slot(p, rank) * slot) as u64, from, len * esize)?;
+                        }
+                        copy.record(&copied[i])?;
+                        stream.wait(&copied[i])?;
+                        let own = input.ptr + (rank * chunk + first * esize) as u64;
+                        let dst = out + (first * esize) as u64;
+                        let vec_ok = own.is_multiple_of(16) && dst.is_multiple_of(16);
+                        kernels.reduce(
+                            stream,
+                            dt,
+                            ctas,
+                            own,
+                            rank as u32,
+                            slots,
+                            pe as u64,
+                            world as u32,
+                            dst,
+                            len as u64,
+                            op.code(),
+                            vec_ok,
+                        )?;
+                        stream.record(&reduced[i])?;
+                    }
+                    self.barrier(stream, ch, opts.sync)?;
+                }
+                ReduceScatterAlgorithm::SmDirect => {
+                    let off = src.off + rank * chunk;
+                    let vec_ok = off.is_multiple_of(16) && out.is_multiple_of(16);
+                    let f = self.fused(ch, opts.sync);
+                    if f.fused == 0 {
+                        self.barrier(stream, ch, opts.sync)?;
+                    }
+                    kernels.rs_direct(
+                        stream,
+                        dt,
+                        f,
+                        ctas,
+                        src.bases(),
+                        off as u64,
+                        out,
+                        n as u64,
+                        op.code(),
+                        vec_ok,
+                    )?;
+                    if f.fused == 0 {
+                        self.barrier(stream, ch, opts.sync)?;
+                    }
+                }
+            }
+        }
+        drop(st);
+        self.record_inflight(stream, reuse)
+    }
+
+    /// Collective: grows channel `channel`'s workspace to at least `bytes` now, so that
+    /// no later call has to (growing is collective, and must not race between threads
+    /// using different channels: reserve before starting them).
+    pub fn reserve_workspace(&self, channel: u32, bytes: usize) -> Result<()> {
+        self.core.check_usable()?;
+        crate::sync::Epochs::check_channel(channel)?;
+        let mut st = self.channel(channel);
+        self.prepare(&mut st, bytes, 0)
+    }
+}

@@ -1,0 +1,246 @@
+//! The collectives on the host backend: the same algorithms, protocol and workspace
+//! layout as on GPUs, with CPU copies standing in for copy engines and kernels, so that
+//! the synchronisation and the data layout are tested in CI without a GPU.
+//!
+//! The calls are synchronous (they return when the data is in place). On this backend
+//! `sm-oneshot` differs from `ce-pull` only in reading its own shard from symmetric
+//! memory too, and `sm-direct` from `ce-reduce` only in working through 64 KiB blocks
+//! rather than staged pieces; what they share with the GPU versions is the order of
+//! barriers and which rank reads or writes which buffer.
+
+use std::borrow::Cow;
+
+use crate::coll::{
+    AllGatherAlgorithm, AllGatherOptions, DType, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
+    check_all_gather, check_reduce_scatter, choose_all_gather, choose_reduce_scatter, default_pieces, grow_to,
+    piece_elems, reduce_into, rotated,
+};
+use crate::error::{Error, Result};
+use crate::shm::{HostBuffer, HostGroup};
+
+/// A collective's input on the host backend.
+#[derive(Clone, Copy)]
+pub enum HostInput<'a> {
+    /// Ordinary memory: staged through the group's workspace where the algorithm needs
+    /// peers to read it.
+    Plain(&'a [u8]),
+    /// `len` bytes at `offset` of a symmetric buffer; every rank must pass the same
+    /// offset and length. Peers read it in place.
+    Symmetric {
+        /// The buffer.
+        buf: &'a HostBuffer,
+        /// Byte offset, the same on every rank.
+        offset: usize,
+        /// Bytes.
+        len: usize,
+    },
+}
+
+impl HostInput<'_> {
+    fn len(&self) -> usize {
+        match self {
+            HostInput::Plain(d) => d.len(),
+            HostInput::Symmetric { len, .. } => *len,
+        }
+    }
+
+    fn check(&self, rank: usize) -> Result<()> {
+        if let HostInput::Symmetric { buf, offset, len } = self
+            && offset.checked_add(*len).is_none_or(|end| end > buf.len())
+        {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank}: input {offset}+{len} bytes is outside its {}-byte symmetric buffer",
+                buf.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// This rank's input bytes.
+    fn local(&self, rank: usize) -> Result<Cow<'_, [u8]>> {
+        Ok(match self {
+            HostInput::Plain(d) => Cow::Borrowed(d),
+            HostInput::Symmetric { buf, offset, len } => {
+                let mut v = vec![0u8; *len];
+                buf.read(rank, *offset, &mut v)?;
+                Cow::Owned(v)
+            }
+        })
+    }
+}
+
+/// Where every rank's input can be read: a symmetric buffer and an offset.
+struct SymIn<'a> {
+    buf: &'a HostBuffer,
+    offset: usize,
+}
+
+fn elems(rank: usize, what: &str, bytes: usize, dtype: DType) -> Result<usize> {
+    if !bytes.is_multiple_of(dtype.size()) {
+        return Err(Error::InvalidArgument(format!(
+            "rank {rank}: {what} has {bytes} bytes, not a whole number of {dtype} elements"
+        )));
+    }
+    Ok(bytes / dtype.size())
+}
+
+fn refuse_staging(rank: usize, algorithm: &str, what: &str) -> Error {
+    Error::InvalidArgument(format!(
+        "rank {rank}: {algorithm} needs a symmetric {what}, the {what} is ordinary memory, and staging is disabled \
+         (allow_staging = false)"
+    ))
+}
+
+impl HostGroup {
+    /// Runs `f` with the channel's workspace grown to at least `need` bytes (collective
+    /// when it grows: every rank asks for the same).
+    fn with_workspace<R>(
+        &self,
+        channel: u32,
+        need: usize,
+        f: impl FnOnce(Option<&HostBuffer>) -> Result<R>,
+    ) -> Result<R> {
+        let mut ws = self.workspaces[channel as usize].lock().unwrap_or_else(|p| p.into_inner());
+        let have = ws.as_ref().map_or(0, |b| b.len());
+        if need > have {
+            *ws = None;
+            *ws = Some(self.alloc(grow_to(have, need))?);
+        }
+        f(ws.as_ref())
+    }
+
+    /// Stages `input` into the workspace (at 0) if it is ordinary memory.
+    fn symmetric_input<'a>(&self, input: &HostInput<'a>, ws: Option<&'a HostBuffer>) -> Result<SymIn<'a>> {
+        Ok(match *input {
+            HostInput::Symmetric { buf, offset, .. } => SymIn { buf, offset },
+            HostInput::Plain(d) => {
+                let ws = ws.expect("workspace sized for staging");
+                ws.write(self.core.rank, 0, d)?;
+                SymIn { buf: ws, offset: 0 }
+            }
+        })
+    }
+
+    /// All-gather: `output[p * n .. (p + 1) * n]` receives rank `p`'s `input` (`n` bytes,
+    /// a whole number of `dtype` elements) on every rank. Synchronous.
+    pub fn all_gather(
+        &self,
+        input: HostInput<'_>,
+        output: &mut [u8],
+        dtype: DType,
+        opts: &AllGatherOptions,
+    ) -> Result<()> {
+        let (rank, world) = (self.core.rank, self.core.world);
+        self.core.check_usable()?;
+        opts.check(rank)?;
+        input.check(rank)?;
+        let n_in = elems(rank, "all-gather input", input.len(), dtype)?;
+        let n_out = elems(rank, "all-gather output", output.len(), dtype)?;
+        let shard = check_all_gather(rank, world, (n_in, dtype), (n_out, dtype))?;
+        if shard == 0 {
+            return Ok(());
+        }
+        let algorithm = match opts.algorithm {
+            AllGatherAlgorithm::Auto => choose_all_gather(shard, world),
+            a => a,
+        };
+        let plain = matches!(input, HostInput::Plain(_));
+        let stage_in = plain && algorithm != AllGatherAlgorithm::CePush;
+        if stage_in && !opts.allow_staging {
+            return Err(refuse_staging(rank, algorithm.name(), "input"));
+        }
+        let need = match algorithm {
+            AllGatherAlgorithm::CePush => world * shard,
+            _ if stage_in => shard,
+            _ => 0,
+        };
+        let ch = opts.channel;
+        self.with_workspace(ch, need, |ws| {
+            match algorithm {
+                AllGatherAlgorithm::CePull | AllGatherAlgorithm::SmOneshot | AllGatherAlgorithm::Auto => {
+                    let src = self.symmetric_input(&input, ws)?;
+                    self.barrier(ch)?;
+                    for p in rotated(rank, world) {
+                        let out = &mut output[p * shard..(p + 1) * shard];
+                        if p == rank && algorithm == AllGatherAlgorithm::CePull {
+                            out.copy_from_slice(&input.local(rank)?);
+                        } else {
+                            src.buf.read(p, src.offset, out)?;
+                        }
+                    }
+                    self.barrier(ch)
+                }
+                AllGatherAlgorithm::CePush => {
+                    let ws = ws.expect("workspace sized for push");
+                    let mine = input.local(rank)?;
+                    // Peers are done reading what we pushed last time once they pass this.
+                    self.barrier(ch)?;
+                    for p in rotated(rank, world).filter(|&p| p != rank) {
+                        ws.write(p, rank * shard, &mine)?;
+                    }
+                    output[rank * shard..(rank + 1) * shard].copy_from_slice(&mine);
+                    self.barrier(ch)?;
+                    for p in (0..world).filter(|&p| p != rank) {
+                        ws.read(rank, p * shard, &mut output[p * shard..(p + 1) * shard])?;
+                    }
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    /// Reduce-scatter: `output` (`n` elements) receives `op` over all ranks of their
+    /// input chunk `rank` (`input[rank * n .. (rank + 1) * n]`). f32, f16 and bf16,
+    /// accumulated in f32 in rank order. Synchronous.
+    pub fn reduce_scatter(
+        &self,
+        input: HostInput<'_>,
+        output: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+        opts: &ReduceScatterOptions,
+    ) -> Result<()> {
+        let (rank, world) = (self.core.rank, self.core.world);
+        self.core.check_usable()?;
+        opts.check(rank)?;
+        input.check(rank)?;
+        let n_in = elems(rank, "reduce-scatter input", input.len(), dtype)?;
+        let n_out = elems(rank, "reduce-scatter output", output.len(), dtype)?;
+        let chunk = check_reduce_scatter(rank, world, (n_in, dtype), (n_out, dtype))?;
+        if chunk == 0 {
+            return Ok(());
+        }
+        let algorithm = match opts.algorithm {
+            ReduceScatterAlgorithm::Auto => choose_reduce_scatter(chunk, world),
+            a => a,
+        };
+        let plain = matches!(input, HostInput::Plain(_));
+        if plain && !opts.allow_staging {
+            return Err(refuse_staging(rank, algorithm.name(), "input"));
+        }
+        let piece = match algorithm {
+            ReduceScatterAlgorithm::SmDirect => (64 << 10) / dtype.size(),
+            _ => piece_elems(n_out, opts.pipeline.unwrap_or_else(|| default_pieces(chunk))),
+        };
+        let ch = opts.channel;
+        self.with_workspace(ch, if plain { world * chunk } else { 0 }, |ws| {
+            let src = self.symmetric_input(&input, ws)?;
+            self.barrier(ch)?;
+            let mut staged = vec![vec![0u8; piece * dtype.size()]; world];
+            let mut start = 0;
+            while start < n_out {
+                let len = piece.min(n_out - start);
+                let bytes = len * dtype.size();
+                for p in rotated(rank, world) {
+                    let at = src.offset + rank * chunk + start * dtype.size();
+                    src.buf.read(p, at, &mut staged[p][..bytes])?;
+                }
+                let srcs: Vec<&[u8]> = staged.iter().map(|s| &s[..bytes]).collect();
+                let out = &mut output[start * dtype.size()..start * dtype.size() + bytes];
+                reduce_into(dtype, op, world, &srcs, out);
+                start += len;
+            }
+            self.barrier(ch)
+        })
+    }
+}
