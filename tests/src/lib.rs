@@ -8,6 +8,7 @@
 //! Every check uses fresh random data, poisons outputs before the kernel runs, and
 //! compares with a CPU reference; each returns `Err` with a message on failure.
 
+pub mod coll;
 pub mod gpu;
 pub mod gpu_ranks;
 pub mod ranks;

@@ -136,6 +136,47 @@ enum Scenario {
     GpuSameDevice,
     /// GPU: symmetric memory is given back when dropped.
     GpuMemoryRelease,
+    /// Collectives: every algorithm, dtype and op against a CPU reference.
+    CollCheck {
+        /// `host` or `gpu`.
+        #[arg(long, default_value = "host")]
+        backend: String,
+        /// Elements per rank of the largest case.
+        #[arg(long, default_value_t = 300_001)]
+        large: usize,
+        #[arg(long)]
+        method: Option<String>,
+    },
+    /// Collectives: back-to-back calls cycling through every algorithm, on one or two
+    /// streams (threads on the host backend) at once, every output checked.
+    CollStress {
+        #[arg(long, default_value = "host")]
+        backend: String,
+        #[arg(long, default_value_t = 1000)]
+        iters: usize,
+        #[arg(long, default_value_t = 2)]
+        streams: usize,
+        #[arg(long)]
+        method: Option<String>,
+    },
+    /// Collectives: one rank SIGKILLs itself mid-loop; the others must name it.
+    CollDeadPeer {
+        #[arg(long, default_value = "host")]
+        backend: String,
+        #[arg(long)]
+        victim: Option<usize>,
+        #[arg(long, default_value_t = 300)]
+        kill_at: usize,
+        #[arg(long, default_value_t = 10_000)]
+        timeout_ms: u64,
+        #[arg(long)]
+        method: Option<String>,
+    },
+    /// Collectives: bad arguments are refused with clear errors, nothing enqueued.
+    CollBadInput {
+        #[arg(long, default_value = "host")]
+        backend: String,
+    },
 }
 
 fn methods(m: &Option<String>) -> Result<Vec<lowcon::SyncMethod>, Box<dyn std::error::Error>> {
@@ -156,7 +197,7 @@ fn per_method(m: &Option<String>, f: impl Fn(lowcon::SyncMethod) -> Result<Strin
 }
 
 fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
-    use lowcon_tests::{gpu_ranks, ranks};
+    use lowcon_tests::{coll, gpu_ranks, ranks};
     let world: usize = std::env::var("WORLD_SIZE").ok().and_then(|w| w.parse().ok()).unwrap_or(1);
     let rank = std::env::var("RANK").unwrap_or_else(|_| "?".into());
     let (name, r) = match s {
@@ -186,6 +227,45 @@ fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
         Scenario::GpuMapping => ("gpu-mapping", gpu_ranks::mapping()),
         Scenario::GpuSameDevice => ("gpu-same-device", gpu_ranks::same_device()),
         Scenario::GpuMemoryRelease => ("gpu-memory-release", gpu_ranks::memory_release()),
+        Scenario::CollCheck { backend, large, method } => (
+            "coll-check",
+            match backend.as_str() {
+                "gpu" => per_method(&method, |m| {
+                    let mut r = coll::GpuRunner::from_env(None)?;
+                    coll::run_suite(&mut r, &coll::suite(m, large))
+                }),
+                _ => coll::HostRunner::from_env(None)
+                    .and_then(|mut r| coll::run_suite(&mut r, &coll::suite(lowcon::SyncMethod::Kernel, large))),
+            },
+        ),
+        Scenario::CollStress { backend, iters, streams, method } => (
+            "coll-stress",
+            match backend.as_str() {
+                "gpu" => per_method(&method, |m| {
+                    let r = coll::GpuRunner::from_env(None)?;
+                    coll::gpu_stress(&r, iters, streams, m)
+                }),
+                _ => coll::HostRunner::from_env(None).and_then(|r| coll::host_stress(&r, iters, streams)),
+            },
+        ),
+        Scenario::CollDeadPeer { backend, victim, kill_at, timeout_ms, method } => {
+            let victim = victim.unwrap_or(world - 1);
+            let t = Duration::from_millis(timeout_ms);
+            (
+                "coll-dead-peer",
+                match backend.as_str() {
+                    "gpu" => coll::gpu_dead_peer(victim, kill_at, t, methods(&method)?[0]),
+                    _ => coll::host_dead_peer(victim, kill_at, t),
+                },
+            )
+        }
+        Scenario::CollBadInput { backend } => (
+            "coll-bad-input",
+            match backend.as_str() {
+                "gpu" => coll::gpu_bad_input(),
+                _ => coll::host_bad_input(),
+            },
+        ),
     };
     match r {
         Ok(detail) => {

@@ -71,3 +71,87 @@ fn mismatched_sizes_are_rejected_naming_them() {
     let text = expect_ok(3, &["mismatched-size"]);
     assert!(text.contains("asked for 4096 bytes") || text.contains("asked for 8192 bytes"), "{text}");
 }
+
+#[test]
+fn collectives_match_the_cpu_reference_at_2_3_4_ranks() {
+    for n in [2, 3, 4] {
+        let text = expect_ok(n, &["coll-check"]);
+        assert!(text.contains("237 cases") && text.contains(" 0 wrong"), "{text}");
+    }
+}
+
+#[test]
+fn collectives_back_to_back_on_two_threads_1000_calls() {
+    for n in [2, 4] {
+        let text = expect_ok(n, &["coll-stress", "--iters", "1000", "--streams", "2"]);
+        assert!(text.contains("1000 calls x 2 thread(s)") && text.contains(" 0 wrong"), "{text}");
+    }
+}
+
+#[test]
+fn collectives_refuse_bad_input_and_stay_usable() {
+    let text = expect_ok(3, &["coll-bad-input"]);
+    assert!(text.contains("5 bad calls refused, group still works"), "{text}");
+}
+
+/// Ranks started by hand (no launcher): a store, then each rank with the torchrun
+/// environment. Rank `victim` SIGKILLs itself mid-loop; the library alone must make
+/// every survivor's next call fail naming it.
+#[test]
+fn a_rank_killed_mid_loop_is_named_by_every_survivor_without_the_launcher() {
+    use std::io::{BufRead, BufReader};
+    let world = 3;
+    let victim = 1;
+    let mut store = Command::new(LOWCON)
+        .args(["store", "serve", "--bind", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(store.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().rsplit(' ').next().unwrap().to_string();
+    let ranks: Vec<_> = (0..world)
+        .map(|r| {
+            Command::new(LOWCON)
+                .args(["selftest", "coll-dead-peer", "--victim", &victim.to_string(), "--timeout-ms", "10000"])
+                .env("RANK", r.to_string())
+                .env("WORLD_SIZE", world.to_string())
+                .env("LOCAL_RANK", r.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", "1")
+                .env("LOWCON_STORE_ADDR", &addr)
+                .output_async()
+        })
+        .collect();
+    let outs: Vec<_> = ranks.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    let _ = store.kill();
+    let _ = store.wait();
+    for (r, o) in outs.iter().enumerate() {
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        if r == victim {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(o.status.signal(), Some(9), "the victim should die of SIGKILL: {text}");
+        } else {
+            assert!(o.status.success(), "rank {r}: {text}");
+            assert!(text.contains(&format!("rank {r}: peer rank {victim} is gone")), "rank {r}: {text}");
+        }
+    }
+}
+
+#[test]
+fn the_launcher_names_a_rank_killed_mid_loop() {
+    let (ok, text) = run(3, &["coll-dead-peer", "--victim", "2", "--timeout-ms", "10000"], &[]);
+    assert!(!ok, "{text}");
+    assert!(text.contains("rank 2") && text.contains("failed first") && text.contains("SIGKILL"), "{text}");
+}
+
+/// `Command::spawn` with piped output, for ranks that run at the same time.
+trait SpawnPiped {
+    fn output_async(&mut self) -> std::process::Child;
+}
+
+impl SpawnPiped for Command {
+    fn output_async(&mut self) -> std::process::Child {
+        self.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
+    }
+}

@@ -340,12 +340,16 @@ pub mod mem_op {
         })
     }
 
-    /// Copies `dst.len()` words from device memory at `src` to the host, on `stream`, and
+    /// Copies `dst.len()` elements from device memory at `src` to the host, on `stream`, and
     /// waits for that stream.
     ///
     /// # Safety
-    /// `src` is valid device memory of at least `dst.len() * 4` bytes.
-    pub unsafe fn copy_to_host(stream: sys::CUstream, dst: &mut [u32], src: sys::CUdeviceptr) -> Result<()> {
+    /// `src` is valid device memory of at least `size_of_val(dst)` bytes.
+    pub unsafe fn copy_to_host<T: bytemuck::Pod>(
+        stream: sys::CUstream,
+        dst: &mut [T],
+        src: sys::CUdeviceptr,
+    ) -> Result<()> {
         // SAFETY: `dst` is a live host slice of the copied size; forwarded from the caller.
         check("cuMemcpyDtoHAsync", unsafe {
             sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), src, std::mem::size_of_val(dst), stream)
@@ -358,14 +362,27 @@ pub mod mem_op {
     /// that stream.
     ///
     /// # Safety
-    /// `dst` is valid device memory of at least `src.len() * 4` bytes.
-    pub unsafe fn copy_from_host(stream: sys::CUstream, dst: sys::CUdeviceptr, src: &[u32]) -> Result<()> {
+    /// `dst` is valid device memory of at least `size_of_val(src)` bytes.
+    pub unsafe fn copy_from_host<T: bytemuck::Pod>(
+        stream: sys::CUstream,
+        dst: sys::CUdeviceptr,
+        src: &[T],
+    ) -> Result<()> {
         // SAFETY: `src` is a live host slice of the copied size; forwarded from the caller.
         check("cuMemcpyHtoDAsync", unsafe {
             sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr().cast(), std::mem::size_of_val(src), stream)
         })?;
         // SAFETY: a stream handle the caller owns; `src` stays borrowed until it returns.
         check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream) })
+    }
+
+    /// Enqueues filling `bytes` bytes at `dst` with `value`.
+    ///
+    /// # Safety
+    /// `dst` is valid device memory of at least `bytes` bytes when it runs.
+    pub unsafe fn fill(stream: sys::CUstream, dst: sys::CUdeviceptr, value: u8, bytes: usize) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(dst, value, bytes, stream) })
     }
 
     /// Enqueues a device-to-device copy of `bytes` (the copy engine for peer memory).

@@ -1,0 +1,824 @@
+//! Collective checks, written once for both backends (`Runner`): every case uses fresh
+//! pseudo-random data (a new seed per case, drawn by rank 0), poisons the output with
+//! 0xFF bytes (a value no generated element has: NaN for the float types, and the
+//! integer generators never produce all-ones), and compares with a CPU reference.
+//!
+//! Reference and tolerances: all-gather must match byte for byte. Reduce-scatter is
+//! compared with a reference computed in f64; the library accumulates in f32 in rank
+//! order and rounds once to the output type, so per element
+//! |got − ref| ≤ rel·|ref| + abs with
+//! - f32: rel 1e-5, abs 1e-6 (a few f32 roundings of sums of ≤ 16 values in [−1, 1));
+//! - f16: rel 2⁻¹⁰, abs 2⁻¹⁴ (one f16 rounding, plus the f32 accumulation);
+//! - bf16: rel 2⁻⁷, abs 1e-6 (one bf16 rounding, plus the f32 accumulation).
+
+use std::time::{Duration, Instant};
+
+use half::{bf16, f16};
+use lowcon::cuda::{Stream, StreamPriority, raw};
+use lowcon::{
+    AllGatherAlgorithm, AllGatherOptions, DType, DeviceBuf, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions,
+    HostInput, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions, SyncMethod,
+};
+use lowcon_abi::payload_word;
+use rand::Rng;
+
+fn e(err: impl std::fmt::Display) -> String {
+    err.to_string()
+}
+
+/// Which collective, with which algorithm (and operator).
+#[derive(Clone, Copy, Debug)]
+pub enum Coll {
+    /// All-gather.
+    AllGather(AllGatherAlgorithm),
+    /// Reduce-scatter.
+    ReduceScatter(ReduceScatterAlgorithm, ReduceOp),
+}
+
+/// One checked call.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    /// What runs.
+    pub coll: Coll,
+    /// Element type.
+    pub dtype: DType,
+    /// Elements per rank: the all-gather input, or the reduce-scatter output.
+    pub count: usize,
+    /// Use symmetric buffers (zero-copy) instead of ordinary memory.
+    pub symmetric: bool,
+    /// Shift both buffers by this many elements (misaligned sub-slices).
+    pub misalign: usize,
+    /// Barrier method (GPU).
+    pub sync: SyncMethod,
+    /// Channel.
+    pub channel: u32,
+}
+
+impl Case {
+    fn name(&self) -> String {
+        let c = match self.coll {
+            Coll::AllGather(a) => format!("all-gather/{a}"),
+            Coll::ReduceScatter(a, op) => format!("reduce-scatter/{a}/{op}"),
+        };
+        format!(
+            "{c} {} x{} {}{} {:?}",
+            self.dtype,
+            self.count,
+            if self.symmetric { "symmetric" } else { "plain" },
+            if self.misalign > 0 { format!(" +{}", self.misalign) } else { String::new() },
+            self.sync
+        )
+    }
+
+    fn in_count(&self, world: usize) -> usize {
+        match self.coll {
+            Coll::AllGather(_) => self.count,
+            Coll::ReduceScatter(..) => self.count * world,
+        }
+    }
+
+    fn out_count(&self, world: usize) -> usize {
+        match self.coll {
+            Coll::AllGather(_) => self.count * world,
+            Coll::ReduceScatter(..) => self.count,
+        }
+    }
+
+    fn ag_opts(&self, a: AllGatherAlgorithm) -> AllGatherOptions {
+        AllGatherOptions { algorithm: a, sync: self.sync, channel: self.channel, ..Default::default() }
+    }
+
+    fn rs_opts(&self, a: ReduceScatterAlgorithm) -> ReduceScatterOptions {
+        ReduceScatterOptions { algorithm: a, sync: self.sync, channel: self.channel, ..Default::default() }
+    }
+}
+
+/// Element `i` of rank `rank`'s input for `seed`, as bytes of `dtype`. Never all-ones.
+fn element(dtype: DType, seed: u64, rank: usize, i: usize, out: &mut [u8]) {
+    let w = payload_word(seed, rank as u32, i as u32);
+    let unit = ((w >> 8) as f32) * (2.0 / (1u32 << 24) as f32) - 1.0; // [-1, 1)
+    match dtype {
+        DType::F32 => out.copy_from_slice(&unit.to_le_bytes()),
+        DType::F16 => out.copy_from_slice(&f16::from_f32(unit).to_le_bytes()),
+        DType::Bf16 => out.copy_from_slice(&bf16::from_f32(unit).to_le_bytes()),
+        DType::I32 => out.copy_from_slice(&((w >> 1) as i32).to_le_bytes()),
+        DType::U8 => out[0] = (w % 255) as u8,
+    }
+}
+
+/// `count` elements of rank `rank`'s input, from element `first`.
+pub fn input_bytes(dtype: DType, seed: u64, rank: usize, first: usize, count: usize) -> Vec<u8> {
+    let s = dtype.size();
+    let mut v = vec![0u8; count * s];
+    for (k, chunk) in v.chunks_exact_mut(s).enumerate() {
+        element(dtype, seed, rank, first + k, chunk);
+    }
+    v
+}
+
+fn as_f64(dtype: DType, b: &[u8]) -> f64 {
+    match dtype {
+        DType::F32 => f32::from_le_bytes(b.try_into().expect("4")) as f64,
+        DType::F16 => f16::from_le_bytes(b.try_into().expect("2")).to_f64(),
+        DType::Bf16 => bf16::from_le_bytes(b.try_into().expect("2")).to_f64(),
+        _ => unreachable!("reducible dtypes only"),
+    }
+}
+
+/// The stated tolerance (rel, abs) of reduce-scatter results.
+pub fn tolerance(dtype: DType) -> (f64, f64) {
+    match dtype {
+        DType::F32 => (1e-5, 1e-6),
+        DType::F16 => (2f64.powi(-10), 2f64.powi(-14)),
+        _ => (2f64.powi(-7), 1e-6),
+    }
+}
+
+/// Compares `got` with the CPU reference; returns the number of wrong elements and a
+/// description of the first.
+fn compare(case: &Case, seed: u64, rank: usize, world: usize, got: &[u8]) -> (usize, String) {
+    let s = case.dtype.size();
+    let mut wrong = 0;
+    let mut first = String::new();
+    match case.coll {
+        Coll::AllGather(_) => {
+            for p in 0..world {
+                let want = input_bytes(case.dtype, seed, p, 0, case.count);
+                let have = &got[p * want.len()..(p + 1) * want.len()];
+                if have != want.as_slice() {
+                    for (k, (a, b)) in have.chunks_exact(s).zip(want.chunks_exact(s)).enumerate() {
+                        if a != b {
+                            if wrong == 0 {
+                                first = format!("element {k} of rank {p}'s shard: got {a:02x?}, want {b:02x?}");
+                            }
+                            wrong += 1;
+                        }
+                    }
+                }
+            }
+        }
+        Coll::ReduceScatter(_, op) => {
+            let ins: Vec<Vec<u8>> =
+                (0..world).map(|p| input_bytes(case.dtype, seed, p, rank * case.count, case.count)).collect();
+            let (rel, abs) = tolerance(case.dtype);
+            for k in 0..case.count {
+                let vals = ins.iter().map(|v| as_f64(case.dtype, &v[k * s..(k + 1) * s]));
+                let want = match op {
+                    ReduceOp::Sum => vals.sum::<f64>(),
+                    ReduceOp::Avg => vals.sum::<f64>() / world as f64,
+                    ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
+                    ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
+                };
+                let have = as_f64(case.dtype, &got[k * s..(k + 1) * s]);
+                if !((have - want).abs() <= rel * want.abs() + abs) {
+                    if wrong == 0 {
+                        first = format!("element {k}: got {have}, want {want}");
+                    }
+                    wrong += 1;
+                }
+            }
+        }
+    }
+    (wrong, first)
+}
+
+/// Runs one collective call on a backend, with its own freshly allocated (and
+/// poisoned) buffers, and returns the output.
+pub trait Runner {
+    /// This rank.
+    fn rank(&self) -> usize;
+    /// Ranks.
+    fn world(&self) -> usize;
+    /// A seed drawn by rank 0 and shared (collective).
+    fn shared_seed(&self, name: &str) -> Result<u64, String>;
+    /// Runs `case` with this rank's `input` bytes; returns the output bytes.
+    fn run(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String>;
+}
+
+/// Runs and checks one case with a fresh seed; returns the elements checked.
+pub fn check_case(r: &mut dyn Runner, case: &Case, tag: &str) -> Result<usize, String> {
+    let (rank, world) = (r.rank(), r.world());
+    let seed = r.shared_seed(tag)?;
+    let input = input_bytes(case.dtype, seed, rank, 0, case.in_count(world));
+    let got = r.run(case, &input).map_err(|m| format!("rank {rank}: {}: {m}", case.name()))?;
+    let (wrong, first) = compare(case, seed, rank, world, &got);
+    if wrong > 0 {
+        return Err(format!("rank {rank}: {}: {wrong} wrong elements; first: {first}", case.name()));
+    }
+    Ok(case.out_count(world))
+}
+
+/// The host backend.
+pub struct HostRunner {
+    /// The group.
+    pub g: HostGroup,
+}
+
+impl HostRunner {
+    /// Joins the launcher's world.
+    pub fn from_env(timeout: Option<Duration>) -> Result<Self, String> {
+        let mut opts = HostGroupOptions::default();
+        if let Some(t) = timeout {
+            opts.timeout = t;
+        }
+        Ok(Self { g: HostGroup::from_env(opts).map_err(e)? })
+    }
+}
+
+impl Runner for HostRunner {
+    fn rank(&self) -> usize {
+        self.g.rank()
+    }
+    fn world(&self) -> usize {
+        self.g.world_size()
+    }
+    fn shared_seed(&self, name: &str) -> Result<u64, String> {
+        let all = self.g.all_gather_bytes(name, &rand::rng().random::<u64>().to_le_bytes()).map_err(e)?;
+        Ok(u64::from_le_bytes(all[0].as_slice().try_into().map_err(e)?))
+    }
+    fn run(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String> {
+        let (rank, world) = (self.rank(), self.world());
+        let s = case.dtype.size();
+        let off = case.misalign * s;
+        let out_len = case.out_count(world) * s;
+        let sym;
+        let mut plain = vec![0u8; off + input.len()];
+        let inp = if case.symmetric {
+            sym = self.g.alloc(off + input.len() + 1).map_err(e)?;
+            sym.write(rank, off, input).map_err(e)?;
+            HostInput::Symmetric { buf: &sym, offset: off, len: input.len() }
+        } else {
+            plain[off..].copy_from_slice(input);
+            HostInput::Plain(&plain[off..])
+        };
+        let mut out = vec![0xFFu8; off + out_len];
+        match case.coll {
+            Coll::AllGather(a) => self.g.all_gather(inp, &mut out[off..], case.dtype, &case.ag_opts(a)),
+            Coll::ReduceScatter(a, op) => self.g.reduce_scatter(inp, &mut out[off..], case.dtype, op, &case.rs_opts(a)),
+        }
+        .map_err(e)?;
+        Ok(out.split_off(off))
+    }
+}
+
+/// The GPU backend: one GPU per rank.
+pub struct GpuRunner {
+    /// The group.
+    pub g: GpuGroup,
+    /// The stream the collectives run on.
+    pub stream: Stream,
+}
+
+impl GpuRunner {
+    /// Joins the launcher's world.
+    pub fn from_env(timeout: Option<Duration>) -> Result<Self, String> {
+        let mut opts = GpuGroupOptions::default();
+        if let Some(t) = timeout {
+            opts.timeout = t;
+        }
+        let g = GpuGroup::from_env(opts).map_err(e)?;
+        let stream = g.device().stream(StreamPriority::High).map_err(e)?;
+        Ok(Self { g, stream })
+    }
+}
+
+/// Device memory for one GPU case: plain (cudarc) or symmetric.
+enum GpuMem {
+    Plain(cudarc::driver::CudaSlice<u8>),
+    Symmetric(lowcon::SymmetricBuffer),
+}
+
+impl GpuMem {
+    fn new(g: &GpuGroup, stream: &Stream, symmetric: bool, bytes: usize) -> Result<Self, String> {
+        Ok(if symmetric {
+            GpuMem::Symmetric(g.alloc(bytes).map_err(e)?)
+        } else {
+            GpuMem::Plain(stream.alloc_zeros::<u8>(bytes).map_err(e)?)
+        })
+    }
+    fn ptr(&self) -> u64 {
+        match self {
+            GpuMem::Plain(s) => lowcon::cuda::device_ptr(s),
+            GpuMem::Symmetric(b) => b.local_ptr(),
+        }
+    }
+    fn buf(&self, off: usize, count: usize, dtype: DType) -> Result<DeviceBuf<'_>, String> {
+        match self {
+            // SAFETY: `off + count * size` lies inside the allocation (callers size it),
+            // which outlives the collective (synchronised before it is dropped).
+            GpuMem::Plain(s) => {
+                Ok(unsafe { DeviceBuf::from_raw(lowcon::cuda::device_ptr(s) + off as u64, count, dtype) })
+            }
+            GpuMem::Symmetric(b) => DeviceBuf::symmetric(b, off, count, dtype).map_err(e),
+        }
+    }
+}
+
+impl GpuRunner {
+    /// Uploads `input` and poisons the output buffer for `case` (synchronously).
+    fn prepare(&self, case: &Case, input: &[u8]) -> Result<(GpuMem, GpuMem), String> {
+        let s = case.dtype.size();
+        let off = case.misalign * s;
+        let out_len = case.out_count(self.g.world_size()) * s;
+        let inp = GpuMem::new(&self.g, &self.stream, case.symmetric, off + input.len() + 16)?;
+        let out = GpuMem::new(&self.g, &self.stream, case.symmetric, off + out_len + 16)?;
+        // SAFETY: both buffers are live and sized above; the copies are synchronous.
+        unsafe {
+            raw::mem_op::copy_from_host(self.stream.raw(), inp.ptr() + off as u64, input).map_err(e)?;
+            raw::mem_op::fill(self.stream.raw(), out.ptr(), 0xFF, off + out_len + 16).map_err(e)?;
+        }
+        self.stream.synchronize().map_err(e)?;
+        Ok((inp, out))
+    }
+
+    /// Enqueues `case` on `stream` over prepared buffers.
+    fn enqueue(&self, case: &Case, stream: &Stream, inp: &GpuMem, out: &GpuMem) -> Result<(), String> {
+        let world = self.g.world_size();
+        let off = case.misalign * case.dtype.size();
+        let ib = inp.buf(off, case.in_count(world), case.dtype)?;
+        let ob = out.buf(off, case.out_count(world), case.dtype)?;
+        match case.coll {
+            Coll::AllGather(a) => self.g.all_gather(ib, ob, stream, &case.ag_opts(a)),
+            Coll::ReduceScatter(a, op) => self.g.reduce_scatter(ib, ob, op, stream, &case.rs_opts(a)),
+        }
+        .map_err(e)
+    }
+
+    fn fetch(&self, case: &Case, out: &GpuMem) -> Result<Vec<u8>, String> {
+        let s = case.dtype.size();
+        let mut v = vec![0u8; case.out_count(self.g.world_size()) * s];
+        // SAFETY: `out` holds `off + v.len()` bytes; synchronous copy.
+        unsafe { raw::mem_op::copy_to_host(self.stream.raw(), &mut v, out.ptr() + (case.misalign * s) as u64) }
+            .map_err(e)?;
+        Ok(v)
+    }
+}
+
+impl Runner for GpuRunner {
+    fn rank(&self) -> usize {
+        self.g.rank()
+    }
+    fn world(&self) -> usize {
+        self.g.world_size()
+    }
+    fn shared_seed(&self, name: &str) -> Result<u64, String> {
+        let all = self.g.all_gather_bytes(name, &rand::rng().random::<u64>().to_le_bytes()).map_err(e)?;
+        Ok(u64::from_le_bytes(all[0].as_slice().try_into().map_err(e)?))
+    }
+    fn run(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String> {
+        let (inp, out) = self.prepare(case, input)?;
+        self.enqueue(case, &self.stream, &inp, &out)?;
+        self.g.synchronize(&self.stream).map_err(e)?;
+        self.fetch(case, &out)
+    }
+}
+
+/// The cases of the correctness suite: every algorithm (and `auto`), dtype and
+/// operator, at 1 element, odd counts, counts that are not a multiple of 16 bytes and
+/// a larger size; plain and symmetric buffers; aligned and misaligned.
+pub fn suite(sync: SyncMethod, large: usize) -> Vec<Case> {
+    let mut v = Vec::new();
+    let counts = [1usize, 7, 1003, 65_541, large];
+    let base = Case {
+        coll: Coll::AllGather(AllGatherAlgorithm::Auto),
+        dtype: DType::F32,
+        count: 1,
+        symmetric: false,
+        misalign: 0,
+        sync,
+        channel: 0,
+    };
+    let ags = std::iter::once(AllGatherAlgorithm::Auto).chain(AllGatherAlgorithm::NAMED.iter().copied());
+    for a in ags {
+        for dtype in DType::ALL {
+            for (k, &count) in counts.iter().enumerate() {
+                // Bytes are bytes: the big size once per algorithm is enough.
+                if count == large && dtype != DType::Bf16 {
+                    continue;
+                }
+                v.push(Case {
+                    coll: Coll::AllGather(a),
+                    dtype,
+                    count,
+                    symmetric: k % 2 == 1,
+                    misalign: if k == 2 { 1 } else { 0 },
+                    ..base
+                });
+            }
+        }
+    }
+    let rss = std::iter::once(ReduceScatterAlgorithm::Auto).chain(ReduceScatterAlgorithm::NAMED.iter().copied());
+    for a in rss {
+        for dtype in [DType::F32, DType::F16, DType::Bf16] {
+            for op in ReduceOp::ALL {
+                for (k, &count) in counts.iter().enumerate() {
+                    if count == large && op != ReduceOp::Sum {
+                        continue;
+                    }
+                    v.push(Case {
+                        coll: Coll::ReduceScatter(a, op),
+                        dtype,
+                        count,
+                        symmetric: k % 2 == 0,
+                        misalign: if k == 3 { 3 } else { 0 },
+                        ..base
+                    });
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Runs `cases`; returns a summary.
+pub fn run_suite(r: &mut dyn Runner, cases: &[Case]) -> Result<String, String> {
+    let t = Instant::now();
+    let mut checked = 0;
+    for (i, c) in cases.iter().enumerate() {
+        checked += check_case(r, c, &format!("suite/{i}"))?;
+    }
+    Ok(format!(
+        "{} cases, {checked} output elements checked, 0 wrong ({:.1} s)",
+        cases.len(),
+        t.elapsed().as_secs_f64()
+    ))
+}
+
+/// The five algorithms the stress loop cycles through.
+fn stress_case(i: usize, channel: u32, sync: SyncMethod, count: usize) -> Case {
+    let coll = match i % 5 {
+        0 => Coll::AllGather(AllGatherAlgorithm::CePull),
+        1 => Coll::AllGather(AllGatherAlgorithm::CePush),
+        2 => Coll::AllGather(AllGatherAlgorithm::SmOneshot),
+        3 => Coll::ReduceScatter(ReduceScatterAlgorithm::CeReduce, ReduceOp::Sum),
+        _ => Coll::ReduceScatter(ReduceScatterAlgorithm::SmDirect, ReduceOp::Max),
+    };
+    Case { coll, dtype: DType::Bf16, count, symmetric: i % 3 == 0, misalign: 0, sync, channel }
+}
+
+/// `iters` back-to-back calls on one GPU stream (in blocks of 8, enqueued without
+/// synchronising between them), cycling through every algorithm, each call with fresh
+/// data, every output checked. With `streams == 2`, two threads do this at once on two
+/// streams and channels.
+pub fn gpu_stress(r: &GpuRunner, iters: usize, streams: usize, sync: SyncMethod) -> Result<String, String> {
+    const BLOCK: usize = 8;
+    let count = 4093;
+    // Growing a workspace is collective: do it once per channel before threads start.
+    for ch in 0..streams as u32 {
+        r.g.reserve_workspace(ch, 16 << 20).map_err(e)?;
+    }
+    let seeds: Vec<u64> = {
+        let all = r.g.all_gather_bytes("stress-seed", &rand::rng().random::<u64>().to_le_bytes()).map_err(e)?;
+        vec![u64::from_le_bytes(all[0].as_slice().try_into().map_err(e)?); 1]
+    };
+    let base = seeds[0];
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let work = |ch: usize| -> Result<usize, String> {
+        let stream = if ch == 0 { r.stream.clone() } else { r.g.device().stream(StreamPriority::High).map_err(e)? };
+        let mut checked = 0;
+        let mut i = 0;
+        while i < iters {
+            let n = BLOCK.min(iters - i);
+            let cases: Vec<Case> = (i..i + n).map(|k| stress_case(k, ch as u32, sync, count)).collect();
+            let seeds: Vec<u64> = (i..i + n).map(|k| base ^ ((ch as u64) << 40) ^ (k as u64 * 0x9E37)).collect();
+            let mut bufs = Vec::new();
+            for (c, s) in cases.iter().zip(&seeds) {
+                bufs.push(r.prepare(c, &input_bytes(c.dtype, *s, rank, 0, c.in_count(world)))?);
+            }
+            for (c, (inp, out)) in cases.iter().zip(&bufs) {
+                r.enqueue(c, &stream, inp, out)?;
+            }
+            r.g.synchronize(&stream).map_err(e)?;
+            for ((c, s), (_, out)) in cases.iter().zip(&seeds).zip(&bufs) {
+                let got = r.fetch(c, out)?;
+                let (wrong, first) = compare(c, *s, rank, world, &got);
+                if wrong > 0 {
+                    return Err(format!("rank {rank}: stream {ch}: {}: {wrong} wrong; first: {first}", c.name()));
+                }
+                checked += got.len() / c.dtype.size();
+            }
+            i += n;
+        }
+        Ok(checked)
+    };
+    let t = Instant::now();
+    let results: Vec<Result<usize, String>> = std::thread::scope(|s| {
+        (0..streams)
+            .map(|ch| s.spawn(move || work(ch)))
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
+            .collect()
+    });
+    let mut total = 0;
+    for res in results {
+        total += res?;
+    }
+    Ok(format!(
+        "{iters} calls x {streams} stream(s), {total} elements checked, 0 wrong ({:.1} s)",
+        t.elapsed().as_secs_f64()
+    ))
+}
+
+/// As [`gpu_stress`] on the host backend (threads instead of streams).
+pub fn host_stress(r: &HostRunner, iters: usize, threads: usize) -> Result<String, String> {
+    let count = 1021;
+    let base = {
+        let all = r.g.all_gather_bytes("stress-seed", &rand::rng().random::<u64>().to_le_bytes()).map_err(e)?;
+        u64::from_le_bytes(all[0].as_slice().try_into().map_err(e)?)
+    };
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    // Workspaces grow collectively: run one call per channel first, one thread at a time.
+    let warm = |ch: u32| -> Result<(), String> {
+        for k in 0..5 {
+            let c = Case { symmetric: false, ..stress_case(k, ch, SyncMethod::Kernel, count) };
+            let input = input_bytes(c.dtype, base, rank, 0, c.in_count(world));
+            let mut out = vec![0u8; c.out_count(world) * 2];
+            match c.coll {
+                Coll::AllGather(a) => r.g.all_gather(HostInput::Plain(&input), &mut out, c.dtype, &c.ag_opts(a)),
+                Coll::ReduceScatter(a, op) => {
+                    r.g.reduce_scatter(HostInput::Plain(&input), &mut out, c.dtype, op, &c.rs_opts(a))
+                }
+            }
+            .map_err(e)?;
+        }
+        Ok(())
+    };
+    for ch in 0..threads as u32 {
+        warm(ch)?;
+    }
+    let work = |ch: usize| -> Result<usize, String> {
+        let mut checked = 0;
+        for i in 0..iters {
+            let c = Case { symmetric: false, ..stress_case(i, ch as u32, SyncMethod::Kernel, count) };
+            let seed = base ^ ((ch as u64) << 40) ^ (i as u64 * 0x9E37);
+            let input = input_bytes(c.dtype, seed, rank, 0, c.in_count(world));
+            let mut out = vec![0xFFu8; c.out_count(world) * c.dtype.size()];
+            match c.coll {
+                Coll::AllGather(a) => r.g.all_gather(HostInput::Plain(&input), &mut out, c.dtype, &c.ag_opts(a)),
+                Coll::ReduceScatter(a, op) => {
+                    r.g.reduce_scatter(HostInput::Plain(&input), &mut out, c.dtype, op, &c.rs_opts(a))
+                }
+            }
+            .map_err(|m| format!("rank {rank}: thread {ch} call {i}: {m}"))?;
+            let (wrong, first) = compare(&c, seed, rank, world, &out);
+            if wrong > 0 {
+                return Err(format!("rank {rank}: thread {ch} call {i}: {}: {wrong} wrong; first: {first}", c.name()));
+            }
+            checked += out.len() / c.dtype.size();
+        }
+        Ok(checked)
+    };
+    let t = Instant::now();
+    let results: Vec<Result<usize, String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads).map(|ch| s.spawn(move || work(ch))).collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into()))).collect()
+    });
+    let mut total = 0;
+    for res in results {
+        total += res?;
+    }
+    Ok(format!(
+        "{iters} calls x {threads} thread(s), {total} elements checked, 0 wrong ({:.1} s)",
+        t.elapsed().as_secs_f64()
+    ))
+}
+
+/// Whether `err` blames `victim` (directly, or through the group's recorded failure).
+fn blames(err: &lowcon::Error, victim: usize) -> bool {
+    match err {
+        lowcon::Error::PeerGone { peer, .. } | lowcon::Error::PeerTimeout { peer, .. } => *peer == victim,
+        lowcon::Error::GroupFailed(msg) => msg.contains(&format!("peer rank {victim} ")),
+        _ => false,
+    }
+}
+
+/// Rank `victim` kills itself with SIGKILL before call `kill_at` of a loop of `iters`
+/// collective calls (`call(i)` enqueues or runs call `i`; `finish` synchronises). Every
+/// other rank must get an error naming the victim, from a call or from `finish`,
+/// within the group's timeout, without help from a launcher.
+pub fn dead_peer_loop(
+    rank: usize,
+    victim: usize,
+    kill_at: usize,
+    iters: usize,
+    timeout: Duration,
+    mut call: impl FnMut(usize) -> lowcon::Result<()>,
+    finish: impl FnOnce() -> lowcon::Result<()>,
+) -> Result<String, String> {
+    let mut since: Option<Instant> = None;
+    let verdict = |err: lowcon::Error, i: usize, since: Option<Instant>| -> Result<String, String> {
+        let took = since.map_or(Duration::ZERO, |t| t.elapsed());
+        if !blames(&err, victim) {
+            return Err(format!("rank {rank}: call {i} failed without naming rank {victim}: {err}"));
+        }
+        if took > timeout + Duration::from_secs(5) {
+            return Err(format!("rank {rank}: noticed only after {took:?} (timeout {timeout:?}): {err}"));
+        }
+        Ok(format!("call {i} failed {:.0} ms after the kill point: {err}", took.as_secs_f64() * 1e3))
+    };
+    for i in 0..iters {
+        if i == kill_at {
+            if rank == victim {
+                // Like a crash: no destructors, no goodbye on any socket.
+                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+            }
+            since = Some(Instant::now());
+        }
+        if let Err(err) = call(i) {
+            return verdict(err, i, since);
+        }
+    }
+    match finish() {
+        Err(err) => verdict(err, iters, since),
+        Ok(()) => Err(format!("rank {rank}: {iters} calls and a synchronize succeeded although rank {victim} died")),
+    }
+}
+
+/// Host backend: [`dead_peer_loop`] over small all-gathers.
+pub fn host_dead_peer(victim: usize, kill_at: usize, timeout: Duration) -> Result<String, String> {
+    let r = HostRunner::from_env(Some(timeout))?;
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let input = input_bytes(DType::F32, 7, rank, 0, 1024);
+    let mut out = vec![0u8; input.len() * world];
+    let opts = AllGatherOptions::default();
+    let res = dead_peer_loop(
+        rank,
+        victim,
+        kill_at,
+        1000,
+        timeout,
+        |_| r.g.all_gather(HostInput::Plain(&input), &mut out, DType::F32, &opts),
+        || Ok(()),
+    );
+    crate::survivors_barrier("coll-dead-peer", world - 1)?;
+    res
+}
+
+/// GPU backend: [`dead_peer_loop`] over all-gathers enqueued back to back, never
+/// synchronising until the end.
+pub fn gpu_dead_peer(victim: usize, kill_at: usize, timeout: Duration, sync: SyncMethod) -> Result<String, String> {
+    let r = GpuRunner::from_env(Some(timeout))?;
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let case = Case {
+        coll: Coll::AllGather(AllGatherAlgorithm::Auto),
+        dtype: DType::F32,
+        count: 16 << 10,
+        symmetric: true,
+        misalign: 0,
+        sync,
+        channel: 0,
+    };
+    let (inp, out) = r.prepare(&case, &input_bytes(DType::F32, 7, rank, 0, case.count))?;
+    let res = dead_peer_loop(
+        rank,
+        victim,
+        kill_at,
+        1000,
+        timeout,
+        |_| {
+            let ib = inp.buf(0, case.count, case.dtype).map_err(lowcon::Error::InvalidArgument)?;
+            let ob = out.buf(0, case.count * world, case.dtype).map_err(lowcon::Error::InvalidArgument)?;
+            r.g.all_gather(ib, ob, &r.stream, &case.ag_opts(AllGatherAlgorithm::Auto))
+        },
+        || r.g.synchronize(&r.stream),
+    );
+    crate::survivors_barrier("coll-dead-peer", world - 1)?;
+    res
+}
+
+/// Expects `res` to be an `InvalidArgument` whose message contains every one of `want`.
+fn expect_refused(what: &str, res: lowcon::Result<()>, want: &[&str]) -> Result<String, String> {
+    match res {
+        Err(err @ lowcon::Error::InvalidArgument(_)) => {
+            let m = err.to_string();
+            match want.iter().find(|w| !m.contains(*w)) {
+                None => Ok(m),
+                Some(w) => Err(format!("{what}: the message does not mention {w:?}: {m}")),
+            }
+        }
+        Err(other) => Err(format!("{what}: expected InvalidArgument, got {other}")),
+        Ok(()) => Err(format!("{what}: accepted")),
+    }
+}
+
+/// Bad calls on the host backend: each must be refused with a clear message, and the
+/// group must still work afterwards (nothing half-done, no epoch advanced).
+pub fn host_bad_input() -> Result<String, String> {
+    let mut r = HostRunner::from_env(None)?;
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let rk = format!("rank {rank}");
+    let input = vec![1u8; 64];
+    let mut small = vec![0u8; 64 * world - 4];
+    let mut out = vec![0u8; 64 * world];
+    let mut notes = Vec::new();
+    let ag = AllGatherOptions::default();
+    notes.push(expect_refused(
+        "short all-gather output",
+        r.g.all_gather(HostInput::Plain(&input), &mut small, DType::F32, &ag),
+        &[&rk, &format!("{} elements", 16 * world - 1)],
+    )?);
+    let mut rs_out = vec![0u8; 64];
+    let rs = ReduceScatterOptions::default();
+    notes.push(expect_refused(
+        "i32 reduce-scatter",
+        r.g.reduce_scatter(HostInput::Plain(&out), &mut rs_out, DType::I32, ReduceOp::Sum, &rs),
+        &["dtype i32"],
+    )?);
+    let mut rs_short = vec![0u8; 60];
+    notes.push(expect_refused(
+        "reduce-scatter output of the wrong size",
+        r.g.reduce_scatter(HostInput::Plain(&out), &mut rs_short, DType::F32, ReduceOp::Sum, &rs),
+        &[&rk, "needs"],
+    )?);
+    let no_stage = AllGatherOptions { algorithm: AllGatherAlgorithm::CePull, allow_staging: false, ..ag };
+    notes.push(expect_refused(
+        "ordinary input with staging disabled",
+        r.g.all_gather(HostInput::Plain(&input), &mut out, DType::F32, &no_stage),
+        &[&rk, "needs a symmetric input"],
+    )?);
+    notes.push(expect_refused(
+        "channel out of range",
+        r.g.all_gather(HostInput::Plain(&input), &mut out, DType::F32, &AllGatherOptions { channel: 99, ..ag }),
+        &["channel 99"],
+    )?);
+    // The group is intact: a real call still works.
+    let ok = Case {
+        coll: Coll::ReduceScatter(ReduceScatterAlgorithm::Auto, ReduceOp::Sum),
+        dtype: DType::F32,
+        count: 100,
+        symmetric: false,
+        misalign: 0,
+        sync: SyncMethod::Kernel,
+        channel: 0,
+    };
+    check_case(&mut r, &ok, "after-bad")?;
+    Ok(format!("{} bad calls refused, group still works; e.g. {}", notes.len(), notes[0]))
+}
+
+/// Bad calls on the GPU backend, as [`host_bad_input`], plus buffers on another GPU and
+/// host memory passed as device memory.
+pub fn gpu_bad_input() -> Result<String, String> {
+    let mut r = GpuRunner::from_env(None)?;
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let rk = format!("rank {rank}");
+    let st = r.stream.clone();
+    let input = st.alloc_zeros::<f32>(16).map_err(e)?;
+    let mut out = st.alloc_zeros::<f32>(16 * world).map_err(e)?;
+    let mut short = st.alloc_zeros::<f32>(16 * world - 1).map_err(e)?;
+    let ints = st.alloc_zeros::<i32>(16 * world).map_err(e)?;
+    let mut int_out = st.alloc_zeros::<i32>(16).map_err(e)?;
+    let ag = AllGatherOptions::default();
+    let rs = ReduceScatterOptions::default();
+    let mut notes = Vec::new();
+    notes.push(expect_refused(
+        "short all-gather output",
+        r.g.all_gather(DeviceBuf::slice(&input), DeviceBuf::slice_mut(&mut short), &st, &ag),
+        &[&rk, &format!("{} elements", 16 * world - 1)],
+    )?);
+    notes.push(expect_refused(
+        "i32 reduce-scatter",
+        r.g.reduce_scatter(DeviceBuf::slice(&ints), DeviceBuf::slice_mut(&mut int_out), ReduceOp::Sum, &st, &rs),
+        &["dtype i32"],
+    )?);
+    let no_stage = ReduceScatterOptions { allow_staging: false, ..rs };
+    let mut rs_out = st.alloc_zeros::<f32>(4).map_err(e)?;
+    let rs_in = st.alloc_zeros::<f32>(4 * world).map_err(e)?;
+    notes.push(expect_refused(
+        "ordinary input with staging disabled",
+        r.g.reduce_scatter(DeviceBuf::slice(&rs_in), DeviceBuf::slice_mut(&mut rs_out), ReduceOp::Sum, &st, &no_stage),
+        &[&rk, "needs a symmetric input"],
+    )?);
+    let host_mem = vec![0f32; 16];
+    // SAFETY: deliberately wrong (host memory); the call must refuse it before any use.
+    let host_buf = unsafe { DeviceBuf::from_raw(host_mem.as_ptr() as u64, 16, DType::F32) };
+    notes.push(expect_refused(
+        "host memory as input",
+        r.g.all_gather(host_buf, DeviceBuf::slice_mut(&mut out), &st, &ag),
+        &[&rk, "not device memory"],
+    )?);
+    let count = lowcon::cuda::device_count().map_err(e)?;
+    if count > 1 {
+        let other = (r.g.device().index() + 1) % count;
+        let dev = lowcon::cuda::Device::open(other).map_err(e)?;
+        let os = dev.stream(StreamPriority::Default).map_err(e)?;
+        let foreign = os.alloc_zeros::<f32>(16).map_err(e)?;
+        r.g.device().bind_to_thread().map_err(e)?;
+        notes.push(expect_refused(
+            "input on another GPU",
+            r.g.all_gather(DeviceBuf::slice(&foreign), DeviceBuf::slice_mut(&mut out), &st, &ag),
+            &[&rk, &format!("on device {other}")],
+        )?);
+    }
+    let ok = Case {
+        coll: Coll::AllGather(AllGatherAlgorithm::SmOneshot),
+        dtype: DType::F32,
+        count: 100,
+        symmetric: true,
+        misalign: 0,
+        sync: SyncMethod::Kernel,
+        channel: 0,
+    };
+    check_case(&mut r, &ok, "after-bad")?;
+    Ok(format!("{} bad calls refused, group still works; e.g. {}", notes.len(), notes[0]))
+}
