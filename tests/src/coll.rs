@@ -170,7 +170,8 @@ fn compare(case: &Case, seed: u64, rank: usize, world: usize, got: &[u8]) -> (us
                     ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
                 };
                 let have = as_f64(case.dtype, &got[k * s..(k + 1) * s]);
-                if !((have - want).abs() <= rel * want.abs() + abs) {
+                let ok = (have - want).abs() <= rel * want.abs() + abs; // false for NaN (poison)
+                if !ok {
                     if wrong == 0 {
                         first = format!("element {k}: got {have}, want {want}");
                     }
@@ -307,7 +308,8 @@ impl GpuMem {
             // SAFETY: `off + count * size` lies inside the allocation (callers size it),
             // which outlives the collective (synchronised before it is dropped).
             GpuMem::Plain(s) => {
-                Ok(unsafe { DeviceBuf::from_raw(lowcon::cuda::device_ptr(s) + off as u64, count, dtype) })
+                let b = unsafe { DeviceBuf::from_raw(lowcon::cuda::device_ptr(s) + off as u64, count, dtype) };
+                Ok(b)
             }
             GpuMem::Symmetric(b) => DeviceBuf::symmetric(b, off, count, dtype).map_err(e),
         }
@@ -453,7 +455,7 @@ fn stress_case(i: usize, channel: u32, sync: SyncMethod, count: usize) -> Case {
         3 => Coll::ReduceScatter(ReduceScatterAlgorithm::CeReduce, ReduceOp::Sum),
         _ => Coll::ReduceScatter(ReduceScatterAlgorithm::SmDirect, ReduceOp::Max),
     };
-    Case { coll, dtype: DType::Bf16, count, symmetric: i % 3 == 0, misalign: 0, sync, channel }
+    Case { coll, dtype: DType::Bf16, count, symmetric: i.is_multiple_of(3), misalign: 0, sync, channel }
 }
 
 /// `iters` back-to-back calls on one GPU stream (in blocks of 8, enqueued without
@@ -789,7 +791,7 @@ pub fn gpu_bad_input() -> Result<String, String> {
         r.g.reduce_scatter(DeviceBuf::slice(&rs_in), DeviceBuf::slice_mut(&mut rs_out), ReduceOp::Sum, &st, &no_stage),
         &[&rk, "needs a symmetric input"],
     )?);
-    let host_mem = vec![0f32; 16];
+    let host_mem = [0f32; 16];
     // SAFETY: deliberately wrong (host memory); the call must refuse it before any use.
     let host_buf = unsafe { DeviceBuf::from_raw(host_mem.as_ptr() as u64, 16, DType::F32) };
     notes.push(expect_refused(
