@@ -305,9 +305,9 @@ impl GpuMem {
     }
     fn buf(&self, off: usize, count: usize, dtype: DType) -> Result<DeviceBuf<'_>, String> {
         match self {
-            // SAFETY: `off + count * size` lies inside the allocation (callers size it),
-            // which outlives the collective (synchronised before it is dropped).
             GpuMem::Plain(s) => {
+                // SAFETY: `off + count * size` lies inside the allocation (callers size
+                // it), which outlives the collective (synchronised before it is dropped).
                 let b = unsafe { DeviceBuf::from_raw(lowcon::cuda::device_ptr(s) + off as u64, count, dtype) };
                 Ok(b)
             }
