@@ -25,6 +25,15 @@ mkdir -p "$out"
 # NVLink multicast must stay off on shared machines (see shared/GPU.md).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export LOWCON_REQUIRE_GPU=1
+# NCCL 2.28.9 (torch's wheel) over the system's 2.28.3 when present; cuBLAS for overlap.
+py_nvidia=$(python3 -c "import nvidia, os; print(list(nvidia.__path__)[0])" 2>/dev/null || true)
+for d in "$py_nvidia/nccl/lib" "$py_nvidia/cublas/lib" /usr/local/cuda/lib64; do
+  [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
+# Which parts to run: base (symmetric memory and sync), coll (collective tests),
+# bench (sweeps with NCCL, overlap). Default: all.
+parts=${LOWCON_BUNDLE_PARTS:-base coll bench}
+has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
 L="$here/lowcon"
 summary="$out/summary.txt"
 : > "$summary"
@@ -43,15 +52,54 @@ step() { # step NAME LOGFILE CMD...: runs CMD, logs it, records ok/FAILED with s
 { nvidia-smi -L; nvidia-smi topo -m; } > "$out/nvidia-smi.txt" 2>&1 || true
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 step "lowcon info" info.txt "$L" info
-step "single-GPU checks (lowcon-gpu-tests)" gpu-tests.txt "$here/lowcon-gpu-tests"
-if [ "${LOWCON_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+has base && step "single-GPU checks (lowcon-gpu-tests)" gpu-tests.txt "$here/lowcon-gpu-tests"
+if has base && [ "${LOWCON_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   for tool in memcheck synccheck; do
     step "compute-sanitizer $tool (quick)" "sanitizer-$tool.txt" \
       compute-sanitizer --tool "$tool" --error-exitcode 3 "$here/lowcon-gpu-tests" --quick
   done
 fi
-step "host backend: barrier-stress x4 ranks" host.txt "$L" launch --nproc-per-node 4 --tee -- "$L" selftest barrier-stress
-if [ "$ngpu" -ge 2 ]; then
+has base && step "host backend: barrier-stress x4 ranks" host.txt "$L" launch --nproc-per-node 4 --tee -- "$L" selftest barrier-stress
+if [ "$ngpu" -ge 2 ] && has coll; then
+  sizes="$ngpu"; [ "$ngpu" -ge 4 ] && sizes="$sizes 3"; sizes="$sizes 2"
+  for w in $(echo $sizes | tr ' ' '\n' | awk '!seen[$0]++'); do
+    vis=$(seq -s, 0 $((w - 1)))
+    crun() { CUDA_VISIBLE_DEVICES=$vis "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest "$@"; }
+    step "w=$w coll-check every algorithm/dtype/op (kernel+memop)" "coll-w$w.txt" crun coll-check --backend gpu
+    step "w=$w coll-stress 1000 calls x 2 streams (kernel)" "coll-w$w.txt" crun coll-stress --backend gpu --method kernel
+    step "w=$w coll-stress 1000 calls x 2 streams (memop)" "coll-w$w.txt" crun coll-stress --backend gpu --method memop
+    step "w=$w coll-bad-input" "coll-w$w.txt" crun coll-bad-input --backend gpu
+    for m in kernel memop; do
+      # Ranks started by hand (no launcher): the library alone must name the dead rank.
+      step "w=$w coll-dead-peer SIGKILL mid-loop, no launcher ($m)" "coll-dead-w$w.txt" \
+        bash -c 'vis=$0; w=$1; m=$2; L=$3; port=$((29700 + RANDOM % 200))
+          "$L" store serve --bind 127.0.0.1:$port & sp=$!; sleep 0.3
+          for r in $(seq 0 $((w - 1))); do
+            CUDA_VISIBLE_DEVICES=$vis RANK=$r WORLD_SIZE=$w LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=1 \
+              LOWCON_STORE_ADDR=127.0.0.1:$port "$L" selftest coll-dead-peer --backend gpu --method $m \
+              --victim $((w - 1)) > /tmp/dp-$r.log 2>&1 & pids[$r]=$!
+          done
+          ok=0
+          for r in $(seq 0 $((w - 1))); do wait ${pids[$r]}; s=$?; cat /tmp/dp-$r.log
+            if [ $r -eq $((w - 1)) ]; then [ $s -eq 137 ] || ok=1; else [ $s -eq 0 ] || ok=1; fi; done
+          kill $sp; nvidia-smi --query-gpu=index,memory.used --format=csv; exit $ok' "$vis" "$w" "$m" "$L"
+    done
+  done
+  vis=$(seq -s, 0 $((ngpu - 1)))
+  step "w=$ngpu coll-check with 1 GiB cases (kernel)" "coll-big.txt" env CUDA_VISIBLE_DEVICES=$vis "$L" launch --nproc-per-node "$ngpu" --tee -- "$L" selftest coll-check --backend gpu --method kernel --large 67108864
+fi
+if [ "$ngpu" -ge 2 ] && has bench; then
+  vis=$(seq -s, 0 $((ngpu - 1)))
+  b() { CUDA_VISIBLE_DEVICES=$vis "$L" launch --nproc-per-node "$ngpu" -- "$L" bench "$@"; }
+  step "bench all-gather 64K..256M, NCCL alongside" bench-all-gather.txt b all-gather -b 64K -e 256M -f 4 --sync kernel,memop --json "$out/all-gather.json" --csv "$out/all-gather.csv"
+  step "bench reduce-scatter 64K..256M, NCCL alongside" bench-reduce-scatter.txt b reduce-scatter -b 64K -e 256M -f 4 --sync kernel,memop --json "$out/reduce-scatter.json" --csv "$out/reduce-scatter.csv"
+  step "bench reduce-scatter ce-reduce CTA sweep" bench-rs-ctas.txt b reduce-scatter -b 16M -e 256M -f 4 --algorithms ce-reduce,sm-direct --ctas 4,8,16,32 --no-nccl --json "$out/rs-ctas.json"
+  step "bench all-gather/reduce-scatter --check 64K..16M" bench-check.txt b all-gather -b 64K -e 16M -f 16 --check --no-nccl --sync kernel,memop
+  step "bench reduce-scatter --check 64K..16M" bench-check.txt b reduce-scatter -b 64K -e 16M -f 16 --check --no-nccl --sync kernel,memop
+  step "bench overlap (GEMM + collectives), NCCL alongside" bench-overlap.txt b overlap --json "$out/overlap.json" --csv "$out/overlap.csv"
+  step "plot" plot.txt "$L" bench plot --json "$out/all-gather.json" "$out/reduce-scatter.json" "$out/overlap.json" --out "$out/lowcon-4xh200.png"
+fi
+if [ "$ngpu" -ge 2 ] && has base; then
   sizes="$ngpu"; [ "$ngpu" -ge 4 ] && sizes="$sizes 3"; sizes="$sizes 2"
   for w in $(echo $sizes | tr ' ' '\n' | awk '!seen[$0]++'); do
     vis=$(seq -s, 0 $((w - 1)))
@@ -79,6 +127,9 @@ echo
 echo "== summary"
 cat "$summary"
 if [ -s "$out/bench-barrier.txt" ]; then echo; grep -v '^{' "$out/bench-barrier.txt" | grep -v '^==' ; fi
+for f in bench-all-gather bench-reduce-scatter bench-rs-ctas bench-overlap; do
+  [ -s "$out/$f.txt" ] && { echo; grep -v '^==' "$out/$f.txt" | grep -v '^\s*$' | grep -v 'done   $' | tail -n 80; }
+done
 echo "== overall: $([ $rc -eq 0 ] && echo PASS || echo FAIL)"
 exit $rc
 RUN

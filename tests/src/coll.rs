@@ -55,7 +55,8 @@ pub struct Case {
 }
 
 impl Case {
-    fn name(&self) -> String {
+    /// A short description for messages.
+    pub fn name(&self) -> String {
         let c = match self.coll {
             Coll::AllGather(a) => format!("all-gather/{a}"),
             Coll::ReduceScatter(a, op) => format!("reduce-scatter/{a}/{op}"),
@@ -196,17 +197,24 @@ pub trait Runner {
     fn run(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String>;
 }
 
-/// Runs and checks one case with a fresh seed; returns the elements checked.
-pub fn check_case(r: &mut dyn Runner, case: &Case, tag: &str) -> Result<usize, String> {
+/// Runs one case with a fresh seed; returns (wrong elements, the first, elements checked).
+pub fn count_wrong(r: &mut dyn Runner, case: &Case, tag: &str) -> Result<(usize, String, usize), String> {
     let (rank, world) = (r.rank(), r.world());
     let seed = r.shared_seed(tag)?;
     let input = input_bytes(case.dtype, seed, rank, 0, case.in_count(world));
     let got = r.run(case, &input).map_err(|m| format!("rank {rank}: {}: {m}", case.name()))?;
     let (wrong, first) = compare(case, seed, rank, world, &got);
+    Ok((wrong, first, case.out_count(world)))
+}
+
+/// Runs and checks one case with a fresh seed; returns the elements checked.
+pub fn check_case(r: &mut dyn Runner, case: &Case, tag: &str) -> Result<usize, String> {
+    let rank = r.rank();
+    let (wrong, first, _) = count_wrong(r, case, tag)?;
     if wrong > 0 {
         return Err(format!("rank {rank}: {}: {wrong} wrong elements; first: {first}", case.name()));
     }
-    Ok(case.out_count(world))
+    Ok(case.out_count(r.world()))
 }
 
 /// The host backend.

@@ -2,7 +2,11 @@
 
 mod bench;
 mod launch;
+mod nccl;
+mod overlap;
+mod plot;
 mod store_cmd;
+mod sweep;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

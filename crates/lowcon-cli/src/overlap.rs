@@ -1,0 +1,316 @@
+//! `lowcon bench overlap`: how much a stream of collectives slows a concurrent GEMM.
+//!
+//! Per implementation (each lowcon algorithm × sync method, NCCL default, NCCL
+//! copy-engine): a bf16 GEMM (cuBLAS, runtime-loaded) repeated to about `gemm_ms` on a
+//! compute stream, and `colls` collectives on a high-priority comm stream. Three
+//! measurements, each the median of `trials`, max over ranks, all with CUDA events:
+//! the GEMMs alone, the collectives alone, and both enqueued together (the ranks start
+//! each trial together through a store barrier). Reported: GEMM slowdown, collective
+//! time alone and overlapped, and the overlapped total against the serial sum and the
+//! ideal max(GEMM, comm).
+
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys as blas};
+use half::bf16;
+use lowcon::cuda::{Event, Stream, StreamPriority, raw};
+use lowcon::{
+    AllGatherOptions, DType, DeviceBuf, GpuGroup, GpuGroupOptions, ReduceOp, ReduceScatterOptions, SyncMethod,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::nccl;
+use crate::sweep::Kind;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Overlap parameters.
+#[derive(Clone, Debug)]
+pub struct OverlapArgs {
+    pub kind: Kind,
+    pub m: usize,
+    pub gemm_ms: f64,
+    pub shard_bytes: usize,
+    pub colls: usize,
+    pub trials: usize,
+    pub algorithms: Vec<String>,
+    pub methods: Vec<SyncMethod>,
+    pub nccl: bool,
+}
+
+/// One implementation's overlap result (max over ranks of per-rank medians).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct OverlapRow {
+    pub bench: String,
+    pub implementation: String,
+    pub ranks: usize,
+    pub shard_bytes: usize,
+    pub colls: usize,
+    pub gemms: usize,
+    pub gemm_alone_ms: f64,
+    pub gemm_overlapped_ms: f64,
+    pub gemm_slowdown_pct: f64,
+    pub comm_alone_ms: f64,
+    pub comm_overlapped_ms: f64,
+    pub total_ms: f64,
+    pub serial_ms: f64,
+    pub ideal_ms: f64,
+    pub total_over_ideal_pct: f64,
+}
+
+struct Gemm8 {
+    blas: CudaBlas,
+    a: cudarc::driver::CudaSlice<bf16>,
+    b: cudarc::driver::CudaSlice<bf16>,
+    c: cudarc::driver::CudaSlice<bf16>,
+    m: usize,
+}
+
+impl Gemm8 {
+    fn new(stream: &Stream, m: usize) -> Res<Self> {
+        // SAFETY: only probes for the shared library.
+        if !unsafe { blas::is_culib_present() } {
+            return Err("libcublas is not on the library path; the overlap benchmark needs it".into());
+        }
+        let blas = CudaBlas::new(stream.cuda_stream().clone())?;
+        let host: Vec<bf16> =
+            (0..m * m).map(|i| bf16::from_f32(((i * 2654435761) % 1000) as f32 / 1000.0 - 0.5)).collect();
+        Ok(Self { a: stream.upload(&host)?, b: stream.upload(&host)?, c: stream.alloc_zeros(m * m)?, blas, m })
+    }
+
+    fn run(&mut self, reps: usize) -> Res<()> {
+        let n = self.m as i32;
+        let cfg = GemmConfig {
+            transa: blas::cublasOperation_t::CUBLAS_OP_N,
+            transb: blas::cublasOperation_t::CUBLAS_OP_N,
+            m: n,
+            n,
+            k: n,
+            alpha: bf16::ONE,
+            lda: n,
+            ldb: n,
+            beta: bf16::ZERO,
+            ldc: n,
+        };
+        for _ in 0..reps {
+            // SAFETY: all three matrices hold m*m elements, as the config says.
+            unsafe { self.blas.gemm(cfg, &self.a, &self.b, &mut self.c)? };
+        }
+        Ok(())
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn ms(a: &Event, b: &Event) -> Res<f64> {
+    Ok(a.elapsed_ms(b)? as f64)
+}
+
+pub fn run(a: &OverlapArgs) -> Res<Vec<OverlapRow>> {
+    let g = GpuGroup::from_env(GpuGroupOptions::default())?;
+    let (rank, world) = (g.rank(), g.world_size());
+    let compute = g.device().stream(StreamPriority::Default)?;
+    let comm = g.device().stream(StreamPriority::High)?;
+    let mut gemm = Gemm8::new(&compute, a.m)?;
+    // How many GEMMs make about gemm_ms (rank 0 decides, everyone uses it).
+    let (e0, e1, e2, e3) = (compute.event(true)?, compute.event(true)?, compute.event(true)?, compute.event(true)?);
+    gemm.run(3)?;
+    compute.record(&e0)?;
+    gemm.run(5)?;
+    compute.record(&e1)?;
+    e1.synchronize()?;
+    let one = ms(&e0, &e1)? / 5.0;
+    let all = g.all_gather_bytes("overlap-gemm", &one.to_le_bytes())?;
+    let one0 = f64::from_le_bytes(all[0].as_slice().try_into()?);
+    let gemms = ((a.gemm_ms / one0).ceil() as usize).max(1);
+
+    let count = a.shard_bytes / 2; // bf16
+    let (in_bytes, out_bytes) = match a.kind {
+        Kind::AllGather => (a.shard_bytes, a.shard_bytes * world),
+        Kind::ReduceScatter => (a.shard_bytes * world, a.shard_bytes),
+    };
+    let sym_in = g.alloc(in_bytes)?;
+    let sym_out = g.alloc(out_bytes)?;
+    // SAFETY: fills the two live buffers on `comm` (synchronised next).
+    unsafe {
+        raw::mem_op::fill(comm.raw(), sym_in.local_ptr(), 0x3c, in_bytes)?;
+        raw::mem_op::fill(comm.raw(), sym_out.local_ptr(), 0x3c, out_bytes)?;
+    }
+    comm.synchronize()?;
+
+    if rank == 0 {
+        println!(
+            "# lowcon bench overlap: {} of {} MiB shards x {} on a high-priority stream, next to {} bf16 GEMMs of {}^3 \
+             ({:.1} ms); {world} GPUs, median of {} trials, max over ranks",
+            a.kind.name(),
+            a.shard_bytes >> 20,
+            a.colls,
+            gemms,
+            a.m,
+            one0 * gemms as f64,
+            a.trials
+        );
+        println!(
+            "{:<28} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "implementation", "gemm", "gemm+c", "slowdown", "comm", "comm+g", "total", "serial", "ideal", "vs ideal"
+        );
+    }
+    let mut rows = Vec::new();
+    let mut measure = |name: &str, colls: &mut dyn FnMut(&Stream) -> Res<()>| -> Res<()> {
+        let mut v = [Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+        colls(&comm)?; // warm-up (grows workspaces, loads kernels)
+        g.synchronize(&comm)?;
+        for t in 0..a.trials.max(1) {
+            // GEMM alone.
+            compute.record(&e0)?;
+            gemm.run(gemms)?;
+            compute.record(&e1)?;
+            e1.synchronize()?;
+            v[0].push(ms(&e0, &e1)?);
+            // Collectives alone.
+            g.store_barrier(&format!("ov/{name}/{t}/a"))?;
+            comm.record(&e2)?;
+            colls(&comm)?;
+            comm.record(&e3)?;
+            g.synchronize(&comm)?;
+            v[1].push(ms(&e2, &e3)?);
+            // Together.
+            g.store_barrier(&format!("ov/{name}/{t}/b"))?;
+            comm.record(&e2)?;
+            compute.record(&e0)?;
+            colls(&comm)?;
+            gemm.run(gemms)?;
+            comm.record(&e3)?;
+            compute.record(&e1)?;
+            g.synchronize(&comm)?;
+            compute.synchronize()?;
+            v[2].push(ms(&e0, &e1)?);
+            v[3].push(ms(&e2, &e3)?);
+            let start = ms(&e0, &e2)?.min(0.0);
+            let end = ms(&e0, &e1)?.max(ms(&e0, &e3)?);
+            v[4].push(end - start);
+        }
+        let mine: Vec<u8> = v.into_iter().map(median).flat_map(f64::to_le_bytes).collect();
+        let all = g.all_gather_bytes(&format!("ov/{name}/stats"), &mine)?;
+        let mx: Vec<f64> = (0..5)
+            .map(|k| {
+                all.iter().map(|b| f64::from_le_bytes(b[8 * k..8 * k + 8].try_into().expect("8"))).fold(0.0, f64::max)
+            })
+            .collect();
+        let (ga, ca, go, co, tot) = (mx[0], mx[1], mx[2], mx[3], mx[4]);
+        let ideal = ga.max(ca);
+        let r = OverlapRow {
+            bench: format!("overlap-{}", a.kind.name()),
+            implementation: name.to_string(),
+            ranks: world,
+            shard_bytes: a.shard_bytes,
+            colls: a.colls,
+            gemms,
+            gemm_alone_ms: ga,
+            gemm_overlapped_ms: go,
+            gemm_slowdown_pct: (go / ga - 1.0) * 100.0,
+            comm_alone_ms: ca,
+            comm_overlapped_ms: co,
+            total_ms: tot,
+            serial_ms: ga + ca,
+            ideal_ms: ideal,
+            total_over_ideal_pct: (tot / ideal - 1.0) * 100.0,
+        };
+        if rank == 0 {
+            println!(
+                "{:<28} {:>9.2} {:>9.2} {:>8.1}% {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8.1}%",
+                r.implementation,
+                r.gemm_alone_ms,
+                r.gemm_overlapped_ms,
+                r.gemm_slowdown_pct,
+                r.comm_alone_ms,
+                r.comm_overlapped_ms,
+                r.total_ms,
+                r.serial_ms,
+                r.ideal_ms,
+                r.total_over_ideal_pct
+            );
+        }
+        rows.push(r);
+        Ok(())
+    };
+    for algo in &a.algorithms {
+        for &m in &a.methods {
+            let name = format!("lowcon {algo} {}", if m == SyncMethod::Kernel { "kernel" } else { "memop" });
+            let (ic, oc) = (in_bytes / 2, out_bytes / 2);
+            let mut colls = |s: &Stream| -> Res<()> {
+                for _ in 0..a.colls {
+                    let ib = DeviceBuf::symmetric(&sym_in, 0, ic, DType::Bf16)?;
+                    let ob = DeviceBuf::symmetric(&sym_out, 0, oc, DType::Bf16)?;
+                    match a.kind {
+                        Kind::AllGather => {
+                            let o = AllGatherOptions { algorithm: algo.parse()?, sync: m, ..Default::default() };
+                            g.all_gather(ib, ob, s, &o)?
+                        }
+                        Kind::ReduceScatter => {
+                            let o = ReduceScatterOptions { algorithm: algo.parse()?, sync: m, ..Default::default() };
+                            g.reduce_scatter(ib, ob, ReduceOp::Sum, s, &o)?
+                        }
+                    }
+                }
+                Ok(())
+            };
+            measure(&name, &mut colls)?;
+        }
+    }
+    if a.nccl {
+        match nccl::version() {
+            Err(why) => {
+                if rank == 0 {
+                    println!("# NCCL baseline skipped: {why}");
+                }
+            }
+            Ok(v) => {
+                for (mode, ce) in [("nccl", false), ("nccl-ce", true)] {
+                    if ce && v < 22800 {
+                        continue;
+                    }
+                    let res = (|| -> Res<()> {
+                        let mut c = nccl::Comm::new(&g, &format!("ov-{mode}"), ce)?;
+                        let (wi, wo) = if ce {
+                            (Some(c.alloc_window(in_bytes)?), Some(c.alloc_window(out_bytes)?))
+                        } else {
+                            (None, None)
+                        };
+                        let (pi, po) = (
+                            wi.as_ref().map_or(sym_in.local_ptr(), |m| m.ptr()),
+                            wo.as_ref().map_or(sym_out.local_ptr(), |m| m.ptr()),
+                        );
+                        let mut colls = |s: &Stream| -> Res<()> {
+                            for _ in 0..a.colls {
+                                // SAFETY: the buffers hold in_bytes / out_bytes.
+                                unsafe {
+                                    match a.kind {
+                                        Kind::AllGather => c.all_gather(pi, po, a.shard_bytes, s.raw() as _)?,
+                                        Kind::ReduceScatter => {
+                                            c.reduce_scatter(pi, po, count, DType::Bf16, ReduceOp::Sum, s.raw() as _)?
+                                        }
+                                    }
+                                }
+                            }
+                            Ok(())
+                        };
+                        measure(mode, &mut colls)?;
+                        comm.synchronize()?;
+                        drop(c);
+                        Ok(())
+                    })();
+                    if let Err(e) = res {
+                        if rank == 0 {
+                            println!("# {mode} skipped: {e}");
+                        }
+                        eprintln!("rank {rank}: {mode}: {e}");
+                    }
+                }
+            }
+        }
+    }
+    g.store_barrier("overlap-done")?;
+    Ok(rows)
+}

@@ -1,0 +1,511 @@
+//! `lowcon bench all-gather|reduce-scatter`: an nccl-tests-style sweep of lowcon's
+//! algorithms (and sync methods and CTA counts) with NCCL in the same run.
+//!
+//! Definitions (nccl-tests'): `size` is the bytes per rank (the all-gather shard, or the
+//! reduce-scatter output); `total` = ranks × size; algbw = total / time; busbw = algbw ×
+//! (n − 1) / n. Time: each rank runs `reps` batches of `iters` back-to-back calls between
+//! two CUDA events after `warmup` calls; a rank's time is the median batch's mean per
+//! call, and the table shows the max over ranks. Buffers are symmetric (zero-copy)
+//! unless `--staged`; NCCL's are cudaMalloc'ed (default mode) or window-registered
+//! `ncclMemAlloc` memory (copy-engine mode).
+
+use std::time::Instant;
+
+use lowcon::cuda::{Stream, StreamPriority, raw};
+use lowcon::{
+    AllGatherAlgorithm, AllGatherOptions, DType, DeviceBuf, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions,
+    HostInput, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions, SymmetricBuffer, SyncMethod,
+};
+use lowcon_tests::coll::{Case, Coll, GpuRunner, count_wrong};
+use serde::{Deserialize, Serialize};
+
+use crate::nccl;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Which collective a sweep runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    AllGather,
+    ReduceScatter,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::AllGather => "all-gather",
+            Kind::ReduceScatter => "reduce-scatter",
+        }
+    }
+}
+
+/// Sweep parameters (from the command line).
+#[derive(Clone, Debug)]
+pub struct SweepArgs {
+    pub kind: Kind,
+    pub min_bytes: usize,
+    pub max_bytes: usize,
+    pub factor: usize,
+    pub iters: usize,
+    pub warmup: usize,
+    pub reps: usize,
+    pub dtype: DType,
+    pub op: ReduceOp,
+    pub algorithms: Vec<String>,
+    pub methods: Vec<SyncMethod>,
+    pub ctas: Vec<Option<u32>>,
+    pub check: bool,
+    pub nccl: bool,
+    pub staged: bool,
+    pub backend_host: bool,
+}
+
+/// One measurement.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Row {
+    pub bench: String,
+    /// `lowcon`, `nccl` or `nccl-ce`.
+    pub implementation: String,
+    pub algorithm: String,
+    pub sync: String,
+    pub ctas: Option<u32>,
+    pub ranks: usize,
+    pub dtype: String,
+    pub op: Option<String>,
+    /// Bytes per rank.
+    pub size: usize,
+    /// ranks × size.
+    pub total: usize,
+    /// Elements per rank.
+    pub count: usize,
+    pub time_us: f64,
+    pub algbw_gbs: f64,
+    pub busbw_gbs: f64,
+    /// Wrong elements seen by `--check` (max over ranks), when checked.
+    pub wrong: Option<u64>,
+}
+
+impl Row {
+    /// The series label used in tables and plots.
+    pub fn label(&self) -> String {
+        match self.implementation.as_str() {
+            "lowcon" => {
+                let c = self.ctas.map(|c| format!(" ctas={c}")).unwrap_or_default();
+                format!("lowcon {} {}{c}", self.algorithm, self.sync)
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
+fn sizes(a: &SweepArgs) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut s = a.min_bytes.max(a.dtype.size());
+    while s <= a.max_bytes {
+        v.push(s / a.dtype.size() * a.dtype.size());
+        if a.factor < 2 {
+            break;
+        }
+        s *= a.factor;
+    }
+    v
+}
+
+fn method_name(m: SyncMethod) -> &'static str {
+    match m {
+        SyncMethod::Kernel => "kernel",
+        SyncMethod::StreamMemop => "memop",
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Max over ranks of each rank's `vals` (through the store).
+fn max_over_ranks(all: Vec<Vec<u8>>, n: usize) -> Vec<f64> {
+    (0..n)
+        .map(|k| {
+            all.iter()
+                .map(|b| f64::from_le_bytes(b[8 * k..8 * k + 8].try_into().expect("8 bytes")))
+                .fold(f64::MIN, f64::max)
+        })
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn row(
+    a: &SweepArgs,
+    world: usize,
+    implementation: &str,
+    algorithm: &str,
+    sync: &str,
+    ctas: Option<u32>,
+    size: usize,
+    us: f64,
+    wrong: Option<u64>,
+) -> Row {
+    let total = size * world;
+    let algbw = total as f64 / (us * 1e-6) / 1e9;
+    Row {
+        bench: a.kind.name().into(),
+        implementation: implementation.into(),
+        algorithm: algorithm.into(),
+        sync: sync.into(),
+        ctas,
+        ranks: world,
+        dtype: a.dtype.name().into(),
+        op: (a.kind == Kind::ReduceScatter).then(|| a.op.name().to_string()),
+        size,
+        total,
+        count: size / a.dtype.size(),
+        time_us: us,
+        algbw_gbs: algbw,
+        busbw_gbs: algbw * (world - 1) as f64 / world as f64,
+        wrong,
+    }
+}
+
+/// Prints the table header (rank 0).
+pub fn header(a: &SweepArgs, world: usize, what: &str) {
+    println!(
+        "# lowcon bench {} on {world} {what}, dtype {}{}, {} x {} iterations after {} warm-up; time = median batch, max over ranks",
+        a.kind.name(),
+        a.dtype,
+        if a.kind == Kind::ReduceScatter { format!(", op {}", a.op) } else { String::new() },
+        a.reps,
+        a.iters,
+        a.warmup
+    );
+    println!(
+        "{:>12} {:>12} {:>12}  {:<34} {:>10} {:>10} {:>10} {:>8}",
+        "size/rank", "total", "count", "implementation", "time(us)", "algbw", "busbw", "#wrong"
+    );
+}
+
+pub fn print_row(r: &Row) {
+    let wrong = r.wrong.map_or("-".to_string(), |w| w.to_string());
+    println!(
+        "{:>12} {:>12} {:>12}  {:<34} {:>10.1} {:>10.2} {:>10.2} {:>8}",
+        r.size,
+        r.total,
+        r.count,
+        r.label(),
+        r.time_us,
+        r.algbw_gbs,
+        r.busbw_gbs,
+        wrong
+    );
+}
+
+/// Runs the sweep on GPUs; returns the rows (complete on rank 0).
+pub fn gpu(a: &SweepArgs) -> Res<Vec<Row>> {
+    let g = GpuGroup::from_env(GpuGroupOptions::default())?;
+    let stream = g.device().stream(StreamPriority::High)?;
+    let mut runner = GpuRunner { g, stream };
+    let (rank, world) = (runner.g.rank(), runner.g.world_size());
+    let sizes = sizes(a);
+    let max = *sizes.last().ok_or("no sizes in the range")?;
+    let (in_max, out_max) = match a.kind {
+        Kind::AllGather => (max, max * world),
+        Kind::ReduceScatter => (max * world, max),
+    };
+    if rank == 0 {
+        header(a, world, "GPUs");
+    }
+    let mut rows = Vec::new();
+    // Symmetric (or ordinary) buffers for the largest size, filled with a harmless
+    // pattern (bf16/f32 0x3c3c... is a small normal number).
+    let bufs = Buffers::new(&runner, a.staged, in_max, out_max)?;
+    let algos: Vec<String> = a.algorithms.clone();
+    for algo in &algos {
+        for &m in &a.methods {
+            for &ctas in &a.ctas {
+                for &size in &sizes {
+                    let count = size / a.dtype.size();
+                    let label_ctas = ctas;
+                    let call = |s: &Stream| -> lowcon::Result<()> {
+                        let (ic, oc) = match a.kind {
+                            Kind::AllGather => (count, count * world),
+                            Kind::ReduceScatter => (count * world, count),
+                        };
+                        let (ib, ob) = (bufs.input(ic, a.dtype)?, bufs.output(oc, a.dtype)?);
+                        match a.kind {
+                            Kind::AllGather => {
+                                let opts =
+                                    AllGatherOptions { algorithm: algo.parse()?, sync: m, ctas, ..Default::default() };
+                                runner.g.all_gather(ib, ob, s, &opts)
+                            }
+                            Kind::ReduceScatter => {
+                                let opts = ReduceScatterOptions {
+                                    algorithm: algo.parse()?,
+                                    sync: m,
+                                    ctas,
+                                    ..Default::default()
+                                };
+                                runner.g.reduce_scatter(ib, ob, a.op, s, &opts)
+                            }
+                        }
+                    };
+                    let us = time_calls(&runner.g, &runner.stream, a, &mut |s| call(s).map_err(|e| e.to_string()))?;
+                    let wrong = if a.check {
+                        let case = case_for(a, algo, m, count)?;
+                        let (w, first, _) = count_wrong(&mut runner, &case, &format!("check/{algo}/{size}"))?;
+                        if w > 0 {
+                            eprintln!("rank {rank}: {}: {w} wrong, first: {first}", case.name());
+                        }
+                        Some(w as u64)
+                    } else {
+                        None
+                    };
+                    let stats = runner.g.all_gather_bytes(
+                        &format!("sweep/{algo}/{m:?}/{ctas:?}/{size}"),
+                        &[us, wrong.unwrap_or(0) as f64].map(f64::to_le_bytes).concat(),
+                    )?;
+                    let mx = max_over_ranks(stats, 2);
+                    let r = row(
+                        a,
+                        world,
+                        "lowcon",
+                        algo,
+                        method_name(m),
+                        label_ctas,
+                        size,
+                        mx[0],
+                        wrong.map(|_| mx[1] as u64),
+                    );
+                    if rank == 0 {
+                        print_row(&r);
+                        eprint!("\r{} {} {size} B done   ", a.kind.name(), r.label());
+                    }
+                    rows.push(r);
+                }
+            }
+        }
+    }
+    if a.nccl {
+        rows.extend(nccl_rows(&runner, a, &sizes, in_max, out_max)?);
+    }
+    if rank == 0 {
+        eprintln!();
+    }
+    drop(bufs);
+    runner.g.store_barrier("sweep-done")?;
+    Ok(rows)
+}
+
+fn case_for(a: &SweepArgs, algo: &str, m: SyncMethod, count: usize) -> Res<Case> {
+    let coll = match a.kind {
+        Kind::AllGather => Coll::AllGather(algo.parse()?),
+        Kind::ReduceScatter => Coll::ReduceScatter(algo.parse()?, a.op),
+    };
+    Ok(Case { coll, dtype: a.dtype, count, symmetric: !a.staged, misalign: 0, sync: m, channel: 0 })
+}
+
+/// Times `call` as described in the module docs; returns this rank's µs per call.
+fn time_calls(
+    g: &GpuGroup,
+    stream: &Stream,
+    a: &SweepArgs,
+    call: &mut dyn FnMut(&Stream) -> Result<(), String>,
+) -> Res<f64> {
+    for _ in 0..a.warmup {
+        call(stream)?;
+    }
+    g.synchronize(stream)?;
+    let (e0, e1) = (stream.event(true)?, stream.event(true)?);
+    let mut per_call = Vec::new();
+    for _ in 0..a.reps.max(1) {
+        stream.record(&e0)?;
+        for _ in 0..a.iters.max(1) {
+            call(stream)?;
+        }
+        stream.record(&e1)?;
+        g.synchronize(stream)?;
+        per_call.push(e0.elapsed_ms(&e1)? as f64 * 1e3 / a.iters.max(1) as f64);
+    }
+    Ok(median(per_call))
+}
+
+/// lowcon's benchmark buffers: symmetric, or ordinary device memory with `--staged`.
+struct Buffers {
+    input: Mem,
+    output: Mem,
+}
+
+enum Mem {
+    Sym(SymmetricBuffer),
+    Plain(cudarc::driver::CudaSlice<u8>),
+}
+
+impl Mem {
+    fn new(r: &GpuRunner, staged: bool, bytes: usize) -> Res<Self> {
+        let m = if staged { Mem::Plain(r.stream.alloc_zeros::<u8>(bytes)?) } else { Mem::Sym(r.g.alloc(bytes)?) };
+        // SAFETY: fills the whole live allocation on the runner's stream (synchronised next).
+        unsafe { raw::mem_op::fill(r.stream.raw(), m.ptr(), 0x3c, bytes)? };
+        r.stream.synchronize()?;
+        Ok(m)
+    }
+    fn ptr(&self) -> u64 {
+        match self {
+            Mem::Sym(b) => b.local_ptr(),
+            Mem::Plain(s) => lowcon::cuda::device_ptr(s),
+        }
+    }
+    fn buf(&self, count: usize, dtype: DType) -> lowcon::Result<DeviceBuf<'_>> {
+        match self {
+            Mem::Sym(b) => DeviceBuf::symmetric(b, 0, count, dtype),
+            // SAFETY: callers ask for at most the allocated size (the sweep's maximum).
+            Mem::Plain(s) => Ok(unsafe { DeviceBuf::from_raw(lowcon::cuda::device_ptr(s), count, dtype) }),
+        }
+    }
+}
+
+impl Buffers {
+    fn new(r: &GpuRunner, staged: bool, in_bytes: usize, out_bytes: usize) -> Res<Self> {
+        Ok(Self { input: Mem::new(r, staged, in_bytes)?, output: Mem::new(r, staged, out_bytes)? })
+    }
+    fn input(&self, count: usize, dtype: DType) -> lowcon::Result<DeviceBuf<'_>> {
+        self.input.buf(count, dtype)
+    }
+    fn output(&self, count: usize, dtype: DType) -> lowcon::Result<DeviceBuf<'_>> {
+        self.output.buf(count, dtype)
+    }
+}
+
+/// NCCL's rows: default mode, then copy-engine mode where this NCCL supports it.
+fn nccl_rows(r: &GpuRunner, a: &SweepArgs, sizes: &[usize], in_max: usize, out_max: usize) -> Res<Vec<Row>> {
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let mut rows = Vec::new();
+    let v = match nccl::version() {
+        Ok(v) => v,
+        Err(why) => {
+            if rank == 0 {
+                println!("# NCCL baseline skipped: {why}");
+            }
+            return Ok(rows);
+        }
+    };
+    for (mode, ce) in [("nccl", false), ("nccl-ce", true)] {
+        if ce && v < 22800 {
+            if rank == 0 {
+                println!("# nccl-ce skipped: NCCL {v} predates copy-engine collectives (2.28)");
+            }
+            continue;
+        }
+        let res = (|| -> Res<Vec<Row>> {
+            let mut out = Vec::new();
+            let mut comm = nccl::Comm::new(&r.g, mode, ce)?;
+            let (send, recv) =
+                if ce { (Some(comm.alloc_window(in_max)?), Some(comm.alloc_window(out_max)?)) } else { (None, None) };
+            let plain_in = r.stream.alloc_zeros::<u8>(if ce { 1 } else { in_max })?;
+            let plain_out = r.stream.alloc_zeros::<u8>(if ce { 1 } else { out_max })?;
+            let sp = send.as_ref().map_or(lowcon::cuda::device_ptr(&plain_in), |m| m.ptr());
+            let rp = recv.as_ref().map_or(lowcon::cuda::device_ptr(&plain_out), |m| m.ptr());
+            for &size in sizes {
+                let count = size / a.dtype.size();
+                let mut call = |s: &Stream| -> Result<(), String> {
+                    // SAFETY: both buffers hold the sweep's maximum sizes.
+                    unsafe {
+                        match a.kind {
+                            Kind::AllGather => comm.all_gather(sp, rp, size, s.raw() as _),
+                            Kind::ReduceScatter => comm.reduce_scatter(sp, rp, count, a.dtype, a.op, s.raw() as _),
+                        }
+                    }
+                };
+                let us = time_calls(&r.g, &r.stream, a, &mut call)?;
+                let stats = r.g.all_gather_bytes(&format!("sweep/{mode}/{size}"), &us.to_le_bytes())?;
+                let r = row(a, world, mode, mode, "-", None, size, max_over_ranks(stats, 1)[0], None);
+                if rank == 0 {
+                    print_row(&r);
+                }
+                out.push(r);
+            }
+            r.stream.synchronize()?;
+            drop(comm);
+            Ok(out)
+        })();
+        match res {
+            Ok(v) => rows.extend(v),
+            Err(e) => {
+                if rank == 0 {
+                    println!("# {mode} skipped: {e}");
+                }
+                eprintln!("rank {rank}: {mode}: {e}");
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// The same sweep on the host backend (CPU shared memory; wall-clock timing, since
+/// there are no device events). For checking the tool and the algorithms without a GPU;
+/// the numbers say nothing about GPUs.
+pub fn host(a: &SweepArgs) -> Res<Vec<Row>> {
+    let g = HostGroup::from_env(HostGroupOptions::default())?;
+    let (rank, world) = (g.rank(), g.world_size());
+    let mut runner = lowcon_tests::coll::HostRunner { g };
+    if rank == 0 {
+        header(a, world, "host-backend ranks (CPU shared memory, wall-clock timing)");
+    }
+    let mut rows = Vec::new();
+    for algo in &a.algorithms {
+        for &size in &sizes(a) {
+            let count = size / a.dtype.size();
+            let (ic, oc) = match a.kind {
+                Kind::AllGather => (count, count * world),
+                Kind::ReduceScatter => (count * world, count),
+            };
+            let input = vec![0x3cu8; ic * a.dtype.size()];
+            let mut out = vec![0u8; oc * a.dtype.size()];
+            let mut call = || -> lowcon::Result<()> {
+                match a.kind {
+                    Kind::AllGather => {
+                        let o =
+                            AllGatherOptions { algorithm: algo.parse::<AllGatherAlgorithm>()?, ..Default::default() };
+                        runner.g.all_gather(HostInput::Plain(&input), &mut out, a.dtype, &o)
+                    }
+                    Kind::ReduceScatter => {
+                        let o = ReduceScatterOptions {
+                            algorithm: algo.parse::<ReduceScatterAlgorithm>()?,
+                            ..Default::default()
+                        };
+                        runner.g.reduce_scatter(HostInput::Plain(&input), &mut out, a.dtype, a.op, &o)
+                    }
+                }
+            };
+            for _ in 0..a.warmup {
+                call()?;
+            }
+            let mut per = Vec::new();
+            for _ in 0..a.reps.max(1) {
+                let t = Instant::now();
+                for _ in 0..a.iters.max(1) {
+                    call()?;
+                }
+                per.push(t.elapsed().as_secs_f64() * 1e6 / a.iters.max(1) as f64);
+            }
+            let us = median(per);
+            let wrong = if a.check {
+                let case = case_for(a, algo, SyncMethod::Kernel, count)?;
+                let case = Case { symmetric: false, ..case };
+                Some(count_wrong(&mut runner, &case, &format!("check/{algo}/{size}"))?.0 as u64)
+            } else {
+                None
+            };
+            let stats = runner.g.all_gather_bytes(
+                &format!("sweep/{algo}/{size}"),
+                &[us, wrong.unwrap_or(0) as f64].map(f64::to_le_bytes).concat(),
+            )?;
+            let mx = max_over_ranks(stats, 2);
+            let r = row(a, world, "lowcon", algo, "host", None, size, mx[0], wrong.map(|_| mx[1] as u64));
+            if rank == 0 {
+                print_row(&r);
+            }
+            rows.push(r);
+        }
+    }
+    runner.g.store_barrier("sweep-done")?;
+    Ok(rows)
+}
