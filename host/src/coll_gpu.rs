@@ -209,8 +209,10 @@ impl GpuGroup {
         if st.copy.is_none() {
             st.copy = Some(self.device.stream(StreamPriority::High)?);
         }
+        let copy = st.copy.as_ref().expect("just made");
         while st.events.len() < events {
-            st.events.push(self.device.stream(StreamPriority::Default)?.event(false)?);
+            let ev = copy.event(false)?;
+            st.events.push(ev);
         }
         Ok(())
     }
