@@ -60,11 +60,10 @@ if has base && [ "${LOWCON_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >
   done
 fi
 has base && step "host backend: barrier-stress x4 ranks" host.txt "$L" launch --nproc-per-node 4 --tee -- "$L" selftest barrier-stress
-if [ "$ngpu" -ge 2 ] && has coll; then
-  sizes="$ngpu"; [ "$ngpu" -ge 4 ] && sizes="$sizes 3"; sizes="$sizes 2"
-  for w in $(echo $sizes | tr ' ' '\n' | awk '!seen[$0]++'); do
+coll_at() { # the collective suite at world size $1
+  local w=$1
     vis=$(seq -s, 0 $((w - 1)))
-    crun() { CUDA_VISIBLE_DEVICES=$vis "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest "$@"; }
+    crun() { CUDA_VISIBLE_DEVICES=$vis timeout 200 "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest "$@"; }
     step "w=$w coll-check every algorithm/dtype/op (kernel+memop)" "coll-w$w.txt" crun coll-check --backend gpu
     step "w=$w coll-stress 1000 calls x 2 streams (kernel)" "coll-w$w.txt" crun coll-stress --backend gpu --method kernel
     step "w=$w coll-stress 1000 calls x 2 streams (memop)" "coll-w$w.txt" crun coll-stress --backend gpu --method memop
@@ -72,7 +71,7 @@ if [ "$ngpu" -ge 2 ] && has coll; then
     for m in kernel memop; do
       # Ranks started by hand (no launcher): the library alone must name the dead rank.
       step "w=$w coll-dead-peer SIGKILL mid-loop, no launcher ($m)" "coll-dead-w$w.txt" \
-        bash -c 'vis=$0; w=$1; m=$2; L=$3; port=$((29700 + RANDOM % 200))
+        timeout 120 bash -c 'vis=$0; w=$1; m=$2; L=$3; port=$((29700 + RANDOM % 200))
           "$L" store serve --bind 127.0.0.1:$port & sp=$!; sleep 0.3
           for r in $(seq 0 $((w - 1))); do
             CUDA_VISIBLE_DEVICES=$vis RANK=$r WORLD_SIZE=$w LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=1 \
@@ -84,13 +83,15 @@ if [ "$ngpu" -ge 2 ] && has coll; then
             if [ $r -eq $((w - 1)) ]; then [ $s -eq 137 ] || ok=1; else [ $s -eq 0 ] || ok=1; fi; done
           kill $sp; nvidia-smi --query-gpu=index,memory.used --format=csv; exit $ok' "$vis" "$w" "$m" "$L"
     done
-  done
+}
+if [ "$ngpu" -ge 2 ] && has coll; then
+  coll_at "$ngpu"
   vis=$(seq -s, 0 $((ngpu - 1)))
-  step "w=$ngpu coll-check with 1 GiB cases (kernel)" "coll-big.txt" env CUDA_VISIBLE_DEVICES=$vis "$L" launch --nproc-per-node "$ngpu" --tee -- "$L" selftest coll-check --backend gpu --method kernel --large 67108864
+  step "w=$ngpu coll-check with 1 GiB cases (kernel)" "coll-big.txt" env CUDA_VISIBLE_DEVICES=$vis timeout 200 "$L" launch --nproc-per-node "$ngpu" --tee -- "$L" selftest coll-check --backend gpu --method kernel --large 67108864
 fi
 if [ "$ngpu" -ge 2 ] && has bench; then
   vis=$(seq -s, 0 $((ngpu - 1)))
-  b() { CUDA_VISIBLE_DEVICES=$vis "$L" launch --nproc-per-node "$ngpu" -- "$L" bench "$@"; }
+  b() { CUDA_VISIBLE_DEVICES=$vis timeout 300 "$L" launch --nproc-per-node "$ngpu" -- "$L" bench "$@"; }
   step "bench all-gather 64K..256M, NCCL alongside" bench-all-gather.txt b all-gather -b 64K -e 256M -f 4 --sync kernel,memop --json "$out/all-gather.json" --csv "$out/all-gather.csv"
   step "bench reduce-scatter 64K..256M, NCCL alongside" bench-reduce-scatter.txt b reduce-scatter -b 64K -e 256M -f 4 --sync kernel,memop --json "$out/reduce-scatter.json" --csv "$out/reduce-scatter.csv"
   step "bench reduce-scatter ce-reduce CTA sweep" bench-rs-ctas.txt b reduce-scatter -b 16M -e 256M -f 4 --algorithms ce-reduce,sm-direct --ctas 4,8,16,32 --no-nccl --json "$out/rs-ctas.json"
@@ -98,6 +99,10 @@ if [ "$ngpu" -ge 2 ] && has bench; then
   step "bench reduce-scatter --check 64K..16M" bench-check.txt b reduce-scatter -b 64K -e 16M -f 16 --check --no-nccl --sync kernel,memop
   step "bench overlap (GEMM + collectives), NCCL alongside" bench-overlap.txt b overlap --json "$out/overlap.json" --csv "$out/overlap.csv"
   step "plot" plot.txt "$L" bench plot --json "$out/all-gather.json" "$out/reduce-scatter.json" "$out/overlap.json" --out "$out/lowcon-4xh200.png"
+fi
+if [ "$ngpu" -ge 2 ] && has coll; then
+  [ "$ngpu" -ge 4 ] && coll_at 3
+  coll_at 2
 fi
 if [ "$ngpu" -ge 2 ] && has base; then
   sizes="$ngpu"; [ "$ngpu" -ge 4 ] && sizes="$sizes 3"; sizes="$sizes 2"

@@ -469,38 +469,54 @@ fn stress_case(i: usize, channel: u32, sync: SyncMethod, count: usize) -> Case {
 /// `iters` back-to-back calls on one GPU stream (in blocks of 8, enqueued without
 /// synchronising between them), cycling through every algorithm, each call with fresh
 /// data, every output checked. With `streams == 2`, two threads do this at once on two
-/// streams and channels.
+/// streams and channels. Everything collective (symmetric allocations, workspace
+/// growth) happens before the threads start: collective set-up must not race.
 pub fn gpu_stress(r: &GpuRunner, iters: usize, streams: usize, sync: SyncMethod) -> Result<String, String> {
     const BLOCK: usize = 8;
     let count = 4093;
-    // Growing a workspace is collective: do it once per channel before threads start.
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let bytes = count * world * DType::Bf16.size() + 64;
+    let mut pools = Vec::new();
     for ch in 0..streams as u32 {
         r.g.reserve_workspace(ch, 16 << 20).map_err(e)?;
+        let mut pool = Vec::new();
+        for k in 0..BLOCK {
+            let sym = k % 3 == 0;
+            pool.push((GpuMem::new(&r.g, &r.stream, sym, bytes)?, GpuMem::new(&r.g, &r.stream, sym, bytes)?));
+        }
+        pools.push(pool);
     }
-    let seeds: Vec<u64> = {
+    let base = {
         let all = r.g.all_gather_bytes("stress-seed", &rand::rng().random::<u64>().to_le_bytes()).map_err(e)?;
-        vec![u64::from_le_bytes(all[0].as_slice().try_into().map_err(e)?); 1]
+        u64::from_le_bytes(all[0].as_slice().try_into().map_err(e)?)
     };
-    let base = seeds[0];
-    let (rank, world) = (r.g.rank(), r.g.world_size());
-    let work = |ch: usize| -> Result<usize, String> {
+    let work = |ch: usize, pool: &[(GpuMem, GpuMem)]| -> Result<usize, String> {
         let stream = if ch == 0 { r.stream.clone() } else { r.g.device().stream(StreamPriority::High).map_err(e)? };
         let mut checked = 0;
         let mut i = 0;
         while i < iters {
             let n = BLOCK.min(iters - i);
-            let cases: Vec<Case> = (i..i + n).map(|k| stress_case(k, ch as u32, sync, count)).collect();
+            let cases: Vec<Case> = (i..i + n)
+                .map(|k| Case { symmetric: (k - i) % 3 == 0, ..stress_case(k, ch as u32, sync, count) })
+                .collect();
             let seeds: Vec<u64> = (i..i + n).map(|k| base ^ ((ch as u64) << 40) ^ (k as u64 * 0x9E37)).collect();
-            let mut bufs = Vec::new();
-            for (c, s) in cases.iter().zip(&seeds) {
-                bufs.push(r.prepare(c, &input_bytes(c.dtype, *s, rank, 0, c.in_count(world)))?);
+            for ((c, s), (inp, out)) in cases.iter().zip(&seeds).zip(pool) {
+                let input = input_bytes(c.dtype, *s, rank, 0, c.in_count(world));
+                // SAFETY: the pool buffers hold `bytes` >= every case's input and output;
+                // the copies are ordered on `stream` and synchronised below.
+                unsafe {
+                    raw::mem_op::copy_from_host(stream.raw(), inp.ptr(), &input).map_err(e)?;
+                    raw::mem_op::fill(stream.raw(), out.ptr(), 0xFF, bytes).map_err(e)?;
+                }
             }
-            for (c, (inp, out)) in cases.iter().zip(&bufs) {
+            for (c, (inp, out)) in cases.iter().zip(pool) {
                 r.enqueue(c, &stream, inp, out)?;
             }
             r.g.synchronize(&stream).map_err(e)?;
-            for ((c, s), (_, out)) in cases.iter().zip(&seeds).zip(&bufs) {
-                let got = r.fetch(c, out)?;
+            for ((c, s), (_, out)) in cases.iter().zip(&seeds).zip(pool) {
+                let mut got = vec![0u8; c.out_count(world) * c.dtype.size()];
+                // SAFETY: `out` holds at least this many bytes; synchronous copy.
+                unsafe { raw::mem_op::copy_to_host(stream.raw(), &mut got, out.ptr()) }.map_err(e)?;
                 let (wrong, first) = compare(c, *s, rank, world, &got);
                 if wrong > 0 {
                     return Err(format!("rank {rank}: stream {ch}: {}: {wrong} wrong; first: {first}", c.name()));
@@ -513,12 +529,9 @@ pub fn gpu_stress(r: &GpuRunner, iters: usize, streams: usize, sync: SyncMethod)
     };
     let t = Instant::now();
     let results: Vec<Result<usize, String>> = std::thread::scope(|s| {
-        (0..streams)
-            .map(|ch| s.spawn(move || work(ch)))
-            .collect::<Vec<_>>()
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
-            .collect()
+        let work = &work;
+        let hs: Vec<_> = pools.iter().enumerate().map(|(ch, pool)| s.spawn(move || work(ch, pool))).collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into()))).collect()
     });
     let mut total = 0;
     for res in results {
