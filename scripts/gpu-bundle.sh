@@ -84,7 +84,7 @@ coll_at() { # the collective suite at world size $1
           kill $sp; nvidia-smi --query-gpu=index,memory.used --format=csv; exit $ok' "$vis" "$w" "$m" "$L"
     done
 }
-if [ "$ngpu" -ge 2 ] && has coll; then
+if [ "$ngpu" -ge 2 ] && { has coll || has coll4; }; then
   coll_at "$ngpu"
   vis=$(seq -s, 0 $((ngpu - 1)))
   step "w=$ngpu coll-check with 1 GiB cases (kernel)" "coll-big.txt" env CUDA_VISIBLE_DEVICES=$vis timeout 200 "$L" launch --nproc-per-node "$ngpu" --tee -- "$L" selftest coll-check --backend gpu --method kernel --large 67108864
@@ -104,6 +104,22 @@ if [ "$ngpu" -ge 2 ] && has coll; then
   [ "$ngpu" -ge 4 ] && coll_at 3
   coll_at 2
 fi
+if [ "$ngpu" -ge 2 ] && has collcheck; then # the correctness suite only, at the smaller worlds
+  for w in 3 2; do
+    [ "$w" -lt "$ngpu" ] || continue
+    vis=$(seq -s, 0 $((w - 1)))
+    step "w=$w coll-check every algorithm/dtype/op (kernel+memop)" "coll-w$w.txt" env CUDA_VISIBLE_DEVICES=$vis timeout 200 "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest coll-check --backend gpu
+    step "w=$w coll-bad-input" "coll-w$w.txt" env CUDA_VISIBLE_DEVICES=$vis timeout 100 "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest coll-bad-input --backend gpu
+  done
+fi
+if [ "$ngpu" -ge 2 ] && has benchrs; then # reduce-scatter sweep and small all-gathers only
+  vis=$(seq -s, 0 $((ngpu - 1)))
+  b() { CUDA_VISIBLE_DEVICES=$vis timeout 300 "$L" launch --nproc-per-node "$ngpu" -- "$L" bench "$@"; }
+  step "bench reduce-scatter 64K..256M, NCCL alongside" bench-reduce-scatter.txt b reduce-scatter -b 64K -e 256M -f 4 --json "$out/reduce-scatter.json" --csv "$out/reduce-scatter.csv"
+  step "bench all-gather 64K..1M (auto, one-shot CTAs)" bench-ag-small.txt b all-gather -b 64K -e 1M -f 4 --algorithms auto,sm-oneshot,ce-push --json "$out/ag-small.json"
+  step "bench overlap reduce-scatter" bench-overlap-rs.txt b overlap --collective reduce-scatter --no-nccl --json "$out/overlap-rs.json"
+fi
+if [ -n "${LOWCON_TAR:-}" ]; then tar -C "$out" -czf "$LOWCON_TAR" . 2>/dev/null; fi
 if [ "$ngpu" -ge 2 ] && has base; then
   sizes="$ngpu"; [ "$ngpu" -ge 4 ] && sizes="$sizes 3"; sizes="$sizes 2"
   for w in $(echo $sizes | tr ' ' '\n' | awk '!seen[$0]++'); do

@@ -24,8 +24,8 @@ use cudarc::driver::{CudaSlice, sys};
 
 use crate::coll::{
     AllGatherAlgorithm, AllGatherOptions, DEFAULT_REDUCE_CTAS, DType, Element, ReduceOp, ReduceScatterAlgorithm,
-    ReduceScatterOptions, align256, check_all_gather, check_reduce_scatter, choose_all_gather, choose_reduce_scatter,
-    default_pieces, grow_to, oneshot_ctas, piece_elems, rotated, staged_slot,
+    ReduceScatterOptions, STAGING_DEPTH, align256, check_all_gather, check_reduce_scatter, choose_all_gather,
+    choose_reduce_scatter, default_pieces, grow_to, oneshot_ctas, piece_elems, rotated, staged_slot,
 };
 use crate::cuda::kernels::FusedArgs;
 use crate::cuda::{Event, Stream, StreamPriority, raw};
@@ -299,7 +299,7 @@ impl GpuGroup {
             return Ok(());
         }
         let algorithm = match opts.algorithm {
-            AllGatherAlgorithm::Auto => choose_all_gather(shard, world),
+            AllGatherAlgorithm::Auto => choose_all_gather(shard, world, output.is_symmetric()),
             a => a,
         };
         let push = algorithm == AllGatherAlgorithm::CePush;
@@ -426,7 +426,8 @@ impl GpuGroup {
         let pieces = n.div_ceil(pe);
         let in_len = if stage_in { align256(world * chunk) } else { 0 };
         let slot = pe * esize;
-        let need = in_len + if algorithm == ReduceScatterAlgorithm::CeReduce { 2 * (world - 1) * slot } else { 0 };
+        let need =
+            in_len + if algorithm == ReduceScatterAlgorithm::CeReduce { STAGING_DEPTH * (world - 1) * slot } else { 0 };
         let ch = opts.channel;
         let mut st = self.channel(ch);
         let reuse = self.throttle()?;
@@ -452,10 +453,10 @@ impl GpuGroup {
                     for i in 0..pieces {
                         let first = i * pe;
                         let len = pe.min(n - first);
-                        if i >= 2 {
-                            copy.wait(&reduced[i - 2])?;
+                        if i >= STAGING_DEPTH {
+                            copy.wait(&reduced[i - STAGING_DEPTH])?;
                         }
-                        let slots = stage_base + ((i % 2) * (world - 1) * slot) as u64;
+                        let slots = stage_base + ((i % STAGING_DEPTH) * (world - 1) * slot) as u64;
                         for p in rotated(rank, world).filter(|&p| p != rank) {
                             let from = src.peer(p) + (rank * chunk + first * esize) as u64;
                             ce_copy(copy, slots + (staged_slot(p, rank) * slot) as u64, from, len * esize)?;

@@ -141,7 +141,7 @@ impl HostGroup {
             return Ok(());
         }
         let algorithm = match opts.algorithm {
-            AllGatherAlgorithm::Auto => choose_all_gather(shard, world),
+            AllGatherAlgorithm::Auto => choose_all_gather(shard, world, false),
             a => a,
         };
         let plain = matches!(input, HostInput::Plain(_));
