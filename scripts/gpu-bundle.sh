@@ -87,7 +87,7 @@ coll_at() { # the collective suite at world size $1
 if [ "$ngpu" -ge 2 ] && { has coll || has coll4; }; then
   coll_at "$ngpu"
   vis=$(seq -s, 0 $((ngpu - 1)))
-  step "w=$ngpu coll-check with 1 GiB cases (kernel)" "coll-big.txt" env CUDA_VISIBLE_DEVICES=$vis timeout 200 "$L" launch --nproc-per-node "$ngpu" --tee -- "$L" selftest coll-check --backend gpu --method kernel --large 67108864
+  has coll && step "w=$ngpu coll-check with 1 GiB cases (kernel)" "coll-big.txt" env CUDA_VISIBLE_DEVICES=$vis timeout 200 "$L" launch --nproc-per-node "$ngpu" --tee -- "$L" selftest coll-check --backend gpu --method kernel --large 67108864
 fi
 if [ "$ngpu" -ge 2 ] && has bench; then
   vis=$(seq -s, 0 $((ngpu - 1)))
