@@ -60,6 +60,17 @@ if has base && [ "${LOWCON_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >
   done
 fi
 has base && step "host backend: barrier-stress x4 ranks" host.txt "$L" launch --nproc-per-node 4 --tee -- "$L" selftest barrier-stress
+dead_script='vis=$0; w=$1; m=$2; L=$3; port=$((29700 + RANDOM % 200))
+          "$L" store serve --bind 127.0.0.1:$port & sp=$!; sleep 0.3
+          for r in $(seq 0 $((w - 1))); do
+            CUDA_VISIBLE_DEVICES=$vis RANK=$r WORLD_SIZE=$w LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=1 \
+              LOWCON_STORE_ADDR=127.0.0.1:$port "$L" selftest coll-dead-peer --backend gpu --method $m \
+              --victim $((w - 1)) > /tmp/dp-$r.log 2>&1 & pids[$r]=$!
+          done
+          ok=0
+          for r in $(seq 0 $((w - 1))); do wait ${pids[$r]}; s=$?; cat /tmp/dp-$r.log
+            if [ $r -eq $((w - 1)) ]; then [ $s -eq 137 ] || ok=1; else [ $s -eq 0 ] || ok=1; fi; done
+          kill $sp; nvidia-smi --query-gpu=index,memory.used --format=csv; exit $ok'
 coll_at() { # the collective suite at world size $1
   local w=$1
     vis=$(seq -s, 0 $((w - 1)))
@@ -71,17 +82,7 @@ coll_at() { # the collective suite at world size $1
     for m in kernel memop; do
       # Ranks started by hand (no launcher): the library alone must name the dead rank.
       step "w=$w coll-dead-peer SIGKILL mid-loop, no launcher ($m)" "coll-dead-w$w.txt" \
-        timeout 120 bash -c 'vis=$0; w=$1; m=$2; L=$3; port=$((29700 + RANDOM % 200))
-          "$L" store serve --bind 127.0.0.1:$port & sp=$!; sleep 0.3
-          for r in $(seq 0 $((w - 1))); do
-            CUDA_VISIBLE_DEVICES=$vis RANK=$r WORLD_SIZE=$w LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=1 \
-              LOWCON_STORE_ADDR=127.0.0.1:$port "$L" selftest coll-dead-peer --backend gpu --method $m \
-              --victim $((w - 1)) > /tmp/dp-$r.log 2>&1 & pids[$r]=$!
-          done
-          ok=0
-          for r in $(seq 0 $((w - 1))); do wait ${pids[$r]}; s=$?; cat /tmp/dp-$r.log
-            if [ $r -eq $((w - 1)) ]; then [ $s -eq 137 ] || ok=1; else [ $s -eq 0 ] || ok=1; fi; done
-          kill $sp; nvidia-smi --query-gpu=index,memory.used --format=csv; exit $ok' "$vis" "$w" "$m" "$L"
+        timeout 120 bash -c "$dead_script" "$vis" "$w" "$m" "$L"
     done
 }
 if [ "$ngpu" -ge 2 ] && { has coll || has coll4; }; then
@@ -103,6 +104,12 @@ fi
 if [ "$ngpu" -ge 2 ] && has coll; then
   [ "$ngpu" -ge 4 ] && coll_at 3
   coll_at 2
+fi
+if [ "$ngpu" -ge 2 ] && has dead; then
+  w=$ngpu; vis=$(seq -s, 0 $((w - 1)))
+  for m in memop kernel; do
+    step "w=$w coll-dead-peer SIGKILL mid-loop, no launcher ($m)" "coll-dead-w$w.txt" timeout 120 bash -c "$dead_script" "$vis" "$w" "$m" "$L"
+  done
 fi
 if [ "$ngpu" -ge 2 ] && has collcheck; then # the correctness suite only, at the smaller worlds
   for w in 3 2; do

@@ -13,8 +13,8 @@
 //! on the channel's copy stream, forked from and joined back into the caller's stream
 //! with events, so the caller only ever has to order work against its own stream.
 //!
-//! NOTE [in flight]: each call records an event; when 64 calls are in flight the next
-//! call first waits (bounded, watching for dead peers) for the oldest. The host cannot
+//! NOTE [in flight]: each call records an event; when `max_inflight(world)` calls (16 at
+//! 4 ranks) are in flight the next call first waits (bounded, watching for dead peers) for the oldest. The host cannot
 //! run unboundedly ahead of a stalled GPU, and a dead peer surfaces as an error from
 //! the next call within the group's timeout even if the caller never synchronises.
 
@@ -33,8 +33,14 @@ use crate::error::{Error, Result};
 use crate::symm::{GpuGroup, SymmetricBuffer};
 use crate::sync::SyncMethod;
 
-/// Calls that may be in flight before a call waits for the oldest.
-const MAX_INFLIGHT: usize = 64;
+/// Calls that may be in flight before a call waits for the oldest, for a world of
+/// `world`: about 384 stream operations (a call enqueues about 4 per peer with
+/// stream-memop barriers), 2 to 64 calls. The bound must stay well below the driver's
+/// per-stream queue: a full queue blocks the enqueueing call itself, and with memop
+/// waits stuck on a dead peer nothing would ever drain it.
+fn max_inflight(world: usize) -> usize {
+    (384 / (4 * world + 8)).clamp(2, 64)
+}
 
 /// A device buffer given to a collective: ordinary device memory, or a range of a
 /// [`SymmetricBuffer`] (which peers can reach directly, saving a staging copy).
@@ -220,7 +226,7 @@ impl GpuGroup {
     /// Bounds the calls in flight (see the module note).
     fn throttle(&self) -> Result<Option<Event>> {
         let mut q = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-        if q.len() < MAX_INFLIGHT {
+        if q.len() < max_inflight(self.core.world) {
             return Ok(None);
         }
         let oldest = q.pop_front().expect("non-empty");
