@@ -197,6 +197,20 @@ pub trait Runner {
     fn run(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String>;
 }
 
+/// Every rank draws a seed; all take rank 0's (`gather` is the group's store all-gather).
+fn seed_of_rank0(gather: impl FnOnce(&[u8]) -> lowcon::Result<Vec<Vec<u8>>>) -> Result<u64, String> {
+    let all = gather(&rand::rng().random::<u64>().to_le_bytes()).map_err(e)?;
+    Ok(u64::from_le_bytes(all[0].as_slice().try_into().map_err(e)?))
+}
+
+/// Runs `c` on the host backend with `input` into `out`.
+fn host_call(g: &HostGroup, c: &Case, input: HostInput<'_>, out: &mut [u8]) -> lowcon::Result<()> {
+    match c.coll {
+        Coll::AllGather(a) => g.all_gather(input, out, c.dtype, &c.ag_opts(a)),
+        Coll::ReduceScatter(a, op) => g.reduce_scatter(input, out, c.dtype, op, &c.rs_opts(a)),
+    }
+}
+
 /// Runs one case with a fresh seed; returns (wrong elements, the first, elements checked).
 pub fn count_wrong(r: &mut dyn Runner, case: &Case, tag: &str) -> Result<(usize, String, usize), String> {
     let (rank, world) = (r.rank(), r.world());
@@ -242,8 +256,7 @@ impl Runner for HostRunner {
         self.g.world_size()
     }
     fn shared_seed(&self, name: &str) -> Result<u64, String> {
-        let all = self.g.all_gather_bytes(name, &rand::rng().random::<u64>().to_le_bytes()).map_err(e)?;
-        Ok(u64::from_le_bytes(all[0].as_slice().try_into().map_err(e)?))
+        seed_of_rank0(|mine| self.g.all_gather_bytes(name, mine))
     }
     fn run(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String> {
         let (rank, world) = (self.rank(), self.world());
@@ -261,11 +274,7 @@ impl Runner for HostRunner {
             HostInput::Plain(&plain[off..])
         };
         let mut out = vec![0xFFu8; off + out_len];
-        match case.coll {
-            Coll::AllGather(a) => self.g.all_gather(inp, &mut out[off..], case.dtype, &case.ag_opts(a)),
-            Coll::ReduceScatter(a, op) => self.g.reduce_scatter(inp, &mut out[off..], case.dtype, op, &case.rs_opts(a)),
-        }
-        .map_err(e)?;
+        host_call(&self.g, case, inp, &mut out[off..]).map_err(e)?;
         Ok(out.split_off(off))
     }
 }
@@ -372,8 +381,7 @@ impl Runner for GpuRunner {
         self.g.world_size()
     }
     fn shared_seed(&self, name: &str) -> Result<u64, String> {
-        let all = self.g.all_gather_bytes(name, &rand::rng().random::<u64>().to_le_bytes()).map_err(e)?;
-        Ok(u64::from_le_bytes(all[0].as_slice().try_into().map_err(e)?))
+        seed_of_rank0(|mine| self.g.all_gather_bytes(name, mine))
     }
     fn run(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String> {
         let (inp, out) = self.prepare(case, input)?;
@@ -486,10 +494,7 @@ pub fn gpu_stress(r: &GpuRunner, iters: usize, streams: usize, sync: SyncMethod)
         }
         pools.push(pool);
     }
-    let base = {
-        let all = r.g.all_gather_bytes("stress-seed", &rand::rng().random::<u64>().to_le_bytes()).map_err(e)?;
-        u64::from_le_bytes(all[0].as_slice().try_into().map_err(e)?)
-    };
+    let base = r.shared_seed("stress-seed")?;
     let work = |ch: usize, pool: &[(GpuMem, GpuMem)]| -> Result<usize, String> {
         let stream = if ch == 0 { r.stream.clone() } else { r.g.device().stream(StreamPriority::High).map_err(e)? };
         let mut checked = 0;
@@ -546,10 +551,7 @@ pub fn gpu_stress(r: &GpuRunner, iters: usize, streams: usize, sync: SyncMethod)
 /// As [`gpu_stress`] on the host backend (threads instead of streams).
 pub fn host_stress(r: &HostRunner, iters: usize, threads: usize) -> Result<String, String> {
     let count = 1021;
-    let base = {
-        let all = r.g.all_gather_bytes("stress-seed", &rand::rng().random::<u64>().to_le_bytes()).map_err(e)?;
-        u64::from_le_bytes(all[0].as_slice().try_into().map_err(e)?)
-    };
+    let base = r.shared_seed("stress-seed")?;
     let (rank, world) = (r.g.rank(), r.g.world_size());
     // Workspaces grow collectively: run one call per channel first, one thread at a time.
     let warm = |ch: u32| -> Result<(), String> {
@@ -557,13 +559,7 @@ pub fn host_stress(r: &HostRunner, iters: usize, threads: usize) -> Result<Strin
             let c = Case { symmetric: false, ..stress_case(k, ch, SyncMethod::Kernel, count) };
             let input = input_bytes(c.dtype, base, rank, 0, c.in_count(world));
             let mut out = vec![0u8; c.out_count(world) * 2];
-            match c.coll {
-                Coll::AllGather(a) => r.g.all_gather(HostInput::Plain(&input), &mut out, c.dtype, &c.ag_opts(a)),
-                Coll::ReduceScatter(a, op) => {
-                    r.g.reduce_scatter(HostInput::Plain(&input), &mut out, c.dtype, op, &c.rs_opts(a))
-                }
-            }
-            .map_err(e)?;
+            host_call(&r.g, &c, HostInput::Plain(&input), &mut out).map_err(e)?;
         }
         Ok(())
     };
@@ -577,13 +573,8 @@ pub fn host_stress(r: &HostRunner, iters: usize, threads: usize) -> Result<Strin
             let seed = base ^ ((ch as u64) << 40) ^ (i as u64 * 0x9E37);
             let input = input_bytes(c.dtype, seed, rank, 0, c.in_count(world));
             let mut out = vec![0xFFu8; c.out_count(world) * c.dtype.size()];
-            match c.coll {
-                Coll::AllGather(a) => r.g.all_gather(HostInput::Plain(&input), &mut out, c.dtype, &c.ag_opts(a)),
-                Coll::ReduceScatter(a, op) => {
-                    r.g.reduce_scatter(HostInput::Plain(&input), &mut out, c.dtype, op, &c.rs_opts(a))
-                }
-            }
-            .map_err(|m| format!("rank {rank}: thread {ch} call {i}: {m}"))?;
+            host_call(&r.g, &c, HostInput::Plain(&input), &mut out)
+                .map_err(|m| format!("rank {rank}: thread {ch} call {i}: {m}"))?;
             let (wrong, first) = compare(&c, seed, rank, world, &out);
             if wrong > 0 {
                 return Err(format!("rank {rank}: thread {ch} call {i}: {}: {wrong} wrong; first: {first}", c.name()));
