@@ -60,17 +60,25 @@ if has base && [ "${LOWCON_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >
   done
 fi
 has base && step "host backend: barrier-stress x4 ranks" host.txt "$L" launch --nproc-per-node 4 --tee -- "$L" selftest barrier-stress
-dead_script='vis=$0; w=$1; m=$2; L=$3; port=$((29700 + RANDOM % 200))
+dead_script='vis=$0; w=$1; m=$2; L=$3; out=$4; port=$((29700 + RANDOM % 200))
           "$L" store serve --bind 127.0.0.1:$port & sp=$!; sleep 0.3
           for r in $(seq 0 $((w - 1))); do
             CUDA_VISIBLE_DEVICES=$vis RANK=$r WORLD_SIZE=$w LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=1 \
+              LOWCON_DEBUG=1 LOWCON_TIMEOUT_MS=20000 \
               LOWCON_STORE_ADDR=127.0.0.1:$port "$L" selftest coll-dead-peer --backend gpu --method $m \
-              --victim $((w - 1)) > /tmp/dp-$r.log 2>&1 & pids[$r]=$!
+              --victim $((w - 1)) > "$out/dp-$m-w$w-r$r.log" 2>&1 & pids[$r]=$!
           done
+          # Watchdog: if a rank is still alive after 60 s, record where every rank is.
+          ( sleep 60; for r in $(seq 0 $((w - 1))); do p=${pids[$r]}
+              [ -d /proc/$p ] || continue
+              echo "-- rank $r (pid $p) still running: $(cat /proc/$p/status | grep State)"
+              for t in /proc/$p/task/*; do echo "   $(cat $t/comm) $(cat $t/wchan 2>/dev/null) $(grep State $t/status)"; done
+              command -v gdb >/dev/null && timeout 20 gdb -p $p -batch -ex "thread apply all bt 12" 2>&1 | grep -E "^#|^Thread" | head -60
+              kill -9 $p; done ) & wd=$!
           ok=0
-          for r in $(seq 0 $((w - 1))); do wait ${pids[$r]}; s=$?; cat /tmp/dp-$r.log
+          for r in $(seq 0 $((w - 1))); do wait ${pids[$r]}; s=$?; cat "$out/dp-$m-w$w-r$r.log"
             if [ $r -eq $((w - 1)) ]; then [ $s -eq 137 ] || ok=1; else [ $s -eq 0 ] || ok=1; fi; done
-          kill $sp; nvidia-smi --query-gpu=index,memory.used --format=csv; exit $ok'
+          kill $wd 2>/dev/null; kill $sp; nvidia-smi --query-gpu=index,memory.used --format=csv; exit $ok'
 coll_at() { # the collective suite at world size $1
   local w=$1
     vis=$(seq -s, 0 $((w - 1)))
@@ -82,7 +90,7 @@ coll_at() { # the collective suite at world size $1
     for m in kernel memop; do
       # Ranks started by hand (no launcher): the library alone must name the dead rank.
       step "w=$w coll-dead-peer SIGKILL mid-loop, no launcher ($m)" "coll-dead-w$w.txt" \
-        timeout 120 bash -c "$dead_script" "$vis" "$w" "$m" "$L"
+        timeout 120 bash -c "$dead_script" "$vis" "$w" "$m" "$L" "$out"
     done
 }
 if [ "$ngpu" -ge 2 ] && { has coll || has coll4; }; then
@@ -108,7 +116,7 @@ fi
 if [ "$ngpu" -ge 2 ] && has dead; then
   w=$ngpu; vis=$(seq -s, 0 $((w - 1)))
   for m in memop kernel; do
-    step "w=$w coll-dead-peer SIGKILL mid-loop, no launcher ($m)" "coll-dead-w$w.txt" timeout 120 bash -c "$dead_script" "$vis" "$w" "$m" "$L"
+    step "w=$w coll-dead-peer SIGKILL mid-loop, no launcher ($m)" "coll-dead-w$w.txt" timeout 120 bash -c "$dead_script" "$vis" "$w" "$m" "$L" "$out"
   done
 fi
 if [ "$ngpu" -ge 2 ] && has collcheck; then # the correctness suite only, at the smaller worlds

@@ -402,8 +402,145 @@ unsafe fn reduce_part<T: Elem>(
     let mut scalar_from = 0u64;
     if vec {
         let nv = n / T::VEC as u64;
+        scalar_from = nv * T::VEC as u64;
+        let mut p = [core::ptr::null::<V16>(); 8];
+        for (k, pk) in p.iter_mut().enumerate().take(nsrc as usize) {
+            *pk = src(k as u32).cast::<V16>();
+        }
+        let d = dst.cast::<V16>();
+        // SAFETY: (each arm) forwarded from the caller; `p` holds the first `nsrc`
+        // sources, exactly as many as the arm reads.
+        unsafe {
+            match nsrc {
+                2 => reduce_vec2::<T>(&p, d, nv, op, start, step),
+                3 => reduce_vec3::<T>(&p, d, nv, op, start, step),
+                4 => reduce_vec4::<T>(&p, d, nv, op, start, step),
+                5 => reduce_vec5::<T>(&p, d, nv, op, start, step),
+                6 => reduce_vec6::<T>(&p, d, nv, op, start, step),
+                7 => reduce_vec7::<T>(&p, d, nv, op, start, step),
+                8 => reduce_vec8::<T>(&p, d, nv, op, start, step),
+                _ => reduce_vec_any::<T>(&src, nsrc, dst, nv, op, start, step),
+            }
+        }
+    }
+    let mut i = scalar_from + start;
+    while i < n {
+        // SAFETY: i < n.
+        unsafe {
+            let mut acc = src(0).add(i as usize).read().to_f32();
+            for s in 1..nsrc {
+                acc = combine(op, acc, src(s).add(i as usize).read().to_f32());
+            }
+            *dst.add(i as usize) = T::from_f32(finish(op, acc, nsrc));
+        }
+        i += step;
+    }
+}
+
+/// `ld.global.v4.u32`: one 16-byte load.
+///
+/// # Safety
+/// `p` is a 16-byte-aligned address of global (device or mapped peer) memory.
+#[inline(always)]
+unsafe fn ld_v16(p: *const V16) -> V16 {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller's contract; reads 16 bytes, writes nothing.
+    unsafe {
+        core::arch::asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [g]; }}",
+            p = in(reg64) p,
+            a = out(reg32) a,
+            b = out(reg32) b,
+            c = out(reg32) c,
+            d = out(reg32) d,
+            options(readonly, nostack, preserves_flags)
+        )
+    };
+    V16([a, b, c, d])
+}
+
+/// Defines `$name`, the vector part of [`reduce_part`] for exactly as many sources as
+/// indices listed: the loads of every source for two vectors (one unless `$pairs`) are
+/// issued before any is
+/// combined, so each pass costs one memory round trip instead of one per source (a few
+/// CTAs are latency-bound otherwise, above all over NVLink). Written out per source
+/// count (tuples, no arrays) so the loaded vectors stay in registers: LLVM leaves loops
+/// over 7-8 sources rolled and moves such arrays to local memory.
+macro_rules! reduce_vec_fixed {
+    ($name:ident, $pairs:literal, $($k:tt),+) => {
+        /// # Safety
+        /// As [`reduce_part`] with `vec`: `p` holds one 16-byte-aligned source per index,
+        /// each valid for `nv` vectors, and `d` valid for `nv` vectors.
+        #[inline(always)]
+        unsafe fn $name<T: Elem>(p: &[*const V16], d: *mut V16, nv: u64, op: u32, start: u64, step: u64) {
+            let nsrc = [$($k),+].len() as u32;
+            let mut i = start;
+            while i < nv {
+                let j = i + step;
+                let two = $pairs && j < nv;
+                // SAFETY: i < nv; the caller's contract.
+                let xa = ($(unsafe { ld_v16(p[$k].add(i as usize)) },)+);
+                let xb = if two {
+                    // SAFETY: j < nv; the caller's contract.
+                    ($(unsafe { ld_v16(p[$k].add(j as usize)) },)+)
+                } else {
+                    ($({ let _ = $k; V16([0; 4]) },)+)
+                };
+                let mut a = T::unpack(xa.0);
+                let mut b = T::unpack(xb.0);
+                $(
+                    if $k > 0 {
+                        let (x, y) = (T::unpack(xa.$k), T::unpack(xb.$k));
+                        for e in 0..T::VEC {
+                            a[e] = combine(op, a[e], x[e]);
+                            b[e] = combine(op, b[e], y[e]);
+                        }
+                    }
+                )+
+                for e in 0..T::VEC {
+                    a[e] = finish(op, a[e], nsrc);
+                    b[e] = finish(op, b[e], nsrc);
+                }
+                // SAFETY: as above.
+                unsafe {
+                    d.add(i as usize).write(T::pack(&a));
+                    if two {
+                        d.add(j as usize).write(T::pack(&b));
+                    }
+                }
+                i += if $pairs { 2 * step } else { step };
+            }
+        }
+    };
+}
+
+// Two vectors per thread per pass up to 7 sources; one at 8, where two would not fit
+// in the 128 registers a 512-thread CTA allows (f16 spilled).
+reduce_vec_fixed!(reduce_vec2, true, 0, 1);
+reduce_vec_fixed!(reduce_vec3, true, 0, 1, 2);
+reduce_vec_fixed!(reduce_vec4, true, 0, 1, 2, 3);
+reduce_vec_fixed!(reduce_vec5, true, 0, 1, 2, 3, 4);
+reduce_vec_fixed!(reduce_vec6, true, 0, 1, 2, 3, 4, 5);
+reduce_vec_fixed!(reduce_vec7, true, 0, 1, 2, 3, 4, 5, 6);
+reduce_vec_fixed!(reduce_vec8, false, 0, 1, 2, 3, 4, 5, 6, 7);
+
+/// The vector part of [`reduce_part`] for any number of sources (more than 8).
+///
+/// # Safety
+/// As [`reduce_vec`].
+#[inline(always)]
+unsafe fn reduce_vec_any<T: Elem>(
+    src: &impl Fn(u32) -> *const T,
+    nsrc: u32,
+    dst: *mut T,
+    nv: u64,
+    op: u32,
+    start: u64,
+    step: u64,
+) {
+    {
         let mut i = start;
-        // Two vectors per thread per pass: both sources' loads are issued together.
+        // Two vectors per thread per pass.
         while i < nv {
             let j = i + step;
             let two = j < nv;
@@ -443,19 +580,6 @@ unsafe fn reduce_part<T: Elem>(
             }
             i += 2 * step;
         }
-        scalar_from = nv * T::VEC as u64;
-    }
-    let mut i = scalar_from + start;
-    while i < n {
-        // SAFETY: i < n.
-        unsafe {
-            let mut acc = src(0).add(i as usize).read().to_f32();
-            for s in 1..nsrc {
-                acc = combine(op, acc, src(s).add(i as usize).read().to_f32());
-            }
-            *dst.add(i as usize) = T::from_f32(finish(op, acc, nsrc));
-        }
-        i += step;
     }
 }
 

@@ -24,9 +24,20 @@ pub fn mem_handles() -> String {
     std::env::var("LOWCON_MEM_HANDLES").unwrap_or_else(|_| "auto".into())
 }
 
-/// `LOWCON_DEBUG=1`: log rendezvous decisions (fallbacks, mappings) to stderr.
+/// `LOWCON_DEBUG=1`: log rendezvous decisions (fallbacks, mappings) and failure handling
+/// (see [`trace`]) to stderr.
 pub fn debug() -> bool {
     std::env::var("LOWCON_DEBUG").is_ok_and(|v| v == "1")
+}
+
+/// With `LOWCON_DEBUG=1`, prints `what` to stderr with the rank and the time since the
+/// process first traced (failure paths: detection, release of stuck waits, teardown).
+pub fn trace(rank: usize, what: &str) {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    if debug() {
+        let t = START.get_or_init(std::time::Instant::now).elapsed();
+        eprintln!("lowcon[rank {rank} +{:.3}s]: {what}", t.as_secs_f64());
+    }
 }
 
 fn env_u64(name: &str) -> Option<u64> {

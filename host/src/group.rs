@@ -6,7 +6,8 @@
 //! one host (same boot id), and gives the ranks a common group id, from which the
 //! abstract socket names derive.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use lowcon_store::StoreClient;
@@ -49,6 +50,9 @@ pub(crate) struct GroupCore {
     epochs: Mutex<Epochs>,
     next_alloc: Mutex<u64>,
     failed: Mutex<Option<String>>,
+    /// Set with `failed`; shared with the group's buffers, whose release then waits
+    /// only briefly for the device (streams may be stuck on a dead peer).
+    pub(crate) broken: Arc<AtomicBool>,
 }
 
 /// Reads the launcher environment and connects to its store, for `from_env`
@@ -139,6 +143,7 @@ impl GroupCore {
             epochs: Mutex::new(Epochs::new(world)),
             next_alloc: Mutex::new(0),
             failed: Mutex::new(None),
+            broken: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -164,6 +169,8 @@ impl GroupCore {
         if f.is_none() {
             *f = Some(e.to_string());
         }
+        self.broken.store(true, Ordering::Release);
+        crate::config::trace(self.rank, &format!("group failed: {e}"));
         e
     }
 

@@ -91,6 +91,48 @@ pub struct SymmetricBuffer {
     ptrs: Vec<sys::CUdeviceptr>,
     dev_ptrs: CudaSlice<u64>,
     backing: Option<Backing>,
+    /// How long release waits for the device: the group's timeout, or a moment once
+    /// the group has failed.
+    drain: Drain,
+}
+
+/// How long releasing group memory waits for the device to drain. Normally the group's
+/// timeout; once the group has failed (a dead peer may leave a stream stuck for good,
+/// e.g. on a stream-memop wait nobody will release), only [`Drain::AFTER_FAILURE`];
+/// memory the device may still use is then left mapped (the driver reclaims it at
+/// process exit) rather than hanging the caller.
+#[derive(Clone)]
+pub(crate) struct Drain {
+    rank: usize,
+    timeout: Duration,
+    broken: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drain {
+    const AFTER_FAILURE: Duration = Duration::from_secs(2);
+
+    fn new(core: &GroupCore) -> Self {
+        Self { rank: core.rank, timeout: core.timeout, broken: core.broken.clone() }
+    }
+
+    /// Waits (bounded) until the device is idle; errors, naming the rank and `what`, if
+    /// it stays busy.
+    fn wait(&self, device: &Device, what: &str) -> Result<()> {
+        let failed = self.broken.load(std::sync::atomic::Ordering::Acquire);
+        let limit = if failed { Self::AFTER_FAILURE } else { self.timeout };
+        if device.synchronize_within(limit)? {
+            return Ok(());
+        }
+        let e = Error::Rendezvous(format!(
+            "rank {}: the GPU was still busy {:.1} s after {what} was released{}; it stays mapped until the \
+             process exits",
+            self.rank,
+            limit.as_secs_f64(),
+            if failed { " (the group had failed, so a stream may be stuck on a dead peer)" } else { "" }
+        ));
+        crate::config::trace(self.rank, &e.to_string());
+        Err(e)
+    }
 }
 
 impl SymmetricBuffer {
@@ -147,17 +189,18 @@ impl SymmetricBuffer {
 
     fn release(&mut self) -> Result<()> {
         match self.backing.take() {
-            Some(b) => release_backing(&self.device, b),
+            Some(b) => release_backing(&self.device, b, &self.drain),
             None => Ok(()),
         }
     }
 }
 
-/// Unmaps and releases everything `backing` holds (after synchronising the device, so
-/// no enqueued work still uses it); reports the first error but attempts every step.
-fn release_backing(device: &Device, backing: Backing) -> Result<()> {
+/// Unmaps and releases everything `backing` holds (after the device drained, so no
+/// enqueued work still uses it; if it does not drain in time, leaves it all mapped and
+/// errors); reports the first error but attempts every step.
+fn release_backing(device: &Device, backing: Backing, drain: &Drain) -> Result<()> {
     device.bind_to_thread()?;
-    device.synchronize()?;
+    drain.wait(device, "a symmetric buffer")?;
     let mut first: Result<()> = Ok(());
     let mut keep = |r: Result<()>| {
         if first.is_ok() {
@@ -198,32 +241,52 @@ impl Drop for SymmetricBuffer {
     }
 }
 
-/// The group's error record in host-mapped memory: kernels write it, the host reads it
-/// without synchronising.
-struct HostRecord {
+/// Pinned host memory mapped into the device: kernels and copies write it, the host
+/// reads it with volatile reads, without synchronising.
+struct Pinned {
     host: *mut c_void,
     dev: sys::CUdeviceptr,
     device: Device,
+    drain: Drain,
 }
 
-// SAFETY: the record is plain pinned memory; the host only reads it with volatile reads
-// and clears it while no kernel runs.
-unsafe impl Send for HostRecord {}
+// SAFETY: plain pinned memory; the host only reads it with volatile reads (and writes
+// the error record's code word, see `HostRecord::abort`).
+unsafe impl Send for Pinned {}
 // SAFETY: as above.
-unsafe impl Sync for HostRecord {}
+unsafe impl Sync for Pinned {}
 
-impl HostRecord {
-    fn new(device: &Device) -> Result<Self> {
+impl Pinned {
+    fn new(device: &Device, bytes: usize, drain: Drain) -> Result<Self> {
         device.bind_to_thread()?;
         // SAFETY: the device's context is current.
-        let (host, dev) = unsafe { raw::host_mem::alloc_mapped(size_of::<ErrorRecord>())? };
-        Ok(Self { host, dev, device: device.clone() })
+        let (host, dev) = unsafe { raw::host_mem::alloc_mapped(bytes)? };
+        Ok(Self { host, dev, device: device.clone(), drain })
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if self.device.bind_to_thread().is_ok() && self.drain.wait(&self.device, "pinned host memory").is_ok() {
+            // SAFETY: allocated by alloc_mapped; the device is idle.
+            let _ = unsafe { raw::host_mem::free(self.host) };
+        }
+    }
+}
+
+/// The group's error record in pinned memory: kernels write it, the host reads it
+/// without synchronising.
+struct HostRecord(Pinned);
+
+impl HostRecord {
+    fn new(device: &Device, drain: Drain) -> Result<Self> {
+        Pinned::new(device, size_of::<ErrorRecord>(), drain).map(Self)
     }
 
     /// Marks the record as failed (if nothing claimed it yet) so that queued kernels'
     /// waits give up instead of each waiting out its timeout.
     fn abort(&self) {
-        let code = self.host.cast::<u32>();
+        let code = self.0.host.cast::<u32>();
         // SAFETY: `code` is the record's first field in live pinned memory; kernels only
         // CAS it from OK, so a racing claim by a kernel at worst loses to this write,
         // which the group (already failed) no longer reports.
@@ -238,16 +301,7 @@ impl HostRecord {
         // SAFETY: `host` points to a live, aligned ErrorRecord-sized pinned allocation;
         // a volatile read sees what kernels wrote (a torn record is impossible once
         // the writing stream completed; a racing read only delays detection).
-        unsafe { std::ptr::read_volatile(self.host.cast::<ErrorRecord>()) }
-    }
-}
-
-impl Drop for HostRecord {
-    fn drop(&mut self) {
-        if self.device.bind_to_thread().is_ok() && self.device.synchronize().is_ok() {
-            // SAFETY: allocated by alloc_mapped; the device is idle.
-            let _ = unsafe { raw::host_mem::free(self.host) };
-        }
+        unsafe { std::ptr::read_volatile(self.0.host.cast::<ErrorRecord>()) }
     }
 }
 
@@ -258,6 +312,11 @@ pub struct GpuGroup {
     handles: HandleKind,
     pub(crate) pads: SymmetricBuffer,
     err: HostRecord,
+    /// Where `read_own_pad` copies this rank's pad (pinned, so the copy is truly
+    /// asynchronous and its wait can be bounded).
+    pad_mirror: Pinned,
+    /// For failure handling only: reads and releases of this rank's pad, which must
+    /// not queue behind the (possibly stuck) collective streams.
     side: Stream,
     /// Per channel: the collectives' workspace, copy stream and events.
     pub(crate) channels: Vec<std::sync::Mutex<crate::coll_gpu::ChannelState>>,
@@ -320,10 +379,11 @@ impl GpuGroup {
         device.kernels()?;
         let handles = opts.handles;
         let pads = alloc_on(&core, &device, handles, pad::buffer_bytes(world as u32))?;
-        let err = HostRecord::new(&device)?;
+        let err = HostRecord::new(&device, Drain::new(&core))?;
+        let pad_mirror = Pinned::new(&device, pad::bytes(world as u32), Drain::new(&core))?;
         let side = device.stream(StreamPriority::High)?;
         let channels = (0..pad::CHANNELS).map(|_| std::sync::Mutex::new(Default::default())).collect();
-        Ok(Self { core, device, handles, pads, err, side, channels, inflight: Default::default() })
+        Ok(Self { core, device, handles, pads, err, pad_mirror, side, channels, inflight: Default::default() })
     }
 
     /// Collective: creates the group from the `lowcon launch` environment.
@@ -375,7 +435,7 @@ impl GpuGroup {
             pads: crate::cuda::device_ptr(self.pads.device_peer_ptrs()),
             rank: self.core.rank as u32,
             world: self.core.world as u32,
-            err: self.err.dev,
+            err: self.err.0.dev,
             timeout_ns: self.core.timeout.as_nanos().min(u64::MAX as u128) as u64,
         }
     }
@@ -508,14 +568,14 @@ impl GpuGroup {
                             peer: p,
                             what: "its signals were awaited on the GPU".into(),
                         };
-                        self.release_waits();
+                        self.release_waits(done);
                         return Err(self.core.fail(e));
                     }
                 }
             }
             if start.elapsed() > self.core.timeout + Duration::from_secs(1) {
                 let e = self.diagnose_timeout();
-                self.release_waits();
+                self.release_waits(done);
                 return Err(self.core.fail(e));
             }
             if polls < 1000 {
@@ -579,28 +639,85 @@ impl GpuGroup {
         ))
     }
 
-    fn read_own_pad(&self) -> Result<Vec<u32>> {
-        let mut v = vec![0u32; pad::bytes(self.core.world as u32) / 4];
-        // SAFETY: copies this rank's live pad on the side stream (not blocked by the
-        // stuck stream) into `v`.
-        unsafe { raw::mem_op::copy_to_host(self.side.raw(), &mut v, self.pads.local_ptr())? };
-        Ok(v)
+    /// Bound on each failure-handling step on the side stream.
+    const SIDE_LIMIT: Duration = Duration::from_secs(2);
+
+    /// Waits, at most [`Self::SIDE_LIMIT`], for what was enqueued on the side stream.
+    fn side_wait(&self, what: &str) -> Result<()> {
+        let done = self.side.event(false)?;
+        self.side.record(&done)?;
+        let start = Instant::now();
+        while !done.is_complete()? {
+            if start.elapsed() > Self::SIDE_LIMIT {
+                return Err(Error::Rendezvous(format!(
+                    "rank {}: {what} did not finish within {:.0} s",
+                    self.core.rank,
+                    Self::SIDE_LIMIT.as_secs_f64()
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(())
     }
 
-    /// Writes every epoch this rank is waiting for into its own pad (on the side stream)
-    /// so that waits stuck on a missing peer complete and the streams drain. Only used
-    /// once the group has failed.
-    fn release_waits(&self) {
+    /// This rank's pad as it is now, copied on the side stream into pinned memory
+    /// (bounded: never waits behind a stuck stream for long).
+    fn read_own_pad(&self) -> Result<Vec<u32>> {
+        let bytes = pad::bytes(self.core.world as u32);
+        // SAFETY: copies this rank's live pad into the pinned mirror of the same size;
+        // the mirror is only read after the copy completed (side_wait).
+        unsafe { raw::mem_op::copy(self.side.raw(), self.pad_mirror.dev, self.pads.local_ptr(), bytes)? };
+        self.side_wait("reading this rank's signal pad")?;
+        let words = self.pad_mirror.host.cast::<u32>();
+        // SAFETY: the mirror holds `bytes / 4` aligned words, written by the completed
+        // copy; volatile because the device wrote them.
+        Ok((0..bytes / 4).map(|i| unsafe { std::ptr::read_volatile(words.add(i)) }).collect())
+    }
+
+    /// Releases every wait this rank has enqueued so the streams drain: kernels give up
+    /// their waits (error record), and stream-memop waits see their epoch written into
+    /// this rank's own pad by stream write-value operations on the side stream (no
+    /// copy engine, no SM, nothing read first). Only used once the group has failed.
+    ///
+    /// The writes are repeated until `done` and every call in flight completed (at
+    /// most [`Self::SIDE_LIMIT`]): a live peer that had enqueued fewer calls keeps
+    /// signalling older epochs into this pad while its own stream drains, and each such
+    /// signal overwrites a released slot with a value below what a later wait here
+    /// needs (seen on 4x H200: one survivor one call ahead of the others stayed stuck).
+    fn release_waits(&self, done: &crate::cuda::Event) {
+        let rank = self.core.rank;
         // Queued kernels of this group give up their waits at once from now on.
         self.err.abort();
-        let Ok(mut slots) = self.read_own_pad() else { return };
-        for a in self.awaited() {
-            if !epoch_reached(slots[a.slot], a.epoch) {
-                slots[a.slot] = a.epoch;
+        let awaited = self.awaited();
+        let start = Instant::now();
+        for round in 1.. {
+            for a in &awaited {
+                let addr = self.pads.local_ptr() + 4 * a.slot as u64;
+                // SAFETY: `addr` is a 4-byte slot inside this rank's live pad.
+                if let Err(e) = unsafe { raw::mem_op::write_u32(self.side.raw(), addr, a.epoch) } {
+                    crate::config::trace(rank, &format!("releasing slot {}: {e}", a.slot));
+                }
             }
+            if let Err(e) = self.side_wait("releasing the stuck waits") {
+                crate::config::trace(rank, &e.to_string());
+                return;
+            }
+            if done.is_complete().unwrap_or(true) && self.inflight_drained() {
+                crate::config::trace(rank, &format!("{} awaited pad slots released ({round} rounds)", awaited.len()));
+                return;
+            }
+            if start.elapsed() > Self::SIDE_LIMIT {
+                crate::config::trace(rank, &format!("streams still busy after {round} rounds of releasing waits"));
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(200));
         }
-        // SAFETY: writes this rank's own live pad on the side stream.
-        let _ = unsafe { raw::mem_op::copy_from_host(self.side.raw(), self.pads.local_ptr(), &slots) };
+    }
+
+    /// Whether every collective call still in the in-flight queue has completed.
+    fn inflight_drained(&self) -> bool {
+        let q = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        q.iter().all(|e| e.is_complete().unwrap_or(true))
     }
 }
 
@@ -736,7 +853,7 @@ fn alloc_on(core: &GroupCore, device: &Device, handles: HandleKind, bytes: usize
             Ok(ptrs) => (ptrs, backing),
             Err(e) => {
                 // Release what was made so far before reporting.
-                let _ = release_backing(device, backing);
+                let _ = release_backing(device, backing, &Drain::new(core));
                 return Err(e);
             }
         }
@@ -782,7 +899,7 @@ fn alloc_on(core: &GroupCore, device: &Device, handles: HandleKind, bytes: usize
         match result {
             Ok(ptrs) => (ptrs, backing),
             Err(e) => {
-                let _ = release_backing(device, backing);
+                let _ = release_backing(device, backing, &Drain::new(core));
                 return Err(e);
             }
         }
@@ -792,12 +909,20 @@ fn alloc_on(core: &GroupCore, device: &Device, handles: HandleKind, bytes: usize
     let dev_ptrs = match side.upload(&ptrs_u64) {
         Ok(d) => d,
         Err(e) => {
-            let _ = release_backing(device, backing);
+            let _ = release_backing(device, backing, &Drain::new(core));
             return Err(e);
         }
     };
     side.synchronize()?;
     // Nobody signals into a pad, or copies into a buffer, before every rank mapped it.
     core.store().barrier(&format!("group/{}/alloc/{tag}/mapped", core.group_id), world, core.setup_timeout)?;
-    Ok(SymmetricBuffer { device: device.clone(), rank: core.rank, len: bytes, ptrs, dev_ptrs, backing: Some(backing) })
+    Ok(SymmetricBuffer {
+        device: device.clone(),
+        rank: core.rank,
+        len: bytes,
+        ptrs,
+        dev_ptrs,
+        backing: Some(backing),
+        drain: Drain::new(core),
+    })
 }

@@ -54,6 +54,23 @@ fn sync_kernels_keep_system_scope_ordering() {
 }
 
 #[test]
+fn collective_kernels_declare_their_cta_size() {
+    // Without `.maxntid`, ptxas may use more registers than a 512-thread CTA can hold
+    // and the launch fails (seen on H200: rs_direct_f16, LAUNCH_OUT_OF_RESOURCES).
+    let want = format!(".maxntid {}, 1, 1", kernel_names::COLL_THREADS);
+    for name in kernel_names::COLL {
+        assert!(entry_body(name).contains(&want), "{name} lacks `{want}`");
+    }
+}
+
+#[test]
+fn reductions_issue_16_byte_loads() {
+    for name in kernel_names::REDUCE.iter().chain(kernel_names::RS_DIRECT.iter()) {
+        assert!(entry_body(name).contains("ld.global.v4.u32"), "{name} lost its 16-byte loads");
+    }
+}
+
+#[test]
 fn ptx_targets_the_configured_arch() {
     let arch = std::env::var("LOWCON_CUDA_ARCH").unwrap_or_else(|_| "sm_90".into());
     assert!(PTX.contains(&format!(".target {arch}")), "PTX is not built for {arch}");

@@ -99,6 +99,13 @@ pub mod kernel_names {
     pub const REDUCE: [&str; 3] = ["lowcon_reduce_f32", "lowcon_reduce_f16", "lowcon_reduce_bf16"];
     /// `rs_direct_<dtype>(...)`: reads and reduces the peers' chunks over NVLink (sm-direct).
     pub const RS_DIRECT: [&str; 3] = ["lowcon_rs_direct_f32", "lowcon_rs_direct_f16", "lowcon_rs_direct_bf16"];
+    /// Threads per CTA of the collective kernels (one-shot all-gather, reductions).
+    /// The build declares it in their PTX (`.maxntid`), so `ptxas` keeps each thread
+    /// within the registers a CTA of this size may use.
+    pub const COLL_THREADS: u32 = 512;
+    /// The kernels launched with [`COLL_THREADS`] threads.
+    pub const COLL: [&str; 7] =
+        [ALLGATHER_ONESHOT, REDUCE[0], REDUCE[1], REDUCE[2], RS_DIRECT[0], RS_DIRECT[1], RS_DIRECT[2]];
     /// Every kernel the host expects to find in the PTX.
     pub const ALL: &[&str] = &[
         VEC_ADD_F32,

@@ -375,12 +375,54 @@ fn link(a: &LinkArgs) -> Result<(), BuildError> {
     Ok(())
 }
 
+/// Declares `.maxntid threads, 1, 1` on each named kernel of `ptx` (rustc's NVPTX
+/// backend has no launch-bounds attribute). Without it `ptxas` may give a kernel more
+/// registers than a CTA of `threads` threads can have, and its launch fails with
+/// `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`. Errors if a kernel is missing or already has
+/// a directive there.
+pub fn set_max_threads(ptx: &str, kernels: &[&str], threads: u32) -> Result<String, String> {
+    let mut out = String::with_capacity(ptx.len() + kernels.len() * 32);
+    let mut done = Vec::new();
+    let mut pending: Option<&str> = None;
+    for line in ptx.lines() {
+        out.push_str(line);
+        out.push('\n');
+        if let Some(name) = pending {
+            if line.starts_with(')') {
+                out.push_str(&format!(".maxntid {threads}, 1, 1\n"));
+                done.push(name);
+                pending = None;
+            }
+            continue;
+        }
+        let decl = line.strip_prefix(".visible ").unwrap_or(line);
+        if let Some(rest) = decl.strip_prefix(".entry ") {
+            let name = rest.split('(').next().unwrap_or("").trim();
+            pending = kernels.iter().copied().find(|k| *k == name);
+        }
+    }
+    if let Some(missing) = kernels.iter().find(|k| !done.contains(k)) {
+        return Err(format!("kernel {missing} is not an entry of the PTX (cannot declare .maxntid)"));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn os(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn declares_max_threads_on_named_entries_only() {
+        let ptx = ".visible .entry a(\n\t.param .u32 a_param_0\n)\n{\n\tret;\n}\n.visible .entry b(\n)\n{\n}\n";
+        let out = set_max_threads(ptx, &["b"], 512).unwrap();
+        assert_eq!(out.matches(".maxntid").count(), 1);
+        assert!(out.contains(".visible .entry b(\n)\n.maxntid 512, 1, 1\n{"), "{out}");
+        let e = set_max_threads(ptx, &["c"], 512).unwrap_err();
+        assert!(e.contains("kernel c"), "{e}");
     }
 
     #[test]

@@ -60,6 +60,9 @@ pub struct SweepFlags {
     /// CTA counts of the SM parts, comma-separated (`default` for the library's).
     #[arg(long, default_value = "default")]
     ctas: String,
+    /// ce-reduce pipeline pieces, comma-separated (`default` for the library's choice).
+    #[arg(long, default_value = "default")]
+    pipeline: String,
     /// Check every size against a CPU reference and count wrong elements.
     #[arg(long)]
     check: bool,
@@ -121,6 +124,11 @@ impl SweepFlags {
             || vec![None],
             |x| if x == "default" { Ok(None) } else { x.parse().map(Some).map_err(|e| format!("ctas {x:?}: {e}")) },
         )?;
+        let pipeline = list(
+            &self.pipeline,
+            || vec![None],
+            |x| if x == "default" { Ok(None) } else { x.parse().map(Some).map_err(|e| format!("pipeline {x:?}: {e}")) },
+        )?;
         if self.min == 0 || self.min > self.max {
             return Err(format!("sizes: -b {} must be at least 1 and at most -e {}", self.min, self.max));
         }
@@ -137,6 +145,7 @@ impl SweepFlags {
             algorithms,
             methods,
             ctas,
+            pipeline,
             check: self.check,
             nccl: !self.no_nccl,
             staged: self.staged,
@@ -318,6 +327,7 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             algorithms: f.algorithms.clone(),
             sync: f.sync.clone(),
             ctas: "default".into(),
+            pipeline: "default".into(),
             check: false,
             no_nccl: f.no_nccl,
             staged: false,

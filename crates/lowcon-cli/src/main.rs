@@ -54,7 +54,7 @@ enum Command {
     Store(store_cmd::StoreCommand),
     /// Benchmarks (run every rank under `lowcon launch`).
     #[command(subcommand)]
-    Bench(bench::BenchCommand),
+    Bench(Box<bench::BenchCommand>),
     /// Run one rank of a multi-process check (start it with `lowcon launch`); exits 1
     /// with the reason if the check fails.
     Selftest {
@@ -306,7 +306,7 @@ fn main() -> ExitCode {
         }
         Command::Store(cmd) => store_cmd::run(cmd).map(|()| 0),
         Command::Selftest { scenario } => selftest(scenario),
-        Command::Bench(b) => bench::run(b).map(|()| 0),
+        Command::Bench(b) => bench::run(*b).map(|()| 0),
         Command::Info => info().map(|()| 0),
         Command::Ptx { out } => ptx(&out).map(|()| 0),
     };

@@ -54,6 +54,7 @@ pub struct SweepArgs {
     pub algorithms: Vec<String>,
     pub methods: Vec<SyncMethod>,
     pub ctas: Vec<Option<u32>>,
+    pub pipeline: Vec<Option<u32>>,
     pub check: bool,
     pub nccl: bool,
     pub staged: bool,
@@ -69,6 +70,9 @@ pub struct Row {
     pub algorithm: String,
     pub sync: String,
     pub ctas: Option<u32>,
+    /// ce-reduce pieces, when set explicitly.
+    #[serde(default)]
+    pub pipeline: Option<u32>,
     pub ranks: usize,
     pub dtype: String,
     pub op: Option<String>,
@@ -91,7 +95,8 @@ impl Row {
         match self.implementation.as_str() {
             "lowcon" => {
                 let c = self.ctas.map(|c| format!(" ctas={c}")).unwrap_or_default();
-                format!("lowcon {} {}{c}", self.algorithm, self.sync)
+                let p = self.pipeline.map(|p| format!(" pieces={p}")).unwrap_or_default();
+                format!("lowcon {} {}{c}{p}", self.algorithm, self.sync)
             }
             other => other.to_string(),
         }
@@ -154,6 +159,7 @@ fn row(
         algorithm: algorithm.into(),
         sync: sync.into(),
         ctas,
+        pipeline: None,
         ranks: world,
         dtype: a.dtype.name().into(),
         op: (a.kind == Kind::ReduceScatter).then(|| a.op.name().to_string()),
@@ -222,64 +228,71 @@ pub fn gpu(a: &SweepArgs) -> Res<Vec<Row>> {
     for algo in &algos {
         for &m in &a.methods {
             for &ctas in &a.ctas {
-                for &size in &sizes {
-                    let count = size / a.dtype.size();
-                    let label_ctas = ctas;
-                    let call = |s: &Stream| -> lowcon::Result<()> {
-                        let (ic, oc) = match a.kind {
-                            Kind::AllGather => (count, count * world),
-                            Kind::ReduceScatter => (count * world, count),
+                for &pipeline in &a.pipeline {
+                    for &size in &sizes {
+                        let count = size / a.dtype.size();
+                        let label_ctas = ctas;
+                        let call = |s: &Stream| -> lowcon::Result<()> {
+                            let (ic, oc) = match a.kind {
+                                Kind::AllGather => (count, count * world),
+                                Kind::ReduceScatter => (count * world, count),
+                            };
+                            let (ib, ob) = (bufs.input(ic, a.dtype)?, bufs.output(oc, a.dtype)?);
+                            match a.kind {
+                                Kind::AllGather => {
+                                    let opts = AllGatherOptions {
+                                        algorithm: algo.parse()?,
+                                        sync: m,
+                                        ctas,
+                                        ..Default::default()
+                                    };
+                                    runner.g.all_gather(ib, ob, s, &opts)
+                                }
+                                Kind::ReduceScatter => {
+                                    let opts = ReduceScatterOptions {
+                                        algorithm: algo.parse()?,
+                                        sync: m,
+                                        ctas,
+                                        ..Default::default()
+                                    };
+                                    runner.g.reduce_scatter(ib, ob, a.op, s, &opts)
+                                }
+                            }
                         };
-                        let (ib, ob) = (bufs.input(ic, a.dtype)?, bufs.output(oc, a.dtype)?);
-                        match a.kind {
-                            Kind::AllGather => {
-                                let opts =
-                                    AllGatherOptions { algorithm: algo.parse()?, sync: m, ctas, ..Default::default() };
-                                runner.g.all_gather(ib, ob, s, &opts)
+                        let us = time_calls(&runner.g, &runner.stream, a, &mut |s| call(s).map_err(|e| e.to_string()))?;
+                        let wrong = if a.check {
+                            let case = case_for(a, algo, m, count)?;
+                            let (w, first, _) = count_wrong(&mut runner, &case, &format!("check/{algo}/{size}"))?;
+                            if w > 0 {
+                                eprintln!("rank {rank}: {}: {w} wrong, first: {first}", case.name());
                             }
-                            Kind::ReduceScatter => {
-                                let opts = ReduceScatterOptions {
-                                    algorithm: algo.parse()?,
-                                    sync: m,
-                                    ctas,
-                                    ..Default::default()
-                                };
-                                runner.g.reduce_scatter(ib, ob, a.op, s, &opts)
-                            }
+                            Some(w as u64)
+                        } else {
+                            None
+                        };
+                        let stats = runner.g.all_gather_bytes(
+                            &format!("sweep/{algo}/{m:?}/{ctas:?}/{pipeline:?}/{size}"),
+                            &[us, wrong.unwrap_or(0) as f64].map(f64::to_le_bytes).concat(),
+                        )?;
+                        let mx = max_over_ranks(stats, 2);
+                        let mut r = row(
+                            a,
+                            world,
+                            "lowcon",
+                            algo,
+                            method_name(m),
+                            label_ctas,
+                            size,
+                            mx[0],
+                            wrong.map(|_| mx[1] as u64),
+                        );
+                        r.pipeline = pipeline;
+                        if rank == 0 {
+                            print_row(&r);
+                            eprint!("\r{} {} {size} B done   ", a.kind.name(), r.label());
                         }
-                    };
-                    let us = time_calls(&runner.g, &runner.stream, a, &mut |s| call(s).map_err(|e| e.to_string()))?;
-                    let wrong = if a.check {
-                        let case = case_for(a, algo, m, count)?;
-                        let (w, first, _) = count_wrong(&mut runner, &case, &format!("check/{algo}/{size}"))?;
-                        if w > 0 {
-                            eprintln!("rank {rank}: {}: {w} wrong, first: {first}", case.name());
-                        }
-                        Some(w as u64)
-                    } else {
-                        None
-                    };
-                    let stats = runner.g.all_gather_bytes(
-                        &format!("sweep/{algo}/{m:?}/{ctas:?}/{size}"),
-                        &[us, wrong.unwrap_or(0) as f64].map(f64::to_le_bytes).concat(),
-                    )?;
-                    let mx = max_over_ranks(stats, 2);
-                    let r = row(
-                        a,
-                        world,
-                        "lowcon",
-                        algo,
-                        method_name(m),
-                        label_ctas,
-                        size,
-                        mx[0],
-                        wrong.map(|_| mx[1] as u64),
-                    );
-                    if rank == 0 {
-                        print_row(&r);
-                        eprint!("\r{} {} {size} B done   ", a.kind.name(), r.label());
+                        rows.push(r);
                     }
-                    rows.push(r);
                 }
             }
         }

@@ -116,6 +116,26 @@ impl Device {
     pub fn synchronize(&self) -> Result<()> {
         self.inner.ctx.synchronize().map_err(drv("cuCtxSynchronize"))
     }
+
+    /// Like [`Device::synchronize`], but gives up after `limit`: `Ok(false)` if the device
+    /// was still busy. The driver has no bounded device-wide wait, so a helper thread
+    /// makes it; on `Ok(false)` that thread stays blocked until the work ends (or the
+    /// process exits). Used where a stream may be stuck for good, on a peer that died.
+    pub fn synchronize_within(&self, limit: std::time::Duration) -> Result<bool> {
+        let dev = self.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("lowcon-drain".into())
+            .spawn(move || {
+                let r = dev.bind_to_thread().and_then(|()| dev.synchronize());
+                let _ = tx.send(r);
+            })
+            .map_err(|e| Error::Rendezvous(format!("cannot start a thread to wait for the device: {e}")))?;
+        match rx.recv_timeout(limit) {
+            Ok(r) => r.map(|()| true),
+            Err(_) => Ok(false),
+        }
+    }
 }
 
 impl std::fmt::Debug for Device {

@@ -28,8 +28,8 @@ pub struct Kernels {
     rs_direct: [CudaFunction; 3],
 }
 
-/// Threads per CTA of the collective kernels.
-pub(crate) const COLL_THREADS: u32 = 512;
+/// Threads per CTA of the collective kernels (declared in their PTX by the build).
+pub(crate) const COLL_THREADS: u32 = lowcon_abi::kernel_names::COLL_THREADS;
 
 /// Where a fused one-shot kernel synchronises (entry and exit barriers inside the
 /// kernel), or `fused == 0` when the host enqueues the barriers around it.
