@@ -52,11 +52,11 @@ step() { # step NAME LOGFILE CMD...: runs CMD, logs it, records ok/FAILED with s
 { nvidia-smi -L; nvidia-smi topo -m; } > "$out/nvidia-smi.txt" 2>&1 || true
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 step "lowcon info" info.txt "$L" info
-has base && step "single-GPU checks (lowcon-gpu-tests)" gpu-tests.txt "$here/lowcon-gpu-tests"
+has base && step "single-GPU checks (lowcon-gpu-tests)" gpu-tests.txt timeout 300 "$here/lowcon-gpu-tests"
 if has base && [ "${LOWCON_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   for tool in memcheck synccheck; do
     step "compute-sanitizer $tool (quick)" "sanitizer-$tool.txt" \
-      compute-sanitizer --tool "$tool" --error-exitcode 3 "$here/lowcon-gpu-tests" --quick
+      timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 3 "$here/lowcon-gpu-tests" --quick
   done
 fi
 has base && step "host backend: barrier-stress x4 ranks" host.txt "$L" launch --nproc-per-node 4 --tee -- "$L" selftest barrier-stress
@@ -134,12 +134,11 @@ if [ "$ngpu" -ge 2 ] && has benchrs; then # reduce-scatter sweep and small all-g
   step "bench all-gather 64K..1M (auto, one-shot CTAs)" bench-ag-small.txt b all-gather -b 64K -e 1M -f 4 --algorithms auto,sm-oneshot,ce-push --json "$out/ag-small.json"
   step "bench overlap reduce-scatter" bench-overlap-rs.txt b overlap --collective reduce-scatter --no-nccl --json "$out/overlap-rs.json"
 fi
-if [ -n "${LOWCON_TAR:-}" ]; then tar -C "$out" -czf "$LOWCON_TAR" . 2>/dev/null; fi
 if [ "$ngpu" -ge 2 ] && has base; then
   sizes="$ngpu"; [ "$ngpu" -ge 4 ] && sizes="$sizes 3"; sizes="$sizes 2"
   for w in $(echo $sizes | tr ' ' '\n' | awk '!seen[$0]++'); do
     vis=$(seq -s, 0 $((w - 1)))
-    run() { CUDA_VISIBLE_DEVICES=$vis "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest "$@"; }
+    run() { CUDA_VISIBLE_DEVICES=$vis timeout 200 "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest "$@"; }
     step "w=$w gpu-mapping" "multi-w$w.txt" run gpu-mapping
     step "w=$w gpu-barrier-stress 100k (kernel+memop)" "multi-w$w.txt" run gpu-barrier-stress
     step "w=$w gpu-publish-signal 10k (kernel+memop)" "multi-w$w.txt" run gpu-publish-signal
@@ -147,18 +146,19 @@ if [ "$ngpu" -ge 2 ] && has base; then
     step "w=$w gpu-dead-peer (kernel)" "multi-w$w.txt" run gpu-dead-peer --method kernel
     step "w=$w gpu-dead-peer (memop)" "multi-w$w.txt" run gpu-dead-peer --method memop
     step "w=$w gpu-mismatched-size" "multi-w$w.txt" run gpu-mismatched-size
-    step "w=$w gpu-same-device" "multi-w$w.txt" env LOWCON_DEVICE=0 CUDA_VISIBLE_DEVICES=$vis "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest gpu-same-device
+    step "w=$w gpu-same-device" "multi-w$w.txt" env LOWCON_DEVICE=0 CUDA_VISIBLE_DEVICES=$vis timeout 100 "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest gpu-same-device
     step "w=$w gpu-memory-release" "multi-w$w.txt" run gpu-memory-release
-    step "w=$w bench barrier" "bench-barrier.txt" env CUDA_VISIBLE_DEVICES=$vis "$L" launch --nproc-per-node "$w" -- "$L" bench barrier --json
+    step "w=$w bench barrier" "bench-barrier.txt" env CUDA_VISIBLE_DEVICES=$vis timeout 120 "$L" launch --nproc-per-node "$w" -- "$L" bench barrier --json
   done
   # The legacy-IPC fallback path, forced, at the full world size.
   vis=$(seq -s, 0 $((ngpu - 1)))
-  ipc() { env LOWCON_MEM_HANDLES=ipc CUDA_VISIBLE_DEVICES=$vis "$L" launch --nproc-per-node "$ngpu" --tee -- "$L" selftest "$@"; }
+  ipc() { env LOWCON_MEM_HANDLES=ipc CUDA_VISIBLE_DEVICES=$vis timeout 200 "$L" launch --nproc-per-node "$ngpu" --tee -- "$L" selftest "$@"; }
   step "w=$ngpu IPC handles: gpu-mapping" multi-ipc.txt ipc gpu-mapping
   step "w=$ngpu IPC handles: gpu-publish-signal 2k (kernel+memop)" multi-ipc.txt ipc gpu-publish-signal --rounds 2000
   step "w=$ngpu IPC handles: gpu-barrier-stress 10k (kernel+memop)" multi-ipc.txt ipc gpu-barrier-stress --iters 10000
   step "w=$ngpu IPC handles: gpu-memory-release" multi-ipc.txt ipc gpu-memory-release
 fi
+if [ -n "${LOWCON_TAR:-}" ]; then tar -C "$out" -czf "$LOWCON_TAR" . 2>/dev/null; fi
 echo
 echo "== summary"
 cat "$summary"
