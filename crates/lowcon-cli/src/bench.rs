@@ -178,6 +178,10 @@ pub struct OverlapFlags {
     /// lowcon algorithms per collective (comma-separated; `all` for every named one).
     #[arg(long, default_value = "all")]
     algorithms: String,
+    /// CTA counts of lowcon's SM parts (reductions, one-shot kernels), comma-separated
+    /// (`default` for the library's): fewer CTAs take fewer SMs from the GEMM.
+    #[arg(long, default_value = "default")]
+    ctas: String,
     /// Sync methods (comma-separated, or `all`).
     #[arg(long, default_value = "all")]
     sync: String,
@@ -326,7 +330,7 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             op: "sum".into(),
             algorithms: f.algorithms.clone(),
             sync: f.sync.clone(),
-            ctas: "default".into(),
+            ctas: f.ctas.clone(),
             pipeline: "default".into(),
             check: false,
             no_nccl: f.no_nccl,
@@ -344,6 +348,7 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             trials: f.trials,
             algorithms: s.algorithms.into_iter().filter(|x| x != "sm-oneshot").collect(),
             methods: s.methods,
+            ctas: s.ctas,
             nccl: !f.no_nccl,
         };
         all.extend(crate::overlap::run(&a)?);

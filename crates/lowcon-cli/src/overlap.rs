@@ -33,6 +33,8 @@ pub struct OverlapArgs {
     pub trials: usize,
     pub algorithms: Vec<String>,
     pub methods: Vec<SyncMethod>,
+    /// CTA counts of lowcon's SM parts (`None`: the library's default).
+    pub ctas: Vec<Option<u32>>,
     pub nccl: bool,
 }
 
@@ -237,26 +239,35 @@ pub fn run(a: &OverlapArgs) -> Res<Vec<OverlapRow>> {
     };
     for algo in &a.algorithms {
         for &m in &a.methods {
-            let name = format!("lowcon {algo} {}", if m == SyncMethod::Kernel { "kernel" } else { "memop" });
-            let (ic, oc) = (in_bytes / 2, out_bytes / 2);
-            let mut colls = |s: &Stream| -> Res<()> {
-                for _ in 0..a.colls {
-                    let ib = DeviceBuf::symmetric(&sym_in, 0, ic, DType::Bf16)?;
-                    let ob = DeviceBuf::symmetric(&sym_out, 0, oc, DType::Bf16)?;
-                    match a.kind {
-                        Kind::AllGather => {
-                            let o = AllGatherOptions { algorithm: algo.parse()?, sync: m, ..Default::default() };
-                            g.all_gather(ib, ob, s, &o)?
-                        }
-                        Kind::ReduceScatter => {
-                            let o = ReduceScatterOptions { algorithm: algo.parse()?, sync: m, ..Default::default() };
-                            g.reduce_scatter(ib, ob, ReduceOp::Sum, s, &o)?
+            for &ctas in &a.ctas {
+                let c = ctas.map(|c| format!(" ctas={c}")).unwrap_or_default();
+                let name = format!("lowcon {algo} {}{c}", if m == SyncMethod::Kernel { "kernel" } else { "memop" });
+                let (ic, oc) = (in_bytes / 2, out_bytes / 2);
+                let mut colls = |s: &Stream| -> Res<()> {
+                    for _ in 0..a.colls {
+                        let ib = DeviceBuf::symmetric(&sym_in, 0, ic, DType::Bf16)?;
+                        let ob = DeviceBuf::symmetric(&sym_out, 0, oc, DType::Bf16)?;
+                        match a.kind {
+                            Kind::AllGather => {
+                                let o =
+                                    AllGatherOptions { algorithm: algo.parse()?, sync: m, ctas, ..Default::default() };
+                                g.all_gather(ib, ob, s, &o)?
+                            }
+                            Kind::ReduceScatter => {
+                                let o = ReduceScatterOptions {
+                                    algorithm: algo.parse()?,
+                                    sync: m,
+                                    ctas,
+                                    ..Default::default()
+                                };
+                                g.reduce_scatter(ib, ob, ReduceOp::Sum, s, &o)?
+                            }
                         }
                     }
-                }
-                Ok(())
-            };
-            measure(&name, &mut colls)?;
+                    Ok(())
+                };
+                measure(&name, &mut colls)?;
+            }
         }
     }
     if a.nccl {
