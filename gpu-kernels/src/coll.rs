@@ -460,69 +460,92 @@ unsafe fn ld_v16(p: *const V16) -> V16 {
 }
 
 /// Defines `$name`, the vector part of [`reduce_part`] for exactly as many sources as
-/// indices listed: the loads of every source for two vectors (one unless `$pairs`) are
-/// issued before any is
-/// combined, so each pass costs one memory round trip instead of one per source (a few
-/// CTAs are latency-bound otherwise, above all over NVLink). Written out per source
-/// count (tuples, no arrays) so the loaded vectors stay in registers: LLVM leaves loops
-/// over 7-8 sources rolled and moves such arrays to local memory.
+/// indices listed: a thread loads the 16-byte vectors of every source for `$lanes`
+/// grid-stride positions before it combines any, so a pass costs one memory round
+/// trip instead of one per source (a few CTAs are latency-bound otherwise, above all
+/// over NVLink), then reduces and stores the positions one after another, so only
+/// the loaded vectors and one position's accumulators are live. Written out per source
+/// count (tuples, no arrays over sources) so the loaded vectors stay in registers: LLVM
+/// left loops over 7-8 sources rolled and moved such arrays to local memory.
 macro_rules! reduce_vec_fixed {
-    ($name:ident, $pairs:literal, $($k:tt),+) => {
+    ($name:ident, $lanes:expr, $($k:tt),+) => {
         /// # Safety
         /// As [`reduce_part`] with `vec`: `p` holds one 16-byte-aligned source per index,
         /// each valid for `nv` vectors, and `d` valid for `nv` vectors.
         #[inline(always)]
         unsafe fn $name<T: Elem>(p: &[*const V16], d: *mut V16, nv: u64, op: u32, start: u64, step: u64) {
             let nsrc = [$($k),+].len() as u32;
+            // Up to four positions; those at or past `$lanes` are constant-false and
+            // compile away.
+            let live = |l: u64, at: u64| l < $lanes as u64 && at < nv;
             let mut i = start;
             while i < nv {
-                let j = i + step;
-                let two = $pairs && j < nv;
-                // SAFETY: i < nv; the caller's contract.
-                let xa = ($(unsafe { ld_v16(p[$k].add(i as usize)) },)+);
-                let xb = if two {
-                    // SAFETY: j < nv; the caller's contract.
-                    ($(unsafe { ld_v16(p[$k].add(j as usize)) },)+)
-                } else {
-                    ($({ let _ = $k; V16([0; 4]) },)+)
-                };
-                let mut a = T::unpack(xa.0);
-                let mut b = T::unpack(xb.0);
-                $(
-                    if $k > 0 {
-                        let (x, y) = (T::unpack(xa.$k), T::unpack(xb.$k));
-                        for e in 0..T::VEC {
-                            a[e] = combine(op, a[e], x[e]);
-                            b[e] = combine(op, b[e], y[e]);
-                        }
-                    }
-                )+
-                for e in 0..T::VEC {
-                    a[e] = finish(op, a[e], nsrc);
-                    b[e] = finish(op, b[e], nsrc);
-                }
-                // SAFETY: as above.
+                let at = [i, i + step, i + 2 * step, i + 3 * step];
+                // SAFETY: (each) a position is loaded only when below `nv`.
+                let x0 = load_sources!(p, at[0], true; $($k),+);
+                let x1 = load_sources!(p, at[1], live(1, at[1]); $($k),+);
+                let x2 = load_sources!(p, at[2], live(2, at[2]); $($k),+);
+                let x3 = load_sources!(p, at[3], live(3, at[3]); $($k),+);
+                // SAFETY: (each) stores only to positions below `nv`.
                 unsafe {
-                    d.add(i as usize).write(T::pack(&a));
-                    if two {
-                        d.add(j as usize).write(T::pack(&b));
+                    d.add(at[0] as usize).write(combine_sources!(T, x0, op, nsrc; $($k),+));
+                    if live(1, at[1]) {
+                        d.add(at[1] as usize).write(combine_sources!(T, x1, op, nsrc; $($k),+));
+                    }
+                    if live(2, at[2]) {
+                        d.add(at[2] as usize).write(combine_sources!(T, x2, op, nsrc; $($k),+));
+                    }
+                    if live(3, at[3]) {
+                        d.add(at[3] as usize).write(combine_sources!(T, x3, op, nsrc; $($k),+));
                     }
                 }
-                i += if $pairs { 2 * step } else { step };
+                i += $lanes as u64 * step;
             }
         }
     };
 }
 
-// Two vectors per thread per pass up to 7 sources; one at 8, where two would not fit
-// in the 128 registers a 512-thread CTA allows (f16 spilled).
-reduce_vec_fixed!(reduce_vec2, true, 0, 1);
-reduce_vec_fixed!(reduce_vec3, true, 0, 1, 2);
-reduce_vec_fixed!(reduce_vec4, true, 0, 1, 2, 3);
-reduce_vec_fixed!(reduce_vec5, true, 0, 1, 2, 3, 4);
-reduce_vec_fixed!(reduce_vec6, true, 0, 1, 2, 3, 4, 5);
-reduce_vec_fixed!(reduce_vec7, true, 0, 1, 2, 3, 4, 5, 6);
-reduce_vec_fixed!(reduce_vec8, false, 0, 1, 2, 3, 4, 5, 6, 7);
+/// The tuple of every source's 16-byte vector at position `$at` (zeros unless `$ok`).
+macro_rules! load_sources {
+    ($p:ident, $at:expr, $ok:expr; $($k:tt),+) => {
+        if $ok {
+            // SAFETY: the caller's contract: `$at` is below the sources' length.
+            ($(unsafe { ld_v16($p[$k].add($at as usize)) },)+)
+        } else {
+            ($({ let _ = $k; V16([0; 4]) },)+)
+        }
+    };
+}
+
+/// `op` over the tuple `$x` of sources in rank order, finished and packed.
+macro_rules! combine_sources {
+    ($t:ident, $x:ident, $op:ident, $nsrc:ident; $($k:tt),+) => {{
+        let mut a = $t::unpack($x.0);
+        $(
+            if $k > 0 {
+                let y = $t::unpack($x.$k);
+                for e in 0..$t::VEC {
+                    a[e] = combine($op, a[e], y[e]);
+                }
+            }
+        )+
+        for e in a.iter_mut().take($t::VEC) {
+            *e = finish($op, *e, $nsrc);
+        }
+        $t::pack(&a)
+    }};
+}
+
+// Positions per thread per pass: the most that fit in the 128 registers a 512-thread
+// CTA allows without spilling in any dtype (`ptxas -v`; `host/tests/ptx.rs` fails on
+// spills). 4 at 2-3 sources, 3 at 4, 2 at 5-7 and 1 at 8 (2 spilled there).
+reduce_vec_fixed!(reduce_vec2, 4, 0, 1);
+reduce_vec_fixed!(reduce_vec3, 4, 0, 1, 2);
+reduce_vec_fixed!(reduce_vec4, 3, 0, 1, 2, 3);
+reduce_vec_fixed!(reduce_vec5, 2, 0, 1, 2, 3, 4);
+reduce_vec_fixed!(reduce_vec6, 2, 0, 1, 2, 3, 4, 5);
+reduce_vec_fixed!(reduce_vec7, 2, 0, 1, 2, 3, 4, 5, 6);
+reduce_vec_fixed!(reduce_vec8, 1, 0, 1, 2, 3, 4, 5, 6, 7);
 
 /// The vector part of [`reduce_part`] for any number of sources (more than 8).
 ///
