@@ -262,6 +262,26 @@ impl GpuGroup {
         }
     }
 
+    /// Enqueues a one-shot kernel (`launch`) with its entry and exit barriers: inside the
+    /// kernel with kernel sync, as stream-memop barriers around it otherwise.
+    fn one_shot(
+        &self,
+        stream: &Stream,
+        channel: u32,
+        sync: SyncMethod,
+        launch: impl FnOnce(FusedArgs) -> Result<()>,
+    ) -> Result<()> {
+        let f = self.fused(channel, sync);
+        if f.fused == 0 {
+            self.barrier(stream, channel, sync)?;
+        }
+        launch(f)?;
+        if f.fused == 0 {
+            self.barrier(stream, channel, sync)?;
+        }
+        Ok(())
+    }
+
     /// Copies `input` into the workspace at `at` when it is not symmetric; returns where
     /// every rank's copy is.
     ///
@@ -371,23 +391,10 @@ impl GpuGroup {
                     let src = self.symmetric_input(stream, &input, ws, 0)?;
                     let ctas = opts.ctas.unwrap_or_else(|| oneshot_ctas(world * shard));
                     let vec_ok = src.off.is_multiple_of(16) && out.is_multiple_of(16) && shard.is_multiple_of(16);
-                    let f = self.fused(ch, opts.sync);
-                    if f.fused == 0 {
-                        self.barrier(stream, ch, opts.sync)?;
-                    }
-                    self.device.kernels()?.allgather_oneshot(
-                        stream,
-                        f,
-                        ctas,
-                        src.bases(),
-                        src.off as u64,
-                        out,
-                        s,
-                        vec_ok,
-                    )?;
-                    if f.fused == 0 {
-                        self.barrier(stream, ch, opts.sync)?;
-                    }
+                    let kernels = self.device.kernels()?;
+                    self.one_shot(stream, ch, opts.sync, |f| {
+                        kernels.allgather_oneshot(stream, f, ctas, src.bases(), src.off as u64, out, s, vec_ok)
+                    })?;
                 }
             }
         }
@@ -493,25 +500,20 @@ impl GpuGroup {
                 ReduceScatterAlgorithm::SmDirect => {
                     let off = src.off + rank * chunk;
                     let vec_ok = off.is_multiple_of(16) && out.is_multiple_of(16);
-                    let f = self.fused(ch, opts.sync);
-                    if f.fused == 0 {
-                        self.barrier(stream, ch, opts.sync)?;
-                    }
-                    kernels.rs_direct(
-                        stream,
-                        dt,
-                        f,
-                        ctas,
-                        src.bases(),
-                        off as u64,
-                        out,
-                        n as u64,
-                        op.code(),
-                        vec_ok,
-                    )?;
-                    if f.fused == 0 {
-                        self.barrier(stream, ch, opts.sync)?;
-                    }
+                    self.one_shot(stream, ch, opts.sync, |f| {
+                        kernels.rs_direct(
+                            stream,
+                            dt,
+                            f,
+                            ctas,
+                            src.bases(),
+                            off as u64,
+                            out,
+                            n as u64,
+                            op.code(),
+                            vec_ok,
+                        )
+                    })?;
                 }
             }
         }

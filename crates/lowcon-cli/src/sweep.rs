@@ -116,7 +116,7 @@ fn sizes(a: &SweepArgs) -> Vec<usize> {
     v
 }
 
-fn method_name(m: SyncMethod) -> &'static str {
+pub(crate) fn method_name(m: SyncMethod) -> &'static str {
     match m {
         SyncMethod::Kernel => "kernel",
         SyncMethod::StreamMemop => "memop",
