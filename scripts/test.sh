@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # lowcon's test command (the README's, and what .ci/run calls after scripts/setup.sh):
-# formatting, clippy on host and device code, and the whole workspace's tests. ptxas
-# must be present (scripts/setup.sh installs it): every generated PTX is checked with
-# `ptxas -arch=sm_90`. GPU tests skip, saying why, when no GPU is present.
+# ShellCheck on every shell script, formatting, clippy on host and device code, and the
+# whole workspace's tests. ptxas and shellcheck must be present (scripts/setup.sh installs
+# them): every generated PTX is checked with `ptxas -arch=sm_90`. GPU tests skip, saying
+# why, when no GPU is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLCHAIN=${LOWCON_KERNEL_TOOLCHAIN:-nightly}
 export LOWCON_REQUIRE_PTXAS=1
+
+echo "== shellcheck"
+scripts/shellcheck.sh
 
 echo "== rustfmt"
 cargo fmt --all --check

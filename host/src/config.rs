@@ -25,19 +25,9 @@ pub fn mem_handles() -> String {
 }
 
 /// `LOWCON_DEBUG=1`: log rendezvous decisions (fallbacks, mappings) and failure handling
-/// (see [`trace`]) to stderr.
+/// (see [`crate::log::trace`]) to stderr, where no `tracing` subscriber is installed.
 pub fn debug() -> bool {
     std::env::var("LOWCON_DEBUG").is_ok_and(|v| v == "1")
-}
-
-/// With `LOWCON_DEBUG=1`, prints `what` to stderr with the rank and the time since the
-/// process first traced (failure paths: detection, release of stuck waits, teardown).
-pub fn trace(rank: usize, what: &str) {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    if debug() {
-        let t = START.get_or_init(std::time::Instant::now).elapsed();
-        eprintln!("lowcon[rank {rank} +{:.3}s]: {what}", t.as_secs_f64());
-    }
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -45,7 +35,11 @@ fn env_u64(name: &str) -> Option<u64> {
     match v.trim().parse() {
         Ok(n) => Some(n),
         Err(_) => {
-            eprintln!("lowcon: ignoring {name}={v:?}: not a non-negative integer");
+            // Not `crate::log::warn`: the log reads its switch from here (no cycle).
+            tracing::warn!(target: "lowcon", "ignoring {name}={v:?}: not a non-negative integer");
+            if !tracing::dispatcher::has_been_set() {
+                eprintln!("lowcon: ignoring {name}={v:?}: not a non-negative integer");
+            }
             None
         }
     }

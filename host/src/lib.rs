@@ -1,34 +1,36 @@
 //! lowcon: low-contention collectives for single-node NVLink GPU boxes.
 //!
-//! The pipeline, in the order a newcomer should read it: store → rendezvous →
-//! symmetric memory → sync → algorithms → bench. This crate holds the GPU side:
+//! The modules follow the pipeline, in the order a newcomer should read it (the store
+//! itself is the `lowcon-store` crate, the benchmark `lowcon-bench`):
 //!
-//! - [`cuda`]: the CUDA driver (loaded at run time through cudarc), devices, streams,
-//!   events, and lowcon's kernels, written in Rust (`gpu-kernels/`) and embedded as PTX.
-//! - [`Error`]: the one error type; a machine without a driver gets
-//!   [`Error::NoDriver`], never a panic.
+//! | stage | module | holds |
+//! |---|---|---|
+//! | driver | [`cuda`] | the CUDA driver (loaded at run time through cudarc), devices, streams, events, lowcon's kernels (Rust, `gpu-kernels/`, embedded as PTX) |
+//! | rendezvous | [`rendezvous`] | how ranks meet through the store, one host check, the group id, the socket mesh that passes memory handles, the failed state |
+//! | symmetric memory | [`memory`] | GPU buffers mapped on every peer (VMM or IPC), host shared-memory buffers, pinned memory |
+//! | sync | [`sync`] | epochs, signal pads, barriers and signals (kernel or stream-memop), failure detection and release |
+//! | algorithms | [`coll`] | all-gather and reduce-scatter: types, options, checks, `auto`, the CPU reference, one file per backend |
+//! | groups | [`GpuGroup`], [`HostGroup`] | the public types that compose the stages for one backend |
 //!
-//! See `docs/design.md` for why it is built this way.
+//! Each stage uses only the stages above it. [`Error`] is the one error type; a machine
+//! without a driver gets [`Error::NoDriver`], never a panic. Logging goes through
+//! `tracing` ([`log`]). See `docs/design.md` for why it is built this way.
 
 pub mod coll;
-mod coll_gpu;
-mod coll_host;
 pub mod config;
 pub mod cuda;
 mod error;
-mod fdpass;
 mod group;
-pub mod shm;
-pub mod symm;
+pub mod log;
+pub mod memory;
+pub mod rendezvous;
 pub mod sync;
 
 pub use coll::{
-    AllGatherAlgorithm, AllGatherOptions, CollOptions, DType, Element, ReduceOp, ReduceScatterAlgorithm,
-    ReduceScatterOptions,
+    AllGatherAlgorithm, AllGatherOptions, CollOptions, DType, DeviceBuf, Element, HostInput, ReduceOp,
+    ReduceScatterAlgorithm, ReduceScatterOptions,
 };
-pub use coll_gpu::DeviceBuf;
-pub use coll_host::HostInput;
 pub use error::{Error, Result};
-pub use shm::{HostBuffer, HostGroup, HostGroupOptions};
-pub use symm::{GpuGroup, GpuGroupOptions, HandleKind, SymmetricBuffer};
+pub use group::{GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions};
+pub use memory::{HandleKind, HostBuffer, SymmetricBuffer};
 pub use sync::SyncMethod;

@@ -22,7 +22,7 @@ use lowcon::{
 use lowcon_abi::payload_word;
 use rand::Rng;
 
-fn e(err: impl std::fmt::Display) -> String {
+pub(crate) fn e(err: impl std::fmt::Display) -> String {
     err.to_string()
 }
 
@@ -697,11 +697,11 @@ pub fn gpu_dead_peer(victim: usize, kill_at: usize, timeout: Duration, sync: Syn
         },
         || r.g.synchronize(&r.stream),
     );
-    lowcon::config::trace(rank, &format!("dead-peer loop ended: {res:?}"));
+    lowcon::log::trace(rank, &format!("dead-peer loop ended: {res:?}"));
     crate::survivors_barrier("coll-dead-peer", world - 1)?;
     drop((inp, out));
     drop(r);
-    lowcon::config::trace(rank, "buffers and group released");
+    lowcon::log::trace(rank, "buffers and group released");
     res
 }
 

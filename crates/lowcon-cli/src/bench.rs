@@ -1,18 +1,18 @@
-//! `lowcon bench ...`: measurements, run as one process per rank under `lowcon launch`.
-//! Rank 0 prints the table (and `--json` lines); every number is the max over ranks of
-//! each rank's median (or p99), timed with CUDA events on the device.
+//! `lowcon bench ...`: the command line of the benchmarks in `lowcon-bench`. The flags
+//! are parsed here and handed over as `lowcon_bench` options; `quick` starts its ranks
+//! through `lowcon launch` of this executable.
 
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
-use lowcon::{GpuGroup, GpuGroupOptions, SyncMethod};
-
-use crate::overlap::{OverlapArgs, OverlapRow};
-use crate::sweep::{Kind, Row, SweepArgs};
+use lowcon::SyncMethod;
+use lowcon_bench::overlap::OverlapOptions;
+use lowcon_bench::sweep::SweepOptions;
+use lowcon_bench::{Kind, Output, SweepRow, report};
 
 /// Where results go besides the table on stdout (rank 0 writes them).
 #[derive(Args, Clone, Debug, Default)]
-pub struct Output {
+pub struct OutputFlags {
     /// Write every measurement as JSON lines to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -76,7 +76,7 @@ pub struct SweepFlags {
     #[arg(long, default_value = "gpu")]
     backend: String,
     #[command(flatten)]
-    out: Output,
+    out: OutputFlags,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -98,7 +98,7 @@ fn list<T>(s: &str, all: impl Fn() -> Vec<T>, parse: impl Fn(&str) -> Result<T, 
 }
 
 impl SweepFlags {
-    fn args(&self, kind: Kind) -> Result<SweepArgs, String> {
+    fn options(&self, kind: Kind) -> Result<SweepOptions, String> {
         let dtype: lowcon::DType = self.dtype.parse().map_err(|e: lowcon::Error| e.to_string())?;
         let algorithms = match kind {
             Kind::AllGather => list(
@@ -132,7 +132,7 @@ impl SweepFlags {
         if self.min == 0 || self.min > self.max {
             return Err(format!("sizes: -b {} must be at least 1 and at most -e {}", self.min, self.max));
         }
-        Ok(SweepArgs {
+        Ok(SweepOptions {
             kind,
             min_bytes: self.min,
             max_bytes: self.max,
@@ -189,7 +189,7 @@ pub struct OverlapFlags {
     #[arg(long)]
     no_nccl: bool,
     #[command(flatten)]
-    out: Output,
+    out: OutputFlags,
 }
 
 #[derive(Subcommand)]
@@ -233,85 +233,37 @@ pub enum BenchCommand {
     },
 }
 
+impl From<&OutputFlags> for Output {
+    fn from(f: &OutputFlags) -> Self {
+        Output { json: f.json.clone(), csv: f.csv.clone(), plot: f.plot.clone() }
+    }
+}
+
 pub fn run(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
     match cmd {
-        BenchCommand::Barrier { iters, warmup, json } => barrier(iters.max(1), warmup, json),
+        BenchCommand::Barrier { iters, warmup, json } => lowcon_bench::barrier::run(iters.max(1), warmup, json),
         BenchCommand::AllGather(f) => sweep(&f, Kind::AllGather),
         BenchCommand::ReduceScatter(f) => sweep(&f, Kind::ReduceScatter),
         BenchCommand::Overlap(f) => overlap(&f),
         BenchCommand::Quick { max, plot } => quick(max, &plot),
-        BenchCommand::Plot { json, out } => plot_files(&json, &out),
-    }
-}
-
-fn is_rank0() -> bool {
-    std::env::var("RANK").map_or(true, |r| r == "0")
-}
-
-fn no_nvls() {
-    if std::env::var("NCCL_NVLS_ENABLE").is_err() {
-        // SAFETY: called at the start of a benchmark, before any thread is started.
-        unsafe { std::env::set_var("NCCL_NVLS_ENABLE", "0") };
-    }
-}
-
-fn write_outputs(out: &Output, rows: &[Row], ov: &[OverlapRow]) -> Result<(), Box<dyn std::error::Error>> {
-    if !is_rank0() {
-        return Ok(());
-    }
-    if let Some(p) = &out.json {
-        let mut s = String::new();
-        for r in rows {
-            s.push_str(&serde_json::to_string(r)?);
-            s.push('\n');
-        }
-        for r in ov {
-            s.push_str(&serde_json::to_string(r)?);
-            s.push('\n');
-        }
-        std::fs::write(p, s)?;
-    }
-    if let Some(p) = &out.csv {
-        let mut w = csv::Writer::from_path(p)?;
-        for r in rows {
-            w.serialize(r)?;
-        }
-        w.flush()?;
-        if !ov.is_empty() {
-            let p2 = p.with_extension("overlap.csv");
-            let mut w = csv::Writer::from_path(&p2)?;
-            for r in ov {
-                w.serialize(r)?;
-            }
-            w.flush()?;
+        BenchCommand::Plot { json, out } => {
+            let (rows, ov) = report::read_json(&json)?;
+            lowcon_bench::plot::draw(&out, &rows, &ov)?;
+            println!("wrote {}", out.display());
+            Ok(())
         }
     }
-    if let Some(p) = &out.plot {
-        crate::plot::draw(p, rows, ov)?;
-        eprintln!("wrote {}", p.display());
-    }
-    Ok(())
 }
 
 fn sweep(f: &SweepFlags, kind: Kind) -> Result<(), Box<dyn std::error::Error>> {
-    no_nvls();
-    let a = f.args(kind)?;
-    let rows = if a.backend_host { crate::sweep::host(&a)? } else { crate::sweep::gpu(&a)? };
-    write_outputs(&f.out, &rows, &[])?;
-    if let Some(bad) = rows.iter().find(|r| r.wrong.is_some_and(|w| w > 0)) {
-        return Err(format!(
-            "{} at {} bytes per rank: {} wrong elements",
-            bad.label(),
-            bad.size,
-            bad.wrong.unwrap_or(0)
-        )
-        .into());
-    }
-    Ok(())
+    // SAFETY: called before anything in this process starts a thread.
+    unsafe { lowcon_bench::no_nvls() };
+    lowcon_bench::sweep::run(&f.options(kind)?, &(&f.out).into())
 }
 
 fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
-    no_nvls();
+    // SAFETY: called before anything in this process starts a thread.
+    unsafe { lowcon_bench::no_nvls() };
     let mut all = Vec::new();
     for c in f.collective.split(',') {
         let kind = match c.trim() {
@@ -336,10 +288,10 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             no_nccl: f.no_nccl,
             staged: false,
             backend: "gpu".into(),
-            out: Output::default(),
+            out: OutputFlags::default(),
         };
-        let s = flags.args(kind)?;
-        let a = OverlapArgs {
+        let s = flags.options(kind)?;
+        let a = OverlapOptions {
             kind,
             m: f.gemm,
             gemm_ms: f.gemm_ms,
@@ -351,9 +303,9 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             ctas: s.ctas,
             nccl: !f.no_nccl,
         };
-        all.extend(crate::overlap::run(&a)?);
+        all.extend(lowcon_bench::overlap::run(&a)?);
     }
-    write_outputs(&f.out, &[], &all)
+    report::write(&(&f.out).into(), &[], &all)
 }
 
 /// Runs `lowcon launch` of this executable with `args`; errors if the job failed.
@@ -370,6 +322,8 @@ fn launch_self(n: usize, args: &[String]) -> Result<(), Box<dyn std::error::Erro
     Ok(())
 }
 
+/// `lowcon bench quick`: a checked all-gather and reduce-scatter sweep, each a job of
+/// this executable under `lowcon launch`, then one plot of both.
 fn quick(max: usize, plot: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let gpus = lowcon::cuda::device_count().unwrap_or(0);
     let (n, backend) = if gpus >= 2 {
@@ -383,7 +337,7 @@ fn quick(max: usize, plot: &Path) -> Result<(), Box<dyn std::error::Error>> {
         (4, "host")
     };
     let dir = tempfile_dir()?;
-    let mut rows: Vec<Row> = Vec::new();
+    let mut rows: Vec<SweepRow> = Vec::new();
     for kind in ["all-gather", "reduce-scatter"] {
         let json = dir.join(format!("{kind}.json"));
         let mut args: Vec<String> = ["bench", kind, "-b", "64K", "-e"].iter().map(|s| s.to_string()).collect();
@@ -394,37 +348,10 @@ fn quick(max: usize, plot: &Path) -> Result<(), Box<dyn std::error::Error>> {
         );
         args.push(json.display().to_string());
         launch_self(n, &args)?;
-        for line in std::fs::read_to_string(&json)?.lines() {
-            rows.push(serde_json::from_str(line)?);
-        }
+        rows.extend(report::read_sweep_json(&json)?);
     }
-    crate::plot::draw(plot, &rows, &[])?;
+    lowcon_bench::plot::draw(plot, &rows, &[])?;
     println!("wrote {}", plot.display());
-    Ok(())
-}
-
-fn plot_files(files: &[PathBuf], out: &Path) -> Result<(), Box<dyn std::error::Error>> {
-    let (mut rows, mut ov) = (Vec::new(), Vec::new());
-    for f in files {
-        let text = match std::fs::read_to_string(f) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("skipping {}: {e}", f.display());
-                continue;
-            }
-        };
-        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-            let v: serde_json::Value =
-                serde_json::from_str(line).map_err(|e| format!("{}:{}: {e}", f.display(), i + 1))?;
-            if v["bench"].as_str().is_some_and(|b| b.starts_with("overlap")) {
-                ov.push(serde_json::from_value(v)?);
-            } else {
-                rows.push(serde_json::from_value(v)?);
-            }
-        }
-    }
-    crate::plot::draw(out, &rows, &ov)?;
-    println!("wrote {}", out.display());
     Ok(())
 }
 
@@ -432,38 +359,4 @@ fn tempfile_dir() -> Result<PathBuf, Box<dyn std::error::Error>> {
     let d = std::env::temp_dir().join(format!("lowcon-quick-{}", std::process::id()));
     std::fs::create_dir_all(&d)?;
     Ok(d)
-}
-
-fn barrier(iters: usize, warmup: usize, json: bool) -> Result<(), Box<dyn std::error::Error>> {
-    let g = GpuGroup::from_env(GpuGroupOptions::default())?;
-    let (rank, world) = (g.rank(), g.world_size());
-    if rank == 0 {
-        println!("# barrier latency, {world} GPUs, {iters} timed barriers after {warmup} warm-up, max over ranks");
-        println!("{:<8} {:>6} {:>12} {:>10} {:>18}", "method", "ranks", "median (us)", "p99 (us)", "back-to-back (us)");
-    }
-    for method in [SyncMethod::Kernel, SyncMethod::StreamMemop] {
-        let l = lowcon_tests::gpu_ranks::barrier_latency(&g, method, iters, warmup)?;
-        let mine = [l.median_us, l.p99_us, l.back_to_back_us].map(f64::to_le_bytes).concat();
-        let all = g.all_gather_bytes(&format!("bench-barrier-{method:?}"), &mine)?;
-        let max = |k: usize| {
-            all.iter().map(|b| f64::from_le_bytes(b[8 * k..8 * k + 8].try_into().expect("8 bytes"))).fold(0.0, f64::max)
-        };
-        if rank == 0 {
-            let name = match method {
-                SyncMethod::Kernel => "kernel",
-                SyncMethod::StreamMemop => "memop",
-            };
-            println!("{name:<8} {world:>6} {:>12.2} {:>10.2} {:>18.2}", max(0), max(1), max(2));
-            if json {
-                println!(
-                    "{{\"bench\":\"barrier\",\"method\":\"{name}\",\"ranks\":{world},\"iters\":{iters},\"median_us\":{:.3},\"p99_us\":{:.3},\"back_to_back_us\":{:.3}}}",
-                    max(0),
-                    max(1),
-                    max(2)
-                );
-            }
-        }
-    }
-    g.store_barrier("bench-barrier-done")?;
-    Ok(())
 }

@@ -2,11 +2,7 @@
 
 mod bench;
 mod launch;
-mod nccl;
-mod overlap;
-mod plot;
 mod store_cmd;
-mod sweep;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -283,7 +279,30 @@ fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
     }
 }
 
+/// Logs (`tracing` events, the library's and its dependencies') go to stderr, one compact
+/// line each: `RUST_LOG` filters them when set (`tracing-subscriber`'s `EnvFilter`
+/// syntax); otherwise warnings and errors, and with `LOWCON_DEBUG=1` lowcon's debug
+/// events too.
+fn init_logging() {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var(EnvFilter::DEFAULT_ENV) {
+        Ok(dirs) if !dirs.trim().is_empty() => EnvFilter::new(dirs),
+        _ if std::env::var("LOWCON_DEBUG").is_ok_and(|v| v == "1") => EnvFilter::new("warn,lowcon=debug"),
+        _ => EnvFilter::new("warn"),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .without_time() // lowcon's debug events carry their own `t` (seconds since the first)
+        .compact()
+        .init();
+}
+
 fn main() -> ExitCode {
+    init_logging();
     let cli = Cli::parse();
     let r: Result<i32, Box<dyn std::error::Error>> = match cli.command {
         Command::Launch { nproc_per_node, master_addr, master_port, store_port, tee, grace_period, command } => {

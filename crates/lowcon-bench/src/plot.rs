@@ -8,10 +8,8 @@ use std::path::Path;
 use plotters::prelude::*;
 use plotters::style::{FontStyle, register_font};
 
-use crate::overlap::OverlapRow;
-use crate::sweep::Row;
-
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+use crate::Res;
+use crate::report::{OverlapRow, SweepRow};
 
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 
@@ -32,7 +30,7 @@ fn human(bytes: f64) -> String {
 
 /// Draws `rows` (sweeps) and `overlap` into one PNG: a panel per collective swept,
 /// and a panel of overlap slowdowns when there are any.
-pub fn draw(path: &Path, rows: &[Row], overlap: &[OverlapRow]) -> Res<()> {
+pub fn draw(path: &Path, rows: &[SweepRow], overlap: &[OverlapRow]) -> Res<()> {
     fonts();
     let mut benches: Vec<String> = rows.iter().map(|r| r.bench.clone()).collect();
     benches.dedup();
@@ -46,7 +44,7 @@ pub fn draw(path: &Path, rows: &[Row], overlap: &[OverlapRow]) -> Res<()> {
     root.fill(&WHITE)?;
     let areas = root.split_evenly((panels, 1));
     for (area, bench) in areas.iter().zip(&benches) {
-        let mine: Vec<&Row> = rows.iter().filter(|r| &r.bench == bench).collect();
+        let mine: Vec<&SweepRow> = rows.iter().filter(|r| &r.bench == bench).collect();
         let mut series: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
         for r in &mine {
             series.entry(r.label()).or_default().push((r.size as f64, r.busbw_gbs));

@@ -15,47 +15,33 @@ use lowcon::cuda::{Event, Stream, StreamPriority, raw};
 use lowcon::{
     AllGatherOptions, DType, DeviceBuf, GpuGroup, GpuGroupOptions, ReduceOp, ReduceScatterOptions, SyncMethod,
 };
-use serde::{Deserialize, Serialize};
 
-use crate::nccl;
+use crate::report::{self, OverlapRow};
 use crate::sweep::Kind;
+use crate::{Res, nccl};
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
-
-/// Overlap parameters.
+/// What the overlap benchmark measures for one collective (the flags of
+/// `lowcon bench overlap`).
 #[derive(Clone, Debug)]
-pub struct OverlapArgs {
+pub struct OverlapOptions {
     pub kind: Kind,
+    /// GEMM size M = N = K.
     pub m: usize,
+    /// GEMM time to aim for (ms); GEMMs are repeated to about this.
     pub gemm_ms: f64,
+    /// Shard (bytes per rank) of each collective.
     pub shard_bytes: usize,
+    /// Collectives per trial.
     pub colls: usize,
+    /// Trials (medians are reported).
     pub trials: usize,
+    /// lowcon algorithms by name.
     pub algorithms: Vec<String>,
     pub methods: Vec<SyncMethod>,
     /// CTA counts of lowcon's SM parts (`None`: the library's default).
     pub ctas: Vec<Option<u32>>,
+    /// Measure NCCL too.
     pub nccl: bool,
-}
-
-/// One implementation's overlap result (max over ranks of per-rank medians).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct OverlapRow {
-    pub bench: String,
-    pub implementation: String,
-    pub ranks: usize,
-    pub shard_bytes: usize,
-    pub colls: usize,
-    pub gemms: usize,
-    pub gemm_alone_ms: f64,
-    pub gemm_overlapped_ms: f64,
-    pub gemm_slowdown_pct: f64,
-    pub comm_alone_ms: f64,
-    pub comm_overlapped_ms: f64,
-    pub total_ms: f64,
-    pub serial_ms: f64,
-    pub ideal_ms: f64,
-    pub total_over_ideal_pct: f64,
 }
 
 struct Gemm8 {
@@ -109,7 +95,9 @@ fn ms(a: &Event, b: &Event) -> Res<f64> {
     Ok(a.elapsed_ms(b)? as f64)
 }
 
-pub fn run(a: &OverlapArgs) -> Res<Vec<OverlapRow>> {
+/// Runs the overlap benchmark `a` asks for as one rank; prints the table (rank 0) and
+/// returns the rows.
+pub fn run(a: &OverlapOptions) -> Res<Vec<OverlapRow>> {
     let g = GpuGroup::from_env(GpuGroupOptions::default())?;
     let (rank, world) = (g.rank(), g.world_size());
     let compute = g.device().stream(StreamPriority::Default)?;
@@ -153,10 +141,7 @@ pub fn run(a: &OverlapArgs) -> Res<Vec<OverlapRow>> {
             one0 * gemms as f64,
             a.trials
         );
-        println!(
-            "{:<28} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "implementation", "gemm", "gemm+c", "slowdown", "comm", "comm+g", "total", "serial", "ideal", "vs ideal"
-        );
+        report::print_overlap_columns();
     }
     let mut rows = Vec::new();
     let mut measure = |name: &str, colls: &mut dyn FnMut(&Stream) -> Res<()>| -> Res<()> {
@@ -220,19 +205,7 @@ pub fn run(a: &OverlapArgs) -> Res<Vec<OverlapRow>> {
             total_over_ideal_pct: (tot / ideal - 1.0) * 100.0,
         };
         if rank == 0 {
-            println!(
-                "{:<28} {:>9.2} {:>9.2} {:>8.1}% {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8.1}%",
-                r.implementation,
-                r.gemm_alone_ms,
-                r.gemm_overlapped_ms,
-                r.gemm_slowdown_pct,
-                r.comm_alone_ms,
-                r.comm_overlapped_ms,
-                r.total_ms,
-                r.serial_ms,
-                r.ideal_ms,
-                r.total_over_ideal_pct
-            );
+            report::print_overlap_row(&r);
         }
         rows.push(r);
         Ok(())

@@ -13,125 +13,41 @@
 //! on the channel's copy stream, forked from and joined back into the caller's stream
 //! with events, so the caller only ever has to order work against its own stream.
 //!
-//! NOTE [in flight]: each call records an event; when `max_inflight(world)` calls (16 at
-//! 4 ranks) are in flight the next call first waits (bounded, watching for dead peers) for the oldest. The host cannot
-//! run unboundedly ahead of a stalled GPU, and a dead peer surfaces as an error from
-//! the next call within the group's timeout even if the caller never synchronises.
+//! NOTE [never block]: a call checks its arguments, enqueues and registers its completion
+//! event with the group's watchdog (`crate::sync::gpu::watchdog`); it never waits for
+//! the GPU, however many calls are in flight. Growing a workspace allocates the larger
+//! one collectively (a rendezvous with the peers' hosts, not with any GPU queue) and
+//! hands the old one to the watchdog to free once the calls using it are done. A dead
+//! peer surfaces as an error from the next call within the group's timeout even if the
+//! caller never synchronises. What can still block is the driver itself, when a
+//! stream's queue of pending operations is full (docs/design.md, "Never block").
 
-use std::sync::MutexGuard;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use cudarc::driver::{CudaSlice, sys};
-
-use crate::coll::{
-    AllGatherAlgorithm, AllGatherOptions, DEFAULT_REDUCE_CTAS, DType, Element, ReduceOp, ReduceScatterAlgorithm,
-    ReduceScatterOptions, STAGING_DEPTH, align256, check_all_gather, check_reduce_scatter, choose_all_gather,
-    choose_reduce_scatter, default_pieces, grow_to, oneshot_ctas, piece_elems, rotated, staged_slot,
+use super::check::{align256, check_all_gather, check_reduce_scatter, grow_to, rotated, staged_slot};
+use super::device_buf::DeviceBuf;
+use super::select::{
+    DEFAULT_REDUCE_CTAS, STAGING_DEPTH, choose_all_gather, choose_reduce_scatter, default_pieces, oneshot_ctas,
+    piece_elems,
 };
+use super::{AllGatherAlgorithm, AllGatherOptions, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
 use crate::cuda::kernels::FusedArgs;
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
-use crate::symm::{GpuGroup, SymmetricBuffer};
+use crate::memory::SymmetricBuffer;
 use crate::sync::SyncMethod;
+use crate::sync::gpu::GpuSync;
 
-/// Calls that may be in flight before a call waits for the oldest, for a world of
-/// `world`: about 384 stream operations (a call enqueues about 4 per peer with
-/// stream-memop barriers), 2 to 64 calls. The bound must stay well below the driver's
-/// per-stream queue: a full queue blocks the enqueueing call itself, and with memop
-/// waits stuck on a dead peer nothing would ever drain it.
-fn max_inflight(world: usize) -> usize {
-    (384 / (4 * world + 8)).clamp(2, 64)
-}
-
-/// A device buffer given to a collective: ordinary device memory, or a range of a
-/// [`SymmetricBuffer`] (which peers can reach directly, saving a staging copy).
-#[derive(Clone, Copy)]
-pub struct DeviceBuf<'a> {
-    ptr: sys::CUdeviceptr,
-    count: usize,
-    dtype: DType,
-    /// The symmetric buffer and the byte offset of `ptr` in it.
-    symm: Option<(&'a SymmetricBuffer, usize)>,
-}
-
-impl<'a> DeviceBuf<'a> {
-    /// A whole cudarc slice (as input).
-    pub fn slice<T: Element>(s: &'a CudaSlice<T>) -> Self {
-        Self { ptr: crate::cuda::device_ptr(s), count: s.len(), dtype: T::DTYPE, symm: None }
-    }
-
-    /// A whole cudarc slice (as output: the collective writes it).
-    pub fn slice_mut<T: Element>(s: &'a mut CudaSlice<T>) -> Self {
-        Self { ptr: crate::cuda::device_ptr(s), count: s.len(), dtype: T::DTYPE, symm: None }
-    }
-
-    /// `count` elements of `dtype` at a raw device address.
-    ///
-    /// # Safety
-    /// `ptr` must stay valid for `count` elements until the collective has run.
-    pub unsafe fn from_raw(ptr: sys::CUdeviceptr, count: usize, dtype: DType) -> Self {
-        Self { ptr, count, dtype, symm: None }
-    }
-
-    /// `count` elements of `dtype` at byte `offset` of a symmetric buffer. Every rank must
-    /// pass the same offset and count: peers address each other's copies by it.
-    pub fn symmetric(buf: &'a SymmetricBuffer, offset: usize, count: usize, dtype: DType) -> Result<Self> {
-        let bytes = count.checked_mul(dtype.size());
-        if bytes.and_then(|b| b.checked_add(offset)).is_none_or(|end| end > buf.len()) {
-            return Err(Error::InvalidArgument(format!(
-                "rank {}: {count} {dtype} elements at byte {offset} do not fit the {}-byte symmetric buffer",
-                buf.rank(),
-                buf.len()
-            )));
-        }
-        Ok(Self { ptr: buf.local_ptr() + offset as u64, count, dtype, symm: Some((buf, offset)) })
-    }
-
-    /// Elements `start..start + count` of this buffer (any element alignment).
-    pub fn sub(self, start: usize, count: usize) -> Result<Self> {
-        if start.checked_add(count).is_none_or(|end| end > self.count) {
-            return Err(Error::InvalidArgument(format!(
-                "elements {start}..{start}+{count} are outside a buffer of {}",
-                self.count
-            )));
-        }
-        let off = start * self.dtype.size();
-        Ok(Self { ptr: self.ptr + off as u64, count, symm: self.symm.map(|(b, o)| (b, o + off)), ..self })
-    }
-
-    /// Elements.
-    pub fn len(&self) -> usize {
-        self.count
-    }
-
-    /// Whether it holds no elements.
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    /// Element type.
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
-    /// Bytes.
-    pub fn bytes(&self) -> usize {
-        self.count * self.dtype.size()
-    }
-
-    /// The device address.
-    pub fn ptr(&self) -> sys::CUdeviceptr {
-        self.ptr
-    }
-
-    /// Whether peers can reach it directly.
-    pub fn is_symmetric(&self) -> bool {
-        self.symm.is_some()
-    }
+/// A GPU group's collectives: its synchronisation (shared with the watchdog), and per
+/// channel a workspace, a copy stream and events.
+pub(crate) struct GpuColl {
+    pub(crate) sync: Arc<GpuSync>,
+    channels: Vec<Mutex<ChannelState>>,
 }
 
 /// Per-channel state of a group's collectives.
 #[derive(Default)]
-pub(crate) struct ChannelState {
+struct ChannelState {
     workspace: Option<SymmetricBuffer>,
     copy: Option<Stream>,
     events: Vec<Event>,
@@ -172,13 +88,18 @@ fn refuse_staging(rank: usize, algorithm: &str, what: &str) -> Error {
     ))
 }
 
-impl GpuGroup {
+impl GpuColl {
+    pub(crate) fn new(sync: Arc<GpuSync>) -> Self {
+        let channels = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(ChannelState::default())).collect();
+        Self { sync, channels }
+    }
+
     fn check_buf(&self, what: &str, b: &DeviceBuf<'_>) -> Result<()> {
-        let rank = self.core.rank;
-        let mine = self.device.index() as i32;
+        let rank = self.sync.core.rank;
+        let mine = self.sync.device.index() as i32;
         let on = match b.symm {
             Some((s, _)) => {
-                if s.world_size() != self.core.world || s.rank() != rank {
+                if s.world_size() != self.sync.core.world || s.rank() != rank {
                     return Err(Error::InvalidArgument(format!(
                         "rank {rank}: the {what}'s symmetric buffer belongs to another group (rank {} of {})",
                         s.rank(),
@@ -209,11 +130,15 @@ impl GpuGroup {
     fn prepare(&self, st: &mut ChannelState, need: usize, events: usize) -> Result<()> {
         let have = st.workspace.as_ref().map_or(0, |w| w.len());
         if need > have {
-            st.workspace = None; // synchronises the device before unmapping (Drop)
-            st.workspace = Some(self.alloc(grow_to(have, need))?);
+            let grown = self.sync.alloc(grow_to(have, need))?;
+            // The old one may still be in use by calls in flight: the watchdog frees it
+            // once they are done (a call never waits for the GPU).
+            if let Some(old) = st.workspace.replace(grown) {
+                self.sync.retire(old);
+            }
         }
         if st.copy.is_none() {
-            st.copy = Some(self.device.stream(StreamPriority::High)?);
+            st.copy = Some(self.sync.device.stream(StreamPriority::High)?);
         }
         let copy = st.copy.as_ref().expect("just made");
         while st.events.len() < events {
@@ -223,41 +148,20 @@ impl GpuGroup {
         Ok(())
     }
 
-    /// Bounds the calls in flight (see the module note).
-    fn throttle(&self) -> Result<Option<Event>> {
-        let mut q = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-        if q.len() < max_inflight(self.core.world) {
-            return Ok(None);
-        }
-        let oldest = q.pop_front().expect("non-empty");
-        drop(q);
-        self.wait_event(&oldest)?;
-        Ok(Some(oldest))
-    }
-
-    fn record_inflight(&self, stream: &Stream, reuse: Option<Event>) -> Result<()> {
-        let ev = match reuse {
-            Some(e) => e,
-            None => stream.event(false)?,
-        };
-        stream.record(&ev)?;
-        self.inflight.lock().unwrap_or_else(|p| p.into_inner()).push_back(ev);
-        Ok(())
-    }
-
     fn fused(&self, channel: u32, sync: SyncMethod) -> FusedArgs {
         let (epoch_in, epoch_out, fused) = if sync == SyncMethod::Kernel {
-            let mut ep = self.core.epochs();
+            let mut ep = self.sync.epochs();
             (ep.next_barrier(channel), ep.next_barrier(channel), 1)
         } else {
             (0, 0, 0)
         };
         FusedArgs {
-            pad: self.pad_args(),
+            pad: self.sync.pad_args(),
             channel,
             epoch_in,
             epoch_out,
-            counter: self.pads.local_ptr() + lowcon_abi::pad::counter_offset(self.core.world as u32, channel) as u64,
+            counter: self.sync.pads.local_ptr()
+                + lowcon_abi::pad::counter_offset(self.sync.core.world as u32, channel) as u64,
             fused,
         }
     }
@@ -273,11 +177,11 @@ impl GpuGroup {
     ) -> Result<()> {
         let f = self.fused(channel, sync);
         if f.fused == 0 {
-            self.barrier(stream, channel, sync)?;
+            self.sync.barrier(stream, channel, sync)?;
         }
         launch(f)?;
         if f.fused == 0 {
-            self.barrier(stream, channel, sync)?;
+            self.sync.barrier(stream, channel, sync)?;
         }
         Ok(())
     }
@@ -308,15 +212,15 @@ impl GpuGroup {
     /// All-gather: on every rank, `output[p * n .. (p + 1) * n]` receives rank `p`'s
     /// `input` (`n` elements). Enqueued on `stream`; every rank must make the same call
     /// (same sizes, dtype, algorithm, channel and kinds of buffers).
-    pub fn all_gather(
+    pub(crate) fn all_gather(
         &self,
         input: DeviceBuf<'_>,
         output: DeviceBuf<'_>,
         stream: &Stream,
         opts: &AllGatherOptions,
     ) -> Result<()> {
-        let (rank, world) = (self.core.rank, self.core.world);
-        self.check_stream(stream)?;
+        let (rank, world) = (self.sync.core.rank, self.sync.core.world);
+        self.sync.check_stream(stream)?;
         opts.check(rank)?;
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
@@ -340,7 +244,6 @@ impl GpuGroup {
         let need = if stage_in { align256(shard) } else { 0 } + if stage_out { world * shard } else { 0 };
         let ch = opts.channel;
         let mut st = self.channel(ch);
-        let reuse = self.throttle()?;
         self.prepare(&mut st, need, 2)?;
         let ws = st.workspace.as_ref();
         let copy = st.copy.as_ref().expect("prepared");
@@ -358,12 +261,12 @@ impl GpuGroup {
                     copy.wait(fork)?;
                     ce_copy(copy, out + rank as u64 * s, input.ptr, shard)?;
                     copy.record(join)?;
-                    self.barrier(stream, ch, opts.sync)?;
+                    self.sync.barrier(stream, ch, opts.sync)?;
                     for p in rotated(rank, world).filter(|&p| p != rank) {
                         ce_copy(stream, out + p as u64 * s, src.peer(p), shard)?;
                     }
                     stream.wait(join)?;
-                    self.barrier(stream, ch, opts.sync)?;
+                    self.sync.barrier(stream, ch, opts.sync)?;
                 }
                 AllGatherAlgorithm::CePush => {
                     let dst = match output.symm {
@@ -374,11 +277,11 @@ impl GpuGroup {
                     copy.wait(fork)?;
                     ce_copy(copy, out + rank as u64 * s, input.ptr, shard)?;
                     copy.record(join)?;
-                    self.barrier(stream, ch, opts.sync)?;
+                    self.sync.barrier(stream, ch, opts.sync)?;
                     for p in rotated(rank, world).filter(|&p| p != rank) {
                         ce_copy(stream, dst.peer(p) + rank as u64 * s, input.ptr, shard)?;
                     }
-                    self.barrier(stream, ch, opts.sync)?;
+                    self.sync.barrier(stream, ch, opts.sync)?;
                     if stage_out {
                         let local = dst.peer(rank);
                         ce_copy(stream, out, local, rank * shard)?;
@@ -391,7 +294,7 @@ impl GpuGroup {
                     let src = self.symmetric_input(stream, &input, ws, 0)?;
                     let ctas = opts.ctas.unwrap_or_else(|| oneshot_ctas(world * shard));
                     let vec_ok = src.off.is_multiple_of(16) && out.is_multiple_of(16) && shard.is_multiple_of(16);
-                    let kernels = self.device.kernels()?;
+                    let kernels = self.sync.device.kernels()?;
                     self.one_shot(stream, ch, opts.sync, |f| {
                         kernels.allgather_oneshot(stream, f, ctas, src.bases(), src.off as u64, out, s, vec_ok)
                     })?;
@@ -399,14 +302,14 @@ impl GpuGroup {
             }
         }
         drop(st);
-        self.record_inflight(stream, reuse)
+        self.sync.track(stream)
     }
 
     /// Reduce-scatter: on every rank, `output` (`n` elements) receives `op` over all
     /// ranks of their input chunk `rank` (`input[rank * n .. (rank + 1) * n]`). f32, f16
     /// and bf16, accumulated in f32, added in rank order. Enqueued on `stream`; every
     /// rank must make the same call.
-    pub fn reduce_scatter(
+    pub(crate) fn reduce_scatter(
         &self,
         input: DeviceBuf<'_>,
         output: DeviceBuf<'_>,
@@ -414,8 +317,8 @@ impl GpuGroup {
         stream: &Stream,
         opts: &ReduceScatterOptions,
     ) -> Result<()> {
-        let (rank, world) = (self.core.rank, self.core.world);
-        self.check_stream(stream)?;
+        let (rank, world) = (self.sync.core.rank, self.sync.core.world);
+        self.sync.check_stream(stream)?;
         opts.check(rank)?;
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
@@ -443,12 +346,11 @@ impl GpuGroup {
             in_len + if algorithm == ReduceScatterAlgorithm::CeReduce { STAGING_DEPTH * (world - 1) * slot } else { 0 };
         let ch = opts.channel;
         let mut st = self.channel(ch);
-        let reuse = self.throttle()?;
         self.prepare(&mut st, need, 1 + 2 * pieces)?;
         let ws = st.workspace.as_ref();
         let copy = st.copy.as_ref().expect("prepared");
         let out = output.ptr;
-        let kernels = self.device.kernels()?;
+        let kernels = self.sync.device.kernels()?;
         // SAFETY: (the whole block) as in `all_gather`; staging slots are inside the
         // workspace sized above, and a slot is only refilled after the reduction that
         // read it (events).
@@ -459,7 +361,7 @@ impl GpuGroup {
                     let ws = ws.expect("workspace sized for staging");
                     let (start, rest) = st.events.split_first().expect("prepared");
                     let (copied, reduced) = rest.split_at(pieces);
-                    self.barrier(stream, ch, opts.sync)?;
+                    self.sync.barrier(stream, ch, opts.sync)?;
                     stream.record(start)?;
                     copy.wait(start)?;
                     let stage_base = ws.local_ptr() + in_len as u64;
@@ -495,7 +397,7 @@ impl GpuGroup {
                         )?;
                         stream.record(&reduced[i])?;
                     }
-                    self.barrier(stream, ch, opts.sync)?;
+                    self.sync.barrier(stream, ch, opts.sync)?;
                 }
                 ReduceScatterAlgorithm::SmDirect => {
                     let off = src.off + rank * chunk;
@@ -518,14 +420,14 @@ impl GpuGroup {
             }
         }
         drop(st);
-        self.record_inflight(stream, reuse)
+        self.sync.track(stream)
     }
 
     /// Collective: grows channel `channel`'s workspace to at least `bytes` now, so that
     /// no later call has to (growing is collective, and must not race between threads
     /// using different channels: reserve before starting them).
-    pub fn reserve_workspace(&self, channel: u32, bytes: usize) -> Result<()> {
-        self.core.check_usable()?;
+    pub(crate) fn reserve_workspace(&self, channel: u32, bytes: usize) -> Result<()> {
+        self.sync.core.check_usable()?;
         crate::sync::Epochs::check_channel(channel)?;
         let mut st = self.channel(channel);
         self.prepare(&mut st, bytes, 0)

@@ -17,11 +17,9 @@ use lowcon::{
     HostInput, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions, SymmetricBuffer, SyncMethod,
 };
 use lowcon_tests::coll::{Case, Coll, GpuRunner, count_wrong};
-use serde::{Deserialize, Serialize};
 
-use crate::nccl;
-
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+use crate::report::{self, Output, SweepRow};
+use crate::{Res, nccl};
 
 /// Which collective a sweep runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,71 +37,60 @@ impl Kind {
     }
 }
 
-/// Sweep parameters (from the command line).
+/// What a sweep measures (the flags of `lowcon bench all-gather|reduce-scatter`).
 #[derive(Clone, Debug)]
-pub struct SweepArgs {
+pub struct SweepOptions {
     pub kind: Kind,
+    /// Smallest size per rank, bytes (`-b`).
     pub min_bytes: usize,
+    /// Largest size per rank, bytes (`-e`).
     pub max_bytes: usize,
+    /// Size multiplication factor (`-f`; below 2, only the smallest size).
     pub factor: usize,
+    /// Timed calls per batch (`-n`).
     pub iters: usize,
+    /// Untimed calls first (`-w`).
     pub warmup: usize,
+    /// Timed batches; the median batch counts.
     pub reps: usize,
     pub dtype: DType,
+    /// Reduction operator (reduce-scatter).
     pub op: ReduceOp,
+    /// lowcon algorithms by name.
     pub algorithms: Vec<String>,
     pub methods: Vec<SyncMethod>,
+    /// CTA counts of the SM parts (`None`: the library's default).
     pub ctas: Vec<Option<u32>>,
+    /// ce-reduce pipeline pieces (`None`: the library's choice).
     pub pipeline: Vec<Option<u32>>,
+    /// Check every size against a CPU reference and count wrong elements.
     pub check: bool,
+    /// Measure NCCL too.
     pub nccl: bool,
+    /// Ordinary device buffers (staged through the workspace) instead of symmetric ones.
     pub staged: bool,
+    /// The host backend (CPU shared memory) instead of GPUs.
     pub backend_host: bool,
 }
 
-/// One measurement.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Row {
-    pub bench: String,
-    /// `lowcon`, `nccl` or `nccl-ce`.
-    pub implementation: String,
-    pub algorithm: String,
-    pub sync: String,
-    pub ctas: Option<u32>,
-    /// ce-reduce pieces, when set explicitly.
-    #[serde(default)]
-    pub pipeline: Option<u32>,
-    pub ranks: usize,
-    pub dtype: String,
-    pub op: Option<String>,
-    /// Bytes per rank.
-    pub size: usize,
-    /// ranks × size.
-    pub total: usize,
-    /// Elements per rank.
-    pub count: usize,
-    pub time_us: f64,
-    pub algbw_gbs: f64,
-    pub busbw_gbs: f64,
-    /// Wrong elements seen by `--check` (max over ranks), when checked.
-    pub wrong: Option<u64>,
-}
-
-impl Row {
-    /// The series label used in tables and plots.
-    pub fn label(&self) -> String {
-        match self.implementation.as_str() {
-            "lowcon" => {
-                let c = self.ctas.map(|c| format!(" ctas={c}")).unwrap_or_default();
-                let p = self.pipeline.map(|p| format!(" pieces={p}")).unwrap_or_default();
-                format!("lowcon {} {}{c}{p}", self.algorithm, self.sync)
-            }
-            other => other.to_string(),
-        }
+/// Runs the sweep `a` asks for (on GPUs or the host backend) as one rank: prints the
+/// table (rank 0), writes `out`, and fails if `--check` found wrong elements.
+pub fn run(a: &SweepOptions, out: &Output) -> Res<()> {
+    let rows = if a.backend_host { host(a)? } else { gpu(a)? };
+    report::write(out, &rows, &[])?;
+    if let Some(bad) = rows.iter().find(|r| r.wrong.is_some_and(|w| w > 0)) {
+        return Err(format!(
+            "{} at {} bytes per rank: {} wrong elements",
+            bad.label(),
+            bad.size,
+            bad.wrong.unwrap_or(0)
+        )
+        .into());
     }
+    Ok(())
 }
 
-fn sizes(a: &SweepArgs) -> Vec<usize> {
+fn sizes(a: &SweepOptions) -> Vec<usize> {
     let mut v = Vec::new();
     let mut s = a.min_bytes.max(a.dtype.size());
     while s <= a.max_bytes {
@@ -141,7 +128,7 @@ fn max_over_ranks(all: Vec<Vec<u8>>, n: usize) -> Vec<f64> {
 
 #[allow(clippy::too_many_arguments)]
 fn row(
-    a: &SweepArgs,
+    a: &SweepOptions,
     world: usize,
     implementation: &str,
     algorithm: &str,
@@ -150,10 +137,10 @@ fn row(
     size: usize,
     us: f64,
     wrong: Option<u64>,
-) -> Row {
+) -> SweepRow {
     let total = size * world;
     let algbw = total as f64 / (us * 1e-6) / 1e9;
-    Row {
+    SweepRow {
         bench: a.kind.name().into(),
         implementation: implementation.into(),
         algorithm: algorithm.into(),
@@ -174,7 +161,7 @@ fn row(
 }
 
 /// Prints the table header (rank 0).
-pub fn header(a: &SweepArgs, world: usize, what: &str) {
+fn header(a: &SweepOptions, world: usize, what: &str) {
     println!(
         "# lowcon bench {} on {world} {what}, dtype {}{}, {} x {} iterations after {} warm-up; time = median batch, max over ranks",
         a.kind.name(),
@@ -184,29 +171,11 @@ pub fn header(a: &SweepArgs, world: usize, what: &str) {
         a.iters,
         a.warmup
     );
-    println!(
-        "{:>12} {:>12} {:>12}  {:<34} {:>10} {:>10} {:>10} {:>8}",
-        "size/rank", "total", "count", "implementation", "time(us)", "algbw", "busbw", "#wrong"
-    );
-}
-
-pub fn print_row(r: &Row) {
-    let wrong = r.wrong.map_or("-".to_string(), |w| w.to_string());
-    println!(
-        "{:>12} {:>12} {:>12}  {:<34} {:>10.1} {:>10.2} {:>10.2} {:>8}",
-        r.size,
-        r.total,
-        r.count,
-        r.label(),
-        r.time_us,
-        r.algbw_gbs,
-        r.busbw_gbs,
-        wrong
-    );
+    report::print_sweep_columns();
 }
 
 /// Runs the sweep on GPUs; returns the rows (complete on rank 0).
-pub fn gpu(a: &SweepArgs) -> Res<Vec<Row>> {
+pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
     let g = GpuGroup::from_env(GpuGroupOptions::default())?;
     let stream = g.device().stream(StreamPriority::High)?;
     let mut runner = GpuRunner { g, stream };
@@ -288,7 +257,7 @@ pub fn gpu(a: &SweepArgs) -> Res<Vec<Row>> {
                         );
                         r.pipeline = pipeline;
                         if rank == 0 {
-                            print_row(&r);
+                            report::print_sweep_row(&r);
                             eprint!("\r{} {} {size} B done   ", a.kind.name(), r.label());
                         }
                         rows.push(r);
@@ -308,7 +277,7 @@ pub fn gpu(a: &SweepArgs) -> Res<Vec<Row>> {
     Ok(rows)
 }
 
-fn case_for(a: &SweepArgs, algo: &str, m: SyncMethod, count: usize) -> Res<Case> {
+fn case_for(a: &SweepOptions, algo: &str, m: SyncMethod, count: usize) -> Res<Case> {
     let coll = match a.kind {
         Kind::AllGather => Coll::AllGather(algo.parse()?),
         Kind::ReduceScatter => Coll::ReduceScatter(algo.parse()?, a.op),
@@ -320,7 +289,7 @@ fn case_for(a: &SweepArgs, algo: &str, m: SyncMethod, count: usize) -> Res<Case>
 fn time_calls(
     g: &GpuGroup,
     stream: &Stream,
-    a: &SweepArgs,
+    a: &SweepOptions,
     call: &mut dyn FnMut(&Stream) -> Result<(), String>,
 ) -> Res<f64> {
     for _ in 0..a.warmup {
@@ -388,7 +357,7 @@ impl Buffers {
 }
 
 /// NCCL's rows: default mode, then copy-engine mode where this NCCL supports it.
-fn nccl_rows(r: &GpuRunner, a: &SweepArgs, sizes: &[usize], in_max: usize, out_max: usize) -> Res<Vec<Row>> {
+fn nccl_rows(r: &GpuRunner, a: &SweepOptions, sizes: &[usize], in_max: usize, out_max: usize) -> Res<Vec<SweepRow>> {
     let (rank, world) = (r.g.rank(), r.g.world_size());
     let mut rows = Vec::new();
     let v = match nccl::version() {
@@ -407,7 +376,7 @@ fn nccl_rows(r: &GpuRunner, a: &SweepArgs, sizes: &[usize], in_max: usize, out_m
             }
             continue;
         }
-        let res = (|| -> Res<Vec<Row>> {
+        let res = (|| -> Res<Vec<SweepRow>> {
             let mut out = Vec::new();
             let mut comm = nccl::Comm::new(&r.g, mode, ce)?;
             let (send, recv) =
@@ -431,7 +400,7 @@ fn nccl_rows(r: &GpuRunner, a: &SweepArgs, sizes: &[usize], in_max: usize, out_m
                 let stats = r.g.all_gather_bytes(&format!("sweep/{mode}/{size}"), &us.to_le_bytes())?;
                 let r = row(a, world, mode, mode, "-", None, size, max_over_ranks(stats, 1)[0], None);
                 if rank == 0 {
-                    print_row(&r);
+                    report::print_sweep_row(&r);
                 }
                 out.push(r);
             }
@@ -455,7 +424,7 @@ fn nccl_rows(r: &GpuRunner, a: &SweepArgs, sizes: &[usize], in_max: usize, out_m
 /// The same sweep on the host backend (CPU shared memory; wall-clock timing, since
 /// there are no device events). For checking the tool and the algorithms without a GPU;
 /// the numbers say nothing about GPUs.
-pub fn host(a: &SweepArgs) -> Res<Vec<Row>> {
+pub fn host(a: &SweepOptions) -> Res<Vec<SweepRow>> {
     let g = HostGroup::from_env(HostGroupOptions::default())?;
     let (rank, world) = (g.rank(), g.world_size());
     let mut runner = lowcon_tests::coll::HostRunner { g };
@@ -514,7 +483,7 @@ pub fn host(a: &SweepArgs) -> Res<Vec<Row>> {
             let mx = max_over_ranks(stats, 2);
             let r = row(a, world, "lowcon", algo, "host", None, size, mx[0], wrong.map(|_| mx[1] as u64));
             if rank == 0 {
-                print_row(&r);
+                report::print_sweep_row(&r);
             }
             rows.push(r);
         }

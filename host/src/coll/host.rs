@@ -10,13 +10,15 @@
 
 use std::borrow::Cow;
 
-use crate::coll::{
-    AllGatherAlgorithm, AllGatherOptions, DType, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
-    check_all_gather, check_reduce_scatter, choose_all_gather, choose_reduce_scatter, default_pieces, grow_to,
-    piece_elems, reduce_into, rotated,
-};
+use std::sync::Mutex;
+
+use super::check::{check_all_gather, check_reduce_scatter, grow_to, rotated};
+use super::reference::reduce_into;
+use super::select::{choose_all_gather, choose_reduce_scatter, default_pieces, piece_elems};
+use super::{AllGatherAlgorithm, AllGatherOptions, DType, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
 use crate::error::{Error, Result};
-use crate::shm::{HostBuffer, HostGroup};
+use crate::memory::host::{HostBuffer, alloc};
+use crate::sync::host::HostSync;
 
 /// A collective's input on the host backend.
 #[derive(Clone, Copy)]
@@ -91,7 +93,19 @@ fn refuse_staging(rank: usize, algorithm: &str, what: &str) -> Error {
     ))
 }
 
-impl HostGroup {
+/// A host group's collectives: its synchronisation and per channel a workspace (grown
+/// collectively on demand).
+pub(crate) struct HostColl {
+    pub(crate) sync: HostSync,
+    workspaces: Vec<Mutex<Option<HostBuffer>>>,
+}
+
+impl HostColl {
+    pub(crate) fn new(sync: HostSync) -> Self {
+        let workspaces = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(None)).collect();
+        Self { sync, workspaces }
+    }
+
     /// Runs `f` with the channel's workspace grown to at least `need` bytes (collective
     /// when it grows: every rank asks for the same).
     fn with_workspace<R>(
@@ -104,7 +118,7 @@ impl HostGroup {
         let have = ws.as_ref().map_or(0, |b| b.len());
         if need > have {
             *ws = None;
-            *ws = Some(self.alloc(grow_to(have, need))?);
+            *ws = Some(alloc(&self.sync.core, grow_to(have, need))?);
         }
         f(ws.as_ref())
     }
@@ -115,7 +129,7 @@ impl HostGroup {
             HostInput::Symmetric { buf, offset, .. } => SymIn { buf, offset },
             HostInput::Plain(d) => {
                 let ws = ws.expect("workspace sized for staging");
-                ws.write(self.core.rank, 0, d)?;
+                ws.write(self.sync.core.rank, 0, d)?;
                 SymIn { buf: ws, offset: 0 }
             }
         })
@@ -123,15 +137,15 @@ impl HostGroup {
 
     /// All-gather: `output[p * n .. (p + 1) * n]` receives rank `p`'s `input` (`n` bytes,
     /// a whole number of `dtype` elements) on every rank. Synchronous.
-    pub fn all_gather(
+    pub(crate) fn all_gather(
         &self,
         input: HostInput<'_>,
         output: &mut [u8],
         dtype: DType,
         opts: &AllGatherOptions,
     ) -> Result<()> {
-        let (rank, world) = (self.core.rank, self.core.world);
-        self.core.check_usable()?;
+        let (rank, world) = (self.sync.core.rank, self.sync.core.world);
+        self.sync.core.check_usable()?;
         opts.check(rank)?;
         input.check(rank)?;
         let n_in = elems(rank, "all-gather input", input.len(), dtype)?;
@@ -159,7 +173,7 @@ impl HostGroup {
             match algorithm {
                 AllGatherAlgorithm::CePull | AllGatherAlgorithm::SmOneshot | AllGatherAlgorithm::Auto => {
                     let src = self.symmetric_input(&input, ws)?;
-                    self.barrier(ch)?;
+                    self.sync.barrier(ch)?;
                     for p in rotated(rank, world) {
                         let out = &mut output[p * shard..(p + 1) * shard];
                         if p == rank && algorithm == AllGatherAlgorithm::CePull {
@@ -168,18 +182,18 @@ impl HostGroup {
                             src.buf.read(p, src.offset, out)?;
                         }
                     }
-                    self.barrier(ch)
+                    self.sync.barrier(ch)
                 }
                 AllGatherAlgorithm::CePush => {
                     let ws = ws.expect("workspace sized for push");
                     let mine = input.local(rank)?;
                     // Peers are done reading what we pushed last time once they pass this.
-                    self.barrier(ch)?;
+                    self.sync.barrier(ch)?;
                     for p in rotated(rank, world).filter(|&p| p != rank) {
                         ws.write(p, rank * shard, &mine)?;
                     }
                     output[rank * shard..(rank + 1) * shard].copy_from_slice(&mine);
-                    self.barrier(ch)?;
+                    self.sync.barrier(ch)?;
                     for p in (0..world).filter(|&p| p != rank) {
                         ws.read(rank, p * shard, &mut output[p * shard..(p + 1) * shard])?;
                     }
@@ -192,7 +206,7 @@ impl HostGroup {
     /// Reduce-scatter: `output` (`n` elements) receives `op` over all ranks of their
     /// input chunk `rank` (`input[rank * n .. (rank + 1) * n]`). f32, f16 and bf16,
     /// accumulated in f32 in rank order. Synchronous.
-    pub fn reduce_scatter(
+    pub(crate) fn reduce_scatter(
         &self,
         input: HostInput<'_>,
         output: &mut [u8],
@@ -200,8 +214,8 @@ impl HostGroup {
         op: ReduceOp,
         opts: &ReduceScatterOptions,
     ) -> Result<()> {
-        let (rank, world) = (self.core.rank, self.core.world);
-        self.core.check_usable()?;
+        let (rank, world) = (self.sync.core.rank, self.sync.core.world);
+        self.sync.core.check_usable()?;
         opts.check(rank)?;
         input.check(rank)?;
         let n_in = elems(rank, "reduce-scatter input", input.len(), dtype)?;
@@ -225,7 +239,7 @@ impl HostGroup {
         let ch = opts.channel;
         self.with_workspace(ch, if plain { world * chunk } else { 0 }, |ws| {
             let src = self.symmetric_input(&input, ws)?;
-            self.barrier(ch)?;
+            self.sync.barrier(ch)?;
             let mut staged = vec![vec![0u8; piece * dtype.size()]; world];
             let mut start = 0;
             while start < n_out {
@@ -240,7 +254,7 @@ impl HostGroup {
                 reduce_into(dtype, op, world, &srcs, out);
                 start += len;
             }
-            self.barrier(ch)
+            self.sync.barrier(ch)
         })
     }
 }

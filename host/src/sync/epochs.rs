@@ -1,44 +1,8 @@
-//! Epoch bookkeeping shared by both backends.
-//!
-//! Signals are monotonic epochs, never set-and-clear: every barrier on a channel, and
-//! every signal from one rank to one peer on a channel, uses the next value of its own
-//! counter, and a wait completes when the slot holds that value *or a later one*
-//! (compared modulo 2³², see [`epoch_reached`]). No slot is ever reset, so a late
-//! reader can never mistake a stale handshake for a fresh one, and channels keep
-//! independent operations apart (PyTorch's #192581/#189228 are what this avoids).
-//! The host knows every epoch before it enqueues the operation that uses it.
+//! The epoch counters of one group (see the parent module for the rules).
 
 use lowcon_abi::pad;
 
 use crate::error::{Error, Result};
-
-/// How a synchronisation step runs on the GPU backend.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum SyncMethod {
-    /// A one-CTA Rust kernel with system-scope release/acquire and a timeout.
-    #[default]
-    Kernel,
-    /// Stream memory operations and 4-byte copy-engine writes: no SM at all, so it
-    /// cannot queue behind a GEMM that fills every SM.
-    StreamMemop,
-}
-
-impl std::str::FromStr for SyncMethod {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "kernel" => Ok(Self::Kernel),
-            "memop" | "stream-memop" => Ok(Self::StreamMemop),
-            _ => Err(Error::InvalidArgument(format!("sync method {s:?}: expected `kernel` or `memop`"))),
-        }
-    }
-}
-
-/// `true` when `observed` is `expected` or later, modulo 2³² (the comparison
-/// `cuStreamWaitValue32(GEQ)` and the kernels' waits make too).
-pub const fn epoch_reached(observed: u32, expected: u32) -> bool {
-    (observed.wrapping_sub(expected) as i32) >= 0
-}
 
 /// The next epoch of every counter of one group.
 #[derive(Debug)]
@@ -103,6 +67,7 @@ impl Epochs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::epoch_reached;
 
     #[test]
     fn epochs_compare_across_wraparound() {

@@ -1,5 +1,6 @@
-//! What every group has, whatever the backend: its place in the world, the store, the
-//! socket mesh for passing memory handles, epoch counters, and a failed state.
+//! Rendezvous: how the ranks of a group meet, and what every group has whatever the
+//! backend: its place in the world, the store, the socket mesh for passing memory
+//! handles (`fdpass`), and a failed state.
 //!
 //! Creation is collective: every rank of the world calls it, in the same order as any
 //! other group creation. It checks, before anything is mapped, that all ranks run on
@@ -13,8 +14,10 @@ use std::time::Duration;
 use lowcon_store::StoreClient;
 
 use crate::error::{Error, Result};
-use crate::fdpass::Mesh;
-use crate::sync::Epochs;
+
+mod fdpass;
+
+pub(crate) use fdpass::Mesh;
 
 /// This rank's facts, exchanged at group creation (`key=value` lines).
 #[derive(Clone, Debug, Default)]
@@ -47,7 +50,6 @@ pub(crate) struct GroupCore {
     pub(crate) mesh: Mesh,
     pub(crate) infos: Vec<PeerInfo>,
     store: Mutex<StoreClient>,
-    epochs: Mutex<Epochs>,
     next_alloc: Mutex<u64>,
     failed: Mutex<Option<String>>,
     /// Set with `failed`; shared with the group's buffers, whose release then waits
@@ -140,7 +142,6 @@ impl GroupCore {
             mesh,
             infos,
             store: Mutex::new(store),
-            epochs: Mutex::new(Epochs::new(world)),
             next_alloc: Mutex::new(0),
             failed: Mutex::new(None),
             broken: Arc::new(AtomicBool::new(false)),
@@ -151,16 +152,17 @@ impl GroupCore {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn epochs(&self) -> MutexGuard<'_, Epochs> {
-        self.epochs.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Errors with [`Error::GroupFailed`] once the group has failed.
     pub(crate) fn check_usable(&self) -> Result<()> {
         match &*self.failed.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(msg) => Err(Error::GroupFailed(msg.clone())),
             None => Ok(()),
         }
+    }
+
+    /// Whether the group has failed.
+    pub(crate) fn is_failed(&self) -> bool {
+        self.broken.load(Ordering::Acquire)
     }
 
     /// Records `e` as the group's failure (the first one wins) and returns it.
@@ -170,20 +172,8 @@ impl GroupCore {
             *f = Some(e.to_string());
         }
         self.broken.store(true, Ordering::Release);
-        crate::config::trace(self.rank, &format!("group failed: {e}"));
+        crate::log::trace(self.rank, &format!("group failed: {e}"));
         e
-    }
-
-    /// Checks that `peer` is another rank and `channel` exists.
-    pub(crate) fn check_peer(&self, peer: usize, channel: u32) -> Result<()> {
-        crate::sync::Epochs::check_channel(channel)?;
-        if peer >= self.world || peer == self.rank {
-            return Err(Error::InvalidArgument(format!(
-                "peer {peer}: must be another rank of the world of {} (this is rank {})",
-                self.world, self.rank
-            )));
-        }
-        Ok(())
     }
 
     /// Collective: `data` from every rank, in rank order, under a key private to this

@@ -1,0 +1,58 @@
+//! `lowcon bench` end to end on the host backend (no GPU needed): a checked sweep under
+//! `lowcon launch` writing every output file, then `lowcon bench plot` of its JSON.
+
+use std::process::Command;
+
+const LOWCON: &str = env!("CARGO_BIN_EXE_lowcon");
+
+#[test]
+fn a_host_backend_sweep_prints_the_table_writes_its_files_and_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let (json, csv, png) = (dir.path().join("rs.json"), dir.path().join("rs.csv"), dir.path().join("rs.png"));
+    let out = Command::new(LOWCON)
+        .args(["launch", "--nproc-per-node", "2", "--", LOWCON, "bench", "reduce-scatter", "--backend", "host"])
+        .args(["-b", "1K", "-e", "16K", "-n", "2", "-w", "1", "--reps", "1", "--check", "--algorithms", "all"])
+        .arg("--json")
+        .arg(&json)
+        .arg("--csv")
+        .arg(&csv)
+        .arg("--plot")
+        .arg(&png)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.starts_with("# lowcon bench reduce-scatter on 2 host-backend ranks"), "{stdout}");
+    assert!(stdout.contains("size/rank        total        count  implementation"), "{stdout}");
+    // Sizes 1K, 4K, 16K for each named reduce-scatter algorithm, none wrong.
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.contains("  lowcon ")).collect();
+    assert_eq!(rows.len(), 3 * lowcon::ReduceScatterAlgorithm::NAMED.len(), "{stdout}");
+    assert!(rows.iter().all(|l| l.ends_with(" 0")), "{stdout}");
+    assert_eq!(std::fs::read_to_string(&json).unwrap().lines().count(), rows.len());
+    assert_eq!(std::fs::read_to_string(&csv).unwrap().lines().count(), rows.len() + 1);
+    assert!(std::fs::metadata(&png).unwrap().len() > 0);
+
+    let again = dir.path().join("again.png");
+    let out =
+        Command::new(LOWCON).args(["bench", "plot", "--json"]).arg(&json).arg("--out").arg(&again).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("wrote {}", again.display()));
+    assert!(std::fs::read(&again).unwrap().starts_with(b"\x89PNG"));
+}
+
+#[test]
+fn bad_bench_arguments_are_clear_errors() {
+    for (args, want) in [
+        (&["bench", "all-gather", "--sync", "nope"][..], "sync method \"nope\""),
+        (&["bench", "all-gather", "-b", "1M", "-e", "64K"][..], "must be at least 1 and at most -e"),
+        (
+            &["bench", "overlap", "--collective", "bogus"][..],
+            "collective \"bogus\": expected all-gather or reduce-scatter",
+        ),
+    ] {
+        let out = Command::new(LOWCON).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.starts_with("lowcon: ") && err.contains(want), "{args:?}: {err}");
+    }
+}

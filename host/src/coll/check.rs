@@ -1,0 +1,106 @@
+//! Argument checks shared by both backends, and the workspace layout helpers (alignment,
+//! growth, rotated peer order, staging slots).
+
+use super::{DType, unsupported_dtype};
+use crate::error::{Error, Result};
+
+/// Checks an all-gather's sizes; returns the shard bytes.
+pub(crate) fn check_all_gather(
+    rank: usize,
+    world: usize,
+    input: (usize, DType),
+    output: (usize, DType),
+) -> Result<usize> {
+    if input.1 != output.1 {
+        return Err(Error::InvalidArgument(format!(
+            "rank {rank}: all-gather input is {} but output is {}",
+            input.1, output.1
+        )));
+    }
+    let want = input.0.checked_mul(world).ok_or_else(|| Error::InvalidArgument("size overflow".into()))?;
+    if output.0 != want {
+        return Err(Error::InvalidArgument(format!(
+            "rank {rank}: all-gather output has {} elements ({} bytes) but a world of {world} needs {want} \
+             (world x input of {} elements)",
+            output.0,
+            output.0 * output.1.size(),
+            input.0
+        )));
+    }
+    Ok(input.0 * input.1.size())
+}
+
+/// Checks a reduce-scatter's sizes and dtype; returns the output chunk bytes.
+pub(crate) fn check_reduce_scatter(
+    rank: usize,
+    world: usize,
+    input: (usize, DType),
+    output: (usize, DType),
+) -> Result<usize> {
+    if input.1 != output.1 {
+        return Err(Error::InvalidArgument(format!(
+            "rank {rank}: reduce-scatter input is {} but output is {}",
+            input.1, output.1
+        )));
+    }
+    if !input.1.reducible() {
+        return Err(unsupported_dtype(input.1));
+    }
+    let want = output.0.checked_mul(world).ok_or_else(|| Error::InvalidArgument("size overflow".into()))?;
+    if input.0 != want {
+        return Err(Error::InvalidArgument(format!(
+            "rank {rank}: reduce-scatter input has {} elements but a world of {world} with an output of {} \
+             elements needs {want} (world x output)",
+            input.0, output.0
+        )));
+    }
+    Ok(output.0 * output.1.size())
+}
+
+/// Rounds `x` up to a multiple of 256 (workspace regions start 256-byte aligned).
+pub(crate) const fn align256(x: usize) -> usize {
+    x.div_ceil(256) * 256
+}
+
+/// The size a workspace of `old` bytes grows to when `need` bytes are asked for: at
+/// least 1.5x the old size (so it grows in few steps), rounded up to 2 MiB.
+pub(crate) fn grow_to(old: usize, need: usize) -> usize {
+    let want = need.max(old + old / 2);
+    want.div_ceil(2 << 20) * (2 << 20)
+}
+
+/// Ranks in the order rank `rank` visits them: `rank + 1, rank + 2, ...` (itself last).
+pub(crate) fn rotated(rank: usize, world: usize) -> impl Iterator<Item = usize> {
+    (1..=world).map(move |k| (rank + k) % world)
+}
+
+/// Index of peer `p`'s slot in a staging area that skips `rank`.
+pub(crate) const fn staged_slot(p: usize, rank: usize) -> usize {
+    if p < rank { p } else { p - 1 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn size_checks_name_rank_and_sizes() {
+        assert_eq!(check_all_gather(1, 4, (10, DType::F32), (40, DType::F32)).unwrap(), 40);
+        let e = check_all_gather(1, 4, (10, DType::F32), (39, DType::F32)).unwrap_err().to_string();
+        assert!(e.contains("rank 1") && e.contains("39 elements") && e.contains("needs 40"), "{e}");
+        let e = check_reduce_scatter(2, 3, (9, DType::U8), (3, DType::U8)).unwrap_err().to_string();
+        assert!(e.contains("dtype u8"), "{e}");
+        let e = check_reduce_scatter(2, 3, (10, DType::F32), (3, DType::F32)).unwrap_err().to_string();
+        assert!(e.contains("rank 2") && e.contains("needs 9"), "{e}");
+        let e = check_all_gather(0, 2, (1, DType::F32), (2, DType::Bf16)).unwrap_err().to_string();
+        assert!(e.contains("input is f32 but output is bf16"), "{e}");
+    }
+
+    #[test]
+    fn rotation_visits_everyone_once_self_last() {
+        let v: Vec<_> = rotated(2, 4).collect();
+        assert_eq!(v, vec![3, 0, 1, 2]);
+        assert_eq!(staged_slot(0, 2), 0);
+        assert_eq!(staged_slot(3, 2), 2);
+    }
+}

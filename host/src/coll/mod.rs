@@ -1,0 +1,341 @@
+//! Collectives: all-gather and reduce-scatter, on both backends.
+//!
+//! This module holds what the backends share: element types, reduction operators, the
+//! algorithms and their options. Its children:
+//!
+//! - `select`: what `auto` picks, and the tuned defaults (CTAs, pipeline pieces);
+//! - `check`: argument checks and the workspace layout helpers;
+//! - `reference`: the CPU reduction (the host backend's arithmetic, the GPU's reference);
+//! - `device_buf`: [`DeviceBuf`], the GPU backend's buffer argument;
+//! - `gpu`: the GPU backend's schedules (copy engines, kernels, signal pads);
+//! - `host`: the host backend's schedules (CPU copies over shared memory).
+//!
+//! The algorithms (see `docs/design.md` for the why):
+//!
+//! | collective | algorithm | data moved by | needs symmetric |
+//! |---|---|---|---|
+//! | all-gather | `ce-pull` | copy engine, each rank reads the peers' shards in rotated order | input |
+//! | all-gather | `ce-push` | copy engine, each rank writes its shard into every peer | output |
+//! | all-gather | `sm-oneshot` | one kernel reading every peer with 16-byte loads | input |
+//! | reduce-scatter | `ce-reduce` | copy engine into local staging, pipelined with a few-CTA reduction | input |
+//! | reduce-scatter | `sm-direct` | one few-CTA kernel reading and reducing the peers' chunks | input |
+//!
+//! A buffer that must be symmetric but is ordinary memory is staged through the group's
+//! workspace (one local copy), unless the options forbid it.
+
+mod check;
+mod device_buf;
+pub(crate) mod gpu;
+pub(crate) mod host;
+mod reference;
+mod select;
+
+use std::fmt;
+use std::str::FromStr;
+
+use half::{bf16, f16};
+use lowcon_abi::{reduce_dtype, reduce_op};
+
+use crate::error::{Error, Result};
+use crate::sync::SyncMethod;
+
+pub use device_buf::DeviceBuf;
+pub use host::HostInput;
+pub use select::{DEFAULT_REDUCE_CTAS, ONESHOT_MAX_SHARD, choose_all_gather, choose_reduce_scatter};
+
+/// Element type of a collective's buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// 32-bit float.
+    F32,
+    /// IEEE half.
+    F16,
+    /// bfloat16.
+    Bf16,
+    /// 32-bit signed integer (all-gather only).
+    I32,
+    /// Byte (all-gather only).
+    U8,
+}
+
+impl DType {
+    /// Every dtype.
+    pub const ALL: [DType; 5] = [DType::F32, DType::F16, DType::Bf16, DType::I32, DType::U8];
+
+    /// Bytes per element.
+    pub const fn size(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F16 | DType::Bf16 => 2,
+            DType::U8 => 1,
+        }
+    }
+
+    /// The name used on command lines and in messages.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::Bf16 => "bf16",
+            DType::I32 => "i32",
+            DType::U8 => "u8",
+        }
+    }
+
+    /// Whether reduce-scatter supports it (floating types; reductions accumulate in f32).
+    pub const fn reducible(self) -> bool {
+        matches!(self, DType::F32 | DType::F16 | DType::Bf16)
+    }
+
+    pub(crate) fn kernel_index(self) -> Result<usize> {
+        match self {
+            DType::F32 => Ok(reduce_dtype::F32),
+            DType::F16 => Ok(reduce_dtype::F16),
+            DType::Bf16 => Ok(reduce_dtype::BF16),
+            _ => Err(unsupported_dtype(self)),
+        }
+    }
+}
+
+pub(crate) fn unsupported_dtype(d: DType) -> Error {
+    Error::InvalidArgument(format!(
+        "dtype {}: reduce-scatter supports f32, f16 and bf16 (all-gather takes any dtype)",
+        d.name()
+    ))
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DType {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        DType::ALL
+            .into_iter()
+            .find(|d| d.name() == s)
+            .ok_or_else(|| Error::InvalidArgument(format!("dtype {s:?}: expected one of f32, f16, bf16, i32, u8")))
+    }
+}
+
+/// Rust element types that map to a [`DType`].
+pub trait Element: bytemuck::Pod + cudarc::driver::DeviceRepr {
+    /// The dtype.
+    const DTYPE: DType;
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+}
+impl Element for f16 {
+    const DTYPE: DType = DType::F16;
+}
+impl Element for bf16 {
+    const DTYPE: DType = DType::Bf16;
+}
+impl Element for i32 {
+    const DTYPE: DType = DType::I32;
+}
+impl Element for u8 {
+    const DTYPE: DType = DType::U8;
+}
+
+/// Reduction operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Sum.
+    Sum,
+    /// Sum divided by the number of ranks.
+    Avg,
+    /// Minimum.
+    Min,
+    /// Maximum.
+    Max,
+}
+
+impl ReduceOp {
+    /// Every operator.
+    pub const ALL: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max];
+
+    /// The name used on command lines.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Avg => "avg",
+            ReduceOp::Min => "min",
+            ReduceOp::Max => "max",
+        }
+    }
+
+    pub(crate) const fn code(self) -> u32 {
+        match self {
+            ReduceOp::Sum => reduce_op::SUM,
+            ReduceOp::Avg => reduce_op::AVG,
+            ReduceOp::Min => reduce_op::MIN,
+            ReduceOp::Max => reduce_op::MAX,
+        }
+    }
+}
+
+impl fmt::Display for ReduceOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ReduceOp {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        ReduceOp::ALL
+            .into_iter()
+            .find(|o| o.name() == s)
+            .ok_or_else(|| Error::InvalidArgument(format!("op {s:?}: expected one of sum, avg, min, max")))
+    }
+}
+
+macro_rules! algorithm_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+        pub enum $name {
+            /// Chosen by size and world (see [`choose_all_gather`] / [`choose_reduce_scatter`]).
+            #[default]
+            Auto,
+            $($(#[$vm])* $v),+
+        }
+
+        impl $name {
+            /// The named (non-auto) algorithms.
+            pub const NAMED: &[$name] = &[$($name::$v),+];
+
+            /// The name used on command lines and in tables.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $name::Auto => "auto",
+                    $($name::$v => $s),+
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = Error;
+            fn from_str(s: &str) -> Result<Self> {
+                std::iter::once($name::Auto).chain($name::NAMED.iter().copied()).find(|a| a.name() == s).ok_or_else(|| {
+                    let names: Vec<_> = $name::NAMED.iter().map(|a| a.name()).collect();
+                    Error::InvalidArgument(format!("algorithm {s:?}: expected auto or one of {}", names.join(", ")))
+                })
+            }
+        }
+    };
+}
+
+algorithm_enum!(
+    /// All-gather algorithms.
+    AllGatherAlgorithm {
+        /// Copy-engine reads of the peers' shards, rotated order.
+        CePull = "ce-pull",
+        /// Copy-engine writes of the local shard into every peer.
+        CePush = "ce-push",
+        /// One kernel reading every peer (small messages).
+        SmOneshot = "sm-oneshot",
+    }
+);
+
+algorithm_enum!(
+    /// Reduce-scatter algorithms.
+    ReduceScatterAlgorithm {
+        /// Copy-engine gather into staging, pipelined with a few-CTA reduction.
+        CeReduce = "ce-reduce",
+        /// One few-CTA kernel reading and reducing the peers' chunks.
+        SmDirect = "sm-direct",
+    }
+);
+
+/// Options of one collective call. `A` is the algorithm enum of the collective.
+#[derive(Clone, Copy, Debug)]
+pub struct CollOptions<A> {
+    /// The algorithm, or `Auto`.
+    pub algorithm: A,
+    /// How the barriers run (GPU backend).
+    pub sync: SyncMethod,
+    /// CTAs of the SM parts (one-shot kernels, reductions); `None` for the default.
+    pub ctas: Option<u32>,
+    /// ce-reduce: pieces the chunk is split into, so copies of piece i+1 overlap the
+    /// reduction of piece i; `None` for one per 16 MiB (2 to 16; 1 below 1 MiB).
+    pub pipeline: Option<u32>,
+    /// Signal-pad channel (0..16). Calls that may run at the same time (two streams,
+    /// two threads) must use different channels; each channel has its own workspace.
+    pub channel: u32,
+    /// Allow staging ordinary buffers through the workspace where the algorithm needs
+    /// symmetric memory; when `false`, such a call is refused instead.
+    pub allow_staging: bool,
+}
+
+impl<A: Default> Default for CollOptions<A> {
+    fn default() -> Self {
+        Self {
+            algorithm: A::default(),
+            sync: SyncMethod::default(),
+            ctas: None,
+            pipeline: None,
+            channel: 0,
+            allow_staging: true,
+        }
+    }
+}
+
+/// Options of an all-gather.
+pub type AllGatherOptions = CollOptions<AllGatherAlgorithm>;
+/// Options of a reduce-scatter.
+pub type ReduceScatterOptions = CollOptions<ReduceScatterAlgorithm>;
+
+/// Largest CTA count accepted for the SM parts.
+pub const MAX_CTAS: u32 = 1024;
+
+impl<A> CollOptions<A> {
+    pub(crate) fn check(&self, rank: usize) -> Result<()> {
+        crate::sync::Epochs::check_channel(self.channel)?;
+        if let Some(c) = self.ctas
+            && !(1..=MAX_CTAS).contains(&c)
+        {
+            return Err(Error::InvalidArgument(format!("rank {rank}: ctas {c}: expected 1..={MAX_CTAS}")));
+        }
+        if let Some(p) = self.pipeline
+            && !(1..=1024).contains(&p)
+        {
+            return Err(Error::InvalidArgument(format!("rank {rank}: pipeline {p}: expected 1..=1024 pieces")));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for a in AllGatherAlgorithm::NAMED {
+            assert_eq!(a.name().parse::<AllGatherAlgorithm>().unwrap(), *a);
+        }
+        for a in ReduceScatterAlgorithm::NAMED {
+            assert_eq!(a.name().parse::<ReduceScatterAlgorithm>().unwrap(), *a);
+        }
+        for d in DType::ALL {
+            assert_eq!(d.name().parse::<DType>().unwrap(), d);
+        }
+        for o in ReduceOp::ALL {
+            assert_eq!(o.name().parse::<ReduceOp>().unwrap(), o);
+        }
+        let e = "ring".parse::<AllGatherAlgorithm>().unwrap_err().to_string();
+        assert!(e.contains("ce-pull, ce-push, sm-oneshot"), "{e}");
+    }
+}

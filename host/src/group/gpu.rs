@@ -1,0 +1,259 @@
+//! [`GpuGroup`]: a group of ranks, one GPU each, on one host. The public face of the
+//! GPU backend: creation (rendezvous and the GPU checks), symmetric allocation,
+//! barriers and signals, collectives, and failure reporting. Each stage lives in its
+//! own module ([`crate::rendezvous`], [`crate::memory`], [`crate::sync`],
+//! [`crate::coll`]); this type composes them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lowcon_store::StoreClient;
+
+use crate::coll::gpu::GpuColl;
+use crate::coll::{AllGatherOptions, DeviceBuf, ReduceOp, ReduceScatterOptions};
+use crate::cuda::{Device, Stream, raw};
+use crate::error::{Error, Result};
+use crate::memory::{HandleKind, SymmetricBuffer};
+use crate::rendezvous::GroupCore;
+use crate::sync::SyncMethod;
+use crate::sync::gpu::GpuSync;
+use crate::sync::gpu::watchdog::Watchdog;
+
+/// Options for [`GpuGroup::new`].
+#[derive(Clone, Debug)]
+pub struct GpuGroupOptions {
+    /// Group name; ranks creating groups with one name in the same order meet.
+    pub name: String,
+    /// Bound on every wait for a peer (device waits and host waits).
+    pub timeout: Duration,
+    /// Device index; default `LOWCON_DEVICE`, else `LOCAL_RANK`, else the rank.
+    pub device: Option<usize>,
+    /// How memory is shared; default from `LOWCON_MEM_HANDLES`.
+    pub handles: HandleKind,
+}
+
+impl Default for GpuGroupOptions {
+    fn default() -> Self {
+        Self {
+            name: "default".into(),
+            timeout: crate::config::timeout(),
+            device: None,
+            handles: crate::config::mem_handles().parse().unwrap_or_default(),
+        }
+    }
+}
+
+/// A group of ranks, one GPU each, on one host.
+pub struct GpuGroup {
+    // Dropped first: stops the watchdog before any of the group's memory is released.
+    _watchdog: Watchdog,
+    coll: GpuColl,
+}
+
+impl GpuGroup {
+    /// Collective: creates the group from a connected store client. Checks before
+    /// anything is mapped: all ranks on one host, no two ranks on one GPU, every pair
+    /// of GPUs can access each other.
+    pub fn new(store: StoreClient, rank: usize, world: usize, opts: GpuGroupOptions) -> Result<Self> {
+        let index = match opts.device {
+            Some(d) => d,
+            None => std::env::var("LOWCON_DEVICE")
+                .ok()
+                .or_else(|| std::env::var("LOCAL_RANK").ok())
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(rank),
+        };
+        let device = Device::open(index)?;
+        let info = device.info()?;
+        let extra = vec![
+            ("backend".to_string(), "gpu".to_string()),
+            ("pci".to_string(), info.pci_bus_id.clone()),
+            ("device_index".to_string(), index.to_string()),
+        ];
+        let core = GroupCore::new(store, rank, world, &opts.name, extra, opts.timeout)?;
+        // Every rank evaluates the same checks on the same facts, so all fail together.
+        for a in 0..world {
+            if core.infos[a].get("backend") != "gpu" {
+                return Err(Error::Rendezvous(format!("rank {a} is not using the GPU backend")));
+            }
+            for b in a + 1..world {
+                if core.infos[a].get("pci") == core.infos[b].get("pci") {
+                    return Err(Error::Rendezvous(format!(
+                        "ranks {a} and {b} both use the GPU at PCI {} (device index {} and {}): give each rank \
+                         its own GPU (lowcon launch sets LOCAL_RANK; or set LOWCON_DEVICE)",
+                        core.infos[a].get("pci"),
+                        core.infos[a].get("device_index"),
+                        core.infos[b].get("device_index")
+                    )));
+                }
+            }
+        }
+        // Peer access is checked locally; the verdicts are shared so every rank fails
+        // with the same message instead of some waiting for the others.
+        let verdict = peer_access_verdict(&core, &device);
+        let verdicts = core.store().all_gather(
+            &format!("group/{}/peer-access", core.group_id),
+            rank,
+            world,
+            verdict.as_bytes(),
+            core.setup_timeout,
+        )?;
+        if let Some(bad) = verdicts.iter().find(|v| !v.is_empty()) {
+            return Err(Error::Rendezvous(String::from_utf8_lossy(bad).into_owned()));
+        }
+        let sync = Arc::new(GpuSync::new(core, device, opts.handles)?);
+        Ok(Self { _watchdog: Watchdog::spawn(sync.clone())?, coll: GpuColl::new(sync) })
+    }
+
+    /// Collective: creates the group from the `lowcon launch` environment.
+    pub fn from_env(opts: GpuGroupOptions) -> Result<Self> {
+        let (store, rank, world) = crate::rendezvous::connect_from_env("GpuGroup", opts.timeout)?;
+        Self::new(store, rank, world, opts)
+    }
+
+    fn sync(&self) -> &GpuSync {
+        &self.coll.sync
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.sync().core.rank
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.sync().core.world
+    }
+
+    /// This rank's GPU.
+    pub fn device(&self) -> &Device {
+        &self.sync().device
+    }
+
+    /// The wait bound.
+    pub fn timeout(&self) -> Duration {
+        self.sync().core.timeout
+    }
+
+    /// Collective: a symmetric buffer of `bytes` on every rank (all must ask the same),
+    /// zero-filled.
+    pub fn alloc(&self, bytes: usize) -> Result<SymmetricBuffer> {
+        self.sync().alloc(bytes)
+    }
+
+    /// Collective: every rank contributes `data` (a small blob) through the store and
+    /// gets all ranks' contributions in rank order.
+    pub fn all_gather_bytes(&self, name: &str, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let core = &self.sync().core;
+        core.all_gather(name, data, core.setup_timeout)
+    }
+
+    /// Collective: a barrier through the store (host-side; for setup and teardown).
+    pub fn store_barrier(&self, name: &str) -> Result<()> {
+        let core = &self.sync().core;
+        core.barrier(name, core.setup_timeout)
+    }
+
+    /// Enqueues a barrier of all ranks on `channel`. Work enqueued on `stream` before it
+    /// (kernels, copies into peers' buffers) is visible to every rank's work after it.
+    /// Asynchronous: a peer that never arrives shows in [`GpuGroup::synchronize`].
+    pub fn barrier(&self, stream: &Stream, channel: u32, method: SyncMethod) -> Result<()> {
+        self.sync().barrier(stream, channel, method)
+    }
+
+    /// Enqueues a signal to `peer` on `channel`, after everything enqueued before.
+    pub fn put_signal(&self, stream: &Stream, peer: usize, channel: u32, method: SyncMethod) -> Result<()> {
+        self.sync().put_signal(stream, peer, channel, method)
+    }
+
+    /// Enqueues a wait for `peer`'s next signal on `channel`; work after it sees what
+    /// the peer did before signalling.
+    pub fn wait_signal(&self, stream: &Stream, peer: usize, channel: u32, method: SyncMethod) -> Result<()> {
+        self.sync().wait_signal(stream, peer, channel, method)
+    }
+
+    /// The group's failure, if it has one, without waiting (like NCCL's
+    /// `ncclCommGetAsyncError`): a dead or late peer found by the watchdog, or a
+    /// kernel's device-side timeout, as an error naming the rank. `Ok` while healthy.
+    pub fn check(&self) -> Result<()> {
+        self.sync().check()
+    }
+
+    /// Waits until the work enqueued on `stream` so far has finished, or the group has
+    /// failed; returns the failure, naming the rank. Failures are found by the group's
+    /// watchdog: a peer that died (its socket hung up) while calls wait for it, or a call
+    /// that waited longer than the group's timeout (the error names the peer whose
+    /// signals are missing). The stuck waits are then released so the streams drain,
+    /// and the group refuses further work.
+    pub fn synchronize(&self, stream: &Stream) -> Result<()> {
+        self.sync().synchronize(stream)
+    }
+
+    /// All-gather: on every rank, `output[p * n .. (p + 1) * n]` receives rank `p`'s
+    /// `input` (`n` elements). Enqueued on `stream`; every rank must make the same call
+    /// (same sizes, dtype, algorithm, channel and kinds of buffers).
+    pub fn all_gather(
+        &self,
+        input: DeviceBuf<'_>,
+        output: DeviceBuf<'_>,
+        stream: &Stream,
+        opts: &AllGatherOptions,
+    ) -> Result<()> {
+        self.coll.all_gather(input, output, stream, opts)
+    }
+
+    /// Reduce-scatter: on every rank, `output` (`n` elements) receives `op` over all
+    /// ranks of their input chunk `rank` (`input[rank * n .. (rank + 1) * n]`). f32, f16
+    /// and bf16, accumulated in f32, added in rank order. Enqueued on `stream`; every
+    /// rank must make the same call.
+    pub fn reduce_scatter(
+        &self,
+        input: DeviceBuf<'_>,
+        output: DeviceBuf<'_>,
+        op: ReduceOp,
+        stream: &Stream,
+        opts: &ReduceScatterOptions,
+    ) -> Result<()> {
+        self.coll.reduce_scatter(input, output, op, stream, opts)
+    }
+
+    /// Collective: grows channel `channel`'s workspace to at least `bytes` now, so that
+    /// no later call has to (growing is collective, and must not race between threads
+    /// using different channels: reserve before starting them).
+    pub fn reserve_workspace(&self, channel: u32, bytes: usize) -> Result<()> {
+        self.coll.reserve_workspace(channel, bytes)
+    }
+}
+
+/// Whether this rank's GPU can access every peer's: an empty string, or the reason not.
+fn peer_access_verdict(core: &GroupCore, device: &Device) -> String {
+    for p in (0..core.world).filter(|&p| p != core.rank) {
+        let pci = core.infos[p].get("pci");
+        // SAFETY: the driver is initialised (the device is open).
+        let peer_dev = match unsafe { raw::device::by_pci_bus_id(pci) } {
+            Ok(d) => d,
+            Err(e) => {
+                return format!(
+                    "rank {}: the GPU of rank {p} (PCI {pci}) is not visible to this process ({e}); every rank \
+                     must see every GPU (check CUDA_VISIBLE_DEVICES)",
+                    core.rank
+                );
+            }
+        };
+        let me = device.cuda_context().cu_device();
+        // SAFETY: both are valid device handles.
+        match unsafe { raw::device::can_access_peer(me, peer_dev) } {
+            Ok(true) => {}
+            Ok(false) => {
+                return format!(
+                    "GPUs of rank {} (PCI {}) and rank {p} (PCI {pci}) cannot access each other's memory \
+                     (cuDeviceCanAccessPeer is false): lowcon needs peer access (NVLink or PCIe P2P) between all GPUs",
+                    core.rank,
+                    core.infos[core.rank].get("pci")
+                );
+            }
+            Err(e) => return format!("rank {}: {e}", core.rank),
+        }
+    }
+    String::new()
+}

@@ -1,0 +1,130 @@
+//! [`HostGroup`]: a group of ranks on the host backend, over CPU shared memory. The
+//! GPU backend's API (allocation, barriers, signals, collectives) with synchronous
+//! calls, so the protocols and data layouts run and are tested on machines without a
+//! GPU. Composes [`crate::rendezvous`], [`crate::memory`], [`crate::sync`] and
+//! [`crate::coll`], like [`crate::GpuGroup`].
+
+use std::time::Duration;
+
+use lowcon_store::StoreClient;
+
+use crate::coll::host::HostColl;
+use crate::coll::{AllGatherOptions, DType, HostInput, ReduceOp, ReduceScatterOptions};
+use crate::error::Result;
+use crate::memory::HostBuffer;
+use crate::rendezvous::GroupCore;
+use crate::sync::host::HostSync;
+
+/// Options for [`HostGroup::new`].
+#[derive(Clone, Debug)]
+pub struct HostGroupOptions {
+    /// Group name; ranks creating groups with one name in the same order meet.
+    pub name: String,
+    /// Bound on every wait for a peer.
+    pub timeout: Duration,
+}
+
+impl Default for HostGroupOptions {
+    fn default() -> Self {
+        Self { name: "default".into(), timeout: crate::config::timeout() }
+    }
+}
+
+/// A group of ranks on the host backend.
+pub struct HostGroup {
+    coll: HostColl,
+}
+
+impl HostGroup {
+    /// Collective: creates the group from a connected store client.
+    pub fn new(store: StoreClient, rank: usize, world: usize, opts: HostGroupOptions) -> Result<Self> {
+        let core =
+            GroupCore::new(store, rank, world, &opts.name, vec![("backend".into(), "host".into())], opts.timeout)?;
+        Ok(Self { coll: HostColl::new(HostSync::new(core)?) })
+    }
+
+    /// Collective: creates the group from the launcher/torchrun environment.
+    pub fn from_env(opts: HostGroupOptions) -> Result<Self> {
+        let (store, rank, world) = crate::rendezvous::connect_from_env("HostGroup", opts.timeout)?;
+        Self::new(store, rank, world, opts)
+    }
+
+    fn core(&self) -> &GroupCore {
+        &self.coll.sync.core
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.core().rank
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.core().world
+    }
+
+    /// The wait bound.
+    pub fn timeout(&self) -> Duration {
+        self.core().timeout
+    }
+
+    /// Collective: a symmetric buffer of `bytes` on every rank (all must ask the same).
+    pub fn alloc(&self, bytes: usize) -> Result<HostBuffer> {
+        self.core().check_usable()?;
+        crate::memory::host::alloc(self.core(), bytes)
+    }
+
+    /// Collective: every rank contributes `data` (a small blob) through the store and
+    /// gets all ranks' contributions in rank order.
+    pub fn all_gather_bytes(&self, name: &str, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.core().all_gather(name, data, self.core().setup_timeout)
+    }
+
+    /// Collective: a barrier through the store (host-side; for setup and teardown).
+    pub fn store_barrier(&self, name: &str) -> Result<()> {
+        self.core().barrier(name, self.core().setup_timeout)
+    }
+
+    /// Collective: returns once every rank reached the barrier on `channel`. Everything
+    /// a rank wrote to any buffer before the barrier is visible to every rank after it.
+    pub fn barrier(&self, channel: u32) -> Result<()> {
+        self.coll.sync.barrier(channel)
+    }
+
+    /// Signals `peer` on `channel` (release: the peer's matching `wait_signal` sees
+    /// everything this rank wrote before).
+    pub fn put_signal(&self, peer: usize, channel: u32) -> Result<()> {
+        self.coll.sync.put_signal(peer, channel)
+    }
+
+    /// Waits for `peer`'s next `put_signal` on `channel`.
+    pub fn wait_signal(&self, peer: usize, channel: u32) -> Result<()> {
+        self.coll.sync.wait_signal(peer, channel)
+    }
+
+    /// All-gather: `output[p * n .. (p + 1) * n]` receives rank `p`'s `input` (`n` bytes,
+    /// a whole number of `dtype` elements) on every rank. Synchronous.
+    pub fn all_gather(
+        &self,
+        input: HostInput<'_>,
+        output: &mut [u8],
+        dtype: DType,
+        opts: &AllGatherOptions,
+    ) -> Result<()> {
+        self.coll.all_gather(input, output, dtype, opts)
+    }
+
+    /// Reduce-scatter: `output` (`n` elements) receives `op` over all ranks of their
+    /// input chunk `rank` (`input[rank * n .. (rank + 1) * n]`). f32, f16 and bf16,
+    /// accumulated in f32 in rank order. Synchronous.
+    pub fn reduce_scatter(
+        &self,
+        input: HostInput<'_>,
+        output: &mut [u8],
+        dtype: DType,
+        op: ReduceOp,
+        opts: &ReduceScatterOptions,
+    ) -> Result<()> {
+        self.coll.reduce_scatter(input, output, dtype, op, opts)
+    }
+}

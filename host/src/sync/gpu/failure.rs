@@ -1,0 +1,218 @@
+//! Failure handling on the GPU backend: how a dead or late peer is detected, named and
+//! survived.
+//!
+//! Detection: kernel waits time out on the device and claim the group's error record
+//! (pinned memory the host polls); stream-memop waits cannot time out, so the host
+//! bounds them (the group's timeout) and watches every peer's socket for a hang-up.
+//! Diagnosis reads this rank's pad and names the first (channel, peer) whose signal is
+//! behind. Release makes every stuck wait complete so the streams drain: kernels give
+//! up once the record is aborted, memop waits see their epochs written into this
+//! rank's own pad from a side stream. The group then refuses further work.
+
+use std::time::{Duration, Instant};
+
+use cudarc::driver::sys;
+use lowcon_abi::{ErrorRecord, pad, status};
+
+use super::GpuSync;
+use crate::cuda::{Device, Stream, raw};
+use crate::error::{Error, Result};
+use crate::memory::gpu::Drain;
+use crate::memory::pinned::Pinned;
+use crate::sync::epoch_reached;
+
+/// The group's error record in pinned memory: kernels write it, the host reads it
+/// without synchronising.
+pub(crate) struct HostRecord(Pinned);
+
+impl HostRecord {
+    pub(crate) fn new(device: &Device, drain: Drain) -> Result<Self> {
+        Pinned::new(device, size_of::<ErrorRecord>(), drain).map(Self)
+    }
+
+    /// Marks the record as failed (if nothing claimed it yet) so that queued kernels'
+    /// waits give up instead of each waiting out its timeout.
+    fn abort(&self) {
+        let code = self.0.host.cast::<u32>();
+        // SAFETY: `code` is the record's first field in live pinned memory; kernels only
+        // CAS it from OK, so a racing claim by a kernel at worst loses to this write,
+        // which the group (already failed) no longer reports.
+        unsafe {
+            if std::ptr::read_volatile(code) == status::OK {
+                std::ptr::write_volatile(code, status::ABORTED);
+            }
+        }
+    }
+
+    /// The record's device address, for kernels.
+    pub(crate) fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.0.dev
+    }
+
+    pub(crate) fn read(&self) -> ErrorRecord {
+        // SAFETY: `host` points to a live, aligned ErrorRecord-sized pinned allocation;
+        // a volatile read sees what kernels wrote (a torn record is impossible once
+        // the writing stream completed; a racing read only delays detection).
+        unsafe { std::ptr::read_volatile(self.0.host.cast::<ErrorRecord>()) }
+    }
+}
+
+impl GpuSync {
+    /// The group's failure, if it has one, without waiting: what the watchdog (or a
+    /// kernel, through the error record) found, naming the rank. Like NCCL's
+    /// `ncclCommGetAsyncError`.
+    pub(crate) fn check(&self) -> Result<()> {
+        self.core.check_usable()?;
+        let rec = self.err.read();
+        if rec.code != status::OK {
+            return Err(self.core.fail(Error::DeviceTimeout(rec)));
+        }
+        Ok(())
+    }
+
+    /// Waits until the work enqueued on `stream` so far has finished, or the group has
+    /// failed. The watchdog decides failures (a dead peer, a timeout); this only watches
+    /// for its verdict, so it needs no bound of its own.
+    pub(crate) fn synchronize(&self, stream: &Stream) -> Result<()> {
+        self.check_stream(stream)?;
+        let done = stream.event(false)?;
+        stream.record(&done)?;
+        let mut polls = 0u64;
+        while !done.is_complete()? {
+            polls += 1;
+            if polls.is_multiple_of(16) {
+                self.check()?;
+            }
+            if polls < 1000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        self.check()
+    }
+
+    /// Every pad slot this rank has issued a wait on, with the epoch it awaits: the
+    /// facts behind both the timeout diagnosis and the release of stuck waits.
+    fn awaited(&self) -> Vec<Awaited> {
+        let world = self.core.world;
+        let ep = self.epochs();
+        let mut v = Vec::new();
+        for channel in 0..pad::CHANNELS {
+            for peer in (0..world).filter(|&p| p != self.core.rank) {
+                for (kind, epoch, what) in [
+                    (pad::BARRIER, ep.barrier_epoch(channel), "barrier arrival"),
+                    (pad::P2P, ep.received_epoch(channel, peer), "signal"),
+                ] {
+                    if epoch != 0 {
+                        let slot = pad::slot(channel, kind, peer as u32, world as u32) as usize;
+                        v.push(Awaited { slot, epoch, channel, peer, what });
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    /// Reads this rank's pad and names the first (channel, peer) whose signal is behind
+    /// what this rank expects.
+    pub(crate) fn diagnose_timeout(&self) -> Error {
+        let secs = self.core.timeout.as_secs_f64();
+        let slots = match self.read_own_pad() {
+            Ok(s) => s,
+            Err(e) => {
+                return Error::Rendezvous(format!(
+                    "rank {}: timed out, and the pad is unreadable: {e}",
+                    self.core.rank
+                ));
+            }
+        };
+        for a in self.awaited() {
+            let seen = slots[a.slot];
+            if !epoch_reached(seen, a.epoch) {
+                return Error::PeerTimeout {
+                    rank: self.core.rank,
+                    peer: a.peer,
+                    what: format!("its {} on channel {} (epoch {}, saw {seen})", a.what, a.channel, a.epoch),
+                    secs,
+                };
+            }
+        }
+        Error::Rendezvous(format!(
+            "rank {}: the stream did not finish within {secs:.1} s, yet every peer signalled",
+            self.core.rank
+        ))
+    }
+
+    /// Bound on each failure-handling step on the side stream.
+    const SIDE_LIMIT: Duration = Duration::from_secs(2);
+
+    /// Waits, at most [`Self::SIDE_LIMIT`], for what was enqueued on the side stream.
+    fn side_wait(&self, what: &str) -> Result<()> {
+        let done = self.side.event(false)?;
+        self.side.record(&done)?;
+        let start = Instant::now();
+        while !done.is_complete()? {
+            if start.elapsed() > Self::SIDE_LIMIT {
+                return Err(Error::Rendezvous(format!(
+                    "rank {}: {what} did not finish within {:.0} s",
+                    self.core.rank,
+                    Self::SIDE_LIMIT.as_secs_f64()
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(())
+    }
+
+    /// This rank's pad as it is now, copied on the side stream into pinned memory
+    /// (bounded: never waits behind a stuck stream for long).
+    fn read_own_pad(&self) -> Result<Vec<u32>> {
+        let bytes = pad::bytes(self.core.world as u32);
+        // SAFETY: copies this rank's live pad into the pinned mirror of the same size;
+        // the mirror is only read after the copy completed (side_wait).
+        unsafe { raw::mem_op::copy(self.side.raw(), self.pad_mirror.dev, self.pads.local_ptr(), bytes)? };
+        self.side_wait("reading this rank's signal pad")?;
+        let words = self.pad_mirror.host.cast::<u32>();
+        // SAFETY: the mirror holds `bytes / 4` aligned words, written by the completed
+        // copy; volatile because the device wrote them.
+        Ok((0..bytes / 4).map(|i| unsafe { std::ptr::read_volatile(words.add(i)) }).collect())
+    }
+
+    /// One round of releasing every wait this rank has enqueued, so the streams drain:
+    /// kernels give up their waits (error record), and stream-memop waits see their
+    /// epoch written into this rank's own pad by stream write-value operations on the
+    /// side stream (no copy engine, no SM, nothing read first). Only used once the
+    /// group has failed.
+    ///
+    /// The watchdog repeats rounds while calls are in flight, re-reading the awaited
+    /// epochs each time: a live peer that had enqueued fewer calls keeps signalling
+    /// older epochs into this pad while its own stream drains, and each such signal
+    /// overwrites a released slot with a value below what a later wait here needs
+    /// (seen on 4x H200: one survivor one call ahead of the others stayed stuck); and a
+    /// call that was blocked in the driver's queue may enqueue further waits.
+    pub(crate) fn release_round(&self) -> Result<usize> {
+        let rank = self.core.rank;
+        // Queued kernels of this group give up their waits at once from now on.
+        self.err.abort();
+        let awaited = self.awaited();
+        for a in &awaited {
+            let addr = self.pads.local_ptr() + 4 * a.slot as u64;
+            // SAFETY: `addr` is a 4-byte slot inside this rank's live pad.
+            if let Err(e) = unsafe { raw::mem_op::write_u32(self.side.raw(), addr, a.epoch) } {
+                crate::log::trace(rank, &format!("releasing slot {}: {e}", a.slot));
+            }
+        }
+        self.side_wait("releasing the stuck waits")?;
+        Ok(awaited.len())
+    }
+}
+
+/// One wait this rank has issued: the slot in its own pad and the epoch it awaits.
+struct Awaited {
+    slot: usize,
+    epoch: u32,
+    channel: u32,
+    peer: usize,
+    what: &'static str,
+}

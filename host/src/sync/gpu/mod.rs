@@ -1,0 +1,218 @@
+//! Barriers and signals on GPU streams. Each is enqueued: a one-CTA Rust kernel with
+//! system-scope release/acquire and a timeout ([`SyncMethod::Kernel`]), or stream
+//! memory operations and 4-byte copy-engine writes that need no SM
+//! ([`SyncMethod::StreamMemop`]). `failure` holds what happens when a peer does not
+//! arrive.
+
+pub(crate) mod failure;
+pub(crate) mod inflight;
+pub(crate) mod watchdog;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+use cudarc::driver::sys;
+use lowcon_abi::pad;
+
+use self::failure::HostRecord;
+use self::inflight::{InFlight, Rules};
+use super::{Epochs, SyncMethod};
+use crate::cuda::kernels::PadArgs;
+use crate::cuda::{Device, Event, Stream, StreamPriority, raw};
+use crate::error::{Error, Result};
+use crate::memory::gpu::{Drain, HandleKind, SymmetricBuffer, alloc};
+use crate::memory::pinned::Pinned;
+use crate::rendezvous::GroupCore;
+
+/// A GPU group's synchronisation: its rendezvous, device, epochs, signal pads, error
+/// record, and the completion events of the collective calls in flight.
+pub(crate) struct GpuSync {
+    pub(crate) core: GroupCore,
+    pub(crate) device: Device,
+    /// How symmetric memory is shared (for every later allocation).
+    handles: HandleKind,
+    epochs: Mutex<Epochs>,
+    pub(crate) pads: SymmetricBuffer,
+    err: HostRecord,
+    /// Where `read_own_pad` copies this rank's pad (pinned, so the copy is truly
+    /// asynchronous and its wait can be bounded).
+    pad_mirror: Pinned,
+    /// For failure handling only: reads and releases of this rank's pad, which must
+    /// not queue behind the (possibly stuck) collective streams.
+    side: Stream,
+    /// The collective calls in flight (the watchdog retires them); `wake` tells the
+    /// watchdog that calls arrived, or that it must stop (`stopping`).
+    inflight: Mutex<InFlight<Event>>,
+    wake: Condvar,
+    stopping: AtomicBool,
+    rules: Rules,
+    /// Workspaces replaced by larger ones, with the sequence number of the first call
+    /// that no longer uses them: freed by the watchdog once every earlier call is done.
+    retired: Mutex<Vec<(u64, SymmetricBuffer)>>,
+}
+
+impl GpuSync {
+    /// Collective: allocates the pads, the error record and the pad mirror.
+    pub(crate) fn new(core: GroupCore, device: Device, handles: HandleKind) -> Result<Self> {
+        device.kernels()?;
+        let world = core.world as u32;
+        let pads = alloc(&core, &device, handles, pad::buffer_bytes(world))?;
+        let err = HostRecord::new(&device, Drain::new(&core))?;
+        let pad_mirror = Pinned::new(&device, pad::bytes(world), Drain::new(&core))?;
+        let side = device.stream(StreamPriority::High)?;
+        let core_timeout = core.timeout;
+        Ok(Self {
+            epochs: Mutex::new(Epochs::new(core.world)),
+            core,
+            device,
+            handles,
+            pads,
+            err,
+            pad_mirror,
+            side,
+            inflight: Default::default(),
+            wake: Condvar::new(),
+            stopping: AtomicBool::new(false),
+            rules: Rules::for_timeout(core_timeout),
+            retired: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Registers a call just enqueued on `stream`: records its completion event (a
+    /// reused one when the watchdog has freed some) and hands it to the watchdog.
+    /// Never waits.
+    pub(crate) fn track(&self, stream: &Stream) -> Result<()> {
+        let mut q = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        let ev = match q.take_free() {
+            Some(e) => e,
+            None => stream.event(false)?,
+        };
+        stream.record(&ev)?;
+        let was_idle = q.pending() == 0;
+        q.push(stream.raw() as u64, ev, Instant::now());
+        if was_idle {
+            self.wake.notify_all();
+        }
+        Ok(())
+    }
+
+    /// Hands `buf` (a workspace no later call will use) to the watchdog, which frees it
+    /// once the calls enqueued so far have completed. Never waits.
+    pub(crate) fn retire(&self, buf: SymmetricBuffer) {
+        let seq = self.inflight.lock().unwrap_or_else(|p| p.into_inner()).next_seq();
+        self.retired.lock().unwrap_or_else(|p| p.into_inner()).push((seq, buf));
+    }
+
+    pub(crate) fn epochs(&self) -> MutexGuard<'_, Epochs> {
+        self.epochs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Collective: a symmetric buffer of `bytes` on every rank.
+    pub(crate) fn alloc(&self, bytes: usize) -> Result<SymmetricBuffer> {
+        self.core.check_usable()?;
+        alloc(&self.core, &self.device, self.handles, bytes)
+    }
+
+    pub(crate) fn pad_args(&self) -> PadArgs {
+        PadArgs {
+            pads: crate::cuda::device_ptr(self.pads.device_peer_ptrs()),
+            rank: self.core.rank as u32,
+            world: self.core.world as u32,
+            err: self.err.device_ptr(),
+            timeout_ns: self.core.timeout.as_nanos().min(u64::MAX as u128) as u64,
+        }
+    }
+
+    pub(crate) fn check_stream(&self, stream: &Stream) -> Result<()> {
+        self.core.check_usable()?;
+        if stream.device().index() != self.device.index() {
+            return Err(Error::InvalidArgument(format!(
+                "rank {}: the stream is on device {} but the group uses device {}",
+                self.core.rank,
+                stream.device().index(),
+                self.device.index()
+            )));
+        }
+        self.device.bind_to_thread()
+    }
+
+    fn slot_ptr(&self, owner: usize, channel: u32, kind: u32, from: usize) -> sys::CUdeviceptr {
+        self.pads.peer_ptr(owner) + 4 * pad::slot(channel, kind, from as u32, self.core.world as u32) as u64
+    }
+
+    fn stage_ptr(&self, channel: u32) -> sys::CUdeviceptr {
+        self.pads.local_ptr() + pad::stage_offset(self.core.world as u32, channel) as u64
+    }
+
+    /// Memop signal: write the epoch into this rank's staging word, then copy the 4 bytes
+    /// into the peer's slot with the copy engine (no SM; the driver's write-value barrier
+    /// and stream order put it after everything enqueued before).
+    fn memop_signal(&self, stream: &Stream, peer: usize, channel: u32, kind: u32, epoch: u32) -> Result<()> {
+        let stage = self.stage_ptr(channel);
+        let dst = self.slot_ptr(peer, channel, kind, self.core.rank);
+        // SAFETY: both addresses are inside the live pad buffers owned by `self`.
+        unsafe {
+            raw::mem_op::write_u32(stream.raw(), stage, epoch)?;
+            raw::mem_op::copy(stream.raw(), dst, stage, 4)
+        }
+    }
+
+    fn memop_wait(&self, stream: &Stream, peer: usize, channel: u32, kind: u32, epoch: u32) -> Result<()> {
+        let slot = self.slot_ptr(self.core.rank, channel, kind, peer);
+        // SAFETY: `slot` is inside this rank's live pad buffer.
+        unsafe { raw::mem_op::wait_geq_u32(stream.raw(), slot, epoch) }
+    }
+
+    /// Enqueues a barrier of all ranks on `channel`. Work enqueued on `stream` before it
+    /// (kernels, copies into peers' buffers) is visible to every rank's work after it.
+    /// Asynchronous: a peer that never arrives shows in [`GpuSync::synchronize`].
+    pub fn barrier(&self, stream: &Stream, channel: u32, method: SyncMethod) -> Result<()> {
+        self.check_stream(stream)?;
+        Epochs::check_channel(channel)?;
+        let epoch = self.epochs().next_barrier(channel);
+        let peers = (0..self.core.world).filter(|&p| p != self.core.rank);
+        match method {
+            // SAFETY: pad pointers and the error record are owned by `self`.
+            SyncMethod::Kernel => unsafe { self.device.kernels()?.barrier(stream, self.pad_args(), channel, epoch) },
+            SyncMethod::StreamMemop => {
+                for p in peers.clone() {
+                    self.memop_signal(stream, p, channel, pad::BARRIER, epoch)?;
+                }
+                for p in peers {
+                    self.memop_wait(stream, p, channel, pad::BARRIER, epoch)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Enqueues a signal to `peer` on `channel`, after everything enqueued before.
+    pub fn put_signal(&self, stream: &Stream, peer: usize, channel: u32, method: SyncMethod) -> Result<()> {
+        self.check_stream(stream)?;
+        crate::sync::check_peer(&self.core, peer, channel)?;
+        let epoch = self.epochs().next_send(channel, peer);
+        match method {
+            // SAFETY: pad pointers and the error record are owned by `self`; peer < world.
+            SyncMethod::Kernel => unsafe {
+                self.device.kernels()?.put_signal(stream, self.pad_args(), peer as u32, channel, epoch)
+            },
+            SyncMethod::StreamMemop => self.memop_signal(stream, peer, channel, pad::P2P, epoch),
+        }
+    }
+
+    /// Enqueues a wait for `peer`'s next signal on `channel`; work after it sees what
+    /// the peer did before signalling.
+    pub fn wait_signal(&self, stream: &Stream, peer: usize, channel: u32, method: SyncMethod) -> Result<()> {
+        self.check_stream(stream)?;
+        crate::sync::check_peer(&self.core, peer, channel)?;
+        let epoch = self.epochs().next_receive(channel, peer);
+        match method {
+            // SAFETY: pad pointers and the error record are owned by `self`; peer < world.
+            SyncMethod::Kernel => unsafe {
+                self.device.kernels()?.wait_signal(stream, self.pad_args(), peer as u32, channel, epoch)
+            },
+            SyncMethod::StreamMemop => self.memop_wait(stream, peer, channel, pad::P2P, epoch),
+        }
+    }
+}

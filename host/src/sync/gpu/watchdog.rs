@@ -1,0 +1,154 @@
+//! The watchdog: one thread per GPU group that finds failures, so that no collective
+//! call ever waits for the GPU.
+//!
+//! Every call registers its completion event ([`GpuSync::track`]) and returns. The
+//! watchdog, on each round ([`inflight::poll_interval`]: 1 ms while calls are in
+//! flight, otherwise asleep on a condition variable with a 100 ms tick):
+//!
+//! 1. retires the calls seen complete, and frees the workspaces they were the last
+//!    users of (replaced by larger ones: a call never waits to free memory);
+//! 2. reads the error record (a kernel's device-side wait timed out), each peer's
+//!    socket (a dead peer) and the head times of the calls in flight (a late peer);
+//! 3. decides ([`inflight::Rules::decide`]): on a failure it records the error naming
+//!    the rank in the group (the next call, `synchronize` and `check` return it) and
+//!    from then on releases the stuck waits every round until nothing is in flight,
+//!    so the streams drain and even a caller blocked in the driver's full queue gets
+//!    its enqueue back.
+//!
+//! The thread holds the group's synchronisation state through an `Arc`; dropping the
+//! group stops it (after a last bounded release if the group has failed) and joins it
+//! before any memory is released.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use lowcon_abi::status;
+
+use super::GpuSync;
+use super::inflight::{Action, InFlight, Observation, poll_interval};
+use crate::cuda::Event;
+use crate::error::{Error, Result};
+use crate::memory::SymmetricBuffer;
+
+/// The running watchdog of one group; dropping it stops and joins the thread.
+pub(crate) struct Watchdog {
+    sync: Arc<GpuSync>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Watchdog {
+    /// Starts the watchdog of `sync`'s group.
+    pub(crate) fn spawn(sync: Arc<GpuSync>) -> Result<Self> {
+        let s = sync.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("lowcon-watch-{}", sync.core.rank))
+            .spawn(move || s.watch())
+            .map_err(|e| Error::Rendezvous(format!("rank {}: cannot start the watchdog: {e}", sync.core.rank)))?;
+        Ok(Self { sync, thread: Some(thread) })
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        {
+            let _q = self.sync.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            self.sync.stopping.store(true, Ordering::Release);
+            self.sync.wake.notify_all();
+        }
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            crate::log::warn(&format!("rank {}: the watchdog thread panicked", self.sync.core.rank));
+        }
+    }
+}
+
+/// How long a stopping watchdog keeps releasing the waits of a failed group.
+const FINAL_RELEASE: Duration = Duration::from_secs(2);
+
+impl GpuSync {
+    /// The watchdog thread's body.
+    fn watch(&self) {
+        let rank = self.core.rank;
+        if let Err(e) = self.device.bind_to_thread() {
+            self.core.fail(Error::Rendezvous(format!("rank {rank}: the watchdog cannot use the GPU: {e}")));
+            return;
+        }
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            while !self.stopping.load(Ordering::Acquire) {
+                let busy = self.round();
+                let q = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+                if !self.stopping.load(Ordering::Acquire) {
+                    let pause = poll_interval(busy || q.pending() > 0);
+                    let _ = self.wake.wait_timeout(q, pause);
+                }
+            }
+            // Stopping: a failed group's streams may still hold waits that only the
+            // release lets finish; give them a bounded while (memory release waits too).
+            let start = Instant::now();
+            while self.core.is_failed() && start.elapsed() < FINAL_RELEASE && self.round() {
+                std::thread::sleep(poll_interval(true));
+            }
+        }));
+        if run.is_err() {
+            self.core.fail(Error::Rendezvous(format!(
+                "rank {rank}: lowcon's watchdog panicked (a bug in lowcon); the group can no longer detect failures"
+            )));
+        }
+    }
+
+    /// One round: observe, decide, act. Returns whether calls are still in flight.
+    fn round(&self) -> bool {
+        let rank = self.core.rank;
+        let now = Instant::now();
+        let (head_wait, unused) = {
+            let mut q = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            let w = q.poll(now);
+            (w, self.take_unused(&q))
+        };
+        // Freed outside the lock: callers register calls under it, and unmapping (or,
+        // with IPC handles, cuMemFree) may take a while.
+        for buf in unused {
+            // SAFETY: every call that used the buffer has completed on this rank, and
+            // those calls' exit barriers mean the peers are done with it too.
+            if let Err(e) = unsafe { buf.close_unused() } {
+                crate::log::warn(&format!("rank {rank}: freeing a retired workspace: {e}"));
+            }
+        }
+        let rec = self.err.read();
+        let hung_up = if head_wait.is_some() {
+            (0..self.core.world).filter(|&p| p != rank).find(|&p| self.core.mesh.peer_hung_up(p))
+        } else {
+            None
+        };
+        let obs =
+            Observation { failed: self.core.is_failed(), record_claimed: rec.code != status::OK, hung_up, head_wait };
+        let fail = |e: Error| {
+            self.core.fail(e);
+        };
+        match self.rules.decide(&obs) {
+            Action::Nothing => return head_wait.is_some(),
+            Action::FailRecord => fail(Error::DeviceTimeout(rec)),
+            Action::FailPeerGone(peer) => {
+                fail(Error::PeerGone { rank, peer, what: "its signals were awaited on the GPU".into() })
+            }
+            Action::FailStuck => fail(self.diagnose_timeout()),
+            Action::Release => {}
+        }
+        match self.release_round() {
+            Ok(n) => crate::log::trace(rank, &format!("released {n} awaited pad slots")),
+            Err(e) => crate::log::trace(rank, &format!("releasing stuck waits: {e}")),
+        }
+        true
+    }
+
+    /// Takes the retired workspaces whose last users have completed.
+    fn take_unused(&self, q: &InFlight<Event>) -> Vec<SymmetricBuffer> {
+        let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        let (done, keep): (Vec<_>, Vec<_>) = retired.drain(..).partition(|(seq, _)| q.done_before(*seq));
+        *retired = keep;
+        done.into_iter().map(|(_, b)| b).collect()
+    }
+}

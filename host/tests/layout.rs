@@ -1,0 +1,176 @@
+//! The crate's layout rules (docs/design.md, "Layout"), checked on the source text so a
+//! change that breaks them fails CI:
+//!
+//! - no `.rs` file under `src/` is over 600 lines;
+//! - no cycles between sibling modules: a module may use its ancestors' items, its
+//!   descendants, and siblings (of any ancestor) that do not use it back, directly or
+//!   through other siblings;
+//! - each backend's group type lives in a file whose path says `group`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+const MAX_LINES: usize = 600;
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("readable src dir") {
+        let p = e.expect("dir entry").path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+fn src_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// `src/sync/gpu/mod.rs` -> ["sync", "gpu"]; `src/sync/gpu/failure.rs` -> ["sync", "gpu", "failure"].
+fn module_path(file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src_dir()).expect("under src");
+    let mut v: Vec<String> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
+    let last = v.pop().expect("file name");
+    if last != "mod.rs" && last != "lib.rs" {
+        v.push(last.trim_end_matches(".rs").to_string());
+    }
+    v
+}
+
+/// The module paths that `text` (of module `me`) refers to through `crate::`, `super::`
+/// and `self::` paths, outside comments.
+fn references(text: &str, me: &[String], modules: &BTreeSet<Vec<String>>) -> BTreeSet<Vec<String>> {
+    let parent = me[..me.len().saturating_sub(1)].to_vec();
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        let code = line.split("//").next().unwrap_or("");
+        for (anchor, base) in [("crate::", Vec::new()), ("super::", parent.clone()), ("self::", me.to_vec())] {
+            let mut rest = code;
+            while let Some(i) = rest.find(anchor) {
+                // Skip matches inside longer identifiers (e.g. `lowcon_crate::`).
+                let before = rest[..i].chars().last();
+                rest = &rest[i + anchor.len()..];
+                if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                    continue;
+                }
+                let mut path = base.clone();
+                let mut tail = rest;
+                loop {
+                    let ident: String = tail.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    if ident.is_empty() {
+                        break;
+                    }
+                    let mut next = path.clone();
+                    next.push(ident.clone());
+                    if !modules.contains(&next) {
+                        break;
+                    }
+                    path = next;
+                    tail = &tail[ident.len()..];
+                    match tail.strip_prefix("::") {
+                        Some(t) => tail = t,
+                        None => break,
+                    }
+                }
+                out.insert(path);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_file_is_over_600_lines() {
+    let mut files = Vec::new();
+    rust_files(&src_dir(), &mut files);
+    assert!(files.len() > 10, "found only {} files under src/", files.len());
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let n = std::fs::read_to_string(f).expect("readable").lines().count();
+            (n > MAX_LINES).then(|| format!("{} ({n} lines)", f.display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "files over {MAX_LINES} lines: {long:?}");
+}
+
+#[test]
+fn sibling_modules_form_no_cycle() {
+    let mut files = Vec::new();
+    rust_files(&src_dir(), &mut files);
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_path(f)).collect();
+    // Edges between siblings: for a reference from A to B, the children of their
+    // deepest common ancestor that contain A and B (none when one contains the other).
+    let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
+    for f in &files {
+        let me = module_path(f);
+        let text = std::fs::read_to_string(f).expect("readable");
+        for target in references(&text, &me, &modules) {
+            let common = me.iter().zip(&target).take_while(|(a, b)| a == b).count();
+            if common == me.len() || common == target.len() {
+                continue; // ancestor or descendant
+            }
+            let from = me[..=common].to_vec();
+            let to = target[..=common].to_vec();
+            edges.entry(from).or_default().insert(to);
+        }
+    }
+    // Depth-first search for a cycle among siblings.
+    fn visit(
+        n: &Vec<String>,
+        edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+        state: &mut BTreeMap<Vec<String>, u8>,
+        stack: &mut Vec<Vec<String>>,
+    ) -> Option<Vec<Vec<String>>> {
+        match state.get(n) {
+            Some(1) => {
+                let i = stack.iter().position(|s| s == n).expect("on stack");
+                let mut c = stack[i..].to_vec();
+                c.push(n.clone());
+                return Some(c);
+            }
+            Some(2) => return None,
+            _ => {}
+        }
+        state.insert(n.clone(), 1);
+        stack.push(n.clone());
+        for m in edges.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, edges, state, stack) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        state.insert(n.clone(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for n in edges.keys() {
+        let mut stack = Vec::new();
+        if let Some(c) = visit(n, &edges, &mut state, &mut stack) {
+            let names: Vec<String> = c.iter().map(|p| p.join("::")).collect();
+            panic!("sibling modules form a cycle: {}", names.join(" -> "));
+        }
+    }
+    // The stages are really used in order (the check above would pass on no edges).
+    let top = |a: &str, b: &str| edges.get(&vec![a.to_string()]).is_some_and(|s| s.contains(&vec![b.to_string()]));
+    assert!(top("coll", "sync") && top("sync", "memory") && top("memory", "rendezvous"), "{edges:?}");
+}
+
+#[test]
+fn the_cycle_check_sees_a_cycle() {
+    // The reference scanner on a made-up pair of modules that use each other.
+    let modules: BTreeSet<Vec<String>> = [vec![], vec!["a".to_string()], vec!["b".to_string()]].into_iter().collect();
+    let a = references("use crate::b::Thing;\n// use crate::a::no", &["a".into()], &modules);
+    let b = references("use super::a::Other;", &["b".into()], &modules);
+    assert!(a.contains(&vec!["b".to_string()]) && !a.contains(&vec!["a".to_string()]), "{a:?}");
+    assert!(b.contains(&vec!["a".to_string()]), "{b:?}");
+}
+
+#[test]
+fn group_types_live_in_group_files() {
+    for (ty, file) in [("pub struct GpuGroup", "group/gpu.rs"), ("pub struct HostGroup", "group/host.rs")] {
+        let text = std::fs::read_to_string(src_dir().join(file)).unwrap_or_default();
+        assert!(text.contains(ty), "{ty} is not in src/{file}");
+    }
+}

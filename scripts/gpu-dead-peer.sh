@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One run of `lowcon selftest coll-dead-peer` with ranks started by hand (no launcher):
+# the library alone must name the dead rank. Called by gpu-run.sh (bundle/run.sh), from
+# the bundle, as
+#
+#     gpu-dead-peer.sh VISIBLE_DEVICES WORLD_SIZE METHOD LOWCON_BINARY LOG_DIR
+#
+# It starts a store, then WORLD_SIZE ranks on VISIBLE_DEVICES; the last rank is the victim
+# (killed with SIGKILL mid-loop by the selftest). Each rank logs to
+# LOG_DIR/dp-METHOD-wWORLD_SIZE-rRANK.log, which is printed when the rank ends. A watchdog
+# records where every rank still alive after 60 s is (state of each thread, and a gdb
+# backtrace when gdb is present), then kills it. Exit status 0 only if the victim died of
+# SIGKILL (137) and every other rank exited 0.
+vis=$1 w=$2 m=$3 L=$4 out=$5
+port=$((29700 + RANDOM % 200))
+"$L" store serve --bind "127.0.0.1:$port" & sp=$!
+sleep 0.3
+pids=()
+for r in $(seq 0 $((w - 1))); do
+  CUDA_VISIBLE_DEVICES=$vis RANK=$r WORLD_SIZE=$w LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=1 \
+    LOWCON_DEBUG=1 LOWCON_TIMEOUT_MS=20000 \
+    LOWCON_STORE_ADDR=127.0.0.1:$port "$L" selftest coll-dead-peer --backend gpu --method "$m" \
+    --victim $((w - 1)) > "$out/dp-$m-w$w-r$r.log" 2>&1 &
+  pids[r]=$!
+done
+# Watchdog: if a rank is still alive after 60 s, record where every rank is.
+(
+  sleep 60
+  for r in $(seq 0 $((w - 1))); do
+    p=${pids[r]}
+    [ -d "/proc/$p" ] || continue
+    echo "-- rank $r (pid $p) still running: $(grep State "/proc/$p/status")"
+    for t in "/proc/$p/task"/*; do
+      echo "   $(cat "$t/comm") $(cat "$t/wchan" 2>/dev/null) $(grep State "$t/status")"
+    done
+    command -v gdb >/dev/null &&
+      timeout 20 gdb -p "$p" -batch -ex "thread apply all bt 12" 2>&1 | grep -E "^#|^Thread" | head -60
+    kill -9 "$p"
+  done
+) & wd=$!
+ok=0
+for r in $(seq 0 $((w - 1))); do
+  wait "${pids[r]}"
+  s=$?
+  cat "$out/dp-$m-w$w-r$r.log"
+  if [ "$r" -eq $((w - 1)) ]; then
+    [ $s -eq 137 ] || ok=1
+  else
+    [ $s -eq 0 ] || ok=1
+  fi
+done
+kill $wd 2>/dev/null
+kill $sp
+nvidia-smi --query-gpu=index,memory.used --format=csv
+exit $ok
