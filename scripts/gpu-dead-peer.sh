@@ -3,15 +3,17 @@
 # the library alone must name the dead rank. Called by gpu-run.sh (bundle/run.sh), from
 # the bundle, as
 #
-#     gpu-dead-peer.sh VISIBLE_DEVICES WORLD_SIZE METHOD LOWCON_BINARY LOG_DIR
+#     gpu-dead-peer.sh VISIBLE_DEVICES WORLD_SIZE METHOD LOWCON_BINARY LOG_DIR [KILL_AT]
 #
+# KILL_AT (default 300) is the call before which the victim dies: with the calls never
+# waiting for the GPU, up to that many of its calls may still be queued on its GPU.
 # It starts a store, then WORLD_SIZE ranks on VISIBLE_DEVICES; the last rank is the victim
 # (killed with SIGKILL mid-loop by the selftest). Each rank logs to
 # LOG_DIR/dp-METHOD-wWORLD_SIZE-rRANK.log, which is printed when the rank ends. A watchdog
 # records where every rank still alive after 60 s is (state of each thread, and a gdb
 # backtrace when gdb is present), then kills it. Exit status 0 only if the victim died of
 # SIGKILL (137) and every other rank exited 0.
-vis=$1 w=$2 m=$3 L=$4 out=$5
+vis=$1 w=$2 m=$3 L=$4 out=$5 k=${6:-300}
 port=$((29700 + RANDOM % 200))
 "$L" store serve --bind "127.0.0.1:$port" & sp=$!
 sleep 0.3
@@ -20,7 +22,7 @@ for r in $(seq 0 $((w - 1))); do
   CUDA_VISIBLE_DEVICES=$vis RANK=$r WORLD_SIZE=$w LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=1 \
     LOWCON_DEBUG=1 LOWCON_TIMEOUT_MS=20000 \
     LOWCON_STORE_ADDR=127.0.0.1:$port "$L" selftest coll-dead-peer --backend gpu --method "$m" \
-    --victim $((w - 1)) > "$out/dp-$m-w$w-r$r.log" 2>&1 &
+    --victim $((w - 1)) --kill-at "$k" > "$out/dp-$m-w$w-k$k-r$r.log" 2>&1 &
   pids[r]=$!
 done
 # Watchdog: if a rank is still alive after 60 s, record where every rank is.
@@ -42,7 +44,7 @@ ok=0
 for r in $(seq 0 $((w - 1))); do
   wait "${pids[r]}"
   s=$?
-  cat "$out/dp-$m-w$w-r$r.log"
+  cat "$out/dp-$m-w$w-k$k-r$r.log"
   if [ "$r" -eq $((w - 1)) ]; then
     [ $s -eq 137 ] || ok=1
   else

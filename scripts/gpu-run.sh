@@ -28,8 +28,9 @@ for d in "$py_nvidia/nccl/lib" "$py_nvidia/cublas/lib" /usr/local/cuda/lib64; do
   [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
 # Which parts to run: base (symmetric memory and sync), coll (collective tests),
-# bench (sweeps with NCCL, overlap). Default: all.
-parts=${LOWCON_BUNDLE_PARTS:-base coll bench}
+# never (calls never wait for the GPU: enqueue timing, dead peers with queued calls,
+# the driver's queue depth), bench (sweeps with NCCL, overlap). Default: all.
+parts=${LOWCON_BUNDLE_PARTS:-never base coll bench}
 has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
 L="$here/lowcon"
 summary="$out/summary.txt"
@@ -72,6 +73,22 @@ coll_at() { # the collective suite at world size $1
         timeout 120 bash "$here/gpu-dead-peer.sh" "$vis" "$w" "$m" "$L" "$out"
     done
 }
+if [ "$ngpu" -ge 2 ] && has never; then
+  w=2; vis=0,1
+  nrun=(env "CUDA_VISIBLE_DEVICES=$vis" timeout 200 "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest)
+  step "w=$w coll-enqueue 1000 calls x 2 streams (kernel)" never.txt "${nrun[@]}" coll-enqueue --method kernel
+  step "w=$w coll-enqueue 1000 calls x 2 streams (memop)" never.txt "${nrun[@]}" coll-enqueue --method memop
+  for m in kernel memop; do
+    for k in 300 500; do
+      step "w=$w coll-dead-peer, no launcher, kill at call $k ($m)" never-dead.txt \
+        timeout 120 bash "$here/gpu-dead-peer.sh" "$vis" "$w" "$m" "$L" "$out" "$k"
+    done
+  done
+  step "w=$w bench queue-depth (lowcon and NCCL)" bench-queue.txt env "CUDA_VISIBLE_DEVICES=$vis" timeout 200 \
+    "$L" launch --nproc-per-node "$w" -- "$L" bench queue-depth
+  step "w=$w bench overlap --colls 110, NCCL alongside" bench-overlap-110.txt env "CUDA_VISIBLE_DEVICES=$vis" \
+    timeout 300 "$L" launch --nproc-per-node "$w" -- "$L" bench overlap --colls 110 --json "$out/overlap-110.json"
+fi
 if [ "$ngpu" -ge 2 ] && { has coll || has coll4; }; then
   coll_at "$ngpu"
   vis=$(seq -s, 0 $((ngpu - 1)))
@@ -142,7 +159,7 @@ echo
 echo "== summary"
 cat "$summary"
 if [ -s "$out/bench-barrier.txt" ]; then echo; grep -v '^{' "$out/bench-barrier.txt" | grep -v '^==' ; fi
-for f in bench-all-gather bench-reduce-scatter bench-rs-ctas bench-overlap; do
+for f in never bench-queue bench-overlap-110 bench-all-gather bench-reduce-scatter bench-rs-ctas bench-overlap; do
   [ -s "$out/$f.txt" ] && { echo; grep -v '^==' "$out/$f.txt" | grep -v '^\s*$' | grep -v 'done   $' | tail -n 80; }
 done
 echo "== overall: $([ $rc -eq 0 ] && echo PASS || echo FAIL)"

@@ -11,6 +11,7 @@
 //! | [`sweep`] | nccl-tests-style size sweeps of lowcon's algorithms (GPUs or the host backend), NCCL beside them | `all-gather`, `reduce-scatter`; `quick` runs both |
 //! | [`overlap`] | GEMM slowdown next to a stream of collectives (cuBLAS GEMMs), lowcon vs NCCL | `overlap` |
 //! | [`barrier`] | barrier latency, kernel vs stream-memop | `barrier` |
+//! | [`queue`] | where the driver's per-stream queue makes an enqueue block, lowcon and NCCL | `queue-depth` |
 //! | [`nccl`] | the NCCL baseline, loaded at run time (default and copy-engine communicators) | used by `all-gather`, `reduce-scatter`, `overlap` |
 //! | [`report`] | result rows, their table lines, and the `--json` / `--csv` / `--plot` files | every subcommand; `plot` reads `--json` files back |
 //! | [`plot`] | the PNG: busbw vs size per collective, overlap slowdowns as bars | `--plot`, `plot`, `quick` |
@@ -19,6 +20,7 @@ pub mod barrier;
 pub mod nccl;
 pub mod overlap;
 pub mod plot;
+pub mod queue;
 pub mod report;
 pub mod sweep;
 

@@ -219,6 +219,19 @@ pub enum BenchCommand {
         #[arg(long, default_value = "lowcon-quick.png")]
         plot: PathBuf,
     },
+    /// Where the driver's per-stream queue makes an enqueue block (lowcon and NCCL):
+    /// calls enqueued behind a stalled stream, each enqueue timed.
+    QueueDepth {
+        /// Calls per configuration.
+        #[arg(long, default_value_t = 3000)]
+        calls: usize,
+        /// Bytes per rank of each call.
+        #[arg(long, default_value = "64K", value_parser = parse_size)]
+        shard: usize,
+        /// How long the stream is held, in milliseconds.
+        #[arg(long, default_value_t = 2000)]
+        hold_ms: u64,
+    },
     /// Barrier latency, kernel vs stream-memop.
     Barrier {
         /// Timed barriers per method.
@@ -241,6 +254,11 @@ impl From<&OutputFlags> for Output {
 
 pub fn run(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
     match cmd {
+        BenchCommand::QueueDepth { calls, shard, hold_ms } => {
+            // SAFETY: called before anything in this process starts a thread.
+            unsafe { lowcon_bench::no_nvls() };
+            lowcon_bench::queue::run(calls, shard, std::time::Duration::from_millis(hold_ms))
+        }
         BenchCommand::Barrier { iters, warmup, json } => lowcon_bench::barrier::run(iters.max(1), warmup, json),
         BenchCommand::AllGather(f) => sweep(&f, Kind::AllGather),
         BenchCommand::ReduceScatter(f) => sweep(&f, Kind::ReduceScatter),

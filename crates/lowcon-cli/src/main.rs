@@ -172,6 +172,21 @@ enum Scenario {
         #[arg(long)]
         method: Option<String>,
     },
+    /// Collectives never wait for the GPU: `calls` back-to-back collectives (every
+    /// algorithm, two streams) at two sizes; the host enqueue time must be a small
+    /// fraction of the GPU time and must not grow with it. GPU only.
+    CollEnqueue {
+        #[arg(long, default_value_t = 1000)]
+        calls: usize,
+        /// bf16 elements per rank of the small size.
+        #[arg(long, default_value_t = 64 << 10)]
+        small: usize,
+        /// bf16 elements per rank of the large size.
+        #[arg(long, default_value_t = 8 << 20)]
+        large: usize,
+        #[arg(long)]
+        method: Option<String>,
+    },
     /// Collectives: bad arguments are refused with clear errors, nothing enqueued.
     CollBadInput {
         #[arg(long, default_value = "host")]
@@ -258,6 +273,9 @@ fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
                     _ => coll::host_dead_peer(victim, kill_at, t),
                 },
             )
+        }
+        Scenario::CollEnqueue { calls, small, large, method } => {
+            ("coll-enqueue", per_method(&method, |m| lowcon_tests::enqueue::gpu_enqueue(calls, small, large, m)))
         }
         Scenario::CollBadInput { backend } => (
             "coll-bad-input",

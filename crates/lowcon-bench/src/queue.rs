@@ -1,0 +1,155 @@
+//! `lowcon bench queue-depth`: where the CUDA driver's per-stream queue makes an enqueue
+//! block, for lowcon and for NCCL alike.
+//!
+//! Each rank holds its stream with a stream-memop wait on a device flag, then enqueues
+//! small collectives back to back and times each enqueue on the host. A helper thread
+//! writes the flag from another stream after `hold`, so the stream drains. The first
+//! call whose enqueue took longer than `hold / 4` is where the driver's queue was full:
+//! the calls before it are how many fit behind a stalled stream. lowcon's own code never
+//! waits (the watchdog), so whatever blocks here is the driver.
+
+use std::time::{Duration, Instant};
+
+use lowcon::cuda::{Stream, StreamPriority, raw};
+use lowcon::{
+    AllGatherAlgorithm, AllGatherOptions, DType, DeviceBuf, GpuGroup, GpuGroupOptions, ReduceOp,
+    ReduceScatterAlgorithm, ReduceScatterOptions, SyncMethod,
+};
+
+use crate::{Res, nccl};
+
+/// One measured configuration.
+struct Outcome {
+    /// Index of the first call whose enqueue blocked (`None`: none did).
+    blocked_at: Option<usize>,
+    /// Its enqueue time.
+    blocked_for: Duration,
+    /// Median enqueue time of the calls that did not block.
+    median_us: f64,
+}
+
+fn measure(
+    g: &GpuGroup,
+    stream: &Stream,
+    name: &str,
+    calls: usize,
+    hold: Duration,
+    mut call: impl FnMut() -> Result<(), String>,
+) -> Result<Outcome, String> {
+    let dev = g.device().clone();
+    let flag = stream.alloc_zeros::<u32>(1).map_err(|e| e.to_string())?;
+    let flag_ptr = lowcon::cuda::device_ptr(&flag);
+    g.store_barrier(&format!("queue-depth-{name}")).map_err(|e| e.to_string())?;
+    // SAFETY: `flag` is live device memory until after the synchronize below.
+    unsafe { raw::mem_op::wait_geq_u32(stream.raw(), flag_ptr, 1) }.map_err(|e| e.to_string())?;
+    let releaser = std::thread::spawn(move || -> Result<(), String> {
+        std::thread::sleep(hold);
+        dev.bind_to_thread().map_err(|e| e.to_string())?;
+        let s = dev.stream(StreamPriority::High).map_err(|e| e.to_string())?;
+        // SAFETY: as above; the flag outlives this thread (joined before it is freed).
+        unsafe { raw::mem_op::write_u32(s.raw(), flag_ptr, 1) }.map_err(|e| e.to_string())?;
+        s.synchronize().map_err(|e| e.to_string())
+    });
+    let mut times = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let t = Instant::now();
+        call()?;
+        times.push(t.elapsed());
+    }
+    releaser.join().map_err(|_| "the releasing thread panicked".to_string())??;
+    g.synchronize(stream).map_err(|e| e.to_string())?;
+    drop(flag);
+    let blocked_at = times.iter().position(|t| *t > hold / 4);
+    let mut quick: Vec<f64> = times.iter().filter(|t| **t <= hold / 4).map(|t| t.as_secs_f64() * 1e6).collect();
+    quick.sort_by(f64::total_cmp);
+    Ok(Outcome {
+        blocked_at,
+        blocked_for: blocked_at.map_or(Duration::ZERO, |i| times[i]),
+        median_us: quick.get(quick.len() / 2).copied().unwrap_or(0.0),
+    })
+}
+
+/// Runs every configuration with `calls` calls of `shard` bytes per rank behind a hold
+/// of `hold`; rank 0 prints the table (max over ranks of the blocked index's earliest).
+pub fn run(calls: usize, shard: usize, hold: Duration) -> Res<()> {
+    let g = GpuGroup::from_env(GpuGroupOptions::default())?;
+    let (rank, world) = (g.rank(), g.world_size());
+    let stream = g.device().stream(StreamPriority::High)?;
+    let n = shard / 2;
+    let inp = g.alloc(shard * world)?;
+    let out = g.alloc(shard * world)?;
+    if rank == 0 {
+        println!(
+            "# queue depth: {calls} calls of {} KiB per rank behind a stalled stream (held {:.1} s), {world} GPUs",
+            shard / 1024,
+            hold.as_secs_f64()
+        );
+        println!("{:<34} {:>16} {:>14} {:>18}", "implementation", "first blocked", "blocked (ms)", "enqueue p50 (us)");
+    }
+    let mut rows: Vec<(String, Outcome)> = Vec::new();
+    for sync in [SyncMethod::Kernel, SyncMethod::StreamMemop] {
+        let m = if sync == SyncMethod::Kernel { "kernel" } else { "memop" };
+        for (label, ag) in [("all-gather ce-push", true), ("reduce-scatter sm-direct", false)] {
+            let name = format!("lowcon {label} ({m})");
+            let o = measure(&g, &stream, &name, calls, hold, || {
+                let r = (|| {
+                    if ag {
+                        let opts =
+                            AllGatherOptions { algorithm: AllGatherAlgorithm::CePush, sync, ..Default::default() };
+                        let i = DeviceBuf::symmetric(&inp, 0, n, DType::Bf16)?;
+                        let o = DeviceBuf::symmetric(&out, 0, n * world, DType::Bf16)?;
+                        g.all_gather(i, o, &stream, &opts)
+                    } else {
+                        let opts = ReduceScatterOptions {
+                            algorithm: ReduceScatterAlgorithm::SmDirect,
+                            sync,
+                            ..Default::default()
+                        };
+                        let i = DeviceBuf::symmetric(&inp, 0, n * world, DType::Bf16)?;
+                        let o = DeviceBuf::symmetric(&out, 0, n, DType::Bf16)?;
+                        g.reduce_scatter(i, o, ReduceOp::Sum, &stream, &opts)
+                    }
+                })();
+                r.map_err(|e| e.to_string())
+            })?;
+            rows.push((name, o));
+        }
+    }
+    match nccl::version() {
+        Err(why) => {
+            if rank == 0 {
+                println!("# NCCL skipped: {why}");
+            }
+        }
+        Ok(_) => {
+            let c = nccl::Comm::new(&g, "queue-depth", false)?;
+            let (si, so) = (inp.local_ptr(), out.local_ptr());
+            let o = measure(&g, &stream, "nccl-ag", calls, hold, || {
+                // SAFETY: `inp` holds `shard` bytes and `out` `world * shard` on this GPU.
+                unsafe { c.all_gather(si, so, shard, stream.raw() as _) }
+            })?;
+            rows.push(("NCCL all-gather".into(), o));
+            let o = measure(&g, &stream, "nccl-rs", calls, hold, || {
+                // SAFETY: `inp` holds `world * n` bf16 elements, `out` `n`.
+                unsafe { c.reduce_scatter(si, so, n, DType::Bf16, ReduceOp::Sum, stream.raw() as _) }
+            })?;
+            rows.push(("NCCL reduce-scatter".into(), o));
+        }
+    }
+    for (name, o) in &rows {
+        let mine = [o.blocked_at.map_or(u64::MAX, |i| i as u64), o.blocked_for.as_micros() as u64, o.median_us as u64]
+            .map(u64::to_le_bytes)
+            .concat();
+        let all = g.all_gather_bytes(&format!("queue-depth-row-{name}"), &mine)?;
+        let field = |b: &Vec<u8>, k: usize| u64::from_le_bytes(b[8 * k..8 * k + 8].try_into().expect("8 bytes"));
+        let first = all.iter().map(|b| field(b, 0)).min().unwrap_or(u64::MAX);
+        let blocked = all.iter().map(|b| field(b, 1)).max().unwrap_or(0);
+        let med = all.iter().map(|b| field(b, 2)).max().unwrap_or(0);
+        if rank == 0 {
+            let first = if first == u64::MAX { format!("none of {calls}") } else { format!("call {first}") };
+            println!("{name:<34} {first:>16} {:>14.1} {med:>18}", blocked as f64 / 1e3);
+        }
+    }
+    g.store_barrier("queue-depth-done")?;
+    Ok(())
+}
