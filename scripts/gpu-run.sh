@@ -107,7 +107,7 @@ if [ "$ngpu" -ge 2 ] && has bench; then
 fi
 if [ "$ngpu" -ge 2 ] && has coll; then
   [ "$ngpu" -ge 4 ] && coll_at 3
-  coll_at 2
+  [ "$ngpu" -gt 2 ] && coll_at 2
 fi
 if [ "$ngpu" -ge 2 ] && has dead; then
   w=$ngpu; vis=$(seq -s, 0 $((w - 1)))

@@ -121,6 +121,20 @@ pub fn gpu_enqueue(calls: usize, small: usize, large: usize, sync: SyncMethod) -
         ));
         rows.push((enq.as_secs_f64(), gpu.as_secs_f64()));
     }
+    // The watchdog's cost at idle: this process's CPU time over a second with nothing
+    // in flight (the watchdog, and whatever threads the CUDA driver keeps).
+    let cpu = || {
+        nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
+            .map(|u| {
+                let t = |v: nix::sys::time::TimeVal| v.tv_sec() as f64 + v.tv_usec() as f64 * 1e-6;
+                t(u.user_time()) + t(u.system_time())
+            })
+            .map_err(e)
+    };
+    let (c0, t0) = (cpu()?, Instant::now());
+    std::thread::sleep(Duration::from_secs(1));
+    let idle_cpu = (cpu()? - c0) / t0.elapsed().as_secs_f64();
+    report.push(format!("process CPU at idle {:.3}% of a core", idle_cpu * 100.0));
     let detail = format!("{sync:?}, {calls} calls on 2 streams: {}", report.join("; "));
     let ((enq_s, gpu_s), (enq_l, gpu_l)) = (rows[0], rows[1]);
     if enq_l > MAX_ENQUEUE_SHARE * gpu_l {

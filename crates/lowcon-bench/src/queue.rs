@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use lowcon::cuda::{Stream, StreamPriority, raw};
 use lowcon::{
     AllGatherAlgorithm, AllGatherOptions, DType, DeviceBuf, GpuGroup, GpuGroupOptions, ReduceOp,
-    ReduceScatterAlgorithm, ReduceScatterOptions, SyncMethod,
+    ReduceScatterAlgorithm, ReduceScatterOptions, SymmetricBuffer, SyncMethod,
 };
 
 use crate::{Res, nccl};
@@ -28,26 +28,32 @@ struct Outcome {
     median_us: f64,
 }
 
+/// Holds `stream` on `flag` (a word that only grows; `hold` is the value to wait for),
+/// enqueues `calls` calls, and times each enqueue.
+#[allow(clippy::too_many_arguments)]
 fn measure(
     g: &GpuGroup,
     stream: &Stream,
+    flag: &SymmetricBuffer,
+    value: u32,
     name: &str,
     calls: usize,
     hold: Duration,
     mut call: impl FnMut() -> Result<(), String>,
 ) -> Result<Outcome, String> {
     let dev = g.device().clone();
-    let flag = stream.alloc_zeros::<u32>(1).map_err(|e| e.to_string())?;
-    let flag_ptr = lowcon::cuda::device_ptr(&flag);
+    // Stream memory operations need driver-allocated (not pool) memory: a symmetric
+    // buffer's own word.
+    let flag_ptr = flag.local_ptr();
     g.store_barrier(&format!("queue-depth-{name}")).map_err(|e| e.to_string())?;
     // SAFETY: `flag` is live device memory until after the synchronize below.
-    unsafe { raw::mem_op::wait_geq_u32(stream.raw(), flag_ptr, 1) }.map_err(|e| e.to_string())?;
+    unsafe { raw::mem_op::wait_geq_u32(stream.raw(), flag_ptr, value) }.map_err(|e| e.to_string())?;
     let releaser = std::thread::spawn(move || -> Result<(), String> {
         std::thread::sleep(hold);
         dev.bind_to_thread().map_err(|e| e.to_string())?;
         let s = dev.stream(StreamPriority::High).map_err(|e| e.to_string())?;
         // SAFETY: as above; the flag outlives this thread (joined before it is freed).
-        unsafe { raw::mem_op::write_u32(s.raw(), flag_ptr, 1) }.map_err(|e| e.to_string())?;
+        unsafe { raw::mem_op::write_u32(s.raw(), flag_ptr, value) }.map_err(|e| e.to_string())?;
         s.synchronize().map_err(|e| e.to_string())
     });
     let mut times = Vec::with_capacity(calls);
@@ -58,7 +64,6 @@ fn measure(
     }
     releaser.join().map_err(|_| "the releasing thread panicked".to_string())??;
     g.synchronize(stream).map_err(|e| e.to_string())?;
-    drop(flag);
     let blocked_at = times.iter().position(|t| *t > hold / 4);
     let mut quick: Vec<f64> = times.iter().filter(|t| **t <= hold / 4).map(|t| t.as_secs_f64() * 1e6).collect();
     quick.sort_by(f64::total_cmp);
@@ -78,6 +83,12 @@ pub fn run(calls: usize, shard: usize, hold: Duration) -> Res<()> {
     let n = shard / 2;
     let inp = g.alloc(shard * world)?;
     let out = g.alloc(shard * world)?;
+    let flag = g.alloc(4096)?;
+    let mut value = 0u32;
+    let mut next = || {
+        value += 1;
+        value
+    };
     if rank == 0 {
         println!(
             "# queue depth: {calls} calls of {} KiB per rank behind a stalled stream (held {:.1} s), {world} GPUs",
@@ -91,7 +102,7 @@ pub fn run(calls: usize, shard: usize, hold: Duration) -> Res<()> {
         let m = if sync == SyncMethod::Kernel { "kernel" } else { "memop" };
         for (label, ag) in [("all-gather ce-push", true), ("reduce-scatter sm-direct", false)] {
             let name = format!("lowcon {label} ({m})");
-            let o = measure(&g, &stream, &name, calls, hold, || {
+            let o = measure(&g, &stream, &flag, next(), &name, calls, hold, || {
                 let r = (|| {
                     if ag {
                         let opts =
@@ -124,12 +135,12 @@ pub fn run(calls: usize, shard: usize, hold: Duration) -> Res<()> {
         Ok(_) => {
             let c = nccl::Comm::new(&g, "queue-depth", false)?;
             let (si, so) = (inp.local_ptr(), out.local_ptr());
-            let o = measure(&g, &stream, "nccl-ag", calls, hold, || {
+            let o = measure(&g, &stream, &flag, next(), "nccl-ag", calls, hold, || {
                 // SAFETY: `inp` holds `shard` bytes and `out` `world * shard` on this GPU.
                 unsafe { c.all_gather(si, so, shard, stream.raw() as _) }
             })?;
             rows.push(("NCCL all-gather".into(), o));
-            let o = measure(&g, &stream, "nccl-rs", calls, hold, || {
+            let o = measure(&g, &stream, &flag, next(), "nccl-rs", calls, hold, || {
                 // SAFETY: `inp` holds `world * n` bf16 elements, `out` `n`.
                 unsafe { c.reduce_scatter(si, so, n, DType::Bf16, ReduceOp::Sum, stream.raw() as _) }
             })?;

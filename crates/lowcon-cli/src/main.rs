@@ -182,7 +182,7 @@ enum Scenario {
         #[arg(long, default_value_t = 64 << 10)]
         small: usize,
         /// bf16 elements per rank of the large size.
-        #[arg(long, default_value_t = 8 << 20)]
+        #[arg(long, default_value_t = 32 << 20)]
         large: usize,
         #[arg(long)]
         method: Option<String>,
