@@ -84,7 +84,7 @@ if [ "$ngpu" -ge 2 ] && has never; then
         timeout 120 bash "$here/gpu-dead-peer.sh" "$vis" "$w" "$m" "$L" "$out" "$k"
     done
   done
-  step "w=$w bench queue-depth (lowcon and NCCL)" bench-queue.txt env "CUDA_VISIBLE_DEVICES=$vis" timeout 200 \
+  step "w=$w bench queue-depth (lowcon and NCCL)" bench-queue.txt env "CUDA_VISIBLE_DEVICES=$vis" timeout 120 \
     "$L" launch --nproc-per-node "$w" -- "$L" bench queue-depth
   step "w=$w bench overlap --colls 110, NCCL alongside" bench-overlap-110.txt env "CUDA_VISIBLE_DEVICES=$vis" \
     timeout 300 "$L" launch --nproc-per-node "$w" -- "$L" bench overlap --colls 110 --json "$out/overlap-110.json"

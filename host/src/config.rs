@@ -35,10 +35,16 @@ fn env_u64(name: &str) -> Option<u64> {
     match v.trim().parse() {
         Ok(n) => Some(n),
         Err(_) => {
-            // Not `crate::log::warn`: the log reads its switch from here (no cycle).
-            tracing::warn!(target: "lowcon", "ignoring {name}={v:?}: not a non-negative integer");
-            if !tracing::dispatcher::has_been_set() {
-                eprintln!("lowcon: ignoring {name}={v:?}: not a non-negative integer");
+            // Once per variable (they are read often). Not `crate::log::warn`: the log
+            // reads its switch from here (no module cycle).
+            static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+            let mut w = WARNED.lock().unwrap_or_else(|p| p.into_inner());
+            if !w.iter().any(|n| n == name) {
+                w.push(name.to_string());
+                tracing::warn!(target: "lowcon", "ignoring {name}={v:?}: not a non-negative integer");
+                if !tracing::dispatcher::has_been_set() {
+                    eprintln!("lowcon: ignoring {name}={v:?}: not a non-negative integer");
+                }
             }
             None
         }

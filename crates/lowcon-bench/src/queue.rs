@@ -41,20 +41,26 @@ fn measure(
     hold: Duration,
     mut call: impl FnMut() -> Result<(), String>,
 ) -> Result<Outcome, String> {
+    // The releasing stream is made here, not in the thread: while the driver blocks an
+    // enqueue on a full queue, creating a stream waits too (seen on H200: the first
+    // version of this benchmark hung there). A stream-memop write does not.
     let dev = g.device().clone();
+    let release = dev.stream(StreamPriority::High).map_err(|e| e.to_string())?;
     // Stream memory operations need driver-allocated (not pool) memory: a symmetric
     // buffer's own word.
     let flag_ptr = flag.local_ptr();
     g.store_barrier(&format!("queue-depth-{name}")).map_err(|e| e.to_string())?;
+    if g.rank() == 0 {
+        eprintln!("# measuring {name}");
+    }
     // SAFETY: `flag` is live device memory until after the synchronize below.
     unsafe { raw::mem_op::wait_geq_u32(stream.raw(), flag_ptr, value) }.map_err(|e| e.to_string())?;
     let releaser = std::thread::spawn(move || -> Result<(), String> {
         std::thread::sleep(hold);
         dev.bind_to_thread().map_err(|e| e.to_string())?;
-        let s = dev.stream(StreamPriority::High).map_err(|e| e.to_string())?;
         // SAFETY: as above; the flag outlives this thread (joined before it is freed).
-        unsafe { raw::mem_op::write_u32(s.raw(), flag_ptr, value) }.map_err(|e| e.to_string())?;
-        s.synchronize().map_err(|e| e.to_string())
+        unsafe { raw::mem_op::write_u32(release.raw(), flag_ptr, value) }.map_err(|e| e.to_string())?;
+        release.synchronize().map_err(|e| e.to_string())
     });
     let mut times = Vec::with_capacity(calls);
     for _ in 0..calls {
