@@ -27,15 +27,19 @@ py_nvidia=$(python3 -c "import nvidia, os; print(list(nvidia.__path__)[0])" 2>/d
 for d in "$py_nvidia/nccl/lib" "$py_nvidia/cublas/lib" /usr/local/cuda/lib64; do
   [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
-# Which parts to run: base (symmetric memory and sync), coll (collective tests),
+# Which parts to run: single (single-GPU checks, compute-sanitizer), base (multi-process
+# symmetric memory and sync), coll (collective tests),
 # never (calls never wait for the GPU: enqueue timing, dead peers with queued calls,
 # the driver's queue depth), bench (sweeps with NCCL, overlap). Default: all.
-parts=${LOWCON_BUNDLE_PARTS:-never base coll bench}
+parts=${LOWCON_BUNDLE_PARTS:-single never base coll bench}
 has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
 L="$here/lowcon"
 summary="$out/summary.txt"
 : > "$summary"
 rc=0
+# The logs are tarred even when a timeout stops this script (SIGTERM).
+trap 'exit 143' TERM INT
+trap '[ -n "${LOWCON_TAR:-}" ] && tar -C "$out" -czf "$LOWCON_TAR" . 2>/dev/null' EXIT
 step() { # step NAME LOGFILE CMD...: runs CMD, logs it, records ok/FAILED with seconds
   local name=$1 log=$2; shift 2
   local t0 t s
@@ -51,8 +55,8 @@ step() { # step NAME LOGFILE CMD...: runs CMD, logs it, records ok/FAILED with s
 { nvidia-smi -L; nvidia-smi topo -m; } > "$out/nvidia-smi.txt" 2>&1 || true
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 step "lowcon info" info.txt "$L" info
-has base && step "single-GPU checks (lowcon-gpu-tests)" gpu-tests.txt timeout 300 "$here/lowcon-gpu-tests"
-if has base && [ "${LOWCON_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+has single && step "single-GPU checks (lowcon-gpu-tests)" gpu-tests.txt timeout 300 "$here/lowcon-gpu-tests"
+if has single && [ "${LOWCON_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer >/dev/null; then
   for tool in memcheck synccheck; do
     step "compute-sanitizer $tool (quick)" "sanitizer-$tool.txt" \
       timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 3 "$here/lowcon-gpu-tests" --quick
@@ -86,6 +90,10 @@ if [ "$ngpu" -ge 2 ] && has never; then
   done
   step "w=$w bench queue-depth (lowcon and NCCL)" bench-queue.txt env "CUDA_VISIBLE_DEVICES=$vis" timeout 120 \
     "$L" launch --nproc-per-node "$w" -- "$L" bench queue-depth
+  step "w=$w bench all-gather --check 64K..16M" bench-check.txt env "CUDA_VISIBLE_DEVICES=$vis" timeout 120 \
+    "$L" launch --nproc-per-node "$w" -- "$L" bench all-gather -b 64K -e 16M -f 16 --check --no-nccl --sync kernel,memop
+  step "w=$w bench reduce-scatter --check 64K..16M" bench-check.txt env "CUDA_VISIBLE_DEVICES=$vis" timeout 120 \
+    "$L" launch --nproc-per-node "$w" -- "$L" bench reduce-scatter -b 64K -e 16M -f 16 --check --no-nccl --sync kernel,memop
   step "w=$w bench overlap --colls 110, NCCL alongside" bench-overlap-110.txt env "CUDA_VISIBLE_DEVICES=$vis" \
     timeout 300 "$L" launch --nproc-per-node "$w" -- "$L" bench overlap --colls 110 --json "$out/overlap-110.json"
 fi
@@ -154,7 +162,6 @@ if [ "$ngpu" -ge 2 ] && has base; then
   step "w=$ngpu IPC handles: gpu-barrier-stress 10k (kernel+memop)" multi-ipc.txt "${ipc[@]}" gpu-barrier-stress --iters 10000
   step "w=$ngpu IPC handles: gpu-memory-release" multi-ipc.txt "${ipc[@]}" gpu-memory-release
 fi
-if [ -n "${LOWCON_TAR:-}" ]; then tar -C "$out" -czf "$LOWCON_TAR" . 2>/dev/null; fi
 echo
 echo "== summary"
 cat "$summary"

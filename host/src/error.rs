@@ -119,6 +119,21 @@ impl Error {
         Error::Driver { call, code: e.0 as u32, name, description }
     }
 
+    /// A copy of a group failure as it was first reported (a dead or late peer, a
+    /// device-side timeout), for reporting it again; any other error as
+    /// [`Error::GroupFailed`] with its message.
+    pub(crate) fn failure_copy(&self) -> Error {
+        match self {
+            Error::PeerTimeout { rank, peer, what, secs } => {
+                Error::PeerTimeout { rank: *rank, peer: *peer, what: what.clone(), secs: *secs }
+            }
+            Error::PeerGone { rank, peer, what } => Error::PeerGone { rank: *rank, peer: *peer, what: what.clone() },
+            Error::DeviceTimeout(rec) => Error::DeviceTimeout(*rec),
+            Error::GroupFailed(m) => Error::GroupFailed(m.clone()),
+            other => Error::GroupFailed(other.to_string()),
+        }
+    }
+
     /// The driver's `CUresult` name, when this is a driver error.
     pub fn driver_error_name(&self) -> Option<&str> {
         match self {

@@ -158,18 +158,21 @@ impl GpuGroup {
     /// (kernels, copies into peers' buffers) is visible to every rank's work after it.
     /// Asynchronous: a peer that never arrives shows in [`GpuGroup::synchronize`].
     pub fn barrier(&self, stream: &Stream, channel: u32, method: SyncMethod) -> Result<()> {
-        self.sync().barrier(stream, channel, method)
+        self.sync().barrier(stream, channel, method)?;
+        self.sync().track(stream)
     }
 
     /// Enqueues a signal to `peer` on `channel`, after everything enqueued before.
     pub fn put_signal(&self, stream: &Stream, peer: usize, channel: u32, method: SyncMethod) -> Result<()> {
-        self.sync().put_signal(stream, peer, channel, method)
+        self.sync().put_signal(stream, peer, channel, method)?;
+        self.sync().track(stream)
     }
 
     /// Enqueues a wait for `peer`'s next signal on `channel`; work after it sees what
     /// the peer did before signalling.
     pub fn wait_signal(&self, stream: &Stream, peer: usize, channel: u32, method: SyncMethod) -> Result<()> {
-        self.sync().wait_signal(stream, peer, channel, method)
+        self.sync().wait_signal(stream, peer, channel, method)?;
+        self.sync().track(stream)
     }
 
     /// The group's failure, if it has one, without waiting (like NCCL's

@@ -51,7 +51,8 @@ pub(crate) struct GroupCore {
     pub(crate) infos: Vec<PeerInfo>,
     store: Mutex<StoreClient>,
     next_alloc: Mutex<u64>,
-    failed: Mutex<Option<String>>,
+    /// The first failure, as reported.
+    failed: Mutex<Option<Error>>,
     /// Set with `failed`; shared with the group's buffers, whose release then waits
     /// only briefly for the device (streams may be stuck on a dead peer).
     pub(crate) broken: Arc<AtomicBool>,
@@ -155,7 +156,16 @@ impl GroupCore {
     /// Errors with [`Error::GroupFailed`] once the group has failed.
     pub(crate) fn check_usable(&self) -> Result<()> {
         match &*self.failed.lock().unwrap_or_else(|p| p.into_inner()) {
-            Some(msg) => Err(Error::GroupFailed(msg.clone())),
+            Some(e) => Err(Error::GroupFailed(e.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// The group's failure as first reported (e.g. [`Error::PeerGone`] naming the peer),
+    /// for `check` and `synchronize`; `Ok` while the group is healthy.
+    pub(crate) fn failure(&self) -> Result<()> {
+        match &*self.failed.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(e.failure_copy()),
             None => Ok(()),
         }
     }
@@ -169,7 +179,7 @@ impl GroupCore {
     pub(crate) fn fail(&self, e: Error) -> Error {
         let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
         if f.is_none() {
-            *f = Some(e.to_string());
+            *f = Some(e.failure_copy());
         }
         self.broken.store(true, Ordering::Release);
         crate::log::trace(self.rank, &format!("group failed: {e}"));

@@ -59,10 +59,11 @@ impl HostRecord {
 
 impl GpuSync {
     /// The group's failure, if it has one, without waiting: what the watchdog (or a
-    /// kernel, through the error record) found, naming the rank. Like NCCL's
-    /// `ncclCommGetAsyncError`.
+    /// kernel, through the error record) found, naming the rank, as first reported
+    /// (`Error::PeerGone`, `PeerTimeout` or `DeviceTimeout`). Like NCCL's
+    /// `ncclCommGetAsyncError`, it returns the same error every time.
     pub(crate) fn check(&self) -> Result<()> {
-        self.core.check_usable()?;
+        self.core.failure()?;
         let rec = self.err.read();
         if rec.code != status::OK {
             return Err(self.core.fail(Error::DeviceTimeout(rec)));
@@ -74,9 +75,13 @@ impl GpuSync {
     /// failed. The watchdog decides failures (a dead peer, a timeout); this only watches
     /// for its verdict, so it needs no bound of its own.
     pub(crate) fn synchronize(&self, stream: &Stream) -> Result<()> {
+        self.check()?;
         self.check_stream(stream)?;
         let done = stream.event(false)?;
         stream.record(&done)?;
+        // The watchdog watches this stream too (if the caller's own signals, not a
+        // collective, are what it waits on, nothing else would be tracked).
+        self.track(stream)?;
         let mut polls = 0u64;
         while !done.is_complete()? {
             polls += 1;
