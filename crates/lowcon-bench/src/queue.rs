@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use lowcon::cuda::{Stream, StreamPriority, raw};
 use lowcon::{
     AllGatherAlgorithm, AllGatherOptions, DType, DeviceBuf, GpuGroup, GpuGroupOptions, ReduceOp,
-    ReduceScatterAlgorithm, ReduceScatterOptions, SymmetricBuffer, SyncMethod,
+    ReduceScatterAlgorithm, ReduceScatterOptions, SyncMethod,
 };
 
 use crate::{Res, nccl};
@@ -28,27 +28,30 @@ struct Outcome {
     median_us: f64,
 }
 
-/// Holds `stream` on `flag` (a word that only grows; `hold` is the value to wait for),
+/// The word a held stream waits on: pinned host memory mapped into the device, so the
+/// release is a plain store from a thread, with no driver call (a driver call can wait
+/// behind an enqueue the driver blocks: on H200, creating a stream did, and with NCCL
+/// even a stream-memop write never returned).
+struct Flag {
+    host: usize,
+    dev: u64,
+}
+
+/// Holds `stream` on `flag` (a word that only grows; `value` is the value to wait for),
 /// enqueues `calls` calls, and times each enqueue.
 #[allow(clippy::too_many_arguments)]
 fn measure(
     g: &GpuGroup,
     stream: &Stream,
-    flag: &SymmetricBuffer,
+    flag: &Flag,
     value: u32,
     name: &str,
     calls: usize,
     hold: Duration,
     mut call: impl FnMut() -> Result<(), String>,
 ) -> Result<Outcome, String> {
-    // The releasing stream is made here, not in the thread: while the driver blocks an
-    // enqueue on a full queue, creating a stream waits too (seen on H200: the first
-    // version of this benchmark hung there). A stream-memop write does not.
-    let dev = g.device().clone();
-    let release = dev.stream(StreamPriority::High).map_err(|e| e.to_string())?;
-    // Stream memory operations need driver-allocated (not pool) memory: a symmetric
-    // buffer's own word.
-    let flag_ptr = flag.local_ptr();
+    let flag_ptr = flag.dev;
+    let host = flag.host;
     g.store_barrier(&format!("queue-depth-{name}")).map_err(|e| e.to_string())?;
     if g.rank() == 0 {
         eprintln!("# measuring {name}");
@@ -57,10 +60,10 @@ fn measure(
     unsafe { raw::mem_op::wait_geq_u32(stream.raw(), flag_ptr, value) }.map_err(|e| e.to_string())?;
     let releaser = std::thread::spawn(move || -> Result<(), String> {
         std::thread::sleep(hold);
-        dev.bind_to_thread().map_err(|e| e.to_string())?;
-        // SAFETY: as above; the flag outlives this thread (joined before it is freed).
-        unsafe { raw::mem_op::write_u32(release.raw(), flag_ptr, value) }.map_err(|e| e.to_string())?;
-        release.synchronize().map_err(|e| e.to_string())
+        // SAFETY: `host` is the live, aligned pinned word of `flag` (freed only at the
+        // end of `run`, after this thread is joined); the device only reads it.
+        unsafe { std::ptr::write_volatile(host as *mut u32, value) };
+        Ok(())
     });
     let mut times = Vec::with_capacity(calls);
     for _ in 0..calls {
@@ -89,7 +92,10 @@ pub fn run(calls: usize, shard: usize, hold: Duration) -> Res<()> {
     let n = shard / 2;
     let inp = g.alloc(shard * world)?;
     let out = g.alloc(shard * world)?;
-    let flag = g.alloc(4096)?;
+    g.device().bind_to_thread()?;
+    // SAFETY: the device's context is current; freed at the end of this function.
+    let (host, dev) = unsafe { raw::host_mem::alloc_mapped(4096)? };
+    let flag = Flag { host: host as usize, dev };
     let mut value = 0u32;
     let mut next = || {
         value += 1;
@@ -103,7 +109,21 @@ pub fn run(calls: usize, shard: usize, hold: Duration) -> Res<()> {
         );
         println!("{:<34} {:>16} {:>14} {:>18}", "implementation", "first blocked", "blocked (ms)", "enqueue p50 (us)");
     }
-    let mut rows: Vec<(String, Outcome)> = Vec::new();
+    let print = |name: &str, o: &Outcome| -> Res<()> {
+        let mine = [o.blocked_at.map_or(u64::MAX, |i| i as u64), o.blocked_for.as_micros() as u64, o.median_us as u64]
+            .map(u64::to_le_bytes)
+            .concat();
+        let all = g.all_gather_bytes(&format!("queue-depth-row-{name}"), &mine)?;
+        let field = |b: &Vec<u8>, k: usize| u64::from_le_bytes(b[8 * k..8 * k + 8].try_into().expect("8 bytes"));
+        let first = all.iter().map(|b| field(b, 0)).min().unwrap_or(u64::MAX);
+        let blocked = all.iter().map(|b| field(b, 1)).max().unwrap_or(0);
+        let med = all.iter().map(|b| field(b, 2)).max().unwrap_or(0);
+        if rank == 0 {
+            let first = if first == u64::MAX { format!("none of {calls}") } else { format!("call {first}") };
+            println!("{name:<34} {first:>16} {:>14.1} {med:>18}", blocked as f64 / 1e3);
+        }
+        Ok(())
+    };
     for sync in [SyncMethod::Kernel, SyncMethod::StreamMemop] {
         let m = if sync == SyncMethod::Kernel { "kernel" } else { "memop" };
         for (label, ag) in [("all-gather ce-push", true), ("reduce-scatter sm-direct", false)] {
@@ -129,7 +149,7 @@ pub fn run(calls: usize, shard: usize, hold: Duration) -> Res<()> {
                 })();
                 r.map_err(|e| e.to_string())
             })?;
-            rows.push((name, o));
+            print(&name, &o)?;
         }
     }
     match nccl::version() {
@@ -139,34 +159,35 @@ pub fn run(calls: usize, shard: usize, hold: Duration) -> Res<()> {
             }
         }
         Ok(_) => {
+            // If NCCL never returns from an enqueue behind the stalled stream, say so
+            // instead of hanging the job.
+            let limit = hold + Duration::from_secs(20);
+            std::thread::spawn(move || {
+                std::thread::sleep(2 * limit);
+                if rank == 0 {
+                    println!(
+                        "NCCL: an enqueue was still blocked {:.0} s after the stream was released",
+                        limit.as_secs_f64()
+                    );
+                }
+                std::process::exit(0);
+            });
             let c = nccl::Comm::new(&g, "queue-depth", false)?;
             let (si, so) = (inp.local_ptr(), out.local_ptr());
             let o = measure(&g, &stream, &flag, next(), "nccl-ag", calls, hold, || {
                 // SAFETY: `inp` holds `shard` bytes and `out` `world * shard` on this GPU.
                 unsafe { c.all_gather(si, so, shard, stream.raw() as _) }
             })?;
-            rows.push(("NCCL all-gather".into(), o));
+            print("NCCL all-gather", &o)?;
             let o = measure(&g, &stream, &flag, next(), "nccl-rs", calls, hold, || {
                 // SAFETY: `inp` holds `world * n` bf16 elements, `out` `n`.
                 unsafe { c.reduce_scatter(si, so, n, DType::Bf16, ReduceOp::Sum, stream.raw() as _) }
             })?;
-            rows.push(("NCCL reduce-scatter".into(), o));
-        }
-    }
-    for (name, o) in &rows {
-        let mine = [o.blocked_at.map_or(u64::MAX, |i| i as u64), o.blocked_for.as_micros() as u64, o.median_us as u64]
-            .map(u64::to_le_bytes)
-            .concat();
-        let all = g.all_gather_bytes(&format!("queue-depth-row-{name}"), &mine)?;
-        let field = |b: &Vec<u8>, k: usize| u64::from_le_bytes(b[8 * k..8 * k + 8].try_into().expect("8 bytes"));
-        let first = all.iter().map(|b| field(b, 0)).min().unwrap_or(u64::MAX);
-        let blocked = all.iter().map(|b| field(b, 1)).max().unwrap_or(0);
-        let med = all.iter().map(|b| field(b, 2)).max().unwrap_or(0);
-        if rank == 0 {
-            let first = if first == u64::MAX { format!("none of {calls}") } else { format!("call {first}") };
-            println!("{name:<34} {first:>16} {:>14.1} {med:>18}", blocked as f64 / 1e3);
+            print("NCCL reduce-scatter", &o)?;
         }
     }
     g.store_barrier("queue-depth-done")?;
+    // SAFETY: allocated above; every stream that waited on it has been synchronised.
+    unsafe { raw::host_mem::free(host)? };
     Ok(())
 }
