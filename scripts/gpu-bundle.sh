@@ -10,11 +10,16 @@
 # `bash bundle/run.sh` with carry = ["bundle"].
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --locked -p lowcon-tests --bin lowcon-gpu-tests -p lowcon-cli --bin lowcon
+cargo build --release --locked -p lowcon-tests --bin lowcon-gpu-tests -p lowcon-cli --bin lowcon -p lowcon-capi
 rm -rf bundle
-mkdir -p bundle
+mkdir -p bundle/capi
 cp target/release/lowcon-gpu-tests target/release/lowcon bundle/
 strip --strip-debug bundle/lowcon-gpu-tests bundle/lowcon 2>/dev/null || true
+# The C API: the shared library (the static one is checked in CI), the header, the
+# example program and the script that builds and runs it there with the system compiler.
+cp target/release/liblowcon_capi.so crates/lowcon-capi/include/lowcon.h crates/lowcon-capi/examples/lowcon_check.c \
+  scripts/capi-check.sh bundle/capi/
+strip --strip-debug bundle/capi/liblowcon_capi.so 2>/dev/null || true
 # The run script and its helper find the binaries beside themselves (see gpu-run.sh).
 cp scripts/gpu-run.sh bundle/run.sh
 cp scripts/gpu-dead-peer.sh bundle/gpu-dead-peer.sh

@@ -30,8 +30,9 @@ done
 # Which parts to run: single (single-GPU checks, compute-sanitizer), base (multi-process
 # symmetric memory and sync), coll (collective tests),
 # never (calls never wait for the GPU: enqueue timing, dead peers with queued calls,
-# the driver's queue depth), bench (sweeps with NCCL, overlap). Default: all.
-parts=${LOWCON_BUNDLE_PARTS:-single never base coll bench}
+# the driver's queue depth), capi (the C API's example program, built here with the
+# system compiler), bench (sweeps with NCCL, overlap). Default: all.
+parts=${LOWCON_BUNDLE_PARTS:-single never capi base coll bench}
 has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
 L="$here/lowcon"
 summary="$out/summary.txt"
@@ -96,6 +97,10 @@ if [ "$ngpu" -ge 2 ] && has never; then
     "$L" launch --nproc-per-node "$w" -- "$L" bench reduce-scatter -b 64K -e 16M -f 16 --check --no-nccl --sync kernel,memop
   step "w=$w bench overlap --colls 110, NCCL alongside" bench-overlap-110.txt env "CUDA_VISIBLE_DEVICES=$vis" \
     timeout 300 "$L" launch --nproc-per-node "$w" -- "$L" bench overlap --colls 110 --json "$out/overlap-110.json"
+fi
+if [ "$ngpu" -ge 2 ] && has capi; then
+  step "w=2 C API: lowcon_check.c as C11 and C++17, then a dead peer" capi.txt env CUDA_VISIBLE_DEVICES=0,1 \
+    timeout 300 bash "$here/capi/capi-check.sh" gpu "$L" "$here/capi" "$here/capi" "$here/capi/lowcon_check.c" "$out/capi"
 fi
 if [ "$ngpu" -ge 2 ] && { has coll || has coll4; }; then
   coll_at "$ngpu"
@@ -166,7 +171,7 @@ echo
 echo "== summary"
 cat "$summary"
 if [ -s "$out/bench-barrier.txt" ]; then echo; grep -v '^{' "$out/bench-barrier.txt" | grep -v '^==' ; fi
-for f in never bench-queue bench-overlap-110 bench-all-gather bench-reduce-scatter bench-rs-ctas bench-overlap; do
+for f in capi never bench-queue bench-overlap-110 bench-all-gather bench-reduce-scatter bench-rs-ctas bench-overlap; do
   [ -s "$out/$f.txt" ] && { echo; grep -v '^==' "$out/$f.txt" | grep -v '^\s*$' | grep -v 'done   $' | tail -n 80; }
 done
 echo "== overall: $([ $rc -eq 0 ] && echo PASS || echo FAIL)"

@@ -25,3 +25,8 @@ echo "== clippy (device, nvptx64)"
 
 echo "== tests"
 cargo test --workspace --locked
+
+echo "== C API: the example program from C11 and C++17, 2 and 3 host-backend ranks, dead peer"
+cargo build --locked -p lowcon-capi -p lowcon-cli
+scripts/capi-check.sh host target/debug/lowcon target/debug crates/lowcon-capi/include \
+  crates/lowcon-capi/examples/lowcon_check.c target/capi-check

@@ -155,3 +155,37 @@ impl SpawnPiped for Command {
         self.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
     }
 }
+
+#[test]
+fn ranks_started_like_torchrun_meet_through_a_store_rank_0_hosts() {
+    // No launcher: RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT only, as torchrun sets
+    // them. Rank 0's group hosts the store (at MASTER_PORT + 1) for as long as it lives.
+    let port = 20000 + (std::process::id() % 20000) as u16;
+    let world = 2;
+    let children: Vec<_> = (0..world)
+        .map(|r| {
+            Command::new(LOWCON)
+                .args(["selftest", "coll-check", "--backend", "host", "--large", "1001"])
+                .env_remove("LOWCON_STORE_ADDR")
+                .env_remove("LOWCON_STORE_PORT")
+                .envs([
+                    ("RANK", r.to_string()),
+                    ("LOCAL_RANK", r.to_string()),
+                    ("WORLD_SIZE", world.to_string()),
+                    ("LOCAL_WORLD_SIZE", world.to_string()),
+                    ("MASTER_ADDR", "127.0.0.1".to_string()),
+                    ("MASTER_PORT", port.to_string()),
+                ])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (r, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "rank {r} failed:\n{text}");
+        assert!(text.contains(&format!("rank {r}: coll-check ok")) && text.contains(" 0 wrong"), "{text}");
+    }
+}

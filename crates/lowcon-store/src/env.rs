@@ -128,6 +128,12 @@ impl Rendezvous {
     pub fn hosts_store(&self) -> bool {
         self.server.is_some()
     }
+
+    /// The parts, for an owner that keeps the server (if this rank hosts it) alive as
+    /// long as it needs the store.
+    pub fn into_parts(self) -> (RankEnv, StoreClient, Option<StoreServer>) {
+        (self.env, self.client, self.server)
+    }
 }
 
 #[cfg(test)]

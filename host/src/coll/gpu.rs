@@ -232,8 +232,20 @@ impl GpuColl {
             AllGatherAlgorithm::Auto => choose_all_gather(shard, world, output.is_symmetric()),
             a => a,
         };
+        // In place (FSDP's habit): the input is this rank's slot of a symmetric output.
+        // Peers' shards are then at their own slots, not at this input's offset, so the
+        // input is not read as a symmetric buffer: ce-pull reads the peers' slots of the
+        // output, sm-oneshot stages the shard (one local copy), and nothing copies the
+        // own shard onto itself.
+        let in_place = match (input.symm, output.symm) {
+            (Some((ib, io)), Some((ob, oo))) => std::ptr::eq(ib, ob) && io == oo + rank * shard,
+            _ => false,
+        };
+        let input = if in_place { DeviceBuf { symm: None, ..input } } else { input };
+        let own = if in_place { 0 } else { shard };
         let push = algorithm == AllGatherAlgorithm::CePush;
-        let stage_in = !input.is_symmetric() && !push;
+        let pull_in_place = in_place && matches!(algorithm, AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto);
+        let stage_in = !input.is_symmetric() && !push && !pull_in_place;
         let stage_out = !output.is_symmetric() && push;
         if stage_in && !opts.allow_staging {
             return Err(refuse_staging(rank, algorithm.name(), "input"));
@@ -256,14 +268,18 @@ impl GpuColl {
         unsafe {
             match algorithm {
                 AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto => {
-                    let src = self.symmetric_input(stream, &input, ws, 0)?;
+                    // Where peer p's shard is: its input, or (in place) its output slot.
+                    let (src, slot) = match output.symm {
+                        Some((buf, off)) if in_place => (Sym { buf, off }, s),
+                        _ => (self.symmetric_input(stream, &input, ws, 0)?, 0),
+                    };
                     stream.record(fork)?;
                     copy.wait(fork)?;
-                    ce_copy(copy, out + rank as u64 * s, input.ptr, shard)?;
+                    ce_copy(copy, out + rank as u64 * s, input.ptr, own)?;
                     copy.record(join)?;
                     self.sync.barrier(stream, ch, opts.sync)?;
                     for p in rotated(rank, world).filter(|&p| p != rank) {
-                        ce_copy(stream, out + p as u64 * s, src.peer(p), shard)?;
+                        ce_copy(stream, out + p as u64 * s, src.peer(p) + p as u64 * slot, shard)?;
                     }
                     stream.wait(join)?;
                     self.sync.barrier(stream, ch, opts.sync)?;
@@ -275,7 +291,7 @@ impl GpuColl {
                     };
                     stream.record(fork)?;
                     copy.wait(fork)?;
-                    ce_copy(copy, out + rank as u64 * s, input.ptr, shard)?;
+                    ce_copy(copy, out + rank as u64 * s, input.ptr, own)?;
                     copy.record(join)?;
                     self.sync.barrier(stream, ch, opts.sync)?;
                     for p in rotated(rank, world).filter(|&p| p != rank) {

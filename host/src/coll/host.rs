@@ -158,6 +158,18 @@ impl HostColl {
             AllGatherAlgorithm::Auto => choose_all_gather(shard, world, false),
             a => a,
         };
+        // In place: the input is this rank's slot of the output, in a symmetric buffer.
+        // Peers' shards are then at their own slots of that buffer (not at this input's
+        // offset): the pull algorithms read them there (as on GPUs).
+        let in_place_base = match input {
+            HostInput::Symmetric { buf, offset, .. }
+                if offset >= rank * shard
+                    && std::ptr::eq(output.as_ptr(), buf.local_ptr().wrapping_add(offset - rank * shard)) =>
+            {
+                Some(offset - rank * shard)
+            }
+            _ => None,
+        };
         let plain = matches!(input, HostInput::Plain(_));
         let stage_in = plain && algorithm != AllGatherAlgorithm::CePush;
         if stage_in && !opts.allow_staging {
@@ -172,14 +184,19 @@ impl HostColl {
         self.with_workspace(ch, need, |ws| {
             match algorithm {
                 AllGatherAlgorithm::CePull | AllGatherAlgorithm::SmOneshot | AllGatherAlgorithm::Auto => {
-                    let src = self.symmetric_input(&input, ws)?;
+                    let (src, slot) = match (in_place_base, input) {
+                        (Some(base), HostInput::Symmetric { buf, .. }) => (SymIn { buf, offset: base }, shard),
+                        _ => (self.symmetric_input(&input, ws)?, 0),
+                    };
                     self.sync.barrier(ch)?;
                     for p in rotated(rank, world) {
                         let out = &mut output[p * shard..(p + 1) * shard];
-                        if p == rank && algorithm == AllGatherAlgorithm::CePull {
+                        if p == rank && in_place_base.is_some() {
+                            continue; // already in its slot
+                        } else if p == rank && algorithm == AllGatherAlgorithm::CePull {
                             out.copy_from_slice(&input.local(rank)?);
                         } else {
-                            src.buf.read(p, src.offset, out)?;
+                            src.buf.read(p, src.offset + p * slot, out)?;
                         }
                     }
                     self.sync.barrier(ch)

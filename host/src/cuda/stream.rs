@@ -44,6 +44,20 @@ impl Stream {
         Ok(Self { inner, device: device.clone() })
     }
 
+    /// Wraps a stream owned by someone else (a C or Python caller's `cudaStream_t`;
+    /// null is the legacy default stream) without taking ownership: dropping the
+    /// wrapper leaves the stream alone.
+    ///
+    /// # Safety
+    /// `raw` is null or a live stream of `device`'s primary context, and its owner keeps
+    /// it alive while the wrapper (or work enqueued through it) is in use.
+    pub unsafe fn wrap_borrowed(device: &Device, raw: sys::CUstream) -> Result<Self> {
+        device.bind_to_thread()?;
+        // SAFETY: forwarded from the caller.
+        let inner = unsafe { device.cuda_context().wrap_borrowed_stream(raw) };
+        Ok(Self { inner, device: device.clone() })
+    }
+
     /// The device this stream belongs to.
     pub fn device(&self) -> &Device {
         &self.device

@@ -48,6 +48,8 @@ pub struct GpuGroup {
     // Dropped first: stops the watchdog before any of the group's memory is released.
     _watchdog: Watchdog,
     coll: GpuColl,
+    /// The store this rank hosts (torchrun mode), dropped last.
+    _store_server: Option<lowcon_store::StoreServer>,
 }
 
 impl GpuGroup {
@@ -102,13 +104,24 @@ impl GpuGroup {
             return Err(Error::Rendezvous(String::from_utf8_lossy(bad).into_owned()));
         }
         let sync = Arc::new(GpuSync::new(core, device, opts.handles)?);
-        Ok(Self { _watchdog: Watchdog::spawn(sync.clone())?, coll: GpuColl::new(sync) })
+        Ok(Self { _watchdog: Watchdog::spawn(sync.clone())?, coll: GpuColl::new(sync), _store_server: None })
     }
 
-    /// Collective: creates the group from the `lowcon launch` environment.
+    /// Collective: creates the group from the `lowcon launch` or torchrun environment.
+    /// Without `lowcon launch`, rank 0 hosts the store (at `MASTER_PORT + 1`, or
+    /// `LOWCON_STORE_PORT`) for as long as its group lives.
     pub fn from_env(opts: GpuGroupOptions) -> Result<Self> {
-        let (store, rank, world) = crate::rendezvous::connect_from_env("GpuGroup", opts.timeout)?;
-        Self::new(store, rank, world, opts)
+        let e = crate::rendezvous::connect_from_env(opts.timeout)?;
+        let mut g = Self::new(e.store, e.rank, e.world, opts)?;
+        g._store_server = e.server;
+        Ok(g)
+    }
+
+    /// Fails the group now (like `ncclCommAbort`): waits of calls in flight are released
+    /// so the streams drain, and every later call errors. Peers notice through their own
+    /// timeouts, or at once when this process exits.
+    pub fn abort(&self) {
+        self.sync().core.abort();
     }
 
     fn sync(&self) -> &GpuSync {

@@ -33,6 +33,8 @@ impl Default for HostGroupOptions {
 /// A group of ranks on the host backend.
 pub struct HostGroup {
     coll: HostColl,
+    /// The store this rank hosts (torchrun mode), dropped last.
+    _store_server: Option<lowcon_store::StoreServer>,
 }
 
 impl HostGroup {
@@ -40,13 +42,27 @@ impl HostGroup {
     pub fn new(store: StoreClient, rank: usize, world: usize, opts: HostGroupOptions) -> Result<Self> {
         let core =
             GroupCore::new(store, rank, world, &opts.name, vec![("backend".into(), "host".into())], opts.timeout)?;
-        Ok(Self { coll: HostColl::new(HostSync::new(core)?) })
+        Ok(Self { coll: HostColl::new(HostSync::new(core)?), _store_server: None })
     }
 
-    /// Collective: creates the group from the launcher/torchrun environment.
+    /// Collective: creates the group from the `lowcon launch` or torchrun environment.
+    /// Without `lowcon launch`, rank 0 hosts the store for as long as its group lives.
     pub fn from_env(opts: HostGroupOptions) -> Result<Self> {
-        let (store, rank, world) = crate::rendezvous::connect_from_env("HostGroup", opts.timeout)?;
-        Self::new(store, rank, world, opts)
+        let e = crate::rendezvous::connect_from_env(opts.timeout)?;
+        let mut g = Self::new(e.store, e.rank, e.world, opts)?;
+        g._store_server = e.server;
+        Ok(g)
+    }
+
+    /// The group's failure, if it has one (a dead or late peer, or `abort`), as first
+    /// reported; `Ok` while healthy. Never waits.
+    pub fn check(&self) -> Result<()> {
+        self.core().failure()
+    }
+
+    /// Fails the group now: every later call errors.
+    pub fn abort(&self) {
+        self.core().abort();
     }
 
     fn core(&self) -> &GroupCore {

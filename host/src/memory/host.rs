@@ -92,7 +92,9 @@ impl HostBuffer {
         // shared mapping is only accessed through raw copies (never through references),
         // so concurrent writers race only at the byte level, which the protocols order
         // with release/acquire signals.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.peer_ptr(peer).add(offset), data.len()) };
+        // `copy`, not `copy_nonoverlapping`: in-place collectives pass a slice of this very
+        // buffer.
+        unsafe { std::ptr::copy(data.as_ptr(), self.peer_ptr(peer).add(offset), data.len()) };
         Ok(())
     }
 
@@ -100,7 +102,7 @@ impl HostBuffer {
     pub fn read(&self, peer: usize, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(peer, offset, out.len())?;
         // SAFETY: as in `write`.
-        unsafe { std::ptr::copy_nonoverlapping(self.peer_ptr(peer).add(offset), out.as_mut_ptr(), out.len()) };
+        unsafe { std::ptr::copy(self.peer_ptr(peer).add(offset), out.as_mut_ptr(), out.len()) };
         Ok(())
     }
 }

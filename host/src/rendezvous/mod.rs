@@ -58,19 +58,22 @@ pub(crate) struct GroupCore {
     pub(crate) broken: Arc<AtomicBool>,
 }
 
-/// Reads the launcher environment and connects to its store, for `from_env`
-/// constructors. Refuses to be the rank that hosts the store (torchrun mode), because
-/// the store would be dropped on return.
-pub(crate) fn connect_from_env(kind: &str, timeout: Duration) -> Result<(StoreClient, usize, usize)> {
+/// What `from_env` constructors start from: a store client, this rank, the world, and
+/// the store server when this rank hosts it (torchrun mode, no `lowcon launch`): the
+/// group keeps that server for as long as it lives.
+pub(crate) struct FromEnv {
+    pub(crate) store: StoreClient,
+    pub(crate) rank: usize,
+    pub(crate) world: usize,
+    pub(crate) server: Option<lowcon_store::StoreServer>,
+}
+
+/// Reads the launcher (or torchrun) environment and connects to its store, hosting it
+/// on rank 0 when no launcher does.
+pub(crate) fn connect_from_env(timeout: Duration) -> Result<FromEnv> {
     let rdzv = lowcon_store::Rendezvous::from_env(crate::config::setup_timeout().max(timeout))?;
-    if rdzv.hosts_store() {
-        return Err(Error::InvalidArgument(format!(
-            "{kind}::from_env: this rank would host the store and drop it on return; start ranks with \
-             `lowcon launch`, or create the store yourself and use {kind}::new"
-        )));
-    }
-    let (rank, world) = (rdzv.env.rank, rdzv.env.world_size);
-    Ok((rdzv.client, rank, world))
+    let (env, store, server) = rdzv.into_parts();
+    Ok(FromEnv { store, rank: env.rank, world: env.world_size, server })
 }
 
 fn boot_id() -> String {
@@ -173,6 +176,12 @@ impl GroupCore {
     /// Whether the group has failed.
     pub(crate) fn is_failed(&self) -> bool {
         self.broken.load(Ordering::Acquire)
+    }
+
+    /// Fails the group on the application's request (`abort`): calls in flight give up
+    /// their waits (the GPU watchdog releases them) and every later call errors.
+    pub(crate) fn abort(&self) {
+        self.fail(Error::GroupFailed(format!("rank {}: the application aborted the group", self.rank)));
     }
 
     /// Records `e` as the group's failure (the first one wins) and returns it.
