@@ -10,7 +10,8 @@
 # `bash bundle/run.sh` with carry = ["bundle"].
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --locked -p lowcon-tests --bin lowcon-gpu-tests -p lowcon-cli --bin lowcon -p lowcon-capi
+cargo build --release --locked -p lowcon-tests --bin lowcon-gpu-tests -p lowcon-cli --bin lowcon
+cargo build --release --locked -p lowcon-capi --lib
 rm -rf bundle
 mkdir -p bundle/capi
 cp target/release/lowcon-gpu-tests target/release/lowcon bundle/
