@@ -24,7 +24,7 @@ extra=() libs=()
 if [ "$backend" = gpu ]; then
   cuda=/usr/local/cuda
   if command -v nvcc >/dev/null; then cuda=$(cd "$(dirname "$(command -v nvcc)")/.." && pwd); fi
-  extra=(-DLOWCON_EXAMPLE_CUDA "-I$cuda/include")
+  extra=(-DLOWCON_EXAMPLE_CUDA -isystem "$cuda/include")
   libs=("-L$cuda/lib64" -lcudart "-Wl,-rpath,$cuda/lib64")
   worlds="2"
 else
