@@ -343,15 +343,13 @@ fn make_comm(group: Group) -> Comm {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lowconCommInitFromEnv(comm: *mut lowconComm_t, backend: lowconBackend_t) -> lowconResult_t {
     guard(|| {
-        let out = out_ptr(comm, "comm (the output handle)")?;
+        out_ptr(comm, "comm (the output handle)")?;
         let group = if backend_name(backend)? {
             Group::Gpu(GpuGroup::from_env(GpuGroupOptions::default())?)
         } else {
             Group::Host(Box::new(HostGroup::from_env(HostGroupOptions::default())?))
         };
-        // SAFETY: `out` is non-null and writable (contract).
-        unsafe { out.write(register(make_comm(group))) };
-        Ok(())
+        write_out(comm, "comm", register(make_comm(group)))
     })
 }
 
@@ -371,7 +369,7 @@ pub unsafe extern "C" fn lowconCommInitRank(
     backend: lowconBackend_t,
 ) -> lowconResult_t {
     guard(|| {
-        let out = out_ptr(comm, "comm (the output handle)")?;
+        out_ptr(comm, "comm (the output handle)")?;
         if store_addr.is_null() {
             return Err(invalid("store_addr is NULL"));
         }
@@ -392,9 +390,7 @@ pub unsafe extern "C" fn lowconCommInitRank(
         } else {
             Group::Host(Box::new(HostGroup::new(store, rank, world, HostGroupOptions::default())?))
         };
-        // SAFETY: `out` is non-null and writable (contract).
-        unsafe { out.write(register(make_comm(group))) };
-        Ok(())
+        write_out(comm, "comm", register(make_comm(group)))
     })
 }
 
@@ -446,7 +442,7 @@ pub unsafe extern "C" fn lowconCommGetAsyncError(
 ) -> lowconResult_t {
     guard(|| {
         let c = lookup(comm)?;
-        let out = out_ptr(asyncError, "asyncError")?;
+        out_ptr(asyncError, "asyncError")?;
         let r = match &c.group {
             Group::Gpu(g) => g.check(),
             Group::Host(g) => g.check(),
@@ -459,9 +455,7 @@ pub unsafe extern "C" fn lowconCommGetAsyncError(
                 code
             }
         };
-        // SAFETY: `out` is non-null and writable (contract).
-        unsafe { out.write(code) };
-        Ok(())
+        write_out(asyncError, "asyncError", code)
     })
 }
 
@@ -532,16 +526,14 @@ pub unsafe extern "C" fn lowconCommCuDevice(comm: lowconComm_t, device: *mut c_i
 pub unsafe extern "C" fn lowconMemAlloc(comm: lowconComm_t, size: usize, ptr: *mut *mut c_void) -> lowconResult_t {
     guard(|| {
         let c = lookup(comm)?;
-        let out = out_ptr(ptr, "ptr")?;
+        out_ptr(ptr, "ptr")?;
         let region = match &c.group {
             Group::Gpu(g) => Region::Gpu(g.alloc(size)?),
             Group::Host(g) => Region::Host(g.alloc(size)?),
         };
         let base = region.base() as *mut c_void;
         c.mem.write().unwrap_or_else(|p| p.into_inner()).push(region);
-        // SAFETY: `out` is non-null and writable (contract).
-        unsafe { out.write(base) };
-        Ok(())
+        write_out(ptr, "ptr", base)
     })
 }
 
