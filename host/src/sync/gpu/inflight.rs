@@ -91,6 +91,8 @@ impl<E: Completion> InFlight<E> {
                 longest = Some(longest.map_or(waited, |l| l.max(waited)));
             }
         }
+        // Streams come and go (a trainer may make many); keep only those with calls.
+        self.streams.retain(|s| !s.calls.is_empty());
         longest
     }
 
@@ -246,6 +248,19 @@ mod tests {
         stuck.set();
         q.poll(t0 + 71 * MS);
         assert!(q.done_before(4) && !q.done_before(5));
+    }
+
+    #[test]
+    fn drained_streams_are_forgotten() {
+        let t0 = Instant::now();
+        let mut q = InFlight::default();
+        for stream in 0..1000u64 {
+            let f = Flag::default();
+            f.set();
+            q.push(stream, f, t0);
+        }
+        assert_eq!(q.poll(t0), None);
+        assert_eq!((q.pending(), q.streams.len()), (0, 0));
     }
 
     #[test]
