@@ -21,6 +21,8 @@ strip --strip-debug bundle/lowcon-gpu-tests bundle/lowcon 2>/dev/null || true
 cp target/release/liblowcon_capi.so crates/lowcon-capi/include/lowcon.h crates/lowcon-capi/examples/lowcon_check.c \
   scripts/capi-check.sh bundle/capi/
 strip --strip-debug bundle/capi/liblowcon_capi.so 2>/dev/null || true
+# The Python package: the release wheel (installed there with pip --no-deps, no Rust).
+scripts/build-python.sh --release bundle/wheels
 # The run script and its helper find the binaries beside themselves (see gpu-run.sh).
 cp scripts/gpu-run.sh bundle/run.sh
 cp scripts/gpu-dead-peer.sh bundle/gpu-dead-peer.sh

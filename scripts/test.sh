@@ -30,3 +30,7 @@ echo "== C API: the example program from C11 and C++17, 2 and 3 host-backend ran
 cargo build --locked -p lowcon-capi -p lowcon-cli
 scripts/capi-check.sh host target/debug/lowcon target/debug crates/lowcon-capi/include \
   crates/lowcon-capi/examples/lowcon_check.c target/capi-check
+
+echo "== Python package: the wheel, then its tests on the host backend (2 and 3 ranks)"
+scripts/build-python.sh
+python3 -m pytest -q crates/lowcon-py/tests

@@ -59,6 +59,8 @@ impl HostSync {
                 continue;
             }
             if spins.is_multiple_of(256) {
+                // Aborted from another thread (`HostGroup::abort`, Ctrl-C in Python).
+                self.core.check_usable()?;
                 if self.core.mesh.peer_hung_up(peer) {
                     return Err(self.core.fail(Error::PeerGone {
                         rank: self.core.rank,

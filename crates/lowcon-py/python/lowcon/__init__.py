@@ -1,0 +1,108 @@
+"""lowcon for Python: low-contention all-gather and reduce-scatter on one NVLink box.
+
+    import lowcon
+    g = lowcon.init()                      # under `lowcon launch` or torchrun
+    g.all_gather(output, input)            # torch tensors, CuPy or numpy arrays (DLPack)
+    g.reduce_scatter(output, input, "sum")
+    g.synchronize()                        # GPU: the current stream; raises if a peer died
+
+Calls follow torch.distributed's argument order (output first). On the GPU backend they
+are asynchronous on the caller's current stream (torch's for torch tensors, CuPy's for
+CuPy arrays, or `stream=`), like NCCL's; on the host backend they are synchronous.
+Errors are `lowcon.Error` subclasses whose messages name the rank, the peer or the sizes.
+"""
+
+from ._errors import CudaError, Error, InvalidArgument, PeerError
+from ._native import __version__, device_count
+from ._native import Group as _NativeGroup
+
+__all__ = ["CudaError", "Error", "Group", "InvalidArgument", "PeerError", "__version__", "device_count", "init"]
+
+
+def _stream_of(tensor, stream):
+    """The CUDA stream a call on `tensor` runs on, as an integer (None: not a CUDA tensor)."""
+    if stream is not None:
+        for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
+            if hasattr(stream, attr):
+                return int(getattr(stream, attr))
+        return int(stream)
+    module = type(tensor).__module__
+    if module.startswith("torch") and getattr(tensor, "is_cuda", False):
+        import torch
+
+        return int(torch.cuda.current_stream(tensor.device).cuda_stream)
+    if module.startswith("cupy"):
+        import cupy
+
+        return int(cupy.cuda.get_current_stream().ptr)
+    return None
+
+
+class Group:
+    """A group of ranks. Make it with `lowcon.init()`; every rank makes the same calls."""
+
+    def __init__(self, native):
+        self._g = native
+
+    rank = property(lambda self: self._g.rank, doc="This rank.")
+    world_size = property(lambda self: self._g.world_size, doc="Number of ranks.")
+    backend = property(lambda self: self._g.backend, doc='"gpu" or "host".')
+    device = property(lambda self: self._g.device, doc="The CUDA device index (None on the host backend).")
+
+    def all_gather(self, output, input, *, stream=None, **options):
+        """`output[p * n:(p + 1) * n]` receives rank p's `input` (n elements), on every rank.
+
+        Options: algorithm ("auto", "ce-pull", "ce-push", "sm-oneshot"), sync ("kernel",
+        "memop"), ctas, channel (one per concurrently used stream), allow_staging.
+        """
+        self._g.all_gather(output, input, stream=_stream_of(output, stream), **options)
+
+    def reduce_scatter(self, output, input, op="sum", *, stream=None, **options):
+        """`output` (n elements) receives `op` ("sum", "avg", "min", "max") over all ranks of
+        their `input[rank * n:(rank + 1) * n]`; f32, f16, bf16, accumulated in f32 in rank order.
+
+        Options: algorithm ("auto", "ce-reduce", "sm-direct"), sync, ctas, pipeline, channel,
+        allow_staging.
+        """
+        self._g.reduce_scatter(output, input, op, stream=_stream_of(output, stream), **options)
+
+    def check(self):
+        """Raise the group's failure (a dead or late peer, naming the rank), if any, without waiting."""
+        self._g.check()
+
+    def synchronize(self, stream=None):
+        """Wait for the work on `stream` (default: torch's current stream when torch is loaded,
+        else the legacy default stream), or raise the group's failure. Ctrl-C works."""
+        if stream is None:
+            import sys
+
+            torch = sys.modules.get("torch")
+            if torch is not None and torch.cuda.is_available() and self.device is not None:
+                stream = torch.cuda.current_stream(self.device)
+        self._g.synchronize(_stream_of(None, stream) if stream is not None else None)
+
+    def abort(self):
+        """Fail the group now: waits in flight give up, every later call raises."""
+        self._g.abort()
+
+    def close(self):
+        """Release the group's memory and threads; later calls raise."""
+        self._g.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def init(backend="auto", *, name="default", timeout=None):
+    """Collective: join the job's group (the environment `lowcon launch` or torchrun sets).
+
+    backend: "gpu", "host", or "auto" (the GPU when this process sees one). timeout: seconds
+    any wait for a peer may take (default LOWCON_TIMEOUT_MS, 60 s).
+    """
+    if backend == "auto":
+        backend = "gpu" if device_count() > 0 else "host"
+    ms = None if timeout is None else int(timeout * 1000)
+    return Group(_NativeGroup.from_env(backend, name, ms))

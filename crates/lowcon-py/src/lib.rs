@@ -1,0 +1,363 @@
+//! `lowcon._native`: the native half of the `lowcon` Python package (the rest,
+//! `python/lowcon/`, is Python). PyO3 with the stable ABI (abi3, Python 3.9 and later).
+//!
+//! - Tensors come in through DLPack (`dlpack.rs`): numpy, torch, CuPy, anything with
+//!   `__dlpack__`. They are used in place for the call, never copied.
+//! - Errors are Python exceptions that keep the Rust message (`errors.rs`).
+//! - Calls that can wait (group creation, host-backend collectives, `synchronize`)
+//!   release the GIL and run on a helper thread while this thread watches for signals:
+//!   Ctrl-C aborts the group (its waits give up) and raises `KeyboardInterrupt`.
+//!   GPU collectives only enqueue, like NCCL's.
+
+mod dlpack;
+mod errors;
+
+use std::sync::RwLock;
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::Duration;
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+
+use dlpack::{Place, View};
+use errors::{invalid, to_py};
+use lowcon::cuda::Stream;
+use lowcon::{
+    AllGatherAlgorithm, CollOptions, DType, DeviceBuf, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions,
+    HostInput, ReduceOp, ReduceScatterAlgorithm, SyncMethod,
+};
+
+enum Backend {
+    Gpu(GpuGroup),
+    Host(Box<HostGroup>),
+}
+
+/// Runs `f` on a helper thread with the GIL released, checking for signals every 50 ms;
+/// on a signal (Ctrl-C) calls `abort`, waits for `f` to give up, and raises.
+fn interruptible<T: Send>(py: Python<'_>, abort: impl Fn(), f: impl FnOnce() -> T + Send) -> PyResult<T> {
+    std::thread::scope(|s| {
+        let (tx, mut rx) = std::sync::mpsc::channel();
+        s.spawn(move || {
+            let _ = tx.send(f());
+        });
+        loop {
+            let (got, back) = py.detach(move || (rx.recv_timeout(Duration::from_millis(50)), rx));
+            rx = back;
+            match got {
+                Ok(v) => return Ok(v),
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(PyRuntimeError::new_err("lowcon: internal error: a call panicked"));
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Err(e) = py.check_signals() {
+                        abort();
+                        let _ = py.detach(move || rx.recv());
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    })
+}
+
+fn sync_method(s: &str) -> PyResult<SyncMethod> {
+    s.parse().map_err(to_py)
+}
+
+fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
+    algorithm: &str,
+    sync: &str,
+    ctas: Option<u32>,
+    pipeline: Option<u32>,
+    channel: u32,
+    allow_staging: bool,
+) -> PyResult<CollOptions<A>> {
+    Ok(CollOptions {
+        algorithm: algorithm.parse().map_err(to_py)?,
+        sync: sync_method(sync)?,
+        ctas,
+        pipeline,
+        channel,
+        allow_staging,
+    })
+}
+
+/// What a collective needs of a view once the GIL is released.
+#[derive(Clone, Copy)]
+struct Raw {
+    ptr: u64,
+    count: usize,
+    dtype: DType,
+}
+
+impl From<&View<'_>> for Raw {
+    fn from(v: &View<'_>) -> Self {
+        Raw { ptr: v.ptr, count: v.count, dtype: v.dtype }
+    }
+}
+
+enum Which {
+    AllGather(CollOptions<AllGatherAlgorithm>),
+    ReduceScatter(ReduceOp, CollOptions<ReduceScatterAlgorithm>),
+}
+
+/// A group of ranks: lowcon's collectives for this process.
+#[pyclass(module = "lowcon._native", frozen)]
+struct Group {
+    inner: RwLock<Option<Backend>>,
+    rank: usize,
+    world: usize,
+    backend: &'static str,
+}
+
+fn timeout_of(ms: Option<u64>) -> Duration {
+    ms.map_or_else(lowcon::config::timeout, Duration::from_millis)
+}
+
+impl Group {
+    fn wrap(b: Backend) -> Self {
+        let (rank, world, backend) = match &b {
+            Backend::Gpu(g) => (g.rank(), g.world_size(), "gpu"),
+            Backend::Host(g) => (g.rank(), g.world_size(), "host"),
+        };
+        Group { inner: RwLock::new(Some(b)), rank, world, backend }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Backend) -> PyResult<T>) -> PyResult<T> {
+        let g = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        match g.as_ref() {
+            Some(b) => f(b),
+            None => Err(to_py(lowcon::Error::GroupFailed(format!("rank {}: the group is closed", self.rank)))),
+        }
+    }
+
+    fn abort_backend(b: &Backend) {
+        match b {
+            Backend::Gpu(g) => g.abort(),
+            Backend::Host(g) => g.abort(),
+        }
+    }
+
+    fn collective(
+        &self,
+        py: Python<'_>,
+        output: &Bound<'_, PyAny>,
+        input: &Bound<'_, PyAny>,
+        which: Which,
+        stream: Option<isize>,
+    ) -> PyResult<()> {
+        let out = dlpack::view(output, "output", stream)?;
+        let inp = dlpack::view(input, "input", stream)?;
+        let (o, i) = (Raw::from(&out), Raw::from(&inp));
+        let rank = self.rank;
+        self.with(|b| match b {
+            Backend::Gpu(g) => {
+                let dev = g.device().index() as i32;
+                for (v, what) in [(&out, "output"), (&inp, "input")] {
+                    if v.place != Place::Cuda(dev) {
+                        return Err(invalid(format!(
+                            "rank {rank}: the {what} is in {:?} memory, but this group uses CUDA device {dev}",
+                            v.place
+                        )));
+                    }
+                }
+                let raw_stream = stream.unwrap_or(0);
+                py.detach(move || {
+                    // SAFETY: the caller's stream (0: the legacy default stream) of this
+                    // group's device, alive while the caller uses it.
+                    let s = unsafe { Stream::wrap_borrowed(g.device(), raw_stream as usize as _) }?;
+                    // SAFETY: the views' memory stays valid while the caller holds its
+                    // tensors (until the enqueued call has run, as with NCCL); the
+                    // library checks it is device memory of this GPU.
+                    let (ib, ob) =
+                        unsafe { (DeviceBuf::from_raw(i.ptr, i.count, i.dtype), DeviceBuf::from_raw(o.ptr, o.count, o.dtype)) };
+                    match &which {
+                        Which::AllGather(opts) => g.all_gather(ib, ob, &s, opts),
+                        Which::ReduceScatter(op, opts) => g.reduce_scatter(ib, ob, *op, &s, opts),
+                    }
+                })
+                .map_err(to_py)
+            }
+            Backend::Host(g) => {
+                for (v, what) in [(&out, "output"), (&inp, "input")] {
+                    if v.place != Place::Cpu {
+                        return Err(invalid(format!(
+                            "rank {rank}: the {what} is in {:?} memory, but this group is on the host backend",
+                            v.place
+                        )));
+                    }
+                }
+                if o.dtype != i.dtype {
+                    return Err(invalid(format!("rank {rank}: input is {} but output is {}", i.dtype, o.dtype)));
+                }
+                let (ib, ob) = (inp.bytes(), out.bytes());
+                let overlaps = i.ptr < o.ptr + ob as u64 && o.ptr < i.ptr + ib as u64;
+                // SAFETY: the views are live, contiguous host memory of these sizes for
+                // the call (the caller's arrays); an input overlapping the output is
+                // copied first, so the shared and the mutable slice never alias.
+                let input_bytes = unsafe { std::slice::from_raw_parts(i.ptr as *const u8, ib) };
+                let copied = if overlaps { Some(input_bytes.to_vec()) } else { None };
+                // SAFETY: as above; nothing else in this process writes the output now.
+                let output_bytes = unsafe { std::slice::from_raw_parts_mut(o.ptr as *mut u8, ob) };
+                let input = HostInput::Plain(copied.as_deref().unwrap_or(input_bytes));
+                let dtype = o.dtype;
+                interruptible(py, || Self::abort_backend(b), move || match &which {
+                    Which::AllGather(opts) => g.all_gather(input, output_bytes, dtype, opts),
+                    Which::ReduceScatter(op, opts) => g.reduce_scatter(input, output_bytes, dtype, *op, opts),
+                })?
+                .map_err(to_py)
+            }
+        })
+    }
+}
+
+#[pymethods]
+impl Group {
+    /// Collective: joins the job's group from the environment that `lowcon launch` or
+    /// torchrun sets. `backend` is "gpu" or "host"; without `lowcon launch`, rank 0
+    /// hosts the store for as long as its group lives.
+    #[staticmethod]
+    #[pyo3(signature = (backend, name = "default", timeout_ms = None))]
+    fn from_env(py: Python<'_>, backend: &str, name: &str, timeout_ms: Option<u64>) -> PyResult<Self> {
+        let timeout = timeout_of(timeout_ms);
+        let name = name.to_string();
+        let b = match backend {
+            "gpu" => interruptible(py, || {}, move || {
+                GpuGroup::from_env(GpuGroupOptions { name, timeout, ..Default::default() }).map(Backend::Gpu)
+            })?,
+            "host" => interruptible(py, || {}, move || {
+                HostGroup::from_env(HostGroupOptions { name, timeout })
+                    .map(|g| Backend::Host(Box::new(g)))
+            })?,
+            other => return Err(invalid(format!("backend {other:?}: expected \"gpu\" or \"host\""))),
+        };
+        b.map(Group::wrap).map_err(to_py)
+    }
+
+    /// This rank.
+    #[getter]
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    #[getter]
+    fn world_size(&self) -> usize {
+        self.world
+    }
+
+    /// "gpu" or "host".
+    #[getter]
+    fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    /// The CUDA device index (None on the host backend).
+    #[getter]
+    fn device(&self) -> PyResult<Option<usize>> {
+        self.with(|b| {
+            Ok(match b {
+                Backend::Gpu(g) => Some(g.device().index()),
+                Backend::Host(_) => None,
+            })
+        })
+    }
+
+    /// All-gather into `output` (world x input elements) from `input`.
+    #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = 0, allow_staging = true, stream = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn all_gather(
+        &self,
+        py: Python<'_>,
+        output: &Bound<'_, PyAny>,
+        input: &Bound<'_, PyAny>,
+        algorithm: &str,
+        sync: &str,
+        ctas: Option<u32>,
+        pipeline: Option<u32>,
+        channel: u32,
+        allow_staging: bool,
+        stream: Option<isize>,
+    ) -> PyResult<()> {
+        let opts = options(algorithm, sync, ctas, pipeline, channel, allow_staging)?;
+        self.collective(py, output, input, Which::AllGather(opts), stream)
+    }
+
+    /// Reduce-scatter into `output` from `input` (world x output elements), with `op`
+    /// ("sum", "avg", "min", "max").
+    #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = 0, allow_staging = true, stream = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_scatter(
+        &self,
+        py: Python<'_>,
+        output: &Bound<'_, PyAny>,
+        input: &Bound<'_, PyAny>,
+        op: &str,
+        algorithm: &str,
+        sync: &str,
+        ctas: Option<u32>,
+        pipeline: Option<u32>,
+        channel: u32,
+        allow_staging: bool,
+        stream: Option<isize>,
+    ) -> PyResult<()> {
+        let op: ReduceOp = op.parse().map_err(to_py)?;
+        let opts = options(algorithm, sync, ctas, pipeline, channel, allow_staging)?;
+        self.collective(py, output, input, Which::ReduceScatter(op, opts), stream)
+    }
+
+    /// Raises the group's failure (a dead or late peer, naming the rank), if any,
+    /// without waiting (like NCCL's ncclCommGetAsyncError).
+    fn check(&self) -> PyResult<()> {
+        self.with(|b| match b {
+            Backend::Gpu(g) => g.check().map_err(to_py),
+            Backend::Host(g) => g.check().map_err(to_py),
+        })
+    }
+
+    /// Waits for the work enqueued on `stream` (GPU backend; 0 or None: the legacy
+    /// default stream) or the group's failure. Ctrl-C works while it waits.
+    #[pyo3(signature = (stream = None))]
+    fn synchronize(&self, py: Python<'_>, stream: Option<isize>) -> PyResult<()> {
+        self.with(|b| match b {
+            Backend::Gpu(g) => {
+                let raw = stream.unwrap_or(0);
+                interruptible(py, || g.abort(), move || {
+                    // SAFETY: the caller's live stream of this device, or the legacy one.
+                    let s = unsafe { Stream::wrap_borrowed(g.device(), raw as usize as _) }?;
+                    g.synchronize(&s)
+                })?
+                .map_err(to_py)
+            }
+            Backend::Host(g) => g.check().map_err(to_py),
+        })
+    }
+
+    /// Fails the group now: waits in flight give up, every later call raises.
+    fn abort(&self) -> PyResult<()> {
+        self.with(|b| {
+            Self::abort_backend(b);
+            Ok(())
+        })
+    }
+
+    /// Releases the group (its memory, its watchdog). Later calls raise.
+    fn close(&self, py: Python<'_>) {
+        let b = self.inner.write().unwrap_or_else(|p| p.into_inner()).take();
+        py.detach(move || drop(b));
+    }
+}
+
+/// The number of CUDA devices this process sees (0 without a driver).
+#[pyfunction]
+fn device_count() -> usize {
+    lowcon::cuda::device_count().unwrap_or(0)
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Group>()?;
+    m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,74 @@
+"""One rank of the Python package's GPU check with torch tensors (the GPU machine; CI
+has no GPU): `lowcon launch --nproc-per-node 2 -- python gpu_torch_worker.py`.
+
+Every algorithm, both sync methods, f32 / bf16 / f16, odd counts and 4 Mi elements,
+against torch's own result on the CPU; outputs poisoned (NaN) before every call; calls
+on torch's current stream, one pass on a side stream; in-place all-gather.
+Tolerances: exact (the data are small integers, exact in every dtype; avg is not used).
+"""
+
+import sys
+
+import torch
+
+import lowcon
+
+g = lowcon.init("gpu", timeout=30)
+r, w = g.rank, g.world_size
+dev = torch.device("cuda", g.device)
+torch.cuda.set_device(dev)
+
+
+def data(seed, p, n, dtype):
+    gen = torch.Generator().manual_seed(seed * 1000 + p)
+    return (torch.randint(-15, 16, (n,), generator=gen) * 2 + 1).to(dtype)
+
+
+def fail(msg):
+    print(f"rank {r}: torch-gpu FAILED: {msg}", flush=True)
+    sys.exit(1)
+
+
+checks, seed = 0, 0
+side = torch.cuda.Stream(dev)
+for n in (1, 1023, 70001, 1 << 22):
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        for sync in ("kernel", "memop"):
+            for algo in ("auto", "ce-pull", "ce-push", "sm-oneshot"):
+                seed += 1
+                inp = data(seed, r, n, dtype).to(dev)
+                out = torch.full((n * w,), float("nan"), dtype=dtype, device=dev)
+                g.all_gather(out, inp, algorithm=algo, sync=sync)
+                g.synchronize()
+                want = torch.cat([data(seed, p, n, dtype) for p in range(w)])
+                if not torch.equal(out.cpu(), want):
+                    fail(f"all-gather n={n} {dtype} {sync} {algo}")
+                checks += 1
+            for algo in ("auto", "ce-reduce", "sm-direct"):
+                for op in ("sum", "max"):
+                    seed += 1
+                    inp = data(seed, r, n * w, dtype).to(dev)
+                    out = torch.full((n,), float("nan"), dtype=dtype, device=dev)
+                    g.reduce_scatter(out, inp, op, algorithm=algo, sync=sync)
+                    g.synchronize()
+                    parts = [data(seed, p, n * w, dtype)[r * n:(r + 1) * n].float() for p in range(w)]
+                    acc = parts[0]
+                    for x in parts[1:]:
+                        acc = acc + x if op == "sum" else torch.maximum(acc, x)
+                    if not torch.equal(out.cpu(), acc.to(dtype)):
+                        fail(f"reduce-scatter n={n} {dtype} {op} {sync} {algo}")
+                    checks += 1
+# In place, and on a side stream (torch's current stream inside the context).
+seed += 1
+n = 4097
+out = torch.full((n * w,), float("nan"), device=dev)
+with torch.cuda.stream(side):
+    out[r * n:(r + 1) * n] = data(seed, r, n, torch.float32).to(dev)
+    g.all_gather(out, out[r * n:(r + 1) * n], algorithm="ce-pull")
+    g.synchronize()
+if not torch.equal(out.cpu(), torch.cat([data(seed, p, n, torch.float32) for p in range(w)])):
+    fail("in-place all-gather on a side stream")
+checks += 1
+g.check()
+print(f"rank {r}: torch-gpu ok: {checks} checks, {w} ranks, torch {torch.__version__}", flush=True)
+g.close()

@@ -1,0 +1,90 @@
+"""The Python package on the host backend (CPU shared memory), with numpy arrays through
+DLPack, at 2 and 3 ranks: what CI runs. Each test starts real rank processes running
+worker.py, under `lowcon launch` or by hand. Needs the `lowcon` binary: LOWCON_BIN, or
+target/debug/lowcon of this repository (scripts/test.sh builds it)."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import lowcon
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+WORKER = str(HERE / "worker.py")
+LOWCON = os.environ.get("LOWCON_BIN", str(REPO / "target" / "debug" / "lowcon"))
+
+
+def launch(n, *args, timeout=240):
+    if not Path(LOWCON).exists():
+        pytest.fail(f"no lowcon binary at {LOWCON}: build it (cargo build -p lowcon-cli) or set LOWCON_BIN")
+    p = subprocess.run(
+        [LOWCON, "launch", "--nproc-per-node", str(n), "--tee", "--", sys.executable, WORKER, *args],
+        capture_output=True, text=True, timeout=timeout,
+    )
+    return p.returncode, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_collectives_match_numpy(ranks):
+    rc, out = launch(ranks, "check", "host")
+    assert rc == 0, out
+    for r in range(ranks):
+        assert f"rank {r}: check ok" in out, out
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_bad_input_raises_naming_rank_and_sizes(ranks):
+    rc, out = launch(ranks, "bad", "host")
+    assert rc == 0, out
+    for r in range(ranks):
+        assert f"rank {r}: bad ok" in out, out
+
+
+def test_a_sigkilled_rank_is_named_without_a_launcher():
+    """Ranks started by hand (a launcher would stop the job): rank 1 SIGKILLs itself and
+    rank 0 must raise lowcon.PeerError naming it, well within the timeout."""
+    store = subprocess.Popen([LOWCON, "store", "serve", "--bind", "127.0.0.1:0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        addr = None
+        for line in store.stdout:
+            if "serving on" in line:
+                addr = line.split("serving on", 1)[1].strip()
+                break
+        assert addr, "the store did not start"
+        env = dict(os.environ, WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="1",
+                   LOWCON_STORE_ADDR=addr)
+        t0 = time.monotonic()
+        ranks = [subprocess.Popen([sys.executable, WORKER, "dead", "host"],
+                                  env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+        outs = [p.communicate(timeout=120)[0] for p in ranks]
+        took = time.monotonic() - t0
+        assert ranks[1].returncode == -9, outs[1]
+        assert ranks[0].returncode == 0, outs[0]
+        assert "rank 0: dead ok: named rank 1" in outs[0], outs[0]
+        assert took < 20, f"took {took:.1f} s"
+    finally:
+        store.kill()
+        store.wait()
+
+
+def test_exceptions_keep_their_kinds():
+    assert issubclass(lowcon.InvalidArgument, lowcon.Error)
+    assert issubclass(lowcon.InvalidArgument, ValueError)
+    assert issubclass(lowcon.PeerError, lowcon.Error)
+    assert issubclass(lowcon.Error, RuntimeError)
+
+
+def test_init_outside_a_job_is_a_clear_error(monkeypatch):
+    for v in ("RANK", "WORLD_SIZE", "LOWCON_STORE_ADDR"):
+        monkeypatch.delenv(v, raising=False)
+    with pytest.raises(lowcon.Error, match="RANK"):
+        lowcon.init("host")
+    with pytest.raises(lowcon.InvalidArgument, match="backend"):
+        lowcon.init("tpu")
