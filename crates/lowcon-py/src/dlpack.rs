@@ -6,7 +6,7 @@
 //! the data itself stays alive as long as the caller's object does (as with NCCL, the
 //! caller keeps its tensors alive until an asynchronous call has run).
 
-use std::ffi::{c_void, CStr};
+use std::ffi::{CStr, c_void};
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -106,15 +106,20 @@ pub(crate) fn view<'py>(obj: &Bound<'py, PyAny>, what: &str, stream: Option<isiz
     let raw = if cuda {
         let kw = PyDict::new(py);
         // DLPack's stream numbering: 1 is the legacy default stream (0 is not allowed).
-        kw.set_item("stream", match stream {
-            None | Some(0) => 1,
-            Some(s) => s,
-        })?;
+        kw.set_item(
+            "stream",
+            match stream {
+                None | Some(0) => 1,
+                Some(s) => s,
+            },
+        )?;
         obj.call_method("__dlpack__", (), Some(&kw))?
     } else {
         obj.call_method0("__dlpack__")?
     };
-    let capsule = raw.cast_into::<PyCapsule>().map_err(|_| PyTypeError::new_err(format!("{what}: __dlpack__ did not return a capsule")))?;
+    let capsule = raw
+        .cast_into::<PyCapsule>()
+        .map_err(|_| PyTypeError::new_err(format!("{what}: __dlpack__ did not return a capsule")))?;
     let name: &CStr = c"dltensor";
     let p = capsule.pointer_checked(Some(name)).map_err(|_| {
         crate::errors::invalid(format!("{what}: the DLPack capsule is not an unused \"dltensor\" (already consumed?)"))

@@ -169,8 +169,9 @@ impl Group {
                     // SAFETY: the views' memory stays valid while the caller holds its
                     // tensors (until the enqueued call has run, as with NCCL); the
                     // library checks it is device memory of this GPU.
-                    let (ib, ob) =
-                        unsafe { (DeviceBuf::from_raw(i.ptr, i.count, i.dtype), DeviceBuf::from_raw(o.ptr, o.count, o.dtype)) };
+                    let (ib, ob) = unsafe {
+                        (DeviceBuf::from_raw(i.ptr, i.count, i.dtype), DeviceBuf::from_raw(o.ptr, o.count, o.dtype))
+                    };
                     match &which {
                         Which::AllGather(opts) => g.all_gather(ib, ob, &s, opts),
                         Which::ReduceScatter(op, opts) => g.reduce_scatter(ib, ob, *op, &s, opts),
@@ -201,10 +202,14 @@ impl Group {
                 let output_bytes = unsafe { std::slice::from_raw_parts_mut(o.ptr as *mut u8, ob) };
                 let input = HostInput::Plain(copied.as_deref().unwrap_or(input_bytes));
                 let dtype = o.dtype;
-                interruptible(py, || Self::abort_backend(b), move || match &which {
-                    Which::AllGather(opts) => g.all_gather(input, output_bytes, dtype, opts),
-                    Which::ReduceScatter(op, opts) => g.reduce_scatter(input, output_bytes, dtype, *op, opts),
-                })?
+                interruptible(
+                    py,
+                    || Self::abort_backend(b),
+                    move || match &which {
+                        Which::AllGather(opts) => g.all_gather(input, output_bytes, dtype, opts),
+                        Which::ReduceScatter(op, opts) => g.reduce_scatter(input, output_bytes, dtype, *op, opts),
+                    },
+                )?
                 .map_err(to_py)
             }
         })
@@ -222,13 +227,16 @@ impl Group {
         let timeout = timeout_of(timeout_ms);
         let name = name.to_string();
         let b = match backend {
-            "gpu" => interruptible(py, || {}, move || {
-                GpuGroup::from_env(GpuGroupOptions { name, timeout, ..Default::default() }).map(Backend::Gpu)
-            })?,
-            "host" => interruptible(py, || {}, move || {
-                HostGroup::from_env(HostGroupOptions { name, timeout })
-                    .map(|g| Backend::Host(Box::new(g)))
-            })?,
+            "gpu" => interruptible(
+                py,
+                || {},
+                move || GpuGroup::from_env(GpuGroupOptions { name, timeout, ..Default::default() }).map(Backend::Gpu),
+            )?,
+            "host" => interruptible(
+                py,
+                || {},
+                move || HostGroup::from_env(HostGroupOptions { name, timeout }).map(|g| Backend::Host(Box::new(g))),
+            )?,
             other => return Err(invalid(format!("backend {other:?}: expected \"gpu\" or \"host\""))),
         };
         b.map(Group::wrap).map_err(to_py)
@@ -322,11 +330,15 @@ impl Group {
         self.with(|b| match b {
             Backend::Gpu(g) => {
                 let raw = stream.unwrap_or(0);
-                interruptible(py, || g.abort(), move || {
-                    // SAFETY: the caller's live stream of this device, or the legacy one.
-                    let s = unsafe { Stream::wrap_borrowed(g.device(), raw as usize as _) }?;
-                    g.synchronize(&s)
-                })?
+                interruptible(
+                    py,
+                    || g.abort(),
+                    move || {
+                        // SAFETY: the caller's live stream of this device, or the legacy one.
+                        let s = unsafe { Stream::wrap_borrowed(g.device(), raw as usize as _) }?;
+                        g.synchronize(&s)
+                    },
+                )?
                 .map_err(to_py)
             }
             Backend::Host(g) => g.check().map_err(to_py),
