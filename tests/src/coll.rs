@@ -195,6 +195,42 @@ pub trait Runner {
     fn shared_seed(&self, name: &str) -> Result<u64, String>;
     /// Runs `case` with this rank's `input` bytes; returns the output bytes.
     fn run(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String>;
+    /// Runs the all-gather `case` in place: the input is this rank's slot of the output
+    /// (a symmetric buffer; on GPUs ordinary memory too when `case.symmetric` is false).
+    fn run_in_place(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String>;
+}
+
+/// In-place all-gather (FSDP's habit) with every algorithm and `auto`, odd counts and
+/// dtypes, checked like the suite; the other slots are poisoned first.
+pub fn run_in_place_suite(r: &mut dyn Runner, sync: SyncMethod) -> Result<String, String> {
+    let (rank, world) = (r.rank(), r.world());
+    let mut checked = 0;
+    let algos = std::iter::once(AllGatherAlgorithm::Auto).chain(AllGatherAlgorithm::NAMED.iter().copied());
+    for (i, a) in algos.enumerate() {
+        for (k, (dtype, count)) in [(DType::F32, 1), (DType::Bf16, 1003), (DType::U8, 7), (DType::F32, 65_541)]
+            .into_iter()
+            .enumerate()
+        {
+            let case = Case {
+                coll: Coll::AllGather(a),
+                dtype,
+                count,
+                symmetric: k % 2 == 0,
+                misalign: 0,
+                sync,
+                channel: 0,
+            };
+            let seed = r.shared_seed(&format!("in-place/{i}/{k}"))?;
+            let input = input_bytes(dtype, seed, rank, 0, count);
+            let got = r.run_in_place(&case, &input).map_err(|m| format!("rank {rank}: in place {}: {m}", case.name()))?;
+            let (wrong, first) = compare(&case, seed, rank, world, &got);
+            if wrong > 0 {
+                return Err(format!("rank {rank}: in place {}: {wrong} wrong elements; first: {first}", case.name()));
+            }
+            checked += 1;
+        }
+    }
+    Ok(format!("{checked} in-place all-gathers"))
 }
 
 /// Every rank draws a seed; all take rank 0's (`gather` is the group's store all-gather).
@@ -276,6 +312,23 @@ impl Runner for HostRunner {
         let mut out = vec![0xFFu8; off + out_len];
         host_call(&self.g, case, inp, &mut out[off..]).map_err(e)?;
         Ok(out.split_off(off))
+    }
+    fn run_in_place(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String> {
+        let (rank, world) = (self.rank(), self.world());
+        let n = input.len();
+        let sym = self.g.alloc(n * world).map_err(e)?;
+        sym.write(rank, 0, &vec![0xFFu8; n * world]).map_err(e)?;
+        sym.write(rank, rank * n, input).map_err(e)?;
+        let inp = HostInput::Symmetric { buf: &sym, offset: rank * n, len: n };
+        // SAFETY: the slice is this rank's live mapping of `sym` (n * world bytes); during
+        // the call only the library touches it, through this slice and its own raw copies.
+        let out = unsafe { std::slice::from_raw_parts_mut(sym.local_ptr(), n * world) };
+        host_call(&self.g, case, inp, out).map_err(e)?;
+        let mut got = vec![0u8; n * world];
+        sym.read(rank, 0, &mut got).map_err(e)?;
+        // Peers may still read this rank's slot until they pass the call's last barrier.
+        self.g.barrier(0).map_err(e)?;
+        Ok(got)
     }
 }
 
@@ -388,6 +441,25 @@ impl Runner for GpuRunner {
         self.enqueue(case, &self.stream, &inp, &out)?;
         self.g.synchronize(&self.stream).map_err(e)?;
         self.fetch(case, &out)
+    }
+    fn run_in_place(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String> {
+        let (rank, world) = (self.rank(), self.world());
+        let (n, count) = (input.len(), case.count);
+        let out = GpuMem::new(&self.g, &self.stream, case.symmetric, n * world)?;
+        // SAFETY: `out` holds n * world bytes; the copies are synchronous.
+        unsafe {
+            raw::mem_op::fill(self.stream.raw(), out.ptr(), 0xFF, n * world).map_err(e)?;
+            raw::mem_op::copy_from_host(self.stream.raw(), out.ptr() + (rank * n) as u64, input).map_err(e)?;
+        }
+        let Coll::AllGather(a) = case.coll else { return Err("in place is for all-gather".into()) };
+        let ib = out.buf(rank * n, count, case.dtype)?;
+        let ob = out.buf(0, count * world, case.dtype)?;
+        self.g.all_gather(ib, ob, &self.stream, &case.ag_opts(a)).map_err(e)?;
+        self.g.synchronize(&self.stream).map_err(e)?;
+        let mut got = vec![0u8; n * world];
+        // SAFETY: `out` holds n * world bytes; synchronous copy.
+        unsafe { raw::mem_op::copy_to_host(self.stream.raw(), &mut got, out.ptr()) }.map_err(e)?;
+        Ok(got)
     }
 }
 

@@ -247,10 +247,13 @@ fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
             match backend.as_str() {
                 "gpu" => per_method(&method, |m| {
                     let mut r = coll::GpuRunner::from_env(None)?;
-                    coll::run_suite(&mut r, &coll::suite(m, large))
+                    let suite = coll::run_suite(&mut r, &coll::suite(m, large))?;
+                    Ok(format!("{suite}; {}", coll::run_in_place_suite(&mut r, m)?))
                 }),
-                _ => coll::HostRunner::from_env(None)
-                    .and_then(|mut r| coll::run_suite(&mut r, &coll::suite(lowcon::SyncMethod::Kernel, large))),
+                _ => coll::HostRunner::from_env(None).and_then(|mut r| {
+                    let suite = coll::run_suite(&mut r, &coll::suite(lowcon::SyncMethod::Kernel, large))?;
+                    Ok(format!("{suite}; {}", coll::run_in_place_suite(&mut r, lowcon::SyncMethod::Kernel)?))
+                }),
             },
         ),
         Scenario::CollStress { backend, iters, streams, method } => (
