@@ -207,22 +207,15 @@ pub fn run_in_place_suite(r: &mut dyn Runner, sync: SyncMethod) -> Result<String
     let mut checked = 0;
     let algos = std::iter::once(AllGatherAlgorithm::Auto).chain(AllGatherAlgorithm::NAMED.iter().copied());
     for (i, a) in algos.enumerate() {
-        for (k, (dtype, count)) in [(DType::F32, 1), (DType::Bf16, 1003), (DType::U8, 7), (DType::F32, 65_541)]
-            .into_iter()
-            .enumerate()
+        for (k, (dtype, count)) in
+            [(DType::F32, 1), (DType::Bf16, 1003), (DType::U8, 7), (DType::F32, 65_541)].into_iter().enumerate()
         {
-            let case = Case {
-                coll: Coll::AllGather(a),
-                dtype,
-                count,
-                symmetric: k % 2 == 0,
-                misalign: 0,
-                sync,
-                channel: 0,
-            };
+            let case =
+                Case { coll: Coll::AllGather(a), dtype, count, symmetric: k % 2 == 0, misalign: 0, sync, channel: 0 };
             let seed = r.shared_seed(&format!("in-place/{i}/{k}"))?;
             let input = input_bytes(dtype, seed, rank, 0, count);
-            let got = r.run_in_place(&case, &input).map_err(|m| format!("rank {rank}: in place {}: {m}", case.name()))?;
+            let got =
+                r.run_in_place(&case, &input).map_err(|m| format!("rank {rank}: in place {}: {m}", case.name()))?;
             let (wrong, first) = compare(&case, seed, rank, world, &got);
             if wrong > 0 {
                 return Err(format!("rank {rank}: in place {}: {wrong} wrong elements; first: {first}", case.name()));
