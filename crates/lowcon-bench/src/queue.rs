@@ -174,6 +174,15 @@ pub fn run(calls: usize, shard: usize, hold: Duration) -> Res<()> {
             });
             let c = nccl::Comm::new(&g, "queue-depth", false)?;
             let (si, so) = (inp.local_ptr(), out.local_ptr());
+            // NCCL sets up its connections at a communicator's first collectives, and that
+            // waits for the stream: warm both collectives up before a stream is held (the
+            // first version measured that set-up, blocked at call 0).
+            // SAFETY: as in the measured calls below.
+            unsafe {
+                c.all_gather(si, so, shard, stream.raw() as _)?;
+                c.reduce_scatter(si, so, n, DType::Bf16, ReduceOp::Sum, stream.raw() as _)?;
+            }
+            g.synchronize(&stream)?;
             let o = measure(&g, &stream, &flag, next(), "nccl-ag", calls, hold, || {
                 // SAFETY: `inp` holds `shard` bytes and `out` `world * shard` on this GPU.
                 unsafe { c.all_gather(si, so, shard, stream.raw() as _) }
