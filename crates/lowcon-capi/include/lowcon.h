@@ -281,8 +281,9 @@ lowconResult_t lowconReduceScatterEx(const void *sendbuff,
                                      void *stream,
                                      const lowconCollOptions *opts);
 
-// A short, static description of a result code.
-const char *lowconGetErrorString(lowconResult_t result);
+// A short, static description of a result code (taken as an `int`, so that any value,
+// a foreign code included, is safe to pass).
+const char *lowconGetErrorString(int result);
 
 // The message of the last failing lowcon call on this thread, naming the rank, peer or
 // sizes ("" if none). `comm` may be NULL; the message is per thread. Valid until the

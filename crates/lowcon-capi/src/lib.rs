@@ -403,7 +403,10 @@ pub unsafe extern "C" fn lowconCommInitRank(
 pub unsafe extern "C" fn lowconCommDestroy(comm: lowconComm_t) -> lowconResult_t {
     guard(|| {
         lookup(comm)?;
-        registry().lock().unwrap_or_else(|p| p.into_inner()).remove(&(comm as usize));
+        // Dropped after the registry's lock is released: tearing a communicator down
+        // waits for its GPU, and no other communicator's calls may wait for that.
+        let c = registry().lock().unwrap_or_else(|p| p.into_inner()).remove(&(comm as usize));
+        drop(c);
         Ok(())
     })
 }
@@ -422,7 +425,8 @@ pub unsafe extern "C" fn lowconCommAbort(comm: lowconComm_t) -> lowconResult_t {
             Group::Gpu(g) => g.abort(),
             Group::Host(g) => g.abort(),
         }
-        registry().lock().unwrap_or_else(|p| p.into_inner()).remove(&(comm as usize));
+        let removed = registry().lock().unwrap_or_else(|p| p.into_inner()).remove(&(comm as usize));
+        drop((removed, c));
         Ok(())
     })
 }
@@ -765,17 +769,19 @@ pub unsafe extern "C" fn lowconReduceScatterEx(
     })
 }
 
-/// A short, static description of a result code.
+/// A short, static description of a result code (taken as an `int`, so that any value,
+/// a foreign code included, is safe to pass).
 #[unsafe(no_mangle)]
-pub extern "C" fn lowconGetErrorString(result: lowconResult_t) -> *const c_char {
+pub extern "C" fn lowconGetErrorString(result: c_int) -> *const c_char {
     let s: &'static CStr = match result {
-        lowconSuccess => c"no error",
-        lowconUnhandledCudaError => c"unhandled CUDA error",
-        lowconSystemError => c"system or store error",
-        lowconInternalError => c"internal error in lowcon",
-        lowconInvalidArgument => c"invalid argument",
-        lowconInvalidUsage => c"invalid usage (ranks disagree, or the world does not fit)",
-        lowconRemoteError => c"remote error: a peer died or timed out, or the communicator was aborted",
+        0 => c"no error",
+        1 => c"unhandled CUDA error",
+        2 => c"system or store error",
+        3 => c"internal error in lowcon",
+        4 => c"invalid argument",
+        5 => c"invalid usage (ranks disagree, or the world does not fit)",
+        6 => c"remote error: a peer died or timed out, or the communicator was aborted",
+        _ => c"unknown result code",
     };
     s.as_ptr()
 }

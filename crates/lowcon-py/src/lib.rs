@@ -38,7 +38,10 @@ fn interruptible<T: Send>(py: Python<'_>, abort: impl Fn(), f: impl FnOnce() -> 
     std::thread::scope(|s| {
         let (tx, mut rx) = std::sync::mpsc::channel();
         s.spawn(move || {
-            let _ = tx.send(f());
+            // A panic stays in this thread (the scope would re-raise it as a panic).
+            if let Ok(v) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+                let _ = tx.send(v);
+            }
         });
         loop {
             let (got, back) = py.detach(move || (rx.recv_timeout(Duration::from_millis(50)), rx));
@@ -150,6 +153,11 @@ impl Group {
         let inp = dlpack::view(input, "input", stream)?;
         let (o, i) = (Raw::from(&out), Raw::from(&inp));
         let rank = self.rank;
+        if o.count == 0 && i.count == 0 {
+            // Nothing to move (an empty tensor may have no data pointer at all), and every
+            // rank makes the same call, so no peer waits for this one.
+            return self.with(|_| Ok(()));
+        }
         self.with(|b| match b {
             Backend::Gpu(g) => {
                 let dev = g.device().index() as i32;
@@ -226,20 +234,37 @@ impl Group {
     fn from_env(py: Python<'_>, backend: &str, name: &str, timeout_ms: Option<u64>) -> PyResult<Self> {
         let timeout = timeout_of(timeout_ms);
         let name = name.to_string();
-        let b = match backend {
-            "gpu" => interruptible(
-                py,
-                || {},
-                move || GpuGroup::from_env(GpuGroupOptions { name, timeout, ..Default::default() }).map(Backend::Gpu),
-            )?,
-            "host" => interruptible(
-                py,
-                || {},
-                move || HostGroup::from_env(HostGroupOptions { name, timeout }).map(|g| Backend::Host(Box::new(g))),
-            )?,
+        let gpu = match backend {
+            "gpu" => true,
+            "host" => false,
             other => return Err(invalid(format!("backend {other:?}: expected \"gpu\" or \"host\""))),
         };
-        b.map(Group::wrap).map_err(to_py)
+        // The rendezvous runs on a thread of its own that this call does not wait for on
+        // Ctrl-C (it cannot be interrupted; it ends by itself at the set-up timeout).
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("lowcon-init".into())
+            .spawn(move || {
+                let b = if gpu {
+                    GpuGroup::from_env(GpuGroupOptions { name, timeout, ..Default::default() }).map(Backend::Gpu)
+                } else {
+                    HostGroup::from_env(HostGroupOptions { name, timeout }).map(|g| Backend::Host(Box::new(g)))
+                };
+                let _ = tx.send(b);
+            })
+            .map_err(|e| PyRuntimeError::new_err(format!("lowcon: cannot start a thread: {e}")))?;
+        let mut rx = rx;
+        loop {
+            let (got, back) = py.detach(move || (rx.recv_timeout(Duration::from_millis(50)), rx));
+            rx = back;
+            match got {
+                Ok(b) => return b.map(Group::wrap).map_err(to_py),
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(PyRuntimeError::new_err("lowcon: internal error: group creation panicked"));
+                }
+                Err(RecvTimeoutError::Timeout) => py.check_signals()?,
+            }
+        }
     }
 
     /// This rank.
@@ -355,8 +380,12 @@ impl Group {
 
     /// Releases the group (its memory, its watchdog). Later calls raise.
     fn close(&self, py: Python<'_>) {
-        let b = self.inner.write().unwrap_or_else(|p| p.into_inner()).take();
-        py.detach(move || drop(b));
+        // The write lock is taken without the GIL: another thread's call holds the read
+        // lock with the GIL released and needs the GIL back to finish.
+        py.detach(|| {
+            let b = self.inner.write().unwrap_or_else(|p| p.into_inner()).take();
+            drop(b);
+        });
     }
 }
 

@@ -41,8 +41,9 @@ use crate::sync::gpu::GpuSync;
 /// A GPU group's collectives: its synchronisation (shared with the watchdog), and per
 /// channel a workspace, a copy stream and events.
 pub(crate) struct GpuColl {
-    pub(crate) sync: Arc<GpuSync>,
+    // Before `sync`: workspaces are released while the group's core is still up.
     channels: Vec<Mutex<ChannelState>>,
+    pub(crate) sync: Arc<GpuSync>,
 }
 
 /// Per-channel state of a group's collectives.
@@ -91,7 +92,7 @@ fn refuse_staging(rank: usize, algorithm: &str, what: &str) -> Error {
 impl GpuColl {
     pub(crate) fn new(sync: Arc<GpuSync>) -> Self {
         let channels = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(ChannelState::default())).collect();
-        Self { sync, channels }
+        Self { channels, sync }
     }
 
     fn check_buf(&self, what: &str, b: &DeviceBuf<'_>) -> Result<()> {
@@ -249,6 +250,13 @@ impl GpuColl {
         let stage_in = !input.is_symmetric() && !push && !pull_in_place;
         let stage_out = !output.is_symmetric() && push;
         if stage_in && !opts.allow_staging {
+            if in_place {
+                return Err(Error::InvalidArgument(format!(
+                    "rank {rank}: an in-place all-gather with {} stages this rank's shard, and staging is \
+                     disabled (allow_staging = false): use ce-pull or ce-push",
+                    algorithm.name()
+                )));
+            }
             return Err(refuse_staging(rank, algorithm.name(), "input"));
         }
         if stage_out && !opts.allow_staging {
@@ -318,8 +326,11 @@ impl GpuColl {
                 }
             }
         }
+        // Registered before the channel is released, so that no other user of the
+        // channel can retire the workspace ahead of this call's sequence number.
+        self.sync.track(stream)?;
         drop(st);
-        self.sync.track(stream)
+        Ok(())
     }
 
     /// Reduce-scatter: on every rank, `output` (`n` elements) receives `op` over all
@@ -436,8 +447,11 @@ impl GpuColl {
                 }
             }
         }
+        // Registered before the channel is released, so that no other user of the
+        // channel can retire the workspace ahead of this call's sequence number.
+        self.sync.track(stream)?;
         drop(st);
-        self.sync.track(stream)
+        Ok(())
     }
 
     /// Collective: grows channel `channel`'s workspace to at least `bytes` now, so that

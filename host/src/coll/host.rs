@@ -203,7 +203,12 @@ impl HostColl {
                 }
                 AllGatherAlgorithm::CePush => {
                     let ws = ws.expect("workspace sized for push");
-                    let mine = input.local(rank)?;
+                    // In place, this rank's shard is already in `output`: read it there, not
+                    // through the symmetric buffer that `output` also covers.
+                    let mine = match in_place_base {
+                        Some(_) => std::borrow::Cow::Owned(output[rank * shard..(rank + 1) * shard].to_vec()),
+                        None => input.local(rank)?,
+                    };
                     // Peers are done reading what we pushed last time once they pass this.
                     self.sync.barrier(ch)?;
                     for p in rotated(rank, world).filter(|&p| p != rank) {

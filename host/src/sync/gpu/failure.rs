@@ -64,11 +64,30 @@ impl GpuSync {
     /// `ncclCommGetAsyncError`, it returns the same error every time.
     pub(crate) fn check(&self) -> Result<()> {
         self.core.failure()?;
-        let rec = self.err.read();
-        if rec.code != status::OK {
+        if let Some(rec) = self.claimed_record() {
             return Err(self.core.fail(Error::DeviceTimeout(rec)));
         }
         Ok(())
+    }
+
+    /// The error record, once a kernel has claimed it. A kernel claims the code word
+    /// first and writes the other fields right after, so a claimed record is read again
+    /// a moment later, when those fields are in place.
+    pub(crate) fn claimed_record(&self) -> Option<ErrorRecord> {
+        if self.err.read().code == status::OK {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        Some(self.err.read())
+    }
+
+    /// Whether a wait this rank has issued still lacks `peer`'s signal (read from this
+    /// rank's pad; `true` when the pad cannot be read).
+    pub(crate) fn awaits_missing_from(&self, peer: usize) -> bool {
+        match self.read_own_pad() {
+            Ok(slots) => self.awaited().iter().any(|a| a.peer == peer && !epoch_reached(slots[a.slot], a.epoch)),
+            Err(_) => true,
+        }
     }
 
     /// Waits until the work enqueued on `stream` so far has finished, or the group has

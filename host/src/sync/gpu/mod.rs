@@ -27,8 +27,10 @@ use crate::rendezvous::GroupCore;
 
 /// A GPU group's synchronisation: its rendezvous, device, epochs, signal pads, error
 /// record, and the completion events of the collective calls in flight.
+///
+/// Fields drop in order: the group core (and with it the socket mesh peers watch for a
+/// hang-up) is last, after every buffer has waited for this GPU to drain.
 pub(crate) struct GpuSync {
-    pub(crate) core: GroupCore,
     pub(crate) device: Device,
     /// How symmetric memory is shared (for every later allocation).
     handles: HandleKind,
@@ -50,6 +52,7 @@ pub(crate) struct GpuSync {
     /// Workspaces replaced by larger ones, with the sequence number of the first call
     /// that no longer uses them: freed by the watchdog once every earlier call is done.
     retired: Mutex<Vec<(u64, SymmetricBuffer)>>,
+    pub(crate) core: GroupCore,
 }
 
 impl GpuSync {
@@ -83,12 +86,16 @@ impl GpuSync {
     /// reused one when the watchdog has freed some) and hands it to the watchdog.
     /// Never waits.
     pub(crate) fn track(&self, stream: &Stream) -> Result<()> {
-        let mut q = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-        let ev = match q.take_free() {
+        let free = self.inflight.lock().unwrap_or_else(|p| p.into_inner()).take_free();
+        let ev = match free {
             Some(e) => e,
             None => stream.event(false)?,
         };
+        // Not under the lock: recording takes a slot in the stream's queue and blocks
+        // while the driver's queue is full, and the watchdog must still get the lock then
+        // (to find a dead peer and release the waits that drain the queue).
         stream.record(&ev)?;
+        let mut q = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
         let was_idle = q.pending() == 0;
         q.push(stream.raw() as u64, ev, Instant::now());
         if was_idle {

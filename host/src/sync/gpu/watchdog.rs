@@ -24,8 +24,6 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use lowcon_abi::status;
-
 use super::GpuSync;
 use super::inflight::{Action, InFlight, Observation, poll_interval};
 use crate::cuda::Event;
@@ -85,10 +83,17 @@ impl GpuSync {
                     let _ = self.wake.wait_timeout(q, pause);
                 }
             }
-            // Stopping: a failed group's streams may still hold waits that only the
-            // release lets finish; give them a bounded while (memory release waits too).
+            // Stopping: calls may still be in flight (the caller need not synchronise
+            // before dropping the group). Keep watching, and releasing once failed, until
+            // they are done: the memory released next waits for them, and a peer that
+            // dies meanwhile must still be found. Bounded by the timeout rule (healthy)
+            // or FINAL_RELEASE (failed).
             let start = Instant::now();
-            while self.core.is_failed() && start.elapsed() < FINAL_RELEASE && self.round() {
+            while self.round() {
+                let cap = if self.core.is_failed() { FINAL_RELEASE } else { self.rules.stuck_after };
+                if start.elapsed() > cap {
+                    break;
+                }
                 std::thread::sleep(poll_interval(true));
             }
         }));
@@ -108,30 +113,41 @@ impl GpuSync {
             let w = q.poll(now);
             (w, self.take_unused(&q))
         };
-        // Freed outside the lock: callers register calls under it, and unmapping (or,
-        // with IPC handles, cuMemFree) may take a while.
-        for buf in unused {
-            // SAFETY: every call that used the buffer has completed on this rank, and
-            // those calls' exit barriers mean the peers are done with it too.
-            if let Err(e) = unsafe { buf.close_unused() } {
-                crate::log::warn(&format!("rank {rank}: freeing a retired workspace: {e}"));
+        // Freed outside the lock and off this thread: unmapping (or, with IPC handles,
+        // cuMemFree, which can wait for the whole device) must not stop the watchdog.
+        if !unused.is_empty() {
+            let spawned = std::thread::Builder::new().name("lowcon-free".into()).spawn(move || {
+                for buf in unused {
+                    // SAFETY: every call that used the buffer has completed on this rank,
+                    // and those calls' exit barriers mean the peers are done with it too.
+                    if let Err(e) = unsafe { buf.close_unused() } {
+                        crate::log::warn(&format!("rank {rank}: freeing a retired workspace: {e}"));
+                    }
+                }
+            });
+            if let Err(e) = spawned {
+                crate::log::warn(&format!("rank {rank}: cannot start a thread to free workspaces: {e}"));
             }
         }
-        let rec = self.err.read();
+        let rec = self.claimed_record();
         let hung_up = if head_wait.is_some() {
             (0..self.core.world).filter(|&p| p != rank).find(|&p| self.core.mesh.peer_hung_up(p))
         } else {
             None
         };
-        let obs =
-            Observation { failed: self.core.is_failed(), record_claimed: rec.code != status::OK, hung_up, head_wait };
+        let obs = Observation { failed: self.core.is_failed(), record_claimed: rec.is_some(), hung_up, head_wait };
         let fail = |e: Error| {
             self.core.fail(e);
         };
         match self.rules.decide(&obs) {
             Action::Nothing => return head_wait.is_some(),
-            Action::FailRecord => fail(Error::DeviceTimeout(rec)),
+            Action::FailRecord => fail(Error::DeviceTimeout(rec.expect("claimed"))),
             Action::FailPeerGone(peer) => {
+                // Only if work really waits for it: a peer that finished its part and
+                // exited leaves calls (or the caller's own work) that still complete.
+                if !self.awaits_missing_from(peer) {
+                    return true;
+                }
                 fail(Error::PeerGone { rank, peer, what: "its signals were awaited on the GPU".into() })
             }
             Action::FailStuck => fail(self.diagnose_timeout()),
