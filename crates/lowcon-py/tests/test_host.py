@@ -4,6 +4,7 @@ worker.py, under `lowcon launch` or by hand. Needs the `lowcon` binary: LOWCON_B
 target/debug/lowcon of this repository (scripts/test.sh builds it)."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -70,6 +71,47 @@ def test_a_sigkilled_rank_is_named_without_a_launcher():
         assert "rank 0: dead ok: named rank 1" in outs[0], outs[0]
         assert took < 20, f"took {took:.1f} s"
     finally:
+        store.kill()
+        store.wait()
+
+
+def _by_hand(mode):
+    """Starts a store and two ranks of worker.py `mode` without a launcher."""
+    store = subprocess.Popen([LOWCON, "store", "serve", "--bind", "127.0.0.1:0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    addr = None
+    for line in store.stdout:
+        if "serving on" in line:
+            addr = line.split("serving on", 1)[1].strip()
+            break
+    assert addr, "the store did not start"
+    env = dict(os.environ, WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="1",
+               LOWCON_STORE_ADDR=addr, PYTHONUNBUFFERED="1")
+    ranks = [subprocess.Popen([sys.executable, WORKER, mode, "host"], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    return store, ranks
+
+
+def test_ctrl_c_interrupts_a_waiting_call():
+    """Rank 0 waits in an all-gather rank 1 never joins; SIGINT must raise
+    KeyboardInterrupt within a moment and leave the group aborted."""
+    store, ranks = _by_hand("sigint")
+    try:
+        line = ranks[0].stdout.readline()
+        assert "waiting" in line, line
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        ranks[0].send_signal(signal.SIGINT)
+        out0 = ranks[0].communicate(timeout=30)[0]
+        took = time.monotonic() - t0
+        out1 = ranks[1].communicate(timeout=30)[0]
+        assert ranks[0].returncode == 0, out0
+        assert "rank 0: sigint ok: KeyboardInterrupt" in out0, out0
+        assert took < 5, f"Ctrl-C took {took:.1f} s"
+        assert ranks[1].returncode == 0, out1
+    finally:
+        for p in ranks:
+            p.kill()
         store.kill()
         store.wait()
 

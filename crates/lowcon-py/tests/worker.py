@@ -158,8 +158,30 @@ def dead(g):
     fail("100000 calls succeeded although a peer died")
 
 
+def sigint(g):
+    """Rank 0 waits in an all-gather that rank 1 never joins; the test sends it SIGINT."""
+    if g.rank == 1:
+        time.sleep(3)
+        return "sat it out"
+    print("rank 0: waiting", flush=True)
+    t0 = time.monotonic()
+    try:
+        g.all_gather(np.zeros(8 * g.world_size, np.float32), np.ones(8, np.float32))
+    except KeyboardInterrupt:
+        took = time.monotonic() - t0
+        try:
+            g.check()
+        except lowcon.PeerError as e:
+            if "aborted" not in str(e):
+                fail(f"check() after Ctrl-C: {e}")
+        else:
+            fail("the group still works after Ctrl-C aborted it")
+        return f"KeyboardInterrupt after {took:.2f} s, group aborted"
+    fail("the all-gather returned although rank 1 never joined")
+
+
 g = lowcon.init(BACKEND, timeout=20)
-result = {"check": check, "bad": bad, "dead": dead}[MODE](g)
+result = {"check": check, "bad": bad, "dead": dead, "sigint": sigint}[MODE](g)
 print(f"rank {g.rank}: {MODE} ok: {result}", flush=True)
-if MODE != "dead":
+if MODE not in ("dead", "sigint"):
     g.close()

@@ -56,6 +56,31 @@ pub struct StoreClient {
     /// Per-name call counters, so that helpers (barrier, all_gather, send/recv) used
     /// repeatedly under one name get fresh keys each time.
     generations: std::collections::HashMap<String, u64>,
+    /// A second handle on the current connection, for [`StoreInterrupter`].
+    interrupt: std::sync::Arc<std::sync::Mutex<Interrupt>>,
+}
+
+#[derive(Default)]
+struct Interrupt {
+    conn: Option<TcpStream>,
+    interrupted: bool,
+}
+
+/// Breaks off a [`StoreClient`]'s call from another thread (an application's abort or
+/// Ctrl-C): the call in progress, and every later one, fails with an I/O error instead
+/// of waiting out its timeout.
+#[derive(Clone)]
+pub struct StoreInterrupter(std::sync::Arc<std::sync::Mutex<Interrupt>>);
+
+impl StoreInterrupter {
+    /// Shuts the client's connection down; the client does not reconnect afterwards.
+    pub fn interrupt(&self) {
+        let mut i = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        i.interrupted = true;
+        if let Some(c) = &i.conn {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
 }
 
 impl std::fmt::Debug for StoreClient {
@@ -67,7 +92,13 @@ impl std::fmt::Debug for StoreClient {
 impl StoreClient {
     /// Connects to `addr` (`host:port`), retrying until `opts.connect_timeout`.
     pub fn connect(addr: impl Into<String>, opts: ClientOptions) -> Result<Self, StoreError> {
-        let mut c = Self { addr: addr.into(), opts, conn: None, generations: Default::default() };
+        let mut c = Self {
+            addr: addr.into(),
+            opts,
+            conn: None,
+            generations: Default::default(),
+            interrupt: Default::default(),
+        };
         c.ensure_connected()?;
         Ok(c)
     }
@@ -77,9 +108,21 @@ impl StoreClient {
         &self.addr
     }
 
+    /// A handle that breaks off this client's calls from another thread.
+    pub fn interrupter(&self) -> StoreInterrupter {
+        StoreInterrupter(self.interrupt.clone())
+    }
+
     fn ensure_connected(&mut self) -> Result<&mut TcpStream, StoreError> {
         if self.conn.is_none() {
-            self.conn = Some(self.open()?);
+            let c = self.open()?;
+            let mut i = self.interrupt.lock().unwrap_or_else(|p| p.into_inner());
+            if i.interrupted {
+                let _ = c.shutdown(std::net::Shutdown::Both);
+            }
+            i.conn = c.try_clone().ok();
+            drop(i);
+            self.conn = Some(c);
         }
         Ok(self.conn.as_mut().expect("just connected"))
     }

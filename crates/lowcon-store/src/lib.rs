@@ -16,7 +16,7 @@ mod error;
 pub mod protocol;
 pub mod server;
 
-pub use client::{ClientOptions, StoreClient};
+pub use client::{ClientOptions, StoreClient, StoreInterrupter};
 pub use env::{RankEnv, Rendezvous};
 pub use error::StoreError;
 pub use server::{ServerOptions, StoreServer};

@@ -231,6 +231,30 @@ fn server_shutdown_mid_wait_is_an_error_not_a_hang() {
     assert!(took < Duration::from_secs(10), "{took:?}");
 }
 
+#[test]
+fn an_interrupter_breaks_off_a_wait_from_another_thread() {
+    let s = server();
+    let c = client(&s);
+    let stop = c.interrupter();
+    let waiter = std::thread::spawn(move || {
+        let mut c = c;
+        let t = Instant::now();
+        let first = c.get_timeout("never", Duration::from_secs(60));
+        // Interrupted for good: a later call fails at once too, without reconnecting.
+        let later = c.get_timeout("never", Duration::from_secs(60));
+        (first, later, t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    stop.interrupt();
+    let (first, later, took) = waiter.join().unwrap();
+    assert!(first.is_err() && later.is_err(), "{first:?} {later:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // The server and other clients are unaffected.
+    let mut other = client(&s);
+    other.set("k", b"v").unwrap();
+    assert_eq!(other.get_timeout("k", Duration::from_secs(1)).unwrap(), b"v");
+}
+
 // ---- raw-socket abuse: the server must answer or close, and keep serving others ----
 
 fn raw(s: &StoreServer) -> TcpStream {

@@ -50,6 +50,8 @@ pub(crate) struct GroupCore {
     pub(crate) mesh: Mesh,
     pub(crate) infos: Vec<PeerInfo>,
     store: Mutex<StoreClient>,
+    /// Breaks off a store wait in progress on `abort` (the waiting thread holds `store`).
+    store_interrupt: lowcon_store::StoreInterrupter,
     next_alloc: Mutex<u64>,
     /// The first failure, as reported.
     failed: Mutex<Option<Error>>,
@@ -145,6 +147,7 @@ impl GroupCore {
             setup_timeout: setup,
             mesh,
             infos,
+            store_interrupt: store.interrupter(),
             store: Mutex::new(store),
             next_alloc: Mutex::new(0),
             failed: Mutex::new(None),
@@ -182,6 +185,8 @@ impl GroupCore {
     /// their waits (the GPU watchdog releases them) and every later call errors.
     pub(crate) fn abort(&self) {
         self.fail(Error::GroupFailed(format!("rank {}: the application aborted the group", self.rank)));
+        // A call may be waiting in the store (a collective growing its workspace).
+        self.store_interrupt.interrupt();
     }
 
     /// Records `e` as the group's failure (the first one wins) and returns it.
