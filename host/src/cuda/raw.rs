@@ -5,7 +5,7 @@
 //!
 //! Every function here is `unsafe`: the caller must have made the right context current
 //! and must pass handles and pointers that are alive. The safe types above this layer
-//! (`crate::symm`) own what these functions create.
+//! (`crate::memory`, `crate::sync`) own what these functions create.
 
 use std::ffi::{CString, c_void};
 use std::os::fd::{FromRawFd, OwnedFd};
