@@ -13,7 +13,7 @@ mod dlpack;
 mod errors;
 
 use std::sync::RwLock;
-use std::sync::mpsc::RecvTimeoutError;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
 use pyo3::exceptions::PyRuntimeError;
@@ -32,34 +32,44 @@ enum Backend {
     Host(Box<HostGroup>),
 }
 
-/// Runs `f` on a helper thread with the GIL released, checking for signals every 50 ms;
-/// on a signal (Ctrl-C) calls `abort`, waits for `f` to give up, and raises.
+/// Waits for `rx` with the GIL released, checking for signals every 50 ms. On a signal
+/// (Ctrl-C), returns its error with the receiver, whose sender is still running.
+fn recv_or_signal<T: Send>(py: Python<'_>, mut rx: Receiver<T>) -> Result<T, (PyErr, Option<Receiver<T>>)> {
+    loop {
+        let (got, back) = py.detach(move || (rx.recv_timeout(Duration::from_millis(50)), rx));
+        rx = back;
+        match got {
+            Ok(v) => return Ok(v),
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err((PyRuntimeError::new_err("lowcon: internal error: a call panicked"), None));
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if let Err(e) = py.check_signals() {
+                    return Err((e, Some(rx)));
+                }
+            }
+        }
+    }
+}
+
+/// Runs `f` on a helper thread with the GIL released (`recv_or_signal`); on a signal
+/// (Ctrl-C) calls `abort`, waits for `f` to give up, and raises.
 fn interruptible<T: Send>(py: Python<'_>, abort: impl Fn(), f: impl FnOnce() -> T + Send) -> PyResult<T> {
     std::thread::scope(|s| {
-        let (tx, mut rx) = std::sync::mpsc::channel();
+        let (tx, rx) = std::sync::mpsc::channel();
         s.spawn(move || {
             // A panic stays in this thread (the scope would re-raise it as a panic).
             if let Ok(v) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
                 let _ = tx.send(v);
             }
         });
-        loop {
-            let (got, back) = py.detach(move || (rx.recv_timeout(Duration::from_millis(50)), rx));
-            rx = back;
-            match got {
-                Ok(v) => return Ok(v),
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(PyRuntimeError::new_err("lowcon: internal error: a call panicked"));
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    if let Err(e) = py.check_signals() {
-                        abort();
-                        let _ = py.detach(move || rx.recv());
-                        return Err(e);
-                    }
-                }
+        recv_or_signal(py, rx).map_err(|(e, rx)| {
+            if let Some(rx) = rx {
+                abort();
+                let _ = py.detach(move || rx.recv());
             }
-        }
+            e
+        })
     })
 }
 
@@ -253,18 +263,8 @@ impl Group {
                 let _ = tx.send(b);
             })
             .map_err(|e| PyRuntimeError::new_err(format!("lowcon: cannot start a thread: {e}")))?;
-        let mut rx = rx;
-        loop {
-            let (got, back) = py.detach(move || (rx.recv_timeout(Duration::from_millis(50)), rx));
-            rx = back;
-            match got {
-                Ok(b) => return b.map(Group::wrap).map_err(to_py),
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(PyRuntimeError::new_err("lowcon: internal error: group creation panicked"));
-                }
-                Err(RecvTimeoutError::Timeout) => py.check_signals()?,
-            }
-        }
+        // On Ctrl-C this returns at once, leaving that thread to finish by itself.
+        recv_or_signal(py, rx).map_err(|(e, _)| e)?.map(Group::wrap).map_err(to_py)
     }
 
     /// This rank.

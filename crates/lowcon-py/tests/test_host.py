@@ -46,35 +46,6 @@ def test_bad_input_raises_naming_rank_and_sizes(ranks):
         assert f"rank {r}: bad ok" in out, out
 
 
-def test_a_sigkilled_rank_is_named_without_a_launcher():
-    """Ranks started by hand (a launcher would stop the job): rank 1 SIGKILLs itself and
-    rank 0 must raise lowcon.PeerError naming it, well within the timeout."""
-    store = subprocess.Popen([LOWCON, "store", "serve", "--bind", "127.0.0.1:0"],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        addr = None
-        for line in store.stdout:
-            if "serving on" in line:
-                addr = line.split("serving on", 1)[1].strip()
-                break
-        assert addr, "the store did not start"
-        env = dict(os.environ, WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="1",
-                   LOWCON_STORE_ADDR=addr)
-        t0 = time.monotonic()
-        ranks = [subprocess.Popen([sys.executable, WORKER, "dead", "host"],
-                                  env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
-        outs = [p.communicate(timeout=120)[0] for p in ranks]
-        took = time.monotonic() - t0
-        assert ranks[1].returncode == -9, outs[1]
-        assert ranks[0].returncode == 0, outs[0]
-        assert "rank 0: dead ok: named rank 1" in outs[0], outs[0]
-        assert took < 20, f"took {took:.1f} s"
-    finally:
-        store.kill()
-        store.wait()
-
-
 def _by_hand(mode):
     """Starts a store and two ranks of worker.py `mode` without a launcher."""
     store = subprocess.Popen([LOWCON, "store", "serve", "--bind", "127.0.0.1:0"],
@@ -90,6 +61,25 @@ def _by_hand(mode):
     ranks = [subprocess.Popen([sys.executable, WORKER, mode, "host"], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
     return store, ranks
+
+
+def test_a_sigkilled_rank_is_named_without_a_launcher():
+    """Ranks started by hand (a launcher would stop the job): rank 1 SIGKILLs itself and
+    rank 0 must raise lowcon.PeerError naming it, well within the timeout."""
+    t0 = time.monotonic()
+    store, ranks = _by_hand("dead")
+    try:
+        outs = [p.communicate(timeout=120)[0] for p in ranks]
+        took = time.monotonic() - t0
+        assert ranks[1].returncode == -9, outs[1]
+        assert ranks[0].returncode == 0, outs[0]
+        assert "rank 0: dead ok: named rank 1" in outs[0], outs[0]
+        assert took < 20, f"took {took:.1f} s"
+    finally:
+        for p in ranks:
+            p.kill()
+        store.kill()
+        store.wait()
 
 
 def test_ctrl_c_interrupts_a_waiting_call():

@@ -244,7 +244,7 @@ impl GpuColl {
         };
         let input = if in_place { DeviceBuf { symm: None, ..input } } else { input };
         // The own shard is not copied onto itself (in place, symmetric or not).
-        let own = if in_place || input.ptr == output.ptr + (rank * shard) as u64 { 0 } else { shard };
+        let own = if input.ptr == output.ptr + (rank * shard) as u64 { 0 } else { shard };
         let push = algorithm == AllGatherAlgorithm::CePush;
         let pull_in_place = in_place && matches!(algorithm, AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto);
         let stage_in = !input.is_symmetric() && !push && !pull_in_place;
