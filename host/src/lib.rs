@@ -32,5 +32,6 @@ pub use coll::{
 };
 pub use error::{Error, Result};
 pub use group::{GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions};
+pub use memory::pool::{Fingerprint, Pool, PoolBlock, PoolStats};
 pub use memory::{HandleKind, HostBuffer, SymmetricBuffer};
 pub use sync::SyncMethod;

@@ -1,0 +1,620 @@
+//! A pool of symmetric memory: blocks carved from collectively allocated segments, so a
+//! framework can hand out tensors that peers reach directly (no staging copy), without
+//! a rendezvous per allocation.
+//!
+//! NOTE [pool determinism]: a peer addresses a block of this rank by the block's
+//! (segment, offset) in its own mapping, so every rank must place the n-th allocation at
+//! the same offset. No rank asks another: every decision of [`PoolCore`] depends only on
+//! the sequence of `alloc` and `free` calls (sizes, and which stream each call names, by
+//! the order streams first appear), never on timing, addresses or whether the GPU has
+//! finished something. In particular reuse on another stream does not wait to see
+//! whether an event has completed (that would be timing): the allocating stream is made
+//! to wait on the event recorded when the block was freed, which is a decision that
+//! depends on the sequence only.
+//!
+//! What the sequence cannot guarantee is that frees arrive in the same order relative
+//! to allocations on every rank (a tensor's deleter may run on another thread, e.g.
+//! autograd's). So every placement is folded into a running [`Fingerprint`] that the
+//! ranks compare before every growth and, cheaply, every N-th collective on pool memory
+//! ([`Pool::note_collective`]); a mismatch is an error naming the ranks, never silent.
+//!
+//! Reuse follows torch's caching allocator: a block belongs to the stream it was
+//! allocated on; freed, it is reused at once by allocations on that stream (best fit,
+//! then lowest offset), and by another stream only when that stream has no block that
+//! fits, after waiting for the free's event. Adjacent free blocks of one stream merge.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::error::{Error, Result};
+
+/// Every block's size and offset are multiples of this many bytes.
+pub const BLOCK_ALIGN: usize = 512;
+
+/// Segments are multiples of this (the VMM granularity of current GPUs).
+pub const SEGMENT_GRAIN: usize = 2 << 20;
+
+/// Where a block lies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// Index of the segment (in order of growth).
+    pub segment: usize,
+    /// Byte offset in the segment.
+    pub offset: usize,
+    /// Bytes reserved (the request rounded up to [`BLOCK_ALIGN`]).
+    pub bytes: usize,
+}
+
+/// The running fingerprint of a pool's decisions: how many allocations, and a hash of
+/// every placement in order. Equal on every rank while the pools agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fingerprint {
+    /// Allocations so far.
+    pub allocs: u64,
+    /// Hash of (size, segment, offset, stream ordinal) of every allocation, in order.
+    pub hash: u64,
+}
+
+impl Fingerprint {
+    /// 16 bytes, for exchange through the store.
+    pub fn to_bytes(self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&self.allocs.to_le_bytes());
+        b[8..].copy_from_slice(&self.hash.to_le_bytes());
+        b
+    }
+
+    /// The inverse of [`Fingerprint::to_bytes`]; `None` for a blob of the wrong size.
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        let b: &[u8; 16] = b.try_into().ok()?;
+        Some(Self {
+            allocs: u64::from_le_bytes(b[..8].try_into().ok()?),
+            hash: u64::from_le_bytes(b[8..].try_into().ok()?),
+        })
+    }
+
+    fn fold(&mut self, words: [u64; 4]) {
+        self.allocs += 1;
+        for w in words {
+            // splitmix64's finaliser over the running state: order-sensitive, cheap.
+            let mut z = self.hash ^ w.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            self.hash = z ^ (z >> 31);
+        }
+    }
+}
+
+/// Checks every rank's fingerprint (in rank order, as the store's all-gather returns
+/// them) against this rank's; the error names the first rank that differs.
+pub fn compare_fingerprints(rank: usize, when: &str, all: &[Vec<u8>]) -> Result<()> {
+    let mine = all.get(rank).and_then(|b| Fingerprint::from_bytes(b));
+    for (peer, blob) in all.iter().enumerate() {
+        let theirs = Fingerprint::from_bytes(blob);
+        if theirs != mine || theirs.is_none() {
+            return Err(Error::GroupFailed(format!(
+                "rank {rank}: the symmetric pool's offsets no longer agree {when}: rank {peer} has made {} \
+                 allocations (fingerprint {:016x}), this rank {} ({:016x}). Every rank must allocate and free \
+                 pool memory in the same order (a tensor freed on another thread, or kept alive on one rank \
+                 only, changes where later blocks go); results computed since the last check may be wrong",
+                theirs.map_or(0, |f| f.allocs),
+                theirs.map_or(0, |f| f.hash),
+                mine.map_or(0, |f| f.allocs),
+                mine.map_or(0, |f| f.hash),
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What [`PoolCore::plan`] decided.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Plan<E> {
+    /// Use this block. With `wait`, the block was last used on another stream: the
+    /// allocating stream must wait for that event before touching it.
+    Use {
+        /// The block's id, for [`PoolCore::free`].
+        id: u64,
+        /// Where it is.
+        at: Placement,
+        /// The free's event on the block's previous stream, if that was another.
+        wait: Option<E>,
+    },
+    /// Nothing free fits: grow by a segment of this many bytes (collectively), then call
+    /// [`PoolCore::take_new_segment`].
+    Grow {
+        /// Segment size.
+        bytes: usize,
+    },
+}
+
+#[derive(Debug)]
+struct FreeBlock<E> {
+    at: Placement,
+    stream: u32,
+    /// Recorded on `stream` when the block was freed (none for fresh space).
+    event: Option<E>,
+    /// Order of frees: of two blocks of one stream, the later event covers the earlier.
+    seq: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct LiveBlock {
+    at: Placement,
+    stream: u32,
+}
+
+/// Bytes a pool holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Bytes of all segments (what the pool holds on this GPU).
+    pub reserved: usize,
+    /// Bytes in live blocks.
+    pub in_use: usize,
+    /// The most `in_use` has been.
+    pub peak_in_use: usize,
+    /// Segments.
+    pub segments: usize,
+    /// Live blocks.
+    pub live_blocks: usize,
+    /// Allocations so far.
+    pub allocs: u64,
+}
+
+/// The pool's bookkeeping, with no memory and no CUDA: pure decisions over offsets.
+/// `E` is what a free leaves for a later user on another stream (a CUDA event; `()` on
+/// the host backend).
+#[derive(Debug)]
+pub struct PoolCore<E> {
+    segments: Vec<usize>,
+    /// Sorted by (segment, offset).
+    free: Vec<FreeBlock<E>>,
+    live: HashMap<u64, LiveBlock>,
+    /// Stream key → ordinal, by first appearance (keys differ between ranks; ordinals
+    /// do not).
+    streams: HashMap<u64, u32>,
+    next_id: u64,
+    free_seq: u64,
+    fingerprint: Fingerprint,
+    segment_min: usize,
+    in_use: usize,
+    peak_in_use: usize,
+}
+
+fn round_up(n: usize, to: usize) -> Option<usize> {
+    n.checked_add(to - 1).map(|v| v / to * to)
+}
+
+impl<E: Clone> PoolCore<E> {
+    /// An empty pool that grows by segments of at least `segment_min` bytes.
+    pub fn new(segment_min: usize) -> Self {
+        Self {
+            segments: Vec::new(),
+            free: Vec::new(),
+            live: HashMap::new(),
+            streams: HashMap::new(),
+            next_id: 1,
+            free_seq: 0,
+            fingerprint: Fingerprint { allocs: 0, hash: 0 },
+            segment_min: round_up(segment_min.max(1), SEGMENT_GRAIN).unwrap_or(SEGMENT_GRAIN),
+            in_use: 0,
+            peak_in_use: 0,
+        }
+    }
+
+    fn ordinal(&mut self, stream: u64) -> u32 {
+        let n = self.streams.len() as u32;
+        *self.streams.entry(stream).or_insert(n)
+    }
+
+    fn rounded(bytes: usize) -> Result<usize> {
+        round_up(bytes.max(1), BLOCK_ALIGN)
+            .ok_or_else(|| Error::InvalidArgument(format!("a pool block of {bytes} bytes is too large")))
+    }
+
+    /// Decides where an allocation of `bytes` on `stream` goes (see the module notes).
+    /// On [`Plan::Use`] the block is taken; on [`Plan::Grow`] nothing changed.
+    pub fn plan(&mut self, bytes: usize, stream: u64) -> Result<Plan<E>> {
+        let need = Self::rounded(bytes)?;
+        let ord = self.ordinal(stream);
+        let fits = |f: &&FreeBlock<E>| f.at.bytes >= need;
+        let key = |f: &&FreeBlock<E>| (f.at.bytes, f.at.segment, f.at.offset);
+        let own = self.free.iter().filter(fits).filter(|f| f.stream == ord).min_by_key(key);
+        let pick = own.or_else(|| self.free.iter().filter(fits).min_by_key(key)).map(|f| f.at);
+        let Some(at) = pick else {
+            let bytes = round_up(need, SEGMENT_GRAIN)
+                .ok_or_else(|| Error::InvalidArgument(format!("a pool block of {bytes} bytes is too large")))?
+                .max(self.segment_min);
+            return Ok(Plan::Grow { bytes });
+        };
+        let i = self.free.iter().position(|f| f.at == at).expect("picked from the free list");
+        let block = self.free.remove(i);
+        let wait = if block.stream == ord { None } else { block.event.clone() };
+        Ok(self.take(block, need, ord, wait))
+    }
+
+    /// Adds a segment of `len` bytes (just allocated after [`Plan::Grow`]) and places the
+    /// allocation of `bytes` on `stream` at its start. Placing it directly, rather than
+    /// planning again, keeps the decision independent of frees that arrived meanwhile.
+    pub fn take_new_segment(&mut self, len: usize, bytes: usize, stream: u64) -> Result<Plan<E>> {
+        let need = Self::rounded(bytes)?;
+        if need > len {
+            return Err(Error::InvalidArgument(format!("a {len}-byte segment cannot hold a {need}-byte block")));
+        }
+        let ord = self.ordinal(stream);
+        self.segments.push(len);
+        let block = FreeBlock {
+            at: Placement { segment: self.segments.len() - 1, offset: 0, bytes: len },
+            stream: ord,
+            event: None,
+            seq: 0,
+        };
+        Ok(self.take(block, need, ord, None))
+    }
+
+    fn take(&mut self, block: FreeBlock<E>, need: usize, ord: u32, wait: Option<E>) -> Plan<E> {
+        let at = Placement { bytes: need, ..block.at };
+        if block.at.bytes > need {
+            let rest = FreeBlock {
+                at: Placement { segment: at.segment, offset: at.offset + need, bytes: block.at.bytes - need },
+                ..block
+            };
+            self.insert_free(rest);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.live.insert(id, LiveBlock { at, stream: ord });
+        self.in_use += need;
+        self.peak_in_use = self.peak_in_use.max(self.in_use);
+        self.fingerprint.fold([need as u64, at.segment as u64, at.offset as u64, ord as u64]);
+        Plan::Use { id, at, wait }
+    }
+
+    fn insert_free(&mut self, b: FreeBlock<E>) {
+        let i = self.free.partition_point(|f| (f.at.segment, f.at.offset) < (b.at.segment, b.at.offset));
+        self.free.insert(i, b);
+    }
+
+    /// The stream key block `id` is used on (to record its free's event there).
+    pub fn stream_of(&self, id: u64) -> Option<u64> {
+        let ord = self.live.get(&id)?.stream;
+        self.streams.iter().find(|&(_, &o)| o == ord).map(|(&k, _)| k)
+    }
+
+    /// Returns block `id`; `event` was recorded on its stream at the free.
+    pub fn free(&mut self, id: u64, event: Option<E>) -> Result<Placement> {
+        let live = self
+            .live
+            .remove(&id)
+            .ok_or_else(|| Error::InvalidArgument(format!("pool block {id} is not allocated (freed twice?)")))?;
+        self.in_use -= live.at.bytes;
+        self.free_seq += 1;
+        let mut b = FreeBlock { at: live.at, stream: live.stream, event, seq: self.free_seq };
+        // Merge with free neighbours of the same stream; the later free's event covers
+        // the earlier one's work on that stream.
+        let i = self.free.partition_point(|f| (f.at.segment, f.at.offset) < (b.at.segment, b.at.offset));
+        if i < self.free.len() {
+            let n = &self.free[i];
+            if n.at.segment == b.at.segment && n.at.offset == b.at.offset + b.at.bytes && n.stream == b.stream {
+                let n = self.free.remove(i);
+                b = Self::merge(b, n);
+            }
+        }
+        if i > 0 {
+            let p = &self.free[i - 1];
+            if p.at.segment == b.at.segment && p.at.offset + p.at.bytes == b.at.offset && p.stream == b.stream {
+                let p = self.free.remove(i - 1);
+                b = Self::merge(p, b);
+            }
+        }
+        self.insert_free(b);
+        Ok(live.at)
+    }
+
+    /// Merges two adjacent free blocks of one stream (`lo` before `hi`).
+    fn merge(lo: FreeBlock<E>, hi: FreeBlock<E>) -> FreeBlock<E> {
+        let (event, seq) = if lo.seq >= hi.seq { (lo.event, lo.seq) } else { (hi.event, hi.seq) };
+        FreeBlock { at: Placement { bytes: lo.at.bytes + hi.at.bytes, ..lo.at }, stream: lo.stream, event, seq }
+    }
+
+    /// The running fingerprint.
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.fingerprint
+    }
+
+    /// What the pool holds.
+    pub fn stats(&self) -> PoolStats {
+        PoolStats {
+            reserved: self.segments.iter().sum(),
+            in_use: self.in_use,
+            peak_in_use: self.peak_in_use,
+            segments: self.segments.len(),
+            live_blocks: self.live.len(),
+            allocs: self.fingerprint.allocs,
+        }
+    }
+}
+
+/// A segment of a pool: a symmetric buffer of either backend.
+pub trait Segment {
+    /// This rank's address of the segment.
+    fn base(&self) -> u64;
+    /// Bytes.
+    fn len(&self) -> usize;
+}
+
+/// A block handed out by [`Pool::alloc`].
+#[derive(Debug)]
+pub struct PoolBlock<E> {
+    /// For [`Pool::free`].
+    pub id: u64,
+    /// This rank's address.
+    pub ptr: u64,
+    /// Where it lies (the same on every rank while the pools agree).
+    pub at: Placement,
+    /// Wait for this (on the allocating stream) before use: the block was last used on
+    /// another stream.
+    pub wait: Option<E>,
+}
+
+struct PoolState<S, E> {
+    core: PoolCore<E>,
+    segments: Vec<S>,
+    collectives: u64,
+    checks: u64,
+}
+
+/// A thread-safe pool over segments `S` (e.g. `Arc<SymmetricBuffer>`), growing through
+/// a collective allocation the caller supplies. Frees may come from any thread.
+pub struct Pool<S, E> {
+    rank: usize,
+    check_every: u64,
+    state: Mutex<PoolState<S, E>>,
+}
+
+impl<S: Segment + Clone, E: Clone> Pool<S, E> {
+    /// An empty pool of this rank, growing by at least `segment_min` bytes, comparing
+    /// fingerprints every `check_every` collectives on its memory (0: only on growth).
+    pub fn new(rank: usize, segment_min: usize, check_every: u64) -> Self {
+        Self {
+            rank,
+            check_every,
+            state: Mutex::new(PoolState {
+                core: PoolCore::new(segment_min),
+                segments: Vec::new(),
+                collectives: 0,
+                checks: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PoolState<S, E>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Collective when it grows (every rank allocates in the same order): a block of at
+    /// least `bytes` for use on `stream`. `grow(bytes, fingerprint)` must compare the
+    /// ranks' fingerprints and allocate a segment of `bytes` collectively; the pool's
+    /// lock is not held meanwhile, so frees from other threads go on.
+    pub fn alloc(
+        &self,
+        bytes: usize,
+        stream: u64,
+        grow: impl FnOnce(usize, Fingerprint, u64) -> Result<S>,
+    ) -> Result<PoolBlock<E>> {
+        let (seg_bytes, fp, n) = {
+            let mut st = self.lock();
+            match st.core.plan(bytes, stream)? {
+                Plan::Use { id, at, wait } => {
+                    let ptr = st.segments[at.segment].base() + at.offset as u64;
+                    return Ok(PoolBlock { id, ptr, at, wait });
+                }
+                Plan::Grow { bytes } => {
+                    st.checks += 1;
+                    (bytes, st.core.fingerprint(), st.checks)
+                }
+            }
+        };
+        let seg = grow(seg_bytes, fp, n)?;
+        if seg.len() < seg_bytes {
+            return Err(Error::InvalidArgument(format!(
+                "rank {}: the pool asked for a {seg_bytes}-byte segment and got {}",
+                self.rank,
+                seg.len()
+            )));
+        }
+        let mut st = self.lock();
+        let base = seg.base();
+        let len = seg.len();
+        st.segments.push(seg);
+        match st.core.take_new_segment(len, bytes, stream)? {
+            Plan::Use { id, at, wait } => Ok(PoolBlock { id, ptr: base + at.offset as u64, at, wait }),
+            Plan::Grow { .. } => unreachable!("take_new_segment always places"),
+        }
+    }
+
+    /// Returns block `id` (from any thread). `record(stream)` records and returns an
+    /// event on the block's stream, for a later user on another stream; it runs without
+    /// the pool's lock.
+    pub fn free(&self, id: u64, record: impl FnOnce(u64) -> Option<E>) -> Result<()> {
+        let stream = self.lock().core.stream_of(id);
+        let event = stream.and_then(record);
+        self.lock().core.free(id, event).map(|_| ())
+    }
+
+    /// The segment holding `bytes` at this rank's address `ptr`, and the offset in it.
+    pub fn find(&self, ptr: u64, bytes: usize) -> Option<(S, usize)> {
+        let st = self.lock();
+        st.segments.iter().find_map(|s| {
+            let (base, len) = (s.base(), s.len() as u64);
+            (ptr >= base && ptr.checked_add(bytes as u64)? <= base + len).then(|| (s.clone(), (ptr - base) as usize))
+        })
+    }
+
+    /// Counts a collective on pool memory; every `check_every`-th returns the
+    /// fingerprint and a check number, which the caller compares across ranks (every
+    /// rank counts the same collectives, so all check at the same call).
+    pub fn note_collective(&self) -> Option<(Fingerprint, u64)> {
+        let mut st = self.lock();
+        st.collectives += 1;
+        if self.check_every == 0 || !st.collectives.is_multiple_of(self.check_every) {
+            return None;
+        }
+        st.checks += 1;
+        Some((st.core.fingerprint(), st.checks))
+    }
+
+    /// The running fingerprint.
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.lock().core.fingerprint()
+    }
+
+    /// What the pool holds.
+    pub fn stats(&self) -> PoolStats {
+        self.lock().core.stats()
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn used(p: Plan<u32>) -> (u64, Placement, Option<u32>) {
+        match p {
+            Plan::Use { id, at, wait } => (id, at, wait),
+            Plan::Grow { bytes } => panic!("expected a block, got a growth of {bytes}"),
+        }
+    }
+
+    fn grow_then_take(c: &mut PoolCore<u32>, bytes: usize, stream: u64) -> (u64, Placement) {
+        let Plan::Grow { bytes: seg } = c.plan(bytes, stream).unwrap() else { panic!("expected growth") };
+        let (id, at, _) = used(c.take_new_segment(seg, bytes, stream).unwrap());
+        (id, at)
+    }
+
+    #[test]
+    fn grows_then_splits_and_reuses_on_the_same_stream() {
+        let mut c = PoolCore::<u32>::new(8 << 20);
+        let (a, at) = grow_then_take(&mut c, 1000, 7);
+        assert_eq!(at, Placement { segment: 0, offset: 0, bytes: 1024 });
+        assert_eq!(c.stats().reserved, 8 << 20);
+        let (_, bt, _) = used(c.plan(100, 7).unwrap());
+        assert_eq!(bt.offset, 1024);
+        c.free(a, Some(1)).unwrap();
+        // Best fit: the freed 1024-byte hole, not the big remainder; same stream: no wait.
+        let (_, ct, w) = used(c.plan(600, 7).unwrap());
+        assert_eq!((ct.offset, w), (0, None));
+        assert!(c.free(999, None).is_err());
+    }
+
+    #[test]
+    fn another_stream_waits_for_the_free_event_and_prefers_its_own_blocks() {
+        let mut c = PoolCore::<u32>::new(2 << 20);
+        let (a, _) = grow_then_take(&mut c, 4096, 1);
+        // The remainder of stream 1's segment is free space of stream 1 with no event.
+        let (b, bt, w) = used(c.plan(4096, 2).unwrap());
+        assert_eq!((bt.offset, w), (4096, None));
+        c.free(a, Some(11)).unwrap();
+        c.free(b, Some(22)).unwrap();
+        // Stream 2 prefers its own freed block; no wait.
+        let (_, t, w) = used(c.plan(4096, 2).unwrap());
+        assert_eq!((t.offset, w), (4096, None));
+        // Stream 3 has none: best fit is stream 1's freed block, after its event.
+        let (_, t, w) = used(c.plan(4096, 3).unwrap());
+        assert_eq!((t.offset, w), (0, Some(11)));
+    }
+
+    #[test]
+    fn neighbours_of_one_stream_merge_with_the_later_event() {
+        let mut c = PoolCore::<u32>::new(2 << 20);
+        let (a, _) = grow_then_take(&mut c, 512, 1);
+        let (b, _, _) = used(c.plan(512, 1).unwrap());
+        let (x, _, _) = used(c.plan(512, 1).unwrap());
+        c.free(b, Some(2)).unwrap();
+        c.free(a, Some(3)).unwrap();
+        // a and b merged (1024 bytes at 0): another stream gets it after event 3, the later.
+        let (_, t, w) = used(c.plan(1024, 9).unwrap());
+        assert_eq!((t.offset, t.bytes, w), (0, 1024, Some(3)));
+        c.free(x, None).unwrap();
+        assert_eq!(c.stats().live_blocks, 1);
+    }
+
+    #[test]
+    fn the_same_sequence_gives_the_same_fingerprint_and_a_different_one_does_not() {
+        let run = |late_free: bool| {
+            let mut c = PoolCore::<u32>::new(2 << 20);
+            let (a, _) = grow_then_take(&mut c, 4096, 5);
+            if !late_free {
+                c.free(a, None).unwrap();
+            }
+            let _ = c.plan(4096, 5).unwrap();
+            if late_free {
+                c.free(a, None).unwrap();
+            }
+            c.fingerprint()
+        };
+        assert_eq!(run(false), run(false));
+        assert_ne!(run(false), run(true));
+        let f = run(false);
+        assert_eq!(Fingerprint::from_bytes(&f.to_bytes()), Some(f));
+        let good = vec![f.to_bytes().to_vec(), f.to_bytes().to_vec()];
+        assert!(compare_fingerprints(1, "at a test", &good).is_ok());
+        let bad = vec![f.to_bytes().to_vec(), run(true).to_bytes().to_vec()];
+        let e = compare_fingerprints(0, "at a test", &bad).unwrap_err().to_string();
+        assert!(e.contains("rank 0") && e.contains("rank 1"), "{e}");
+        assert!(compare_fingerprints(0, "x", &[vec![1, 2, 3]]).is_err());
+    }
+
+    #[test]
+    fn large_requests_get_their_own_segment_rounded_to_the_grain() {
+        let mut c = PoolCore::<u32>::new(4 << 20);
+        let Plan::Grow { bytes } = c.plan(5 << 20, 0).unwrap() else { panic!() };
+        assert_eq!(bytes, 6 << 20);
+        assert!(c.take_new_segment(1 << 20, 5 << 20, 0).is_err());
+        assert!(c.plan(usize::MAX, 0).is_err());
+    }
+
+    #[derive(Clone)]
+    struct FakeSeg(u64, usize);
+    impl Segment for FakeSeg {
+        fn base(&self) -> u64 {
+            self.0
+        }
+        fn len(&self) -> usize {
+            self.1
+        }
+    }
+
+    #[test]
+    fn the_pool_finds_segments_and_counts_checks() {
+        let pool = Pool::<FakeSeg, u32>::new(0, 2 << 20, 3);
+        let b = pool.alloc(100, 1, |bytes, fp, n| {
+            assert_eq!((fp.allocs, n), (0, 1));
+            Ok(FakeSeg(0x10_0000, bytes))
+        });
+        let b = b.unwrap();
+        assert_eq!(b.ptr, 0x10_0000);
+        let (seg, off) = pool.find(0x10_0000 + 512, 512).unwrap();
+        assert_eq!((seg.0, off), (0x10_0000, 512));
+        assert!(pool.find(0x10_0000 + (2 << 20) - 8, 16).is_none());
+        assert!(pool.find(0x5, 1).is_none());
+        assert!(pool.note_collective().is_none());
+        assert!(pool.note_collective().is_none());
+        assert_eq!(pool.note_collective().map(|(f, n)| (f.allocs, n)), Some((1, 2)));
+        let mut recorded = None;
+        pool.free(b.id, |s| {
+            recorded = Some(s);
+            Some(4)
+        })
+        .unwrap();
+        assert_eq!(recorded, Some(1));
+        assert!(pool.free(b.id, |_| None).is_err());
+        let short = pool.alloc(4 << 20, 1, |_, _, _| Ok(FakeSeg(0x90_0000, 1 << 20)));
+        assert!(short.is_err());
+    }
+}
