@@ -34,4 +34,4 @@ pub use error::{Error, Result};
 pub use group::{GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions};
 pub use memory::pool::{Fingerprint, Pool, PoolBlock, PoolStats};
 pub use memory::{HandleKind, HostBuffer, SymmetricBuffer};
-pub use sync::SyncMethod;
+pub use sync::{CHANNELS, SyncMethod};

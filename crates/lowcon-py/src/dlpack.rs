@@ -16,35 +16,47 @@ use lowcon::DType;
 
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct DLDevice {
-    device_type: i32,
-    device_id: i32,
+pub(crate) struct DLDevice {
+    pub(crate) device_type: i32,
+    pub(crate) device_id: i32,
 }
 
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct DLDataType {
-    code: u8,
-    bits: u8,
-    lanes: u16,
+pub(crate) struct DLDataType {
+    pub(crate) code: u8,
+    pub(crate) bits: u8,
+    pub(crate) lanes: u16,
 }
 
 #[repr(C)]
-struct DLTensor {
-    data: *mut c_void,
-    device: DLDevice,
-    ndim: i32,
-    dtype: DLDataType,
-    shape: *const i64,
-    strides: *const i64,
-    byte_offset: u64,
+pub(crate) struct DLTensor {
+    pub(crate) data: *mut c_void,
+    pub(crate) device: DLDevice,
+    pub(crate) ndim: i32,
+    pub(crate) dtype: DLDataType,
+    pub(crate) shape: *const i64,
+    pub(crate) strides: *const i64,
+    pub(crate) byte_offset: u64,
 }
 
 #[repr(C)]
-struct DLManagedTensor {
-    dl_tensor: DLTensor,
-    manager_ctx: *mut c_void,
-    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
+pub(crate) struct DLManagedTensor {
+    pub(crate) dl_tensor: DLTensor,
+    pub(crate) manager_ctx: *mut c_void,
+    pub(crate) deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
+}
+
+/// DLPack's code for `dtype`.
+pub(crate) fn dl_dtype(dtype: DType) -> DLDataType {
+    let (code, bits) = match dtype {
+        DType::F32 => (2, 32),
+        DType::F16 => (2, 16),
+        DType::Bf16 => (4, 16),
+        DType::I32 => (0, 32),
+        DType::U8 => (1, 8),
+    };
+    DLDataType { code, bits, lanes: 1 }
 }
 
 /// Where a tensor's memory is.

@@ -11,9 +11,11 @@
 
 mod dlpack;
 mod errors;
+mod pool;
 
-use std::sync::RwLock;
+use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use pyo3::exceptions::PyRuntimeError;
@@ -26,6 +28,7 @@ use lowcon::{
     AllGatherAlgorithm, CollOptions, DType, DeviceBuf, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions,
     HostInput, ReduceOp, ReduceScatterAlgorithm, SyncMethod,
 };
+use pool::{Found, GroupPool};
 
 enum Backend {
     Gpu(GpuGroup),
@@ -82,7 +85,7 @@ fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
     sync: &str,
     ctas: Option<u32>,
     pipeline: Option<u32>,
-    channel: u32,
+    channel: Option<u32>,
     allow_staging: bool,
 ) -> PyResult<CollOptions<A>> {
     Ok(CollOptions {
@@ -90,7 +93,8 @@ fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
         sync: sync_method(sync)?,
         ctas,
         pipeline,
-        channel,
+        // Resolved per call from the stream when not given (`Group::channel_for`).
+        channel: channel.unwrap_or(u32::MAX),
         allow_staging,
     })
 }
@@ -114,10 +118,23 @@ enum Which {
     ReduceScatter(ReduceOp, CollOptions<ReduceScatterAlgorithm>),
 }
 
+impl Which {
+    fn channel_mut(&mut self) -> &mut u32 {
+        match self {
+            Which::AllGather(o) => &mut o.channel,
+            Which::ReduceScatter(_, o) => &mut o.channel,
+        }
+    }
+}
+
 /// A group of ranks: lowcon's collectives for this process.
 #[pyclass(module = "lowcon._native", frozen)]
 struct Group {
     inner: RwLock<Option<Backend>>,
+    /// The symmetric pool; its blocks may outlive the group (their deleters keep it).
+    pool: Arc<GroupPool>,
+    /// Stream → channel, by first use, for calls that name no channel.
+    channels: Mutex<HashMap<u64, u32>>,
     rank: usize,
     world: usize,
     backend: &'static str,
@@ -133,7 +150,52 @@ impl Group {
             Backend::Gpu(g) => (g.rank(), g.world_size(), "gpu"),
             Backend::Host(g) => (g.rank(), g.world_size(), "host"),
         };
-        Group { inner: RwLock::new(Some(b)), rank, world, backend }
+        let pool = Arc::new(match &b {
+            Backend::Gpu(g) => GroupPool::gpu(g),
+            Backend::Host(g) => GroupPool::host(g),
+        });
+        Group { inner: RwLock::new(Some(b)), pool, channels: Mutex::new(HashMap::new()), rank, world, backend }
+    }
+
+    /// The channel for a call on `stream` that names none: one per stream, in order of
+    /// first use (the same on every rank when every rank uses its streams in the same
+    /// order), so collectives on different streams never share a channel.
+    fn channel_for(&self, stream: u64) -> PyResult<u32> {
+        let mut m = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.len() as u32;
+        let c = *m.entry(stream).or_insert(n);
+        if c >= lowcon::CHANNELS {
+            m.remove(&stream);
+            return Err(invalid(format!(
+                "rank {}: calls on more than {} streams: pass channel= explicitly (channels may be shared by \
+                 streams that never run collectives at the same time)",
+                self.rank,
+                lowcon::CHANNELS
+            )));
+        }
+        Ok(c)
+    }
+
+    /// Compares the pool's fingerprint across ranks every N-th collective on pool memory.
+    fn check_pool(&self, py: Python<'_>, b: &Backend) -> PyResult<()> {
+        let Some((fp, n)) = self.pool.note_collective() else { return Ok(()) };
+        let rank = self.rank;
+        let gather = |name: &str, data: &[u8]| match b {
+            Backend::Gpu(g) => g.all_gather_bytes(name, data),
+            Backend::Host(g) => g.all_gather_bytes(name, data),
+        };
+        interruptible(
+            py,
+            || Self::abort_backend(b),
+            move || {
+                let all = gather(&format!("pool/{n}"), &fp.to_bytes())?;
+                lowcon::memory::pool::compare_fingerprints(rank, "at a collective on pool memory", &all)
+            },
+        )?
+        .map_err(|e| {
+            Self::abort_backend(b);
+            to_py(e)
+        })
     }
 
     fn with<T>(&self, f: impl FnOnce(&Backend) -> PyResult<T>) -> PyResult<T> {
@@ -156,7 +218,7 @@ impl Group {
         py: Python<'_>,
         output: &Bound<'_, PyAny>,
         input: &Bound<'_, PyAny>,
-        which: Which,
+        mut which: Which,
         stream: Option<isize>,
     ) -> PyResult<()> {
         let out = dlpack::view(output, "output", stream)?;
@@ -168,67 +230,86 @@ impl Group {
             // rank makes the same call, so no peer waits for this one.
             return self.with(|_| Ok(()));
         }
-        self.with(|b| match b {
-            Backend::Gpu(g) => {
-                let dev = g.device().index() as i32;
-                for (v, what) in [(&out, "output"), (&inp, "input")] {
-                    if v.place != Place::Cuda(dev) {
-                        return Err(invalid(format!(
-                            "rank {rank}: the {what} is in {:?} memory, but this group uses CUDA device {dev}",
-                            v.place
-                        )));
-                    }
-                }
-                let raw_stream = stream.unwrap_or(0);
-                py.detach(move || {
-                    // SAFETY: the caller's stream (0: the legacy default stream) of this
-                    // group's device, alive while the caller uses it.
-                    let s = unsafe { Stream::wrap_borrowed(g.device(), raw_stream as usize as _) }?;
-                    // SAFETY: the views' memory stays valid while the caller holds its
-                    // tensors (until the enqueued call has run, as with NCCL); the
-                    // library checks it is device memory of this GPU.
-                    let (ib, ob) = unsafe {
-                        (DeviceBuf::from_raw(i.ptr, i.count, i.dtype), DeviceBuf::from_raw(o.ptr, o.count, o.dtype))
-                    };
-                    match &which {
-                        Which::AllGather(opts) => g.all_gather(ib, ob, &s, opts),
-                        Which::ReduceScatter(op, opts) => g.reduce_scatter(ib, ob, *op, &s, opts),
-                    }
-                })
-                .map_err(to_py)
+        let raw_stream = stream.unwrap_or(0);
+        if *which.channel_mut() == u32::MAX {
+            *which.channel_mut() = self.channel_for(raw_stream as u64)?;
+        }
+        // Pool memory is symmetric: peers reach it in place, with no staging copy.
+        let (ifound, ofound) = (self.pool.find(i.ptr, inp.bytes()), self.pool.find(o.ptr, out.bytes()));
+        self.with(|b| {
+            if ifound.is_some() || ofound.is_some() {
+                self.check_pool(py, b)?;
             }
-            Backend::Host(g) => {
-                for (v, what) in [(&out, "output"), (&inp, "input")] {
-                    if v.place != Place::Cpu {
-                        return Err(invalid(format!(
-                            "rank {rank}: the {what} is in {:?} memory, but this group is on the host backend",
-                            v.place
-                        )));
+            match b {
+                Backend::Gpu(g) => {
+                    let dev = g.device().index() as i32;
+                    for (v, what) in [(&out, "output"), (&inp, "input")] {
+                        if v.place != Place::Cuda(dev) {
+                            return Err(invalid(format!(
+                                "rank {rank}: the {what} is in {:?} memory, but this group uses CUDA device {dev}",
+                                v.place
+                            )));
+                        }
                     }
+                    py.detach(move || {
+                        // SAFETY: the caller's stream (0: the legacy default stream) of this
+                        // group's device, alive while the caller uses it.
+                        let s = unsafe { Stream::wrap_borrowed(g.device(), raw_stream as usize as _) }?;
+                        fn buf(r: Raw, found: &Option<Found>) -> lowcon::Result<DeviceBuf<'_>> {
+                            match found {
+                                Some(Found::Gpu(seg, off)) => DeviceBuf::symmetric(seg, *off, r.count, r.dtype),
+                                // SAFETY: the views' memory stays valid while the caller holds
+                                // its tensors (until the enqueued call has run, as with NCCL);
+                                // the library checks it is device memory of this GPU.
+                                _ => Ok(unsafe { DeviceBuf::from_raw(r.ptr, r.count, r.dtype) }),
+                            }
+                        }
+                        let (ib, ob) = (buf(i, &ifound)?, buf(o, &ofound)?);
+                        match &which {
+                            Which::AllGather(opts) => g.all_gather(ib, ob, &s, opts),
+                            Which::ReduceScatter(op, opts) => g.reduce_scatter(ib, ob, *op, &s, opts),
+                        }
+                    })
+                    .map_err(to_py)
                 }
-                if o.dtype != i.dtype {
-                    return Err(invalid(format!("rank {rank}: input is {} but output is {}", i.dtype, o.dtype)));
+                Backend::Host(g) => {
+                    for (v, what) in [(&out, "output"), (&inp, "input")] {
+                        if v.place != Place::Cpu {
+                            return Err(invalid(format!(
+                                "rank {rank}: the {what} is in {:?} memory, but this group is on the host backend",
+                                v.place
+                            )));
+                        }
+                    }
+                    if o.dtype != i.dtype {
+                        return Err(invalid(format!("rank {rank}: input is {} but output is {}", i.dtype, o.dtype)));
+                    }
+                    let (ib, ob) = (inp.bytes(), out.bytes());
+                    let overlaps = i.ptr < o.ptr + ob as u64 && o.ptr < i.ptr + ib as u64;
+                    // SAFETY: the views are live, contiguous host memory of these sizes for
+                    // the call (the caller's arrays); an ordinary input overlapping the
+                    // output is copied first, so the shared and the mutable slice never
+                    // alias (an input in the pool is read through the pool's mapping, and
+                    // the library handles an in-place all-gather there).
+                    let input_bytes = unsafe { std::slice::from_raw_parts(i.ptr as *const u8, ib) };
+                    let copied = if overlaps && ifound.is_none() { Some(input_bytes.to_vec()) } else { None };
+                    // SAFETY: as above; nothing else in this process writes the output now.
+                    let output_bytes = unsafe { std::slice::from_raw_parts_mut(o.ptr as *mut u8, ob) };
+                    let input = match &ifound {
+                        Some(Found::Host(buf, offset)) => HostInput::Symmetric { buf, offset: *offset, len: ib },
+                        _ => HostInput::Plain(copied.as_deref().unwrap_or(input_bytes)),
+                    };
+                    let dtype = o.dtype;
+                    interruptible(
+                        py,
+                        || Self::abort_backend(b),
+                        move || match &which {
+                            Which::AllGather(opts) => g.all_gather(input, output_bytes, dtype, opts),
+                            Which::ReduceScatter(op, opts) => g.reduce_scatter(input, output_bytes, dtype, *op, opts),
+                        },
+                    )?
+                    .map_err(to_py)
                 }
-                let (ib, ob) = (inp.bytes(), out.bytes());
-                let overlaps = i.ptr < o.ptr + ob as u64 && o.ptr < i.ptr + ib as u64;
-                // SAFETY: the views are live, contiguous host memory of these sizes for
-                // the call (the caller's arrays); an input overlapping the output is
-                // copied first, so the shared and the mutable slice never alias.
-                let input_bytes = unsafe { std::slice::from_raw_parts(i.ptr as *const u8, ib) };
-                let copied = if overlaps { Some(input_bytes.to_vec()) } else { None };
-                // SAFETY: as above; nothing else in this process writes the output now.
-                let output_bytes = unsafe { std::slice::from_raw_parts_mut(o.ptr as *mut u8, ob) };
-                let input = HostInput::Plain(copied.as_deref().unwrap_or(input_bytes));
-                let dtype = o.dtype;
-                interruptible(
-                    py,
-                    || Self::abort_backend(b),
-                    move || match &which {
-                        Which::AllGather(opts) => g.all_gather(input, output_bytes, dtype, opts),
-                        Which::ReduceScatter(op, opts) => g.reduce_scatter(input, output_bytes, dtype, *op, opts),
-                    },
-                )?
-                .map_err(to_py)
             }
         })
     }
@@ -297,7 +378,7 @@ impl Group {
     }
 
     /// All-gather into `output` (world x input elements) from `input`.
-    #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = 0, allow_staging = true, stream = None))]
+    #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, stream = None))]
     #[allow(clippy::too_many_arguments)]
     fn all_gather(
         &self,
@@ -308,7 +389,7 @@ impl Group {
         sync: &str,
         ctas: Option<u32>,
         pipeline: Option<u32>,
-        channel: u32,
+        channel: Option<u32>,
         allow_staging: bool,
         stream: Option<isize>,
     ) -> PyResult<()> {
@@ -318,7 +399,7 @@ impl Group {
 
     /// Reduce-scatter into `output` from `input` (world x output elements), with `op`
     /// ("sum", "avg", "min", "max").
-    #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = 0, allow_staging = true, stream = None))]
+    #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, stream = None))]
     #[allow(clippy::too_many_arguments)]
     fn reduce_scatter(
         &self,
@@ -330,7 +411,7 @@ impl Group {
         sync: &str,
         ctas: Option<u32>,
         pipeline: Option<u32>,
-        channel: u32,
+        channel: Option<u32>,
         allow_staging: bool,
         stream: Option<isize>,
     ) -> PyResult<()> {
@@ -368,6 +449,54 @@ impl Group {
             }
             Backend::Host(g) => g.check().map_err(to_py),
         })
+    }
+
+    /// Collective when the pool grows (every rank allocates in the same order): a
+    /// DLPack capsule (`"dltensor_versioned"` with `versioned`) of `shape` elements of `dtype` in the group's symmetric pool,
+    /// for use on `stream` (GPU; 0 or None: the legacy default stream). The block returns
+    /// to the pool when the consumer's tensor (or the unconsumed capsule) dies.
+    #[pyo3(signature = (shape, dtype, stream = None, versioned = false))]
+    fn empty(
+        &self,
+        py: Python<'_>,
+        shape: Vec<i64>,
+        dtype: &str,
+        stream: Option<isize>,
+        versioned: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let dtype: DType = dtype.parse().map_err(to_py)?;
+        let count = shape.iter().try_fold(1usize, |acc, &d| usize::try_from(d).ok().and_then(|d| acc.checked_mul(d)));
+        let bytes = count
+            .and_then(|c| c.checked_mul(dtype.size()))
+            .ok_or_else(|| invalid(format!("rank {}: bad shape {shape:?}", self.rank)))?;
+        let pool = self.pool.clone();
+        let (id, ptr, cuda) = self.with(|b| {
+            let got = match b {
+                Backend::Gpu(g) => {
+                    let s = stream.unwrap_or(0) as u64;
+                    interruptible(py, || g.abort(), || pool.alloc_gpu(g, bytes, s))?
+                        .map(|(id, p)| (id, p, Some(g.device().index() as i32)))
+                }
+                Backend::Host(g) => {
+                    interruptible(py, || g.abort(), || pool.alloc_host(g, bytes))?.map(|(id, p)| (id, p, None))
+                }
+            };
+            got.map_err(to_py)
+        })?;
+        pool::export(py, self.pool.clone(), id, ptr, shape, dtype, cuda, versioned)
+    }
+
+    /// What the symmetric pool holds on this rank: a dict of bytes and counts.
+    fn pool_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let s = self.pool.stats();
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("pool_bytes", s.reserved)?;
+        d.set_item("in_use_bytes", s.in_use)?;
+        d.set_item("peak_in_use_bytes", s.peak_in_use)?;
+        d.set_item("segments", s.segments)?;
+        d.set_item("live_blocks", s.live_blocks)?;
+        d.set_item("allocations", s.allocs)?;
+        Ok(d)
     }
 
     /// Fails the group now: waits in flight give up, every later call raises.

@@ -20,12 +20,12 @@ WORKER = str(HERE / "worker.py")
 LOWCON = os.environ.get("LOWCON_BIN", str(REPO / "target" / "debug" / "lowcon"))
 
 
-def launch(n, *args, timeout=240):
+def launch(n, *args, timeout=240, env=None):
     if not Path(LOWCON).exists():
         pytest.fail(f"no lowcon binary at {LOWCON}: build it (cargo build -p lowcon-cli) or set LOWCON_BIN")
     p = subprocess.run(
         [LOWCON, "launch", "--nproc-per-node", str(n), "--tee", "--", sys.executable, WORKER, *args],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
     )
     return p.returncode, p.stdout + p.stderr
 
@@ -44,6 +44,14 @@ def test_bad_input_raises_naming_rank_and_sizes(ranks):
     assert rc == 0, out
     for r in range(ranks):
         assert f"rank {r}: bad ok" in out, out
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_pool_tensors_offsets_and_mismatch(ranks):
+    rc, out = launch(ranks, "pool", "host", env={"LOWCON_POOL_CHECK_EVERY": "1", "LOWCON_POOL_SEGMENT_MB": "16"})
+    assert rc == 0, out
+    for r in range(ranks):
+        assert f"rank {r}: pool ok" in out, out
 
 
 def _by_hand(mode):

@@ -8,6 +8,9 @@ Tolerances: exact for all-gather and for sum/min/max over small integers (exact 
 f16); avg within 1e-6 relative (f32) or 1e-3 (f16).
 bad: bad arguments raise lowcon.InvalidArgument naming the rank and sizes; the group still works.
 dead: the last rank SIGKILLs itself; the others must get lowcon.PeerError naming it.
+pool: tensors from the symmetric pool (g.empty): collectives in place on them against
+numpy, offsets that agree across ranks, reuse, stats; then a rank that allocates out of
+order must make every rank raise, naming the disagreement (LOWCON_POOL_CHECK_EVERY=1).
 Prints "rank R: <mode> ok: ..." and exits 0 on success.
 """
 
@@ -158,6 +161,68 @@ def dead(g):
     fail("100000 calls succeeded although a peer died")
 
 
+def pool(g):
+    r, w = g.rank, g.world_size
+    checks = 0
+    blocks = []
+    for i, n in enumerate((1, 1023, 70001, 300000)):
+        out = g.empty(n * w, np.float32)
+        if not (isinstance(out, np.ndarray) and out.shape == (n * w,) and out.dtype == np.float32):
+            fail(f"g.empty gave {type(out)} {getattr(out, 'shape', None)} {getattr(out, 'dtype', None)}")
+        blocks.append(out)
+        for algo in ("auto", "ce-pull", "ce-push", "sm-oneshot"):
+            out[:] = np.nan
+            out[r * n:(r + 1) * n] = data(100 + i, r, n, np.float32)
+            g.all_gather(out, out[r * n:(r + 1) * n], algorithm=algo)  # in place, as FSDP2 calls it
+            want = np.concatenate([data(100 + i, p, n, np.float32) for p in range(w)])
+            if not np.array_equal(out, want):
+                fail(f"in-place all-gather on pool memory n={n} {algo}: {np.count_nonzero(out != want)} wrong")
+            checks += 1
+        for algo in ("auto", "ce-reduce", "sm-direct"):
+            inp = g.empty(n * w, np.float32)
+            inp[:] = data(200 + i, r, n * w, np.float32)
+            res = np.full(n, np.nan, np.float32)
+            g.reduce_scatter(res, inp, "sum", algorithm=algo)
+            want = sum(data(200 + i, p, n * w, np.float32)[r * n:(r + 1) * n] for p in range(w))
+            if not np.array_equal(res, want):
+                fail(f"reduce-scatter from pool memory n={n} {algo}: {np.count_nonzero(res != want)} wrong")
+            checks += 1
+            del inp
+    # Offsets agree: every rank's block addresses relative to its first block (one segment
+    # holds them all: the test sets LOWCON_POOL_SEGMENT_MB=16), gathered.
+    rel = np.array([b.ctypes.data - blocks[0].ctypes.data for b in blocks], np.int64).view(np.int32)
+    allrel = np.zeros(rel.size * w, np.int32)
+    g.all_gather(allrel, rel)
+    if not all(np.array_equal(allrel[p * rel.size:(p + 1) * rel.size], rel) for p in range(w)):
+        fail(f"pool offsets differ between ranks: {allrel}")
+    checks += 1
+    # Reuse: a freed block comes back for the next allocation of its size on its stream.
+    st = g.pool_stats()
+    addr = blocks[1].ctypes.data
+    del blocks[1], out
+    again = g.empty(1023 * w, np.float32)
+    st2 = g.pool_stats()
+    if again.ctypes.data != addr or st2["pool_bytes"] != st["pool_bytes"] or st2["allocations"] != st["allocations"] + 1:
+        fail(f"no reuse: {addr:#x} -> {again.ctypes.data:#x}, {st} -> {st2}")
+    if lowcon.memory_stats(g)["pool_bytes"] < 300000 * w * 4:
+        fail(f"pool_bytes too small: {st2}")
+    checks += 1
+    del again, blocks
+    # Out of order: rank 0 keeps an extra block, so the next allocation lands elsewhere
+    # there; the next collective on pool memory must fail on every rank, naming it.
+    extra = g.empty(1000, np.float32) if r == 0 else None
+    x = g.empty(64 * w, np.float32)
+    try:
+        g.all_gather(x, x[r * 64:(r + 1) * 64])
+    except lowcon.PeerError as e:
+        if "no longer agree" not in str(e) or f"rank {r}" not in str(e):
+            fail(f"the mismatch error does not say what and where: {e}")
+    else:
+        fail("an all-gather on disagreeing pool offsets ran")
+    del extra, x
+    return f"{checks} checks, {w} ranks, mismatch named"
+
+
 def sigint(g):
     """Rank 0 waits in an all-gather that rank 1 never joins; the test sends it SIGINT."""
     if g.rank == 1:
@@ -181,7 +246,7 @@ def sigint(g):
 
 
 g = lowcon.init(BACKEND, timeout=20)
-result = {"check": check, "bad": bad, "dead": dead, "sigint": sigint}[MODE](g)
+result = {"check": check, "bad": bad, "dead": dead, "sigint": sigint, "pool": pool}[MODE](g)
 print(f"rank {g.rank}: {MODE} ok: {result}", flush=True)
-if MODE not in ("dead", "sigint"):
+if MODE not in ("dead", "sigint", "pool"):
     g.close()

@@ -435,10 +435,12 @@ impl<S: Segment + Clone, E: Clone> Pool<S, E> {
 
     /// Returns block `id` (from any thread). `record(stream)` records and returns an
     /// event on the block's stream, for a later user on another stream; it runs without
-    /// the pool's lock.
-    pub fn free(&self, id: u64, record: impl FnOnce(u64) -> Option<E>) -> Result<()> {
-        let stream = self.lock().core.stream_of(id);
-        let event = stream.and_then(record);
+    /// the pool's lock. If it fails, the block is never reused (leaked, not raced on).
+    pub fn free(&self, id: u64, record: impl FnOnce(u64) -> Result<Option<E>>) -> Result<()> {
+        let stream = self.lock().core.stream_of(id).ok_or_else(|| {
+            Error::InvalidArgument(format!("rank {}: pool block {id} is not allocated (freed twice?)", self.rank))
+        })?;
+        let event = record(stream)?;
         self.lock().core.free(id, event).map(|_| ())
     }
 
@@ -609,11 +611,11 @@ mod tests {
         let mut recorded = None;
         pool.free(b.id, |s| {
             recorded = Some(s);
-            Some(4)
+            Ok(Some(4))
         })
         .unwrap();
         assert_eq!(recorded, Some(1));
-        assert!(pool.free(b.id, |_| None).is_err());
+        assert!(pool.free(b.id, |_| Ok(None)).is_err());
         let short = pool.alloc(4 << 20, 1, |_, _, _| Ok(FakeSeg(0x90_0000, 1 << 20)));
         assert!(short.is_err());
     }

@@ -23,6 +23,10 @@ pub(crate) mod host;
 
 use crate::error::{Error, Result};
 use crate::rendezvous::GroupCore;
+
+/// Channels per group: independent sequences of barriers and signals, one per stream
+/// that runs collectives concurrently with others.
+pub const CHANNELS: u32 = lowcon_abi::pad::CHANNELS;
 pub(crate) use epochs::Epochs;
 
 /// How a synchronisation step runs on the GPU backend.

@@ -16,7 +16,62 @@ from ._errors import CudaError, Error, InvalidArgument, PeerError
 from ._native import __version__, device_count
 from ._native import Group as _NativeGroup
 
-__all__ = ["CudaError", "Error", "Group", "InvalidArgument", "PeerError", "__version__", "device_count", "init"]
+__all__ = [
+    "CudaError",
+    "Error",
+    "Group",
+    "InvalidArgument",
+    "PeerError",
+    "__version__",
+    "device_count",
+    "init",
+    "memory_stats",
+]
+
+# dtype names lowcon takes, from torch / numpy / CuPy dtypes or strings.
+_DTYPES = {
+    "float32": "f32",
+    "float": "f32",
+    "f32": "f32",
+    "float16": "f16",
+    "half": "f16",
+    "f16": "f16",
+    "bfloat16": "bf16",
+    "bf16": "bf16",
+    "int32": "i32",
+    "i32": "i32",
+    "uint8": "u8",
+    "u8": "u8",
+}
+
+
+def _dtype_name(dtype):
+    if isinstance(dtype, str):
+        name = dtype
+    elif type(dtype).__module__.startswith("torch"):
+        name = str(dtype).rsplit(".", 1)[-1]  # torch.bfloat16 -> bfloat16
+    else:
+        name = getattr(dtype, "name", None) or getattr(dtype, "__name__", str(dtype))  # numpy / CuPy
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise InvalidArgument(f"dtype {dtype!r}: lowcon takes float32, float16, bfloat16, int32, uint8") from None
+
+
+class _Exporter:
+    """Hands a DLPack capsule to a consumer that wants `__dlpack__` (numpy, CuPy)."""
+
+    def __init__(self, capsule, device):
+        self._capsule, self._device = capsule, device
+
+    def __dlpack__(self, *args, **kwargs):
+        capsule, self._capsule = self._capsule, None
+        if capsule is None:
+            raise BufferError("lowcon: this pool block was already exported")
+        return capsule
+
+    def __dlpack_device__(self):
+        return self._device
 
 
 def _stream_of(tensor, stream):
@@ -53,7 +108,8 @@ class Group:
         """`output[p * n:(p + 1) * n]` receives rank p's `input` (n elements), on every rank.
 
         Options: algorithm ("auto", "ce-pull", "ce-push", "sm-oneshot"), sync ("kernel",
-        "memop"), ctas, channel (one per concurrently used stream), allow_staging.
+        "memop"), ctas, channel (default: one per stream, in order of first use),
+        allow_staging.
         """
         self._g.all_gather(output, input, stream=_stream_of(output, stream), **options)
 
@@ -65,6 +121,52 @@ class Group:
         allow_staging.
         """
         self._g.reduce_scatter(output, input, op, stream=_stream_of(output, stream), **options)
+
+    def empty(self, shape, dtype, *, stream=None, framework=None):
+        """A tensor of `shape` and `dtype` in the group's symmetric pool (uninitialised).
+
+        Collectives on pool tensors need no staging copy: peers reach them in place. Every
+        rank must allocate (and free) pool tensors in the same order; the pool grows
+        collectively. The block belongs to `stream` (default: the current stream of the
+        tensor's framework), is reused at once on that stream once the tensor dies, and on
+        another stream only after an event. framework: "torch" (the GPU default), "cupy",
+        or "numpy" (the host backend's).
+        """
+        if isinstance(shape, int):
+            shape = (shape,)
+        shape = [int(d) for d in shape]
+        if framework is None:
+            framework = "numpy" if self.backend == "host" else "torch"
+        if stream is None and self.backend == "gpu":
+            if framework == "torch":
+                import torch
+
+                stream = torch.cuda.current_stream(self.device)
+            elif framework == "cupy":
+                import cupy
+
+                stream = cupy.cuda.get_current_stream()
+        raw = _stream_of(None, stream) if stream is not None else None
+        # numpy makes arrays of legacy capsules read-only: give it (and CuPy) DLPack 1.x.
+        capsule = self._g.empty(shape, _dtype_name(dtype), stream=raw, versioned=framework != "torch")
+        device = (2, self.device) if self.backend == "gpu" else (1, 0)
+        if framework == "torch":
+            import torch.utils.dlpack
+
+            return torch.utils.dlpack.from_dlpack(capsule)
+        if framework == "cupy":
+            import cupy
+
+            return cupy.from_dlpack(_Exporter(capsule, device))
+        if framework == "numpy":
+            import numpy
+
+            return numpy.from_dlpack(_Exporter(capsule, device))
+        raise InvalidArgument(f'framework {framework!r}: expected "torch", "cupy" or "numpy"')
+
+    def pool_stats(self):
+        """Bytes and counts of the symmetric pool on this rank (pool_bytes is what it holds)."""
+        return self._g.pool_stats()
 
     def check(self):
         """Raise the group's failure (a dead or late peer, naming the rank), if any, without waiting."""
@@ -106,3 +208,8 @@ def init(backend="auto", *, name="default", timeout=None):
         backend = "gpu" if device_count() > 0 else "host"
     ms = None if timeout is None else int(timeout * 1000)
     return Group(_NativeGroup.from_env(backend, name, ms))
+
+
+def memory_stats(group):
+    """What lowcon's symmetric pool holds on this rank (a dict; "pool_bytes" is its size)."""
+    return group.pool_stats()

@@ -1,0 +1,287 @@
+//! The group's symmetric pool ([`lowcon::Pool`]) seen from Python: blocks exported as
+//! DLPack capsules (producer side) whose deleter returns the block, from whatever thread
+//! the framework frees its tensor on, and the lookups that let a collective on pool
+//! memory run without staging.
+//!
+//! A block belongs to the stream it was allocated on. Its free records an event there
+//! (never a synchronisation), which an allocation on another stream waits for before it
+//! reuses the block (`docs/python.md`, "Memory model").
+
+use std::ffi::{CStr, c_void};
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+
+use crate::dlpack::{DLDevice, DLManagedTensor, DLTensor, dl_dtype};
+use lowcon::cuda::{Device, Event, Stream};
+use lowcon::{DType, GpuGroup, HostBuffer, HostGroup, Pool, PoolStats, SymmetricBuffer};
+
+/// Collectives on pool memory between fingerprint checks (`LOWCON_POOL_CHECK_EVERY`).
+fn check_every() -> u64 {
+    std::env::var("LOWCON_POOL_CHECK_EVERY").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(64)
+}
+
+/// Smallest segment the pool grows by (`LOWCON_POOL_SEGMENT_MB`, default 64 MiB).
+fn segment_min() -> usize {
+    std::env::var("LOWCON_POOL_SEGMENT_MB").ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(64) << 20
+}
+
+pub(crate) type GpuPool = Pool<Arc<SymmetricBuffer>, Arc<Event>>;
+pub(crate) type HostPool = Pool<Arc<HostBuffer>, ()>;
+
+/// One rank's pool, of the group's backend.
+pub(crate) enum GroupPool {
+    Gpu { pool: GpuPool, device: Device },
+    Host(HostPool),
+}
+
+/// Where a collective's buffer lies in the pool.
+pub(crate) enum Found {
+    Gpu(Arc<SymmetricBuffer>, usize),
+    Host(Arc<HostBuffer>, usize),
+}
+
+impl GroupPool {
+    pub(crate) fn gpu(g: &GpuGroup) -> Self {
+        GroupPool::Gpu { pool: Pool::new(g.rank(), segment_min(), check_every()), device: g.device().clone() }
+    }
+
+    pub(crate) fn host(g: &HostGroup) -> Self {
+        GroupPool::Host(Pool::new(g.rank(), segment_min(), check_every()))
+    }
+
+    fn rank(&self) -> usize {
+        match self {
+            GroupPool::Gpu { pool, .. } => pool.rank(),
+            GroupPool::Host(p) => p.rank(),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> PoolStats {
+        match self {
+            GroupPool::Gpu { pool, .. } => pool.stats(),
+            GroupPool::Host(p) => p.stats(),
+        }
+    }
+
+    /// Collective when the pool grows: a GPU block for use on `stream` (a raw
+    /// `CUstream`; 0 is the legacy default stream). Returns (id, address).
+    pub(crate) fn alloc_gpu(&self, g: &GpuGroup, bytes: usize, stream: u64) -> lowcon::Result<(u64, u64)> {
+        let GroupPool::Gpu { pool, device } = self else { unreachable!("a GPU group has a GPU pool") };
+        let b = pool.alloc(bytes, stream, |seg, fp, n| {
+            let all = g.all_gather_bytes(&format!("pool/{n}"), &fp.to_bytes())?;
+            lowcon::memory::pool::compare_fingerprints(g.rank(), "before the pool grew", &all)?;
+            g.alloc(seg).map(Arc::new)
+        })?;
+        if let Some(ev) = &b.wait {
+            // SAFETY: the caller's live stream of this device (see `Group::empty`).
+            let s = unsafe { Stream::wrap_borrowed(device, stream as usize as _) }?;
+            s.wait(ev)?;
+        }
+        Ok((b.id, b.ptr))
+    }
+
+    /// Collective when the pool grows: a host block. Returns (id, address).
+    pub(crate) fn alloc_host(&self, g: &HostGroup, bytes: usize) -> lowcon::Result<(u64, u64)> {
+        let GroupPool::Host(pool) = self else { unreachable!("a host group has a host pool") };
+        let b = pool.alloc(bytes, 0, |seg, fp, n| {
+            let all = g.all_gather_bytes(&format!("pool/{n}"), &fp.to_bytes())?;
+            lowcon::memory::pool::compare_fingerprints(g.rank(), "before the pool grew", &all)?;
+            g.alloc(seg).map(Arc::new)
+        })?;
+        Ok((b.id, b.ptr))
+    }
+
+    /// Returns a block; any thread, no GIL needed.
+    fn free(&self, id: u64) -> lowcon::Result<()> {
+        match self {
+            GroupPool::Gpu { pool, device } => pool.free(id, |stream| {
+                // SAFETY: the stream the block was allocated on, which its owner keeps
+                // alive while its tensors are (as torch's caching allocator assumes).
+                let s = unsafe { Stream::wrap_borrowed(device, stream as usize as _) }?;
+                let ev = s.event(false)?;
+                s.record(&ev)?;
+                Ok(Some(Arc::new(ev)))
+            }),
+            GroupPool::Host(p) => p.free(id, |_| Ok(None)),
+        }
+    }
+
+    /// The pool segment holding `bytes` at `ptr`, if any.
+    pub(crate) fn find(&self, ptr: u64, bytes: usize) -> Option<Found> {
+        match self {
+            GroupPool::Gpu { pool, .. } => pool.find(ptr, bytes).map(|(s, o)| Found::Gpu(s, o)),
+            GroupPool::Host(p) => p.find(ptr, bytes).map(|(s, o)| Found::Host(s, o)),
+        }
+    }
+
+    /// Counts a collective on pool memory; every N-th, the fingerprint to compare.
+    pub(crate) fn note_collective(&self) -> Option<(lowcon::Fingerprint, u64)> {
+        match self {
+            GroupPool::Gpu { pool, .. } => pool.note_collective(),
+            GroupPool::Host(p) => p.note_collective(),
+        }
+    }
+}
+
+/// What a block's deleter needs: the pool (kept alive by its blocks) and the id.
+struct Owner {
+    shape: Vec<i64>,
+    pool: Arc<GroupPool>,
+    id: u64,
+}
+
+impl Owner {
+    fn release(self) {
+        // Never unwind into C.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if let Err(err) = self.pool.free(self.id) {
+                lowcon::log::trace(self.pool.rank(), &format!("freeing pool block {}: {err}", self.id));
+            }
+        }));
+    }
+}
+
+/// DLPack 0.x: a legacy managed tensor for one pool block (torch takes these).
+#[repr(C)]
+struct Exported {
+    // First, so a `*mut DLManagedTensor` is a `*mut Exported`.
+    managed: DLManagedTensor,
+    owner: Owner,
+}
+
+/// DLPack 1.x's versioned managed tensor (numpy makes arrays of legacy capsules
+/// read-only; versioned ones carry flags, here none: writable, not a copy).
+#[repr(C)]
+struct DLManagedTensorVersioned {
+    version: [u32; 2],
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensorVersioned)>,
+    flags: u64,
+    dl_tensor: DLTensor,
+}
+
+#[repr(C)]
+struct ExportedVersioned {
+    managed: DLManagedTensorVersioned,
+    owner: Owner,
+}
+
+/// The DLPack deleters: return the block to the pool. Called by the consumer (torch,
+/// CuPy, numpy) when its tensor dies, on any thread, or by the capsule's destructor
+/// when nobody consumed it.
+unsafe extern "C" fn release(m: *mut DLManagedTensor) {
+    if !m.is_null() {
+        // SAFETY: `m` came from `Box::into_raw` of an `Exported` in `export` (repr(C),
+        // the managed tensor first), and DLPack calls the deleter exactly once.
+        unsafe { Box::from_raw(m.cast::<Exported>()) }.owner.release();
+    }
+}
+
+unsafe extern "C" fn release_versioned(m: *mut DLManagedTensorVersioned) {
+    if !m.is_null() {
+        // SAFETY: as `release`, for `ExportedVersioned`.
+        unsafe { Box::from_raw(m.cast::<ExportedVersioned>()) }.owner.release();
+    }
+}
+
+const DLTENSOR: &CStr = c"dltensor";
+const DLTENSOR_VERSIONED: &CStr = c"dltensor_versioned";
+
+/// The capsule destructors: free the block if the capsule was never consumed (a
+/// consumer renames it to "used_dltensor[_versioned]" and calls the deleter itself).
+unsafe extern "C" fn capsule_destructor(capsule: *mut pyo3::ffi::PyObject) {
+    // SAFETY: called by Python with the capsule being destroyed (the GIL is held).
+    unsafe {
+        if pyo3::ffi::PyCapsule_IsValid(capsule, DLTENSOR.as_ptr()) == 1 {
+            let p = pyo3::ffi::PyCapsule_GetPointer(capsule, DLTENSOR.as_ptr()).cast::<DLManagedTensor>();
+            if let Some(d) = p.as_ref().and_then(|m| m.deleter) {
+                d(p);
+            }
+        } else if pyo3::ffi::PyCapsule_IsValid(capsule, DLTENSOR_VERSIONED.as_ptr()) == 1 {
+            let p = pyo3::ffi::PyCapsule_GetPointer(capsule, DLTENSOR_VERSIONED.as_ptr())
+                .cast::<DLManagedTensorVersioned>();
+            if let Some(d) = p.as_ref().and_then(|m| m.deleter) {
+                d(p);
+            }
+        } else {
+            // A consumed capsule: the consumer owns the tensor now.
+            pyo3::ffi::PyErr_Clear();
+        }
+    }
+}
+
+/// A DLPack capsule (`"dltensor_versioned"` when `versioned`, else `"dltensor"`) for
+/// block `id` at `ptr` (shape `shape`, contiguous), on CUDA device `cuda` (or the CPU
+/// when `None`). The block is freed with the capsule, or by the consumer's tensor.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn export(
+    py: Python<'_>,
+    pool: Arc<GroupPool>,
+    id: u64,
+    ptr: u64,
+    shape: Vec<i64>,
+    dtype: DType,
+    cuda: Option<i32>,
+    versioned: bool,
+) -> PyResult<Py<PyAny>> {
+    let device = match cuda {
+        Some(d) => DLDevice { device_type: 2, device_id: d },
+        None => DLDevice { device_type: 1, device_id: 0 },
+    };
+    let tensor = DLTensor {
+        data: ptr as *mut c_void,
+        device,
+        ndim: shape.len() as i32,
+        dtype: dl_dtype(dtype),
+        shape: std::ptr::null(),
+        strides: std::ptr::null(),
+        byte_offset: 0,
+    };
+    let owner = Owner { shape, pool, id };
+    // SAFETY (both arms): the boxed value is valid; its shape Vec's buffer does not
+    // move with the Box; the capsule owns the box until consumed, and its destructor
+    // (above) handles both outcomes. If the capsule cannot be made, the box is released
+    // here.
+    unsafe {
+        let (raw, name): (*mut c_void, &CStr) = if versioned {
+            let mut e = Box::new(ExportedVersioned {
+                managed: DLManagedTensorVersioned {
+                    version: [1, 0],
+                    manager_ctx: std::ptr::null_mut(),
+                    deleter: Some(release_versioned),
+                    flags: 0,
+                    dl_tensor: tensor,
+                },
+                owner,
+            });
+            e.managed.dl_tensor.shape = e.owner.shape.as_ptr();
+            let raw = Box::into_raw(e);
+            (*raw).managed.manager_ctx = raw.cast();
+            (raw.cast(), DLTENSOR_VERSIONED)
+        } else {
+            let mut e = Box::new(Exported {
+                managed: DLManagedTensor {
+                    dl_tensor: tensor,
+                    manager_ctx: std::ptr::null_mut(),
+                    deleter: Some(release),
+                },
+                owner,
+            });
+            e.managed.dl_tensor.shape = e.owner.shape.as_ptr();
+            let raw = Box::into_raw(e);
+            (*raw).managed.manager_ctx = raw.cast();
+            (raw.cast(), DLTENSOR)
+        };
+        let cap = pyo3::ffi::PyCapsule_New(raw, name.as_ptr(), Some(capsule_destructor));
+        if cap.is_null() {
+            if versioned {
+                release_versioned(raw.cast());
+            } else {
+                release(raw.cast());
+            }
+            return Err(PyErr::fetch(py));
+        }
+        Ok(Bound::from_owned_ptr(py, cap).unbind())
+    }
+}
