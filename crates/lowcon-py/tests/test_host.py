@@ -66,7 +66,9 @@ def _by_hand(mode):
     assert addr, "the store did not start"
     env = dict(os.environ, WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="1",
                LOWCON_STORE_ADDR=addr, PYTHONUNBUFFERED="1")
-    ranks = [subprocess.Popen([sys.executable, WORKER, mode, "host"], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+    # LOWCON_PYTEST_BACKEND=gpu runs these by-hand tests on GPUs (the GPU machine).
+    backend = os.environ.get("LOWCON_PYTEST_BACKEND", "host")
+    ranks = [subprocess.Popen([sys.executable, WORKER, mode, backend], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
     return store, ranks
 
@@ -112,6 +114,30 @@ def test_ctrl_c_interrupts_a_waiting_call():
             p.kill()
         store.kill()
         store.wait()
+
+
+def test_two_groups_in_torchrun_mode_share_the_hosted_store():
+    """No launcher and no LOWCON_STORE_ADDR, as under torchrun: rank 0 hosts lowcon's store
+    at MASTER_PORT + 1, and a second group made the same way must share it (it failed to
+    bind the port before)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1] - 1
+    env = dict(os.environ, WORLD_SIZE="2", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               PYTHONUNBUFFERED="1")
+    env.pop("LOWCON_STORE_ADDR", None)
+    ranks = [subprocess.Popen([sys.executable, WORKER, "twogroups", "host"], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    try:
+        outs = [p.communicate(timeout=120)[0] for p in ranks]
+        for r, (p, out) in enumerate(zip(ranks, outs)):
+            assert p.returncode == 0, out
+            assert f"rank {r}: twogroups ok" in out, out
+    finally:
+        for p in ranks:
+            p.kill()
 
 
 def test_exceptions_keep_their_kinds():

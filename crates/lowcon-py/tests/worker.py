@@ -137,15 +137,24 @@ def bad(g):
 
 def dead(g):
     victim = g.world_size - 1
-    inp = np.ones(4096, np.float32)
-    out = np.zeros(4096 * g.world_size, np.float32)
+    if BACKEND == "gpu":  # torch tensors; GPU calls only enqueue, so synchronize now and then
+        import torch
+
+        inp = torch.ones(4096, device=f"cuda:{g.device}")
+        out = torch.zeros(4096 * g.world_size, device=f"cuda:{g.device}")
+    else:
+        inp = np.ones(4096, np.float32)
+        out = np.zeros(4096 * g.world_size, np.float32)
     g.all_gather(out, inp)
+    g.synchronize()
     if g.rank == victim:
         os.kill(os.getpid(), signal.SIGKILL)
     t0 = time.monotonic()
     try:
-        for _ in range(100000):
+        for i in range(100000):
             g.all_gather(out, inp)
+            if BACKEND == "gpu" and i % 64 == 63:
+                g.synchronize()
     except lowcon.PeerError as e:
         took = time.monotonic() - t0
         if f"peer rank {victim}" not in str(e):
@@ -223,6 +232,22 @@ def pool(g):
     return f"{checks} checks, {w} ranks, mismatch named"
 
 
+def twogroups(g):
+    """A second group from the same environment (torchrun mode: rank 0 hosts one store
+    for both), used interleaved with the first."""
+    g2 = lowcon.init(BACKEND, name="second", timeout=20)
+    r, w = g.rank, g.world_size
+    for i in range(20):
+        for grp, k in ((g, 1), (g2, 2)):
+            out = np.full(3 * w, np.nan, np.float32)
+            grp.all_gather(out, np.full(3, k * 100 + i * 10 + r, np.float32))
+            want = np.repeat(np.array([k * 100 + i * 10 + p for p in range(w)], np.float32), 3)
+            if not np.array_equal(out, want):
+                fail(f"group {k} call {i}: {out}")
+    g2.close()
+    return "40 calls on two groups"
+
+
 def sigint(g):
     """Rank 0 waits in an all-gather that rank 1 never joins; the test sends it SIGINT."""
     if g.rank == 1:
@@ -246,7 +271,8 @@ def sigint(g):
 
 
 g = lowcon.init(BACKEND, timeout=20)
-result = {"check": check, "bad": bad, "dead": dead, "sigint": sigint, "pool": pool}[MODE](g)
+result = {"check": check, "bad": bad, "dead": dead, "sigint": sigint, "pool": pool,
+          "twogroups": twogroups}[MODE](g)
 print(f"rank {g.rank}: {MODE} ok: {result}", flush=True)
 if MODE not in ("dead", "sigint", "pool"):
     g.close()

@@ -9,6 +9,8 @@
 //!   own store, so rank 0 hosts lowcon's at `MASTER_ADDR:LOWCON_STORE_PORT`, which
 //!   defaults to `MASTER_PORT + 1`, and the other ranks connect there.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use crate::{ClientOptions, ServerOptions, StoreClient, StoreError, StoreServer};
@@ -104,11 +106,30 @@ impl RankEnv {
 }
 
 /// A connected rank: its environment, a store client, and (on the rank that hosts it)
-/// the store server, which lives as long as this value.
+/// the store server, which lives as long as this value (or another holder of it).
 pub struct Rendezvous {
     pub env: RankEnv,
     pub client: StoreClient,
-    server: Option<StoreServer>,
+    server: Option<Arc<StoreServer>>,
+}
+
+/// The store servers this process hosts, by address: a second group made from the same
+/// environment (torchrun mode) shares the first one's server instead of failing to bind
+/// its port. Each holder keeps it alive; the last one to go stops it.
+fn hosted() -> &'static Mutex<HashMap<String, Weak<StoreServer>>> {
+    static HOSTED: OnceLock<Mutex<HashMap<String, Weak<StoreServer>>>> = OnceLock::new();
+    HOSTED.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// This process's server at `addr`, started if none is alive.
+fn host_at(addr: &str) -> Result<Arc<StoreServer>, StoreError> {
+    let mut m = hosted().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = m.get(addr).and_then(Weak::upgrade) {
+        return Ok(s);
+    }
+    let s = Arc::new(StoreServer::start(addr, ServerOptions::from_env())?);
+    m.insert(addr.to_string(), Arc::downgrade(&s));
+    Ok(s)
 }
 
 impl Rendezvous {
@@ -118,7 +139,7 @@ impl Rendezvous {
         let env = RankEnv::from_env()?;
         let store_port = std::env::var(STORE_PORT_ENV).ok().map(|v| num(STORE_PORT_ENV, &v)).transpose()?;
         let (addr, host) = env.store_location(store_port)?;
-        let server = if host { Some(StoreServer::start(&addr, ServerOptions::from_env())?) } else { None };
+        let server = if host { Some(host_at(&addr)?) } else { None };
         let client = StoreClient::connect(addr, ClientOptions { connect_timeout, ..ClientOptions::from_env() })?;
         Ok(Self { env, client, server })
     }
@@ -131,7 +152,7 @@ impl Rendezvous {
 
     /// The parts, for an owner that keeps the server (if this rank hosts it) alive as
     /// long as it needs the store.
-    pub fn into_parts(self) -> (RankEnv, StoreClient, Option<StoreServer>) {
+    pub fn into_parts(self) -> (RankEnv, StoreClient, Option<Arc<StoreServer>>) {
         (self.env, self.client, self.server)
     }
 }
@@ -144,6 +165,19 @@ mod tests {
     fn env(pairs: &[(&'static str, &str)]) -> impl Fn(&'static str) -> Option<String> {
         let m: HashMap<&'static str, String> = pairs.iter().map(|(k, v)| (*k, v.to_string())).collect();
         move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn a_second_group_at_one_address_shares_the_hosted_server() {
+        let a = host_at("127.0.0.1:0").unwrap();
+        let b = host_at("127.0.0.1:0").unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        let first = Arc::as_ptr(&a);
+        drop((a, b));
+        // The last holder stopped it; the next one starts a new server.
+        let c = host_at("127.0.0.1:0").unwrap();
+        assert!(!std::ptr::eq(Arc::as_ptr(&c), first) || Arc::strong_count(&c) == 1);
+        assert_eq!(Arc::strong_count(&c), 1);
     }
 
     #[test]

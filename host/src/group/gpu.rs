@@ -49,7 +49,7 @@ pub struct GpuGroup {
     _watchdog: Watchdog,
     coll: GpuColl,
     /// The store this rank hosts (torchrun mode), dropped last.
-    _store_server: Option<lowcon_store::StoreServer>,
+    _store_server: Option<Arc<lowcon_store::StoreServer>>,
 }
 
 impl GpuGroup {

@@ -4,6 +4,7 @@
 //! GPU. Composes [`crate::rendezvous`], [`crate::memory`], [`crate::sync`] and
 //! [`crate::coll`], like [`crate::GpuGroup`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lowcon_store::StoreClient;
@@ -34,7 +35,7 @@ impl Default for HostGroupOptions {
 pub struct HostGroup {
     coll: HostColl,
     /// The store this rank hosts (torchrun mode), dropped last.
-    _store_server: Option<lowcon_store::StoreServer>,
+    _store_server: Option<Arc<lowcon_store::StoreServer>>,
 }
 
 impl HostGroup {

@@ -67,7 +67,7 @@ pub(crate) struct FromEnv {
     pub(crate) store: StoreClient,
     pub(crate) rank: usize,
     pub(crate) world: usize,
-    pub(crate) server: Option<lowcon_store::StoreServer>,
+    pub(crate) server: Option<Arc<lowcon_store::StoreServer>>,
 }
 
 /// Reads the launcher (or torchrun) environment and connects to its store, hosting it

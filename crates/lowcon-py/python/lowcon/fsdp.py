@@ -1,0 +1,134 @@
+"""FSDP2 on lowcon: all-gather and reduce-scatter through FSDP2's custom-collective hooks.
+
+    import lowcon, lowcon.fsdp
+    from torch.distributed.fsdp import fully_shard
+    g = lowcon.init()
+    for block in model.layers:
+        fully_shard(block)
+    fully_shard(model)
+    lowcon.fsdp.install(model, g)
+
+torch 2.11's `FSDPModule.set_custom_all_gather` / `set_custom_reduce_scatter` take objects
+with `allocate(size, *, dtype, device)` and `__call__(output_tensor, input_tensor, group,
+[op,] async_op=False)`. Ours allocate from the group's symmetric pool (so the collectives
+need no staging copy and no rendezvous per call) on the current stream, which is the
+stream FSDP2 allocates on, and run lowcon's collective in place on FSDP2's own streams.
+The hooks are per FSDP module (they do not recurse): `install` sets them on every one.
+
+Reduce-scatter ops: FSDP2 passes SUM, AVG, or PREMUL_SUM(1/f) after
+`set_gradient_divide_factor(f)`. torch does not expose PREMUL_SUM's factor in Python, so
+give the same factor to `install(..., gradient_divide_factor=f)`, which sets it on the
+modules too; lowcon then sums and scales the output by 1/f on the same stream.
+"""
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as _AllGather
+from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter as _ReduceScatter
+
+from . import InvalidArgument
+
+__all__ = ["LowconAllGather", "LowconReduceScatter", "install"]
+
+
+def _check_group(g, group):
+    """FSDP2's process group must be the same ranks as the lowcon group."""
+    if group is not None and (group.size() != g.world_size or group.rank() != g.rank):
+        raise InvalidArgument(
+            f"rank {g.rank}: FSDP's process group has rank {group.rank()} of {group.size()}, but the lowcon "
+            f"group has rank {g.rank} of {g.world_size}: build the lowcon group over the same ranks "
+            "(for HSDP, over the intra-node mesh dimension)"
+        )
+
+
+class _Comm:
+    def __init__(self, group, algorithm="auto", sync="kernel", **options):
+        self.group = group
+        self.options = dict(algorithm=algorithm, sync=sync, **options)
+
+    def allocate(self, size, *, dtype, device):
+        """A pool block on the current stream (FSDP2 allocates on the stream that fills it)."""
+        if device is not None and torch.device(device).type == "cuda":
+            index = torch.device(device).index
+            if index is not None and index != self.group.device:
+                raise InvalidArgument(
+                    f"rank {self.group.rank}: FSDP allocates on cuda:{index}, but the lowcon group uses "
+                    f"cuda:{self.group.device}"
+                )
+        return self.group.empty(tuple(int(s) for s in size), dtype)
+
+
+class LowconAllGather(_Comm, _AllGather):
+    """FSDP2's all-gather on lowcon (the output is pool memory; the input is its view)."""
+
+    def __call__(self, output_tensor, input_tensor, group=None, async_op=False):
+        _check_group(self.group, group)
+        self.group.all_gather(output_tensor, input_tensor, **self.options)
+        return None  # stream-ordered: FSDP2 records an event on this stream after the call
+
+
+def _op_name(op, factor):
+    """lowcon's op for FSDP2's ReduceOp, and the post-scale (or None)."""
+    RO = dist.ReduceOp
+    for want, name in ((RO.SUM, "sum"), (RO.AVG, "avg"), (RO.MIN, "min"), (RO.MAX, "max")):
+        if op == want:
+            return name, None
+    if op == RO.PREMUL_SUM:
+        if factor is None:
+            raise InvalidArgument(
+                "FSDP2 asked for PREMUL_SUM (set_gradient_divide_factor), whose factor torch does not expose: "
+                "pass the same factor to lowcon.fsdp.install(..., gradient_divide_factor=f)"
+            )
+        return "sum", 1.0 / factor
+    raise InvalidArgument(f"reduce op {op!r}: lowcon takes SUM, AVG, MIN, MAX and PREMUL_SUM")
+
+
+class LowconReduceScatter(_Comm, _ReduceScatter):
+    """FSDP2's reduce-scatter on lowcon (the input is pool memory), accumulating in f32."""
+
+    def __init__(self, group, algorithm="auto", sync="kernel", gradient_divide_factor=None, **options):
+        super().__init__(group, algorithm, sync, **options)
+        self.gradient_divide_factor = gradient_divide_factor
+
+    def __call__(self, output_tensor, input_tensor, group=None, op=None, async_op=False):
+        _check_group(self.group, group)
+        name, scale = _op_name(dist.ReduceOp.SUM if op is None else op, self.gradient_divide_factor)
+        self.group.reduce_scatter(output_tensor, input_tensor, name, **self.options)
+        if scale is not None:
+            output_tensor.mul_(scale)
+        return None
+
+
+def install(
+    model,
+    group,
+    *,
+    all_gather="auto",
+    reduce_scatter="auto",
+    sync="kernel",
+    gradient_divide_factor=None,
+    all_gather_options=None,
+    reduce_scatter_options=None,
+):
+    """Set lowcon's all-gather and reduce-scatter on every FSDP module of `model` (after
+    `fully_shard`, before the first forward). Returns the number of modules set.
+
+    all_gather / reduce_scatter: lowcon algorithm names ("auto" picks by size). sync:
+    "kernel" or "memop". gradient_divide_factor: also set on every module (FSDP2 then
+    passes PREMUL_SUM, which lowcon applies after summing).
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    ag = LowconAllGather(group, all_gather, sync, **(all_gather_options or {}))
+    rs = LowconReduceScatter(group, reduce_scatter, sync, gradient_divide_factor, **(reduce_scatter_options or {}))
+    n = 0
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.set_custom_all_gather(ag)
+            m.set_custom_reduce_scatter(rs)
+            if gradient_divide_factor is not None:
+                m.set_gradient_divide_factor(gradient_divide_factor)
+            n += 1
+    if n == 0:
+        raise InvalidArgument("install: the model has no FSDP modules: call fully_shard on it first")
+    return n

@@ -1,0 +1,174 @@
+"""One rank of the FSDP2 training check (the GPU machine; CI has no GPU or torch):
+
+    torchrun --nproc-per-node 2 gpu_fsdp_worker.py
+
+Trains a small Llama-style transformer (RMSNorm, SDPA attention, gated MLP; bf16
+parameters) with FSDP2 `fully_shard` per block, from identical seeds, in several modes:
+NCCL twice (the calibration), then lowcon's hooks (`lowcon.fsdp.install`) with `auto`
+and with explicit algorithms and sync methods, with f32 and bf16 reduce dtypes, and with
+a gradient divide factor (FSDP2 then passes PREMUL_SUM). SGD, not Adam: Adam would hide
+a wrongly scaled gradient.
+
+Loss tolerance per step: max(10 x the largest NCCL-vs-NCCL difference, 1e-4 x |loss|).
+A negative control (lowcon told to divide by 1 while NCCL averages, so its gradients are
+twice NCCL's) must exceed it, which shows the comparison can fail.
+Prints "rank R: fsdp ok: ..." and exits 0 on success.
+"""
+
+import math
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+import lowcon
+import lowcon.fsdp
+
+VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH, STEPS = 1024, 512, 8, 4, 256, 4, 8
+
+rank = int(os.environ["RANK"])
+dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+torch.cuda.set_device(dev)
+dist.init_process_group("nccl", device_id=dev)
+g = lowcon.init("gpu", timeout=60)
+world = g.world_size
+
+
+def fail(msg):
+    print(f"rank {rank}: fsdp FAILED: {msg}", flush=True)
+    sys.exit(1)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.n1, self.n2 = RMSNorm(DIM), RMSNorm(DIM)
+        self.qkv = nn.Linear(DIM, 3 * DIM, bias=False)
+        self.o = nn.Linear(DIM, DIM, bias=False)
+        self.up = nn.Linear(DIM, 2 * 4 * DIM, bias=False)
+        self.down = nn.Linear(4 * DIM, DIM, bias=False)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.n1(x)).view(b, t, 3, HEADS, DIM // HEADS).unbind(2)
+        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, DIM))
+        gate, up = self.up(self.n2(x)).chunk(2, -1)
+        return x + self.down(F.silu(gate) * up)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, DIM)
+        self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
+        self.norm = RMSNorm(DIM)
+        self.head = nn.Linear(DIM, VOCAB, bias=False)
+
+    def forward(self, tokens):
+        x = self.emb(tokens)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.norm(x))
+
+
+def train(mode, reduce_dtype=torch.float32, factor=None, **lowcon_args):
+    torch.manual_seed(0)  # the same weights on every rank and in every mode
+    model = Model().to(dev)
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
+    for blk in model.blocks:
+        fully_shard(blk, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    if factor is not None and mode == "nccl":
+        for m in model.modules():
+            if hasattr(m, "set_gradient_divide_factor"):
+                m.set_gradient_divide_factor(factor)
+    if mode == "lowcon":
+        n = lowcon.fsdp.install(model, g, gradient_divide_factor=factor, **lowcon_args)
+        if n != LAYERS + 1:
+            fail(f"install set {n} modules, expected {LAYERS + 1}")
+    opt = torch.optim.SGD(model.parameters(), lr=0.2)
+    gen = torch.Generator(device=dev).manual_seed(1000 + rank)  # each rank its own batch
+    losses = []
+    for _ in range(STEPS):
+        tokens = torch.randint(0, VOCAB, (BATCH, SEQ + 1), device=dev, generator=gen)
+        logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        mean = loss.detach().clone()
+        dist.all_reduce(mean, op=dist.ReduceOp.AVG)
+        losses.append(mean.item())
+    g.check()
+    del model, opt
+    return losses
+
+
+def maxdiff(a, b):
+    return max(abs(x - y) for x, y in zip(a, b))
+
+
+base = train("nccl")
+again = train("nccl")
+calib = maxdiff(base, again)
+base16 = train("nccl", reduce_dtype=torch.bfloat16)
+# A divide factor other than the world size makes FSDP2 pass PREMUL_SUM(1/f).
+PREMUL = 2.0 * world
+base_premul = train("nccl", factor=PREMUL)
+if not all(math.isfinite(x) for x in base) or not base[-1] < base[0]:
+    fail(f"NCCL's run does not train: {base}")
+
+
+def tol(ref):
+    return max(10 * calib, 1e-4 * max(abs(x) for x in ref))
+
+
+runs = [
+    ("auto", base, {}),
+    ("ce-pull/ce-reduce kernel", base, dict(all_gather="ce-pull", reduce_scatter="ce-reduce")),
+    ("ce-push/sm-direct memop", base, dict(all_gather="ce-push", reduce_scatter="sm-direct", sync="memop")),
+    ("sm-oneshot/auto", base, dict(all_gather="sm-oneshot")),
+    ("bf16 reduce, auto", base16, dict(reduce_dtype=torch.bfloat16)),
+    (f"divide factor {PREMUL:g} (PREMUL_SUM)", base_premul, dict(factor=PREMUL)),
+    (f"divide factor {PREMUL:g}, bf16, memop", None, dict(factor=PREMUL, reduce_dtype=torch.bfloat16, sync="memop")),
+]
+lines = []
+for name, ref, args in runs:
+    rd = args.pop("reduce_dtype", torch.float32)
+    if ref is None:
+        ref = train("nccl", reduce_dtype=rd, factor=args.get("factor"))
+    got = train("lowcon", reduce_dtype=rd, **args)
+    d = maxdiff(got, ref)
+    lines.append(f"  {name:<36} max |loss - NCCL| {d:.2e} (tolerance {tol(ref):.2e})")
+    if not d <= tol(ref):
+        fail(f"lowcon {name}: losses {got} differ from NCCL's {ref} by {d:.3e} > {tol(ref):.3e}")
+# The negative control: gradients twice NCCL's must be caught.
+wrong = train("lowcon", factor=1.0)
+dw = maxdiff(wrong, base)
+if dw <= tol(base):
+    fail(f"the negative control (divide factor 1) was not caught: {dw:.3e} <= {tol(base):.3e}")
+stats = lowcon.memory_stats(g)
+if rank == 0:
+    print(f"NCCL losses: {' '.join(f'{x:.4f}' for x in base)}")
+    print(f"NCCL vs NCCL: {calib:.2e}; negative control differs by {dw:.2e}")
+    print("\n".join(lines))
+    print(f"lowcon pool: {stats}")
+print(f"rank {rank}: fsdp ok: {len(runs)} lowcon modes match NCCL, control caught, torch {torch.__version__}",
+      flush=True)
+dist.barrier()
+g.close()
+dist.destroy_process_group()
