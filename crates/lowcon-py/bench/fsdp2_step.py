@@ -1109,7 +1109,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         args.warmup = 2 if args.quick else 3
     if args.steps < 10:
         p.error("--steps must be at least 10")
-    parse_sweep(args.sweep, args.max_seq)  # fail here, not under torchrun
+    try:
+        parse_sweep(args.sweep, args.max_seq)  # fail here, not under torchrun
+    except ValueError as e:
+        p.error(f"--sweep: {e}")
     return args
 
 
