@@ -398,6 +398,8 @@ def format_table(rows: Sequence[Dict[str, Any]], modes: Optional[Dict[str, Any]]
     for mode, info in (modes or {}).items():
         if info and info.get("skipped"):
             out.append(f"{mode}: skipped: {info['skipped']}")
+        elif info and info.get("notes"):
+            out.append(f"{mode}: " + ", ".join(f"{k}={v}" for k, v in info["notes"].items()))
     return "\n".join(out)
 
 

@@ -123,12 +123,15 @@ def doc(mode, rows, skipped=None):
 
 def test_merge_and_table():
     docs = [doc("lowcon", [row("lowcon", median=8.0)]), doc("nccl", [row("nccl")]),
+            dict(doc("nccl-rerun", []), notes={"ignored": 1}),
             doc("nccl-rerun", [row("nccl-rerun")]), doc("nccl-ce", [], skipped="no zero-CTA policy")]
     merged = fs.merge_results(docs)
     assert [r["mode"] for r in merged["rows"]] == ["nccl", "nccl-rerun", "lowcon"]
     assert merged["modes"]["nccl-ce"]["skipped"] == "no zero-CTA policy"
     table = fs.format_table(merged["rows"], merged["modes"])
     assert "0.800 faster" in table and "nccl-ce: skipped: no zero-CTA policy" in table
+    lowcon_notes = dict(doc("lowcon", []), notes={"all_gather": "ce-pull"})
+    assert "lowcon: all_gather=ce-pull" in fs.format_table([], fs.merge_results([lowcon_notes])["modes"])
     # A merged document merges again to the same rows (the driver's output is reusable).
     again = fs.merge_results([json.loads(json.dumps(merged))])
     assert [(r["mode"], r["check"]) for r in again["rows"]] == [(r["mode"], r["check"]) for r in merged["rows"]]
