@@ -902,6 +902,13 @@ def worker(args: argparse.Namespace) -> int:
         if rank == 0:
             print(f"[{args.mode}] {msg}", flush=True)
 
+    def save() -> None:
+        # After every configuration, so a mode that dies later keeps its earlier rows.
+        if rank == 0 and args.json:
+            with open(args.json + ".tmp", "w") as f:
+                json.dump(doc, f, indent=1)
+            os.replace(args.json + ".tmp", args.json)
+
     mode: Mode
     try:
         if args.mode in ("nccl", "nccl-rerun"):
@@ -915,9 +922,7 @@ def worker(args: argparse.Namespace) -> int:
     except Skip as e:
         doc["skipped"] = str(e)
         say(f"skipped: {e}")
-        if rank == 0 and args.json:
-            with open(args.json, "w") as f:
-                json.dump(doc, f, indent=1)
+        save()
         dist.destroy_process_group()
         return 0
     doc["notes"] = mode.notes()
@@ -944,11 +949,19 @@ def worker(args: argparse.Namespace) -> int:
             say(f"{cfg.key}: out of memory: {str(e).splitlines()[0]}")
             row = {"key": cfg.key, "shape": cfg.shape, **asdict(cfg), "tokens_per_rank": cfg.tokens_per_rank,
                    "error": "out of memory"}
+        except Exception as e:
+            # Anything else may leave a collective half done: record it and stop the mode.
+            doc["rows"].append({"key": cfg.key, "shape": cfg.shape, **asdict(cfg),
+                                "tokens_per_rank": cfg.tokens_per_rank,
+                                "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]})
+            save()
+            raise
         import gc
 
         gc.collect()
         torch.cuda.empty_cache()
         doc["rows"].append(row)
+        save()
         if "median_ms" in row:
             say(f"{cfg.key}: median {row['median_ms']:.2f} ms [{row['min_ms']:.2f}, {row['max_ms']:.2f}] "
                 f"MFU {100 * row['mfu']:.1f}% peak {row['peak_used_gib']:.2f} GiB "
@@ -957,9 +970,8 @@ def worker(args: argparse.Namespace) -> int:
     if rank == 0:
         rows = [dict(r, mode=args.mode) for r in doc["rows"]]
         print(format_table(rows), flush=True)
+        save()
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump(doc, f, indent=1)
             print(f"[{args.mode}] wrote {args.json}", flush=True)
     mode.close()
     dist.barrier()
