@@ -275,7 +275,7 @@ def judge_rows(
     by = {(r["mode"], r["key"]): r for r in rows if "losses" in r}
     for row in rows:
         if "losses" not in row:
-            row.setdefault("check", "skipped")
+            row.setdefault("check", "error" if row.get("error") else "skipped")
             continue
         ref = by.get((REFERENCE_MODE, row["key"]))
         rerun = by.get((RERUN_MODE, row["key"]))
@@ -369,7 +369,8 @@ def format_table(rows: Sequence[Dict[str, Any]], modes: Optional[Dict[str, Any]]
     for row in rows:
         if "median_ms" not in row:
             lines.append((row["mode"], row.get("shape", "?"), "", str(row.get("tokens_per_rank", "")),
-                          row.get("error", "not run"), "", "", "", "", "", "", "", "", row.get("check", "")))
+                          str(row.get("error", "not run"))[:48], "", "", "", "", "", "", "", "",
+                          row.get("check", "")))
             continue
         vs = ""
         if "vs_nccl" in row and row["mode"] != REFERENCE_MODE:

@@ -142,7 +142,7 @@ def test_merge_and_table():
 def test_table_shows_errors():
     rows = [{"mode": "lowcon", "key": "k", "shape": "4096x8", "tokens_per_rank": 16384, "error": "out of memory"}]
     fs.judge_rows(rows)
-    assert "out of memory" in fs.format_table(rows)
+    assert "out of memory" in fs.format_table(rows) and rows[0]["check"] == "error"
 
 
 def test_merge_command_line(tmp_path):
