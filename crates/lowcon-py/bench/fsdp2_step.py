@@ -418,10 +418,14 @@ def write_plot(doc: Dict[str, Any], path: str) -> str:
     shapes = sorted({(r["width"], r["depth"]) for r in rows})
     if not shapes:
         return "plot: no timed rows"
-    fig, axes = plt.subplots(1, len(shapes), figsize=(5 * len(shapes), 4.2), squeeze=False)
-    for ax, (w, d) in zip(axes[0], shapes):
-        for mode in [m for m in MODES if any(r["mode"] == m for r in rows)] + \
-                sorted({r["mode"] for r in rows} - set(MODES)):
+    modes = [m for m in MODES if any(r["mode"] == m for r in rows)] + sorted({r["mode"] for r in rows} - set(MODES))
+    # Top: step time (median, bars min-max). Bottom: median over NCCL's, with the
+    # issue's 0.85 target where communication dominates.
+    fig, axes = plt.subplots(2, len(shapes), figsize=(5 * len(shapes), 7.5), squeeze=False,
+                             gridspec_kw={"height_ratios": [2, 1]}, sharex="col")
+    for col, (w, d) in enumerate(shapes):
+        top, bottom = axes[0][col], axes[1][col]
+        for mode in modes:
             pts = sorted((r["tokens_per_rank"], r) for r in rows
                          if r["mode"] == mode and r["width"] == w and r["depth"] == d)
             if not pts:
@@ -431,15 +435,23 @@ def write_plot(doc: Dict[str, Any], path: str) -> str:
             lo = [p[1]["median_ms"] - p[1]["min_ms"] for p in pts]
             hi = [p[1]["max_ms"] - p[1]["median_ms"] for p in pts]
             wrong = any(p[1].get("check") == "wrong" for p in pts)
-            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3,
-                        label=mode + (" (WRONG loss)" if wrong else ""))
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("tokens per rank")
-        ax.set_ylabel("step time, ms (median; bars: min-max)")
-        ax.set_title(f"width {w}, depth {d}")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
+            style = {"linestyle": "--", "alpha": 0.6} if mode == RERUN_MODE else {}
+            line = top.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3,
+                                label=mode + (" (WRONG loss)" if wrong else ""), **style)
+            ratio = [(x, p[1]["vs_nccl"]) for x, p in zip(xs, pts) if "vs_nccl" in p[1]]
+            if ratio and mode != REFERENCE_MODE:
+                bottom.plot(*zip(*ratio), marker="o", color=line[0].get_color(), **style)
+        top.set_xscale("log", base=2)
+        top.set_yscale("log")
+        top.set_ylabel("step time, ms (median; bars: min-max)")
+        top.set_title(f"width {w}, depth {d}")
+        top.grid(True, which="both", alpha=0.3)
+        top.legend()
+        bottom.axhline(1.0, color="grey", linewidth=1)
+        bottom.axhline(0.85, color="grey", linewidth=1, linestyle=":")
+        bottom.set_xlabel("tokens per rank")
+        bottom.set_ylabel("median / NCCL's")
+        bottom.grid(True, which="both", alpha=0.3)
     env = next((m.get("env") for m in doc.get("modes", {}).values() if m and m.get("env")), None) or {}
     fig.suptitle(f"FSDP2 step time, {env.get('world_size', '?')}x {env.get('device_name', 'GPU')}, "
                  f"torch {env.get('torch', '?')}, NCCL {env.get('nccl', '?')}")
