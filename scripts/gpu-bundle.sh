@@ -23,6 +23,8 @@ cp target/release/liblowcon_capi.so crates/lowcon-capi/include/lowcon.h crates/l
 strip --strip-debug bundle/capi/liblowcon_capi.so 2>/dev/null || true
 # The Python package: the release wheel (installed there with pip --no-deps, no Rust).
 scripts/build-python.sh --release bundle/wheels
+# pytest for the GPU machine, which cannot reach a package index.
+python3 -m pip download -q --only-binary=:all: --python-version 3.12 -d bundle/pywheels pytest==9.2.0
 # The run script and its helper find the binaries beside themselves (see gpu-run.sh).
 cp scripts/gpu-run.sh bundle/run.sh
 cp scripts/gpu-dead-peer.sh bundle/gpu-dead-peer.sh

@@ -31,8 +31,11 @@ done
 # symmetric memory and sync), coll (collective tests),
 # never (calls never wait for the GPU: enqueue timing, dead peers with queued calls,
 # the driver's queue depth), capi (the C API's example program, built here with the
-# system compiler), bench (sweeps with NCCL, overlap). Default: all.
-parts=${LOWCON_BUNDLE_PARTS:-single never capi base coll bench}
+# system compiler), bench (sweeps with NCCL, overlap), python (the Python package with
+# torch and CuPy: lowcon launch and torchrun, the pool, FSDP2 training against NCCL),
+# fsdp2 (the end-to-end FSDP2 benchmark; LOWCON_FSDP2_ARGS passes options). Default:
+# all but fsdp2.
+parts=${LOWCON_BUNDLE_PARTS:-single never capi base coll bench python}
 has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
 L="$here/lowcon"
 summary="$out/summary.txt"
@@ -167,11 +170,42 @@ if [ "$ngpu" -ge 2 ] && has base; then
   step "w=$ngpu IPC handles: gpu-barrier-stress 10k (kernel+memop)" multi-ipc.txt "${ipc[@]}" gpu-barrier-stress --iters 10000
   step "w=$ngpu IPC handles: gpu-memory-release" multi-ipc.txt "${ipc[@]}" gpu-memory-release
 fi
+# The Python package (python) and the FSDP2 end-to-end benchmark (fsdp2): the wheel
+# from bundle/wheels, the tests from the repository beside the bundle.
+repo=$(cd "$here/.." && pwd)
+pyt="$repo/crates/lowcon-py/tests"
+if [ "$ngpu" -ge 2 ] && { has python || has fsdp2; }; then
+  step "python: install the wheel (and pytest from bundle/pywheels)" python.txt \
+    bash -c "python3 -m pip install -q --no-deps --force-reinstall $here/wheels/lowcon-*.whl && { python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q --no-index --find-links $here/pywheels pytest; }"
+fi
+if [ "$ngpu" -ge 2 ] && has python; then
+  export LOWCON_BIN="$L"
+  lp=(timeout 240 "$L" launch --nproc-per-node 2 --tee --)
+  tr=(timeout 240 python3 -m torch.distributed.run --nproc-per-node 2)
+  step "python: torch tensors, every algorithm (lowcon launch)" python.txt "${lp[@]}" python3 "$pyt/gpu_torch_worker.py"
+  step "python: pool, reuse, CuPy, two groups (lowcon launch)" python.txt "${lp[@]}" python3 "$pyt/gpu_pool_worker.py"
+  step "python: pool, reuse, CuPy, two groups (torchrun)" python.txt "${tr[@]}" --master-port 29511 "$pyt/gpu_pool_worker.py"
+  step "python: SIGKILLed rank named, ranks by hand (GPU)" python.txt env LOWCON_PYTEST_BACKEND=gpu timeout 120 \
+    python3 -m pytest -q -p no:cacheprovider "$pyt/test_host.py" -k sigkilled
+  step "python: FSDP2 training on lowcon vs NCCL (torchrun)" python-fsdp.txt "${tr[@]}" --master-port 29521 "$pyt/gpu_fsdp_worker.py"
+  for v in 3.11 3.13; do
+    if command -v "python$v" >/dev/null; then
+      step "python$v: host-backend tests" python.txt timeout 200 "python$v" -m pytest -q -p no:cacheprovider "$pyt/test_host.py"
+    else
+      echo "python$v: not on this machine" >> "$out/python.txt"
+    fi
+  done
+fi
+if [ "$ngpu" -ge 2 ] && has fsdp2; then
+  read -r -a fargs <<< "${LOWCON_FSDP2_ARGS:-}"
+  step "fsdp2: end-to-end benchmark (${LOWCON_FSDP2_ARGS:-default sweep})" fsdp2.txt \
+    timeout "${LOWCON_FSDP2_TIMEOUT:-560}" bash "$repo/crates/lowcon-py/bench/run_fsdp2.sh" "$out/fsdp2" "${fargs[@]}"
+fi
 echo
 echo "== summary"
 cat "$summary"
 if [ -s "$out/bench-barrier.txt" ]; then echo; grep -v '^{' "$out/bench-barrier.txt" | grep -v '^==' ; fi
-for f in capi never bench-queue bench-overlap-110 bench-all-gather bench-reduce-scatter bench-rs-ctas bench-overlap; do
+for f in python-fsdp fsdp2 capi never bench-queue bench-overlap-110 bench-all-gather bench-reduce-scatter bench-rs-ctas bench-overlap; do
   [ -s "$out/$f.txt" ] && { echo; grep -v '^==' "$out/$f.txt" | grep -v '^\s*$' | grep -v 'done   $' | tail -n 80; }
 done
 echo "== overall: $([ $rc -eq 0 ] && echo PASS || echo FAIL)"
