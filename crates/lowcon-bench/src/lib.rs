@@ -20,6 +20,7 @@
 //! | [`plot`] | the PNG: busbw vs size per collective, overlap slowdowns as bars | `--plot`, `plot`, `quick` |
 
 pub mod barrier;
+mod contenders;
 pub mod nccl;
 pub mod nvml;
 pub mod overlap;
