@@ -260,8 +260,9 @@ fn measure(
                 let go = std::sync::Barrier::new(2);
                 std::thread::scope(|sc| -> Res<()> {
                     let h = sc.spawn(|| -> Result<(), String> {
-                        compute.device().bind_to_thread().map_err(|e| e.to_string())?;
+                        // Wait first: an early return must not leave the other thread at the barrier.
                         go.wait();
+                        compute.device().bind_to_thread().map_err(|e| e.to_string())?;
                         compute.record(e0r).map_err(|e| e.to_string())?;
                         gemm.run(gemms).map_err(|e| e.to_string())?;
                         compute.record(e1r).map_err(|e| e.to_string())
@@ -434,7 +435,8 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
                             Impl::Nccl { ce } => (if *ce { "nccl-ce" } else { "nccl" }).to_string(),
                             Impl::Null => "null (copies, no sync)".to_string(),
                         };
-                        let key = format!("sat/{}/{shard}/{prio_name}/{}/{name}", kind.name(), enq.name());
+                        let key =
+                            format!("sat/{}/{shard}/{prio_name}/{}/{name}", kind.name(), enq.name()).replace(' ', "_");
                         let mut coll = caller(&g, kind, im, shard, &buf_a, &buf_b, &comms, a.ctas)?;
                         let res = measure(&mut setup, &comm, enq, &key, shard, &mut *coll);
                         let (calls, call_ms, f) = match res {
