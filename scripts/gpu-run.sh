@@ -33,8 +33,10 @@ done
 # the driver's queue depth), capi (the C API's example program, built here with the
 # system compiler), bench (sweeps with NCCL, overlap), python (the Python package with
 # torch and CuPy: lowcon launch and torchrun, the pool, FSDP2 training against NCCL),
-# fsdp2 (the end-to-end FSDP2 benchmark; LOWCON_FSDP2_ARGS passes options). Default:
-# all but fsdp2.
+# fsdp2 (the end-to-end FSDP2 benchmark; LOWCON_FSDP2_ARGS passes options), overlap
+# (the saturated interference benchmark at 2 GPUs: lowcon, NCCL, NCCL copy-engine and
+# a null copy; LOWCON_OVERLAP_ARGS adds flags, e.g. "--trials 9"). Default: all but
+# fsdp2 and overlap.
 parts=${LOWCON_BUNDLE_PARTS:-single never capi base coll bench python}
 has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
 L="$here/lowcon"
@@ -98,8 +100,20 @@ if [ "$ngpu" -ge 2 ] && has never; then
     "$L" launch --nproc-per-node "$w" -- "$L" bench all-gather -b 64K -e 16M -f 16 --check --no-nccl --sync kernel,memop
   step "w=$w bench reduce-scatter --check 64K..16M" bench-check.txt env "CUDA_VISIBLE_DEVICES=$vis" timeout 120 \
     "$L" launch --nproc-per-node "$w" -- "$L" bench reduce-scatter -b 64K -e 16M -f 16 --check --no-nccl --sync kernel,memop
-  step "w=$w bench overlap --colls 110, NCCL alongside" bench-overlap-110.txt env "CUDA_VISIBLE_DEVICES=$vis" \
-    timeout 300 "$L" launch --nproc-per-node "$w" -- "$L" bench overlap --colls 110 --json "$out/overlap-110.json"
+  step "w=$w bench overlap --mode burst --colls 110, NCCL alongside" bench-overlap-110.txt env "CUDA_VISIBLE_DEVICES=$vis" \
+    timeout 300 "$L" launch --nproc-per-node "$w" -- "$L" bench overlap --mode burst --shard 64M --colls 110 --json "$out/overlap-110.json"
+fi
+if [ "$ngpu" -ge 2 ] && has overlap; then
+  # The saturated interference benchmark, 2 GPUs, defaults: all-gather and
+  # reduce-scatter, 64M and 256M shards, high and default priority, interleaved and
+  # threaded enqueue, 7 trial pairs (about 2-4 minutes). Run it twice to see whether
+  # the medians agree within a point.
+  rm -f "${TMPDIR:-/tmp}"/lowcon-nccl-debug.* # NCCL's INIT logs (channel counts) of this run only
+  # shellcheck disable=SC2086 # LOWCON_OVERLAP_ARGS is a list of flags
+  step "w=2 bench overlap (saturated; lowcon, NCCL, NCCL-CE, null; NVML)" bench-saturated.txt \
+    env CUDA_VISIBLE_DEVICES=0,1 timeout 420 "$L" launch --nproc-per-node 2 -- "$L" bench overlap \
+    --json "$out/saturated.json" --csv "$out/saturated.csv" --plot "$out/saturated.png" ${LOWCON_OVERLAP_ARGS:-}
+  cp "${TMPDIR:-/tmp}"/lowcon-nccl-debug.* "$out/" 2>/dev/null || true
 fi
 if [ "$ngpu" -ge 2 ] && has capi; then
   step "w=2 C API: lowcon_check.c as C11 and C++17, then a dead peer" capi.txt env CUDA_VISIBLE_DEVICES=0,1 \
@@ -118,7 +132,7 @@ if [ "$ngpu" -ge 2 ] && has bench; then
   step "bench reduce-scatter ce-reduce CTA sweep" bench-rs-ctas.txt "${b[@]}" reduce-scatter -b 16M -e 256M -f 4 --algorithms ce-reduce,sm-direct --ctas 4,8,16,32 --no-nccl --json "$out/rs-ctas.json"
   step "bench all-gather/reduce-scatter --check 64K..16M" bench-check.txt "${b[@]}" all-gather -b 64K -e 16M -f 16 --check --no-nccl --sync kernel,memop
   step "bench reduce-scatter --check 64K..16M" bench-check.txt "${b[@]}" reduce-scatter -b 64K -e 16M -f 16 --check --no-nccl --sync kernel,memop
-  step "bench overlap (GEMM + collectives), NCCL alongside" bench-overlap.txt "${b[@]}" overlap --json "$out/overlap.json" --csv "$out/overlap.csv"
+  step "bench overlap --mode burst (GEMM + collectives), NCCL alongside" bench-overlap.txt "${b[@]}" overlap --mode burst --shard 64M --json "$out/overlap.json" --csv "$out/overlap.csv"
   step "plot" plot.txt "$L" bench plot --json "$out/all-gather.json" "$out/reduce-scatter.json" "$out/overlap.json" --out "$out/lowcon-4xh200.png"
 fi
 if [ "$ngpu" -ge 2 ] && has coll; then
@@ -144,7 +158,7 @@ if [ "$ngpu" -ge 2 ] && has benchrs; then # reduce-scatter sweep and small all-g
   b=(env "CUDA_VISIBLE_DEVICES=$vis" timeout 300 "$L" launch --nproc-per-node "$ngpu" -- "$L" bench)
   step "bench reduce-scatter 64K..256M, NCCL alongside" bench-reduce-scatter.txt "${b[@]}" reduce-scatter -b 64K -e 256M -f 4 --json "$out/reduce-scatter.json" --csv "$out/reduce-scatter.csv"
   step "bench all-gather 64K..1M (auto, one-shot CTAs)" bench-ag-small.txt "${b[@]}" all-gather -b 64K -e 1M -f 4 --algorithms auto,sm-oneshot,ce-push --json "$out/ag-small.json"
-  step "bench overlap reduce-scatter" bench-overlap-rs.txt "${b[@]}" overlap --collective reduce-scatter --no-nccl --json "$out/overlap-rs.json"
+  step "bench overlap reduce-scatter" bench-overlap-rs.txt "${b[@]}" overlap --mode burst --shard 64M --collective reduce-scatter --no-nccl --json "$out/overlap-rs.json"
 fi
 if [ "$ngpu" -ge 2 ] && has base; then
   sizes="$ngpu"; [ "$ngpu" -ge 4 ] && sizes="$sizes 3"; sizes="$sizes 2"
@@ -205,7 +219,7 @@ echo
 echo "== summary"
 cat "$summary"
 if [ -s "$out/bench-barrier.txt" ]; then echo; grep -v '^{' "$out/bench-barrier.txt" | grep -v '^==' ; fi
-for f in python-fsdp fsdp2 capi never bench-queue bench-overlap-110 bench-all-gather bench-reduce-scatter bench-rs-ctas bench-overlap; do
+for f in python-fsdp fsdp2 capi never bench-queue bench-overlap-110 bench-all-gather bench-reduce-scatter bench-rs-ctas bench-overlap bench-saturated; do
   [ -s "$out/$f.txt" ] && { echo; grep -v '^==' "$out/$f.txt" | grep -v '^\s*$' | grep -v 'done   $' | tail -n 80; }
 done
 echo "== overall: $([ $rc -eq 0 ] && echo PASS || echo FAIL)"

@@ -9,7 +9,10 @@
 //! | module | what it holds | `lowcon bench ...` |
 //! | --- | --- | --- |
 //! | [`sweep`] | nccl-tests-style size sweeps of lowcon's algorithms (GPUs or the host backend), NCCL beside them | `all-gather`, `reduce-scatter`; `quick` runs both |
-//! | [`overlap`] | GEMM slowdown next to a stream of collectives (cuBLAS GEMMs), lowcon vs NCCL | `overlap` |
+//! | [`saturated`] | interference: GEMM slowdown and bandwidth kept with the collective saturating the GEMM window, lowcon vs NCCL vs a null copy, clocks and energy | `overlap` (default mode) |
+//! | [`stats`] | its arithmetic: pairwise ratios, medians and spreads, busbw, SM time per GB, the interleaved schedule | |
+//! | [`nvml`] | SM clock, throttle reasons and energy through NVML loaded at run time | `overlap` |
+//! | [`overlap`] | the first overlap test: every collective enqueued before the GEMMs (the never-block check) | `overlap --mode burst` |
 //! | [`barrier`] | barrier latency, kernel vs stream-memop | `barrier` |
 //! | [`queue`] | where the driver's per-stream queue makes an enqueue block, lowcon and NCCL | `queue-depth` |
 //! | [`nccl`] | the NCCL baseline, loaded at run time (default and copy-engine communicators) | used by `all-gather`, `reduce-scatter`, `overlap` |
@@ -17,11 +20,15 @@
 //! | [`plot`] | the PNG: busbw vs size per collective, overlap slowdowns as bars | `--plot`, `plot`, `quick` |
 
 pub mod barrier;
+mod contenders;
 pub mod nccl;
+pub mod nvml;
 pub mod overlap;
 pub mod plot;
 pub mod queue;
 pub mod report;
+pub mod saturated;
+pub mod stats;
 pub mod sweep;
 
 pub use report::{Output, OverlapRow, SweepRow};
@@ -34,6 +41,30 @@ pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
 /// tables and writes files.
 pub fn is_rank0() -> bool {
     std::env::var("RANK").map_or(true, |r| r == "0")
+}
+
+/// Sends NCCL's INIT log to a file per process (`NCCL_DEBUG=INFO`,
+/// `NCCL_DEBUG_SUBSYS=INIT`, `NCCL_DEBUG_FILE=$TMPDIR/lowcon-nccl-debug.%p`) so that the
+/// saturated benchmark can read the channel count, i.e. NCCL's CTAs per collective
+/// ([`nccl::cta_count`]). Leaves everything alone when `NCCL_DEBUG` is already set or
+/// the channels are pinned with `NCCL_MIN_NCHANNELS` = `NCCL_MAX_NCHANNELS`.
+///
+/// # Safety
+/// Sets environment variables: no other thread may be running.
+pub unsafe fn nccl_debug_to_file() {
+    let env = |k| std::env::var(k).ok();
+    if env("NCCL_DEBUG").is_some()
+        || nccl::pinned_channels(env("NCCL_MIN_NCHANNELS").as_deref(), env("NCCL_MAX_NCHANNELS").as_deref()).is_some()
+    {
+        return;
+    }
+    let file = std::env::temp_dir().join("lowcon-nccl-debug.%p");
+    // SAFETY: the caller guarantees no other thread is running.
+    unsafe {
+        std::env::set_var("NCCL_DEBUG", "INFO");
+        std::env::set_var("NCCL_DEBUG_SUBSYS", "INIT");
+        std::env::set_var("NCCL_DEBUG_FILE", file);
+    }
 }
 
 /// Sets `NCCL_NVLS_ENABLE=0` unless it is already set: the NCCL baseline runs without

@@ -40,6 +40,43 @@ pub fn version() -> Result<i32, String> {
     Ok(v)
 }
 
+/// The file NCCL's INIT log goes to when [`crate::nccl_debug_to_file`] set it up, for
+/// this process (`%p` in `NCCL_DEBUG_FILE` is NCCL's pid placeholder).
+pub fn debug_file() -> Option<std::path::PathBuf> {
+    let pattern = std::env::var("NCCL_DEBUG_FILE").ok()?;
+    Some(pattern.replace("%p", &std::process::id().to_string()).into())
+}
+
+/// The channel count NCCL's INIT log reports for the newest communicator (the last
+/// `N coll channels` line): NCCL runs one CTA per channel, so a large collective on
+/// the default communicator uses this many CTAs.
+pub fn parse_coll_channels(log: &str) -> Option<u32> {
+    log.lines().rev().find_map(|l| {
+        let i = l.find(" coll channels")?;
+        l[..i].split_whitespace().last()?.parse().ok()
+    })
+}
+
+/// `NCCL_MIN_NCHANNELS` when it equals `NCCL_MAX_NCHANNELS` (the channels are pinned).
+pub fn pinned_channels(min: Option<&str>, max: Option<&str>) -> Option<u32> {
+    let (a, b) = (min?.trim().parse::<u32>().ok()?, max?.trim().parse::<u32>().ok()?);
+    (a == b).then_some(a)
+}
+
+/// The CTAs of NCCL's default collectives and where the number came from: `pinned`
+/// (`NCCL_MIN_NCHANNELS` = `NCCL_MAX_NCHANNELS`), `debug` (the INIT log of the newest
+/// communicator), or `unknown`. Call it right after making the communicator.
+pub fn cta_count() -> (Option<u32>, String) {
+    let env = |k| std::env::var(k).ok();
+    if let Some(n) = pinned_channels(env("NCCL_MIN_NCHANNELS").as_deref(), env("NCCL_MAX_NCHANNELS").as_deref()) {
+        return (Some(n), "pinned".into());
+    }
+    match debug_file().and_then(|p| std::fs::read_to_string(p).ok()).and_then(|t| parse_coll_channels(&t)) {
+        Some(n) => (Some(n), "debug".into()),
+        None => (None, "unknown".into()),
+    }
+}
+
 /// One NCCL communicator over the group's ranks.
 pub struct Comm {
     comm: sys::ncclComm_t,
@@ -192,5 +229,23 @@ impl Drop for NcclMem {
     fn drop(&mut self) {
         // SAFETY: allocated by ncclMemAlloc, freed once.
         let _ = unsafe { sys::ncclMemFree(self.ptr) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channel_counts_come_from_the_newest_init_line_or_a_pin() {
+        let log = "host:1:1 [0] NCCL INFO 24 coll channels, 24 collnet channels, 0 nvls channels, 32 p2p channels\n\
+                   host:1:1 [0] NCCL INFO Channel 00/24 : 0 1\n\
+                   host:1:9 [0] NCCL INFO 16 coll channels, 0 collnet channels, 0 nvls channels, 32 p2p channels\n";
+        assert_eq!(parse_coll_channels(log), Some(16));
+        assert_eq!(parse_coll_channels("NCCL INFO Channel 00/24 : 0 1"), None);
+        assert_eq!(pinned_channels(Some("8"), Some("8")), Some(8));
+        assert_eq!(pinned_channels(Some("8"), Some("16")), None);
+        assert_eq!(pinned_channels(Some("8"), None), None);
+        assert_eq!(pinned_channels(Some("x"), Some("x")), None);
     }
 }

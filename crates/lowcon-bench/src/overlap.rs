@@ -1,4 +1,9 @@
-//! `lowcon bench overlap`: how much a stream of collectives slows a concurrent GEMM.
+//! `lowcon bench overlap --mode burst`: the first overlap benchmark, kept for the
+//! never-block check (`--colls 110`): every collective is enqueued before the GEMMs, so
+//! a library whose enqueue blocks its caller shows it as GEMM slowdown. It does not
+//! measure interference well (a few collectives next to a long window; see
+//! [`crate::saturated`], the default mode, for that). Also home of the cuBLAS GEMM both
+//! modes use.
 //!
 //! Per implementation (each lowcon algorithm × sync method, NCCL default, NCCL
 //! copy-engine): a bf16 GEMM (cuBLAS, runtime-loaded) repeated to about `gemm_ms` on a
@@ -44,7 +49,8 @@ pub struct OverlapOptions {
     pub nccl: bool,
 }
 
-struct Gemm8 {
+/// bf16 GEMMs of m×m×m through cuBLAS on one stream.
+pub(crate) struct Gemm8 {
     blas: CudaBlas,
     a: cudarc::driver::CudaSlice<bf16>,
     b: cudarc::driver::CudaSlice<bf16>,
@@ -53,7 +59,7 @@ struct Gemm8 {
 }
 
 impl Gemm8 {
-    fn new(stream: &Stream, m: usize) -> Res<Self> {
+    pub(crate) fn new(stream: &Stream, m: usize) -> Res<Self> {
         // SAFETY: only probes for the shared library.
         if !unsafe { blas::is_culib_present() } {
             return Err("libcublas is not on the library path; the overlap benchmark needs it".into());
@@ -64,7 +70,8 @@ impl Gemm8 {
         Ok(Self { a: stream.upload(&host)?, b: stream.upload(&host)?, c: stream.alloc_zeros(m * m)?, blas, m })
     }
 
-    fn run(&mut self, reps: usize) -> Res<()> {
+    /// Enqueues `reps` GEMMs on the stream it was made with.
+    pub(crate) fn run(&mut self, reps: usize) -> Res<()> {
         let n = self.m as i32;
         let cfg = GemmConfig {
             transa: blas::cublasOperation_t::CUBLAS_OP_N,
@@ -91,8 +98,23 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn ms(a: &Event, b: &Event) -> Res<f64> {
+pub(crate) fn ms(a: &Event, b: &Event) -> Res<f64> {
     Ok(a.elapsed_ms(b)? as f64)
+}
+
+/// How many GEMMs make about `gemm_ms` on `compute` (rank 0's measurement, so every
+/// rank runs the same count), and one GEMM's time in ms.
+pub(crate) fn calibrate(g: &GpuGroup, compute: &Stream, gemm: &mut Gemm8, gemm_ms: f64) -> Res<(usize, f64)> {
+    let (e0, e1) = (compute.event(true)?, compute.event(true)?);
+    gemm.run(3)?;
+    compute.record(&e0)?;
+    gemm.run(5)?;
+    compute.record(&e1)?;
+    e1.synchronize()?;
+    let one = ms(&e0, &e1)? / 5.0;
+    let all = g.all_gather_bytes("overlap-gemm", &one.to_le_bytes())?;
+    let one0 = f64::from_le_bytes(all[0].as_slice().try_into()?);
+    Ok((((gemm_ms / one0).ceil() as usize).max(1), one0))
 }
 
 /// Runs the overlap benchmark `a` asks for as one rank; prints the table (rank 0) and
@@ -105,15 +127,7 @@ pub fn run(a: &OverlapOptions) -> Res<Vec<OverlapRow>> {
     let mut gemm = Gemm8::new(&compute, a.m)?;
     // How many GEMMs make about gemm_ms (rank 0 decides, everyone uses it).
     let (e0, e1, e2, e3) = (compute.event(true)?, compute.event(true)?, compute.event(true)?, compute.event(true)?);
-    gemm.run(3)?;
-    compute.record(&e0)?;
-    gemm.run(5)?;
-    compute.record(&e1)?;
-    e1.synchronize()?;
-    let one = ms(&e0, &e1)? / 5.0;
-    let all = g.all_gather_bytes("overlap-gemm", &one.to_le_bytes())?;
-    let one0 = f64::from_le_bytes(all[0].as_slice().try_into()?);
-    let gemms = ((a.gemm_ms / one0).ceil() as usize).max(1);
+    let (gemms, one0) = calibrate(&g, &compute, &mut gemm, a.gemm_ms)?;
 
     let count = a.shard_bytes / 2; // bf16
     let (in_bytes, out_bytes) = match a.kind {

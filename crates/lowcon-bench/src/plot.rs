@@ -1,6 +1,7 @@
 //! PNG plots of benchmark results (plotters, bitmap backend, an embedded DejaVu Sans
 //! font so no system fonts are needed): busbw against size per series (log-x), one
-//! panel per collective, and the overlap GEMM slowdowns as bars.
+//! panel per collective, the burst-overlap GEMM slowdowns as bars, and the saturated
+//! benchmark's GEMM slowdown against bandwidth kept, one point per implementation.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -9,7 +10,7 @@ use plotters::prelude::*;
 use plotters::style::{FontStyle, register_font};
 
 use crate::Res;
-use crate::report::{OverlapRow, SweepRow};
+use crate::report::{OverlapRow, SaturatedRow, SweepRow};
 
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 
@@ -117,4 +118,96 @@ pub fn draw(path: &Path, rows: &[SweepRow], overlap: &[OverlapRow]) -> Res<()> {
     }
     root.present()?;
     Ok(())
+}
+
+/// The rows the saturated plot shows for one panel: the trainer-like configuration
+/// (high priority, interleaved enqueue) when present, else every row of the panel.
+pub fn saturated_points<'a>(rows: &[&'a SaturatedRow]) -> Vec<&'a SaturatedRow> {
+    let main: Vec<&SaturatedRow> =
+        rows.iter().copied().filter(|r| r.priority == "high" && r.enqueue == "interleaved").collect();
+    if main.is_empty() { rows.to_vec() } else { main }
+}
+
+/// Draws the saturated benchmark: one panel per collective and shard, GEMM slowdown
+/// (median, bar from min to max) against bandwidth kept inside the window, one point
+/// per implementation (high-priority stream, interleaved enqueue).
+pub fn draw_saturated(path: &Path, rows: &[SaturatedRow]) -> Res<()> {
+    fonts();
+    let mut panels: Vec<(String, usize)> = rows.iter().map(|r| (r.bench.clone(), r.shard_bytes)).collect();
+    panels.sort();
+    panels.dedup();
+    if panels.is_empty() {
+        return Err("nothing to plot".into());
+    }
+    let root = BitMapBackend::new(path, (1100, 560 * panels.len() as u32)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut names: Vec<&str> = rows.iter().map(|r| r.implementation.as_str()).collect();
+    names.sort();
+    names.dedup();
+    for (area, (bench, shard)) in root.split_evenly((panels.len(), 1)).iter().zip(&panels) {
+        let mine: Vec<&SaturatedRow> = rows.iter().filter(|r| &r.bench == bench && r.shard_bytes == *shard).collect();
+        let pts = saturated_points(&mine);
+        let ymax = pts.iter().map(|r| r.slowdown_max).fold(1.0, f64::max) * 1.15;
+        let ymin = pts.iter().map(|r| r.slowdown_min).fold(0.0, f64::min) * 1.15;
+        let xmax = pts.iter().filter_map(|r| r.kept_max).fold(100.0, f64::max) * 1.05;
+        let mut chart = ChartBuilder::on(area)
+            .caption(
+                format!(
+                    "{}, {} shards, {} ranks: GEMM slowdown vs collective bandwidth kept",
+                    bench.trim_start_matches("saturated-"),
+                    human(*shard as f64),
+                    pts.first().map_or(0, |r| r.ranks)
+                ),
+                ("sans-serif", 22),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..xmax, ymin..ymax)?;
+        chart
+            .configure_mesh()
+            .x_desc("busbw inside the GEMM window / alone (%), higher is better")
+            .y_desc("GEMM slowdown (%), lower is better")
+            .label_style(("sans-serif", 14))
+            .draw()?;
+        for r in &pts {
+            let i = names.iter().position(|n| *n == r.implementation).unwrap_or(0);
+            let color = Palette99::pick(i).to_rgba();
+            let style = ShapeStyle { color, filled: true, stroke_width: 2 };
+            let x = r.kept_pct.unwrap_or(0.0);
+            chart
+                .draw_series([Circle::new((x, r.slowdown_pct), 5, style)])?
+                .label(format!("{} ({}, {})", r.implementation, r.priority, r.enqueue))
+                .legend(move |(x, y)| Circle::new((x + 9, y), 5, style));
+            chart.draw_series([PathElement::new(vec![(x, r.slowdown_min), (x, r.slowdown_max)], style)])?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 13))
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::tests::saturated_row;
+
+    #[test]
+    fn the_saturated_plot_shows_the_trainer_configuration() {
+        let rows = [saturated_row("a", "high", true), saturated_row("b", "default", true)];
+        let refs: Vec<&SaturatedRow> = rows.iter().collect();
+        let p = saturated_points(&refs);
+        assert_eq!(p.iter().map(|r| r.implementation.as_str()).collect::<Vec<_>>(), ["a"]);
+        // Without a high-priority interleaved row, every row is shown.
+        let p = saturated_points(&refs[1..]);
+        assert_eq!(p.len(), 1);
+        assert!(draw_saturated(Path::new("/nonexistent-dir/x.png"), &rows).is_err());
+        assert!(draw_saturated(Path::new("x.png"), &[]).is_err());
+    }
 }

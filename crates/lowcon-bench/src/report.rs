@@ -72,6 +72,135 @@ pub struct OverlapRow {
     pub total_over_ideal_pct: f64,
 }
 
+/// One configuration of the saturated interference benchmark (`lowcon bench overlap`,
+/// the default mode): an implementation, shard, stream priority and enqueue style.
+/// Medians and spreads are over the trial pairs of per-trial values folded over ranks
+/// (the slowest rank's GEMM, the worst rank's bandwidth); `None` where not measured
+/// (no NVML, no collective finished inside the window, an unknown CTA count).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SaturatedRow {
+    /// `saturated-all-gather` or `saturated-reduce-scatter`.
+    pub bench: String,
+    pub implementation: String,
+    pub ranks: usize,
+    pub shard_bytes: usize,
+    /// The collective stream's priority: `high` or `default`.
+    pub priority: String,
+    /// `interleaved` (one thread: a GEMM, then the collectives covering it) or
+    /// `threads` (one host thread per stream).
+    pub enqueue: String,
+    pub trials: usize,
+    pub gemms: usize,
+    /// Collectives per window (enough to cover it at the alone rate).
+    pub calls: usize,
+    pub gemm_alone_ms: f64,
+    /// GEMM slowdown: median of the pairwise ratios, and their spread.
+    pub slowdown_pct: f64,
+    pub slowdown_min: f64,
+    pub slowdown_max: f64,
+    pub slowdown_q1: f64,
+    pub slowdown_q3: f64,
+    /// busbw alone and inside the GEMM window (GB/s, medians).
+    pub busbw_alone_gbs: Option<f64>,
+    pub busbw_window_gbs: Option<f64>,
+    /// Bandwidth kept inside the window against alone (%): median and spread.
+    pub kept_pct: Option<f64>,
+    pub kept_min: Option<f64>,
+    pub kept_max: Option<f64>,
+    /// CTAs the collective's kernels hold, and where that number comes from.
+    pub ctas: Option<u32>,
+    pub ctas_source: String,
+    /// CTAs × call time alone per GB a rank sends (CTA-ms/GB, an upper bound).
+    pub sm_ms_per_gb: Option<f64>,
+    /// NVML, medians over trials: mean SM clock (slowest rank), lowest SM clock seen,
+    /// power from the energy counter (highest rank), reasons seen while overlapped.
+    pub sm_mhz_alone: Option<f64>,
+    pub sm_mhz_overlapped: Option<f64>,
+    pub sm_mhz_min_overlapped: Option<f64>,
+    pub watts_alone: Option<f64>,
+    pub watts_comm_alone: Option<f64>,
+    pub watts_overlapped: Option<f64>,
+    pub throttle_overlapped: String,
+}
+
+fn opt(x: Option<f64>, digits: usize) -> String {
+    x.map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+/// Prints the column names of the saturated table.
+pub fn print_saturated_columns() {
+    println!(
+        "{:<24} {:>7} {:<11} {:>5} {:>7}  {:<22} {:>7} {:>7}  {:<22} {:>9} {:>9} {:>11} {:>11}  throttle",
+        "implementation",
+        "prio",
+        "enqueue",
+        "shard",
+        "gemm",
+        "slowdown% [min..max]",
+        "bw",
+        "bw+g",
+        "kept% [min..max]",
+        "ctas",
+        "CTAms/GB",
+        "MHz a/o",
+        "W a/c/o"
+    );
+}
+
+/// Prints one row of the saturated table.
+pub fn print_saturated_row(r: &SaturatedRow) {
+    let kept = match (r.kept_pct, r.kept_min, r.kept_max) {
+        (Some(k), Some(a), Some(b)) => format!("{k:.1} [{a:.1}..{b:.1}]"),
+        _ => "-".into(),
+    };
+    let ctas = r.ctas.map_or(format!("?({})", r.ctas_source), |c| format!("{c}({})", r.ctas_source));
+    println!(
+        "{:<24} {:>7} {:<11} {:>4}M {:>7.2}  {:<22} {:>7} {:>7}  {:<22} {:>9} {:>9} {:>11} {:>11}  {}",
+        r.implementation,
+        r.priority,
+        r.enqueue,
+        r.shard_bytes >> 20,
+        r.gemm_alone_ms,
+        format!("{:.2} [{:.2}..{:.2}]", r.slowdown_pct, r.slowdown_min, r.slowdown_max),
+        opt(r.busbw_alone_gbs, 1),
+        opt(r.busbw_window_gbs, 1),
+        kept,
+        ctas,
+        opt(r.sm_ms_per_gb, 1),
+        format!("{}/{}", opt(r.sm_mhz_alone, 0), opt(r.sm_mhz_overlapped, 0)),
+        format!("{}/{}/{}", opt(r.watts_alone, 0), opt(r.watts_comm_alone, 0), opt(r.watts_overlapped, 0)),
+        r.throttle_overlapped
+    );
+}
+
+/// Writes saturated rows where `out` says (rank 0 only): JSON lines, CSV, and the
+/// slowdown-against-bandwidth-kept plot.
+pub fn write_saturated(out: &Output, rows: &[SaturatedRow]) -> Res<()> {
+    if !crate::is_rank0() {
+        return Ok(());
+    }
+    if let Some(p) = &out.json {
+        let mut s = String::new();
+        for r in rows {
+            s.push_str(&serde_json::to_string(r)?);
+            s.push('\n');
+        }
+        std::fs::write(p, s)?;
+    }
+    if let Some(p) = &out.csv {
+        let mut w = csv::Writer::from_path(p)?;
+        for r in rows {
+            w.serialize(r)?;
+        }
+        w.flush()?;
+    }
+    if let Some(p) = &out.plot {
+        crate::plot::draw_saturated(p, rows)?;
+        eprintln!("wrote {}", p.display());
+    }
+    Ok(())
+}
+
 /// Prints the column names of the sweep table.
 pub fn print_sweep_columns() {
     println!(
@@ -181,10 +310,11 @@ pub fn read_sweep_json(path: &Path) -> Res<Vec<SweepRow>> {
     Ok(rows)
 }
 
-/// Every row of `--json` files of earlier runs, sweeps and overlaps apart; blank lines
-/// are skipped, and so (with a note on stderr) are files that cannot be read.
-pub fn read_json(files: &[PathBuf]) -> Res<(Vec<SweepRow>, Vec<OverlapRow>)> {
-    let (mut rows, mut ov) = (Vec::new(), Vec::new());
+/// Every row of `--json` files of earlier runs: sweeps, burst overlaps and saturated
+/// overlaps apart; blank lines are skipped, and so (with a note on stderr) are files
+/// that cannot be read.
+pub fn read_json(files: &[PathBuf]) -> Res<(Vec<SweepRow>, Vec<OverlapRow>, Vec<SaturatedRow>)> {
+    let (mut rows, mut ov, mut sat) = (Vec::new(), Vec::new(), Vec::new());
     for f in files {
         let text = match std::fs::read_to_string(f) {
             Ok(t) => t,
@@ -196,18 +326,21 @@ pub fn read_json(files: &[PathBuf]) -> Res<(Vec<SweepRow>, Vec<OverlapRow>)> {
         for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
             let v: serde_json::Value =
                 serde_json::from_str(line).map_err(|e| format!("{}:{}: {e}", f.display(), i + 1))?;
-            if v["bench"].as_str().is_some_and(|b| b.starts_with("overlap")) {
+            let bench = v["bench"].as_str().unwrap_or_default();
+            if bench.starts_with("saturated") {
+                sat.push(serde_json::from_value(v).map_err(|e| format!("{}:{}: {e}", f.display(), i + 1))?);
+            } else if bench.starts_with("overlap") {
                 ov.push(serde_json::from_value(v)?);
             } else {
                 rows.push(serde_json::from_value(v)?);
             }
         }
     }
-    Ok((rows, ov))
+    Ok((rows, ov, sat))
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn sweep_row(implementation: &str, size: usize) -> SweepRow {
@@ -251,6 +384,64 @@ mod tests {
         }
     }
 
+    pub(crate) fn saturated_row(implementation: &str, priority: &str, nvml: bool) -> SaturatedRow {
+        SaturatedRow {
+            bench: "saturated-all-gather".into(),
+            implementation: implementation.into(),
+            ranks: 2,
+            shard_bytes: 64 << 20,
+            priority: priority.into(),
+            enqueue: "interleaved".into(),
+            trials: 7,
+            gemms: 23,
+            calls: 150,
+            gemm_alone_ms: 30.1,
+            slowdown_pct: 6.5,
+            slowdown_min: 5.9,
+            slowdown_max: 7.2,
+            slowdown_q1: 6.1,
+            slowdown_q3: 6.8,
+            busbw_alone_gbs: Some(340.0),
+            busbw_window_gbs: Some(290.0),
+            kept_pct: Some(85.3),
+            kept_min: Some(80.0),
+            kept_max: Some(90.0),
+            ctas: if implementation == "nccl" { None } else { Some(1) },
+            ctas_source: "barrier".into(),
+            sm_ms_per_gb: Some(2.9),
+            sm_mhz_alone: nvml.then_some(1980.0),
+            sm_mhz_overlapped: nvml.then_some(1830.0),
+            sm_mhz_min_overlapped: nvml.then_some(1755.0),
+            watts_alone: nvml.then_some(650.0),
+            watts_comm_alone: nvml.then_some(250.0),
+            watts_overlapped: nvml.then_some(700.0),
+            throttle_overlapped: if nvml { "sw-power".into() } else { "-".into() },
+        }
+    }
+
+    #[test]
+    fn saturated_rows_write_and_read_back_with_missing_columns() {
+        if !crate::is_rank0() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (json, csv, png) = (dir.path().join("s.json"), dir.path().join("s.csv"), dir.path().join("s.png"));
+        let rows = [saturated_row("lowcon ce-push kernel", "high", true), saturated_row("nccl", "default", false)];
+        let out = Output { json: Some(json.clone()), csv: Some(csv.clone()), plot: Some(png.clone()) };
+        write_saturated(&out, &rows).unwrap();
+        let text = std::fs::read_to_string(&csv).unwrap();
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(text.lines().next().unwrap().contains("slowdown_q3"), "{text}");
+        assert!(std::fs::metadata(&png).unwrap().len() > 1000, "a PNG was drawn");
+        let (sw, ov, sat) = read_json(&[json]).unwrap();
+        assert!(sw.is_empty() && ov.is_empty());
+        assert_eq!(sat.len(), 2);
+        assert_eq!(sat[0].sm_mhz_overlapped, Some(1830.0));
+        assert_eq!((sat[1].watts_overlapped, sat[1].ctas), (None, None));
+        print_saturated_columns();
+        print_saturated_row(&sat[1]);
+    }
+
     #[test]
     fn labels_name_the_lowcon_variant_and_nccl_plainly() {
         assert_eq!(sweep_row("lowcon", 1024).label(), "lowcon ce-pull kernel ctas=8");
@@ -273,7 +464,7 @@ mod tests {
         // Blank lines are skipped, and so is a file that is not there.
         let text = std::fs::read_to_string(&json).unwrap();
         std::fs::write(&json, format!("\n{text}\n")).unwrap();
-        let (rows, ov) = read_json(&[json.clone(), dir.path().join("missing.json")]).unwrap();
+        let (rows, ov, _) = read_json(&[json.clone(), dir.path().join("missing.json")]).unwrap();
         assert_eq!(
             rows.iter().map(|r| (r.implementation.as_str(), r.size)).collect::<Vec<_>>(),
             [("lowcon", 1024), ("nccl", 4096)]

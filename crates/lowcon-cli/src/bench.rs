@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use lowcon::SyncMethod;
+use lowcon::cuda::StreamPriority;
 use lowcon_bench::overlap::OverlapOptions;
+use lowcon_bench::saturated::{Enqueue, SaturatedOptions};
 use lowcon_bench::sweep::SweepOptions;
 use lowcon_bench::{Kind, Output, SweepRow, report};
 
@@ -157,6 +159,11 @@ impl SweepFlags {
 /// Flags of the overlap benchmark.
 #[derive(Args, Clone, Debug)]
 pub struct OverlapFlags {
+    /// `saturated` (the collective runs back-to-back for the whole GEMM window, enqueued
+    /// as a trainer does; interleaved trial pairs) or `burst` (the first test: `--colls`
+    /// collectives enqueued before the GEMMs, for the never-block check).
+    #[arg(long, default_value = "saturated")]
+    mode: String,
     /// Collective: all-gather or reduce-scatter (comma-separated for both).
     #[arg(long, default_value = "all-gather,reduce-scatter")]
     collective: String,
@@ -166,28 +173,40 @@ pub struct OverlapFlags {
     /// GEMM time to aim for (ms); GEMMs are repeated to about this.
     #[arg(long, default_value_t = 30.0)]
     gemm_ms: f64,
-    /// Shard (bytes per rank) of each collective.
-    #[arg(long, default_value = "64M", value_parser = parse_size)]
-    shard: usize,
-    /// Collectives per trial.
+    /// Shards (bytes per rank), comma-separated (K/M/G suffixes).
+    #[arg(long, default_value = "64M,256M")]
+    shard: String,
+    /// Collectives per trial (burst mode; saturated mode covers the window).
     #[arg(long, default_value_t = 20)]
     colls: usize,
-    /// Trials (medians are reported).
-    #[arg(long, default_value_t = 5)]
-    trials: usize,
+    /// Trials: alone/overlapped pairs in saturated mode (default 7), trials of each
+    /// phase in burst mode (default 5).
+    #[arg(long)]
+    trials: Option<usize>,
+    /// Collective stream priorities (saturated): high, default, or both.
+    #[arg(long, default_value = "high,default")]
+    priority: String,
+    /// How the host enqueues (saturated): interleaved (a GEMM, then the collectives
+    /// covering it, one thread), threads (one host thread per stream), or both.
+    #[arg(long, default_value = "interleaved,threads")]
+    enqueue: String,
     /// lowcon algorithms per collective (comma-separated; `all` for every named one).
     #[arg(long, default_value = "all")]
     algorithms: String,
     /// CTA counts of lowcon's SM parts (reductions, one-shot kernels), comma-separated
-    /// (`default` for the library's): fewer CTAs take fewer SMs from the GEMM.
+    /// (`default` for the library's): fewer CTAs take fewer SMs from the GEMM. Saturated
+    /// mode takes the first.
     #[arg(long, default_value = "default")]
     ctas: String,
-    /// Sync methods (comma-separated, or `all`).
-    #[arg(long, default_value = "all")]
-    sync: String,
+    /// Sync methods (comma-separated, or `all`); default: kernel (saturated), all (burst).
+    #[arg(long)]
+    sync: Option<String>,
     /// Leave NCCL out.
     #[arg(long)]
     no_nccl: bool,
+    /// Leave the null collective (copies with no sync) out (saturated).
+    #[arg(long)]
+    no_null: bool,
     #[command(flatten)]
     out: OutputFlags,
 }
@@ -198,7 +217,9 @@ pub enum BenchCommand {
     AllGather(SweepFlags),
     /// Reduce-scatter sweep, nccl-tests style, NCCL in the same run.
     ReduceScatter(SweepFlags),
-    /// GEMM slowdown next to a stream of collectives, lowcon vs NCCL.
+    /// Interference: GEMM slowdown and collective bandwidth kept when the collective
+    /// saturates the GEMM window (lowcon, NCCL, NCCL copy-engine, a null copy), with
+    /// clocks and energy; `--mode burst` for the first test.
     Overlap(OverlapFlags),
     /// Draw a PNG from `--json` files of earlier runs.
     Plot {
@@ -265,8 +286,12 @@ pub fn run(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
         BenchCommand::Overlap(f) => overlap(&f),
         BenchCommand::Quick { max, plot } => quick(max, &plot),
         BenchCommand::Plot { json, out } => {
-            let (rows, ov) = report::read_json(&json)?;
-            lowcon_bench::plot::draw(&out, &rows, &ov)?;
+            let (rows, ov, sat) = report::read_json(&json)?;
+            if rows.is_empty() && ov.is_empty() && !sat.is_empty() {
+                lowcon_bench::plot::draw_saturated(&out, &sat)?;
+            } else {
+                lowcon_bench::plot::draw(&out, &rows, &ov)?;
+            }
             println!("wrote {}", out.display());
             Ok(())
         }
@@ -282,13 +307,25 @@ fn sweep(f: &SweepFlags, kind: Kind) -> Result<(), Box<dyn std::error::Error>> {
 fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
     // SAFETY: called before anything in this process starts a thread.
     unsafe { lowcon_bench::no_nvls() };
-    let mut all = Vec::new();
+    let saturated = match f.mode.as_str() {
+        "saturated" => true,
+        "burst" => false,
+        other => return Err(format!("mode {other:?}: expected saturated or burst").into()),
+    };
+    let shards = list(&f.shard, Vec::new, parse_size)?;
+    if shards.is_empty() || shards.iter().any(|&s| s == 0 || s % 2 != 0) {
+        return Err(format!("--shard {:?}: sizes must be even and at least 2 bytes (bf16)", f.shard).into());
+    }
+    let mut kinds = Vec::new();
     for c in f.collective.split(',') {
-        let kind = match c.trim() {
+        kinds.push(match c.trim() {
             "all-gather" => Kind::AllGather,
             "reduce-scatter" => Kind::ReduceScatter,
             other => return Err(format!("collective {other:?}: expected all-gather or reduce-scatter").into()),
-        };
+        });
+    }
+    let sync = f.sync.clone().unwrap_or_else(|| if saturated { "kernel" } else { "all" }.into());
+    let options = |kind| {
         let flags = SweepFlags {
             min: 1,
             max: 1,
@@ -299,7 +336,7 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             dtype: "bf16".into(),
             op: "sum".into(),
             algorithms: f.algorithms.clone(),
-            sync: f.sync.clone(),
+            sync: sync.clone(),
             ctas: f.ctas.clone(),
             pipeline: "default".into(),
             check: false,
@@ -308,20 +345,63 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             backend: "gpu".into(),
             out: OutputFlags::default(),
         };
-        let s = flags.options(kind)?;
-        let a = OverlapOptions {
-            kind,
+        flags.options(kind)
+    };
+    if saturated {
+        // SAFETY: called before anything in this process starts a thread.
+        unsafe { lowcon_bench::nccl_debug_to_file() };
+        let mut algorithms = Vec::new();
+        let (mut methods, mut ctas) = (Vec::new(), None);
+        for &kind in &kinds {
+            let s = options(kind)?;
+            algorithms.extend(s.algorithms.into_iter().filter(|x| x != "sm-oneshot" && x != "auto"));
+            (methods, ctas) = (s.methods, s.ctas.first().copied().flatten());
+        }
+        let priorities = list(&f.priority, Vec::new, |x| match x {
+            "high" => Ok(StreamPriority::High),
+            "default" => Ok(StreamPriority::Default),
+            other => Err(format!("priority {other:?}: expected high or default")),
+        })?;
+        let enqueue = list(&f.enqueue, Vec::new, |x| match x {
+            "interleaved" => Ok(Enqueue::Interleaved),
+            "threads" => Ok(Enqueue::Threads),
+            other => Err(format!("enqueue {other:?}: expected interleaved or threads")),
+        })?;
+        let a = SaturatedOptions {
+            kinds,
             m: f.gemm,
             gemm_ms: f.gemm_ms,
-            shard_bytes: f.shard,
-            colls: f.colls,
-            trials: f.trials,
-            algorithms: s.algorithms.into_iter().filter(|x| x != "sm-oneshot").collect(),
-            methods: s.methods,
-            ctas: s.ctas,
+            shards,
+            priorities,
+            enqueue,
+            trials: f.trials.unwrap_or(7).max(1),
+            algorithms,
+            methods,
+            ctas,
             nccl: !f.no_nccl,
+            null: !f.no_null,
         };
-        all.extend(lowcon_bench::overlap::run(&a)?);
+        let rows = lowcon_bench::saturated::run(&a)?;
+        return report::write_saturated(&(&f.out).into(), &rows);
+    }
+    let mut all = Vec::new();
+    for &kind in &kinds {
+        for &shard in &shards {
+            let s = options(kind)?;
+            let a = OverlapOptions {
+                kind,
+                m: f.gemm,
+                gemm_ms: f.gemm_ms,
+                shard_bytes: shard,
+                colls: f.colls,
+                trials: f.trials.unwrap_or(5),
+                algorithms: s.algorithms.into_iter().filter(|x| x != "sm-oneshot").collect(),
+                methods: s.methods,
+                ctas: s.ctas,
+                nccl: !f.no_nccl,
+            };
+            all.extend(lowcon_bench::overlap::run(&a)?);
+        }
     }
     report::write(&(&f.out).into(), &[], &all)
 }

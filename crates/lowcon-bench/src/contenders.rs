@@ -1,0 +1,131 @@
+//! The contenders of the saturated benchmark ([`crate::saturated`]): lowcon's
+//! algorithms, NCCL (default and copy-engine communicators) and the null collective,
+//! each as a closure that enqueues one call, and the CTAs each one's kernels hold.
+
+use lowcon::coll::DEFAULT_REDUCE_CTAS;
+use lowcon::cuda::{Stream, raw};
+use lowcon::{
+    AllGatherOptions, DType, DeviceBuf, GpuGroup, ReduceOp, ReduceScatterOptions, SymmetricBuffer, SyncMethod,
+};
+
+use crate::sweep::Kind;
+use crate::{Res, nccl};
+
+/// One implementation of a collective call.
+#[derive(Clone, Debug)]
+pub(crate) enum Impl {
+    Lowcon { algo: String, method: SyncMethod },
+    Nccl { ce: bool },
+    Null,
+}
+
+/// An NCCL communicator, whether it is the copy-engine one, and its windows (in, out).
+pub(crate) type NcclComm = (nccl::Comm, bool, Option<(nccl::NcclMem, nccl::NcclMem)>);
+/// Enqueues one collective call on a stream.
+pub(crate) type Caller<'a> = Box<dyn FnMut(&Stream) -> Res<()> + 'a>;
+/// The CTAs an implementation's kernels hold, and where the number comes from.
+pub(crate) fn ctas_of(
+    i: &Impl,
+    kind: Kind,
+    ctas: Option<u32>,
+    nccl_ctas: (Option<u32>, &str),
+) -> (Option<u32>, String) {
+    match i {
+        Impl::Null => (Some(0), "none".into()),
+        Impl::Lowcon { algo, method } => match algo.as_str() {
+            "sm-direct" | "ce-reduce" => (Some(ctas.unwrap_or(DEFAULT_REDUCE_CTAS)), "option".into()),
+            _ if *method == SyncMethod::StreamMemop => (Some(0), "memop".into()),
+            _ => (Some(1), "barrier".into()),
+        },
+        Impl::Nccl { ce: true } if kind == Kind::AllGather => (Some(0), "ce".into()),
+        Impl::Nccl { .. } => (nccl_ctas.0, nccl_ctas.1.to_string()),
+    }
+}
+
+/// A closure that enqueues one call of `im` on a stream.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn caller<'a>(
+    g: &'a GpuGroup,
+    kind: Kind,
+    im: &'a Impl,
+    shard: usize,
+    buf_a: &'a SymmetricBuffer,
+    buf_b: &'a SymmetricBuffer,
+    comms: &'a [NcclComm],
+    ctas: Option<u32>,
+) -> Res<Caller<'a>> {
+    let (world, rank) = (g.world_size(), g.rank());
+    let (in_n, out_n) = match kind {
+        Kind::AllGather => (shard / 2, world * shard / 2),
+        Kind::ReduceScatter => (world * shard / 2, shard / 2),
+    };
+    Ok(match im {
+        Impl::Lowcon { algo, method } => {
+            let sync = *method;
+            match kind {
+                Kind::AllGather => {
+                    let o = AllGatherOptions { algorithm: algo.parse()?, sync, ctas, ..Default::default() };
+                    Box::new(move |s: &Stream| {
+                        let ib = DeviceBuf::symmetric(buf_a, 0, in_n, DType::Bf16)?;
+                        let ob = DeviceBuf::symmetric(buf_b, 0, out_n, DType::Bf16)?;
+                        Ok(g.all_gather(ib, ob, s, &o)?)
+                    })
+                }
+                Kind::ReduceScatter => {
+                    let o = ReduceScatterOptions { algorithm: algo.parse()?, sync, ctas, ..Default::default() };
+                    Box::new(move |s: &Stream| {
+                        let ib = DeviceBuf::symmetric(buf_a, 0, in_n, DType::Bf16)?;
+                        let ob = DeviceBuf::symmetric(buf_b, 0, out_n, DType::Bf16)?;
+                        Ok(g.reduce_scatter(ib, ob, ReduceOp::Sum, s, &o)?)
+                    })
+                }
+            }
+        }
+        Impl::Nccl { ce } => {
+            let (c, _, w) = comms.iter().find(|(_, x, _)| x == ce).ok_or("NCCL communicator missing")?;
+            let (pi, po) = w.as_ref().map_or((buf_a.local_ptr(), buf_b.local_ptr()), |(i, o)| (i.ptr(), o.ptr()));
+            Box::new(move |s: &Stream| {
+                // SAFETY: both buffers hold world × max shard bytes, at least what one call uses.
+                unsafe {
+                    match kind {
+                        Kind::AllGather => c.all_gather(pi, po, shard, s.raw() as _)?,
+                        Kind::ReduceScatter => {
+                            c.reduce_scatter(pi, po, shard / 2, DType::Bf16, ReduceOp::Sum, s.raw() as _)?
+                        }
+                    }
+                }
+                Ok(())
+            })
+        }
+        Impl::Null => Box::new(move |s: &Stream| {
+            let off = (rank * shard) as u64;
+            for p in (1..world).map(|d| (rank + d) % world) {
+                // SAFETY: this rank's slot of both buffers (world × max shard bytes each,
+                // mapped on every rank) holds `shard` bytes; nobody reads buf_b's slots.
+                unsafe { raw::mem_op::copy(s.raw(), buf_b.peer_ptr(p) + off, buf_a.local_ptr() + off, shard)? };
+            }
+            Ok(())
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cta_counts_say_where_they_come_from() {
+        let lowcon = |algo: &str, method| Impl::Lowcon { algo: algo.into(), method };
+        let n = (Some(24), "debug");
+        let ag = Kind::AllGather;
+        let rs = Kind::ReduceScatter;
+        assert_eq!(ctas_of(&lowcon("ce-push", SyncMethod::Kernel), ag, None, n), (Some(1), "barrier".into()));
+        assert_eq!(ctas_of(&lowcon("ce-pull", SyncMethod::StreamMemop), ag, None, n), (Some(0), "memop".into()));
+        assert_eq!(ctas_of(&lowcon("sm-direct", SyncMethod::Kernel), rs, None, n), (Some(16), "option".into()));
+        assert_eq!(ctas_of(&lowcon("ce-reduce", SyncMethod::Kernel), rs, Some(8), n), (Some(8), "option".into()));
+        assert_eq!(ctas_of(&Impl::Nccl { ce: false }, ag, None, n), (Some(24), "debug".into()));
+        assert_eq!(ctas_of(&Impl::Nccl { ce: true }, ag, None, n), (Some(0), "ce".into()));
+        assert_eq!(ctas_of(&Impl::Nccl { ce: true }, rs, None, (None, "unknown")), (None, "unknown".into()));
+        assert_eq!(ctas_of(&Impl::Null, rs, None, n), (Some(0), "none".into()));
+    }
+}

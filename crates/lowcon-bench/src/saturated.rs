@@ -1,0 +1,522 @@
+//! `lowcon bench overlap` (the default, saturated mode): what a collective that runs
+//! back-to-back for a whole GEMM window costs the GEMM, and what the GEMM costs it.
+//!
+//! Per configuration (collective × shard × collective-stream priority × enqueue style
+//! × implementation): the GEMM window is `gemms` bf16 GEMMs of about `gemm_ms`; the
+//! collective window is `calls` collectives, enough to cover it at the collective's
+//! own rate ([`stats::saturating_calls`]). Each trial is three phases, every one
+//! started together on all ranks by a store barrier: the GEMMs alone, the collectives
+//! alone, and both. Reported, over `trials` pairs:
+//! - the GEMM slowdown: each trial's overlapped GEMM time over the alone time of the
+//!   same trial (max over ranks), median and spread of these pairwise ratios;
+//! - the bandwidth kept: busbw of the collectives that finished inside the GEMM window
+//!   against busbw alone (min over ranks), median and spread;
+//! - SM time per GB: CTAs × call time alone per GB a rank sends;
+//! - from NVML (when it loads): SM clock, clock-event reasons and power from the
+//!   energy counter, during each phase.
+//!
+//! NOTE [enqueue as a trainer does]: `interleaved` enqueues GEMM i, then the collectives
+//! whose share of the window falls in it ([`stats::interleave`]); `threads` enqueues
+//! the GEMMs from a second host thread while this one enqueues the collectives. Never
+//! all collectives first: a library whose enqueue waits would then delay every GEMM's
+//! launch and look far worse than it is (`--mode burst` keeps that test).
+//!
+//! NOTE [the null collective]: `null` moves the same bytes as the collective, (world
+//! − 1) shards per rank, as peer `cuMemcpyAsync` copies on the collective stream, with no
+//! synchronisation at all. What it costs the GEMM is the floor that any data movement
+//! costs (power, memory and L2 traffic); what an implementation costs above it is its
+//! own. The copies to different peers run one after another on one stream, so above 2
+//! ranks `null` uses fewer copy engines at once than `ce-push` does.
+
+use std::time::{Duration, Instant};
+
+use lowcon::cuda::{Event, Stream, StreamPriority, raw};
+use lowcon::{GpuGroup, GpuGroupOptions, SyncMethod};
+
+use crate::contenders::{Impl, NcclComm, caller, ctas_of};
+use crate::nvml::{Nvml, Samples, watts};
+use crate::overlap::{Gemm8, calibrate, ms};
+use crate::report::{self, SaturatedRow};
+use crate::stats::{self, Spread};
+use crate::sweep::Kind;
+use crate::{Res, nccl};
+
+/// How the host enqueues the two streams' work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Enqueue {
+    /// One thread: a GEMM, then the collectives that cover it.
+    Interleaved,
+    /// One host thread per stream.
+    Threads,
+}
+
+impl Enqueue {
+    pub fn name(self) -> &'static str {
+        match self {
+            Enqueue::Interleaved => "interleaved",
+            Enqueue::Threads => "threads",
+        }
+    }
+}
+
+/// What the saturated benchmark measures (the flags of `lowcon bench overlap`).
+#[derive(Clone, Debug)]
+pub struct SaturatedOptions {
+    pub kinds: Vec<Kind>,
+    /// GEMM size M = N = K.
+    pub m: usize,
+    /// GEMM window to aim for (ms).
+    pub gemm_ms: f64,
+    /// Shards (bytes per rank).
+    pub shards: Vec<usize>,
+    /// Priorities of the collective stream (`High`, `Default`).
+    pub priorities: Vec<StreamPriority>,
+    pub enqueue: Vec<Enqueue>,
+    /// Alone/overlapped trial pairs.
+    pub trials: usize,
+    /// lowcon algorithms by name (each used for the collective it belongs to).
+    pub algorithms: Vec<String>,
+    pub methods: Vec<SyncMethod>,
+    /// CTA count of lowcon's SM parts (`None`: the library's default).
+    pub ctas: Option<u32>,
+    pub nccl: bool,
+    /// Run the null collective.
+    pub null: bool,
+}
+
+/// Above this many calls per window the run prints a note on the driver's queue depth
+/// (`docs/benchmarks.md`, queue depth: up to 4 entries per lowcon call, plus our event).
+const QUEUE_NOTE_CALLS: usize = 400;
+
+/// Polls NVML while waiting for `events`; returns the samples and the mean power.
+fn wait_sampling(events: &[&Event], nvml: Option<&Nvml>) -> Res<(Samples, Option<f64>)> {
+    let Some(n) = nvml else {
+        for e in events {
+            e.synchronize()?;
+        }
+        return Ok((Samples::default(), None));
+    };
+    let t0 = Instant::now();
+    let e0 = n.energy_mj().ok();
+    let mut s = Samples::default();
+    loop {
+        if let Ok(x) = n.sample() {
+            s.add(x);
+        }
+        let mut done = true;
+        for e in events {
+            done &= e.is_complete()?;
+        }
+        if done {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    let w = match (e0, n.energy_mj().ok()) {
+        (Some(a), Some(b)) => Some(watts(a, b, t0.elapsed().as_secs_f64() * 1e3)),
+        _ => None,
+    };
+    Ok((s, w.filter(|w| w.is_finite())))
+}
+
+fn fin(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
+}
+
+fn nan(x: Option<f64>) -> f64 {
+    x.unwrap_or(f64::NAN)
+}
+
+/// What [`measure`] returns: calls per window, one call's time alone (ms, max over
+/// ranks), and every rank's per-trial values, `[field][rank][trial]`.
+type Measured = (usize, f64, Vec<Vec<Vec<f64>>>);
+
+/// Per-trial values one rank measured, in the order they are exchanged.
+const FIELDS: usize = 11;
+#[derive(Default)]
+struct Trials {
+    gemm_alone: Vec<f64>,
+    gemm_over: Vec<f64>,
+    bw_alone: Vec<f64>,
+    bw_window: Vec<f64>,
+    mhz_alone: Vec<f64>,
+    mhz_over: Vec<f64>,
+    mhz_min_over: Vec<f64>,
+    w_alone: Vec<f64>,
+    w_comm: Vec<f64>,
+    w_over: Vec<f64>,
+    reasons: Vec<f64>,
+}
+
+impl Trials {
+    fn fields(&self) -> [&Vec<f64>; FIELDS] {
+        [
+            &self.gemm_alone,
+            &self.gemm_over,
+            &self.bw_alone,
+            &self.bw_window,
+            &self.mhz_alone,
+            &self.mhz_over,
+            &self.mhz_min_over,
+            &self.w_alone,
+            &self.w_comm,
+            &self.w_over,
+            &self.reasons,
+        ]
+    }
+}
+
+/// Everything one configuration needs besides its collective.
+struct Setup<'a> {
+    g: &'a GpuGroup,
+    compute: &'a Stream,
+    gemm: &'a mut Gemm8,
+    gemms: usize,
+    window_ms: f64,
+    nvml: Option<&'a Nvml>,
+    trials: usize,
+}
+
+/// Measures one configuration; `coll` enqueues one collective call on the stream.
+fn measure(
+    s: &mut Setup,
+    comm: &Stream,
+    enqueue: Enqueue,
+    key: &str,
+    shard: usize,
+    coll: &mut dyn FnMut(&Stream) -> Res<()>,
+) -> Res<Measured> {
+    let g = s.g;
+    let world = g.world_size();
+    // Warm-up (workspaces, kernels, NCCL's lazy connections), then one call's time alone.
+    for _ in 0..2 {
+        coll(comm)?;
+    }
+    comm.synchronize()?;
+    g.store_barrier(&format!("{key}/cal"))?;
+    let (c0, c1) = (comm.event(true)?, comm.event(true)?);
+    comm.record(&c0)?;
+    for _ in 0..5 {
+        coll(comm)?;
+    }
+    comm.record(&c1)?;
+    c1.synchronize()?;
+    let call = ms(&c0, &c1)? / 5.0;
+    let all = g.all_gather_bytes(&format!("{key}/call"), &call.to_le_bytes())?;
+    let call = all.iter().map(|b| f64::from_le_bytes(b[..8].try_into().unwrap_or_default())).fold(0.0, f64::max);
+    let calls = stats::saturating_calls(s.window_ms, call, 0.05);
+    if calls > QUEUE_NOTE_CALLS && g.rank() == 0 {
+        println!(
+            "# note: {key}: {calls} calls per window; with a few queue entries per call (plus an event each) \
+             CUDA's per-stream queue (about 2,040 entries) may fill, and enqueues then wait for the GPU"
+        );
+    }
+    let plan = stats::interleave(s.gemms, calls);
+    let done: Vec<Event> = (0..calls).map(|_| comm.event(true)).collect::<Result<_, _>>()?;
+    let (e0, e1) = (s.compute.event(true)?, s.compute.event(true)?);
+    let bw = |k: usize, t: f64| if k == 0 { f64::NAN } else { stats::busbw_gbs(shard, world, t / k as f64) };
+    let mut t = Trials::default();
+    for trial in 0..s.trials {
+        // GEMMs alone.
+        g.store_barrier(&format!("{key}/{trial}/g"))?;
+        s.compute.record(&e0)?;
+        s.gemm.run(s.gemms)?;
+        s.compute.record(&e1)?;
+        let (sa, wa) = wait_sampling(&[&e1], s.nvml)?;
+        t.gemm_alone.push(ms(&e0, &e1)?);
+        t.mhz_alone.push(sa.mean_mhz());
+        t.w_alone.push(nan(wa));
+        // Collectives alone.
+        g.store_barrier(&format!("{key}/{trial}/c"))?;
+        comm.record(&c0)?;
+        for d in &done {
+            coll(comm)?;
+            comm.record(d)?;
+        }
+        let last = done.last().ok_or("no collective planned")?;
+        let (_, wc) = wait_sampling(&[last], s.nvml)?;
+        t.bw_alone.push(bw(calls, ms(&c0, last)?));
+        t.w_comm.push(nan(wc));
+        // Both, enqueued as a trainer does.
+        g.store_barrier(&format!("{key}/{trial}/o"))?;
+        match enqueue {
+            Enqueue::Interleaved => {
+                s.compute.record(&e0)?;
+                comm.record(&c0)?;
+                let mut j = 0;
+                for &n in &plan {
+                    s.gemm.run(1)?;
+                    for d in &done[j..j + n] {
+                        coll(comm)?;
+                        comm.record(d)?;
+                    }
+                    j += n;
+                }
+                s.compute.record(&e1)?;
+            }
+            Enqueue::Threads => {
+                let (compute, gemm, gemms) = (s.compute, &mut *s.gemm, s.gemms);
+                let (e0r, e1r) = (&e0, &e1);
+                let go = std::sync::Barrier::new(2);
+                std::thread::scope(|sc| -> Res<()> {
+                    let h = sc.spawn(|| -> Result<(), String> {
+                        // Wait first: an early return must not leave the other thread at the barrier.
+                        go.wait();
+                        compute.device().bind_to_thread().map_err(|e| e.to_string())?;
+                        compute.record(e0r).map_err(|e| e.to_string())?;
+                        gemm.run(gemms).map_err(|e| e.to_string())?;
+                        compute.record(e1r).map_err(|e| e.to_string())
+                    });
+                    go.wait();
+                    let mine = (|| -> Res<()> {
+                        comm.record(&c0)?;
+                        for d in &done {
+                            coll(comm)?;
+                            comm.record(d)?;
+                        }
+                        Ok(())
+                    })();
+                    let theirs = h.join().map_err(|_| "the GEMM thread panicked")?;
+                    mine?;
+                    Ok(theirs?)
+                })?;
+            }
+        }
+        let (so, wo) = wait_sampling(&[&e1, last], s.nvml)?;
+        let gemm_ms = ms(&e0, &e1)?;
+        t.gemm_over.push(gemm_ms);
+        // Collectives that finished inside the GEMM window, and their rate.
+        let mut k = 0;
+        for d in &done {
+            if ms(&e0, d)? > gemm_ms {
+                break;
+            }
+            k += 1;
+        }
+        t.bw_window.push(if k == 0 { f64::NAN } else { bw(k, ms(&c0, &done[k - 1])?) });
+        t.mhz_over.push(so.mean_mhz());
+        t.mhz_min_over.push(if so.n == 0 { f64::NAN } else { so.mhz_min as f64 });
+        t.w_over.push(nan(wo));
+        t.reasons.push(so.reasons as f64);
+    }
+    // Exchange: every rank gets every rank's per-trial values.
+    let mine: Vec<u8> = t.fields().iter().flat_map(|v| v.iter()).flat_map(|x| x.to_le_bytes()).collect();
+    let all = g.all_gather_bytes(&format!("{key}/trials"), &mine)?;
+    let n = s.trials;
+    let mut per_field = vec![Vec::new(); FIELDS];
+    for b in &all {
+        let xs: Vec<f64> = b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or_default())).collect();
+        if xs.len() != FIELDS * n {
+            return Err(format!("{key}: a rank sent {} values, expected {}", xs.len(), FIELDS * n).into());
+        }
+        for (f, slot) in per_field.iter_mut().enumerate() {
+            slot.push(xs[f * n..(f + 1) * n].to_vec());
+        }
+    }
+    Ok((calls, call, per_field))
+}
+
+/// Runs the saturated benchmark as one rank; prints the table (rank 0), returns the rows.
+pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
+    let g = GpuGroup::from_env(GpuGroupOptions::default())?;
+    let (rank, world) = (g.rank(), g.world_size());
+    let compute = g.device().stream(StreamPriority::Default)?;
+    let mut gemm = Gemm8::new(&compute, a.m)?;
+    let (gemms, one) = calibrate(&g, &compute, &mut gemm, a.gemm_ms)?;
+    let info = g.device().info()?;
+    let nvml = match Nvml::open(&info.pci_bus_id) {
+        Ok(n) => Some(n),
+        Err(why) => {
+            eprintln!("rank {rank}: NVML not used: {why}");
+            if rank == 0 {
+                println!("# note: NVML could not be used ({why}): no clock, throttle or energy columns");
+            }
+            None
+        }
+    };
+    let max_shard = a.shards.iter().copied().max().ok_or("no shard size given")?;
+    let (buf_a, buf_b) = (g.alloc(world * max_shard)?, g.alloc(world * max_shard)?);
+    // SAFETY: fills two live buffers on `compute`, synchronised next.
+    unsafe {
+        raw::mem_op::fill(compute.raw(), buf_a.local_ptr(), 0x3c, world * max_shard)?;
+        raw::mem_op::fill(compute.raw(), buf_b.local_ptr(), 0x3c, world * max_shard)?;
+    }
+    compute.synchronize()?;
+    // NCCL: a default communicator and, on 2.28+, a copy-engine one of its own (zero-CTA
+    // policy, so the default one's reduce-scatter keeps its kernels), made once.
+    let mut comms: Vec<NcclComm> = Vec::new();
+    let mut nccl_ctas = (None, "unknown".to_string());
+    if a.nccl {
+        match nccl::version() {
+            Err(why) if rank == 0 => println!("# NCCL skipped: {why}"),
+            Err(_) => {}
+            Ok(v) => {
+                for ce in [false, true] {
+                    if ce && v < 22800 {
+                        if rank == 0 {
+                            println!("# nccl-ce skipped: NCCL {v} has no copy-engine collectives (2.28+)");
+                        }
+                        continue;
+                    }
+                    let made = nccl::Comm::new(&g, if ce { "sat-ce" } else { "sat" }, ce).and_then(|mut c| {
+                        let w = if ce {
+                            Some((c.alloc_window(world * max_shard)?, c.alloc_window(world * max_shard)?))
+                        } else {
+                            None
+                        };
+                        Ok((c, ce, w))
+                    });
+                    match made {
+                        Ok(c) => {
+                            if !ce {
+                                nccl_ctas = nccl::cta_count();
+                            }
+                            comms.push(c);
+                        }
+                        Err(e) => {
+                            if rank == 0 {
+                                println!("# {} skipped: {e}", if ce { "nccl-ce" } else { "nccl" });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if rank == 0 {
+        println!(
+            "# lowcon bench overlap (saturated): collectives back-to-back for the whole window of {gemms} bf16 GEMMs of \
+             {}^3 ({:.1} ms); {world} GPUs ({}); {} alone/overlapped trial pairs; slowdown = median of pairwise ratios \
+             [min..max], max over ranks; bw = busbw GB/s alone and inside the GEMM window, min over ranks; ctas(source) \
+             x call time = CTA-ms per GB sent (upper bound); MHz = mean SM clock alone/overlapped; W = power from the \
+             energy counter during GEMM alone / collectives alone / both",
+            a.m,
+            one * gemms as f64,
+            info.name,
+            a.trials
+        );
+        report::print_saturated_columns();
+    }
+    let mut setup = Setup {
+        g: &g,
+        compute: &compute,
+        gemm: &mut gemm,
+        gemms,
+        window_ms: one * gemms as f64,
+        nvml: nvml.as_ref(),
+        trials: a.trials.max(1),
+    };
+    let mut rows = Vec::new();
+    for &kind in &a.kinds {
+        let mut impls: Vec<Impl> = Vec::new();
+        for algo in &a.algorithms {
+            let belongs = match kind {
+                Kind::AllGather => algo.parse::<lowcon::AllGatherAlgorithm>().is_ok(),
+                Kind::ReduceScatter => algo.parse::<lowcon::ReduceScatterAlgorithm>().is_ok(),
+            };
+            if belongs {
+                impls.extend(a.methods.iter().map(|&method| Impl::Lowcon { algo: algo.clone(), method }));
+            }
+        }
+        impls.extend(comms.iter().map(|(_, ce, _)| Impl::Nccl { ce: *ce }));
+        if a.null {
+            impls.push(Impl::Null);
+        }
+        for &shard in &a.shards {
+            for &prio in &a.priorities {
+                let comm = g.device().stream(prio)?;
+                let prio_name = if prio == StreamPriority::High { "high" } else { "default" };
+                for &enq in &a.enqueue {
+                    for im in &impls {
+                        let name = match im {
+                            Impl::Lowcon { algo, method } => {
+                                format!("lowcon {algo} {}", crate::sweep::method_name(*method))
+                            }
+                            Impl::Nccl { ce } => (if *ce { "nccl-ce" } else { "nccl" }).to_string(),
+                            Impl::Null => "null (copies, no sync)".to_string(),
+                        };
+                        let key =
+                            format!("sat/{}/{shard}/{prio_name}/{}/{name}", kind.name(), enq.name()).replace(' ', "_");
+                        let mut coll = caller(&g, kind, im, shard, &buf_a, &buf_b, &comms, a.ctas)?;
+                        let res = measure(&mut setup, &comm, enq, &key, shard, &mut *coll);
+                        let (calls, call_ms, f) = match res {
+                            Ok(x) => x,
+                            Err(e) => return Err(format!("rank {rank}: {key}: {e}").into()),
+                        };
+                        let (ctas, src) = ctas_of(im, kind, a.ctas, (nccl_ctas.0, &nccl_ctas.1));
+                        let r = row(kind, &name, world, shard, prio_name, enq, &setup, calls, call_ms, &f, ctas, src);
+                        if rank == 0 {
+                            report::print_saturated_row(&r);
+                        }
+                        rows.push(r);
+                    }
+                }
+                comm.synchronize()?;
+            }
+        }
+    }
+    // Drop order: each communicator (which deregisters its windows) before the
+    // windows' memory.
+    for (c, _, w) in comms {
+        drop(c);
+        drop(w);
+    }
+    g.store_barrier("saturated-done")?;
+    Ok(rows)
+}
+
+/// Folds every rank's per-trial values (`f[field][rank][trial]`) into a row.
+#[allow(clippy::too_many_arguments)]
+fn row(
+    kind: Kind,
+    name: &str,
+    world: usize,
+    shard: usize,
+    priority: &str,
+    enq: Enqueue,
+    s: &Setup,
+    calls: usize,
+    call_ms: f64,
+    f: &[Vec<Vec<f64>>],
+    ctas: Option<u32>,
+    ctas_source: String,
+) -> SaturatedRow {
+    let (ga, go) = (stats::max_over_ranks(&f[0]), stats::max_over_ranks(&f[1]));
+    let slow = Spread::of(&stats::pairwise_pct(&ga, &go));
+    let (ba, bw) = (stats::min_over_ranks(&f[2]), stats::min_over_ranks(&f[3]));
+    let kept = Spread::of(&stats::kept_pct(&ba, &bw));
+    let med = |x: Vec<f64>| fin(stats::median(&x));
+    let reasons = f[10].iter().flatten().filter(|x| x.is_finite()).fold(0u64, |m, &x| m | x as u64);
+    SaturatedRow {
+        bench: format!("saturated-{}", kind.name()),
+        implementation: name.to_string(),
+        ranks: world,
+        shard_bytes: shard,
+        priority: priority.to_string(),
+        enqueue: enq.name().to_string(),
+        trials: s.trials,
+        gemms: s.gemms,
+        calls,
+        gemm_alone_ms: stats::median(&ga),
+        slowdown_pct: slow.median,
+        slowdown_min: slow.min,
+        slowdown_max: slow.max,
+        slowdown_q1: slow.q1,
+        slowdown_q3: slow.q3,
+        busbw_alone_gbs: med(ba),
+        busbw_window_gbs: med(bw),
+        kept_pct: fin(kept.median),
+        kept_min: fin(kept.min),
+        kept_max: fin(kept.max),
+        ctas,
+        ctas_source,
+        sm_ms_per_gb: ctas.and_then(|c| fin(stats::sm_ms_per_gb(c, call_ms, shard, world))),
+        sm_mhz_alone: med(stats::min_over_ranks(&f[4])),
+        sm_mhz_overlapped: med(stats::min_over_ranks(&f[5])),
+        sm_mhz_min_overlapped: med(stats::min_over_ranks(&f[6])),
+        watts_alone: med(stats::max_over_ranks(&f[7])),
+        watts_comm_alone: med(stats::max_over_ranks(&f[8])),
+        watts_overlapped: med(stats::max_over_ranks(&f[9])),
+        throttle_overlapped: if s.nvml.is_some() { stats::throttle_names(reasons) } else { "-".into() },
+    }
+}
