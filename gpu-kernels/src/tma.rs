@@ -175,7 +175,7 @@ unsafe fn consume<T: Elem>(ring: Ring, w: Work, dst: *mut T, op: u32, ct: u64, v
         }
         // The warp's reads of the stage are done before its arrival releases them.
         sync_warp();
-        if ct % 32 == 0 {
+        if ct.is_multiple_of(32) {
             // SAFETY: initialised mbarrier (caller).
             unsafe { mbar_arrive(ring.empty(s)) };
         }

@@ -201,9 +201,9 @@ pub trait Runner {
     fn run_in_place(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String>;
 }
 
-/// In-place all-gather (FSDP's habit) and reduce-scatter (NCCL's `recvbuff == sendbuff
-/// + rank * recvcount`) with every algorithm and `auto`, odd counts and dtypes, checked
-/// like the suite; an all-gather's other slots are poisoned first.
+/// In-place all-gather (FSDP's habit) and reduce-scatter (the output is this rank's
+/// chunk of the input, as NCCL allows) with every algorithm and `auto`, odd counts and
+/// dtypes, checked like the suite; an all-gather's other slots are poisoned first.
 pub fn run_in_place_suite(r: &mut dyn Runner, sync: SyncMethod) -> Result<String, String> {
     let (rank, world) = (r.rank(), r.world());
     let mut checked = 0;
