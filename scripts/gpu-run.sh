@@ -129,7 +129,7 @@ if [ "$ngpu" -ge 2 ] && has bench; then
   b=(env "CUDA_VISIBLE_DEVICES=$vis" timeout 300 "$L" launch --nproc-per-node "$ngpu" -- "$L" bench)
   step "bench all-gather 64K..256M, NCCL alongside" bench-all-gather.txt "${b[@]}" all-gather -b 64K -e 256M -f 4 --sync kernel,memop --json "$out/all-gather.json" --csv "$out/all-gather.csv"
   step "bench reduce-scatter 64K..256M, NCCL alongside" bench-reduce-scatter.txt "${b[@]}" reduce-scatter -b 64K -e 256M -f 4 --sync kernel,memop --json "$out/reduce-scatter.json" --csv "$out/reduce-scatter.csv"
-  step "bench reduce-scatter ce-reduce CTA sweep" bench-rs-ctas.txt "${b[@]}" reduce-scatter -b 16M -e 256M -f 4 --algorithms ce-reduce,sm-direct --ctas 4,8,16,32 --no-nccl --json "$out/rs-ctas.json"
+  step "bench reduce-scatter CTA sweep (ce-reduce, sm-direct, tma-reduce)" bench-rs-ctas.txt "${b[@]}" reduce-scatter -b 16M -e 256M -f 4 --algorithms ce-reduce,sm-direct,tma-reduce,tma-reduce-evict --ctas 2,4,8,16,32 --no-nccl --json "$out/rs-ctas.json"
   step "bench all-gather/reduce-scatter --check 64K..16M" bench-check.txt "${b[@]}" all-gather -b 64K -e 16M -f 16 --check --no-nccl --sync kernel,memop
   step "bench reduce-scatter --check 64K..16M" bench-check.txt "${b[@]}" reduce-scatter -b 64K -e 16M -f 16 --check --no-nccl --sync kernel,memop
   step "bench overlap --mode burst (GEMM + collectives), NCCL alongside" bench-overlap.txt "${b[@]}" overlap --mode burst --shard 64M --json "$out/overlap.json" --csv "$out/overlap.csv"

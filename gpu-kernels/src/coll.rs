@@ -27,21 +27,21 @@ use crate::thread::{block_dim_x, block_idx_x, grid_dim_x, grid_stride, sync_thre
 /// Sixteen bytes, loaded and stored as one vector.
 #[repr(C, align(16))]
 #[derive(Clone, Copy)]
-struct V16([u32; 4]);
+pub(crate) struct V16(pub(crate) [u32; 4]);
 
 /// Where a fused kernel synchronises; unused (all zero) when `fused == 0`.
 #[derive(Clone, Copy)]
-struct Fused {
-    pads: *const *mut u32,
-    rank: u32,
-    world: u32,
-    channel: u32,
-    epoch_in: u32,
-    epoch_out: u32,
-    timeout_ns: u64,
-    err: *mut ErrorRecord,
-    counter: *mut u32,
-    on: bool,
+pub(crate) struct Fused {
+    pub(crate) pads: *const *mut u32,
+    pub(crate) rank: u32,
+    pub(crate) world: u32,
+    pub(crate) channel: u32,
+    pub(crate) epoch_in: u32,
+    pub(crate) epoch_out: u32,
+    pub(crate) timeout_ns: u64,
+    pub(crate) err: *mut ErrorRecord,
+    pub(crate) counter: *mut u32,
+    pub(crate) on: bool,
 }
 
 impl Fused {
@@ -50,7 +50,7 @@ impl Fused {
     /// # Safety
     /// The pointers are valid as the kernels' contracts state.
     #[inline(always)]
-    unsafe fn enter(&self) -> bool {
+    pub(crate) unsafe fn enter(&self) -> bool {
         if !self.on {
             return true;
         }
@@ -96,7 +96,7 @@ impl Fused {
     /// # Safety
     /// As [`Fused::enter`].
     #[inline(always)]
-    unsafe fn exit(&self) {
+    pub(crate) unsafe fn exit(&self) {
         if !self.on {
             return;
         }
@@ -237,7 +237,7 @@ pub unsafe extern "ptx-kernel" fn lowcon_allgather_oneshot(
 }
 
 /// An element type the reductions handle: loaded to and stored from `f32`.
-trait Elem: Copy {
+pub(crate) trait Elem: Copy {
     /// Elements per 16-byte vector.
     const VEC: usize;
     fn to_f32(self) -> f32;
@@ -369,7 +369,7 @@ impl Elem for Bf16 {
 }
 
 #[inline(always)]
-fn combine(op: u32, acc: f32, x: f32) -> f32 {
+pub(crate) fn combine(op: u32, acc: f32, x: f32) -> f32 {
     match op {
         reduce_op::MIN => acc.min(x),
         reduce_op::MAX => acc.max(x),
@@ -378,7 +378,7 @@ fn combine(op: u32, acc: f32, x: f32) -> f32 {
 }
 
 #[inline(always)]
-fn finish(op: u32, acc: f32, world: u32) -> f32 {
+pub(crate) fn finish(op: u32, acc: f32, world: u32) -> f32 {
     if op == reduce_op::AVG { acc / world as f32 } else { acc }
 }
 

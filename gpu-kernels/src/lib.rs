@@ -1,4 +1,4 @@
-//! lowcon's device code: barrier, signal, reduction and test kernels.
+//! lowcon's device code: barrier, signal, reduction (plain and bulk-copy) and test kernels.
 //!
 //! Compiled to PTX by `host/build.rs` (see `crates/lowcon-build`): rustc's own
 //! `nvptx64-nvidia-cuda` backend, `-Zbuild-std=core`, and a bitcode link done with the
@@ -12,12 +12,14 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod atomics;
+pub mod bulk;
 pub mod errors;
 pub mod thread;
 
 mod coll;
 mod sync;
 mod test_kernels;
+mod tma;
 
 /// Kernels cannot unwind. A panic (an out-of-range slice index, say) traps the context;
 /// kernels are written so that their inputs are checked on the host and they do not

@@ -71,6 +71,120 @@ fn reductions_issue_16_byte_loads() {
 }
 
 #[test]
+fn bulk_copy_kernels_declare_their_cta_size() {
+    let want = format!(".maxntid {}, 1, 1", kernel_names::TMA_THREADS);
+    for name in kernel_names::TMA_REDUCE {
+        assert!(entry_body(name).contains(&want), "{name} lacks `{want}`");
+    }
+}
+
+#[test]
+fn ptx_isa_is_8_or_later() {
+    // Bulk copies, mbarrier transaction counts and `fence.proxy.async` need PTX ISA 8.0
+    // (lowcon_build passes `-mattr=+ptx80` to llc; LLVM's default for sm_90 is 7.8).
+    let v = PTX.lines().find_map(|l| l.strip_prefix(".version ")).expect("PTX has a .version line").trim();
+    let (major, minor) = v.split_once('.').expect("major.minor");
+    let (major, minor): (u32, u32) = (major.parse().unwrap(), minor.parse().unwrap());
+    assert!((major, minor) >= (8, 0), "PTX ISA {v}: the bulk-copy kernels need 8.0 or later");
+}
+
+#[test]
+fn the_dynamic_shared_array_is_declared_once() {
+    let decl = ".extern .shared .align 128 .b8 lowcon_smem[];";
+    assert_eq!(PTX.matches(decl).count(), 1, "`{decl}` must be declared exactly once");
+    assert!(PTX.find(decl).unwrap() < PTX.find(".entry").unwrap(), "declared after its first use");
+}
+
+#[test]
+fn bulk_copy_kernels_keep_their_instructions() {
+    for name in kernel_names::TMA_REDUCE {
+        let body = entry_body(name);
+        for instr in [
+            "lowcon_smem",
+            "mbarrier.init.shared::cta.b64",
+            "fence.mbarrier_init.release.cluster",
+            "mbarrier.arrive.expect_tx.shared::cta.b64",
+            "mbarrier.try_wait.parity.shared::cta.b64",
+            "mbarrier.arrive.shared::cta.b64",
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes",
+            ".L2::cache_hint",
+            "createpolicy.fractional.L2::evict_first",
+            "ld.shared.v4.u32",
+            // The fused barriers, as in the other collectives.
+            "fence.acq_rel.sys",
+            "st.release.sys",
+            "ld.acquire.sys",
+        ] {
+            assert!(body.contains(instr), "{name} lost `{instr}`");
+        }
+    }
+}
+
+/// The instruction lines of a PTX body (comments dropped).
+fn instructions(body: &str) -> Vec<&str> {
+    body.lines().map(|l| l.split("//").next().unwrap_or("").trim()).filter(|l| !l.is_empty()).collect()
+}
+
+/// Checks the async-proxy fences of one kernel body (`gpu-kernels/src/bulk.rs`, NOTE
+/// [async proxy]), in text order: a `fence.proxy.async` comes before the first bulk
+/// copy (the peers' generic writes, acquired by the entry barrier, are then visible to
+/// the copies), and after every bulk copy one comes before the next system-scope
+/// signal (`st.release.sys` / `red.release.sys`: peers may overwrite what the copies
+/// read once they see it).
+fn check_async_proxy_fences(name: &str, body: &str) -> Result<(), String> {
+    let lines = instructions(body);
+    let is_copy = |l: &str| l.contains("cp.async.bulk") || l.contains("cp.reduce.async.bulk");
+    let is_fence = |l: &str| l.contains("fence.proxy.async");
+    let is_signal = |l: &str| l.contains("st.release.sys") || l.contains("red.release.sys");
+    let Some(first) = lines.iter().position(|l| is_copy(l)) else { return Ok(()) };
+    if !lines[..first].iter().any(|l| is_fence(l)) {
+        return Err(format!("{name}: no fence.proxy.async before its first bulk copy `{}`", lines[first]));
+    }
+    for (i, l) in lines.iter().enumerate().filter(|(_, l)| is_copy(l)) {
+        let rest = &lines[i + 1..];
+        if let Some(sig) = rest.iter().position(|l| is_signal(l))
+            && !rest[..sig].iter().any(|l| is_fence(l))
+        {
+            return Err(format!(
+                "{name}: bulk copy `{l}` reaches the signal `{}` without fence.proxy.async",
+                rest[sig]
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn bulk_copies_are_fenced_before_signals() {
+    let mut checked = 0;
+    for name in kernel_names::ALL {
+        let body = entry_body(name);
+        check_async_proxy_fences(name, body).unwrap_or_else(|e| panic!("{e}"));
+        checked += body.contains("cp.async.bulk") as usize;
+    }
+    assert!(checked >= kernel_names::TMA_REDUCE.len(), "the bulk-copy kernels have no bulk copies");
+}
+
+#[test]
+fn a_missing_async_proxy_fence_fails_the_check() {
+    let body = entry_body(kernel_names::TMA_REDUCE[2]);
+    let strip = |fence: &str| body.lines().filter(|l| !l.contains(fence)).collect::<Vec<_>>().join("\n");
+    // Without the fence after the ring, the exit signal follows the copies unfenced.
+    let e = check_async_proxy_fences("exit", &strip("fence.proxy.async;")).unwrap_err();
+    assert!(e.contains("without fence.proxy.async"), "{e}");
+    // Without the fence after the entry barrier, the copies read unfenced.
+    let e = check_async_proxy_fences("entry", &strip("fence.proxy.async.global")).unwrap_err();
+    assert!(e.contains("before its first bulk copy"), "{e}");
+    // And a hand-written case: copy, signal, fence.
+    let bad = "fence.proxy.async.global;\ncp.async.bulk.shared::cluster.global [a], [b], 16, [c];\n\
+               st.release.sys.u32 [p], 1;\nfence.proxy.async;";
+    assert!(check_async_proxy_fences("bad", bad).is_err());
+    let good =
+        bad.replace("st.release.sys.u32 [p], 1;\nfence.proxy.async;", "fence.proxy.async;\nst.release.sys.u32 [p], 1;");
+    check_async_proxy_fences("good", &good).unwrap();
+}
+
+#[test]
 fn ptx_targets_the_configured_arch() {
     let arch = std::env::var("LOWCON_CUDA_ARCH").unwrap_or_else(|_| "sm_90".into());
     assert!(PTX.contains(&format!(".target {arch}")), "PTX is not built for {arch}");

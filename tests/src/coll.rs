@@ -195,13 +195,15 @@ pub trait Runner {
     fn shared_seed(&self, name: &str) -> Result<u64, String>;
     /// Runs `case` with this rank's `input` bytes; returns the output bytes.
     fn run(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String>;
-    /// Runs the all-gather `case` in place: the input is this rank's slot of the output
-    /// (a symmetric buffer; on GPUs ordinary memory too when `case.symmetric` is false).
+    /// Runs `case` in place: an all-gather's input is this rank's slot of the output, a
+    /// reduce-scatter's output this rank's chunk of the input (a symmetric buffer; on
+    /// GPUs ordinary memory too when `case.symmetric` is false). Returns the output.
     fn run_in_place(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String>;
 }
 
-/// In-place all-gather (FSDP's habit) with every algorithm and `auto`, odd counts and
-/// dtypes, checked like the suite; the other slots are poisoned first.
+/// In-place all-gather (FSDP's habit) and reduce-scatter (the output is this rank's
+/// chunk of the input, as NCCL allows) with every algorithm and `auto`, odd counts and
+/// dtypes, checked like the suite; an all-gather's other slots are poisoned first.
 pub fn run_in_place_suite(r: &mut dyn Runner, sync: SyncMethod) -> Result<String, String> {
     let (rank, world) = (r.rank(), r.world());
     let mut checked = 0;
@@ -223,7 +225,26 @@ pub fn run_in_place_suite(r: &mut dyn Runner, sync: SyncMethod) -> Result<String
             checked += 1;
         }
     }
-    Ok(format!("{checked} in-place all-gathers"))
+    let mut rs_checked = 0;
+    let algos = std::iter::once(ReduceScatterAlgorithm::Auto).chain(ReduceScatterAlgorithm::NAMED.iter().copied());
+    for (i, a) in algos.enumerate() {
+        for (k, (dtype, count)) in
+            [(DType::F32, 1), (DType::Bf16, 1003), (DType::F16, 7), (DType::F32, 65_541)].into_iter().enumerate()
+        {
+            let coll = Coll::ReduceScatter(a, ReduceOp::Sum);
+            let case = Case { coll, dtype, count, symmetric: k % 2 == 0, misalign: 0, sync, channel: 0 };
+            let seed = r.shared_seed(&format!("in-place-rs/{i}/{k}"))?;
+            let input = input_bytes(dtype, seed, rank, 0, case.in_count(world));
+            let got =
+                r.run_in_place(&case, &input).map_err(|m| format!("rank {rank}: in place {}: {m}", case.name()))?;
+            let (wrong, first) = compare(&case, seed, rank, world, &got);
+            if wrong > 0 {
+                return Err(format!("rank {rank}: in place {}: {wrong} wrong elements; first: {first}", case.name()));
+            }
+            rs_checked += 1;
+        }
+    }
+    Ok(format!("{checked} in-place all-gathers, {rs_checked} in-place reduce-scatters"))
 }
 
 /// Every rank draws a seed; all take rank 0's (`gather` is the group's store all-gather).
@@ -308,6 +329,21 @@ impl Runner for HostRunner {
     }
     fn run_in_place(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String> {
         let (rank, world) = (self.rank(), self.world());
+        if let Coll::ReduceScatter(..) = case.coll {
+            // The output is this rank's chunk of the (symmetric) input.
+            let chunk = input.len() / world;
+            let sym = self.g.alloc(input.len()).map_err(e)?;
+            sym.write(rank, 0, input).map_err(e)?;
+            let inp = HostInput::Symmetric { buf: &sym, offset: 0, len: input.len() };
+            // SAFETY: this rank's live mapping of `sym`, chunk `rank`; during the call only
+            // the library touches it, through this slice and its own raw copies.
+            let out = unsafe { std::slice::from_raw_parts_mut(sym.local_ptr().add(rank * chunk), chunk) };
+            host_call(&self.g, case, inp, out).map_err(e)?;
+            let mut got = vec![0u8; chunk];
+            sym.read(rank, rank * chunk, &mut got).map_err(e)?;
+            self.g.barrier(0).map_err(e)?;
+            return Ok(got);
+        }
         let n = input.len();
         let sym = self.g.alloc(n * world).map_err(e)?;
         sym.write(rank, 0, &vec![0xFFu8; n * world]).map_err(e)?;
@@ -438,6 +474,23 @@ impl Runner for GpuRunner {
     fn run_in_place(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String> {
         let (rank, world) = (self.rank(), self.world());
         let (n, count) = (input.len(), case.count);
+        if let Coll::ReduceScatter(a, op) = case.coll {
+            // The output is this rank's chunk of the input.
+            let chunk = n / world;
+            let buf = GpuMem::new(&self.g, &self.stream, case.symmetric, n)?;
+            // SAFETY: `buf` holds n bytes; synchronous copy.
+            unsafe { raw::mem_op::copy_from_host(self.stream.raw(), buf.ptr(), input) }.map_err(e)?;
+            let ib = buf.buf(0, count * world, case.dtype)?;
+            let ob = buf.buf(rank * chunk, count, case.dtype)?;
+            self.g.reduce_scatter(ib, ob, op, &self.stream, &case.rs_opts(a)).map_err(e)?;
+            self.g.synchronize(&self.stream).map_err(e)?;
+            let mut got = vec![0u8; chunk];
+            // SAFETY: `buf` holds n bytes; synchronous copy.
+            unsafe { raw::mem_op::copy_to_host(self.stream.raw(), &mut got, buf.ptr() + (rank * chunk) as u64) }
+                .map_err(e)?;
+            // The call ended with a barrier: no peer reads `buf` any more.
+            return Ok(got);
+        }
         let out = GpuMem::new(&self.g, &self.stream, case.symmetric, n * world)?;
         // SAFETY: `out` holds n * world bytes; the copies are synchronous.
         unsafe {
@@ -527,13 +580,14 @@ pub fn run_suite(r: &mut dyn Runner, cases: &[Case]) -> Result<String, String> {
     ))
 }
 
-/// The five algorithms the stress loop cycles through.
+/// The six algorithms the stress loop cycles through.
 fn stress_case(i: usize, channel: u32, sync: SyncMethod, count: usize) -> Case {
-    let coll = match i % 5 {
+    let coll = match i % 6 {
         0 => Coll::AllGather(AllGatherAlgorithm::CePull),
         1 => Coll::AllGather(AllGatherAlgorithm::CePush),
         2 => Coll::AllGather(AllGatherAlgorithm::SmOneshot),
         3 => Coll::ReduceScatter(ReduceScatterAlgorithm::CeReduce, ReduceOp::Sum),
+        4 => Coll::ReduceScatter(ReduceScatterAlgorithm::TmaReduce, ReduceOp::Sum),
         _ => Coll::ReduceScatter(ReduceScatterAlgorithm::SmDirect, ReduceOp::Max),
     };
     Case { coll, dtype: DType::Bf16, count, symmetric: i.is_multiple_of(3), misalign: 0, sync, channel }

@@ -99,6 +99,15 @@ pub mod kernel_names {
     pub const REDUCE: [&str; 3] = ["lowcon_reduce_f32", "lowcon_reduce_f16", "lowcon_reduce_bf16"];
     /// `rs_direct_<dtype>(...)`: reads and reduces the peers' chunks over NVLink (sm-direct).
     pub const RS_DIRECT: [&str; 3] = ["lowcon_rs_direct_f32", "lowcon_rs_direct_f16", "lowcon_rs_direct_bf16"];
+    /// `tma_reduce_<dtype>(...)`: reduce-scatter through bulk copies (tma-reduce): a
+    /// producer warp streams every rank's tiles into a shared-memory ring, consumer
+    /// warps reduce them in rank order.
+    pub const TMA_REDUCE: [&str; 3] = ["lowcon_tma_reduce_f32", "lowcon_tma_reduce_f16", "lowcon_tma_reduce_bf16"];
+    /// Consumer warps per CTA of [`TMA_REDUCE`] (plus one producer warp).
+    pub const TMA_CONSUMER_WARPS: u32 = 8;
+    /// Threads per CTA of [`TMA_REDUCE`]: the producer warp and the consumer warps
+    /// (declared in their PTX as `.maxntid` by the build).
+    pub const TMA_THREADS: u32 = 32 * (1 + TMA_CONSUMER_WARPS);
     /// Threads per CTA of the collective kernels (one-shot all-gather, reductions).
     /// The build declares it in their PTX (`.maxntid`), so `ptxas` keeps each thread
     /// within the registers a CTA of this size may use.
@@ -121,7 +130,30 @@ pub mod kernel_names {
         RS_DIRECT[0],
         RS_DIRECT[1],
         RS_DIRECT[2],
+        TMA_REDUCE[0],
+        TMA_REDUCE[1],
+        TMA_REDUCE[2],
     ];
+}
+
+/// The shared-memory layout of the bulk-copy kernels (`tma-reduce`), which host and
+/// kernel must agree on. The dynamic shared memory holds, from its start: `stages`
+/// "full" mbarriers, `stages` "empty" mbarriers (8 bytes each), padding to
+/// [`tma::DATA_OFFSET`], then `stages x world` tiles of `tile` bytes (stage-major:
+/// stage `s`, source rank `p` at `DATA_OFFSET + (s * world + p) * tile`).
+pub mod tma {
+    /// Most pipeline stages (mbarrier pairs) the barrier area holds.
+    pub const MAX_STAGES: u32 = 8;
+    /// Byte offset of the first tile: after `2 * MAX_STAGES` mbarriers, 128-aligned.
+    pub const DATA_OFFSET: u32 = 128;
+    /// Tiles are a multiple of this many bytes (bulk copies need 16; 128 keeps each
+    /// tile on its own shared-memory lines).
+    pub const TILE_ALIGN: u32 = 128;
+    /// Dynamic shared memory a launch with `stages` stages of `world` tiles needs.
+    pub const fn smem_bytes(world: u32, tile: u32, stages: u32) -> u32 {
+        DATA_OFFSET + stages * world * tile
+    }
+    const _: () = assert!(2 * MAX_STAGES * 8 <= DATA_OFFSET);
 }
 
 /// Reduction operators, as the reduction kernels take them (a `u32` argument).

@@ -13,7 +13,10 @@
 //!    `-O<n>`, `--debug`); [`run_as_linker_if_requested`] notices the variable and links:
 //!    unpack the rlibs (`core`, `compiler_builtins`) with `llvm-ar`, keep the bitcode
 //!    members, `llvm-link` everything, `opt` with `internalize` of the exported kernels
-//!    followed by `globaldce`, then `llc -mcpu=sm_XX` to PTX.
+//!    followed by `globaldce`, then `llc -mcpu=sm_XX -mattr=+ptx80` to PTX.
+//! 3. `host/build.rs` post-processes the PTX: [`declare_shared`] adds the dynamic
+//!    shared-memory array the bulk-copy kernels use, [`set_max_threads`] the launch
+//!    bounds.
 //!
 //! This keeps the whole pipeline in Rust and in the repository, needs no CUDA toolkit at
 //! build time, and fails with an error that names the missing tool or component.
@@ -42,6 +45,16 @@ pub const DEFAULT_ARCH: &str = "sm_90";
 pub const PTX_FILE: &str = "lowcon_kernels.ptx";
 /// The rustc target the kernels are built for.
 pub const NVPTX_TARGET: &str = "nvptx64-nvidia-cuda";
+/// The PTX ISA version `llc` is asked for (`-mattr=+ptxNN`). LLVM's default for sm_90
+/// is 7.8, which lacks what the bulk-copy kernels use: `cp.async.bulk`, mbarrier
+/// transaction counts (`mbarrier.arrive.expect_tx`, `complete_tx`) and
+/// `fence.proxy.async` need PTX ISA 8.0 (CUDA 12.0 and later drivers JIT it).
+pub const PTX_ISA: &str = "ptx80";
+/// The dynamic shared-memory array of the kernels: rustc's NVPTX backend cannot declare
+/// a `.shared` variable, so [`declare_shared`] adds `.extern .shared .align 128 .b8
+/// lowcon_smem[];` to the PTX and kernels take its address in inline PTX (`mov.u64 r,
+/// lowcon_smem;`). Its size is the launch's dynamic shared memory.
+pub const SHARED_SYMBOL: &str = "lowcon_smem";
 
 /// Why building the kernels failed; every message says what to do about it.
 #[derive(Debug)]
@@ -360,6 +373,7 @@ fn link(a: &LinkArgs) -> Result<(), BuildError> {
     run(Command::new(tools.join("llc"))
         .arg("-mtriple=nvptx64-nvidia-cuda")
         .arg(format!("-mcpu={cpu}"))
+        .arg(format!("-mattr=+{PTX_ISA}"))
         .arg(format!("-O{level}"))
         .arg("-o")
         .arg(output)
@@ -375,21 +389,53 @@ fn link(a: &LinkArgs) -> Result<(), BuildError> {
     Ok(())
 }
 
+/// Declares the dynamic shared-memory array [`SHARED_SYMBOL`] (`.extern .shared .align
+/// 128 .b8 lowcon_smem[];`) right after the PTX header (`.address_size`), so inline PTX
+/// in any kernel can name it. PTX that already has it (`lowcon ptx` exports processed
+/// PTX, which `LOWCON_PTX_DIR` feeds back) is returned as it is. Errors if the header
+/// is missing.
+pub fn declare_shared(ptx: &str) -> Result<String, String> {
+    let decl = format!(".extern .shared .align 128 .b8 {SHARED_SYMBOL}[];");
+    if ptx.lines().any(|l| l.trim() == decl) {
+        return Ok(ptx.to_string());
+    }
+    let mut out = String::with_capacity(ptx.len() + decl.len() + 2);
+    let mut done = false;
+    for line in ptx.lines() {
+        out.push_str(line);
+        out.push('\n');
+        if !done && line.trim_start().starts_with(".address_size") {
+            out.push('\n');
+            out.push_str(&decl);
+            out.push('\n');
+            done = true;
+        }
+    }
+    if !done {
+        return Err("the PTX has no .address_size line to declare the shared array after".into());
+    }
+    Ok(out)
+}
+
 /// Declares `.maxntid threads, 1, 1` on each named kernel of `ptx` (rustc's NVPTX
 /// backend has no launch-bounds attribute). Without it `ptxas` may give a kernel more
 /// registers than a CTA of `threads` threads can have, and its launch fails with
-/// `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`. Errors if a kernel is missing or already has
-/// a directive there.
+/// `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`. Errors if a kernel is missing; a kernel that
+/// already has the directive (processed PTX fed back) keeps it.
 pub fn set_max_threads(ptx: &str, kernels: &[&str], threads: u32) -> Result<String, String> {
     let mut out = String::with_capacity(ptx.len() + kernels.len() * 32);
     let mut done = Vec::new();
     let mut pending: Option<&str> = None;
-    for line in ptx.lines() {
+    let mut lines = ptx.lines().peekable();
+    while let Some(line) = lines.next() {
         out.push_str(line);
         out.push('\n');
         if let Some(name) = pending {
             if line.starts_with(')') {
-                out.push_str(&format!(".maxntid {threads}, 1, 1\n"));
+                // Already processed (PTX from `LOWCON_PTX_DIR`): keep the directive.
+                if !lines.peek().is_some_and(|l| l.starts_with(".maxntid")) {
+                    out.push_str(&format!(".maxntid {threads}, 1, 1\n"));
+                }
                 done.push(name);
                 pending = None;
             }
@@ -421,8 +467,21 @@ mod tests {
         let out = set_max_threads(ptx, &["b"], 512).unwrap();
         assert_eq!(out.matches(".maxntid").count(), 1);
         assert!(out.contains(".visible .entry b(\n)\n.maxntid 512, 1, 1\n{"), "{out}");
+        assert_eq!(set_max_threads(&out, &["b"], 512).unwrap(), out, "processing twice changes nothing");
         let e = set_max_threads(ptx, &["c"], 512).unwrap_err();
         assert!(e.contains("kernel c"), "{e}");
+    }
+
+    #[test]
+    fn declares_the_shared_array_once_after_the_header() {
+        let ptx = ".version 8.0\n.target sm_90\n.address_size 64\n\n.visible .entry a()\n{\n}\n";
+        let out = declare_shared(ptx).unwrap();
+        let decl = ".extern .shared .align 128 .b8 lowcon_smem[];";
+        assert_eq!(out.matches(decl).count(), 1);
+        assert!(out.find(decl).unwrap() > out.find(".address_size").unwrap());
+        assert!(out.find(decl).unwrap() < out.find(".entry").unwrap());
+        assert_eq!(declare_shared(&out).unwrap(), out, "processing twice changes nothing");
+        assert!(declare_shared(".version 8.0\n").unwrap_err().contains(".address_size"));
     }
 
     #[test]

@@ -360,7 +360,7 @@ int main(int argc, char **argv) {
   check_bad_input(comm);
   const size_t counts[] = {1, 1023, 70001};
   const char *ag_algos[] = {NULL, "ce-pull", "ce-push", "sm-oneshot"};
-  const char *rs_algos[] = {NULL, "ce-reduce", "sm-direct"};
+  const char *rs_algos[] = {NULL, "ce-reduce", "sm-direct", "tma-reduce"};
   const lowconDataType_t ag_types[] = {lowconFloat32, lowconInt32, lowconUint8, lowconBfloat16};
   unsigned seed = 1;
   for (int sync = 0; sync < (g_gpu ? 2 : 1); sync++) {
@@ -370,7 +370,7 @@ int main(int argc, char **argv) {
         check_all_gather(comm, seed++, lowconFloat32, counts[c], ag_algos[a], sync, 1, 0);
         check_all_gather(comm, seed++, lowconBfloat16, counts[c], ag_algos[a], sync, 1, 1);
       }
-      for (int a = 0; a < 3; a++) {
+      for (int a = 0; a < 4; a++) {
         check_reduce_scatter(comm, seed++, lowconFloat32, lowconSum, counts[c], rs_algos[a], sync, 0);
         check_reduce_scatter(comm, seed++, lowconFloat32, lowconAvg, counts[c], rs_algos[a], sync, 1);
         check_reduce_scatter(comm, seed++, lowconBfloat16, lowconMax, counts[c], rs_algos[a], sync, 1);

@@ -54,7 +54,7 @@ pub struct SweepFlags {
     #[arg(long, default_value = "sum")]
     op: String,
     /// lowcon algorithms, comma-separated (`all` for every named one).
-    #[arg(long, default_value = "all")]
+    #[arg(long, alias = "algorithm", default_value = "all")]
     algorithms: String,
     /// Sync methods: kernel, memop or both (comma-separated).
     #[arg(long, default_value = "kernel")]

@@ -44,7 +44,7 @@ for n in (1, 1023, 70001, 1 << 22):
                 if not torch.equal(out.cpu(), want):
                     fail(f"all-gather n={n} {dtype} {sync} {algo}")
                 checks += 1
-            for algo in ("auto", "ce-reduce", "sm-direct"):
+            for algo in ("auto", "ce-reduce", "sm-direct", "tma-reduce"):
                 for op in ("sum", "max"):
                     seed += 1
                     inp = data(seed, r, n * w, dtype).to(dev)

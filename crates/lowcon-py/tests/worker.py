@@ -60,7 +60,7 @@ def check(g):
                 checks += 1
         for dtype in (np.float32, np.float16):
             for op in ("sum", "avg", "min", "max"):
-                for algo in ("auto", "ce-reduce", "sm-direct"):
+                for algo in ("auto", "ce-reduce", "sm-direct", "tma-reduce"):
                     seed += 1
                     inp = data(seed, r, n * w, dtype)
                     out = np.full(n, np.nan, dtype=dtype)

@@ -1,5 +1,5 @@
 //! The collectives on GPUs: all-gather (`ce-pull`, `ce-push`, `sm-oneshot`) and
-//! reduce-scatter (`ce-reduce`, `sm-direct`) over the group's symmetric memory and
+//! reduce-scatter (`ce-reduce`, `sm-direct`, `tma-reduce`) over the group's symmetric memory and
 //! signal pads. See [`crate::coll`] for the algorithms and `docs/design.md` for why.
 //!
 //! Calls are asynchronous like NCCL's: they check their arguments, enqueue on the
@@ -27,11 +27,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use super::check::{align256, check_all_gather, check_reduce_scatter, grow_to, rotated, staged_slot};
 use super::device_buf::DeviceBuf;
 use super::select::{
-    DEFAULT_REDUCE_CTAS, STAGING_DEPTH, choose_all_gather, choose_reduce_scatter, default_pieces, oneshot_ctas,
-    piece_elems,
+    DEFAULT_REDUCE_CTAS, DEFAULT_TMA_CTAS, STAGING_DEPTH, choose_all_gather, choose_reduce_scatter, default_pieces,
+    oneshot_ctas, piece_elems, tma_ring, tma_split,
 };
 use super::{AllGatherAlgorithm, AllGatherOptions, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
-use crate::cuda::kernels::FusedArgs;
+use crate::cuda::kernels::{FusedArgs, TmaArgs};
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
@@ -365,7 +365,8 @@ impl GpuColl {
         }
         let esize = input.dtype.size();
         let n = output.count;
-        let ctas = opts.ctas.unwrap_or(DEFAULT_REDUCE_CTAS);
+        let tma = matches!(algorithm, ReduceScatterAlgorithm::TmaReduce | ReduceScatterAlgorithm::TmaReduceEvict);
+        let ctas = opts.ctas.unwrap_or(if tma { DEFAULT_TMA_CTAS } else { DEFAULT_REDUCE_CTAS });
         let pe = piece_elems(n, opts.pipeline.unwrap_or_else(|| default_pieces(chunk)));
         let pieces = n.div_ceil(pe);
         let in_len = if stage_in { align256(world * chunk) } else { 0 };
@@ -444,6 +445,27 @@ impl GpuColl {
                             vec_ok,
                         )
                     })?;
+                }
+                ReduceScatterAlgorithm::TmaReduce | ReduceScatterAlgorithm::TmaReduceEvict => {
+                    // Every rank's chunk is at the same offset, so one head/body/tail split
+                    // (bulk copies need 16-byte alignment) fits all sources.
+                    let off = src.off + rank * chunk;
+                    let (head, body) = tma_split(off, n, esize);
+                    let (tile, stages) = tma_ring(world);
+                    let a = TmaArgs {
+                        bases: src.bases(),
+                        off: off as u64,
+                        dst: out,
+                        n: n as u64,
+                        op: op.code(),
+                        head: head as u64,
+                        body: body as u64,
+                        tile,
+                        stages,
+                        vec_out: (out + (head * esize) as u64).is_multiple_of(16),
+                        evict_first: algorithm == ReduceScatterAlgorithm::TmaReduceEvict,
+                    };
+                    self.one_shot(stream, ch, opts.sync, |f| kernels.tma_reduce(stream, dt, f, ctas, &a))?;
                 }
             }
         }

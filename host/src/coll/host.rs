@@ -5,7 +5,8 @@
 //! The calls are synchronous (they return when the data is in place). On this backend
 //! `sm-oneshot` differs from `ce-pull` only in reading its own shard from symmetric
 //! memory too, and `sm-direct` from `ce-reduce` only in working through 64 KiB blocks
-//! rather than staged pieces; what they share with the GPU versions is the order of
+//! rather than staged pieces, and `tma-reduce` from `sm-direct` in reading a head, ring
+//! tiles and a tail (the GPU's bulk-copy split); what they share with the GPU versions is the order of
 //! barriers and which rank reads or writes which buffer.
 
 use std::borrow::Cow;
@@ -14,7 +15,7 @@ use std::sync::Mutex;
 
 use super::check::{check_all_gather, check_reduce_scatter, grow_to, rotated};
 use super::reference::reduce_into;
-use super::select::{choose_all_gather, choose_reduce_scatter, default_pieces, piece_elems};
+use super::select::{choose_all_gather, choose_reduce_scatter, default_pieces, piece_elems, tma_ring, tma_split};
 use super::{AllGatherAlgorithm, AllGatherOptions, DType, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
 use crate::error::{Error, Result};
 use crate::memory::host::{HostBuffer, alloc};
@@ -254,27 +255,40 @@ impl HostColl {
         if plain && !opts.allow_staging {
             return Err(refuse_staging(rank, algorithm.name(), "input"));
         }
+        let es = dtype.size();
         let piece = match algorithm {
-            ReduceScatterAlgorithm::SmDirect => (64 << 10) / dtype.size(),
+            ReduceScatterAlgorithm::SmDirect => (64 << 10) / es,
+            ReduceScatterAlgorithm::TmaReduce | ReduceScatterAlgorithm::TmaReduceEvict => {
+                tma_ring(world).0 as usize / es
+            }
             _ => piece_elems(n_out, opts.pipeline.unwrap_or_else(|| default_pieces(chunk))),
         };
         let ch = opts.channel;
         self.with_workspace(ch, if plain { world * chunk } else { 0 }, |ws| {
             let src = self.symmetric_input(&input, ws)?;
+            let off = src.offset + rank * chunk;
+            // The ranges read and reduced one after another: pieces, or for tma-reduce
+            // the head, the ring's tiles of the 16-byte-aligned body and the tail.
+            let mut ranges = Vec::new();
+            let (head, body) = match algorithm {
+                ReduceScatterAlgorithm::TmaReduce | ReduceScatterAlgorithm::TmaReduceEvict => {
+                    let (head, body) = tma_split(off, n_out, es);
+                    (head, body / es)
+                }
+                _ => (0, n_out),
+            };
+            ranges.extend((head > 0).then_some((0, head)));
+            ranges.extend((0..body.div_ceil(piece)).map(|i| (head + i * piece, piece.min(body - i * piece))));
+            ranges.extend((head + body < n_out).then_some((head + body, n_out - head - body)));
             self.sync.barrier(ch)?;
-            let mut staged = vec![vec![0u8; piece * dtype.size()]; world];
-            let mut start = 0;
-            while start < n_out {
-                let len = piece.min(n_out - start);
-                let bytes = len * dtype.size();
+            let mut staged = vec![vec![0u8; piece.max(head).max(n_out - head - body) * es]; world];
+            for (start, len) in ranges {
+                let bytes = len * es;
                 for p in rotated(rank, world) {
-                    let at = src.offset + rank * chunk + start * dtype.size();
-                    src.buf.read(p, at, &mut staged[p][..bytes])?;
+                    src.buf.read(p, off + start * es, &mut staged[p][..bytes])?;
                 }
                 let srcs: Vec<&[u8]> = staged.iter().map(|s| &s[..bytes]).collect();
-                let out = &mut output[start * dtype.size()..start * dtype.size() + bytes];
-                reduce_into(dtype, op, world, &srcs, out);
-                start += len;
+                reduce_into(dtype, op, world, &srcs, &mut output[start * es..start * es + bytes]);
             }
             self.sync.barrier(ch)
         })

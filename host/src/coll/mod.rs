@@ -19,6 +19,8 @@
 //! | all-gather | `sm-oneshot` | one kernel reading every peer with 16-byte loads | input |
 //! | reduce-scatter | `ce-reduce` | copy engine into local staging, pipelined with a few-CTA reduction | input |
 //! | reduce-scatter | `sm-direct` | one few-CTA kernel reading and reducing the peers' chunks | input |
+//! | reduce-scatter | `tma-reduce` | bulk copies of every rank's tiles into a shared-memory ring, reduced on ≤ 8 CTAs | input |
+//! | reduce-scatter | `tma-reduce-evict` | `tma-reduce` with evict-first L2 hints on the streamed loads | input |
 //!
 //! A buffer that must be symmetric but is ordinary memory is staged through the group's
 //! workspace (one local copy), unless the options forbid it.
@@ -41,7 +43,7 @@ use crate::sync::SyncMethod;
 
 pub use device_buf::DeviceBuf;
 pub use host::HostInput;
-pub use select::{DEFAULT_REDUCE_CTAS, ONESHOT_MAX_SHARD, choose_all_gather, choose_reduce_scatter};
+pub use select::{DEFAULT_REDUCE_CTAS, DEFAULT_TMA_CTAS, ONESHOT_MAX_SHARD, choose_all_gather, choose_reduce_scatter};
 
 /// Element type of a collective's buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -256,6 +258,11 @@ algorithm_enum!(
         CeReduce = "ce-reduce",
         /// One few-CTA kernel reading and reducing the peers' chunks.
         SmDirect = "sm-direct",
+        /// Bulk copies (TMA) of every rank's tiles into a shared-memory ring, reduced by
+        /// consumer warps on a few CTAs (default 8).
+        TmaReduce = "tma-reduce",
+        /// `tma-reduce` with an evict-first L2 hint on the streamed loads.
+        TmaReduceEvict = "tma-reduce-evict",
     }
 );
 

@@ -33,6 +33,12 @@ pub fn choose_all_gather(shard_bytes: usize, _world: usize, output_symmetric: bo
 /// to 256 MiB per rank on 4x H200 (311 against 228 GB/s busbw at 256 MiB): `ce-reduce`'s
 /// copies and reductions overlap too little. Re-measure on other machines and worlds.
 pub fn choose_reduce_scatter(_chunk_bytes: usize, _world: usize) -> ReduceScatterAlgorithm {
+    // TODO(issue 17): measured crossovers for `tma-reduce` go here. It is not chosen by
+    // `auto` until it has been measured on the H200 machines: busbw and 64 KiB latency
+    // against `sm-direct` (16 CTAs) at 2 ranks (and at 4 when measured), and the GEMM
+    // slowdown of `lowcon bench overlap` at 8 CTAs. Write the crossover as a chunk size
+    // per world here, with the run it came from, as NOTE [crossovers] does above, e.g.
+    // `if chunk_bytes >= TMA_MIN_CHUNK[world] { ReduceScatterAlgorithm::TmaReduce }`.
     ReduceScatterAlgorithm::SmDirect
 }
 
@@ -44,6 +50,43 @@ pub(crate) fn oneshot_ctas(total: usize) -> u32 {
 
 /// Default CTAs of the reductions (ce-reduce and sm-direct).
 pub const DEFAULT_REDUCE_CTAS: u32 = 16;
+
+/// Default CTAs of `tma-reduce`: each CTA's one producer thread keeps a whole ring of
+/// bulk copies in flight, so a few CTAs suffice (the issue's target is 330 GB/s busbw
+/// with at most 8). Not measured yet; `--ctas` overrides.
+pub const DEFAULT_TMA_CTAS: u32 = 8;
+
+/// Shared memory a `tma-reduce` ring may use: below H100/H200's 227 KiB per CTA (opt-in),
+/// leaving room for the barrier area.
+pub(crate) const TMA_RING_BYTES: u32 = 192 << 10;
+
+/// Tile bytes and stages of `tma-reduce`'s ring for `world` ranks: 16 KiB tiles up to 4
+/// ranks, 8 KiB beyond (a stage holds one tile per rank), and as many stages as fit in
+/// [`TMA_RING_BYTES`], 2 to `MAX_STAGES` (2 ranks: 6 stages of 32 KiB; 8 ranks: 3 of
+/// 64 KiB). More bytes in flight per CTA is what keeps NVLink busy with few CTAs.
+pub(crate) fn tma_ring(world: usize) -> (u32, u32) {
+    use lowcon_abi::tma::{MAX_STAGES, TILE_ALIGN};
+    let world = world.max(1) as u32;
+    let mut tile: u32 = if world <= 4 { 16 << 10 } else { 8 << 10 };
+    // At least two stages must fit (never hit at 8 ranks or fewer).
+    tile = tile.min(TMA_RING_BYTES / (2 * world) / TILE_ALIGN * TILE_ALIGN).max(TILE_ALIGN);
+    let stages = (TMA_RING_BYTES / (world * tile)).clamp(2, MAX_STAGES);
+    (tile, stages)
+}
+
+/// How `tma-reduce` splits a chunk of `n` elements of `esize` bytes that starts at byte
+/// offset `off` of the symmetric input (the same on every rank): `(head elements, body
+/// bytes)`. The head runs up to the first 16-byte boundary, the body is whole 16-byte
+/// vectors (what bulk copies may move), the tail the rest. Head and tail are reduced
+/// with plain loads. An `off` that is not a multiple of `esize` leaves no body.
+pub(crate) fn tma_split(off: usize, n: usize, esize: usize) -> (usize, usize) {
+    if !off.is_multiple_of(esize) {
+        return (n, 0);
+    }
+    let head = (((16 - off % 16) % 16) / esize).min(n);
+    let body = (n - head) * esize / 16 * 16;
+    (head, body)
+}
 
 /// Pieces of ce-reduce for a chunk of `bytes`: one per 16 MiB, 2 to 16 (1 below 1 MiB).
 /// Every piece costs a kernel launch and two cross-stream event hops; with 4 MiB pieces
@@ -77,5 +120,37 @@ mod tests {
         assert_eq!(default_pieces(1), 1);
         assert_eq!(default_pieces(4 << 20), 2);
         assert_eq!(default_pieces(256 << 20), 16);
+    }
+
+    #[test]
+    fn tma_ring_fits_shared_memory_and_keeps_alignment() {
+        assert_eq!(tma_ring(2), (16 << 10, 6));
+        assert_eq!(tma_ring(8), (8 << 10, 3));
+        for world in 1..=16 {
+            let (tile, stages) = tma_ring(world);
+            assert_eq!(tile % lowcon_abi::tma::TILE_ALIGN, 0);
+            assert!((2..=lowcon_abi::tma::MAX_STAGES).contains(&stages));
+            let smem = lowcon_abi::tma::smem_bytes(world as u32, tile, stages);
+            assert!(smem <= 227 << 10, "world {world}: {smem} bytes");
+        }
+    }
+
+    #[test]
+    fn tma_split_covers_the_chunk_with_an_aligned_body() {
+        for esize in [2usize, 4] {
+            for off in (0..64).step_by(esize) {
+                for n in [0usize, 1, 3, 7, 8, 9, 100, 1003] {
+                    let (head, body) = tma_split(off, n, esize);
+                    assert!(body.is_multiple_of(16));
+                    assert!(head * esize + body <= n * esize);
+                    assert!(n * esize - head * esize - body < 16 + 16, "tail too long");
+                    if head * esize + body > 0 && body > 0 {
+                        assert!((off + head * esize).is_multiple_of(16), "body unaligned at {off}");
+                    }
+                }
+            }
+        }
+        assert_eq!(tma_split(12, 100, 4), (1, 384));
+        assert_eq!(tma_split(1, 10, 2), (10, 0));
     }
 }

@@ -1,7 +1,9 @@
 //! The embedded PTX and typed launchers for lowcon's kernels.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use lowcon_abi::{ErrorRecord, RoundTripReport, kernel_names as names};
@@ -26,6 +28,33 @@ pub struct Kernels {
     allgather_oneshot: CudaFunction,
     reduce: [CudaFunction; 3],
     rs_direct: [CudaFunction; 3],
+    tma_reduce: [CudaFunction; 3],
+    /// The dynamic shared memory each `tma_reduce` kernel has been allowed so far
+    /// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`; 48 KiB without it).
+    tma_smem: [AtomicU32; 3],
+}
+
+/// The arguments of a `tma-reduce` launch besides the fused barrier's: see
+/// `gpu-kernels/src/tma.rs` (`tma_reduce`) for their contract.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TmaArgs {
+    /// Device array of the `world` symmetric-buffer bases.
+    pub bases: u64,
+    /// Byte offset of this rank's chunk in every rank's input.
+    pub off: u64,
+    pub dst: u64,
+    /// Elements of the chunk.
+    pub n: u64,
+    pub op: u32,
+    /// Head elements and body bytes (`coll::select::tma_split`).
+    pub head: u64,
+    pub body: u64,
+    /// Ring tile bytes and stages (`coll::select::tma_ring`).
+    pub tile: u32,
+    pub stages: u32,
+    pub vec_out: bool,
+    /// Evict-first L2 hint on the bulk loads.
+    pub evict_first: bool,
 }
 
 /// Threads per CTA of the collective kernels (declared in their PTX by the build).
@@ -75,6 +104,8 @@ impl Kernels {
             allgather_oneshot: f(names::ALLGATHER_ONESHOT)?,
             reduce: [f(names::REDUCE[0])?, f(names::REDUCE[1])?, f(names::REDUCE[2])?],
             rs_direct: [f(names::RS_DIRECT[0])?, f(names::RS_DIRECT[1])?, f(names::RS_DIRECT[2])?],
+            tma_reduce: [f(names::TMA_REDUCE[0])?, f(names::TMA_REDUCE[1])?, f(names::TMA_REDUCE[2])?],
+            tma_smem: Default::default(),
             _module: module,
         })
     }
@@ -221,6 +252,41 @@ impl Kernels {
         l.arg(&bases).arg(&off).arg(&dst).arg(&n).arg(&op).arg(&vec_ok);
         // SAFETY: matches `lowcon_rs_direct_*`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(rs_direct)"))?;
+        Ok(())
+    }
+
+    /// Enqueues the tma-reduce reduce-scatter (`dtype` is a `reduce_dtype` index) on
+    /// `ctas` CTAs of `TMA_THREADS` threads, with the ring's dynamic shared memory
+    /// (allowed above 48 KiB with `cuFuncSetAttribute` the first time it is needed).
+    ///
+    /// # Safety
+    /// As [`Kernels::rs_direct`], and `a` meets `tma_reduce`'s contract.
+    pub(crate) unsafe fn tma_reduce(
+        &self,
+        stream: &Stream,
+        dtype: usize,
+        f: FusedArgs,
+        ctas: u32,
+        a: &TmaArgs,
+    ) -> Result<()> {
+        let smem = lowcon_abi::tma::smem_bytes(f.pad.world, a.tile, a.stages);
+        let func = &self.tma_reduce[dtype];
+        if self.tma_smem[dtype].load(Ordering::Relaxed) < smem {
+            let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            func.set_attribute(attr, smem as i32)
+                .map_err(|e| Error::driver("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) of tma_reduce", e))?;
+            self.tma_smem[dtype].fetch_max(smem, Ordering::Relaxed);
+        }
+        let threads = lowcon_abi::kernel_names::TMA_THREADS;
+        let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: smem };
+        let mut l = stream.cuda_stream().launch_builder(func);
+        let (vec_out, hint) = (a.vec_out as u32, a.evict_first as u32);
+        l.arg(&f.pad.pads).arg(&f.pad.rank).arg(&f.pad.world).arg(&f.channel).arg(&f.epoch_in).arg(&f.epoch_out);
+        l.arg(&f.pad.timeout_ns).arg(&f.pad.err).arg(&f.counter).arg(&f.fused);
+        l.arg(&a.bases).arg(&a.off).arg(&a.dst).arg(&a.n).arg(&a.op).arg(&a.head).arg(&a.body);
+        l.arg(&a.tile).arg(&a.stages).arg(&vec_out).arg(&hint);
+        // SAFETY: matches `lowcon_tma_reduce_*`'s signature; validity is the caller's.
+        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(tma_reduce)"))?;
         Ok(())
     }
 
