@@ -12,6 +12,7 @@
 mod dlpack;
 mod errors;
 mod pool;
+mod pystore;
 
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -345,6 +346,48 @@ impl Group {
             })
             .map_err(|e| PyRuntimeError::new_err(format!("lowcon: cannot start a thread: {e}")))?;
         // On Ctrl-C this returns at once, leaving that thread to finish by itself.
+        recv_or_signal(py, rx).map_err(|(e, _)| e)?.map(Group::wrap).map_err(to_py)
+    }
+
+    /// Collective: joins a group of `world` ranks as `rank`, meeting through `store`, a
+    /// Python store with torch.distributed's methods (e.g. a `PrefixStore` over torch's
+    /// default store): no second port. `device`: the CUDA device (GPU backend; default
+    /// LOWCON_DEVICE, else LOCAL_RANK, else the rank).
+    #[staticmethod]
+    #[pyo3(signature = (store, rank, world, backend, name = "default", timeout_ms = None, device = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn from_store(
+        py: Python<'_>,
+        store: Py<PyAny>,
+        rank: usize,
+        world: usize,
+        backend: &str,
+        name: &str,
+        timeout_ms: Option<u64>,
+        device: Option<usize>,
+    ) -> PyResult<Self> {
+        let timeout = timeout_of(timeout_ms);
+        let name = name.to_string();
+        let gpu = match backend {
+            "gpu" => true,
+            "host" => false,
+            other => return Err(invalid(format!("backend {other:?}: expected \"gpu\" or \"host\""))),
+        };
+        let store = pystore::PyStore::new(store);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("lowcon-init".into())
+            .spawn(move || {
+                let b = if gpu {
+                    GpuGroup::new(store, rank, world, GpuGroupOptions { name, timeout, device, ..Default::default() })
+                        .map(Backend::Gpu)
+                } else {
+                    HostGroup::new(store, rank, world, HostGroupOptions { name, timeout })
+                        .map(|g| Backend::Host(Box::new(g)))
+                };
+                let _ = tx.send(b);
+            })
+            .map_err(|e| PyRuntimeError::new_err(format!("lowcon: cannot start a thread: {e}")))?;
         recv_or_signal(py, rx).map_err(|(e, _)| e)?.map(Group::wrap).map_err(to_py)
     }
 

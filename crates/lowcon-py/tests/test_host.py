@@ -140,6 +140,16 @@ def test_two_groups_in_torchrun_mode_share_the_hosted_store():
             p.kill()
 
 
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_groups_over_a_python_store(ranks, tmp_path):
+    rc, out = launch(ranks, "pystore", "host", env={"LOWCON_TEST_STORE_DIR": str(tmp_path / "store"),
+                                                   "LOWCON_SETUP_TIMEOUT_MS": "3000",
+                                                   "LOWCON_TIMEOUT_MS": "2000"})
+    assert rc == 0, out
+    for r in range(ranks):
+        assert f"rank {r}: pystore ok" in out, out
+
+
 def test_exceptions_keep_their_kinds():
     assert issubclass(lowcon.InvalidArgument, lowcon.Error)
     assert issubclass(lowcon.InvalidArgument, ValueError)

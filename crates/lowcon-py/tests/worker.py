@@ -248,6 +248,39 @@ def twogroups(g):
     return "40 calls on two groups"
 
 
+def pystore(g):
+    """Two groups over a Python store (tests/filestore.py, torch's store methods), the
+    second a subgroup-style name; collectives on both; a wait for a missing rank times
+    out naming the key."""
+    from filestore import FileStore
+
+    r, w = g.rank, g.world_size
+    store = FileStore(os.environ["LOWCON_TEST_STORE_DIR"])
+    gs = [lowcon.from_store(store, r, w, backend=BACKEND, name=n, timeout=20) for n in ("pg-0", "pg-1")]
+    for i, grp in enumerate(gs):
+        out = np.full(5 * w, np.nan, np.float32)
+        grp.all_gather(out, np.full(5, 10 * i + r, np.float32))
+        if not np.array_equal(out, np.repeat(np.array([10 * i + p for p in range(w)], np.float32), 5)):
+            fail(f"group {i} over the Python store: {out}")
+        res = np.full(3, np.nan, np.float32)
+        grp.reduce_scatter(res, np.arange(3 * w, dtype=np.float32) + r, "sum")
+        want = sum(np.arange(3 * w, dtype=np.float32)[r * 3:(r + 1) * 3] + p for p in range(w))
+        if not np.array_equal(res, want):
+            fail(f"reduce-scatter over the Python store: {res} vs {want}")
+    for grp in gs:
+        grp.close()
+    # A world of w + 1 never completes: the error names the store key, within the timeout.
+    t0 = time.monotonic()
+    try:
+        lowcon.from_store(store, r, w + 1, backend=BACKEND, name="never", timeout=1)
+    except lowcon.Error as e:
+        if "Python store" not in str(e):
+            fail(f"the rendezvous timeout does not say where: {e}")
+    else:
+        fail("a group of a rank that never comes was made")
+    return f"2 groups over a Python store; missing rank named after {time.monotonic() - t0:.1f} s"
+
+
 def sigint(g):
     """Rank 0 waits in an all-gather that rank 1 never joins; the test sends it SIGINT."""
     if g.rank == 1:
@@ -272,7 +305,7 @@ def sigint(g):
 
 g = lowcon.init(BACKEND, timeout=20)
 result = {"check": check, "bad": bad, "dead": dead, "sigint": sigint, "pool": pool,
-          "twogroups": twogroups}[MODE](g)
+          "twogroups": twogroups, "pystore": pystore}[MODE](g)
 print(f"rank {g.rank}: {MODE} ok: {result}", flush=True)
 if MODE not in ("dead", "sigint", "pool"):
     g.close()

@@ -9,16 +9,20 @@
 //! - [`protocol`]: the wire format (documented in `docs/store-protocol.md`); every decode
 //!   is bounds-checked and returns an error, never panics.
 //! - [`env`]: the torchrun environment contract (`RANK`, `WORLD_SIZE`, ...).
+//! - [`kv`]: [`Store`], what a group needs of any key-value store (this one, or a
+//!   framework's), with barriers and all-gathers built on it.
 
 pub mod client;
 pub mod env;
 mod error;
+pub mod kv;
 pub mod protocol;
 pub mod server;
 
 pub use client::{ClientOptions, StoreClient, StoreInterrupter};
 pub use env::{RankEnv, Rendezvous};
 pub use error::StoreError;
+pub use kv::Store;
 pub use server::{ServerOptions, StoreServer};
 
 /// The variable holding the optional shared secret checked in the handshake.

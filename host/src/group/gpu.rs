@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lowcon_store::StoreClient;
+use lowcon_store::Store;
 
 use crate::coll::gpu::GpuColl;
 use crate::coll::{AllGatherOptions, DeviceBuf, ReduceOp, ReduceScatterOptions};
@@ -53,10 +53,11 @@ pub struct GpuGroup {
 }
 
 impl GpuGroup {
-    /// Collective: creates the group from a connected store client. Checks before
+    /// Collective: creates the group, meeting through `store` (lowcon's [`lowcon_store::StoreClient`]
+    /// or any [`Store`], e.g. a framework's) as rank `rank` of `world`. Checks before
     /// anything is mapped: all ranks on one host, no two ranks on one GPU, every pair
     /// of GPUs can access each other.
-    pub fn new(store: StoreClient, rank: usize, world: usize, opts: GpuGroupOptions) -> Result<Self> {
+    pub fn new(store: impl Store + 'static, rank: usize, world: usize, opts: GpuGroupOptions) -> Result<Self> {
         let index = match opts.device {
             Some(d) => d,
             None => std::env::var("LOWCON_DEVICE")
@@ -72,7 +73,7 @@ impl GpuGroup {
             ("pci".to_string(), info.pci_bus_id.clone()),
             ("device_index".to_string(), index.to_string()),
         ];
-        let core = GroupCore::new(store, rank, world, &opts.name, extra, opts.timeout)?;
+        let core = GroupCore::new(Box::new(store), rank, world, &opts.name, extra, opts.timeout)?;
         // Every rank evaluates the same checks on the same facts, so all fail together.
         for a in 0..world {
             if core.infos[a].get("backend") != "gpu" {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lowcon_store::StoreClient;
+use lowcon_store::Store;
 
 use crate::coll::host::HostColl;
 use crate::coll::{AllGatherOptions, DType, HostInput, ReduceOp, ReduceScatterOptions};
@@ -39,10 +39,17 @@ pub struct HostGroup {
 }
 
 impl HostGroup {
-    /// Collective: creates the group from a connected store client.
-    pub fn new(store: StoreClient, rank: usize, world: usize, opts: HostGroupOptions) -> Result<Self> {
-        let core =
-            GroupCore::new(store, rank, world, &opts.name, vec![("backend".into(), "host".into())], opts.timeout)?;
+    /// Collective: creates the group, meeting through `store` (lowcon's store client or any
+    /// [`Store`]) as rank `rank` of `world`.
+    pub fn new(store: impl Store + 'static, rank: usize, world: usize, opts: HostGroupOptions) -> Result<Self> {
+        let core = GroupCore::new(
+            Box::new(store),
+            rank,
+            world,
+            &opts.name,
+            vec![("backend".into(), "host".into())],
+            opts.timeout,
+        )?;
         Ok(Self { coll: HostColl::new(HostSync::new(core)?), _store_server: None })
     }
 

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use lowcon_store::StoreClient;
+use lowcon_store::{Store, StoreClient};
 
 use crate::error::{Error, Result};
 
@@ -49,9 +49,10 @@ pub(crate) struct GroupCore {
     pub(crate) setup_timeout: Duration,
     pub(crate) mesh: Mesh,
     pub(crate) infos: Vec<PeerInfo>,
-    store: Mutex<StoreClient>,
-    /// Breaks off a store wait in progress on `abort` (the waiting thread holds `store`).
-    store_interrupt: lowcon_store::StoreInterrupter,
+    store: Mutex<StoreSlot>,
+    /// Breaks off a store wait in progress on `abort` (the waiting thread holds `store`),
+    /// where the store can (lowcon's can; a framework's wait ends at its timeout).
+    store_interrupt: Option<lowcon_store::StoreInterrupter>,
     next_alloc: Mutex<u64>,
     /// The first failure, as reported.
     failed: Mutex<Option<Error>>,
@@ -86,11 +87,53 @@ fn hostname() -> String {
     nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
+/// A group's store (any [`Store`]: lowcon's TCP store or a framework's) and how many
+/// times each barrier or all-gather name has been used, so names can repeat.
+pub(crate) struct StoreSlot {
+    store: Box<dyn Store>,
+    generations: std::collections::HashMap<String, u64>,
+}
+
+impl StoreSlot {
+    fn new(store: Box<dyn Store>) -> Self {
+        Self { store, generations: std::collections::HashMap::new() }
+    }
+
+    fn next(&mut self, name: &str) -> u64 {
+        let g = self.generations.entry(name.to_string()).or_insert(0);
+        *g += 1;
+        *g
+    }
+
+    /// Every rank's `data` in rank order (collective over `world` ranks).
+    pub(crate) fn all_gather(
+        &mut self,
+        name: &str,
+        rank: usize,
+        world: usize,
+        data: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<Vec<u8>>> {
+        let generation = self.next(name);
+        Ok(lowcon_store::kv::all_gather(self.store.as_mut(), name, generation, rank, world, data, timeout)?)
+    }
+
+    /// A barrier of `world` ranks.
+    pub(crate) fn barrier(&mut self, name: &str, world: usize, timeout: Duration) -> Result<()> {
+        let generation = self.next(name);
+        Ok(lowcon_store::kv::barrier(self.store.as_mut(), name, generation, world, timeout)?)
+    }
+
+    fn add(&mut self, key: &str, delta: i64) -> Result<i64> {
+        Ok(self.store.add(key, delta)?)
+    }
+}
+
 impl GroupCore {
     /// Collective: exchanges `extra` facts, checks the world fits on one host, agrees on
     /// a group id and connects the socket mesh.
     pub(crate) fn new(
-        mut store: StoreClient,
+        store: Box<dyn Store>,
         rank: usize,
         world: usize,
         name: &str,
@@ -103,6 +146,8 @@ impl GroupCore {
         }
         // The k-th creation of group `name` by these ranks: every rank adds 1, so the
         // k-th round of additions yields values in (k*world, (k+1)*world].
+        let store_interrupt = store.interrupter();
+        let mut store = StoreSlot::new(store);
         let joined = store.add(&format!("lowcon/group/{name}/joins"), 1)?;
         let seq = (joined - 1) as usize / world;
         let mut me = PeerInfo::default();
@@ -147,7 +192,7 @@ impl GroupCore {
             setup_timeout: setup,
             mesh,
             infos,
-            store_interrupt: store.interrupter(),
+            store_interrupt,
             store: Mutex::new(store),
             next_alloc: Mutex::new(0),
             failed: Mutex::new(None),
@@ -155,7 +200,7 @@ impl GroupCore {
         })
     }
 
-    pub(crate) fn store(&self) -> MutexGuard<'_, StoreClient> {
+    pub(crate) fn store(&self) -> MutexGuard<'_, StoreSlot> {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -186,7 +231,9 @@ impl GroupCore {
     pub(crate) fn abort(&self) {
         self.fail(Error::GroupFailed(format!("rank {}: the application aborted the group", self.rank)));
         // A call may be waiting in the store (a collective growing its workspace).
-        self.store_interrupt.interrupt();
+        if let Some(i) = &self.store_interrupt {
+            i.interrupt();
+        }
     }
 
     /// Records `e` as the group's failure (the first one wins) and returns it.

@@ -24,6 +24,8 @@ __all__ = [
     "PeerError",
     "__version__",
     "device_count",
+    "from_process_group",
+    "from_store",
     "init",
     "memory_stats",
 ]
@@ -208,6 +210,46 @@ def init(backend="auto", *, name="default", timeout=None):
         backend = "gpu" if device_count() > 0 else "host"
     ms = None if timeout is None else int(timeout * 1000)
     return Group(_NativeGroup.from_env(backend, name, ms))
+
+
+def from_store(store, rank, world_size, *, backend="auto", name="default", timeout=None, device=None):
+    """Collective: a group of `world_size` ranks meeting through `store`, any object with
+    torch.distributed's store methods (set, get, add, wait), e.g. torch's own store.
+
+    device: the CUDA device index (GPU backend; default LOWCON_DEVICE, else LOCAL_RANK,
+    else the rank). Ranks making groups with one name meet; names must be unique per
+    group of ranks.
+    """
+    if backend == "auto":
+        backend = "gpu" if device_count() > 0 else "host"
+    ms = None if timeout is None else int(timeout * 1000)
+    return Group(_NativeGroup.from_store(store, int(rank), int(world_size), backend, name, ms, device))
+
+
+def from_process_group(group=None, *, backend="auto", name=None, timeout=None):
+    """Collective over `group`'s ranks: a lowcon group over a torch.distributed process
+    group (default: the world), meeting through torch's own store (no second port).
+
+    Subgroups work (e.g. `mesh.get_group("shard")` of a DeviceMesh, for HSDP: lowcon inside
+    the box, NCCL across boxes); the name defaults to the process group's own name, which
+    is unique. The GPU is torch's current device.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        raise Error("from_process_group: torch.distributed is not initialised (call init_process_group first)")
+    pg = group if group is not None else dist.group.WORLD
+    rank, world = dist.get_rank(pg), dist.get_world_size(pg)
+    if rank < 0:
+        raise InvalidArgument(f"from_process_group: this process (global rank {dist.get_rank()}) is not in the group")
+    name = name or f"pg-{pg.group_name}"
+    store = dist.PrefixStore(f"lowcon/{name}/", dist.distributed_c10d._get_default_store())
+    device = None
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        device = torch.cuda.current_device()
+    return from_store(store, rank, world, backend=backend, name=name, timeout=timeout, device=device)
 
 
 def memory_stats(group):
