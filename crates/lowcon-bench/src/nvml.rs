@@ -6,8 +6,14 @@
 //!
 //! NOTE [energy, not power]: on Hopper `nvmlDeviceGetPowerUsage` is a one-second
 //! average, longer than a trial (~30 ms), so the benchmark reads the total-energy
-//! counter (millijoules since the driver loaded) before and after each phase and
-//! divides by the phase's time instead.
+//! counter (millijoules since the driver loaded) before and after each phase. The
+//! counter only moves every so often (the run measures how often, [`Nvml::update_ms`],
+//! and prints it): a 30 ms phase often sees no change, and one that does sees a whole
+//! update's worth. So a phase's power is its energy summed over every trial over its
+//! time summed over every trial ([`power_w`]), never a per-trial value: with updates
+//! every U ms a phase that sums to T ms is within about U/T of its true mean, and an
+//! update that lands in it may carry energy of the phase before. A phase whose counter
+//! never moved has no power (`-`), not 0 W.
 
 use std::ffi::{CStr, CString, c_char, c_uint, c_ulonglong, c_void};
 
@@ -132,6 +138,28 @@ impl Nvml {
         Ok(Sample { sm_mhz: mhz, reasons })
     }
 
+    /// How often the energy counter moves (ms): the median gap between the changes
+    /// seen while polling it every 100 µs for `span`; `None` with fewer than 3 changes.
+    pub fn update_ms(&self, span: std::time::Duration) -> Option<f64> {
+        let t0 = std::time::Instant::now();
+        let mut last = self.energy_mj().ok()?;
+        let mut changes = Vec::new();
+        while t0.elapsed() < span {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+            let e = self.energy_mj().ok()?;
+            if e != last {
+                changes.push(t0.elapsed().as_secs_f64() * 1e3);
+                last = e;
+            }
+        }
+        let mut gaps: Vec<f64> = changes.windows(2).map(|w| w[1] - w[0]).collect();
+        if gaps.len() < 2 {
+            return None;
+        }
+        gaps.sort_by(f64::total_cmp);
+        Some(gaps[gaps.len() / 2])
+    }
+
     /// The energy counter in millijoules (since the driver loaded).
     pub fn energy_mj(&self) -> Result<u64, String> {
         let mut e = 0;
@@ -179,9 +207,21 @@ impl Samples {
     }
 }
 
-/// Mean power (W) from two energy-counter readings (mJ) `ms` apart.
-pub fn watts(e0_mj: u64, e1_mj: u64, ms: f64) -> f64 {
-    if ms <= 0.0 || e1_mj < e0_mj { f64::NAN } else { (e1_mj - e0_mj) as f64 / ms }
+/// The energy (mJ) between two counter readings, `NaN` if the counter went back.
+pub fn delta_mj(e0_mj: u64, e1_mj: u64) -> f64 {
+    if e1_mj < e0_mj { f64::NAN } else { (e1_mj - e0_mj) as f64 }
+}
+
+/// Mean power (W) of one phase on one rank: its energy (mJ) summed over trials over its
+/// time (ms) summed over the same trials (trials without a reading, `NaN`, left out).
+/// `NaN` when the counter never moved or nothing was read.
+pub fn power_w(mj: &[f64], ms: &[f64]) -> f64 {
+    let (e, t) = mj
+        .iter()
+        .zip(ms)
+        .filter(|(e, t)| e.is_finite() && t.is_finite() && **t > 0.0)
+        .fold((0.0, 0.0), |(se, st), (e, t)| (se + e, st + t));
+    if e > 0.0 && t > 0.0 { e / t } else { f64::NAN }
 }
 
 #[cfg(test)]
@@ -200,11 +240,16 @@ mod tests {
     }
 
     #[test]
-    fn watts_from_energy_counter() {
-        // 21 J over 30 ms is 700 W.
-        assert_eq!(watts(1_000_000, 1_021_000, 30.0), 700.0);
-        assert!(watts(5, 4, 1.0).is_nan());
-        assert!(watts(1, 2, 0.0).is_nan());
+    fn power_sums_energy_and_time_over_trials() {
+        assert_eq!(delta_mj(1_000_000, 1_021_000), 21_000.0);
+        assert!(delta_mj(5, 4).is_nan());
+        // A counter that moves every few trials: 0, 42 J, 0, 21 J over 4 × 30 ms is
+        // 525 W, where the median of per-trial values would say 0 W or 700 W.
+        assert_eq!(power_w(&[0.0, 42_000.0, 0.0, 21_000.0], &[30.0; 4]), 525.0);
+        // Trials without a reading are left out; a counter that never moved is no power.
+        assert_eq!(power_w(&[f64::NAN, 21_000.0], &[30.0, 30.0]), 700.0);
+        assert!(power_w(&[0.0, 0.0], &[30.0, 30.0]).is_nan());
+        assert!(power_w(&[], &[]).is_nan());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! benchmark's GEMM slowdown against bandwidth kept, one point per implementation.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 use plotters::style::{FontStyle, register_font};
@@ -29,9 +29,41 @@ fn human(bytes: f64) -> String {
     }
 }
 
-/// Draws `rows` (sweeps) and `overlap` into one PNG: a panel per collective swept,
-/// and a panel of overlap slowdowns when there are any.
-pub fn draw(path: &Path, rows: &[SweepRow], overlap: &[OverlapRow]) -> Res<()> {
+/// Image formats the bitmap backend can encode (plotters-bitmap's `image` features).
+const IMAGE_EXTENSIONS: [&str; 4] = ["png", "jpg", "jpeg", "bmp"];
+
+/// The file a plot goes to: `path` itself when it ends in an image extension the
+/// backend encodes, else `path` with `.png` appended (`--plot /tmp/sat` writes
+/// `/tmp/sat.png`; the backend picks the format from the extension and fails on none).
+pub fn image_path(path: &Path) -> PathBuf {
+    let ok = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| IMAGE_EXTENSIONS.iter().any(|x| x.eq_ignore_ascii_case(e)));
+    if ok {
+        path.to_path_buf()
+    } else {
+        let mut s = path.as_os_str().to_owned();
+        s.push(".png");
+        PathBuf::from(s)
+    }
+}
+
+/// Runs `f` on the image path of `path`; an error names the file.
+fn drawing(path: &Path, f: impl FnOnce(&Path) -> Res<()>) -> Res<PathBuf> {
+    let p = image_path(path);
+    f(&p).map_err(|e| format!("plot {}: {e}", p.display()))?;
+    Ok(p)
+}
+
+/// Draws `rows` (sweeps) and `overlap` into one image (PNG unless `path` ends in .jpg
+/// or .bmp; see [`image_path`]): a panel per collective swept, and a panel of overlap
+/// slowdowns when there are any. Returns the file written.
+pub fn draw(path: &Path, rows: &[SweepRow], overlap: &[OverlapRow]) -> Res<PathBuf> {
+    drawing(path, |p| draw_sweeps(p, rows, overlap))
+}
+
+fn draw_sweeps(path: &Path, rows: &[SweepRow], overlap: &[OverlapRow]) -> Res<()> {
     fonts();
     let mut benches: Vec<String> = rows.iter().map(|r| r.bench.clone()).collect();
     benches.dedup();
@@ -130,8 +162,13 @@ pub fn saturated_points<'a>(rows: &[&'a SaturatedRow]) -> Vec<&'a SaturatedRow> 
 
 /// Draws the saturated benchmark: one panel per collective and shard, GEMM slowdown
 /// (median, bar from min to max) against bandwidth kept inside the window, one point
-/// per implementation (high-priority stream, interleaved enqueue).
-pub fn draw_saturated(path: &Path, rows: &[SaturatedRow]) -> Res<()> {
+/// per implementation (high-priority stream, interleaved enqueue). The file is as in
+/// [`draw`]; returns it.
+pub fn draw_saturated(path: &Path, rows: &[SaturatedRow]) -> Res<PathBuf> {
+    drawing(path, |p| draw_saturated_into(p, rows))
+}
+
+fn draw_saturated_into(path: &Path, rows: &[SaturatedRow]) -> Res<()> {
     fonts();
     let mut panels: Vec<(String, usize)> = rows.iter().map(|r| (r.bench.clone(), r.shard_bytes)).collect();
     panels.sort();
@@ -209,5 +246,22 @@ mod tests {
         assert_eq!(p.len(), 1);
         assert!(draw_saturated(Path::new("/nonexistent-dir/x.png"), &rows).is_err());
         assert!(draw_saturated(Path::new("x.png"), &[]).is_err());
+    }
+
+    #[test]
+    fn a_plot_name_without_an_image_extension_gets_png() {
+        assert_eq!(image_path(Path::new("/tmp/l/sat")), Path::new("/tmp/l/sat.png"));
+        assert_eq!(image_path(Path::new("/tmp/l/sat.v2")), Path::new("/tmp/l/sat.v2.png"));
+        assert_eq!(image_path(Path::new("a.PNG")), Path::new("a.PNG"));
+        assert_eq!(image_path(Path::new("a.jpg")), Path::new("a.jpg"));
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let rows = [saturated_row("a", "high", true)];
+        let wrote = draw_saturated(&dir.join("sat"), &rows).unwrap();
+        assert_eq!(wrote, dir.join("sat.png"));
+        assert!(wrote.is_file());
+        // A failure names the file.
+        let e = draw_saturated(Path::new("/nonexistent-dir/y"), &rows).unwrap_err().to_string();
+        assert!(e.contains("/nonexistent-dir/y.png"), "{e}");
     }
 }

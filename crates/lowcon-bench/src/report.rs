@@ -112,8 +112,10 @@ pub struct SaturatedRow {
     pub ctas_source: String,
     /// CTAs × call time alone per GB a rank sends (CTA-ms/GB, an upper bound).
     pub sm_ms_per_gb: Option<f64>,
-    /// NVML, medians over trials: mean SM clock (slowest rank), lowest SM clock seen,
-    /// power from the energy counter (highest rank), reasons seen while overlapped.
+    /// NVML: mean SM clock (median over trials, slowest rank), lowest SM clock seen,
+    /// power from the energy counter per phase (energy over time, both summed over
+    /// every trial; highest rank; `None` when the counter never moved), reasons seen
+    /// while overlapped.
     pub sm_mhz_alone: Option<f64>,
     pub sm_mhz_overlapped: Option<f64>,
     pub sm_mhz_min_overlapped: Option<f64>,
@@ -127,10 +129,22 @@ fn opt(x: Option<f64>, digits: usize) -> String {
     x.map_or("-".into(), |v| format!("{v:.digits$}"))
 }
 
+/// Prints what the implementation names mean (the line above the saturated table).
+pub fn print_saturated_legend() {
+    println!(
+        "# legend: lowcon ALGO kernel = barriers as a 1-CTA kernel (waits for an SM, maybe behind the GEMM's CTAs); \
+         lowcon ALGO memop = barriers as stream memory operations (no SM); tma-reduce/sm-direct/ce-reduce hold their \
+         reduction CTAs either way; nccl-ce = NCCL copy-engine communicator; null = peer copies, no sync (the floor)"
+    );
+}
+
+/// Width of the implementation column (`lowcon tma-reduce-evict kernel` is 30).
+const IMPL_W: usize = 31;
+
 /// Prints the column names of the saturated table.
 pub fn print_saturated_columns() {
     println!(
-        "{:<24} {:>7} {:<11} {:>5} {:>7}  {:<22} {:>7} {:>7}  {:<22} {:>9} {:>9} {:>11} {:>11}  throttle",
+        "{:<IMPL_W$} {:>7} {:<11} {:>5} {:>7}  {:<22} {:>7} {:>7}  {:<22} {:>9} {:>9} {:>11} {:>11}  throttle",
         "implementation",
         "prio",
         "enqueue",
@@ -155,7 +169,7 @@ pub fn print_saturated_row(r: &SaturatedRow) {
     };
     let ctas = r.ctas.map_or(format!("?({})", r.ctas_source), |c| format!("{c}({})", r.ctas_source));
     println!(
-        "{:<24} {:>7} {:<11} {:>4}M {:>7.2}  {:<22} {:>7} {:>7}  {:<22} {:>9} {:>9} {:>11} {:>11}  {}",
+        "{:<IMPL_W$} {:>7} {:<11} {:>4}M {:>7.2}  {:<22} {:>7} {:>7}  {:<22} {:>9} {:>9} {:>11} {:>11}  {}",
         r.implementation,
         r.priority,
         r.enqueue,
@@ -194,9 +208,10 @@ pub fn write_saturated(out: &Output, rows: &[SaturatedRow]) -> Res<()> {
         }
         w.flush()?;
     }
+    // The plot last: its failure must not cost the files above.
     if let Some(p) = &out.plot {
-        crate::plot::draw_saturated(p, rows)?;
-        eprintln!("wrote {}", p.display());
+        let wrote = crate::plot::draw_saturated(p, rows).map_err(written_before_plot)?;
+        eprintln!("wrote {}", wrote.display());
     }
     Ok(())
 }
@@ -294,11 +309,17 @@ pub fn write(out: &Output, rows: &[SweepRow], ov: &[OverlapRow]) -> Res<()> {
             w.flush()?;
         }
     }
+    // The plot last: its failure must not cost the files above.
     if let Some(p) = &out.plot {
-        crate::plot::draw(p, rows, ov)?;
-        eprintln!("wrote {}", p.display());
+        let wrote = crate::plot::draw(p, rows, ov).map_err(written_before_plot)?;
+        eprintln!("wrote {}", wrote.display());
     }
     Ok(())
+}
+
+/// A plot error, saying that the table and the `--json`/`--csv` files are complete.
+fn written_before_plot(e: Box<dyn std::error::Error>) -> Box<dyn std::error::Error> {
+    format!("{e} (the table and any --json/--csv files were written before the plot)").into()
 }
 
 /// The sweep rows of one `--json` file of a sweep (every line a [`SweepRow`]).

@@ -13,7 +13,8 @@
 //!   against busbw alone (min over ranks), median and spread;
 //! - SM time per GB: CTAs × call time alone per GB a rank sends;
 //! - from NVML (when it loads): SM clock, clock-event reasons and power from the
-//!   energy counter, during each phase.
+//!   energy counter, during each phase; power is a phase's energy over its time, both
+//!   summed over every trial (`nvml`, NOTE [energy, not power]).
 //!
 //! NOTE [enqueue as a trainer does]: `interleaved` enqueues GEMM i, then the collectives
 //! whose share of the window falls in it ([`stats::interleave`]); `threads` enqueues
@@ -34,7 +35,7 @@ use lowcon::cuda::{Event, Stream, StreamPriority, raw};
 use lowcon::{GpuGroup, GpuGroupOptions, SyncMethod};
 
 use crate::contenders::{Impl, NcclComm, caller, ctas_of};
-use crate::nvml::{Nvml, Samples, watts};
+use crate::nvml::{Nvml, Samples, delta_mj, power_w};
 use crate::overlap::{Gemm8, calibrate, ms};
 use crate::report::{self, SaturatedRow};
 use crate::stats::{self, Spread};
@@ -88,13 +89,23 @@ pub struct SaturatedOptions {
 /// (`docs/benchmarks.md`, queue depth: up to 4 entries per lowcon call, plus our event).
 const QUEUE_NOTE_CALLS: usize = 400;
 
-/// Polls NVML while waiting for `events`; returns the samples and the mean power.
-fn wait_sampling(events: &[&Event], nvml: Option<&Nvml>) -> Res<(Samples, Option<f64>)> {
+/// A phase's energy-counter change (mJ) and the time between the readings (ms), or
+/// `NaN`s without NVML.
+#[derive(Clone, Copy)]
+struct Energy {
+    mj: f64,
+    ms: f64,
+}
+
+const NO_ENERGY: Energy = Energy { mj: f64::NAN, ms: f64::NAN };
+
+/// Polls NVML while waiting for `events`; returns the samples and the energy used.
+fn wait_sampling(events: &[&Event], nvml: Option<&Nvml>) -> Res<(Samples, Energy)> {
     let Some(n) = nvml else {
         for e in events {
             e.synchronize()?;
         }
-        return Ok((Samples::default(), None));
+        return Ok((Samples::default(), NO_ENERGY));
     };
     let t0 = Instant::now();
     let e0 = n.energy_mj().ok();
@@ -112,19 +123,23 @@ fn wait_sampling(events: &[&Event], nvml: Option<&Nvml>) -> Res<(Samples, Option
         }
         std::thread::sleep(Duration::from_micros(500));
     }
-    let w = match (e0, n.energy_mj().ok()) {
-        (Some(a), Some(b)) => Some(watts(a, b, t0.elapsed().as_secs_f64() * 1e3)),
-        _ => None,
+    let e1 = n.energy_mj().ok();
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    let energy = match (e0, e1) {
+        (Some(a), Some(b)) => Energy { mj: delta_mj(a, b), ms },
+        _ => NO_ENERGY,
     };
-    Ok((s, w.filter(|w| w.is_finite())))
+    Ok((s, energy))
 }
 
 fn fin(x: f64) -> Option<f64> {
     x.is_finite().then_some(x)
 }
 
-fn nan(x: Option<f64>) -> f64 {
-    x.unwrap_or(f64::NAN)
+/// A phase's power (W), highest rank: each rank's energy over its time, both summed
+/// over trials (`mj[rank][trial]`, `ms[rank][trial]`); `None` where no rank's counter moved.
+fn phase_power(mj: &[Vec<f64>], ms: &[Vec<f64>]) -> Option<f64> {
+    mj.iter().zip(ms).map(|(e, t)| power_w(e, t)).filter(|w| w.is_finite()).reduce(f64::max)
 }
 
 /// What [`measure`] returns: calls per window, one call's time alone (ms, max over
@@ -132,7 +147,7 @@ fn nan(x: Option<f64>) -> f64 {
 type Measured = (usize, f64, Vec<Vec<Vec<f64>>>);
 
 /// Per-trial values one rank measured, in the order they are exchanged.
-const FIELDS: usize = 11;
+const FIELDS: usize = 14;
 #[derive(Default)]
 struct Trials {
     gemm_alone: Vec<f64>,
@@ -142,9 +157,13 @@ struct Trials {
     mhz_alone: Vec<f64>,
     mhz_over: Vec<f64>,
     mhz_min_over: Vec<f64>,
-    w_alone: Vec<f64>,
-    w_comm: Vec<f64>,
-    w_over: Vec<f64>,
+    /// Energy (mJ) and time (ms) of each phase: GEMM alone, collectives alone, both.
+    mj_alone: Vec<f64>,
+    ms_alone: Vec<f64>,
+    mj_comm: Vec<f64>,
+    ms_comm: Vec<f64>,
+    mj_over: Vec<f64>,
+    ms_over: Vec<f64>,
     reasons: Vec<f64>,
 }
 
@@ -158,9 +177,12 @@ impl Trials {
             &self.mhz_alone,
             &self.mhz_over,
             &self.mhz_min_over,
-            &self.w_alone,
-            &self.w_comm,
-            &self.w_over,
+            &self.mj_alone,
+            &self.ms_alone,
+            &self.mj_comm,
+            &self.ms_comm,
+            &self.mj_over,
+            &self.ms_over,
             &self.reasons,
         ]
     }
@@ -225,7 +247,8 @@ fn measure(
         let (sa, wa) = wait_sampling(&[&e1], s.nvml)?;
         t.gemm_alone.push(ms(&e0, &e1)?);
         t.mhz_alone.push(sa.mean_mhz());
-        t.w_alone.push(nan(wa));
+        t.mj_alone.push(wa.mj);
+        t.ms_alone.push(wa.ms);
         // Collectives alone.
         g.store_barrier(&format!("{key}/{trial}/c"))?;
         comm.record(&c0)?;
@@ -236,7 +259,8 @@ fn measure(
         let last = done.last().ok_or("no collective planned")?;
         let (_, wc) = wait_sampling(&[last], s.nvml)?;
         t.bw_alone.push(bw(calls, ms(&c0, last)?));
-        t.w_comm.push(nan(wc));
+        t.mj_comm.push(wc.mj);
+        t.ms_comm.push(wc.ms);
         // Both, enqueued as a trainer does.
         g.store_barrier(&format!("{key}/{trial}/o"))?;
         match enqueue {
@@ -296,7 +320,8 @@ fn measure(
         t.bw_window.push(if k == 0 { f64::NAN } else { bw(k, ms(&c0, &done[k - 1])?) });
         t.mhz_over.push(so.mean_mhz());
         t.mhz_min_over.push(if so.n == 0 { f64::NAN } else { so.mhz_min as f64 });
-        t.w_over.push(nan(wo));
+        t.mj_over.push(wo.mj);
+        t.ms_over.push(wo.ms);
         t.reasons.push(so.reasons as f64);
     }
     // Exchange: every rank gets every rank's per-trial values.
@@ -334,6 +359,8 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
             None
         }
     };
+    // How often the energy counter moves, for the note on the power columns.
+    let energy_update_ms = nvml.as_ref().and_then(|n| n.update_ms(Duration::from_millis(400)));
     let max_shard = a.shards.iter().copied().max().ok_or("no shard size given")?;
     let (buf_a, buf_b) = (g.alloc(world * max_shard)?, g.alloc(world * max_shard)?);
     // SAFETY: fills two live buffers on `compute`, synchronised next.
@@ -389,12 +416,25 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
              {}^3 ({:.1} ms); {world} GPUs ({}); {} alone/overlapped trial pairs; slowdown = median of pairwise ratios \
              [min..max], max over ranks; bw = busbw GB/s alone and inside the GEMM window, min over ranks; ctas(source) \
              x call time = CTA-ms per GB sent (upper bound); MHz = mean SM clock alone/overlapped; W = power from the \
-             energy counter during GEMM alone / collectives alone / both",
+             energy counter during GEMM alone / collectives alone / both, each phase's energy over its time summed \
+             over all {} trials, highest rank ('-': the counter never moved)",
             a.m,
             one * gemms as f64,
             info.name,
+            a.trials,
             a.trials
         );
+        if nvml.is_some() {
+            match energy_update_ms {
+                Some(u) => println!(
+                    "# energy counter moves about every {u:.1} ms here (rank 0), against about {:.0} ms per phase summed \
+                     over trials",
+                    one * gemms as f64 * a.trials.max(1) as f64
+                ),
+                None => println!("# energy counter: too few changes in 0.4 s to say how often it moves"),
+            }
+        }
+        report::print_saturated_legend();
         report::print_saturated_columns();
     }
     let mut setup = Setup {
@@ -486,7 +526,7 @@ fn row(
     let (ba, bw) = (stats::min_over_ranks(&f[2]), stats::min_over_ranks(&f[3]));
     let kept = Spread::of(&stats::kept_pct(&ba, &bw));
     let med = |x: Vec<f64>| fin(stats::median(&x));
-    let reasons = f[10].iter().flatten().filter(|x| x.is_finite()).fold(0u64, |m, &x| m | x as u64);
+    let reasons = f[13].iter().flatten().filter(|x| x.is_finite()).fold(0u64, |m, &x| m | x as u64);
     SaturatedRow {
         bench: format!("saturated-{}", kind.name()),
         implementation: name.to_string(),
@@ -514,9 +554,9 @@ fn row(
         sm_mhz_alone: med(stats::min_over_ranks(&f[4])),
         sm_mhz_overlapped: med(stats::min_over_ranks(&f[5])),
         sm_mhz_min_overlapped: med(stats::min_over_ranks(&f[6])),
-        watts_alone: med(stats::max_over_ranks(&f[7])),
-        watts_comm_alone: med(stats::max_over_ranks(&f[8])),
-        watts_overlapped: med(stats::max_over_ranks(&f[9])),
+        watts_alone: phase_power(&f[7], &f[8]),
+        watts_comm_alone: phase_power(&f[9], &f[10]),
+        watts_overlapped: phase_power(&f[11], &f[12]),
         throttle_overlapped: if s.nvml.is_some() { stats::throttle_names(reasons) } else { "-".into() },
     }
 }

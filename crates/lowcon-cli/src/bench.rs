@@ -21,9 +21,25 @@ pub struct OutputFlags {
     /// Write every measurement as CSV to FILE.
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
-    /// Draw busbw vs size (and overlap bars) into FILE.png.
+    /// Draw a plot (busbw vs size, overlap bars, or slowdown vs bandwidth kept) into
+    /// FILE, a PNG (`.png` is appended unless FILE ends in .png, .jpg, .jpeg or .bmp);
+    /// written after the JSON and CSV files.
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
+}
+
+impl OutputFlags {
+    /// Fails before any measuring when a result file's folder does not exist.
+    fn check(&self) -> Result<(), String> {
+        for (flag, p) in [("--json", &self.json), ("--csv", &self.csv), ("--plot", &self.plot)] {
+            let Some(p) = p else { continue };
+            let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if !dir.is_dir() {
+                return Err(format!("{flag} {}: folder {} does not exist", p.display(), dir.display()));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Flags of the collective sweeps.
@@ -187,8 +203,9 @@ pub struct OverlapFlags {
     #[arg(long, default_value = "high,default")]
     priority: String,
     /// How the host enqueues (saturated): interleaved (a GEMM, then the collectives
-    /// covering it, one thread), threads (one host thread per stream), or both.
-    #[arg(long, default_value = "interleaved,threads")]
+    /// covering it, one thread), threads (one host thread per stream), or both
+    /// (`interleaved,threads` doubles the run: about 170 s at 2 ranks with the defaults).
+    #[arg(long, default_value = "interleaved")]
     enqueue: String,
     /// lowcon algorithms per collective (comma-separated; `all` for every named one).
     #[arg(long, default_value = "all")]
@@ -198,7 +215,8 @@ pub struct OverlapFlags {
     /// mode takes the first.
     #[arg(long, default_value = "default")]
     ctas: String,
-    /// Sync methods (comma-separated, or `all`); default: kernel (saturated), all (burst).
+    /// Sync methods (kernel, memop, comma-separated, or `all`); default: both. Rows are
+    /// labelled `lowcon ALGO kernel` or `lowcon ALGO memop`.
     #[arg(long)]
     sync: Option<String>,
     /// Leave NCCL out.
@@ -287,12 +305,12 @@ pub fn run(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
         BenchCommand::Quick { max, plot } => quick(max, &plot),
         BenchCommand::Plot { json, out } => {
             let (rows, ov, sat) = report::read_json(&json)?;
-            if rows.is_empty() && ov.is_empty() && !sat.is_empty() {
-                lowcon_bench::plot::draw_saturated(&out, &sat)?;
+            let wrote = if rows.is_empty() && ov.is_empty() && !sat.is_empty() {
+                lowcon_bench::plot::draw_saturated(&out, &sat)?
             } else {
-                lowcon_bench::plot::draw(&out, &rows, &ov)?;
-            }
-            println!("wrote {}", out.display());
+                lowcon_bench::plot::draw(&out, &rows, &ov)?
+            };
+            println!("wrote {}", wrote.display());
             Ok(())
         }
     }
@@ -301,6 +319,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
 fn sweep(f: &SweepFlags, kind: Kind) -> Result<(), Box<dyn std::error::Error>> {
     // SAFETY: called before anything in this process starts a thread.
     unsafe { lowcon_bench::no_nvls() };
+    f.out.check()?;
     lowcon_bench::sweep::run(&f.options(kind)?, &(&f.out).into())
 }
 
@@ -312,6 +331,7 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
         "burst" => false,
         other => return Err(format!("mode {other:?}: expected saturated or burst").into()),
     };
+    f.out.check()?;
     let shards = list(&f.shard, Vec::new, parse_size)?;
     if shards.is_empty() || shards.iter().any(|&s| s == 0 || s % 2 != 0) {
         return Err(format!("--shard {:?}: sizes must be even and at least 2 bytes (bf16)", f.shard).into());
@@ -324,7 +344,7 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             other => return Err(format!("collective {other:?}: expected all-gather or reduce-scatter").into()),
         });
     }
-    let sync = f.sync.clone().unwrap_or_else(|| if saturated { "kernel" } else { "all" }.into());
+    let sync = f.sync.clone().unwrap_or_else(|| "kernel,memop".into());
     let options = |kind| {
         let flags = SweepFlags {
             min: 1,
@@ -448,8 +468,8 @@ fn quick(max: usize, plot: &Path) -> Result<(), Box<dyn std::error::Error>> {
         launch_self(n, &args)?;
         rows.extend(report::read_sweep_json(&json)?);
     }
-    lowcon_bench::plot::draw(plot, &rows, &[])?;
-    println!("wrote {}", plot.display());
+    let wrote = lowcon_bench::plot::draw(plot, &rows, &[])?;
+    println!("wrote {}", wrote.display());
     Ok(())
 }
 
