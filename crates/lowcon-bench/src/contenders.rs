@@ -34,6 +34,9 @@ pub(crate) fn ctas_of(
         Impl::Null => (Some(0), "none".into()),
         Impl::Lowcon { algo, method } => match algo.as_str() {
             "sm-direct" | "ce-reduce" => (Some(ctas.unwrap_or(DEFAULT_REDUCE_CTAS)), "option".into()),
+            "tma-reduce" | "tma-reduce-evict" => {
+                (Some(ctas.unwrap_or(lowcon::coll::DEFAULT_TMA_CTAS)), "option".into())
+            }
             _ if *method == SyncMethod::StreamMemop => (Some(0), "memop".into()),
             _ => (Some(1), "barrier".into()),
         },
@@ -123,6 +126,7 @@ mod tests {
         assert_eq!(ctas_of(&lowcon("ce-pull", SyncMethod::StreamMemop), ag, None, n), (Some(0), "memop".into()));
         assert_eq!(ctas_of(&lowcon("sm-direct", SyncMethod::Kernel), rs, None, n), (Some(16), "option".into()));
         assert_eq!(ctas_of(&lowcon("ce-reduce", SyncMethod::Kernel), rs, Some(8), n), (Some(8), "option".into()));
+        assert_eq!(ctas_of(&lowcon("tma-reduce", SyncMethod::Kernel), rs, None, n), (Some(8), "option".into()));
         assert_eq!(ctas_of(&Impl::Nccl { ce: false }, ag, None, n), (Some(24), "debug".into()));
         assert_eq!(ctas_of(&Impl::Nccl { ce: true }, ag, None, n), (Some(0), "ce".into()));
         assert_eq!(ctas_of(&Impl::Nccl { ce: true }, rs, None, (None, "unknown")), (None, "unknown".into()));
