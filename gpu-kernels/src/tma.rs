@@ -24,11 +24,35 @@
 //!   16-byte vectors (the tiles) and a tail, and CTA 0's consumers reduce head and tail
 //!   with plain loads.
 //!
+//! NOTE [tma-reduce bytes in flight]: a CTA's bandwidth is at most (bytes in flight) /
+//! (round trip), and at most (stage bytes) / (time the consumers take per stage). The
+//! target, 330 GB/s busbw on 2 ranks with 8 CTAs, is 660 GB/s algbw: every GPU loads
+//! 660 GB/s (half local, half over NVLink), 82 GB/s per CTA. A stage completes when
+//! its slowest tile (the peer's) lands, so at an NVLink round trip of 2-2.5 µs under
+//! load a CTA needs 165-205 KB in flight. The ring is 224 KiB (`select::tma_ring`: 7
+//! stages of 32 KiB, the most 227 KiB of shared memory holds); with one stage being
+//! reduced, 192 KiB are in flight: 79 GB/s per CTA at 2.5 µs (8 CTAs: ~315 busbw),
+//! 98 GB/s at 2 µs (~390). 8 CTAs reach 330 only if the loaded round trip stays under
+//! ~2.4 µs; beyond that, only more CTAs help (shared memory is full), e.g. 10-12.
+//! The first version (6 stages, 160 KiB in flight) measured 14 GB/s per CTA, 5x
+//! below this bound, so it was not latency-bound: its consumers were the limit. Each
+//! 16-byte vector took a runtime `op` and eight speculated IEEE `div.rn.f32` (AVG's
+//! `finish`, computed then discarded for SUM), one vector at a time on two warps per
+//! scheduler: ~2 µs per 32 KiB stage, i.e. one stage per "round trip". Now `consume` is
+//! specialised per operator (SUM: adds only) and reduces four vectors at once. The
+//! consumers' cost per stage: 1024 output vectors on 256 threads, 4 each, 8
+//! `ld.shared.v4`, 32 adds and 4 `st.global.v4` per thread: well under 0.5 µs, so the
+//! ring, not the consumers, sets the rate. `LOWCON_TMA_STAGES` and
+//! `LOWCON_TMA_TILE_BYTES` resize the ring to check this on a GPU: bandwidth per CTA
+//! should grow with stages until ~6; if it does not, the limit is the bulk copies'
+//! own (outstanding requests per SM to peer memory), and then more, smaller copies
+//! per stage or more CTAs are the remedy.
+//!
 //! Barriers are `coll.rs`'s (NOTE [fused barriers]), with the proxy fences of
 //! `bulk.rs`'s NOTE [async proxy] on both sides of the ring.
 
 use lowcon_abi::kernel_names::TMA_CONSUMER_WARPS;
-use lowcon_abi::{ErrorRecord, tma};
+use lowcon_abi::{ErrorRecord, reduce_op, tma};
 
 use crate::bulk::{
     bulk_load, create_policy_evict_first, fence_mbarrier_init, fence_proxy_async, fence_proxy_async_global,
@@ -137,16 +161,43 @@ unsafe fn store<T: Elem>(dst: *mut T, at: u64, a: &[f32; 8], vec: bool) {
     }
 }
 
+/// Vectors a consumer thread reduces at once (written out four times in `consume`):
+/// each thread has four independent chains of shared-memory loads and arithmetic, since
+/// two consumer warps per scheduler hide little latency by themselves.
+const UNROLL: u64 = 4;
+
+/// The reduction of the 16-byte vector at byte `off` of stage `s`'s tiles over the ranks,
+/// in rank order, finished (`OP` a `reduce_op` constant).
+///
+/// # Safety
+/// `off` is inside the tiles of a stage whose `full` phase this thread waited for.
+#[inline(always)]
+unsafe fn reduce_vec<T: Elem, const OP: u32>(ring: &Ring, s: u64, off: u32) -> [f32; 8] {
+    // SAFETY: (each) the caller's contract.
+    let mut a = T::unpack(V16(unsafe { ld_shared_v4(ring.slot(s, 0) + off) }));
+    for p in 1..ring.world {
+        let y = T::unpack(V16(unsafe { ld_shared_v4(ring.slot(s, p) + off) }));
+        for e in 0..T::VEC {
+            a[e] = combine(OP, a[e], y[e]);
+        }
+    }
+    for x in a.iter_mut().take(T::VEC) {
+        *x = finish(OP, *x, ring.world);
+    }
+    a
+}
+
 /// A consumer thread (`ct` in `0..CONSUMER_THREADS`): reduces its vectors of each of the
 /// CTA's tiles once the tile is in the ring, then releases the stage (one arrival per
-/// warp).
+/// warp). `OP` is a `reduce_op` constant: the operator is chosen once per launch, not per
+/// element (a runtime `op` left a division per element in the sum's loop).
 ///
 /// # Safety
 /// As [`tma_reduce`]; the ring's mbarriers are initialised.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn consume<T: Elem>(ring: Ring, w: Work, dst: *mut T, op: u32, ct: u64, vec_out: bool) {
+unsafe fn consume<T: Elem, const OP: u32>(ring: Ring, w: Work, dst: *mut T, ct: u64, vec_out: bool) {
     let esize = 16 / T::VEC as u64;
+    let step = CONSUMER_THREADS;
     let mut k = 0u64;
     let mut t = w.cta;
     while t < w.tiles {
@@ -154,24 +205,41 @@ unsafe fn consume<T: Elem>(ring: Ring, w: Work, dst: *mut T, op: u32, ct: u64, v
         // SAFETY: initialised mbarrier (caller).
         unsafe { mbar_wait_parity(ring.full(s), (round & 1) as u32) };
         let nv = w.bytes(&ring, t) / 16;
+        let at0 = w.head + t * ring.tile / esize;
         let mut v = ct;
+        // Whole groups of `UNROLL` vectors: v, v + step, v + 2 step, v + 3 step. Four
+        // named results rather than an array: LLVM left a `[[f32; 8]; 4]` in local memory.
+        // Not for AVG: its IEEE divisions call a slow-path subroutine, and four vectors'
+        // values live across those calls spilled registers. Not for f32 either (it
+        // spilled 20 bytes; its vectors are half a 16-bit type's elements).
+        while OP != reduce_op::AVG && T::VEC == 8 && v + 3 * step < nv {
+            let off = |j: u64| (v + j * step) as u32 * 16;
+            // SAFETY: (each) every offset is inside the tile the phase delivered.
+            let (a0, a1, a2, a3) = unsafe {
+                (
+                    reduce_vec::<T, OP>(&ring, s, off(0)),
+                    reduce_vec::<T, OP>(&ring, s, off(1)),
+                    reduce_vec::<T, OP>(&ring, s, off(2)),
+                    reduce_vec::<T, OP>(&ring, s, off(3)),
+                )
+            };
+            let at = |j: u64| at0 + (v + j * step) * 16 / esize;
+            // SAFETY: (each) `at + VEC` is inside the body's elements of `dst`.
+            unsafe {
+                store::<T>(dst, at(0), &a0, vec_out);
+                store::<T>(dst, at(1), &a1, vec_out);
+                store::<T>(dst, at(2), &a2, vec_out);
+                store::<T>(dst, at(3), &a3, vec_out);
+            }
+            v += UNROLL * step;
+        }
+        // The rest (a short last tile, or tiles under `UNROLL` vectors per thread).
         while v < nv {
-            let off = v as u32 * 16;
-            // SAFETY: (each) `off` is inside the tile the phase delivered.
-            let mut a = T::unpack(V16(unsafe { ld_shared_v4(ring.slot(s, 0) + off) }));
-            for p in 1..ring.world {
-                let y = T::unpack(V16(unsafe { ld_shared_v4(ring.slot(s, p) + off) }));
-                for e in 0..T::VEC {
-                    a[e] = combine(op, a[e], y[e]);
-                }
-            }
-            for x in a.iter_mut().take(T::VEC) {
-                *x = finish(op, *x, ring.world);
-            }
-            let at = w.head + (t * ring.tile + v * 16) / esize;
+            // SAFETY: the offset is inside the tile the phase delivered.
+            let a = unsafe { reduce_vec::<T, OP>(&ring, s, v as u32 * 16) };
             // SAFETY: `at + VEC` is inside the body's elements of `dst`.
-            unsafe { store::<T>(dst, at, &a, vec_out) };
-            v += CONSUMER_THREADS;
+            unsafe { store::<T>(dst, at0 + v * 16 / esize, &a, vec_out) };
+            v += step;
         }
         // The warp's reads of the stage are done before its arrival releases them.
         sync_warp();
@@ -261,8 +329,16 @@ unsafe fn tma_reduce<T: Elem>(
             }
         } else {
             let ct = (t - 32) as u64;
-            // SAFETY: the caller's contract.
-            unsafe { consume::<T>(ring, w, dst, op, ct, vec_out != 0) };
+            let vec_out = vec_out != 0;
+            // SAFETY: (each) the caller's contract.
+            unsafe {
+                match op {
+                    reduce_op::AVG => consume::<T, { reduce_op::AVG }>(ring, w, dst, ct, vec_out),
+                    reduce_op::MIN => consume::<T, { reduce_op::MIN }>(ring, w, dst, ct, vec_out),
+                    reduce_op::MAX => consume::<T, { reduce_op::MAX }>(ring, w, dst, ct, vec_out),
+                    _ => consume::<T, { reduce_op::SUM }>(ring, w, dst, ct, vec_out),
+                }
+            }
             if cta == 0 {
                 // SAFETY: the caller's contract.
                 unsafe { edges::<T>(src, f.world, dst, n, w, op, ct) };

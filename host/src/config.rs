@@ -30,6 +30,19 @@ pub fn debug() -> bool {
     std::env::var("LOWCON_DEBUG").is_ok_and(|v| v == "1")
 }
 
+/// `LOWCON_TMA_TILE_BYTES`: bytes of each rank's tile in a `tma-reduce` stage (rounded
+/// up to 128). Default: 32 KiB per stage split over the ranks (`coll::select::tma_ring`).
+/// For measuring the ring; results do not depend on it.
+pub fn tma_tile_bytes() -> Option<u64> {
+    env_u64("LOWCON_TMA_TILE_BYTES").filter(|&t| t > 0)
+}
+
+/// `LOWCON_TMA_STAGES`: stages of the `tma-reduce` ring (2 to 16, fewer where 227 KiB of
+/// shared memory cannot hold them). Default: as many 32 KiB stages as fit in 224 KiB.
+pub fn tma_stages() -> Option<u64> {
+    env_u64("LOWCON_TMA_STAGES")
+}
+
 fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
     match v.trim().parse() {

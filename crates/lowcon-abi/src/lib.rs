@@ -143,9 +143,9 @@ pub mod kernel_names {
 /// stage `s`, source rank `p` at `DATA_OFFSET + (s * world + p) * tile`).
 pub mod tma {
     /// Most pipeline stages (mbarrier pairs) the barrier area holds.
-    pub const MAX_STAGES: u32 = 8;
+    pub const MAX_STAGES: u32 = 16;
     /// Byte offset of the first tile: after `2 * MAX_STAGES` mbarriers, 128-aligned.
-    pub const DATA_OFFSET: u32 = 128;
+    pub const DATA_OFFSET: u32 = 256;
     /// Tiles are a multiple of this many bytes (bulk copies need 16; 128 keeps each
     /// tile on its own shared-memory lines).
     pub const TILE_ALIGN: u32 = 128;

@@ -56,21 +56,44 @@ pub const DEFAULT_REDUCE_CTAS: u32 = 16;
 /// with at most 8). Not measured yet; `--ctas` overrides.
 pub const DEFAULT_TMA_CTAS: u32 = 8;
 
-/// Shared memory a `tma-reduce` ring may use: below H100/H200's 227 KiB per CTA (opt-in),
-/// leaving room for the barrier area.
-pub(crate) const TMA_RING_BYTES: u32 = 192 << 10;
+/// Shared memory a `tma-reduce` ring may use: with the barrier area, just below
+/// H100/H200's 227 KiB of dynamic shared memory per CTA (opt-in). What keeps NVLink busy
+/// with few CTAs is bytes in flight per CTA (gpu-kernels/src/tma.rs, NOTE [tma-reduce
+/// bytes in flight]), so the ring takes all of it.
+pub(crate) const TMA_RING_BYTES: u32 = 224 << 10;
 
-/// Tile bytes and stages of `tma-reduce`'s ring for `world` ranks: 16 KiB tiles up to 4
-/// ranks, 8 KiB beyond (a stage holds one tile per rank), and as many stages as fit in
-/// [`TMA_RING_BYTES`], 2 to `MAX_STAGES` (2 ranks: 6 stages of 32 KiB; 8 ranks: 3 of
-/// 64 KiB). More bytes in flight per CTA is what keeps NVLink busy with few CTAs.
+/// Bytes of one `tma-reduce` stage (one tile per rank).
+const TMA_STAGE_BYTES: u32 = 32 << 10;
+
+/// Most dynamic shared memory of one CTA on sm_90 (227 KiB, opt-in).
+const MAX_SMEM: u32 = 227 << 10;
+
+/// Tile bytes and stages of `tma-reduce`'s ring for `world` ranks: 32 KiB stages (tiles
+/// of `32 KiB / world`, at least `TILE_ALIGN`), as many as fit in [`TMA_RING_BYTES`]
+/// (2 ranks: 7 stages of two 16 KiB tiles; 8 ranks: 7 of eight 4 KiB tiles). Small
+/// stages, many of them: a stage being reduced is a stage not in flight.
+///
+/// `LOWCON_TMA_TILE_BYTES` and `LOWCON_TMA_STAGES` (config.rs) override either, for
+/// measuring; the ring is then shrunk until it fits 227 KiB.
 pub(crate) fn tma_ring(world: usize) -> (u32, u32) {
-    use lowcon_abi::tma::{MAX_STAGES, TILE_ALIGN};
+    use lowcon_abi::tma::{MAX_STAGES, TILE_ALIGN, smem_bytes};
     let world = world.max(1) as u32;
-    let mut tile: u32 = if world <= 4 { 16 << 10 } else { 8 << 10 };
-    // At least two stages must fit (never hit at 8 ranks or fewer).
-    tile = tile.min(TMA_RING_BYTES / (2 * world) / TILE_ALIGN * TILE_ALIGN).max(TILE_ALIGN);
-    let stages = (TMA_RING_BYTES / (world * tile)).clamp(2, MAX_STAGES);
+    let (tile_env, stages_env) = (crate::config::tma_tile_bytes(), crate::config::tma_stages());
+    let mut tile = match tile_env {
+        Some(t) => (t.min(MAX_SMEM as u64) as u32).div_ceil(TILE_ALIGN) * TILE_ALIGN,
+        None => TMA_STAGE_BYTES / world / TILE_ALIGN * TILE_ALIGN,
+    }
+    .max(TILE_ALIGN);
+    // At least two stages must fit.
+    tile = tile.min((MAX_SMEM - lowcon_abi::tma::DATA_OFFSET) / (2 * world) / TILE_ALIGN * TILE_ALIGN).max(TILE_ALIGN);
+    let mut stages = match stages_env {
+        Some(s) => s.min(MAX_STAGES as u64) as u32,
+        None => TMA_RING_BYTES / (world * tile),
+    }
+    .clamp(2, MAX_STAGES);
+    while stages > 2 && smem_bytes(world, tile, stages) > MAX_SMEM {
+        stages -= 1;
+    }
     (tile, stages)
 }
 
@@ -124,8 +147,9 @@ mod tests {
 
     #[test]
     fn tma_ring_fits_shared_memory_and_keeps_alignment() {
-        assert_eq!(tma_ring(2), (16 << 10, 6));
-        assert_eq!(tma_ring(8), (8 << 10, 3));
+        assert_eq!(tma_ring(2), (16 << 10, 7));
+        assert_eq!(tma_ring(4), (8 << 10, 7));
+        assert_eq!(tma_ring(8), (4 << 10, 7));
         for world in 1..=16 {
             let (tile, stages) = tma_ring(world);
             assert_eq!(tile % lowcon_abi::tma::TILE_ALIGN, 0);
