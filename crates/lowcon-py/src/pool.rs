@@ -239,7 +239,7 @@ pub(crate) fn export(
         byte_offset: 0,
     };
     let owner = Owner { shape, pool, id };
-    // SAFETY (both arms): the boxed value is valid; its shape Vec's buffer does not
+    // SAFETY: (both arms) the boxed value is valid; its shape Vec's buffer does not
     // move with the Box; the capsule owns the box until consumed, and its destructor
     // (above) handles both outcomes. If the capsule cannot be made, the box is released
     // here.

@@ -85,19 +85,19 @@ class Model(nn.Module):
         return self.head(self.norm(x))
 
 
-def train(mode, reduce_dtype=torch.float32, factor=None, **lowcon_args):
+def train(mode, reduce_dtype=torch.float32, factor=None, group=None, mesh=None, **lowcon_args):
     torch.manual_seed(0)  # the same weights on every rank and in every mode
     model = Model().to(dev)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
     for blk in model.blocks:
-        fully_shard(blk, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
+        fully_shard(blk, mp_policy=mp, mesh=mesh)
+    fully_shard(model, mp_policy=mp, mesh=mesh)
     if factor is not None and mode == "nccl":
         for m in model.modules():
             if hasattr(m, "set_gradient_divide_factor"):
                 m.set_gradient_divide_factor(factor)
     if mode == "lowcon":
-        n = lowcon.fsdp.install(model, g, gradient_divide_factor=factor, **lowcon_args)
+        n = lowcon.fsdp.install(model, group or g, gradient_divide_factor=factor, **lowcon_args)
         if n != LAYERS + 1:
             fail(f"install set {n} modules, expected {LAYERS + 1}")
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
@@ -160,6 +160,24 @@ for name, ref, args in runs:
     lines.append(f"  {name:<36} max |loss - NCCL| {d:.2e} (tolerance {tol(ref):.2e})")
     if not d <= tol(ref):
         fail(f"lowcon {name}: losses {got} differ from NCCL's {ref} by {d:.3e} > {tol(ref):.3e}")
+# Groups over torch's own store: the world's process group, and HSDP's shard dimension of
+# a 1 x world DeviceMesh (replication across boxes would go to NCCL; here it is 1).
+from torch.distributed.device_mesh import init_device_mesh
+
+gpg = lowcon.from_process_group()
+got = train("lowcon", group=gpg)
+d = maxdiff(got, base)
+lines.append(f"  {'auto, group over torch.distributed':<36} max |loss - NCCL| {d:.2e} (tolerance {tol(base):.2e})")
+if not d <= tol(base):
+    fail(f"lowcon over torch's store: losses {got} differ from NCCL's {base} by {d:.3e}")
+mesh = init_device_mesh("cuda", (1, world), mesh_dim_names=("replicate", "shard"))
+gshard = lowcon.from_process_group(mesh.get_group("shard"))
+ref = train("nccl", mesh=mesh)
+got = train("lowcon", mesh=mesh, group=gshard)
+d = maxdiff(got, ref)
+lines.append(f"  {'HSDP 1x' + str(world) + ', lowcon on the shard dim':<36} max |loss - NCCL| {d:.2e} (tolerance {tol(ref):.2e})")
+if not d <= tol(ref):
+    fail(f"HSDP with lowcon on the shard dimension: losses {got} differ from NCCL's {ref} by {d:.3e}")
 # The negative control: gradients twice NCCL's must be caught.
 wrong = train("lowcon", factor=1.0)
 dw = maxdiff(wrong, base)
@@ -171,8 +189,10 @@ if rank == 0:
     print(f"NCCL vs NCCL: {calib:.2e}; negative control differs by {dw:.2e}")
     print("\n".join(lines))
     print(f"lowcon pool: {stats}")
-print(f"rank {rank}: fsdp ok: {len(runs)} lowcon modes match NCCL, control caught, torch {torch.__version__}",
+print(f"rank {rank}: fsdp ok: {len(runs) + 2} lowcon modes match NCCL, control caught, torch {torch.__version__}",
       flush=True)
 dist.barrier()
+gshard.close()
+gpg.close()
 g.close()
 dist.destroy_process_group()

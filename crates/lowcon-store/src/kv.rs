@@ -95,8 +95,10 @@ mod tests {
     use std::sync::{Arc, Condvar, Mutex};
 
     /// An in-process store shared by threads (what a framework's store looks like to us).
+    type Shared = (Mutex<HashMap<String, Vec<u8>>>, Condvar);
+
     #[derive(Clone, Default)]
-    struct Mem(Arc<(Mutex<HashMap<String, Vec<u8>>>, Condvar)>);
+    struct Mem(Arc<Shared>);
 
     impl Store for Mem {
         fn set(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {

@@ -341,6 +341,10 @@ pub trait Segment {
     fn base(&self) -> u64;
     /// Bytes.
     fn len(&self) -> usize;
+    /// Whether it has no bytes (never, for an allocated segment).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// A block handed out by [`Pool::alloc`].

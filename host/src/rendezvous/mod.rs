@@ -251,13 +251,13 @@ impl GroupCore {
     /// group (so groups, and clients, never see each other's blobs).
     pub(crate) fn all_gather(&self, name: &str, data: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
         let key = format!("group/{}/user/{name}", self.group_id);
-        Ok(self.store().all_gather(&key, self.rank, self.world, data, timeout)?)
+        self.store().all_gather(&key, self.rank, self.world, data, timeout)
     }
 
     /// Collective: a store barrier under a key private to this group.
     pub(crate) fn barrier(&self, name: &str, timeout: Duration) -> Result<()> {
         let key = format!("group/{}/user/{name}", self.group_id);
-        Ok(self.store().barrier(&key, self.world, timeout)?)
+        self.store().barrier(&key, self.world, timeout)
     }
 
     /// Collective: the next allocation's tag, after checking every rank asked for the
