@@ -148,18 +148,23 @@ runs = [
     ("sm-oneshot/auto", base, dict(all_gather="sm-oneshot")),
     ("bf16 reduce, auto", base16, dict(reduce_dtype=torch.bfloat16)),
     (f"divide factor {PREMUL:g} (PREMUL_SUM)", base_premul, dict(factor=PREMUL)),
-    (f"divide factor {PREMUL:g}, bf16, memop", None, dict(factor=PREMUL, reduce_dtype=torch.bfloat16, sync="memop")),
+    # bf16 with PREMUL_SUM: NCCL's own run of this (torch 2.11, NCCL 2.28.9) does not train
+    # (2026-11-22: flat loss while every other mode trains), so the reference is NCCL's f32
+    # PREMUL_SUM run, with the tolerance widened by NCCL's own bf16-vs-f32 difference.
+    (f"divide factor {PREMUL:g}, bf16, memop", base_premul,
+     dict(factor=PREMUL, reduce_dtype=torch.bfloat16, sync="memop", slack=maxdiff(base16, base))),
 ]
 lines = []
 for name, ref, args in runs:
     rd = args.pop("reduce_dtype", torch.float32)
-    if ref is None:
-        ref = train("nccl", reduce_dtype=rd, factor=args.get("factor"))
+    slack = 2 * args.pop("slack", 0.0)
     got = train("lowcon", reduce_dtype=rd, **args)
     d = maxdiff(got, ref)
-    lines.append(f"  {name:<36} max |loss - NCCL| {d:.2e} (tolerance {tol(ref):.2e})")
-    if not d <= tol(ref):
-        fail(f"lowcon {name}: losses {got} differ from NCCL's {ref} by {d:.3e} > {tol(ref):.3e}")
+    t = tol(ref) + slack
+    lines.append(f"  {name:<36} max |loss - NCCL| {d:.2e} (tolerance {t:.2e})")
+    if not d <= t:
+        fail(f"lowcon {name}: losses {got} differ from NCCL's {ref} by {d:.3e} > {t:.3e}")
+nccl_bf16_premul = train("nccl", reduce_dtype=torch.bfloat16, factor=PREMUL)
 # Groups over torch's own store: the world's process group, and HSDP's shard dimension of
 # a 1 x world DeviceMesh (replication across boxes would go to NCCL; here it is 1).
 from torch.distributed.device_mesh import init_device_mesh
@@ -187,6 +192,8 @@ stats = lowcon.memory_stats(g)
 if rank == 0:
     print(f"NCCL losses: {' '.join(f'{x:.4f}' for x in base)}")
     print(f"NCCL vs NCCL: {calib:.2e}; negative control differs by {dw:.2e}")
+    print(f"NCCL bf16 PREMUL_SUM (not a reference): {' '.join(f'{x:.4f}' for x in nccl_bf16_premul)}")
+    print(f"NCCL f32 PREMUL_SUM (the reference):    {' '.join(f'{x:.4f}' for x in base_premul)}")
     print("\n".join(lines))
     print(f"lowcon pool: {stats}")
 print(f"rank {rank}: fsdp ok: {len(runs) + 2} lowcon modes match NCCL, control caught, torch {torch.__version__}",
