@@ -104,6 +104,8 @@ def run(mode, cfg, args, dev, rank, world):
             print("host time inside the hooks per step: " + ", ".join(f"{k} {1e3 * v / n:.2f} ms" for k, v in acc.items()))
             print("hook calls per step: " + ", ".join(f"{k} {v / (n + 3):.0f}" for k, v in calls.items()))
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=22, max_name_column_width=60))
+    if group is not None and rank == 0:
+        print(f"lowcon pool after the run: {group.pool_stats()}")
     sys.stdout.flush()
     dist.barrier()
     if group is not None:

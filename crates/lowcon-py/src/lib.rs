@@ -136,6 +136,8 @@ struct Group {
     pool: Arc<GroupPool>,
     /// Stream → channel, by first use, for calls that name no channel.
     channels: Mutex<HashMap<u64, u32>>,
+    /// The number of the last lagged pool check (`check_pool`).
+    last_check: Mutex<Option<u64>>,
     rank: usize,
     world: usize,
     backend: &'static str,
@@ -155,7 +157,15 @@ impl Group {
             Backend::Gpu(g) => GroupPool::gpu(g),
             Backend::Host(g) => GroupPool::host(g),
         });
-        Group { inner: RwLock::new(Some(b)), pool, channels: Mutex::new(HashMap::new()), rank, world, backend }
+        Group {
+            inner: RwLock::new(Some(b)),
+            pool,
+            channels: Mutex::new(HashMap::new()),
+            last_check: Mutex::new(None),
+            rank,
+            world,
+            backend,
+        }
     }
 
     /// The channel for a call on `stream` that names none: one per stream, in order of
@@ -177,23 +187,40 @@ impl Group {
         Ok(c)
     }
 
-    /// Compares the pool's fingerprint across ranks every N-th collective on pool memory.
+    /// Every N-th collective on pool memory (`LOWCON_POOL_CHECK_EVERY`, default 64):
+    /// publishes this rank's pool fingerprint without waiting and compares every rank's
+    /// fingerprint of the previous check, published N collectives ago, so it waits only
+    /// for a rank N calls behind; a disagreement is named within 2N calls. With N = 1 the
+    /// check is strict instead: the ranks compare before every call (a host rendezvous
+    /// per call), so no call ever runs on disagreeing offsets. A mismatch aborts the group.
     fn check_pool(&self, py: Python<'_>, b: &Backend) -> PyResult<()> {
         let Some((fp, n)) = self.pool.note_collective() else { return Ok(()) };
         let rank = self.rank;
-        let gather = |name: &str, data: &[u8]| match b {
-            Backend::Gpu(g) => g.all_gather_bytes(name, data),
-            Backend::Host(g) => g.all_gather_bytes(name, data),
+        let strict = self.pool.check_every() == 1;
+        let prev = if strict { None } else { self.last_check.lock().unwrap_or_else(|p| p.into_inner()).replace(n) };
+        let run = move || -> lowcon::Result<()> {
+            let blob = fp.to_bytes();
+            let all = match (b, strict) {
+                (Backend::Gpu(g), true) => g.all_gather_bytes(&format!("pool/{n}"), &blob)?,
+                (Backend::Host(g), true) => g.all_gather_bytes(&format!("pool/{n}"), &blob)?,
+                (Backend::Gpu(g), false) => {
+                    g.publish(&format!("pool-check/{n}"), &blob)?;
+                    match prev {
+                        Some(p) => g.published(&format!("pool-check/{p}"))?,
+                        None => return Ok(()),
+                    }
+                }
+                (Backend::Host(g), false) => {
+                    g.publish(&format!("pool-check/{n}"), &blob)?;
+                    match prev {
+                        Some(p) => g.published(&format!("pool-check/{p}"))?,
+                        None => return Ok(()),
+                    }
+                }
+            };
+            lowcon::memory::pool::compare_fingerprints(rank, "at a collective on pool memory", &all)
         };
-        interruptible(
-            py,
-            || Self::abort_backend(b),
-            move || {
-                let all = gather(&format!("pool/{n}"), &fp.to_bytes())?;
-                lowcon::memory::pool::compare_fingerprints(rank, "at a collective on pool memory", &all)
-            },
-        )?
-        .map_err(|e| {
+        interruptible(py, || Self::abort_backend(b), run)?.map_err(|e| {
             Self::abort_backend(b);
             to_py(e)
         })

@@ -115,6 +115,11 @@ impl GroupPool {
         }
     }
 
+    /// N of the fingerprint checks (every N-th collective on pool memory).
+    pub(crate) fn check_every(&self) -> u64 {
+        check_every()
+    }
+
     /// Counts a collective on pool memory; every N-th, the fingerprint to compare.
     pub(crate) fn note_collective(&self) -> Option<(lowcon::Fingerprint, u64)> {
         match self {

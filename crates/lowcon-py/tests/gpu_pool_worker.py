@@ -74,7 +74,9 @@ for n in (1, 4097, 1 << 20, 3 << 21):
 # long sleep kernel, the block is freed, stream B (no blocks of its own) gets it back and
 # reads it at once. Without the wait B would read before A's write.
 a, b = torch.cuda.Stream(dev), torch.cuda.Stream(dev)
-n = 1_000_003  # a size no other free block has, so best fit picks x's block for y
+# Larger than the pool's segments (64 MiB), so x gets a segment of its own; freed, it is
+# a whole free segment, the only memory another stream may take, and the only one that fits.
+n = 20_000_003
 with torch.cuda.stream(a):
     x = g.empty(n, torch.float32)
     addr = x.data_ptr()

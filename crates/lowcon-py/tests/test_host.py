@@ -46,9 +46,11 @@ def test_bad_input_raises_naming_rank_and_sizes(ranks):
         assert f"rank {r}: bad ok" in out, out
 
 
-@pytest.mark.parametrize("ranks", [2, 3])
-def test_pool_tensors_offsets_and_mismatch(ranks):
-    rc, out = launch(ranks, "pool", "host", env={"LOWCON_POOL_CHECK_EVERY": "1", "LOWCON_POOL_SEGMENT_MB": "16"})
+@pytest.mark.parametrize("ranks,every", [(2, "1"), (3, "1"), (2, "3")])
+def test_pool_tensors_offsets_and_mismatch(ranks, every):
+    """every: fingerprint checks every N collectives on pool memory (1: strict, before
+    each call; otherwise lagged, published without waiting, named within 2N calls)."""
+    rc, out = launch(ranks, "pool", "host", env={"LOWCON_POOL_CHECK_EVERY": every, "LOWCON_POOL_SEGMENT_MB": "16"})
     assert rc == 0, out
     for r in range(ranks):
         assert f"rank {r}: pool ok" in out, out

@@ -104,6 +104,19 @@ impl HostGroup {
         self.core().all_gather(name, data, self.core().setup_timeout)
     }
 
+    /// Publishes this rank's small `data` under `name` through the store, without
+    /// waiting for the other ranks (see [`Self::published`]).
+    pub fn publish(&self, name: &str, data: &[u8]) -> Result<()> {
+        self.core().publish(name, data)
+    }
+
+    /// Every rank's data published under `name`, in rank order; waits (up to the set-up
+    /// timeout) only for ranks that have not published it yet.
+    pub fn published(&self, name: &str) -> Result<Vec<Vec<u8>>> {
+        let core = &self.core();
+        core.published(name, core.setup_timeout)
+    }
+
     /// Collective: a barrier through the store (host-side; for setup and teardown).
     pub fn store_barrier(&self, name: &str) -> Result<()> {
         self.core().barrier(name, self.core().setup_timeout)

@@ -20,8 +20,10 @@
 //!
 //! Reuse follows torch's caching allocator: a block belongs to the stream it was
 //! allocated on; freed, it is reused at once by allocations on that stream (best fit,
-//! then lowest offset), and by another stream only when that stream has no block that
-//! fits, after waiting for the free's event. Adjacent free blocks of one stream merge.
+//! then lowest offset). Another stream takes only a whole free segment, when it has no
+//! block of its own that fits, after waiting for the free's event (splitting other
+//! streams' blocks fragmented FSDP2's working sets so that the pool grew every step).
+//! Adjacent free blocks of one stream merge.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -220,7 +222,11 @@ impl<E: Clone> PoolCore<E> {
         let fits = |f: &&FreeBlock<E>| f.at.bytes >= need;
         let key = |f: &&FreeBlock<E>| (f.at.bytes, f.at.segment, f.at.offset);
         let own = self.free.iter().filter(fits).filter(|f| f.stream == ord).min_by_key(key);
-        let pick = own.or_else(|| self.free.iter().filter(fits).min_by_key(key)).map(|f| f.at);
+        // Another stream's memory only as a whole free segment: splitting another
+        // stream's blocks fragments both streams' working sets, and then every step
+        // grows the pool (a collective rendezvous on the host) while memory sits idle.
+        let whole = |f: &&FreeBlock<E>| f.at.offset == 0 && f.at.bytes == self.segments[f.at.segment];
+        let pick = own.or_else(|| self.free.iter().filter(fits).filter(whole).min_by_key(key)).map(|f| f.at);
         let Some(at) = pick else {
             let bytes = round_up(need, SEGMENT_GRAIN)
                 .ok_or_else(|| Error::InvalidArgument(format!("a pool block of {bytes} bytes is too large")))?
@@ -519,20 +525,30 @@ mod tests {
     }
 
     #[test]
-    fn another_stream_waits_for_the_free_event_and_prefers_its_own_blocks() {
+    fn another_stream_takes_only_whole_free_segments_after_the_free_event() {
         let mut c = PoolCore::<u32>::new(2 << 20);
         let (a, _) = grow_then_take(&mut c, 4096, 1);
-        // The remainder of stream 1's segment is free space of stream 1 with no event.
-        let (b, bt, w) = used(c.plan(4096, 2).unwrap());
-        assert_eq!((bt.offset, w), (4096, None));
+        // Stream 2 does not split stream 1's segment (its free remainder): it grows.
+        assert!(matches!(c.plan(4096, 2).unwrap(), Plan::Grow { .. }));
+        let (b, bt) = grow_then_take(&mut c, 4096, 2);
+        assert_eq!((bt.segment, bt.offset), (1, 0));
+        let (big, _) = grow_then_take(&mut c, 3 << 20, 1);
         c.free(a, Some(11)).unwrap();
         c.free(b, Some(22)).unwrap();
+        c.free(big, Some(33)).unwrap();
         // Stream 2 prefers its own freed block; no wait.
         let (_, t, w) = used(c.plan(4096, 2).unwrap());
-        assert_eq!((t.offset, w), (4096, None));
-        // Stream 3 has none: best fit is stream 1's freed block, after its event.
+        assert_eq!((t.segment, t.offset, w), (1, 0, None));
+        // Stream 3 has none: a whole free segment of stream 1, best fit (segment 0, 2 MiB,
+        // merged back whole), after the event of its last free.
         let (_, t, w) = used(c.plan(4096, 3).unwrap());
-        assert_eq!((t.offset, w), (0, Some(11)));
+        assert_eq!((t.segment, t.offset, w), (0, 0, Some(11)));
+        // The rest of segment 0 is still stream 1's, with stream 1's event.
+        let (_, t, w) = used(c.plan(4096, 1).unwrap());
+        assert_eq!((t.segment, t.offset, w), (0, 4096, None));
+        // A request only segment 2 (4 MiB, whole) holds: stream 3 takes it after event 33.
+        let (_, t, w) = used(c.plan(3 << 20, 3).unwrap());
+        assert_eq!((t.segment, w), (2, Some(33)));
     }
 
     #[test]
@@ -541,13 +557,13 @@ mod tests {
         let (a, _) = grow_then_take(&mut c, 512, 1);
         let (b, _, _) = used(c.plan(512, 1).unwrap());
         let (x, _, _) = used(c.plan(512, 1).unwrap());
+        c.free(x, Some(1)).unwrap();
         c.free(b, Some(2)).unwrap();
         c.free(a, Some(3)).unwrap();
-        // a and b merged (1024 bytes at 0): another stream gets it after event 3, the later.
+        // Everything merged back into one whole segment, whose event is the last free's.
+        assert_eq!(c.stats().live_blocks, 0);
         let (_, t, w) = used(c.plan(1024, 9).unwrap());
         assert_eq!((t.offset, t.bytes, w), (0, 1024, Some(3)));
-        c.free(x, None).unwrap();
-        assert_eq!(c.stats().live_blocks, 1);
     }
 
     #[test]

@@ -127,6 +127,14 @@ impl StoreSlot {
     fn add(&mut self, key: &str, delta: i64) -> Result<i64> {
         Ok(self.store.add(key, delta)?)
     }
+
+    pub(crate) fn set(&mut self, key: &str, value: &[u8]) -> Result<()> {
+        Ok(self.store.set(key, value)?)
+    }
+
+    pub(crate) fn multi_get(&mut self, keys: &[&str], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        Ok(self.store.multi_get(keys, timeout)?)
+    }
 }
 
 impl GroupCore {
@@ -252,6 +260,21 @@ impl GroupCore {
     pub(crate) fn all_gather(&self, name: &str, data: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
         let key = format!("group/{}/user/{name}", self.group_id);
         self.store().all_gather(&key, self.rank, self.world, data, timeout)
+    }
+
+    /// Publishes this rank's `data` under `name` (a key private to this group) without
+    /// waiting for anyone; [`GroupCore::published`] reads every rank's.
+    pub(crate) fn publish(&self, name: &str, data: &[u8]) -> Result<()> {
+        let key = format!("group/{}/pub/{name}/{}", self.group_id, self.rank);
+        self.store().set(&key, data)
+    }
+
+    /// Every rank's [`GroupCore::publish`]ed `name`, in rank order, waiting up to
+    /// `timeout` for ranks that have not published it yet.
+    pub(crate) fn published(&self, name: &str, timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        let keys: Vec<String> = (0..self.world).map(|r| format!("group/{}/pub/{name}/{r}", self.group_id)).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        self.store().multi_get(&refs, timeout)
     }
 
     /// Collective: a store barrier under a key private to this group.
