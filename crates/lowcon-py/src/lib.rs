@@ -541,6 +541,16 @@ impl Group {
             .ok_or_else(|| invalid(format!("rank {}: bad shape {shape:?}", self.rank)))?;
         let pool = self.pool.clone();
         let (id, ptr, cuda) = self.with(|b| {
+            let cuda = match b {
+                Backend::Gpu(g) => Some(g.device().index() as i32),
+                Backend::Host(_) => None,
+            };
+            // A free block: taken here, with no helper thread (the common case).
+            let key = if cuda.is_some() { stream.unwrap_or(0) as u64 } else { 0 };
+            if let Some((id, p)) = py.detach(|| pool.try_alloc(bytes, key)).map_err(to_py)? {
+                return Ok((id, p, cuda));
+            }
+            // Growth: collective, through the store; interruptible.
             let got = match b {
                 Backend::Gpu(g) => {
                     let s = stream.unwrap_or(0) as u64;

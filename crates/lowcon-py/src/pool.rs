@@ -64,6 +64,24 @@ impl GroupPool {
         }
     }
 
+    /// A free block for `bytes` on `stream` (GPU: a raw `CUstream`; host: 0) without
+    /// growing: `None` when the pool must grow (collectively, [`Self::alloc_gpu`] /
+    /// [`Self::alloc_host`]). Cheap: no thread, no waiting (the common case).
+    pub(crate) fn try_alloc(&self, bytes: usize, stream: u64) -> lowcon::Result<Option<(u64, u64)>> {
+        match self {
+            GroupPool::Gpu { pool, device } => {
+                let Some(b) = pool.try_alloc(bytes, stream)? else { return Ok(None) };
+                if let Some(ev) = &b.wait {
+                    // SAFETY: the caller's live stream of this device (see `Group::empty`).
+                    let s = unsafe { Stream::wrap_borrowed(device, stream as usize as _) }?;
+                    s.wait(ev)?;
+                }
+                Ok(Some((b.id, b.ptr)))
+            }
+            GroupPool::Host(p) => Ok(p.try_alloc(bytes, 0)?.map(|b| (b.id, b.ptr))),
+        }
+    }
+
     /// Collective when the pool grows: a GPU block for use on `stream` (a raw
     /// `CUstream`; 0 is the legacy default stream). Returns (id, address).
     pub(crate) fn alloc_gpu(&self, g: &GpuGroup, bytes: usize, stream: u64) -> lowcon::Result<(u64, u64)> {

@@ -402,6 +402,19 @@ impl<S: Segment + Clone, E: Clone> Pool<S, E> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A block of at least `bytes` for use on `stream` if one is free, without growing
+    /// (`None`: [`Pool::alloc`] must grow the pool, collectively). Never waits.
+    pub fn try_alloc(&self, bytes: usize, stream: u64) -> Result<Option<PoolBlock<E>>> {
+        let mut st = self.lock();
+        match st.core.plan(bytes, stream)? {
+            Plan::Use { id, at, wait } => {
+                let ptr = st.segments[at.segment].base() + at.offset as u64;
+                Ok(Some(PoolBlock { id, ptr, at, wait }))
+            }
+            Plan::Grow { .. } => Ok(None),
+        }
+    }
+
     /// Collective when it grows (every rank allocates in the same order): a block of at
     /// least `bytes` for use on `stream`. `grow(bytes, fingerprint)` must compare the
     /// ranks' fingerprints and allocate a segment of `bytes` collectively; the pool's
@@ -625,9 +638,13 @@ mod tests {
         assert_eq!((seg.0, off), (0x10_0000, 512));
         assert!(pool.find(0x10_0000 + (2 << 20) - 8, 16).is_none());
         assert!(pool.find(0x5, 1).is_none());
+        assert!(pool.try_alloc(4 << 20, 1).unwrap().is_none(), "nothing that big is free: growth needed");
+        let small = pool.try_alloc(512, 1).unwrap().expect("the segment's free space fits it");
+        assert_eq!(small.ptr, 0x10_0000 + 512);
+        pool.free(small.id, |_| Ok(None)).unwrap();
         assert!(pool.note_collective().is_none());
         assert!(pool.note_collective().is_none());
-        assert_eq!(pool.note_collective().map(|(f, n)| (f.allocs, n)), Some((1, 2)));
+        assert_eq!(pool.note_collective().map(|(f, n)| (f.allocs, n)), Some((2, 2)));
         let mut recorded = None;
         pool.free(b.id, |s| {
             recorded = Some(s);
