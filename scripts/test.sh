@@ -33,4 +33,4 @@ scripts/capi-check.sh host target/debug/lowcon target/debug crates/lowcon-capi/i
 
 echo "== Python package: the wheel, then its tests on the host backend (2 and 3 ranks)"
 scripts/build-python.sh
-python3 -m pytest -q crates/lowcon-py/tests
+python3 -m pytest -q crates/lowcon-py/tests crates/lowcon-py/bench/test_fsdp2_stats.py
