@@ -13,9 +13,9 @@ mod dlpack;
 mod errors;
 mod pool;
 mod pystore;
+mod wait;
 
 use std::collections::HashMap;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -30,51 +30,11 @@ use lowcon::{
     HostInput, ReduceOp, ReduceScatterAlgorithm, SyncMethod,
 };
 use pool::{Found, GroupPool};
+use wait::{interruptible, recv_or_signal};
 
 enum Backend {
     Gpu(GpuGroup),
     Host(Box<HostGroup>),
-}
-
-/// Waits for `rx` with the GIL released, checking for signals every 50 ms. On a signal
-/// (Ctrl-C), returns its error with the receiver, whose sender is still running.
-fn recv_or_signal<T: Send>(py: Python<'_>, mut rx: Receiver<T>) -> Result<T, (PyErr, Option<Receiver<T>>)> {
-    loop {
-        let (got, back) = py.detach(move || (rx.recv_timeout(Duration::from_millis(50)), rx));
-        rx = back;
-        match got {
-            Ok(v) => return Ok(v),
-            Err(RecvTimeoutError::Disconnected) => {
-                return Err((PyRuntimeError::new_err("lowcon: internal error: a call panicked"), None));
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                if let Err(e) = py.check_signals() {
-                    return Err((e, Some(rx)));
-                }
-            }
-        }
-    }
-}
-
-/// Runs `f` on a helper thread with the GIL released (`recv_or_signal`); on a signal
-/// (Ctrl-C) calls `abort`, waits for `f` to give up, and raises.
-fn interruptible<T: Send>(py: Python<'_>, abort: impl Fn(), f: impl FnOnce() -> T + Send) -> PyResult<T> {
-    std::thread::scope(|s| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        s.spawn(move || {
-            // A panic stays in this thread (the scope would re-raise it as a panic).
-            if let Ok(v) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-                let _ = tx.send(v);
-            }
-        });
-        recv_or_signal(py, rx).map_err(|(e, rx)| {
-            if let Some(rx) = rx {
-                abort();
-                let _ = py.detach(move || rx.recv());
-            }
-            e
-        })
-    })
 }
 
 fn sync_method(s: &str) -> PyResult<SyncMethod> {
