@@ -1,6 +1,6 @@
 //! The contenders of the saturated benchmark ([`crate::saturated`]): lowcon's
-//! algorithms, NCCL (default and copy-engine communicators) and the null collective,
-//! each as a closure that enqueues one call, and the CTAs each one's kernels hold.
+//! algorithms, NCCL (default and copy-engine communicators), the null collective and
+//! null+local (the null's copies plus a same-device copy of the shard), each as a closure that enqueues one call, and the CTAs each one's kernels hold.
 
 use lowcon::coll::DEFAULT_REDUCE_CTAS;
 use lowcon::cuda::{Stream, raw};
@@ -14,9 +14,17 @@ use crate::{Res, nccl};
 /// One implementation of a collective call.
 #[derive(Clone, Debug)]
 pub(crate) enum Impl {
-    Lowcon { algo: String, method: SyncMethod },
-    Nccl { ce: bool },
+    Lowcon {
+        algo: String,
+        method: SyncMethod,
+    },
+    Nccl {
+        ce: bool,
+    },
     Null,
+    /// The null's peer copies plus a same-device copy of the shard: does a plain local
+    /// `cuMemcpyAsync` (which the driver may run on SMs) slow down under a persistent GEMM?
+    NullLocal,
 }
 
 /// An NCCL communicator, whether it is the copy-engine one, and its windows (in, out).
@@ -32,6 +40,8 @@ pub(crate) fn ctas_of(
 ) -> (Option<u32>, String) {
     match i {
         Impl::Null => (Some(0), "none".into()),
+        // The driver picks how a same-device copy runs (copy engine or kernel).
+        Impl::NullLocal => (None, "memcpy".into()),
         Impl::Lowcon { algo, method } => match algo.as_str() {
             "sm-direct" | "ce-reduce" => (Some(ctas.unwrap_or(DEFAULT_REDUCE_CTAS)), "option".into()),
             // Their reduction kernel holds `ctas` CTAs whatever the sync method.
@@ -101,12 +111,17 @@ pub(crate) fn caller<'a>(
                 Ok(())
             })
         }
-        Impl::Null => Box::new(move |s: &Stream| {
+        Impl::Null | Impl::NullLocal => Box::new(move |s: &Stream| {
             let off = (rank * shard) as u64;
             for p in (1..world).map(|d| (rank + d) % world) {
                 // SAFETY: this rank's slot of both buffers (world × max shard bytes each,
                 // mapped on every rank) holds `shard` bytes; nobody reads buf_b's slots.
                 unsafe { raw::mem_op::copy(s.raw(), buf_b.peer_ptr(p) + off, buf_a.local_ptr() + off, shard)? };
+            }
+            if matches!(im, Impl::NullLocal) {
+                // SAFETY: this rank's own slot of both local buffers; peers write only
+                // their own slots of buf_b, and nobody reads it.
+                unsafe { raw::mem_op::copy(s.raw(), buf_b.local_ptr() + off, buf_a.local_ptr() + off, shard)? };
             }
             Ok(())
         }),
@@ -135,5 +150,6 @@ mod tests {
         assert_eq!(ctas_of(&Impl::Nccl { ce: true }, ag, None, n), (Some(0), "ce".into()));
         assert_eq!(ctas_of(&Impl::Nccl { ce: true }, rs, None, (None, "unknown")), (None, "unknown".into()));
         assert_eq!(ctas_of(&Impl::Null, rs, None, n), (Some(0), "none".into()));
+        assert_eq!(ctas_of(&Impl::NullLocal, ag, None, n), (None, "memcpy".into()));
     }
 }

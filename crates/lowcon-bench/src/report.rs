@@ -91,8 +91,11 @@ pub struct SaturatedRow {
     pub enqueue: String,
     pub trials: usize,
     pub gemms: usize,
-    /// Collectives per window (enough to cover it at the alone rate).
+    /// Collectives per window (enough to cover it at the alone rate, plus 25%).
     pub calls: usize,
+    /// Untimed GEMMs before each window (`--prelude-ms`; 0 in runs before it existed).
+    #[serde(default)]
+    pub prelude_gemms: usize,
     pub gemm_alone_ms: f64,
     /// GEMM slowdown: median of the pairwise ratios, and their spread.
     pub slowdown_pct: f64,
@@ -103,7 +106,17 @@ pub struct SaturatedRow {
     /// busbw alone and inside the GEMM window (GB/s, medians).
     pub busbw_alone_gbs: Option<f64>,
     pub busbw_window_gbs: Option<f64>,
-    /// Bandwidth kept inside the window against alone (%): median and spread.
+    /// Calls that finished inside the window per GEMM of the window (median over
+    /// trials of the fewest over ranks): 1/2, 1, 2... when calls end on GEMM boundaries.
+    #[serde(default)]
+    pub calls_per_gemm: Option<f64>,
+    /// Trials whose last call ended inside the GEMM window on some rank (the calls did
+    /// not cover the window); `None` in runs before it was measured.
+    #[serde(default)]
+    pub uncovered_trials: Option<usize>,
+    /// Bandwidth kept inside the window against alone (%): median and spread. Calls end
+    /// on GEMM boundaries inside the window, so this favours slow calls: read
+    /// `busbw_window_gbs` and `calls_per_gemm` first.
     pub kept_pct: Option<f64>,
     pub kept_min: Option<f64>,
     pub kept_max: Option<f64>,
@@ -134,7 +147,17 @@ pub fn print_saturated_legend() {
     println!(
         "# legend: lowcon ALGO kernel = barriers as a 1-CTA kernel (waits for an SM, maybe behind the GEMM's CTAs); \
          lowcon ALGO memop = barriers as stream memory operations (no SM); tma-reduce/sm-direct/ce-reduce hold their \
-         reduction CTAs either way; nccl-ce = NCCL copy-engine communicator; null = peer copies, no sync (the floor)"
+         reduction CTAs either way; nccl-ce = NCCL copy-engine communicator; null = peer copies, no sync (the floor); \
+         null+local = null plus a same-device copy of the shard per call (not counted in its busbw)"
+    );
+    println!(
+        "# prio = the priority of the stream the benchmark enqueues on; lowcon's internal channel copy stream is always \
+         high priority, so 'default' lowcon rows are not fully default priority"
+    );
+    println!(
+        "# bw+g = busbw of the calls that finished inside the GEMM window; calls/G = those calls per GEMM of the window \
+         (synchronised calls end on GEMM boundaries: 0.5, 1, 2 ... GEMM periods per call); cover = trials whose calls \
+         outlasted the GEMM window, of all trials; kept% = bw+g / bw, last: it rewards slow calls, read bw+g and calls/G"
     );
 }
 
@@ -144,7 +167,7 @@ const IMPL_W: usize = 31;
 /// Prints the column names of the saturated table.
 pub fn print_saturated_columns() {
     println!(
-        "{:<IMPL_W$} {:>7} {:<11} {:>5} {:>7}  {:<22} {:>7} {:>7}  {:<22} {:>9} {:>9} {:>11} {:>11}  throttle",
+        "{:<IMPL_W$} {:>7} {:<11} {:>5} {:>7}  {:<22} {:>7} {:>7} {:>7} {:>5} {:>9} {:>9} {:>11} {:>11}  {:<16} kept% [min..max]",
         "implementation",
         "prio",
         "enqueue",
@@ -153,11 +176,13 @@ pub fn print_saturated_columns() {
         "slowdown% [min..max]",
         "bw",
         "bw+g",
-        "kept% [min..max]",
+        "calls/G",
+        "cover",
         "ctas",
         "CTAms/GB",
         "MHz a/o",
-        "W a/c/o"
+        "W a/c/o",
+        "throttle"
     );
 }
 
@@ -169,7 +194,7 @@ pub fn print_saturated_row(r: &SaturatedRow) {
     };
     let ctas = r.ctas.map_or(format!("?({})", r.ctas_source), |c| format!("{c}({})", r.ctas_source));
     println!(
-        "{:<IMPL_W$} {:>7} {:<11} {:>4}M {:>7.2}  {:<22} {:>7} {:>7}  {:<22} {:>9} {:>9} {:>11} {:>11}  {}",
+        "{:<IMPL_W$} {:>7} {:<11} {:>4}M {:>7.2}  {:<22} {:>7} {:>7} {:>7} {:>5} {:>9} {:>9} {:>11} {:>11}  {:<16} {}",
         r.implementation,
         r.priority,
         r.enqueue,
@@ -178,12 +203,14 @@ pub fn print_saturated_row(r: &SaturatedRow) {
         format!("{:.2} [{:.2}..{:.2}]", r.slowdown_pct, r.slowdown_min, r.slowdown_max),
         opt(r.busbw_alone_gbs, 1),
         opt(r.busbw_window_gbs, 1),
-        kept,
+        opt(r.calls_per_gemm, 2),
+        r.uncovered_trials.map_or("-".into(), |u| format!("{}/{}", r.trials.saturating_sub(u), r.trials)),
         ctas,
         opt(r.sm_ms_per_gb, 1),
         format!("{}/{}", opt(r.sm_mhz_alone, 0), opt(r.sm_mhz_overlapped, 0)),
         format!("{}/{}/{}", opt(r.watts_alone, 0), opt(r.watts_comm_alone, 0), opt(r.watts_overlapped, 0)),
-        r.throttle_overlapped
+        r.throttle_overlapped,
+        kept
     );
 }
 
@@ -416,6 +443,7 @@ pub(crate) mod tests {
             trials: 7,
             gemms: 23,
             calls: 150,
+            prelude_gemms: 12,
             gemm_alone_ms: 30.1,
             slowdown_pct: 6.5,
             slowdown_min: 5.9,
@@ -424,6 +452,8 @@ pub(crate) mod tests {
             slowdown_q3: 6.8,
             busbw_alone_gbs: Some(340.0),
             busbw_window_gbs: Some(290.0),
+            calls_per_gemm: Some(2.0),
+            uncovered_trials: Some(0),
             kept_pct: Some(85.3),
             kept_min: Some(80.0),
             kept_max: Some(90.0),
@@ -459,6 +489,14 @@ pub(crate) mod tests {
         assert_eq!(sat.len(), 2);
         assert_eq!(sat[0].sm_mhz_overlapped, Some(1830.0));
         assert_eq!((sat[1].watts_overlapped, sat[1].ctas), (None, None));
+        assert_eq!((sat[0].prelude_gemms, sat[0].calls_per_gemm, sat[0].uncovered_trials), (12, Some(2.0), Some(0)));
+        // A row of a run before the prelude and calls/GEMM existed still reads back.
+        let mut old: serde_json::Value = serde_json::to_value(&rows[0]).unwrap();
+        for k in ["prelude_gemms", "calls_per_gemm", "uncovered_trials"] {
+            old.as_object_mut().unwrap().remove(k);
+        }
+        let old: SaturatedRow = serde_json::from_value(old).unwrap();
+        assert_eq!((old.prelude_gemms, old.calls_per_gemm, old.uncovered_trials), (0, None, None));
         print_saturated_columns();
         print_saturated_row(&sat[1]);
     }

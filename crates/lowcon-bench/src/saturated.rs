@@ -4,13 +4,16 @@
 //! Per configuration (collective × shard × collective-stream priority × enqueue style
 //! × implementation): the GEMM window is `gemms` bf16 GEMMs of about `gemm_ms`; the
 //! collective window is `calls` collectives, enough to cover it at the collective's
-//! own rate ([`stats::saturating_calls`]). Each trial is three phases, every one
-//! started together on all ranks by a store barrier: the GEMMs alone, the collectives
-//! alone, and both. Reported, over `trials` pairs:
+//! own rate plus 25% ([`stats::saturating_calls`], [`stats::CALLS_MARGIN`]). Each trial
+//! is three phases, every one started together on all ranks by a store barrier: the
+//! GEMMs alone, the collectives alone, and both. Reported, over `trials` pairs:
 //! - the GEMM slowdown: each trial's overlapped GEMM time over the alone time of the
 //!   same trial (max over ranks), median and spread of these pairwise ratios;
-//! - the bandwidth kept: busbw of the collectives that finished inside the GEMM window
-//!   against busbw alone (min over ranks), median and spread;
+//! - busbw of the collectives that finished inside the GEMM window (min over ranks),
+//!   and those calls per GEMM of the window: synchronised calls finish on GEMM-kernel
+//!   boundaries, so this says how many GEMM periods a call takes; whether the last
+//!   call ended after the window (else the window was not covered: `cover`); the
+//!   bandwidth kept (in-window busbw over alone) is in the JSON and last in the table;
 //! - SM time per GB: CTAs × call time alone per GB a rank sends;
 //! - from NVML (when it loads): SM clock, clock-event reasons and power from the
 //!   energy counter, during each phase; power is a phase's energy over its time, both
@@ -22,12 +25,22 @@
 //! all collectives first: a library whose enqueue waits would then delay every GEMM's
 //! launch and look far worse than it is (`--mode burst` keeps that test).
 //!
+//! NOTE [prelude]: a GEMM window's length depends on what the GPU did just before it
+//! (run 3 of 2026-11-22: the alone GEMM time fell as the collective-only tail that
+//! ended the previous overlapped phase grew, r = -0.76). So both the alone and the
+//! overlapped GEMM windows start behind `prelude` untimed GEMMs (about `--prelude-ms`),
+//! and in the overlapped phase the collective stream waits for the prelude's end: both
+//! phases start from a busy GPU, and the collectives start with the window's GEMMs.
+//! NVML sampling and the energy reading start once the prelude is done.
+//!
 //! NOTE [the null collective]: `null` moves the same bytes as the collective, (world
 //! − 1) shards per rank, as peer `cuMemcpyAsync` copies on the collective stream, with no
 //! synchronisation at all. What it costs the GEMM is the floor that any data movement
 //! costs (power, memory and L2 traffic); what an implementation costs above it is its
 //! own. The copies to different peers run one after another on one stream, so above 2
-//! ranks `null` uses fewer copy engines at once than `ce-push` does.
+//! ranks `null` uses fewer copy engines at once than `ce-push` does. `null+local`
+//! (`--null-local`) adds a same-device copy of the shard per call: whether a plain local
+//! copy is what slows down next to a persistent GEMM (its bytes are not in its busbw).
 
 use std::time::{Duration, Instant};
 
@@ -35,12 +48,15 @@ use lowcon::cuda::{Event, Stream, StreamPriority, raw};
 use lowcon::{GpuGroup, GpuGroupOptions, SyncMethod};
 
 use crate::contenders::{Impl, NcclComm, caller, ctas_of};
-use crate::nvml::{Nvml, Samples, delta_mj, power_w};
+use crate::nvml::{Nvml, Samples, delta_mj};
 use crate::overlap::{Gemm8, calibrate, ms};
 use crate::report::{self, SaturatedRow};
-use crate::stats::{self, Spread};
+use crate::stats;
 use crate::sweep::Kind;
 use crate::{Res, nccl};
+
+mod row;
+use row::row;
 
 /// How the host enqueues the two streams' work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +99,10 @@ pub struct SaturatedOptions {
     pub nccl: bool,
     /// Run the null collective.
     pub null: bool,
+    /// Run null+local (the null's copies plus a same-device copy of the shard).
+    pub null_local: bool,
+    /// Untimed GEMMs before each GEMM window, in ms (NOTE [prelude]; 0 for none).
+    pub prelude_ms: f64,
 }
 
 /// Above this many calls per window the run prints a note on the driver's queue depth
@@ -99,8 +119,14 @@ struct Energy {
 
 const NO_ENERGY: Energy = Energy { mj: f64::NAN, ms: f64::NAN };
 
-/// Polls NVML while waiting for `events`; returns the samples and the energy used.
-fn wait_sampling(events: &[&Event], nvml: Option<&Nvml>) -> Res<(Samples, Energy)> {
+/// Polls NVML while waiting for `events`, from when `start` (the prelude's end) is
+/// complete; returns the samples and the energy used.
+fn wait_sampling(start: Option<&Event>, events: &[&Event], nvml: Option<&Nvml>) -> Res<(Samples, Energy)> {
+    if let (Some(st), Some(_)) = (start, nvml) {
+        while !st.is_complete()? {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
     let Some(n) = nvml else {
         for e in events {
             e.synchronize()?;
@@ -132,22 +158,12 @@ fn wait_sampling(events: &[&Event], nvml: Option<&Nvml>) -> Res<(Samples, Energy
     Ok((s, energy))
 }
 
-fn fin(x: f64) -> Option<f64> {
-    x.is_finite().then_some(x)
-}
-
-/// A phase's power (W), highest rank: each rank's energy over its time, both summed
-/// over trials (`mj[rank][trial]`, `ms[rank][trial]`); `None` where no rank's counter moved.
-fn phase_power(mj: &[Vec<f64>], ms: &[Vec<f64>]) -> Option<f64> {
-    mj.iter().zip(ms).map(|(e, t)| power_w(e, t)).filter(|w| w.is_finite()).reduce(f64::max)
-}
-
 /// What [`measure`] returns: calls per window, one call's time alone (ms, max over
 /// ranks), and every rank's per-trial values, `[field][rank][trial]`.
 type Measured = (usize, f64, Vec<Vec<Vec<f64>>>);
 
 /// Per-trial values one rank measured, in the order they are exchanged.
-const FIELDS: usize = 14;
+const FIELDS: usize = 16;
 #[derive(Default)]
 struct Trials {
     gemm_alone: Vec<f64>,
@@ -165,6 +181,9 @@ struct Trials {
     mj_over: Vec<f64>,
     ms_over: Vec<f64>,
     reasons: Vec<f64>,
+    /// Calls that finished inside the GEMM window; 1 when the last one ended after it.
+    in_window: Vec<f64>,
+    covered: Vec<f64>,
 }
 
 impl Trials {
@@ -184,6 +203,8 @@ impl Trials {
             &self.mj_over,
             &self.ms_over,
             &self.reasons,
+            &self.in_window,
+            &self.covered,
         ]
     }
 }
@@ -194,6 +215,8 @@ struct Setup<'a> {
     compute: &'a Stream,
     gemm: &'a mut Gemm8,
     gemms: usize,
+    /// Untimed GEMMs before each window (NOTE [prelude]).
+    prelude: usize,
     window_ms: f64,
     nvml: Option<&'a Nvml>,
     trials: usize,
@@ -226,7 +249,7 @@ fn measure(
     let call = ms(&c0, &c1)? / 5.0;
     let all = g.all_gather_bytes(&format!("{key}/call"), &call.to_le_bytes())?;
     let call = all.iter().map(|b| f64::from_le_bytes(b[..8].try_into().unwrap_or_default())).fold(0.0, f64::max);
-    let calls = stats::saturating_calls(s.window_ms, call, 0.05);
+    let calls = stats::saturating_calls(s.window_ms, call, stats::CALLS_MARGIN);
     if calls > QUEUE_NOTE_CALLS && g.rank() == 0 {
         println!(
             "# note: {key}: {calls} calls per window; with a few queue entries per call (plus an event each) \
@@ -236,15 +259,18 @@ fn measure(
     let plan = stats::interleave(s.gemms, calls);
     let done: Vec<Event> = (0..calls).map(|_| comm.event(true)).collect::<Result<_, _>>()?;
     let (e0, e1) = (s.compute.event(true)?, s.compute.event(true)?);
+    let pre = s.compute.event(false)?;
     let bw = |k: usize, t: f64| if k == 0 { f64::NAN } else { stats::busbw_gbs(shard, world, t / k as f64) };
     let mut t = Trials::default();
     for trial in 0..s.trials {
         // GEMMs alone.
         g.store_barrier(&format!("{key}/{trial}/g"))?;
+        s.gemm.run(s.prelude)?;
+        s.compute.record(&pre)?;
         s.compute.record(&e0)?;
         s.gemm.run(s.gemms)?;
         s.compute.record(&e1)?;
-        let (sa, wa) = wait_sampling(&[&e1], s.nvml)?;
+        let (sa, wa) = wait_sampling(Some(&pre), &[&e1], s.nvml)?;
         t.gemm_alone.push(ms(&e0, &e1)?);
         t.mhz_alone.push(sa.mean_mhz());
         t.mj_alone.push(wa.mj);
@@ -257,12 +283,17 @@ fn measure(
             comm.record(d)?;
         }
         let last = done.last().ok_or("no collective planned")?;
-        let (_, wc) = wait_sampling(&[last], s.nvml)?;
+        let (_, wc) = wait_sampling(None, &[last], s.nvml)?;
         t.bw_alone.push(bw(calls, ms(&c0, last)?));
         t.mj_comm.push(wc.mj);
         t.ms_comm.push(wc.ms);
         // Both, enqueued as a trainer does.
         g.store_barrier(&format!("{key}/{trial}/o"))?;
+        // The same prelude; the collectives wait for its end (enqueued here, before the
+        // threads of `threads` start, so the wait follows the prelude's record).
+        s.gemm.run(s.prelude)?;
+        s.compute.record(&pre)?;
+        comm.wait(&pre)?;
         match enqueue {
             Enqueue::Interleaved => {
                 s.compute.record(&e0)?;
@@ -306,17 +337,14 @@ fn measure(
                 })?;
             }
         }
-        let (so, wo) = wait_sampling(&[&e1, last], s.nvml)?;
+        let (so, wo) = wait_sampling(Some(&pre), &[&e1, last], s.nvml)?;
         let gemm_ms = ms(&e0, &e1)?;
         t.gemm_over.push(gemm_ms);
         // Collectives that finished inside the GEMM window, and their rate.
-        let mut k = 0;
-        for d in &done {
-            if ms(&e0, d)? > gemm_ms {
-                break;
-            }
-            k += 1;
-        }
+        let done_ms: Vec<f64> = done.iter().map(|d| ms(&e0, d)).collect::<Res<_>>()?;
+        let (k, covered) = stats::in_window(&done_ms, gemm_ms);
+        t.in_window.push(k as f64);
+        t.covered.push(if covered { 1.0 } else { 0.0 });
         t.bw_window.push(if k == 0 { f64::NAN } else { bw(k, ms(&c0, &done[k - 1])?) });
         t.mhz_over.push(so.mean_mhz());
         t.mhz_min_over.push(if so.n == 0 { f64::NAN } else { so.mhz_min as f64 });
@@ -437,11 +465,21 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
         report::print_saturated_legend();
         report::print_saturated_columns();
     }
+    let prelude = stats::prelude_gemms(a.prelude_ms, one);
+    if rank == 0 {
+        println!(
+            "# each GEMM window (alone and overlapped) starts behind {prelude} untimed GEMMs ({:.1} ms, --prelude-ms); \
+             overlapped, the collectives start when that prelude ends; {:.2}x the calls the idle call time needs",
+            one * prelude as f64,
+            1.0 + stats::CALLS_MARGIN
+        );
+    }
     let mut setup = Setup {
         g: &g,
         compute: &compute,
         gemm: &mut gemm,
         gemms,
+        prelude,
         window_ms: one * gemms as f64,
         nvml: nvml.as_ref(),
         trials: a.trials.max(1),
@@ -462,6 +500,9 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
         if a.null {
             impls.push(Impl::Null);
         }
+        if a.null_local {
+            impls.push(Impl::NullLocal);
+        }
         for &shard in &a.shards {
             for &prio in &a.priorities {
                 let comm = g.device().stream(prio)?;
@@ -474,6 +515,7 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
                             }
                             Impl::Nccl { ce } => (if *ce { "nccl-ce" } else { "nccl" }).to_string(),
                             Impl::Null => "null (copies, no sync)".to_string(),
+                            Impl::NullLocal => "null+local (no sync)".to_string(),
                         };
                         let key =
                             format!("sat/{}/{shard}/{prio_name}/{}/{name}", kind.name(), enq.name()).replace(' ', "_");
@@ -503,60 +545,4 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
     }
     g.store_barrier("saturated-done")?;
     Ok(rows)
-}
-
-/// Folds every rank's per-trial values (`f[field][rank][trial]`) into a row.
-#[allow(clippy::too_many_arguments)]
-fn row(
-    kind: Kind,
-    name: &str,
-    world: usize,
-    shard: usize,
-    priority: &str,
-    enq: Enqueue,
-    s: &Setup,
-    calls: usize,
-    call_ms: f64,
-    f: &[Vec<Vec<f64>>],
-    ctas: Option<u32>,
-    ctas_source: String,
-) -> SaturatedRow {
-    let (ga, go) = (stats::max_over_ranks(&f[0]), stats::max_over_ranks(&f[1]));
-    let slow = Spread::of(&stats::pairwise_pct(&ga, &go));
-    let (ba, bw) = (stats::min_over_ranks(&f[2]), stats::min_over_ranks(&f[3]));
-    let kept = Spread::of(&stats::kept_pct(&ba, &bw));
-    let med = |x: Vec<f64>| fin(stats::median(&x));
-    let reasons = f[13].iter().flatten().filter(|x| x.is_finite()).fold(0u64, |m, &x| m | x as u64);
-    SaturatedRow {
-        bench: format!("saturated-{}", kind.name()),
-        implementation: name.to_string(),
-        ranks: world,
-        shard_bytes: shard,
-        priority: priority.to_string(),
-        enqueue: enq.name().to_string(),
-        trials: s.trials,
-        gemms: s.gemms,
-        calls,
-        gemm_alone_ms: stats::median(&ga),
-        slowdown_pct: slow.median,
-        slowdown_min: slow.min,
-        slowdown_max: slow.max,
-        slowdown_q1: slow.q1,
-        slowdown_q3: slow.q3,
-        busbw_alone_gbs: med(ba),
-        busbw_window_gbs: med(bw),
-        kept_pct: fin(kept.median),
-        kept_min: fin(kept.min),
-        kept_max: fin(kept.max),
-        ctas,
-        ctas_source,
-        sm_ms_per_gb: ctas.and_then(|c| fin(stats::sm_ms_per_gb(c, call_ms, shard, world))),
-        sm_mhz_alone: med(stats::min_over_ranks(&f[4])),
-        sm_mhz_overlapped: med(stats::min_over_ranks(&f[5])),
-        sm_mhz_min_overlapped: med(stats::min_over_ranks(&f[6])),
-        watts_alone: phase_power(&f[7], &f[8]),
-        watts_comm_alone: phase_power(&f[9], &f[10]),
-        watts_overlapped: phase_power(&f[11], &f[12]),
-        throttle_overlapped: if s.nvml.is_some() { stats::throttle_names(reasons) } else { "-".into() },
-    }
 }

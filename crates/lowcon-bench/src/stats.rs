@@ -116,6 +116,28 @@ pub fn saturating_calls(window_ms: f64, call_ms: f64, margin: f64) -> usize {
     ((window_ms * (1.0 + margin) / call_ms).ceil() as usize).max(1)
 }
 
+/// Margin of [`saturating_calls`] in the saturated benchmark: the call time comes from
+/// a calibration on an idle GPU, and a loaded GPU may run some calls faster than that
+/// (the null copies did), so the window gets 25% more calls than it needs at that rate.
+pub const CALLS_MARGIN: f64 = 0.25;
+
+/// How many GEMMs of `one_ms` make an untimed prelude of about `prelude_ms` (0 for none,
+/// at least 1 otherwise).
+pub fn prelude_gemms(prelude_ms: f64, one_ms: f64) -> usize {
+    if prelude_ms <= 0.0 || one_ms <= 0.0 || !prelude_ms.is_finite() {
+        return 0;
+    }
+    ((prelude_ms / one_ms).round() as usize).max(1)
+}
+
+/// Of collectives that finished `done_ms` after the window's start (in enqueue order),
+/// how many finished inside a GEMM window of `window_ms`, and whether the last one
+/// finished at or after its end (the collectives covered the whole window).
+pub fn in_window(done_ms: &[f64], window_ms: f64) -> (usize, bool) {
+    let k = done_ms.iter().take_while(|&&t| t <= window_ms).count();
+    (k, done_ms.last().is_some_and(|&t| t >= window_ms))
+}
+
 /// How a trainer enqueues `calls` collectives next to `gemms` GEMMs: GEMM i, then the
 /// collectives whose share of the window falls in GEMM i's span. Entry i is the number
 /// of collectives enqueued right after GEMM i; the counts sum to `calls` and differ by
@@ -226,6 +248,18 @@ mod tests {
         assert_eq!(saturating_calls(30.0, 0.51, 0.25), 74); // 73.5 rounds up
         assert_eq!(saturating_calls(1.0, 5.0, 0.05), 1);
         assert_eq!(saturating_calls(30.0, 0.0, 0.05), 1);
+    }
+
+    #[test]
+    fn preludes_and_windows() {
+        assert_eq!(prelude_gemms(15.0, 1.3), 12); // 11.5 rounds to 12
+        assert_eq!(prelude_gemms(0.0, 1.3), 0);
+        assert_eq!(prelude_gemms(0.1, 1.3), 1);
+        assert_eq!(prelude_gemms(15.0, 0.0), 0);
+        assert_eq!(in_window(&[1.0, 2.0, 3.0, 4.0], 3.0), (3, true));
+        assert_eq!(in_window(&[1.0, 2.0, 2.9], 3.0), (3, false));
+        assert_eq!(in_window(&[3.5, 4.0], 3.0), (0, true));
+        assert_eq!(in_window(&[], 3.0), (0, false));
     }
 
     #[test]

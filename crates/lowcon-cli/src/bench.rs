@@ -225,6 +225,15 @@ pub struct OverlapFlags {
     /// Leave the null collective (copies with no sync) out (saturated).
     #[arg(long)]
     no_null: bool,
+    /// Also run null+local (saturated): the null's peer copies plus a same-device copy
+    /// of the shard per call, to see whether a plain local copy slows down beside a
+    /// persistent GEMM. Off by default.
+    #[arg(long)]
+    null_local: bool,
+    /// Untimed GEMMs (in ms) before each GEMM window, alone and overlapped (saturated),
+    /// so both start from a busy GPU; the overlapped collectives start at its end. 0: none.
+    #[arg(long, default_value_t = 15.0)]
+    prelude_ms: f64,
     #[command(flatten)]
     out: OutputFlags,
 }
@@ -400,6 +409,8 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             ctas,
             nccl: !f.no_nccl,
             null: !f.no_null,
+            null_local: f.null_local,
+            prelude_ms: f.prelude_ms,
         };
         let rows = lowcon_bench::saturated::run(&a)?;
         return report::write_saturated(&(&f.out).into(), &rows);
