@@ -33,12 +33,13 @@ pub fn choose_all_gather(shard_bytes: usize, _world: usize, output_symmetric: bo
 /// to 256 MiB per rank on 4x H200 (311 against 228 GB/s busbw at 256 MiB): `ce-reduce`'s
 /// copies and reductions overlap too little. Re-measure on other machines and worlds.
 pub fn choose_reduce_scatter(_chunk_bytes: usize, _world: usize) -> ReduceScatterAlgorithm {
-    // TODO(issue 17): measured crossovers for `tma-reduce` go here. It is not chosen by
-    // `auto` until it has been measured on the H200 machines: busbw and 64 KiB latency
-    // against `sm-direct` (16 CTAs) at 2 ranks (and at 4 when measured), and the GEMM
-    // slowdown of `lowcon bench overlap` at 8 CTAs. Write the crossover as a chunk size
-    // per world here, with the run it came from, as NOTE [crossovers] does above, e.g.
-    // `if chunk_bytes >= TMA_MIN_CHUNK[world] { ReduceScatterAlgorithm::TmaReduce }`.
+    // Measured on 2x H200 (2026-11-22, docs/benchmarks.md "Reduce-scatter with bulk
+    // copies"): `tma-reduce` with 8 CTAs is nowhere faster than `sm-direct` with 8 (132
+    // against 130 GB/s busbw at 256 MiB, 47 against 49 at 1 MiB) and slower than
+    // `sm-direct` with 16 (242) at every size, and next to a GEMM it costs more (9.5-10%
+    // against 3.5-6.7%), so `auto` does not pick it. A crossover goes here (a chunk size
+    // per world) once a few-SM algorithm beats `sm-direct`: busbw and 64 KiB latency at 2
+    // ranks (and 4 when measured), and the saturated overlap benchmark's slowdown.
     ReduceScatterAlgorithm::SmDirect
 }
 
