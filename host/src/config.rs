@@ -43,6 +43,17 @@ pub fn tma_stages() -> Option<u64> {
     env_u64("LOWCON_TMA_STAGES")
 }
 
+/// `LOWCON_COPY_ENGINE_HINT=1`: issue lowcon's device-to-device copies through
+/// `cuMemcpyBatchAsync` with `CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE`, which asks the
+/// driver to use copy engines rather than SMs (a plain `cuMemcpyAsync` on one device may
+/// run on SMs, and then waits behind a persistent GEMM). A hint the driver may ignore;
+/// needs a CUDA 13 driver (older ones keep plain copies). Off by default until measured:
+/// copy engines are slower than SMs for same-device copies when nothing else runs.
+pub fn copy_engine_hint() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOWCON_COPY_ENGINE_HINT").is_ok_and(|v| v == "1"))
+}
+
 fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
     match v.trim().parse() {

@@ -395,7 +395,50 @@ pub mod mem_op {
         src: sys::CUdeviceptr,
         bytes: usize,
     ) -> Result<()> {
+        if crate::config::copy_engine_hint() && batch_copies_supported() {
+            // SAFETY: forwarded from the caller.
+            return unsafe { copy_prefer_engines(stream, dst, src, bytes) };
+        }
         // SAFETY: forwarded from the caller.
         check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, stream) })
+    }
+
+    /// Whether the driver has `cuMemcpyBatchAsync_v2` (CUDA 13; cudarc would panic on
+    /// a missing symbol, so older drivers are never asked). Logged once when not.
+    fn batch_copies_supported() -> bool {
+        static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *OK.get_or_init(|| {
+            let ok = crate::cuda::driver_version().is_ok_and(|(major, _)| major >= 13);
+            if !ok {
+                crate::log::trace(0, "LOWCON_COPY_ENGINE_HINT ignored: the driver predates CUDA 13");
+            }
+            ok
+        })
+    }
+
+    /// One copy through `cuMemcpyBatchAsync_v2`, stream-ordered, preferring copy
+    /// engines (`CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE`; location hints are ignored
+    /// for device memory).
+    ///
+    /// # Safety
+    /// As [`copy`].
+    unsafe fn copy_prefer_engines(
+        stream: sys::CUstream,
+        dst: sys::CUdeviceptr,
+        src: sys::CUdeviceptr,
+        bytes: usize,
+    ) -> Result<()> {
+        let (mut d, mut s, mut n) = (dst, src, bytes);
+        // SAFETY: an all-zero CUmemcpyAttributes is a valid value (invalid location
+        // types, no flags), set below as NCCL's and TensorRT-LLM's users of this call do.
+        let mut attr: sys::CUmemcpyAttributes = unsafe { std::mem::zeroed() };
+        attr.srcAccessOrder = sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+        attr.flags = sys::CUmemcpyFlags::CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE as u32;
+        let mut first = 0usize;
+        // SAFETY: one copy described by valid out-of-line arrays of length 1, one
+        // attribute applying from copy 0; the ranges are valid per the caller.
+        check("cuMemcpyBatchAsync_v2", unsafe {
+            sys::cuMemcpyBatchAsync_v2(&mut d, &mut s, &mut n, 1, &mut attr, &mut first, 1, stream)
+        })
     }
 }
