@@ -19,6 +19,7 @@ pub mod thread;
 mod coll;
 mod sync;
 mod test_kernels;
+mod push;
 mod tma;
 
 /// Kernels cannot unwind. A panic (an out-of-range slice index, say) traps the context;
