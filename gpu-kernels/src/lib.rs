@@ -17,9 +17,9 @@ pub mod errors;
 pub mod thread;
 
 mod coll;
+mod push;
 mod sync;
 mod test_kernels;
-mod push;
 mod tma;
 
 /// Kernels cannot unwind. A panic (an out-of-range slice index, say) traps the context;
