@@ -45,10 +45,11 @@ fn build() -> Result<(), Box<dyn std::error::Error>> {
         KernelBuild::from_env(kernels, out_dir.join("kernels-target"))?.build()?
     };
     let text = std::fs::read_to_string(&ptx).map_err(|e| format!("cannot read {}: {e}", ptx.display()))?;
-    use lowcon_abi::kernel_names::{COLL, COLL_THREADS, TMA_REDUCE, TMA_THREADS};
+    use lowcon_abi::kernel_names::{COLL, COLL_THREADS, PUSH_THREADS, TMA_PUSH_REDUCE, TMA_REDUCE, TMA_THREADS};
     let text = lowcon_build::declare_shared(&text)?;
     let text = lowcon_build::set_max_threads(&text, &COLL, COLL_THREADS)?;
     let text = lowcon_build::set_max_threads(&text, &TMA_REDUCE, TMA_THREADS)?;
+    let text = lowcon_build::set_max_threads(&text, &TMA_PUSH_REDUCE, PUSH_THREADS)?;
     std::fs::write(&dest, text).map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
     Ok(())
 }

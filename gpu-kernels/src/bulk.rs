@@ -219,3 +219,95 @@ pub fn sync_warp() {
     // SAFETY: a warp barrier; the caller's contract that the whole warp reaches it.
     unsafe { asm!("bar.warp.sync -1;", options(nostack)) };
 }
+
+/// The element types of [`bulk_reduce_add`] (its `TY` parameter).
+pub mod add_type {
+    /// `.f32`.
+    pub const F32: u32 = 0;
+    /// `.noftz.f16`.
+    pub const F16: u32 = 1;
+    /// `.noftz.bf16`.
+    pub const BF16: u32 = 2;
+}
+
+/// `cp.reduce.async.bulk.global.shared::cta.bulk_group.add.{f32, noftz.f16, noftz.bf16}`:
+/// adds `bytes` of elements from shared memory at `src` to global (local or
+/// NVLink-mapped peer) memory at `dst`, element-wise and atomically per element, in the
+/// destination's type (f16 and bf16 round to their own type at every addition; `.noftz`
+/// keeps subnormals). Completes with the bulk group committed next
+/// ([`bulk_commit_group`]). `TY` is an [`add_type`] constant.
+///
+/// # Safety
+/// `dst` and `src` 16-byte aligned, `bytes` a multiple of 16; `src..src+bytes` inside
+/// the launch's shared memory and not written until the group's reads completed
+/// ([`bulk_wait_group_read`]); `dst..dst+bytes` writable and not accessed through the
+/// generic proxy until the group completed ([`bulk_wait_group_all`], then
+/// [`fence_proxy_async`]).
+#[inline(always)]
+pub unsafe fn bulk_reduce_add<const TY: u32>(dst: u64, src: u32, bytes: u32) {
+    // SAFETY: (each) the caller's contract.
+    match TY {
+        add_type::F32 => unsafe {
+            asm!(
+                "{{ .reg .u64 %lb_g; cvta.to.global.u64 %lb_g, {d};",
+                "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%lb_g], [{s}], {n}; }}",
+                d = in(reg64) dst,
+                s = in(reg32) src,
+                n = in(reg32) bytes,
+                options(nostack)
+            )
+        },
+        add_type::F16 => unsafe {
+            asm!(
+                "{{ .reg .u64 %lb_g; cvta.to.global.u64 %lb_g, {d};",
+                "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.f16 [%lb_g], [{s}], {n}; }}",
+                d = in(reg64) dst,
+                s = in(reg32) src,
+                n = in(reg32) bytes,
+                options(nostack)
+            )
+        },
+        _ => unsafe {
+            asm!(
+                "{{ .reg .u64 %lb_g; cvta.to.global.u64 %lb_g, {d};",
+                "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.noftz.bf16 [%lb_g], [{s}], {n}; }}",
+                d = in(reg64) dst,
+                s = in(reg32) src,
+                n = in(reg32) bytes,
+                options(nostack)
+            )
+        },
+    }
+}
+
+/// `cp.async.bulk.commit_group`: closes the bulk group of this thread's bulk operations
+/// issued since the last commit.
+#[inline(always)]
+pub fn bulk_commit_group() {
+    // SAFETY: no operands; affects only this thread's bulk-group bookkeeping.
+    unsafe { asm!("cp.async.bulk.commit_group;", options(nostack)) };
+}
+
+/// `cp.async.bulk.wait_group.read N`: waits until at most `N` of this thread's committed
+/// bulk groups still read their sources (their shared memory may then be reused).
+#[inline(always)]
+pub fn bulk_wait_group_read<const N: u32>() {
+    // SAFETY: a wait; no memory operands.
+    unsafe { asm!("cp.async.bulk.wait_group.read {n};", n = const N, options(nostack)) };
+}
+
+/// `cp.async.bulk.wait_group 0`: waits until every bulk group this thread committed has
+/// completed, writes included.
+#[inline(always)]
+pub fn bulk_wait_group_all() {
+    // SAFETY: a wait; no memory operands.
+    unsafe { asm!("cp.async.bulk.wait_group 0;", options(nostack)) };
+}
+
+/// `fence.proxy.async.shared::cta`: as [`fence_proxy_async`], for this CTA's shared
+/// memory only.
+#[inline(always)]
+pub fn fence_proxy_async_shared_cta() {
+    // SAFETY: a fence has no operands and cannot fault.
+    unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) };
+}

@@ -17,6 +17,7 @@ pub mod errors;
 pub mod thread;
 
 mod coll;
+mod push;
 mod sync;
 mod test_kernels;
 mod tma;

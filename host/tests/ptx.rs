@@ -79,6 +79,56 @@ fn bulk_copy_kernels_declare_their_cta_size() {
 }
 
 #[test]
+fn push_reduce_kernels_declare_their_cta_size() {
+    let want = format!(".maxntid {}, 1, 1", kernel_names::PUSH_THREADS);
+    for name in kernel_names::TMA_PUSH_REDUCE {
+        assert!(entry_body(name).contains(&want), "{name} lacks `{want}`");
+    }
+}
+
+#[test]
+fn push_reduce_kernels_keep_their_instructions() {
+    let types = [".add.f32", ".add.noftz.f16", ".add.noftz.bf16"];
+    for (name, ty) in kernel_names::TMA_PUSH_REDUCE.into_iter().zip(types) {
+        let body = entry_body(name);
+        for instr in [
+            "lowcon_smem",
+            "mbarrier.init.shared::cta.b64",
+            "fence.mbarrier_init.release.cluster",
+            "mbarrier.arrive.expect_tx.shared::cta.b64",
+            "mbarrier.try_wait.parity.shared::cta.b64",
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes",
+            &format!("cp.reduce.async.bulk.global.shared::cta.bulk_group{ty} "),
+            "cp.async.bulk.commit_group",
+            "cp.async.bulk.wait_group.read",
+            "cp.async.bulk.wait_group 0",
+            "fence.proxy.async.global",
+            "fence.proxy.async;",
+            "fence.acq_rel.sys",
+            "st.release.sys",
+            "ld.acquire.sys",
+        ] {
+            assert!(body.contains(instr), "{name} lost `{instr}`");
+        }
+        // Every push completes (`wait_group 0`) before a `fence.proxy.async;` (the full
+        // fence, not `.shared::cta`) that comes before the exit signal, on every path.
+        let lines = instructions(body);
+        let wait0 = |l: &str| l.starts_with("cp.async.bulk.wait_group 0");
+        let full_fence = |l: &str| l.starts_with("fence.proxy.async;");
+        let signal = |l: &str| l.contains("st.release.sys");
+        for (i, l) in lines.iter().enumerate().filter(|(_, l)| l.contains("cp.reduce.async.bulk")) {
+            let early = reach(&lines, i, wait0, |l| full_fence(l) || signal(l));
+            assert!(early.is_none(), "{name}: `{l}` reaches `{}` before wait_group 0", lines[early.unwrap()]);
+        }
+        for (i, _) in lines.iter().enumerate().filter(|(_, l)| wait0(l)) {
+            let unfenced = reach(&lines, i, full_fence, signal);
+            assert!(unfenced.is_none(), "{name}: wait_group 0 reaches a signal without fence.proxy.async");
+        }
+        assert!(lines.iter().any(|l| wait0(l)), "{name} has no wait_group 0");
+    }
+}
+
+#[test]
 fn ptx_isa_is_8_or_later() {
     // Bulk copies, mbarrier transaction counts and `fence.proxy.async` need PTX ISA 8.0
     // (lowcon_build passes `-mattr=+ptx80` to llc; LLVM's default for sm_90 is 7.8).
@@ -125,15 +175,53 @@ fn instructions(body: &str) -> Vec<&str> {
     body.lines().map(|l| l.split("//").next().unwrap_or("").trim()).filter(|l| !l.is_empty()).collect()
 }
 
+/// The first line matching `hit` reachable from line `from` (exclusive) along the
+/// body's control flow (fall-through, `bra` to labels, nothing after `ret`/`exit`)
+/// without passing a line matching `stop`. LLVM lays loops out after the kernel's
+/// `ret`, so text order is not execution order.
+fn reach(lines: &[&str], from: usize, stop: impl Fn(&str) -> bool, hit: impl Fn(&str) -> bool) -> Option<usize> {
+    let label = |name: &str| lines.iter().position(|l| l.strip_suffix(':') == Some(name));
+    let mut seen = vec![false; lines.len()];
+    let mut todo = vec![from];
+    while let Some(i) = todo.pop() {
+        let l = lines[i];
+        let mut next = Vec::new();
+        let words: Vec<&str> = l.split_whitespace().collect();
+        let bra = words.iter().position(|w| *w == "bra" || *w == "bra.uni");
+        if let Some(b) = bra {
+            let target = words.get(b + 1).map(|t| t.trim_end_matches(';')).unwrap_or("");
+            next.extend(label(target));
+            if l.starts_with('@') {
+                next.push(i + 1);
+            }
+        } else if !(l.starts_with("ret;") || l.starts_with("exit;")) {
+            next.push(i + 1);
+        }
+        for j in next {
+            if j >= lines.len() || seen[j] {
+                continue;
+            }
+            seen[j] = true;
+            if hit(lines[j]) {
+                return Some(j);
+            }
+            if !stop(lines[j]) {
+                todo.push(j);
+            }
+        }
+    }
+    None
+}
+
 /// Checks the async-proxy fences of one kernel body (`gpu-kernels/src/bulk.rs`, NOTE
-/// [async proxy]), in text order: a `fence.proxy.async` comes before the first bulk
+/// [async proxy]): a `fence.proxy.async` comes (in text order) before the first bulk
 /// copy (the peers' generic writes, acquired by the entry barrier, are then visible to
-/// the copies), and after every bulk copy one comes before the next system-scope
-/// signal (`st.release.sys` / `red.release.sys`: peers may overwrite what the copies
-/// read once they see it).
+/// the copies), and no path from a bulk copy reaches a system-scope signal
+/// (`st.release.sys` / `red.release.sys`: peers may overwrite what the copies read, or
+/// read what they wrote, once they see it) without passing a `fence.proxy.async`.
 fn check_async_proxy_fences(name: &str, body: &str) -> Result<(), String> {
     let lines = instructions(body);
-    let is_copy = |l: &str| l.contains("cp.async.bulk") || l.contains("cp.reduce.async.bulk");
+    let is_copy = |l: &str| l.contains("cp.async.bulk.shared") || l.contains("cp.reduce.async.bulk");
     let is_fence = |l: &str| l.contains("fence.proxy.async");
     let is_signal = |l: &str| l.contains("st.release.sys") || l.contains("red.release.sys");
     let Some(first) = lines.iter().position(|l| is_copy(l)) else { return Ok(()) };
@@ -141,13 +229,10 @@ fn check_async_proxy_fences(name: &str, body: &str) -> Result<(), String> {
         return Err(format!("{name}: no fence.proxy.async before its first bulk copy `{}`", lines[first]));
     }
     for (i, l) in lines.iter().enumerate().filter(|(_, l)| is_copy(l)) {
-        let rest = &lines[i + 1..];
-        if let Some(sig) = rest.iter().position(|l| is_signal(l))
-            && !rest[..sig].iter().any(|l| is_fence(l))
-        {
+        if let Some(sig) = reach(&lines, i, is_fence, is_signal) {
             return Err(format!(
                 "{name}: bulk copy `{l}` reaches the signal `{}` without fence.proxy.async",
-                rest[sig]
+                lines[sig]
             ));
         }
     }
@@ -162,7 +247,8 @@ fn bulk_copies_are_fenced_before_signals() {
         check_async_proxy_fences(name, body).unwrap_or_else(|e| panic!("{e}"));
         checked += body.contains("cp.async.bulk") as usize;
     }
-    assert!(checked >= kernel_names::TMA_REDUCE.len(), "the bulk-copy kernels have no bulk copies");
+    let want = kernel_names::TMA_REDUCE.len() + kernel_names::TMA_PUSH_REDUCE.len();
+    assert!(checked >= want, "the bulk-copy kernels have no bulk copies");
 }
 
 #[test]
@@ -179,6 +265,11 @@ fn a_missing_async_proxy_fence_fails_the_check() {
     let bad = "fence.proxy.async.global;\ncp.async.bulk.shared::cluster.global [a], [b], 16, [c];\n\
                st.release.sys.u32 [p], 1;\nfence.proxy.async;";
     assert!(check_async_proxy_fences("bad", bad).is_err());
+    // The push kernel: without its final fence, the pushes reach the exit signal unfenced.
+    let body = entry_body(kernel_names::TMA_PUSH_REDUCE[2]);
+    let stripped = body.lines().filter(|l| !l.contains("fence.proxy.async;")).collect::<Vec<_>>().join("\n");
+    let e = check_async_proxy_fences("push exit", &stripped).unwrap_err();
+    assert!(e.contains("cp.reduce.async.bulk") && e.contains("without fence.proxy.async"), "{e}");
     let good =
         bad.replace("st.release.sys.u32 [p], 1;\nfence.proxy.async;", "fence.proxy.async;\nst.release.sys.u32 [p], 1;");
     check_async_proxy_fences("good", &good).unwrap();

@@ -108,6 +108,14 @@ pub mod kernel_names {
     /// Threads per CTA of [`TMA_REDUCE`]: the producer warp and the consumer warps
     /// (declared in their PTX as `.maxntid` by the build).
     pub const TMA_THREADS: u32 = 32 * (1 + TMA_CONSUMER_WARPS);
+    /// `tma_push_reduce_<dtype>(...)`: reduce-scatter by pushes (tma-push-reduce): one
+    /// thread per CTA stages tiles of this rank's input into shared memory with bulk
+    /// loads and adds them into the owners' accumulators with `cp.reduce.async.bulk`.
+    pub const TMA_PUSH_REDUCE: [&str; 3] =
+        ["lowcon_tma_push_reduce_f32", "lowcon_tma_push_reduce_f16", "lowcon_tma_push_reduce_bf16"];
+    /// Threads per CTA of [`TMA_PUSH_REDUCE`] (thread 0 issues every bulk operation; the
+    /// others take part in the fused barriers).
+    pub const PUSH_THREADS: u32 = 128;
     /// Threads per CTA of the collective kernels (one-shot all-gather, reductions).
     /// The build declares it in their PTX (`.maxntid`), so `ptxas` keeps each thread
     /// within the registers a CTA of this size may use.
@@ -133,6 +141,9 @@ pub mod kernel_names {
         TMA_REDUCE[0],
         TMA_REDUCE[1],
         TMA_REDUCE[2],
+        TMA_PUSH_REDUCE[0],
+        TMA_PUSH_REDUCE[1],
+        TMA_PUSH_REDUCE[2],
     ];
 }
 
@@ -154,6 +165,18 @@ pub mod tma {
         DATA_OFFSET + stages * world * tile
     }
     const _: () = assert!(2 * MAX_STAGES * 8 <= DATA_OFFSET);
+
+    /// Stages of `tma-push-reduce`'s ring (a compile-time constant: the kernel's
+    /// `cp.async.bulk.wait_group.read` takes its count as an immediate). One tile each,
+    /// with a "full" mbarrier at `8 * s` and the tile at `DATA_OFFSET + s * tile`.
+    pub const PUSH_STAGES: u32 = 12;
+    /// Tiles `tma-push-reduce` loads ahead of the one it pushes (`< PUSH_STAGES`).
+    pub const PUSH_LAG: u32 = 8;
+    const _: () = assert!(PUSH_LAG < PUSH_STAGES && PUSH_STAGES <= MAX_STAGES);
+    /// Dynamic shared memory of a `tma-push-reduce` launch with `tile`-byte tiles.
+    pub const fn push_smem_bytes(tile: u32) -> u32 {
+        DATA_OFFSET + PUSH_STAGES * tile
+    }
 }
 
 /// Reduction operators, as the reduction kernels take them (a `u32` argument).

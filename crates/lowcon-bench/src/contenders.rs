@@ -45,7 +45,7 @@ pub(crate) fn ctas_of(
         Impl::Lowcon { algo, method } => match algo.as_str() {
             "sm-direct" | "ce-reduce" => (Some(ctas.unwrap_or(DEFAULT_REDUCE_CTAS)), "option".into()),
             // Their reduction kernel holds `ctas` CTAs whatever the sync method.
-            "tma-reduce" | "tma-reduce-evict" => {
+            "tma-reduce" | "tma-reduce-evict" | "tma-push-reduce" => {
                 (Some(ctas.unwrap_or(lowcon::coll::DEFAULT_TMA_CTAS)), "option".into())
             }
             _ if *method == SyncMethod::StreamMemop => (Some(0), "memop".into()),

@@ -58,7 +58,7 @@ typedef int lowconSync_t;
 typedef struct {
   // Algorithm name: NULL or "auto" for automatic; all-gather "ce-pull", "ce-push",
   // "sm-oneshot"; reduce-scatter "ce-reduce", "sm-direct", "tma-reduce",
-  // "tma-reduce-evict".
+  // "tma-reduce-evict", "tma-push-reduce" (sum only, not deterministic).
   const char *algorithm;
   // `lowconSyncKernel` or `lowconSyncMemop` (GPU backend).
   lowconSync_t sync;

@@ -1,7 +1,7 @@
 //! Argument checks shared by both backends, and the workspace layout helpers (alignment,
 //! growth, rotated peer order, staging slots).
 
-use super::{DType, unsupported_dtype};
+use super::{DType, ReduceOp, ReduceScatterAlgorithm, unsupported_dtype};
 use crate::error::{Error, Result};
 
 /// Checks an all-gather's sizes; returns the shard bytes.
@@ -57,6 +57,18 @@ pub(crate) fn check_reduce_scatter(
     Ok(output.0 * output.1.size())
 }
 
+/// Refuses an operator other than sum for `tma-push-reduce` (its additions are done by
+/// `cp.reduce.async.bulk .add`; average would need a division after the last one).
+pub(crate) fn check_push_op(rank: usize, algorithm: ReduceScatterAlgorithm, op: ReduceOp) -> Result<()> {
+    if algorithm == ReduceScatterAlgorithm::TmaPushReduce && op != ReduceOp::Sum {
+        return Err(Error::InvalidArgument(format!(
+            "rank {rank}: op {op} is not supported by {algorithm}, which only sums (cp.reduce.async.bulk .add); \
+             use tma-reduce, sm-direct or ce-reduce for {op}"
+        )));
+    }
+    Ok(())
+}
+
 /// Rounds `x` up to a multiple of 256 (workspace regions start 256-byte aligned).
 pub(crate) const fn align256(x: usize) -> usize {
     x.div_ceil(256) * 256
@@ -94,6 +106,11 @@ mod tests {
         assert!(e.contains("rank 2") && e.contains("needs 9"), "{e}");
         let e = check_all_gather(0, 2, (1, DType::F32), (2, DType::Bf16)).unwrap_err().to_string();
         assert!(e.contains("input is f32 but output is bf16"), "{e}");
+        let push = ReduceScatterAlgorithm::TmaPushReduce;
+        check_push_op(0, push, ReduceOp::Sum).unwrap();
+        check_push_op(0, ReduceScatterAlgorithm::TmaReduce, ReduceOp::Max).unwrap();
+        let e = check_push_op(1, push, ReduceOp::Avg).unwrap_err().to_string();
+        assert!(e.contains("op avg") && e.contains("tma-push-reduce"), "{e}");
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The collectives on GPUs: all-gather (`ce-pull`, `ce-push`, `sm-oneshot`) and
-//! reduce-scatter (`ce-reduce`, `sm-direct`, `tma-reduce`) over the group's symmetric memory and
+//! reduce-scatter (`ce-reduce`, `sm-direct`, `tma-reduce`, `tma-push-reduce`) over the group's symmetric memory and
 //! signal pads. See [`crate::coll`] for the algorithms and `docs/design.md` for why.
 //!
 //! Calls are asynchronous like NCCL's: they check their arguments, enqueue on the
@@ -24,14 +24,14 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::check::{align256, check_all_gather, check_reduce_scatter, grow_to, rotated, staged_slot};
+use super::check::{align256, check_all_gather, check_push_op, check_reduce_scatter, grow_to, rotated, staged_slot};
 use super::device_buf::DeviceBuf;
 use super::select::{
     DEFAULT_REDUCE_CTAS, DEFAULT_TMA_CTAS, STAGING_DEPTH, choose_all_gather, choose_reduce_scatter, default_pieces,
-    oneshot_ctas, piece_elems, tma_ring, tma_split,
+    oneshot_ctas, piece_elems, push_tile, tma_ring, tma_split,
 };
 use super::{AllGatherAlgorithm, AllGatherOptions, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
-use crate::cuda::kernels::{FusedArgs, TmaArgs};
+use crate::cuda::kernels::{FusedArgs, PushArgs, TmaArgs};
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
@@ -359,6 +359,10 @@ impl GpuColl {
             ReduceScatterAlgorithm::Auto => choose_reduce_scatter(chunk, world),
             a => a,
         };
+        check_push_op(rank, algorithm, op)?;
+        if algorithm == ReduceScatterAlgorithm::TmaPushReduce {
+            return self.push_reduce(input, output, stream, opts, chunk, dt);
+        }
         let stage_in = !input.is_symmetric();
         if stage_in && !opts.allow_staging {
             return Err(refuse_staging(rank, algorithm.name(), "input"));
@@ -446,6 +450,7 @@ impl GpuColl {
                         )
                     })?;
                 }
+                ReduceScatterAlgorithm::TmaPushReduce => unreachable!("handled by push_reduce"),
                 ReduceScatterAlgorithm::TmaReduce | ReduceScatterAlgorithm::TmaReduceEvict => {
                     // Every rank's chunk is at the same offset, so one head/body/tail split
                     // (bulk copies need 16-byte alignment) fits all sources.
@@ -471,6 +476,69 @@ impl GpuColl {
         }
         // Registered before the channel is released, so that no other user of the
         // channel can retire the workspace ahead of this call's sequence number.
+        self.sync.track(stream)?;
+        drop(st);
+        Ok(())
+    }
+
+    /// tma-push-reduce (NOTE [tma-push-reduce] in `gpu-kernels/src/push.rs`): this rank's
+    /// accumulator (the workspace's first `align256(chunk)` bytes) starts as its own
+    /// chunk, then, between the barriers, every rank adds its chunk `p` into rank `p`'s
+    /// accumulator with bulk reductions, and the owner copies the result out. Neither
+    /// buffer needs to be symmetric: the input is only read locally, and the accumulator
+    /// is algorithm-internal scratch like ce-reduce's ring, so `allow_staging` (about user
+    /// buffers that must be symmetric) does not apply. Inputs whose chunks are not
+    /// 16-byte aligned (address or chunk size) are first copied, locally, into the
+    /// workspace with a padded chunk stride, since bulk operations need 16-byte alignment.
+    fn push_reduce(
+        &self,
+        input: DeviceBuf<'_>,
+        output: DeviceBuf<'_>,
+        stream: &Stream,
+        opts: &ReduceScatterOptions,
+        chunk: usize,
+        dt: usize,
+    ) -> Result<()> {
+        let (rank, world) = (self.sync.core.rank, self.sync.core.world);
+        let slot = align256(chunk);
+        let aligned = input.ptr.is_multiple_of(16) && chunk.is_multiple_of(16);
+        let need = slot + if aligned { 0 } else { world * slot };
+        let ch = opts.channel;
+        let mut st = self.channel(ch);
+        self.prepare(&mut st, need, 0)?;
+        let ws = st.workspace.as_ref().expect("prepared");
+        let kernels = self.sync.device.kernels()?;
+        let acc = ws.local_ptr();
+        let ctas = opts.ctas.unwrap_or(DEFAULT_TMA_CTAS);
+        // SAFETY: (the whole block) the input holds `world * chunk` bytes and the output
+        // `chunk` (checked); the workspace holds `need` bytes on every rank (grown
+        // collectively); the accumulator is written by its owner only before the entry
+        // barrier and read only after the exit barrier, and peers add into it only
+        // between the two (NOTE [tma-push-reduce]).
+        unsafe {
+            let (src, stride) = if aligned {
+                (input.ptr, chunk as u64)
+            } else {
+                let staged = acc + slot as u64;
+                for p in (0..world).filter(|&p| p != rank) {
+                    ce_copy(stream, staged + (p * slot) as u64, input.ptr + (p * chunk) as u64, chunk)?;
+                }
+                (staged, slot as u64)
+            };
+            // The accumulator starts as this rank's own contribution, before the entry
+            // barrier lets the peers add theirs.
+            ce_copy(stream, acc, input.ptr + (rank * chunk) as u64, chunk)?;
+            let a = PushArgs {
+                src,
+                stride,
+                bases: Sym { buf: ws, off: 0 }.bases(),
+                acc_off: 0,
+                body: chunk.next_multiple_of(16) as u64,
+                tile: push_tile(),
+            };
+            self.one_shot(stream, ch, opts.sync, |f| kernels.tma_push_reduce(stream, dt, f, ctas, &a))?;
+            ce_copy(stream, output.ptr, acc, chunk)?;
+        }
         self.sync.track(stream)?;
         drop(st);
         Ok(())

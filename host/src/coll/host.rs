@@ -6,14 +6,15 @@
 //! `sm-oneshot` differs from `ce-pull` only in reading its own shard from symmetric
 //! memory too, and `sm-direct` from `ce-reduce` only in working through 64 KiB blocks
 //! rather than staged pieces, and `tma-reduce` from `sm-direct` in reading a head, ring
-//! tiles and a tail (the GPU's bulk-copy split); what they share with the GPU versions is the order of
+//! tiles and a tail (the GPU's bulk-copy split); `tma-push-reduce` pushes each chunk into
+//! its owner's workspace between the same barriers as on GPUs; what they share with the GPU versions is the order of
 //! barriers and which rank reads or writes which buffer.
 
 use std::borrow::Cow;
 
 use std::sync::Mutex;
 
-use super::check::{check_all_gather, check_reduce_scatter, grow_to, rotated};
+use super::check::{check_all_gather, check_push_op, check_reduce_scatter, grow_to, rotated};
 use super::reference::reduce_into;
 use super::select::{choose_all_gather, choose_reduce_scatter, default_pieces, piece_elems, tma_ring, tma_split};
 use super::{AllGatherAlgorithm, AllGatherOptions, DType, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
@@ -251,6 +252,10 @@ impl HostColl {
             ReduceScatterAlgorithm::Auto => choose_reduce_scatter(chunk, world),
             a => a,
         };
+        check_push_op(rank, algorithm, op)?;
+        if algorithm == ReduceScatterAlgorithm::TmaPushReduce {
+            return self.push_reduce(input, output, dtype, opts, chunk);
+        }
         let plain = matches!(input, HostInput::Plain(_));
         if plain && !opts.allow_staging {
             return Err(refuse_staging(rank, algorithm.name(), "input"));
@@ -291,6 +296,41 @@ impl HostColl {
                 reduce_into(dtype, op, world, &srcs, &mut output[start * es..start * es + bytes]);
             }
             self.sync.barrier(ch)
+        })
+    }
+
+    /// tma-push-reduce's schedule (NOTE [tma-push-reduce] in `gpu-kernels/src/push.rs`):
+    /// the owner writes its own chunk into its workspace, barrier, every rank pushes its
+    /// chunk `p` into rank `p`'s workspace, barrier, the owner reduces. The GPU adds each
+    /// push into one accumulator on arrival; here each source has its own slot and the
+    /// owner adds them after the exit barrier, in rank order in f32, so the host backend
+    /// stays exact (CPU processes have no atomic bf16 add). Neither buffer needs to be
+    /// symmetric, as on GPUs.
+    fn push_reduce(
+        &self,
+        input: HostInput<'_>,
+        output: &mut [u8],
+        dtype: DType,
+        opts: &ReduceScatterOptions,
+        chunk: usize,
+    ) -> Result<()> {
+        let (rank, world) = (self.sync.core.rank, self.sync.core.world);
+        let ch = opts.channel;
+        self.with_workspace(ch, world * chunk, |ws| {
+            let ws = ws.expect("workspace sized for push-reduce");
+            let local = input.local(rank)?;
+            // The owner's contribution first, before the entry barrier.
+            ws.write(rank, rank * chunk, &local[rank * chunk..(rank + 1) * chunk])?;
+            self.sync.barrier(ch)?;
+            for p in rotated(rank, world).filter(|&p| p != rank) {
+                ws.write(p, rank * chunk, &local[p * chunk..(p + 1) * chunk])?;
+            }
+            self.sync.barrier(ch)?;
+            let mut got = vec![0u8; world * chunk];
+            ws.read(rank, 0, &mut got)?;
+            let srcs: Vec<&[u8]> = got.chunks_exact(chunk).collect();
+            reduce_into(dtype, ReduceOp::Sum, world, &srcs, output);
+            Ok(())
         })
     }
 }

@@ -21,6 +21,7 @@
 //! | reduce-scatter | `sm-direct` | one few-CTA kernel reading and reducing the peers' chunks | input |
 //! | reduce-scatter | `tma-reduce` | bulk copies of every rank's tiles into a shared-memory ring, reduced on ≤ 8 CTAs | input |
 //! | reduce-scatter | `tma-reduce-evict` | `tma-reduce` with evict-first L2 hints on the streamed loads | input |
+//! | reduce-scatter | `tma-push-reduce` | bulk loads of the own input into shared memory, `cp.reduce.async.bulk` adds into the owners' workspace (opt-in, sum, not deterministic) | neither |
 //!
 //! A buffer that must be symmetric but is ordinary memory is staged through the group's
 //! workspace (one local copy), unless the options forbid it.
@@ -263,6 +264,14 @@ algorithm_enum!(
         TmaReduce = "tma-reduce",
         /// `tma-reduce` with an evict-first L2 hint on the streamed loads.
         TmaReduceEvict = "tma-reduce-evict",
+        /// Opt-in, sum only, **not deterministic**: each rank stages tiles of its own input
+        /// in shared memory (bulk loads) and adds them into the owners' accumulators over
+        /// NVLink with `cp.reduce.async.bulk` (NVLink carries writes only). Additions
+        /// happen in arrival order and in the element type, so per element
+        /// |error| ≤ (world − 1) · u · Σ|x| (u: bf16 2⁻⁸, f16 2⁻¹¹, f32 2⁻²⁴) and repeated
+        /// calls may differ in the last bits. `auto` never picks it. The host backend
+        /// adds in rank order in f32 (exact, like the others).
+        TmaPushReduce = "tma-push-reduce",
     }
 );
 

@@ -40,6 +40,8 @@ pub fn choose_reduce_scatter(_chunk_bytes: usize, _world: usize) -> ReduceScatte
     // against 3.5-6.7%), so `auto` does not pick it. A crossover goes here (a chunk size
     // per world) once a few-SM algorithm beats `sm-direct`: busbw and 64 KiB latency at 2
     // ranks (and 4 when measured), and the saturated overlap benchmark's slowdown.
+    // `tma-push-reduce` is never chosen here, however fast: it is not deterministic and
+    // adds in the element type (opt-in only; `auto_never_picks_push_reduce`).
     ReduceScatterAlgorithm::SmDirect
 }
 
@@ -96,6 +98,20 @@ pub(crate) fn tma_ring(world: usize) -> (u32, u32) {
         stages -= 1;
     }
     (tile, stages)
+}
+
+/// Tile bytes of `tma-push-reduce`'s ring (`lowcon_abi::tma::PUSH_STAGES` tiles): 16 KiB,
+/// 192 KiB in all; `LOWCON_TMA_TILE_BYTES` overrides it (rounded up to 128, shrunk to
+/// fit 227 KiB). Each tile is loaded from local memory and pushed once, so the ring
+/// only has to cover the local load latency: `PUSH_LAG` tiles (128 KiB) of loads run
+/// ahead of the pushes. Not measured yet.
+pub(crate) fn push_tile() -> u32 {
+    use lowcon_abi::tma::{DATA_OFFSET, PUSH_STAGES, TILE_ALIGN};
+    let max = (MAX_SMEM - DATA_OFFSET) / PUSH_STAGES / TILE_ALIGN * TILE_ALIGN;
+    match crate::config::tma_tile_bytes() {
+        Some(t) => ((t.min(MAX_SMEM as u64) as u32).div_ceil(TILE_ALIGN) * TILE_ALIGN).clamp(TILE_ALIGN, max),
+        None => (16 << 10).min(max),
+    }
 }
 
 /// How `tma-reduce` splits a chunk of `n` elements of `esize` bytes that starts at byte
@@ -158,6 +174,22 @@ mod tests {
             let smem = lowcon_abi::tma::smem_bytes(world as u32, tile, stages);
             assert!(smem <= 227 << 10, "world {world}: {smem} bytes");
         }
+    }
+
+    #[test]
+    fn auto_never_picks_push_reduce() {
+        for world in 1..=16 {
+            for shift in 0..40 {
+                assert_ne!(choose_reduce_scatter(1 << shift, world), ReduceScatterAlgorithm::TmaPushReduce);
+            }
+        }
+    }
+
+    #[test]
+    fn push_tile_fits_shared_memory() {
+        let tile = push_tile();
+        assert_eq!(tile % lowcon_abi::tma::TILE_ALIGN, 0);
+        assert!(lowcon_abi::tma::push_smem_bytes(tile) <= MAX_SMEM);
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub struct Kernels {
     /// The dynamic shared memory each `tma_reduce` kernel has been allowed so far
     /// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`; 48 KiB without it).
     tma_smem: [AtomicU32; 3],
+    tma_push_reduce: [CudaFunction; 3],
+    /// As `tma_smem`, for `tma_push_reduce`.
+    push_smem: [AtomicU32; 3],
 }
 
 /// The arguments of a `tma-reduce` launch besides the fused barrier's: see
@@ -55,6 +58,22 @@ pub(crate) struct TmaArgs {
     pub vec_out: bool,
     /// Evict-first L2 hint on the bulk loads.
     pub evict_first: bool,
+}
+
+/// The arguments of a `tma-push-reduce` launch besides the fused barrier's: see
+/// `gpu-kernels/src/push.rs` (`tma_push_reduce`) for their contract.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PushArgs {
+    /// This rank's 16-byte-aligned, padded input: chunk `p` at `src + p * stride`.
+    pub src: u64,
+    pub stride: u64,
+    /// Device array of the `world` workspace bases; each accumulator at `acc_off`.
+    pub bases: u64,
+    pub acc_off: u64,
+    /// Bytes pushed per chunk (the chunk rounded up to 16).
+    pub body: u64,
+    /// Ring tile bytes (`coll::select::push_tile`).
+    pub tile: u32,
 }
 
 /// Threads per CTA of the collective kernels (declared in their PTX by the build).
@@ -106,6 +125,12 @@ impl Kernels {
             rs_direct: [f(names::RS_DIRECT[0])?, f(names::RS_DIRECT[1])?, f(names::RS_DIRECT[2])?],
             tma_reduce: [f(names::TMA_REDUCE[0])?, f(names::TMA_REDUCE[1])?, f(names::TMA_REDUCE[2])?],
             tma_smem: Default::default(),
+            tma_push_reduce: [
+                f(names::TMA_PUSH_REDUCE[0])?,
+                f(names::TMA_PUSH_REDUCE[1])?,
+                f(names::TMA_PUSH_REDUCE[2])?,
+            ],
+            push_smem: Default::default(),
             _module: module,
         })
     }
@@ -287,6 +312,40 @@ impl Kernels {
         l.arg(&a.tile).arg(&a.stages).arg(&vec_out).arg(&hint);
         // SAFETY: matches `lowcon_tma_reduce_*`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(tma_reduce)"))?;
+        Ok(())
+    }
+
+    /// Enqueues the tma-push-reduce kernel (`dtype` is a `reduce_dtype` index) on `ctas`
+    /// CTAs of `PUSH_THREADS` threads, with its ring's dynamic shared memory.
+    ///
+    /// # Safety
+    /// As [`Kernels::rs_direct`], and `a` meets `tma_push_reduce`'s contract
+    /// (`gpu-kernels/src/push.rs`).
+    pub(crate) unsafe fn tma_push_reduce(
+        &self,
+        stream: &Stream,
+        dtype: usize,
+        f: FusedArgs,
+        ctas: u32,
+        a: &PushArgs,
+    ) -> Result<()> {
+        let smem = lowcon_abi::tma::push_smem_bytes(a.tile);
+        let func = &self.tma_push_reduce[dtype];
+        if self.push_smem[dtype].load(Ordering::Relaxed) < smem {
+            let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            func.set_attribute(attr, smem as i32).map_err(|e| {
+                Error::driver("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) of tma_push_reduce", e)
+            })?;
+            self.push_smem[dtype].fetch_max(smem, Ordering::Relaxed);
+        }
+        let threads = lowcon_abi::kernel_names::PUSH_THREADS;
+        let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: smem };
+        let mut l = stream.cuda_stream().launch_builder(func);
+        l.arg(&f.pad.pads).arg(&f.pad.rank).arg(&f.pad.world).arg(&f.channel).arg(&f.epoch_in).arg(&f.epoch_out);
+        l.arg(&f.pad.timeout_ns).arg(&f.pad.err).arg(&f.counter).arg(&f.fused);
+        l.arg(&a.src).arg(&a.stride).arg(&a.bases).arg(&a.acc_off).arg(&a.body).arg(&a.tile);
+        // SAFETY: matches `lowcon_tma_push_reduce_*`'s signature; validity is the caller's.
+        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(tma_push_reduce)"))?;
         Ok(())
     }
 

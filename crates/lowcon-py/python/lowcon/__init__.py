@@ -119,7 +119,8 @@ class Group:
         """`output` (n elements) receives `op` ("sum", "avg", "min", "max") over all ranks of
         their `input[rank * n:(rank + 1) * n]`; f32, f16, bf16, accumulated in f32 in rank order.
 
-        Options: algorithm ("auto", "ce-reduce", "sm-direct", "tma-reduce", "tma-reduce-evict"),
+        Options: algorithm ("auto", "ce-reduce", "sm-direct", "tma-reduce", "tma-reduce-evict",
+        "tma-push-reduce": sum only, not deterministic),
         sync, ctas, pipeline, channel, allow_staging.
         """
         self._g.reduce_scatter(output, input, op, stream=_stream_of(output, stream), **options)
