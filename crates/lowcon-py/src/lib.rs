@@ -161,8 +161,8 @@ impl Group {
         let run = move || -> lowcon::Result<()> {
             let blob = fp.to_bytes();
             let all = match (b, strict) {
-                (Backend::Gpu(g), true) => g.all_gather_bytes(&format!("pool/{n}"), &blob)?,
-                (Backend::Host(g), true) => g.all_gather_bytes(&format!("pool/{n}"), &blob)?,
+                (Backend::Gpu(g), true) => g.all_gather_bytes(&format!("pool-strict/{n}"), &blob)?,
+                (Backend::Host(g), true) => g.all_gather_bytes(&format!("pool-strict/{n}"), &blob)?,
                 (Backend::Gpu(g), false) => {
                     g.publish(&format!("pool-check/{n}"), &blob)?;
                     match prev {
@@ -274,15 +274,19 @@ impl Group {
                     }
                     let (ib, ob) = (inp.bytes(), out.bytes());
                     let overlaps = i.ptr < o.ptr + ob as u64 && o.ptr < i.ptr + ib as u64;
+                    // An empty tensor may have a null data pointer: use a dangling one.
+                    let iptr = if ib == 0 { std::ptr::NonNull::<u8>::dangling().as_ptr() } else { i.ptr as *mut u8 };
+                    let optr = if ob == 0 { std::ptr::NonNull::<u8>::dangling().as_ptr() } else { o.ptr as *mut u8 };
                     // SAFETY: the views are live, contiguous host memory of these sizes for
-                    // the call (the caller's arrays); an ordinary input overlapping the
-                    // output is copied first, so the shared and the mutable slice never
-                    // alias (an input in the pool is read through the pool's mapping, and
-                    // the library handles an in-place all-gather there).
-                    let input_bytes = unsafe { std::slice::from_raw_parts(i.ptr as *const u8, ib) };
+                    // the call (the caller's arrays), or zero bytes at a dangling pointer;
+                    // an ordinary input overlapping the output is copied first, so the
+                    // shared and the mutable slice never alias (an input in the pool is
+                    // read through the pool's mapping, and the library handles an in-place
+                    // all-gather there).
+                    let input_bytes = unsafe { std::slice::from_raw_parts(iptr as *const u8, ib) };
                     let copied = if overlaps && ifound.is_none() { Some(input_bytes.to_vec()) } else { None };
                     // SAFETY: as above; nothing else in this process writes the output now.
-                    let output_bytes = unsafe { std::slice::from_raw_parts_mut(o.ptr as *mut u8, ob) };
+                    let output_bytes = unsafe { std::slice::from_raw_parts_mut(optr, ob) };
                     let input = match &ifound {
                         Some(Found::Host(buf, offset)) => HostInput::Symmetric { buf, offset: *offset, len: ib },
                         _ => HostInput::Plain(copied.as_deref().unwrap_or(input_bytes)),
@@ -549,10 +553,18 @@ impl Group {
 
     /// Releases the group (its memory, its watchdog). Later calls raise.
     fn close(&self, py: Python<'_>) {
-        // The write lock is taken without the GIL: another thread's call holds the read
-        // lock with the GIL released and needs the GIL back to finish.
+        // Without the GIL (another thread's call holds the read lock with the GIL released
+        // and needs it back to finish), and polling rather than queueing as a writer: a
+        // queued writer blocks new readers, and a reader holding the GIL would then wait
+        // for this writer while this writer waits for a call that waits for that GIL.
         py.detach(|| {
-            let b = self.inner.write().unwrap_or_else(|p| p.into_inner()).take();
+            let b = loop {
+                match self.inner.try_write() {
+                    Ok(mut g) => break g.take(),
+                    Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner().take(),
+                    Err(std::sync::TryLockError::WouldBlock) => std::thread::sleep(Duration::from_millis(1)),
+                }
+            };
             drop(b);
         });
     }

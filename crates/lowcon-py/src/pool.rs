@@ -87,7 +87,7 @@ impl GroupPool {
     pub(crate) fn alloc_gpu(&self, g: &GpuGroup, bytes: usize, stream: u64) -> lowcon::Result<(u64, u64)> {
         let GroupPool::Gpu { pool, device } = self else { unreachable!("a GPU group has a GPU pool") };
         let b = pool.alloc(bytes, stream, |seg, fp, n| {
-            let all = g.all_gather_bytes(&format!("pool/{n}"), &fp.to_bytes())?;
+            let all = g.all_gather_bytes(&format!("pool-grow/{n}"), &fp.to_bytes())?;
             lowcon::memory::pool::compare_fingerprints(g.rank(), "before the pool grew", &all)?;
             g.alloc(seg).map(Arc::new)
         })?;
@@ -103,7 +103,7 @@ impl GroupPool {
     pub(crate) fn alloc_host(&self, g: &HostGroup, bytes: usize) -> lowcon::Result<(u64, u64)> {
         let GroupPool::Host(pool) = self else { unreachable!("a host group has a host pool") };
         let b = pool.alloc(bytes, 0, |seg, fp, n| {
-            let all = g.all_gather_bytes(&format!("pool/{n}"), &fp.to_bytes())?;
+            let all = g.all_gather_bytes(&format!("pool-grow/{n}"), &fp.to_bytes())?;
             lowcon::memory::pool::compare_fingerprints(g.rank(), "before the pool grew", &all)?;
             g.alloc(seg).map(Arc::new)
         })?;
@@ -227,10 +227,9 @@ unsafe extern "C" fn capsule_destructor(capsule: *mut pyo3::ffi::PyObject) {
             if let Some(d) = p.as_ref().and_then(|m| m.deleter) {
                 d(p);
             }
-        } else {
-            // A consumed capsule: the consumer owns the tensor now.
-            pyo3::ffi::PyErr_Clear();
         }
+        // Otherwise a consumed capsule: the consumer owns the tensor now. (IsValid sets no
+        // error, so there is nothing to clear; clearing would drop an exception in flight.)
     }
 }
 

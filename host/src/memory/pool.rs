@@ -371,7 +371,6 @@ struct PoolState<S, E> {
     core: PoolCore<E>,
     segments: Vec<S>,
     collectives: u64,
-    checks: u64,
 }
 
 /// A thread-safe pool over segments `S` (e.g. `Arc<SymmetricBuffer>`), growing through
@@ -389,12 +388,7 @@ impl<S: Segment + Clone, E: Clone> Pool<S, E> {
         Self {
             rank,
             check_every,
-            state: Mutex::new(PoolState {
-                core: PoolCore::new(segment_min),
-                segments: Vec::new(),
-                collectives: 0,
-                checks: 0,
-            }),
+            state: Mutex::new(PoolState { core: PoolCore::new(segment_min), segments: Vec::new(), collectives: 0 }),
         }
     }
 
@@ -432,10 +426,9 @@ impl<S: Segment + Clone, E: Clone> Pool<S, E> {
                     let ptr = st.segments[at.segment].base() + at.offset as u64;
                     return Ok(PoolBlock { id, ptr, at, wait });
                 }
-                Plan::Grow { bytes } => {
-                    st.checks += 1;
-                    (bytes, st.core.fingerprint(), st.checks)
-                }
+                // Growths are numbered by the segment they add: the same on every rank
+                // while the pools agree, and never confused with collective checks.
+                Plan::Grow { bytes } => (bytes, st.core.fingerprint(), st.core.stats().segments as u64 + 1),
             }
         };
         let seg = grow(seg_bytes, fp, n)?;
@@ -457,14 +450,20 @@ impl<S: Segment + Clone, E: Clone> Pool<S, E> {
     }
 
     /// Returns block `id` (from any thread). `record(stream)` records and returns an
-    /// event on the block's stream, for a later user on another stream; it runs without
+    /// event on the block's stream, for a later user on another stream; it runs under
     /// the pool's lock. If it fails, the block is never reused (leaked, not raced on).
     pub fn free(&self, id: u64, record: impl FnOnce(u64) -> Result<Option<E>>) -> Result<()> {
-        let stream = self.lock().core.stream_of(id).ok_or_else(|| {
+        // The event is recorded under the lock that orders frees: merging keeps the event
+        // of the later free, which must also be the later record on the stream (two
+        // threads freeing neighbours could otherwise record in one order and free in the
+        // other, and a later user would wait on the earlier event only). Recording an
+        // event does not wait for the GPU.
+        let mut st = self.lock();
+        let stream = st.core.stream_of(id).ok_or_else(|| {
             Error::InvalidArgument(format!("rank {}: pool block {id} is not allocated (freed twice?)", self.rank))
         })?;
         let event = record(stream)?;
-        self.lock().core.free(id, event).map(|_| ())
+        st.core.free(id, event).map(|_| ())
     }
 
     /// The segment holding `bytes` at this rank's address `ptr`, and the offset in it.
@@ -477,16 +476,16 @@ impl<S: Segment + Clone, E: Clone> Pool<S, E> {
     }
 
     /// Counts a collective on pool memory; every `check_every`-th returns the
-    /// fingerprint and a check number, which the caller compares across ranks (every
-    /// rank counts the same collectives, so all check at the same call).
+    /// fingerprint and a check number (collectives / `check_every`), which the caller
+    /// compares across ranks (every rank counts the same collectives, so all check at
+    /// the same call with the same number).
     pub fn note_collective(&self) -> Option<(Fingerprint, u64)> {
         let mut st = self.lock();
         st.collectives += 1;
         if self.check_every == 0 || !st.collectives.is_multiple_of(self.check_every) {
             return None;
         }
-        st.checks += 1;
-        Some((st.core.fingerprint(), st.checks))
+        Some((st.core.fingerprint(), st.collectives / self.check_every))
     }
 
     /// The running fingerprint.
