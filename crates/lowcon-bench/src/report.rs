@@ -222,18 +222,11 @@ pub fn write_saturated(out: &Output, rows: &[SaturatedRow]) -> Res<()> {
     }
     if let Some(p) = &out.json {
         let mut s = String::new();
-        for r in rows {
-            s.push_str(&serde_json::to_string(r)?);
-            s.push('\n');
-        }
+        push_json_lines(&mut s, rows)?;
         std::fs::write(p, s)?;
     }
     if let Some(p) = &out.csv {
-        let mut w = csv::Writer::from_path(p)?;
-        for r in rows {
-            w.serialize(r)?;
-        }
-        w.flush()?;
+        write_csv(p, rows)?;
     }
     // The plot last: its failure must not cost the files above.
     if let Some(p) = &out.plot {
@@ -311,29 +304,14 @@ pub fn write(out: &Output, rows: &[SweepRow], ov: &[OverlapRow]) -> Res<()> {
     }
     if let Some(p) = &out.json {
         let mut s = String::new();
-        for r in rows {
-            s.push_str(&serde_json::to_string(r)?);
-            s.push('\n');
-        }
-        for r in ov {
-            s.push_str(&serde_json::to_string(r)?);
-            s.push('\n');
-        }
+        push_json_lines(&mut s, rows)?;
+        push_json_lines(&mut s, ov)?;
         std::fs::write(p, s)?;
     }
     if let Some(p) = &out.csv {
-        let mut w = csv::Writer::from_path(p)?;
-        for r in rows {
-            w.serialize(r)?;
-        }
-        w.flush()?;
+        write_csv(p, rows)?;
         if !ov.is_empty() {
-            let p2 = p.with_extension("overlap.csv");
-            let mut w = csv::Writer::from_path(&p2)?;
-            for r in ov {
-                w.serialize(r)?;
-            }
-            w.flush()?;
+            write_csv(&p.with_extension("overlap.csv"), ov)?;
         }
     }
     // The plot last: its failure must not cost the files above.
@@ -341,6 +319,25 @@ pub fn write(out: &Output, rows: &[SweepRow], ov: &[OverlapRow]) -> Res<()> {
         let wrote = crate::plot::draw(p, rows, ov).map_err(written_before_plot)?;
         eprintln!("wrote {}", wrote.display());
     }
+    Ok(())
+}
+
+/// Appends one JSON line per row.
+fn push_json_lines<T: Serialize>(s: &mut String, rows: &[T]) -> Res<()> {
+    for r in rows {
+        s.push_str(&serde_json::to_string(r)?);
+        s.push('\n');
+    }
+    Ok(())
+}
+
+/// Writes the rows as CSV to `path`.
+fn write_csv<T: Serialize>(path: &Path, rows: &[T]) -> Res<()> {
+    let mut w = csv::Writer::from_path(path)?;
+    for r in rows {
+        w.serialize(r)?;
+    }
+    w.flush()?;
     Ok(())
 }
 

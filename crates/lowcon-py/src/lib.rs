@@ -37,6 +37,60 @@ enum Backend {
     Host(Box<HostGroup>),
 }
 
+/// The group operations both backends share, so callers need not match on the backend.
+impl Backend {
+    fn abort(&self) {
+        match self {
+            Backend::Gpu(g) => g.abort(),
+            Backend::Host(g) => g.abort(),
+        }
+    }
+
+    fn all_gather_bytes(&self, name: &str, data: &[u8]) -> lowcon::Result<Vec<Vec<u8>>> {
+        match self {
+            Backend::Gpu(g) => g.all_gather_bytes(name, data),
+            Backend::Host(g) => g.all_gather_bytes(name, data),
+        }
+    }
+
+    fn publish(&self, name: &str, data: &[u8]) -> lowcon::Result<()> {
+        match self {
+            Backend::Gpu(g) => g.publish(name, data),
+            Backend::Host(g) => g.publish(name, data),
+        }
+    }
+
+    fn published(&self, name: &str) -> lowcon::Result<Vec<Vec<u8>>> {
+        match self {
+            Backend::Gpu(g) => g.published(name),
+            Backend::Host(g) => g.published(name),
+        }
+    }
+}
+
+/// `"gpu"` or `"host"` as whether the group is on GPUs.
+fn is_gpu(backend: &str) -> PyResult<bool> {
+    match backend {
+        "gpu" => Ok(true),
+        "host" => Ok(false),
+        other => Err(invalid(format!("backend {other:?}: expected \"gpu\" or \"host\""))),
+    }
+}
+
+/// Makes a group with `make` on a thread of its own (the rendezvous) while this thread
+/// watches for signals. On Ctrl-C this returns at once, leaving that thread to finish by
+/// itself (it cannot be interrupted; it ends at the set-up timeout).
+fn join(py: Python<'_>, make: impl FnOnce() -> lowcon::Result<Backend> + Send + 'static) -> PyResult<Group> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("lowcon-init".into())
+        .spawn(move || {
+            let _ = tx.send(make());
+        })
+        .map_err(|e| PyRuntimeError::new_err(format!("lowcon: cannot start a thread: {e}")))?;
+    recv_or_signal(py, rx).map_err(|(e, _)| e)?.map(Group::wrap).map_err(to_py)
+}
+
 fn sync_method(s: &str) -> PyResult<SyncMethod> {
     s.parse().map_err(to_py)
 }
@@ -160,28 +214,19 @@ impl Group {
         let prev = if strict { None } else { self.last_check.lock().unwrap_or_else(|p| p.into_inner()).replace(n) };
         let run = move || -> lowcon::Result<()> {
             let blob = fp.to_bytes();
-            let all = match (b, strict) {
-                (Backend::Gpu(g), true) => g.all_gather_bytes(&format!("pool-strict/{n}"), &blob)?,
-                (Backend::Host(g), true) => g.all_gather_bytes(&format!("pool-strict/{n}"), &blob)?,
-                (Backend::Gpu(g), false) => {
-                    g.publish(&format!("pool-check/{n}"), &blob)?;
-                    match prev {
-                        Some(p) => g.published(&format!("pool-check/{p}"))?,
-                        None => return Ok(()),
-                    }
-                }
-                (Backend::Host(g), false) => {
-                    g.publish(&format!("pool-check/{n}"), &blob)?;
-                    match prev {
-                        Some(p) => g.published(&format!("pool-check/{p}"))?,
-                        None => return Ok(()),
-                    }
+            let all = if strict {
+                b.all_gather_bytes(&format!("pool-strict/{n}"), &blob)?
+            } else {
+                b.publish(&format!("pool-check/{n}"), &blob)?;
+                match prev {
+                    Some(p) => b.published(&format!("pool-check/{p}"))?,
+                    None => return Ok(()),
                 }
             };
             lowcon::memory::pool::compare_fingerprints(rank, "at a collective on pool memory", &all)
         };
-        interruptible(py, || Self::abort_backend(b), run)?.map_err(|e| {
-            Self::abort_backend(b);
+        interruptible(py, || b.abort(), run)?.map_err(|e| {
+            b.abort();
             to_py(e)
         })
     }
@@ -191,13 +236,6 @@ impl Group {
         match g.as_ref() {
             Some(b) => f(b),
             None => Err(to_py(lowcon::Error::GroupFailed(format!("rank {}: the group is closed", self.rank)))),
-        }
-    }
-
-    fn abort_backend(b: &Backend) {
-        match b {
-            Backend::Gpu(g) => g.abort(),
-            Backend::Host(g) => g.abort(),
         }
     }
 
@@ -294,7 +332,7 @@ impl Group {
                     let dtype = o.dtype;
                     interruptible(
                         py,
-                        || Self::abort_backend(b),
+                        || b.abort(),
                         move || match &which {
                             Which::AllGather(opts) => g.all_gather(input, output_bytes, dtype, opts),
                             Which::ReduceScatter(op, opts) => g.reduce_scatter(input, output_bytes, dtype, *op, opts),
@@ -315,29 +353,14 @@ impl Group {
     #[staticmethod]
     #[pyo3(signature = (backend, name = "default", timeout_ms = None))]
     fn from_env(py: Python<'_>, backend: &str, name: &str, timeout_ms: Option<u64>) -> PyResult<Self> {
-        let timeout = timeout_of(timeout_ms);
-        let name = name.to_string();
-        let gpu = match backend {
-            "gpu" => true,
-            "host" => false,
-            other => return Err(invalid(format!("backend {other:?}: expected \"gpu\" or \"host\""))),
-        };
-        // The rendezvous runs on a thread of its own that this call does not wait for on
-        // Ctrl-C (it cannot be interrupted; it ends by itself at the set-up timeout).
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("lowcon-init".into())
-            .spawn(move || {
-                let b = if gpu {
-                    GpuGroup::from_env(GpuGroupOptions { name, timeout, ..Default::default() }).map(Backend::Gpu)
-                } else {
-                    HostGroup::from_env(HostGroupOptions { name, timeout }).map(|g| Backend::Host(Box::new(g)))
-                };
-                let _ = tx.send(b);
-            })
-            .map_err(|e| PyRuntimeError::new_err(format!("lowcon: cannot start a thread: {e}")))?;
-        // On Ctrl-C this returns at once, leaving that thread to finish by itself.
-        recv_or_signal(py, rx).map_err(|(e, _)| e)?.map(Group::wrap).map_err(to_py)
+        let (timeout, name, gpu) = (timeout_of(timeout_ms), name.to_string(), is_gpu(backend)?);
+        join(py, move || {
+            if gpu {
+                GpuGroup::from_env(GpuGroupOptions { name, timeout, ..Default::default() }).map(Backend::Gpu)
+            } else {
+                HostGroup::from_env(HostGroupOptions { name, timeout }).map(|g| Backend::Host(Box::new(g)))
+            }
+        })
     }
 
     /// Collective: joins a group of `world` ranks as `rank`, meeting through `store`, a
@@ -357,29 +380,17 @@ impl Group {
         timeout_ms: Option<u64>,
         device: Option<usize>,
     ) -> PyResult<Self> {
-        let timeout = timeout_of(timeout_ms);
-        let name = name.to_string();
-        let gpu = match backend {
-            "gpu" => true,
-            "host" => false,
-            other => return Err(invalid(format!("backend {other:?}: expected \"gpu\" or \"host\""))),
-        };
+        let (timeout, name, gpu) = (timeout_of(timeout_ms), name.to_string(), is_gpu(backend)?);
         let store = pystore::PyStore::new(store);
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::Builder::new()
-            .name("lowcon-init".into())
-            .spawn(move || {
-                let b = if gpu {
-                    GpuGroup::new(store, rank, world, GpuGroupOptions { name, timeout, device, ..Default::default() })
-                        .map(Backend::Gpu)
-                } else {
-                    HostGroup::new(store, rank, world, HostGroupOptions { name, timeout })
-                        .map(|g| Backend::Host(Box::new(g)))
-                };
-                let _ = tx.send(b);
-            })
-            .map_err(|e| PyRuntimeError::new_err(format!("lowcon: cannot start a thread: {e}")))?;
-        recv_or_signal(py, rx).map_err(|(e, _)| e)?.map(Group::wrap).map_err(to_py)
+        join(py, move || {
+            if gpu {
+                GpuGroup::new(store, rank, world, GpuGroupOptions { name, timeout, device, ..Default::default() })
+                    .map(Backend::Gpu)
+            } else {
+                HostGroup::new(store, rank, world, HostGroupOptions { name, timeout })
+                    .map(|g| Backend::Host(Box::new(g)))
+            }
+        })
     }
 
     /// This rank.
@@ -515,16 +526,7 @@ impl Group {
                 return Ok((id, p, cuda));
             }
             // Growth: collective, through the store; interruptible.
-            let got = match b {
-                Backend::Gpu(g) => {
-                    let s = stream.unwrap_or(0) as u64;
-                    interruptible(py, || g.abort(), || pool.alloc_gpu(g, bytes, s))?
-                        .map(|(id, p)| (id, p, Some(g.device().index() as i32)))
-                }
-                Backend::Host(g) => {
-                    interruptible(py, || g.abort(), || pool.alloc_host(g, bytes))?.map(|(id, p)| (id, p, None))
-                }
-            };
+            let got = interruptible(py, || b.abort(), || pool.alloc(b, bytes, key))?.map(|(id, p)| (id, p, cuda));
             got.map_err(to_py)
         })?;
         pool::export(py, self.pool.clone(), id, ptr, shape, dtype, cuda, versioned)
@@ -546,7 +548,7 @@ impl Group {
     /// Fails the group now: waits in flight give up, every later call raises.
     fn abort(&self) -> PyResult<()> {
         self.with(|b| {
-            Self::abort_backend(b);
+            b.abort();
             Ok(())
         })
     }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 
+use crate::Backend;
 use crate::dlpack::{DLDevice, DLManagedTensor, DLTensor, dl_dtype};
 use lowcon::cuda::{Device, Event, Stream};
 use lowcon::{DType, GpuGroup, HostBuffer, HostGroup, Pool, PoolStats, SymmetricBuffer};
@@ -65,49 +66,54 @@ impl GroupPool {
     }
 
     /// A free block for `bytes` on `stream` (GPU: a raw `CUstream`; host: 0) without
-    /// growing: `None` when the pool must grow (collectively, [`Self::alloc_gpu`] /
-    /// [`Self::alloc_host`]). Cheap: no thread, no waiting (the common case).
+    /// growing: `None` when the pool must grow (collectively, [`Self::alloc`]). Cheap: no thread, no waiting (the common case).
     pub(crate) fn try_alloc(&self, bytes: usize, stream: u64) -> lowcon::Result<Option<(u64, u64)>> {
         match self {
-            GroupPool::Gpu { pool, device } => {
+            GroupPool::Gpu { pool, .. } => {
                 let Some(b) = pool.try_alloc(bytes, stream)? else { return Ok(None) };
-                if let Some(ev) = &b.wait {
-                    // SAFETY: the caller's live stream of this device (see `Group::empty`).
-                    let s = unsafe { Stream::wrap_borrowed(device, stream as usize as _) }?;
-                    s.wait(ev)?;
-                }
+                self.wait_for(&b.wait, stream)?;
                 Ok(Some((b.id, b.ptr)))
             }
             GroupPool::Host(p) => Ok(p.try_alloc(bytes, 0)?.map(|b| (b.id, b.ptr))),
         }
     }
 
-    /// Collective when the pool grows: a GPU block for use on `stream` (a raw
-    /// `CUstream`; 0 is the legacy default stream). Returns (id, address).
-    pub(crate) fn alloc_gpu(&self, g: &GpuGroup, bytes: usize, stream: u64) -> lowcon::Result<(u64, u64)> {
-        let GroupPool::Gpu { pool, device } = self else { unreachable!("a GPU group has a GPU pool") };
-        let b = pool.alloc(bytes, stream, |seg, fp, n| {
-            let all = g.all_gather_bytes(&format!("pool-grow/{n}"), &fp.to_bytes())?;
-            lowcon::memory::pool::compare_fingerprints(g.rank(), "before the pool grew", &all)?;
-            g.alloc(seg).map(Arc::new)
-        })?;
-        if let Some(ev) = &b.wait {
+    /// Collective when the pool grows: a block for `bytes` on `stream` (GPU: a raw
+    /// `CUstream`, 0 the legacy default stream; host: 0). Before growing, the ranks
+    /// compare their fingerprints. Returns (id, address).
+    pub(crate) fn alloc(&self, b: &Backend, bytes: usize, stream: u64) -> lowcon::Result<(u64, u64)> {
+        let agree = |fp: lowcon::Fingerprint, n: u64| {
+            let all = b.all_gather_bytes(&format!("pool-grow/{n}"), &fp.to_bytes())?;
+            lowcon::memory::pool::compare_fingerprints(self.rank(), "before the pool grew", &all)
+        };
+        match (self, b) {
+            (GroupPool::Gpu { pool, .. }, Backend::Gpu(g)) => {
+                let blk = pool.alloc(bytes, stream, |seg, fp, n| {
+                    agree(fp, n)?;
+                    g.alloc(seg).map(Arc::new)
+                })?;
+                self.wait_for(&blk.wait, stream)?;
+                Ok((blk.id, blk.ptr))
+            }
+            (GroupPool::Host(pool), Backend::Host(g)) => {
+                let blk = pool.alloc(bytes, 0, |seg, fp, n| {
+                    agree(fp, n)?;
+                    g.alloc(seg).map(Arc::new)
+                })?;
+                Ok((blk.id, blk.ptr))
+            }
+            _ => unreachable!("a group's pool is of its backend"),
+        }
+    }
+
+    /// Makes `stream` wait for the free's event of a block last used on another stream.
+    fn wait_for(&self, event: &Option<Arc<Event>>, stream: u64) -> lowcon::Result<()> {
+        if let (Some(ev), GroupPool::Gpu { device, .. }) = (event, self) {
             // SAFETY: the caller's live stream of this device (see `Group::empty`).
             let s = unsafe { Stream::wrap_borrowed(device, stream as usize as _) }?;
             s.wait(ev)?;
         }
-        Ok((b.id, b.ptr))
-    }
-
-    /// Collective when the pool grows: a host block. Returns (id, address).
-    pub(crate) fn alloc_host(&self, g: &HostGroup, bytes: usize) -> lowcon::Result<(u64, u64)> {
-        let GroupPool::Host(pool) = self else { unreachable!("a host group has a host pool") };
-        let b = pool.alloc(bytes, 0, |seg, fp, n| {
-            let all = g.all_gather_bytes(&format!("pool-grow/{n}"), &fp.to_bytes())?;
-            lowcon::memory::pool::compare_fingerprints(g.rank(), "before the pool grew", &all)?;
-            g.alloc(seg).map(Arc::new)
-        })?;
-        Ok((b.id, b.ptr))
+        Ok(())
     }
 
     /// Returns a block; any thread, no GIL needed.
