@@ -1,4 +1,4 @@
-//! lowcon's device code: barrier, signal, reduction (plain and bulk-copy) and test kernels.
+//! lowcon's device code: barrier, signal, reduction (plain, bulk-copy and LL) and test kernels.
 //!
 //! Compiled to PTX by `host/build.rs` (see `crates/lowcon-build`): rustc's own
 //! `nvptx64-nvidia-cuda` backend, `-Zbuild-std=core`, and a bitcode link done with the
@@ -17,6 +17,7 @@ pub mod errors;
 pub mod thread;
 
 mod coll;
+mod ll;
 mod push;
 mod sync;
 mod test_kernels;

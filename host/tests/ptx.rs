@@ -64,6 +64,19 @@ fn collective_kernels_declare_their_cta_size() {
 }
 
 #[test]
+fn ll_kernels_keep_their_line_stores_and_loads() {
+    // NOTE [LL protocol] (gpu-kernels/src/ll.rs): a line's data and flags must be one
+    // 16-byte volatile store and one 16-byte volatile load; split into narrower or
+    // cached accesses, a reader could see a flag before its data.
+    for name in std::iter::once(&kernel_names::LL_ALLGATHER).chain(kernel_names::LL_RS.iter()) {
+        let body = entry_body(name);
+        for instr in ["st.volatile.v4.u32", "ld.volatile.v4.u32", "%globaltimer"] {
+            assert!(body.contains(instr), "{name} lost `{instr}`");
+        }
+    }
+}
+
+#[test]
 fn reductions_issue_16_byte_loads() {
     for name in kernel_names::REDUCE.iter().chain(kernel_names::RS_DIRECT.iter()) {
         assert!(entry_body(name).contains("ld.global.v4.u32"), "{name} lost its 16-byte loads");

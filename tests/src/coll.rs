@@ -610,9 +610,12 @@ pub fn run_suite(r: &mut dyn Runner, cases: &[Case]) -> Result<String, String> {
     ))
 }
 
-/// The six algorithms the stress loop cycles through.
+/// The algorithms the stress loop cycles through (eight calls; LL twice, so that its
+/// rounds alternate halves and reuse each within one unsynchronised block).
 fn stress_case(i: usize, channel: u32, sync: SyncMethod, count: usize) -> Case {
-    let coll = match i % 6 {
+    let coll = match i % 8 {
+        6 => Coll::AllGather(AllGatherAlgorithm::Ll),
+        7 => Coll::ReduceScatter(ReduceScatterAlgorithm::Ll, ReduceOp::Avg),
         0 => Coll::AllGather(AllGatherAlgorithm::CePull),
         1 => Coll::AllGather(AllGatherAlgorithm::CePush),
         2 => Coll::AllGather(AllGatherAlgorithm::SmOneshot),
@@ -704,7 +707,7 @@ pub fn host_stress(r: &HostRunner, iters: usize, threads: usize) -> Result<Strin
     let (rank, world) = (r.g.rank(), r.g.world_size());
     // Workspaces grow collectively: run one call per channel first, one thread at a time.
     let warm = |ch: u32| -> Result<(), String> {
-        for k in 0..5 {
+        for k in 0..8 {
             let c = Case { symmetric: false, ..stress_case(k, ch, SyncMethod::Kernel, count) };
             let input = input_bytes(c.dtype, base, rank, 0, c.in_count(world));
             let mut out = vec![0u8; c.out_count(world) * 2];

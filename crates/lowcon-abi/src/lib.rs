@@ -116,13 +116,29 @@ pub mod kernel_names {
     /// Threads per CTA of [`TMA_PUSH_REDUCE`] (thread 0 issues every bulk operation; the
     /// others take part in the fused barriers).
     pub const PUSH_THREADS: u32 = 128;
+    /// `ll_allgather(...)`: one round of the LL all-gather (data and flag in each
+    /// 8-byte word, pushed into every peer's LL buffer; see [`crate::ll`]).
+    pub const LL_ALLGATHER: &str = "lowcon_ll_allgather";
+    /// `ll_rs_<dtype>(...)`: one round of the LL reduce-scatter.
+    pub const LL_RS: [&str; 3] = ["lowcon_ll_rs_f32", "lowcon_ll_rs_f16", "lowcon_ll_rs_bf16"];
     /// Threads per CTA of the collective kernels (one-shot all-gather, reductions).
     /// The build declares it in their PTX (`.maxntid`), so `ptxas` keeps each thread
     /// within the registers a CTA of this size may use.
     pub const COLL_THREADS: u32 = 512;
     /// The kernels launched with [`COLL_THREADS`] threads.
-    pub const COLL: [&str; 7] =
-        [ALLGATHER_ONESHOT, REDUCE[0], REDUCE[1], REDUCE[2], RS_DIRECT[0], RS_DIRECT[1], RS_DIRECT[2]];
+    pub const COLL: [&str; 11] = [
+        ALLGATHER_ONESHOT,
+        REDUCE[0],
+        REDUCE[1],
+        REDUCE[2],
+        RS_DIRECT[0],
+        RS_DIRECT[1],
+        RS_DIRECT[2],
+        LL_ALLGATHER,
+        LL_RS[0],
+        LL_RS[1],
+        LL_RS[2],
+    ];
     /// Every kernel the host expects to find in the PTX.
     pub const ALL: &[&str] = &[
         VEC_ADD_F32,
@@ -144,7 +160,52 @@ pub mod kernel_names {
         TMA_PUSH_REDUCE[0],
         TMA_PUSH_REDUCE[1],
         TMA_PUSH_REDUCE[2],
+        LL_ALLGATHER,
+        LL_RS[0],
+        LL_RS[1],
+        LL_RS[2],
     ];
+}
+
+/// The LL ("low latency") protocol's buffer layout, which host and kernel share.
+///
+/// Each rank has, per channel, one symmetric LL buffer of [`BUFFER_BYTES`]: two halves
+/// (parity 0 and 1), each with one slot per source rank of [`slot_bytes`]. A slot is
+/// made of 16-byte lines `{data0, flag, data1, flag}` (`u32`s): 8 bytes of payload, each
+/// 4 of them stored in one 8-byte word with the flag, so a reader that sees the flag in
+/// both words has the data (8-byte stores are single-copy atomic). A collective runs
+/// in rounds of at most `slot_bytes / 16` lines per source; round `seq` (a per-channel
+/// counter every rank advances alike) uses half `seq & 1` and flag [`flag`]`(seq)`.
+pub mod ll {
+    /// Bytes of one line (8 of payload, two flags).
+    pub const LINE_BYTES: u64 = 16;
+    /// Payload bytes per line.
+    pub const PAYLOAD_PER_LINE: u64 = 8;
+    /// Bytes of one rank's LL buffer on one channel.
+    pub const BUFFER_BYTES: u64 = 8 << 20;
+
+    /// Bytes of one source's slot in one half: `BUFFER_BYTES / (2 * world)`, whole lines
+    /// (2 MiB at 2 ranks: 1 MiB of payload per round; 512 KiB at 8 ranks).
+    pub const fn slot_bytes(world: u32) -> u64 {
+        let w = if world == 0 { 1 } else { world as u64 };
+        BUFFER_BYTES / (2 * w) / LINE_BYTES * LINE_BYTES
+    }
+
+    /// Lines of one slot: the most lines per source in one round.
+    pub const fn slot_lines(world: u32) -> u64 {
+        slot_bytes(world) / LINE_BYTES
+    }
+
+    /// The flag of round `seq`: never 0 (a zeroed buffer holds no round), and different
+    /// for `seq`, `seq - 1` and `seq - 2`, so stale lines of the same half never match.
+    pub const fn flag(seq: u64) -> u32 {
+        (seq % 0xFFFF_FFFE) as u32 + 1
+    }
+
+    /// Byte offset of source `src`'s slot in half `seq & 1`.
+    pub const fn slot_offset(world: u32, seq: u64, src: u32) -> u64 {
+        ((seq & 1) * world as u64 + src as u64) * slot_bytes(world)
+    }
 }
 
 /// The shared-memory layout of the bulk-copy kernels (`tma-reduce`), which host and
@@ -212,6 +273,31 @@ mod tests {
         assert_ne!(payload_word(seed, 1, 0), payload_word(seed, 2, 0));
         assert_ne!(payload_word(seed, 1, 0), payload_word(seed, 1, 1));
         assert_ne!(payload_word(seed, 1, 0), payload_word(seed ^ 1, 1, 0));
+    }
+
+    #[test]
+    fn ll_flags_never_zero_and_differ_from_the_two_rounds_before() {
+        for seq in [0u64, 1, 2, 3, 0xFFFF_FFFC, 0xFFFF_FFFD, 0xFFFF_FFFE, 0xFFFF_FFFF, 1 << 33, u64::MAX - 1, u64::MAX]
+        {
+            assert_ne!(ll::flag(seq), 0, "seq {seq}");
+            if seq >= 2 {
+                assert_ne!(ll::flag(seq), ll::flag(seq - 1), "seq {seq}");
+                assert_ne!(ll::flag(seq), ll::flag(seq - 2), "seq {seq}");
+            }
+        }
+    }
+
+    #[test]
+    fn ll_slots_tile_the_buffer() {
+        for world in 1..=16u32 {
+            let slot = ll::slot_bytes(world);
+            assert_eq!(slot % ll::LINE_BYTES, 0);
+            let last = ll::slot_offset(world, 1, world - 1) + slot;
+            assert!(last <= ll::BUFFER_BYTES, "world {world}");
+            assert_eq!(ll::slot_offset(world, 0, 1), slot);
+            assert_eq!(ll::slot_offset(world, 3, 0), world as u64 * slot);
+        }
+        assert_eq!(ll::slot_lines(2) * ll::PAYLOAD_PER_LINE, 1 << 20);
     }
 
     #[test]

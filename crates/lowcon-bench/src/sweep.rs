@@ -90,6 +90,10 @@ pub fn run(a: &SweepOptions, out: &Output) -> Res<()> {
     Ok(())
 }
 
+/// Largest size per rank at which the sweep runs `ll` (a small-message algorithm: half of
+/// what it moves is flags, and it runs a kernel per 1 MiB round at 2 ranks).
+const LL_SWEEP_MAX: usize = 16 << 20;
+
 fn sizes(a: &SweepOptions) -> Vec<usize> {
     let mut v = Vec::new();
     let mut s = a.min_bytes.max(a.dtype.size());
@@ -199,6 +203,9 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
             for &ctas in &a.ctas {
                 for &pipeline in &a.pipeline {
                     for &size in &sizes {
+                        if algo == "ll" && size > LL_SWEEP_MAX {
+                            continue;
+                        }
                         let count = size / a.dtype.size();
                         let label_ctas = ctas;
                         let call = |s: &Stream| -> lowcon::Result<()> {

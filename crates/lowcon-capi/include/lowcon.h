@@ -57,8 +57,8 @@ typedef int lowconSync_t;
 // same options.
 typedef struct {
   // Algorithm name: NULL or "auto" for automatic; all-gather "ce-pull", "ce-push",
-  // "sm-oneshot"; reduce-scatter "ce-reduce", "sm-direct", "tma-reduce",
-  // "tma-reduce-evict", "tma-push-reduce" (sum only, not deterministic).
+  // "sm-oneshot", "ll"; reduce-scatter "ce-reduce", "sm-direct", "tma-reduce",
+  // "tma-reduce-evict", "tma-push-reduce" (sum only, not deterministic), "ll".
   const char *algorithm;
   // `lowconSyncKernel` or `lowconSyncMemop` (GPU backend).
   lowconSync_t sync;

@@ -112,8 +112,8 @@ pub type lowconComm_t = *mut lowconComm;
 #[derive(Clone, Copy, Debug)]
 pub struct lowconCollOptions {
     /// Algorithm name: NULL or "auto" for automatic; all-gather "ce-pull", "ce-push",
-    /// "sm-oneshot"; reduce-scatter "ce-reduce", "sm-direct", "tma-reduce",
-    /// "tma-reduce-evict", "tma-push-reduce" (sum only, not deterministic).
+    /// "sm-oneshot", "ll"; reduce-scatter "ce-reduce", "sm-direct", "tma-reduce",
+    /// "tma-reduce-evict", "tma-push-reduce" (sum only, not deterministic), "ll".
     pub algorithm: *const c_char,
     /// `lowconSyncKernel` or `lowconSyncMemop` (GPU backend).
     pub sync: lowconSync_t,

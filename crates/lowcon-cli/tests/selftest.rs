@@ -76,8 +76,8 @@ fn mismatched_sizes_are_rejected_naming_them() {
 fn collectives_match_the_cpu_reference_at_2_3_4_ranks() {
     for n in [2, 3, 4] {
         let text = expect_ok(n, &["coll-check"]);
-        assert!(text.contains("354 cases") && text.contains(" 0 wrong"), "{text}");
-        assert!(text.contains("16 in-place all-gathers, 24 in-place reduce-scatters"), "{text}");
+        assert!(text.contains("426 cases") && text.contains(" 0 wrong"), "{text}");
+        assert!(text.contains("20 in-place all-gathers, 28 in-place reduce-scatters"), "{text}");
     }
 }
 

@@ -41,7 +41,7 @@ seed = 0
 for n in (1, 4097, 1 << 20, 3 << 21):
     for dtype in (torch.float32, torch.bfloat16):
         for sync in ("kernel", "memop"):
-            for algo in ("auto", "ce-pull", "ce-push", "sm-oneshot"):
+            for algo in ("auto", "ce-pull", "ce-push", "sm-oneshot", "ll"):
                 seed += 1
                 out = g.empty(n * w, dtype)
                 if out.device != dev or out.dtype != dtype or out.shape != (n * w,):
@@ -54,7 +54,7 @@ for n in (1, 4097, 1 << 20, 3 << 21):
                     fail(f"in-place all-gather on pool memory n={n} {dtype} {sync} {algo}")
                 checks += 1
                 del out
-            for algo in ("auto", "ce-reduce", "sm-direct"):
+            for algo in ("auto", "ce-reduce", "sm-direct", "ll"):
                 for op in ("sum", "avg"):
                     seed += 1
                     inp = g.empty(n * w, dtype)

@@ -34,7 +34,7 @@ side = torch.cuda.Stream(dev)
 for n in (1, 1023, 70001, 1 << 22):
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for sync in ("kernel", "memop"):
-            for algo in ("auto", "ce-pull", "ce-push", "sm-oneshot"):
+            for algo in ("auto", "ce-pull", "ce-push", "sm-oneshot", "ll"):
                 seed += 1
                 inp = data(seed, r, n, dtype).to(dev)
                 out = torch.full((n * w,), float("nan"), dtype=dtype, device=dev)

@@ -48,7 +48,7 @@ def check(g):
     seed = 0
     for n in (1, 1023, 70001):
         for dtype in (np.float32, np.float16, np.int32, np.uint8):
-            for algo in ("auto", "ce-pull", "ce-push", "sm-oneshot"):
+            for algo in ("auto", "ce-pull", "ce-push", "sm-oneshot", "ll"):
                 seed += 1
                 inp = data(seed, r, n, dtype)
                 out = np.full(n * w, POISON[dtype], dtype=dtype)
@@ -60,7 +60,7 @@ def check(g):
                 checks += 1
         for dtype in (np.float32, np.float16):
             for op in ("sum", "avg", "min", "max"):
-                for algo in ("auto", "ce-reduce", "sm-direct", "tma-reduce"):
+                for algo in ("auto", "ce-reduce", "sm-direct", "tma-reduce", "ll"):
                     seed += 1
                     inp = data(seed, r, n * w, dtype)
                     out = np.full(n, np.nan, dtype=dtype)
@@ -179,7 +179,7 @@ def pool(g):
         if not (isinstance(out, np.ndarray) and out.shape == (n * w,) and out.dtype == np.float32):
             fail(f"g.empty gave {type(out)} {getattr(out, 'shape', None)} {getattr(out, 'dtype', None)}")
         blocks.append(out)
-        for algo in ("auto", "ce-pull", "ce-push", "sm-oneshot"):
+        for algo in ("auto", "ce-pull", "ce-push", "sm-oneshot", "ll"):
             out[:] = np.nan
             out[r * n:(r + 1) * n] = data(100 + i, r, n, np.float32)
             g.all_gather(out, out[r * n:(r + 1) * n], algorithm=algo)  # in place, as FSDP2 calls it
@@ -187,7 +187,7 @@ def pool(g):
             if not np.array_equal(out, want):
                 fail(f"in-place all-gather on pool memory n={n} {algo}: {np.count_nonzero(out != want)} wrong")
             checks += 1
-        for algo in ("auto", "ce-reduce", "sm-direct"):
+        for algo in ("auto", "ce-reduce", "sm-direct", "ll"):
             inp = g.empty(n * w, np.float32)
             inp[:] = data(200 + i, r, n * w, np.float32)
             res = np.full(n, np.nan, np.float32)

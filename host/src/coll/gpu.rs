@@ -1,6 +1,6 @@
-//! The collectives on GPUs: all-gather (`ce-pull`, `ce-push`, `sm-oneshot`) and
-//! reduce-scatter (`ce-reduce`, `sm-direct`, `tma-reduce`, `tma-push-reduce`) over the group's symmetric memory and
-//! signal pads. See [`crate::coll`] for the algorithms and `docs/design.md` for why.
+//! The collectives on GPUs: all-gather (`ce-pull`, `ce-push`, `sm-oneshot`, `ll`) and
+//! reduce-scatter (`ce-reduce`, `sm-direct`, `tma-reduce`, `tma-push-reduce`, `ll`) over
+//! the group's symmetric memory and signal pads (`ll` in the child module `ll`). See [`crate::coll`] for the algorithms and `docs/design.md` for why.
 //!
 //! Calls are asynchronous like NCCL's: they check their arguments, enqueue on the
 //! caller's stream and return. A call that returns `Err` has enqueued nothing and has
@@ -21,6 +21,8 @@
 //! peer surfaces as an error from the next call within the group's timeout even if the
 //! caller never synchronises. What can still block is the driver itself, when a
 //! stream's queue of pending operations is full (docs/design.md, "Never block").
+
+mod ll;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -52,6 +54,9 @@ struct ChannelState {
     workspace: Option<SymmetricBuffer>,
     copy: Option<Stream>,
     events: Vec<Event>,
+    /// The LL buffer (first LL call on the channel) and the next LL round (`coll::gpu::ll`).
+    ll: Option<SymmetricBuffer>,
+    ll_seq: u64,
 }
 
 /// Where every rank's copy of some data lives: a symmetric buffer and a byte offset.
@@ -233,6 +238,9 @@ impl GpuColl {
             AllGatherAlgorithm::Auto => choose_all_gather(shard, world, output.is_symmetric()),
             a => a,
         };
+        if algorithm == AllGatherAlgorithm::Ll {
+            return self.ll_all_gather(&input, &output, stream, opts, shard);
+        }
         // In place (FSDP's habit): the input is this rank's slot of a symmetric output.
         // Peers' shards are then at their own slots, not at this input's offset, so the
         // input is not read as a symmetric buffer: ce-pull reads the peers' slots of the
@@ -315,6 +323,7 @@ impl GpuColl {
                     }
                     stream.wait(join)?;
                 }
+                AllGatherAlgorithm::Ll => unreachable!("handled by ll_all_gather"),
                 AllGatherAlgorithm::SmOneshot => {
                     let src = self.symmetric_input(stream, &input, ws, 0)?;
                     let ctas = opts.ctas.unwrap_or_else(|| oneshot_ctas(world * shard));
@@ -360,8 +369,10 @@ impl GpuColl {
             a => a,
         };
         check_push_op(rank, algorithm, op)?;
-        if algorithm == ReduceScatterAlgorithm::TmaPushReduce {
-            return self.push_reduce(input, output, stream, opts, chunk, dt);
+        match algorithm {
+            ReduceScatterAlgorithm::TmaPushReduce => return self.push_reduce(input, output, stream, opts, chunk, dt),
+            ReduceScatterAlgorithm::Ll => return self.ll_reduce_scatter(&input, &output, op, stream, opts, chunk, dt),
+            _ => {}
         }
         let stage_in = !input.is_symmetric();
         if stage_in && !opts.allow_staging {
@@ -450,7 +461,9 @@ impl GpuColl {
                         )
                     })?;
                 }
-                ReduceScatterAlgorithm::TmaPushReduce => unreachable!("handled by push_reduce"),
+                ReduceScatterAlgorithm::TmaPushReduce | ReduceScatterAlgorithm::Ll => {
+                    unreachable!("handled by push_reduce and ll_reduce_scatter")
+                }
                 ReduceScatterAlgorithm::TmaReduce | ReduceScatterAlgorithm::TmaReduceEvict => {
                     // Every rank's chunk is at the same offset, so one head/body/tail split
                     // (bulk copies need 16-byte alignment) fits all sources.
@@ -544,13 +557,18 @@ impl GpuColl {
         Ok(())
     }
 
-    /// Collective: grows channel `channel`'s workspace to at least `bytes` now, so that
-    /// no later call has to (growing is collective, and must not race between threads
-    /// using different channels: reserve before starting them).
+    /// Collective: grows channel `channel`'s workspace to at least `bytes` now, and sets
+    /// up its LL buffer, so that no later call has to (both are collective, and must not
+    /// race between threads using different channels: reserve before starting them).
     pub(crate) fn reserve_workspace(&self, channel: u32, bytes: usize) -> Result<()> {
         self.sync.core.check_usable()?;
         crate::sync::Epochs::check_channel(channel)?;
         let mut st = self.channel(channel);
-        self.prepare(&mut st, bytes, 0)
+        self.prepare(&mut st, bytes, 0)?;
+        // The LL buffer too (also collective), on the channel's copy stream, waited for.
+        let copy = st.copy.take().expect("prepared");
+        let res = self.prepare_ll(&mut st, &copy, channel, SyncMethod::default()).and_then(|()| copy.synchronize());
+        st.copy = Some(copy);
+        res
     }
 }

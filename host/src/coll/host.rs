@@ -10,6 +10,8 @@
 //! its owner's workspace between the same barriers as on GPUs; what they share with the GPU versions is the order of
 //! barriers and which rank reads or writes which buffer.
 
+mod ll;
+
 use std::borrow::Cow;
 
 use std::sync::Mutex;
@@ -100,12 +102,14 @@ fn refuse_staging(rank: usize, algorithm: &str, what: &str) -> Error {
 pub(crate) struct HostColl {
     pub(crate) sync: HostSync,
     workspaces: Vec<Mutex<Option<HostBuffer>>>,
+    ll: Vec<Mutex<ll::LlState>>,
 }
 
 impl HostColl {
     pub(crate) fn new(sync: HostSync) -> Self {
         let workspaces = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(None)).collect();
-        Self { sync, workspaces }
+        let ll = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::default()).collect();
+        Self { sync, workspaces, ll }
     }
 
     /// Runs `f` with the channel's workspace grown to at least `need` bytes (collective
@@ -160,6 +164,9 @@ impl HostColl {
             AllGatherAlgorithm::Auto => choose_all_gather(shard, world, false),
             a => a,
         };
+        if algorithm == AllGatherAlgorithm::Ll {
+            return self.ll_all_gather(input, output, opts.channel, shard);
+        }
         // In place: the input is this rank's slot of the output, in a symmetric buffer.
         // Peers' shards are then at their own slots of that buffer (not at this input's
         // offset): the pull algorithms read them there (as on GPUs).
@@ -203,6 +210,7 @@ impl HostColl {
                     }
                     self.sync.barrier(ch)
                 }
+                AllGatherAlgorithm::Ll => unreachable!("handled by ll_all_gather"),
                 AllGatherAlgorithm::CePush => {
                     let ws = ws.expect("workspace sized for push");
                     // In place, this rank's shard is already in `output`: read it there, not
@@ -253,8 +261,12 @@ impl HostColl {
             a => a,
         };
         check_push_op(rank, algorithm, op)?;
-        if algorithm == ReduceScatterAlgorithm::TmaPushReduce {
-            return self.push_reduce(input, output, dtype, opts, chunk);
+        match algorithm {
+            ReduceScatterAlgorithm::TmaPushReduce => return self.push_reduce(input, output, dtype, opts, chunk),
+            ReduceScatterAlgorithm::Ll => {
+                return self.ll_reduce_scatter(input, output, dtype, op, opts.channel, chunk);
+            }
+            _ => {}
         }
         let plain = matches!(input, HostInput::Plain(_));
         if plain && !opts.allow_staging {

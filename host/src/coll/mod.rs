@@ -21,6 +21,8 @@
 //! | reduce-scatter | `sm-direct` | one few-CTA kernel reading and reducing the peers' chunks | input |
 //! | reduce-scatter | `tma-reduce` | bulk copies of every rank's tiles into a shared-memory ring, reduced on ≤ 8 CTAs | input |
 //! | reduce-scatter | `tma-reduce-evict` | `tma-reduce` with evict-first L2 hints on the streamed loads | input |
+//! | all-gather | `ll` | one kernel per round pushes the shard, a flag beside every 4 bytes, into every peer's LL buffer; no barrier | neither |
+//! | reduce-scatter | `ll` | one kernel per round pushes chunk `p` into rank `p`'s LL buffer; the owner reduces in rank order | neither |
 //! | reduce-scatter | `tma-push-reduce` | bulk loads of the own input into shared memory, `cp.reduce.async.bulk` adds into the owners' workspace (opt-in, sum, not deterministic) | neither |
 //!
 //! A buffer that must be symmetric but is ordinary memory is staged through the group's
@@ -249,6 +251,11 @@ algorithm_enum!(
         CePush = "ce-push",
         /// One kernel reading every peer (small messages).
         SmOneshot = "sm-oneshot",
+        /// Small messages: one kernel per round pushes the shard into every peer's LL
+        /// buffer with a flag beside every 4 bytes (NCCL's LL protocol), so the data is
+        /// its own signal and no barrier runs. Half of what crosses NVLink is flags.
+        /// Needs no symmetric buffer.
+        Ll = "ll",
     }
 );
 
@@ -272,6 +279,11 @@ algorithm_enum!(
         /// calls may differ in the last bits. `auto` never picks it. The host backend
         /// adds in rank order in f32 (exact, like the others).
         TmaPushReduce = "tma-push-reduce",
+        /// Small messages: each rank pushes chunk `p` of its input into rank `p`'s LL
+        /// buffer (data and flags in one store, no barrier); the owner reduces in rank
+        /// order in f32, exact and deterministic like the others. Needs no symmetric
+        /// buffer.
+        Ll = "ll",
     }
 );
 

@@ -45,6 +45,20 @@ pub fn choose_reduce_scatter(_chunk_bytes: usize, _world: usize) -> ReduceScatte
     ReduceScatterAlgorithm::SmDirect
 }
 
+/// The rounds of an LL collective of `bytes` per rank: `(first line, lines)`, each at
+/// most a slot's lines (`lowcon_abi::ll::slot_lines`: 1 MiB of payload at 2 ranks).
+pub(crate) fn ll_rounds(bytes: usize, world: u32) -> impl Iterator<Item = (u64, u64)> {
+    let lines = (bytes as u64).div_ceil(lowcon_abi::ll::PAYLOAD_PER_LINE);
+    let per = lowcon_abi::ll::slot_lines(world);
+    (0..lines.div_ceil(per)).map(move |r| (r * per, per.min(lines - r * per)))
+}
+
+/// Default CTAs of an LL round of `lines` lines: one line per thread up to 32 CTAs (a
+/// 64 KiB shard takes 16), so that every line is in flight at once.
+pub(crate) fn ll_ctas(lines: u64) -> u32 {
+    lines.div_ceil(crate::cuda::kernels::COLL_THREADS as u64).clamp(1, 32) as u32
+}
+
 /// Default CTAs of the one-shot all-gather for `total` gathered bytes: one per 16 KiB,
 /// 4 to 32 (it is meant for small messages, where it runs for a few microseconds).
 pub(crate) fn oneshot_ctas(total: usize) -> u32 {
@@ -174,6 +188,28 @@ mod tests {
             let smem = lowcon_abi::tma::smem_bytes(world as u32, tile, stages);
             assert!(smem <= 227 << 10, "world {world}: {smem} bytes");
         }
+    }
+
+    #[test]
+    fn ll_rounds_cover_the_lines_within_a_slot() {
+        for world in [2u32, 3, 8] {
+            let per = lowcon_abi::ll::slot_lines(world);
+            for bytes in [1usize, 7, 8, 9, 65536, (per * 8) as usize, (per * 8) as usize + 1, 5 << 20] {
+                let rounds: Vec<_> = ll_rounds(bytes, world).collect();
+                let mut next = 0;
+                for &(first, n) in &rounds {
+                    assert_eq!(first, next);
+                    assert!(n >= 1 && n <= per);
+                    next += n;
+                }
+                assert_eq!(next, (bytes as u64).div_ceil(8), "world {world} bytes {bytes}");
+            }
+        }
+        assert_eq!(ll_rounds(1 << 20, 2).count(), 1);
+        assert_eq!(ll_rounds((1 << 20) + 1, 2).count(), 2);
+        assert_eq!(ll_ctas(8192), 16);
+        assert_eq!(ll_ctas(1), 1);
+        assert_eq!(ll_ctas(1 << 20), 32);
     }
 
     #[test]

@@ -35,6 +35,31 @@ pub struct Kernels {
     tma_push_reduce: [CudaFunction; 3],
     /// As `tma_smem`, for `tma_push_reduce`.
     push_smem: [AtomicU32; 3],
+    ll_allgather: CudaFunction,
+    ll_rs: [CudaFunction; 3],
+}
+
+/// The arguments of one LL round: see `gpu-kernels/src/ll.rs` for their contract.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LlArgs {
+    /// Device array of the `world` LL-buffer bases.
+    pub bases: u64,
+    /// Byte offset of the round's half (`lowcon_abi::ll::slot_offset(world, seq, 0)`).
+    pub half_off: u64,
+    /// Bytes of one source's slot.
+    pub slot: u64,
+    /// The round's flag (`lowcon_abi::ll::flag(seq)`).
+    pub flag: u32,
+    /// This rank's input and output.
+    pub src: u64,
+    pub dst: u64,
+    /// Bytes of the shard (all-gather) or chunk (reduce-scatter).
+    pub bytes: u64,
+    /// The round's first line and line count (`n <= slot / 16`).
+    pub first: u64,
+    pub n: u64,
+    /// `src`, `dst` and `bytes` are multiples of 8.
+    pub aligned: bool,
 }
 
 /// The arguments of a `tma-reduce` launch besides the fused barrier's: see
@@ -131,6 +156,8 @@ impl Kernels {
                 f(names::TMA_PUSH_REDUCE[2])?,
             ],
             push_smem: Default::default(),
+            ll_allgather: f(names::LL_ALLGATHER)?,
+            ll_rs: [f(names::LL_RS[0])?, f(names::LL_RS[1])?, f(names::LL_RS[2])?],
             _module: module,
         })
     }
@@ -312,6 +339,58 @@ impl Kernels {
         l.arg(&a.tile).arg(&a.stages).arg(&vec_out).arg(&hint);
         // SAFETY: matches `lowcon_tma_reduce_*`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(tma_reduce)"))?;
+        Ok(())
+    }
+
+    /// Enqueues one round of the LL all-gather on `ctas` CTAs; with `own`, this rank's
+    /// lines are copied into its own slot of the output too.
+    ///
+    /// # Safety
+    /// `pad.err` is the group's error record, and `a` meets `lowcon_ll_allgather`'s
+    /// contract (`gpu-kernels/src/ll.rs`), all alive until the kernel has run.
+    pub(crate) unsafe fn ll_allgather(
+        &self,
+        stream: &Stream,
+        pad: PadArgs,
+        channel: u32,
+        ctas: u32,
+        a: &LlArgs,
+        own: bool,
+    ) -> Result<()> {
+        let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (COLL_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let mut l = stream.cuda_stream().launch_builder(&self.ll_allgather);
+        let (own, aligned) = (own as u32, a.aligned as u32);
+        l.arg(&pad.rank).arg(&pad.world).arg(&channel).arg(&pad.timeout_ns).arg(&pad.err);
+        l.arg(&a.bases).arg(&a.half_off).arg(&a.slot).arg(&a.flag).arg(&a.src).arg(&a.dst).arg(&a.bytes);
+        l.arg(&a.first).arg(&a.n).arg(&own).arg(&aligned);
+        // SAFETY: matches `lowcon_ll_allgather`'s signature; validity is the caller's.
+        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(ll_allgather)"))?;
+        Ok(())
+    }
+
+    /// Enqueues one round of the LL reduce-scatter (`dtype` is a `reduce_dtype` index).
+    ///
+    /// # Safety
+    /// As [`Kernels::ll_allgather`], for `ll_rs`'s contract.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn ll_rs(
+        &self,
+        stream: &Stream,
+        dtype: usize,
+        pad: PadArgs,
+        channel: u32,
+        ctas: u32,
+        a: &LlArgs,
+        op: u32,
+    ) -> Result<()> {
+        let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (COLL_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let mut l = stream.cuda_stream().launch_builder(&self.ll_rs[dtype]);
+        let aligned = a.aligned as u32;
+        l.arg(&pad.rank).arg(&pad.world).arg(&channel).arg(&pad.timeout_ns).arg(&pad.err);
+        l.arg(&a.bases).arg(&a.half_off).arg(&a.slot).arg(&a.flag).arg(&a.src).arg(&a.dst).arg(&a.bytes);
+        l.arg(&a.first).arg(&a.n).arg(&op).arg(&aligned);
+        // SAFETY: matches `lowcon_ll_rs_*`'s signature; validity is the caller's.
+        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(ll_rs)"))?;
         Ok(())
     }
 

@@ -247,9 +247,10 @@ impl GpuGroup {
         self.coll.reduce_scatter(input, output, op, stream, opts)
     }
 
-    /// Collective: grows channel `channel`'s workspace to at least `bytes` now, so that
-    /// no later call has to (growing is collective, and must not race between threads
-    /// using different channels: reserve before starting them).
+    /// Collective: grows channel `channel`'s workspace to at least `bytes` now and sets up
+    /// its LL buffer (`lowcon_abi::ll::BUFFER_BYTES`), so that no later call has to
+    /// (both are collective, and must not race between threads using different
+    /// channels: reserve before starting them).
     pub fn reserve_workspace(&self, channel: u32, bytes: usize) -> Result<()> {
         self.coll.reserve_workspace(channel, bytes)
     }

@@ -46,12 +46,29 @@ impl HostSync {
 
     fn wait(&self, peer: usize, channel: u32, kind: u32, epoch: u32, what: &str) -> Result<()> {
         let slot = self.slot(self.core.rank, channel, kind, peer);
+        self.spin_until(
+            peer,
+            || epoch_reached(slot.load(Ordering::Acquire), epoch).then_some(()),
+            |seen| format!("its {what} on channel {channel} (epoch {epoch}, saw {seen})"),
+            || slot.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Spins until `ready` returns `Some`, like a kernel's bounded wait for `peer`: fails
+    /// with the peer named (`describe(state())` says what was awaited and what was seen)
+    /// when the group is aborted, the peer's host hung up, or the group's timeout passes.
+    pub(crate) fn spin_until<T, S: std::fmt::Display>(
+        &self,
+        peer: usize,
+        mut ready: impl FnMut() -> Option<T>,
+        describe: impl Fn(S) -> String,
+        state: impl Fn() -> S,
+    ) -> Result<T> {
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
-            let seen = slot.load(Ordering::Acquire);
-            if epoch_reached(seen, epoch) {
-                return Ok(());
+            if let Some(v) = ready() {
+                return Ok(v);
             }
             spins += 1;
             if spins < 64 {
@@ -65,14 +82,14 @@ impl HostSync {
                     return Err(self.core.fail(Error::PeerGone {
                         rank: self.core.rank,
                         peer,
-                        what: format!("waiting for its {what} on channel {channel} (epoch {epoch}, saw {seen})"),
+                        what: format!("waiting for {}", describe(state())),
                     }));
                 }
                 if start.elapsed() > self.core.timeout {
                     return Err(self.core.fail(Error::PeerTimeout {
                         rank: self.core.rank,
                         peer,
-                        what: format!("its {what} on channel {channel} (epoch {epoch}, saw {seen})"),
+                        what: describe(state()),
                         secs: self.core.timeout.as_secs_f64(),
                     }));
                 }

@@ -109,7 +109,7 @@ class Group:
     def all_gather(self, output, input, *, stream=None, **options):
         """`output[p * n:(p + 1) * n]` receives rank p's `input` (n elements), on every rank.
 
-        Options: algorithm ("auto", "ce-pull", "ce-push", "sm-oneshot"), sync ("kernel",
+        Options: algorithm ("auto", "ce-pull", "ce-push", "sm-oneshot", "ll"), sync ("kernel",
         "memop"), ctas, channel (default: one per stream, in order of first use),
         allow_staging.
         """
@@ -120,7 +120,7 @@ class Group:
         their `input[rank * n:(rank + 1) * n]`; f32, f16, bf16, accumulated in f32 in rank order.
 
         Options: algorithm ("auto", "ce-reduce", "sm-direct", "tma-reduce", "tma-reduce-evict",
-        "tma-push-reduce": sum only, not deterministic),
+        "tma-push-reduce": sum only, not deterministic; "ll": small messages),
         sync, ctas, pipeline, channel, allow_staging.
         """
         self._g.reduce_scatter(output, input, op, stream=_stream_of(output, stream), **options)
