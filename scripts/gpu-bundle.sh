@@ -28,5 +28,6 @@ python3 -m pip download -q --only-binary=:all: --python-version 3.12 -d bundle/p
 # The run script and its helper find the binaries beside themselves (see gpu-run.sh).
 cp scripts/gpu-run.sh bundle/run.sh
 cp scripts/gpu-dead-peer.sh bundle/gpu-dead-peer.sh
+cp scripts/gpu-final-17.sh bundle/gpu-final-17.sh
 chmod +x bundle/run.sh bundle/gpu-dead-peer.sh
 du -sh bundle

@@ -60,8 +60,17 @@ unsafe fn ld_line(p: *const u32) -> [u32; 4] {
 
 /// Spins before a wait starts reading the clock.
 const SPINS_BEFORE_CLOCK: u32 = 64;
-/// Waiting before a wait looks at the abort word (see `atomics`).
-const ABORT_CHECK_AFTER_NS: u64 = 100_000;
+/// Waiting before a wait first looks at the abort word, and between two looks.
+///
+/// NOTE [LL abort checks]: the abort word is host-mapped memory, a PCIe read away, and
+/// an LL round has up to 16K threads waiting. When each of them read it every
+/// iteration after 100 µs (the barriers' rule, made for one thread per peer), one late
+/// peer (host jitter) turned into ~500 µs calls on 2x H200 (session 6, run 2): the
+/// reads queued on PCIe, the late calls made the other rank's threads wait past 100 µs
+/// in turn, and the stall fed itself. One look per thread per 8 ms, from 1 ms on,
+/// still releases a failed group's waits within about 10 ms.
+const ABORT_FIRST_NS: u64 = 1_000_000;
+const ABORT_EVERY_NS: u64 = 8_000_000;
 
 /// Where a round's waits report and how long they may take.
 #[derive(Clone, Copy)]
@@ -83,6 +92,8 @@ impl Waits {
     unsafe fn line(&self, p: *const u32, flag: u32, peer: u32) -> Option<(u32, u32)> {
         let mut spins = 0u32;
         let mut start = 0u64;
+        let mut next_abort_check = ABORT_FIRST_NS;
+        let mut backoff = 32u32;
         loop {
             // SAFETY: forwarded from the caller.
             let v = unsafe { ld_line(p) };
@@ -97,8 +108,12 @@ impl Waits {
                 start = globaltimer_ns();
             }
             let waited = globaltimer_ns().wrapping_sub(start);
-            // SAFETY: `code` is the record's first field (the group's abort word).
-            let aborted = waited > ABORT_CHECK_AFTER_NS && unsafe { ld_relaxed_sys_u32(self.err.cast::<u32>()) } != 0;
+            let mut aborted = false;
+            if waited > next_abort_check {
+                next_abort_check = waited + ABORT_EVERY_NS;
+                // SAFETY: `code` is the record's first field (the group's abort word).
+                aborted = unsafe { ld_relaxed_sys_u32(self.err.cast::<u32>()) } != 0;
+            }
             if aborted || (self.timeout_ns != 0 && waited > self.timeout_ns) {
                 let rec = ErrorRecord {
                     code: status::WAIT_TIMEOUT,
@@ -113,7 +128,10 @@ impl Waits {
                 unsafe { report_error(self.err, rec) };
                 return None;
             }
-            nanosleep(64);
+            nanosleep(backoff);
+            if backoff < 256 {
+                backoff *= 2;
+            }
         }
     }
 }

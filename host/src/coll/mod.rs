@@ -46,7 +46,10 @@ use crate::sync::SyncMethod;
 
 pub use device_buf::DeviceBuf;
 pub use host::HostInput;
-pub use select::{DEFAULT_REDUCE_CTAS, DEFAULT_TMA_CTAS, ONESHOT_MAX_SHARD, choose_all_gather, choose_reduce_scatter};
+pub use select::{
+    DEFAULT_REDUCE_CTAS, DEFAULT_TMA_CTAS, LL_MAX_CHUNK_2, LL_MAX_SHARD_2, ONESHOT_MAX_SHARD, choose_all_gather,
+    choose_reduce_scatter,
+};
 
 /// Element type of a collective's buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -13,12 +13,27 @@ use super::{AllGatherAlgorithm, ReduceScatterAlgorithm};
 /// `ce-push`; at 4 MiB the copy engines win (194 against 164 GB/s busbw).
 pub const ONESHOT_MAX_SHARD: usize = 1 << 20;
 
-/// The algorithm `auto` runs for a shard of `shard_bytes` per rank. Above the one-shot
-/// range, `ce-push` when the output is symmetric (measured 2-8% faster than `ce-pull`
-/// from 1 MiB up, and no staging), else `ce-pull` (which stages only the input shard,
-/// where `ce-push` would stage the whole output).
-pub fn choose_all_gather(shard_bytes: usize, _world: usize, output_symmetric: bool) -> AllGatherAlgorithm {
-    if shard_bytes <= ONESHOT_MAX_SHARD {
+/// Largest all-gather shard for which `auto` picks `ll` at 2 ranks. Measured on 2x H200
+/// (session 6, run 2, `bench all-gather --sync kernel`): `ll` took 5.7 µs at 64 KiB
+/// (NCCL 10.9, `sm-oneshot` 12.4) and 13.0 µs at 1 MiB (NCCL 16.8, `sm-oneshot` 18.9);
+/// at 2 MiB `sm-oneshot` (24.7) and NCCL (26.8) beat it (27.3): beyond a round's
+/// 1 MiB, half of what `ll` moves is flags.
+pub const LL_MAX_SHARD_2: usize = 1 << 20;
+
+/// Largest reduce-scatter chunk for which `auto` picks `ll` at 2 ranks. Measured as
+/// above (`bench reduce-scatter`): 7.1 µs at 64 KiB (NCCL 9.1, `sm-direct` 16.1); at
+/// 1 MiB `sm-direct` (17.1) and NCCL (15.7) beat it (18.0).
+pub const LL_MAX_CHUNK_2: usize = 512 << 10;
+
+/// The algorithm `auto` runs for a shard of `shard_bytes` per rank. At 2 ranks, `ll` up
+/// to [`LL_MAX_SHARD_2`] (other worlds are not measured yet, and keep the one-shot
+/// range). Above that, `ce-push` when the output is symmetric (measured 2-8% faster
+/// than `ce-pull` from 1 MiB up, and no staging), else `ce-pull` (which stages only the
+/// input shard, where `ce-push` would stage the whole output).
+pub fn choose_all_gather(shard_bytes: usize, world: usize, output_symmetric: bool) -> AllGatherAlgorithm {
+    if world == 2 && shard_bytes <= LL_MAX_SHARD_2 {
+        AllGatherAlgorithm::Ll
+    } else if shard_bytes <= ONESHOT_MAX_SHARD {
         AllGatherAlgorithm::SmOneshot
     } else if output_symmetric {
         AllGatherAlgorithm::CePush
@@ -27,12 +42,15 @@ pub fn choose_all_gather(shard_bytes: usize, _world: usize, output_symmetric: bo
     }
 }
 
-/// The algorithm `auto` runs for an output chunk of `chunk_bytes` per rank: `sm-direct`
-/// at every size. Since its reduction issues every source's 16-byte loads before
+/// The algorithm `auto` runs for an output chunk of `chunk_bytes` per rank: `ll` up to
+/// [`LL_MAX_CHUNK_2`] at 2 ranks, else `sm-direct`. Since its reduction issues every source's 16-byte loads before
 /// combining them, `sm-direct` with 16 CTAs beat `ce-reduce` at every size from 64 KiB
 /// to 256 MiB per rank on 4x H200 (311 against 228 GB/s busbw at 256 MiB): `ce-reduce`'s
 /// copies and reductions overlap too little. Re-measure on other machines and worlds.
-pub fn choose_reduce_scatter(_chunk_bytes: usize, _world: usize) -> ReduceScatterAlgorithm {
+pub fn choose_reduce_scatter(chunk_bytes: usize, world: usize) -> ReduceScatterAlgorithm {
+    if world == 2 && chunk_bytes <= LL_MAX_CHUNK_2 {
+        return ReduceScatterAlgorithm::Ll;
+    }
     // Measured on 2x H200 (2026-11-22, docs/benchmarks.md "Reduce-scatter with bulk
     // copies"): `tma-reduce` with 8 CTAs is nowhere faster than `sm-direct` with 8 (132
     // against 130 GB/s busbw at 256 MiB, 47 against 49 at 1 MiB) and slower than
@@ -40,6 +58,8 @@ pub fn choose_reduce_scatter(_chunk_bytes: usize, _world: usize) -> ReduceScatte
     // against 3.5-6.7%), so `auto` does not pick it. A crossover goes here (a chunk size
     // per world) once a few-SM algorithm beats `sm-direct`: busbw and 64 KiB latency at 2
     // ranks (and 4 when measured), and the saturated overlap benchmark's slowdown.
+    // Session 6, run 1: `tma-push-reduce` reached 180 GB/s busbw at 256 MiB with 8 CTAs
+    // (tma-reduce 132), and cost the GEMM 14.5-19.7% with kernel sync (NCCL 13.7-15.5).
     // `tma-push-reduce` is never chosen here, however fast: it is not deterministic and
     // adds in the element type (opt-in only; `auto_never_picks_push_reduce`).
     ReduceScatterAlgorithm::SmDirect
@@ -210,6 +230,17 @@ mod tests {
         assert_eq!(ll_ctas(8192), 16);
         assert_eq!(ll_ctas(1), 1);
         assert_eq!(ll_ctas(1 << 20), 32);
+    }
+
+    #[test]
+    fn auto_picks_ll_for_small_messages_at_2_ranks_only() {
+        assert_eq!(choose_all_gather(64 << 10, 2, false), AllGatherAlgorithm::Ll);
+        assert_eq!(choose_all_gather(LL_MAX_SHARD_2, 2, true), AllGatherAlgorithm::Ll);
+        assert_eq!(choose_all_gather(LL_MAX_SHARD_2 + 2, 2, true), AllGatherAlgorithm::CePush);
+        assert_eq!(choose_all_gather(64 << 10, 4, false), AllGatherAlgorithm::SmOneshot);
+        assert_eq!(choose_reduce_scatter(64 << 10, 2), ReduceScatterAlgorithm::Ll);
+        assert_eq!(choose_reduce_scatter(LL_MAX_CHUNK_2 + 2, 2), ReduceScatterAlgorithm::SmDirect);
+        assert_eq!(choose_reduce_scatter(64 << 10, 8), ReduceScatterAlgorithm::SmDirect);
     }
 
     #[test]
