@@ -186,20 +186,20 @@ impl GpuGroup {
     /// Asynchronous: a peer that never arrives shows in [`GpuGroup::synchronize`].
     pub fn barrier(&self, stream: &Stream, channel: u32, method: SyncMethod) -> Result<()> {
         self.sync().barrier(stream, channel, method)?;
-        self.sync().track(stream)
+        self.sync().track(stream).map(drop)
     }
 
     /// Enqueues a signal to `peer` on `channel`, after everything enqueued before.
     pub fn put_signal(&self, stream: &Stream, peer: usize, channel: u32, method: SyncMethod) -> Result<()> {
         self.sync().put_signal(stream, peer, channel, method)?;
-        self.sync().track(stream)
+        self.sync().track(stream).map(drop)
     }
 
     /// Enqueues a wait for `peer`'s next signal on `channel`; work after it sees what
     /// the peer did before signalling.
     pub fn wait_signal(&self, stream: &Stream, peer: usize, channel: u32, method: SyncMethod) -> Result<()> {
         self.sync().wait_signal(stream, peer, channel, method)?;
-        self.sync().track(stream)
+        self.sync().track(stream).map(drop)
     }
 
     /// The group's failure, if it has one, without waiting (like NCCL's

@@ -74,7 +74,7 @@ impl GpuColl {
             launch(&a, ctas.unwrap_or_else(|| ll_ctas(n)))?;
             st.ll_seq += 1;
         }
-        self.sync.track(stream)?;
+        self.sync.track_ll(stream)?;
         drop(st);
         Ok(())
     }

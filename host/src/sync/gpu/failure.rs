@@ -82,7 +82,8 @@ impl GpuSync {
     }
 
     /// Whether a wait this rank has issued still lacks `peer`'s signal (read from this
-    /// rank's pad; `true` when the pad cannot be read).
+    /// rank's pad; `true` when the pad cannot be read). LL calls wait for data, not pad
+    /// slots: the watchdog treats them apart (`LL_DEAD_PEER_GRACE`).
     pub(crate) fn awaits_missing_from(&self, peer: usize) -> bool {
         match self.read_own_pad() {
             Ok(slots) => self.awaited().iter().any(|a| a.peer == peer && !epoch_reached(slots[a.slot], a.epoch)),

@@ -52,6 +52,10 @@ pub(crate) struct GpuSync {
     /// Workspaces replaced by larger ones, with the sequence number of the first call
     /// that no longer uses them: freed by the watchdog once every earlier call is done.
     retired: Mutex<Vec<(u64, SymmetricBuffer)>>,
+    /// One past the sequence number of the last LL call (0: none yet). LL kernels wait
+    /// for data lines, not pad slots, so while one is in flight every peer is awaited
+    /// (`awaits_missing_from`).
+    ll_last: std::sync::atomic::AtomicU64,
     pub(crate) core: GroupCore,
 }
 
@@ -79,13 +83,14 @@ impl GpuSync {
             stopping: AtomicBool::new(false),
             rules: Rules::for_timeout(core_timeout),
             retired: Mutex::new(Vec::new()),
+            ll_last: Default::default(),
         })
     }
 
     /// Registers a call just enqueued on `stream`: records its completion event (a
     /// reused one when the watchdog has freed some) and hands it to the watchdog.
     /// Never waits.
-    pub(crate) fn track(&self, stream: &Stream) -> Result<()> {
+    pub(crate) fn track(&self, stream: &Stream) -> Result<u64> {
         let free = self.inflight.lock().unwrap_or_else(|p| p.into_inner()).take_free();
         let ev = match free {
             Some(e) => e,
@@ -97,11 +102,25 @@ impl GpuSync {
         stream.record(&ev)?;
         let mut q = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
         let was_idle = q.pending() == 0;
-        q.push(stream.raw() as u64, ev, Instant::now());
+        let seq = q.push(stream.raw() as u64, ev, Instant::now());
         if was_idle {
             self.wake.notify_all();
         }
+        Ok(seq)
+    }
+
+    /// As [`GpuSync::track`], for an LL call: until it completes, a dead peer is one
+    /// this rank waits for (its kernels wait on data lines, which the pad does not show).
+    pub(crate) fn track_ll(&self, stream: &Stream) -> Result<()> {
+        let seq = self.track(stream)?;
+        self.ll_last.fetch_max(seq + 1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Whether an LL call is still in flight on this rank.
+    pub(crate) fn ll_in_flight(&self) -> bool {
+        let last = self.ll_last.load(std::sync::atomic::Ordering::Relaxed);
+        last > 0 && !self.inflight.lock().unwrap_or_else(|p| p.into_inner()).done_before(last)
     }
 
     /// Hands `buf` (a workspace no later call will use) to the watchdog, which frees it

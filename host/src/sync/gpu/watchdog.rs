@@ -24,6 +24,12 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// How long a call must have waited at a stream's head, while an LL call is in flight,
+/// before a hung-up peer is blamed for it. An LL call whose data already arrived
+/// completes within microseconds, so a peer that sent its part and exited normally is
+/// not blamed; one that died first is named about this much later.
+const LL_DEAD_PEER_GRACE: Duration = Duration::from_millis(20);
+
 use super::GpuSync;
 use super::inflight::{Action, InFlight, Observation, poll_interval};
 use crate::cuda::Event;
@@ -145,7 +151,11 @@ impl GpuSync {
             Action::FailPeerGone(peer) => {
                 // Only if work really waits for it: a peer that finished its part and
                 // exited leaves calls (or the caller's own work) that still complete.
-                if !self.awaits_missing_from(peer) {
+                // LL kernels wait for data lines, which the pad does not show: a call
+                // stuck at a stream's head for the grace period while an LL call is in
+                // flight counts as waiting for the peer.
+                let ll_stuck = head_wait.is_some_and(|w| w >= LL_DEAD_PEER_GRACE) && self.ll_in_flight();
+                if !ll_stuck && !self.awaits_missing_from(peer) {
                     return true;
                 }
                 fail(Error::PeerGone { rank, peer, what: "its signals were awaited on the GPU".into() })
