@@ -30,7 +30,9 @@ for m in kernel memop; do
   st "coll-stress w=2 $m (ll in the rotation)" coll.txt 30 "${lt[@]}" "$L" selftest coll-stress --backend gpu --method "$m"
 done
 st "coll-enqueue w=2 kernel" coll.txt 30 "${lt[@]}" "$L" selftest coll-enqueue --method kernel
-st "coll-dead-peer kernel, kill at 300" dead.txt 70 bash "$here/gpu-dead-peer.sh" 0,1 2 kernel "$L" "$out" 300
+for m in kernel memop; do
+  st "coll-dead-peer $m, kill at 300" dead.txt 70 bash "$here/gpu-dead-peer.sh" 0,1 2 "$m" "$L" "$out" 300
+done
 b=("${l2[@]}" "$L" bench)
 st "bench all-gather 64K..256M (all, NCCL)" ag.txt 70 "${b[@]}" all-gather -b 64K -e 256M -f 4 --sync kernel,memop --json "$out/ag.json"
 st "bench reduce-scatter 64K..256M (all, NCCL)" rs.txt 70 "${b[@]}" reduce-scatter -b 64K -e 256M -f 4 --sync kernel --json "$out/rs.json"
