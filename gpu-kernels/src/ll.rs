@@ -174,73 +174,6 @@ unsafe fn store8(p: *mut u8, valid: u64, aligned: bool, lo: u32, hi: u32) {
     }
 }
 
-/// Lines a thread works on at once (`i`, `i + step`, ... of its grid-stride share): their
-/// loads are issued together, so one NVLink or memory latency covers all of them rather
-/// than one each (a thread has up to 8 lines per round at 1 MiB).
-const U: usize = 4;
-
-/// The payload of this thread's line group starting at line `i` of the round (lines
-/// `i + j * step < n`), from `src`, which holds `total` bytes; line `l` is at byte
-/// `(first + l) * 8`.
-///
-/// # Safety
-/// `src` is readable for `total` bytes; `aligned` as in [`load8`].
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn load_group(src: *const u8, total: u64, first: u64, i: u64, step: u64, n: u64, aligned: bool) -> [(u32, u32); U] {
-    let mut v = [(0u32, 0u32); U];
-    for (j, x) in v.iter_mut().enumerate() {
-        let l = i + j as u64 * step;
-        if l < n {
-            let off = (first + l) * 8;
-            // SAFETY: `off < total` (line `l` of the round holds payload); the caller's.
-            *x = unsafe { load8(src.add(off as usize), (total - off).min(8), aligned) };
-        }
-    }
-    v
-}
-
-/// Receives this thread's line group starting at line `i` from the slot at `base`
-/// (from `peer`): all loads first, then a wait only for lines not there yet.
-///
-/// # Safety
-/// `base` is a slot of this rank's LL buffer holding `n` lines; `w.err` is valid.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn recv_group(
-    w: &Waits,
-    base: u64,
-    (i, step, n): (u64, u64, u64),
-    flag: u32,
-    peer: u32,
-    out: &mut [(u32, u32); U],
-) -> bool {
-    let mut raw = [[0u32; 4]; U];
-    for (j, r) in raw.iter_mut().enumerate() {
-        let l = i + j as u64 * step;
-        if l < n {
-            // SAFETY: line `l < n` of the slot (caller).
-            *r = unsafe { ld_line((base + l * 16) as *const u32) };
-        }
-    }
-    for (j, (o, r)) in out.iter_mut().zip(raw).enumerate() {
-        let l = i + j as u64 * step;
-        if l >= n {
-            continue;
-        }
-        if r[1] == flag && r[3] == flag {
-            *o = (r[0], r[2]);
-        } else {
-            // SAFETY: as above.
-            match unsafe { w.line((base + l * 16) as *const u32, flag, peer) } {
-                Some(v) => *o = v,
-                None => return false,
-            }
-        }
-    }
-    true
-}
-
 /// One round of the LL all-gather: lines `first .. first + n` of this rank's `shard`
 /// bytes at `src` go into slot `rank` of every peer's LL buffer (`bases[p] + out_off`),
 /// and peer `p`'s lines, from slot `p` of this rank's buffer (`bases[rank] + in_off`
@@ -279,48 +212,32 @@ pub unsafe extern "ptx-kernel" fn lowcon_ll_allgather(
     // guarantees: line i < n lines of a slot, payload offsets < shard.
     unsafe {
         let mut i = start;
-        let group = U as u64 * step;
         while i < n {
-            let v = load_group(src, shard, first, i, step, n, aligned);
+            let off = (first + i) * 8;
+            let valid = (shard - off).min(8);
+            let (lo, hi) = load8(src.add(off as usize), valid, aligned);
             for k in 1..world {
                 let p = (rank + k) % world;
-                let slot_base = *bases.add(p as usize) + half_off + rank as u64 * slot;
-                for (j, &(lo, hi)) in v.iter().enumerate() {
-                    let l = i + j as u64 * step;
-                    if l < n {
-                        st_line((slot_base + l * 16) as *mut u32, lo, hi, flag);
-                    }
-                }
+                let line = *bases.add(p as usize) + half_off + rank as u64 * slot + i * 16;
+                st_line(line as *mut u32, lo, hi, flag);
             }
             if own != 0 {
-                for (j, &(lo, hi)) in v.iter().enumerate() {
-                    let l = i + j as u64 * step;
-                    if l < n {
-                        let off = (first + l) * 8;
-                        store8(dst.add((rank as u64 * shard + off) as usize), (shard - off).min(8), aligned, lo, hi);
-                    }
-                }
+                store8(dst.add((rank as u64 * shard + off) as usize), valid, aligned, lo, hi);
             }
-            i += group;
+            i += step;
         }
         let mine = *bases.add(rank as usize) + half_off;
         let mut i = start;
         while i < n {
+            let off = (first + i) * 8;
+            let valid = (shard - off).min(8);
             for k in 1..world {
                 let p = (rank + world - k) % world;
-                let mut v = [(0u32, 0u32); U];
-                if !recv_group(&w, mine + p as u64 * slot, (i, step, n), flag, p, &mut v) {
-                    return;
-                }
-                for (j, &(lo, hi)) in v.iter().enumerate() {
-                    let l = i + j as u64 * step;
-                    if l < n {
-                        let off = (first + l) * 8;
-                        store8(dst.add((p as u64 * shard + off) as usize), (shard - off).min(8), aligned, lo, hi);
-                    }
-                }
+                let line = (mine + p as u64 * slot + i * 16) as *const u32;
+                let Some((lo, hi)) = w.line(line, flag, p) else { return };
+                store8(dst.add((p as u64 * shard + off) as usize), valid, aligned, lo, hi);
             }
-            i += group;
+            i += step;
         }
     }
 }
@@ -359,58 +276,46 @@ unsafe fn ll_rs<T: Elem>(
 ) {
     let rank = w.rank;
     let (start, step) = grid_stride();
-    // All 8 lanes of a line's unpacked values are combined (2 or 4 are payload, the
-    // rest zeros that are never stored): fixed bounds keep the arrays in registers.
-    let group = U as u64 * step;
+    let per_line = 8 / core::mem::size_of::<T>();
     // SAFETY: (the whole body) as in `lowcon_ll_allgather`.
     unsafe {
         let mut i = start;
         while i < n {
+            let off = (first + i) * 8;
+            let valid = (chunk - off).min(8);
             for k in 1..world {
                 let p = (rank + k) % world;
-                let v = load_group(src.add((p as u64 * chunk) as usize), chunk, first, i, step, n, aligned);
-                let slot_base = *bases.add(p as usize) + half_off + rank as u64 * slot;
-                for (j, &(lo, hi)) in v.iter().enumerate() {
-                    let l = i + j as u64 * step;
-                    if l < n {
-                        st_line((slot_base + l * 16) as *mut u32, lo, hi, flag);
-                    }
-                }
+                let (lo, hi) = load8(src.add((p as u64 * chunk + off) as usize), valid, aligned);
+                let line = *bases.add(p as usize) + half_off + rank as u64 * slot + i * 16;
+                st_line(line as *mut u32, lo, hi, flag);
             }
-            i += group;
+            i += step;
         }
         let mine = *bases.add(rank as usize) + half_off;
-        let own = src.add((rank as u64 * chunk) as usize);
         let mut i = start;
         while i < n {
-            let mut acc = [[0f32; 8]; U];
+            let off = (first + i) * 8;
+            let valid = (chunk - off).min(8);
+            let mut acc = [0f32; 8];
             for s in 0..world {
-                let mut v = [(0u32, 0u32); U];
-                if s == rank {
-                    v = load_group(own, chunk, first, i, step, n, aligned);
-                } else if !recv_group(&w, mine + s as u64 * slot, (i, step, n), flag, s, &mut v) {
-                    return;
-                }
-                for (a, &(lo, hi)) in acc.iter_mut().zip(v.iter()) {
-                    let x = unpack_line::<T>(lo, hi);
-                    for e in 0..8 {
-                        a[e] = if s == 0 { x[e] } else { combine(op, a[e], x[e]) };
-                    }
+                let (lo, hi) = if s == rank {
+                    load8(src.add((rank as u64 * chunk + off) as usize), valid, aligned)
+                } else {
+                    let line = (mine + s as u64 * slot + i * 16) as *const u32;
+                    let Some(v) = w.line(line, flag, s) else { return };
+                    v
+                };
+                let x = unpack_line::<T>(lo, hi);
+                for e in 0..per_line {
+                    acc[e] = if s == 0 { x[e] } else { combine(op, acc[e], x[e]) };
                 }
             }
-            for (j, a) in acc.iter_mut().enumerate() {
-                let l = i + j as u64 * step;
-                if l >= n {
-                    continue;
-                }
-                for x in a.iter_mut() {
-                    *x = finish(op, *x, world);
-                }
-                let out = T::pack(a).0;
-                let off = (first + l) * 8;
-                store8(dst.add(off as usize), (chunk - off).min(8), aligned, out[0], out[1]);
+            for a in acc.iter_mut().take(per_line) {
+                *a = finish(op, *a, world);
             }
-            i += group;
+            let out = T::pack(&acc).0;
+            store8(dst.add(off as usize), valid, aligned, out[0], out[1]);
+            i += step;
         }
     }
 }
