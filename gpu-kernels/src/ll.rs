@@ -90,6 +90,23 @@ impl Waits {
     /// `p` is a 16-byte-aligned line of this rank's LL buffer; `err` is valid.
     #[inline(always)]
     unsafe fn line(&self, p: *const u32, flag: u32, peer: u32) -> Option<(u32, u32)> {
+        // SAFETY: forwarded from the caller.
+        let v = unsafe { ld_line(p) };
+        if v[1] == flag && v[3] == flag {
+            return Some((v[0], v[2]));
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.line_slow(p, flag, peer) }
+    }
+
+    /// The spinning part of [`Waits::line`], out of line: its clock, back-off and abort
+    /// state would otherwise share registers with the kernels' loops (`ll_allgather`
+    /// spilled 8 bytes with it inlined, which `host/tests/ptx.rs` refuses).
+    ///
+    /// # Safety
+    /// As [`Waits::line`].
+    #[inline(never)]
+    unsafe fn line_slow(&self, p: *const u32, flag: u32, peer: u32) -> Option<(u32, u32)> {
         let mut spins = 0u32;
         let mut start = 0u64;
         let mut next_abort_check = ABORT_FIRST_NS;

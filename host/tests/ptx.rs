@@ -70,10 +70,29 @@ fn ll_kernels_keep_their_line_stores_and_loads() {
     // cached accesses, a reader could see a flag before its data.
     for name in std::iter::once(&kernel_names::LL_ALLGATHER).chain(kernel_names::LL_RS.iter()) {
         let body = entry_body(name);
-        for instr in ["st.volatile.v4.u32", "ld.volatile.v4.u32", "%globaltimer"] {
+        for instr in ["st.volatile.v4.u32", "ld.volatile.v4.u32", "line_slow"] {
             assert!(body.contains(instr), "{name} lost `{instr}`");
         }
     }
+    // The spin, out of line (`Waits::line_slow`): bounded by the clock, polling the same
+    // 16-byte volatile loads.
+    let slow = func_body("line_slow");
+    for instr in ["ld.volatile.v4.u32", "%globaltimer", "nanosleep"] {
+        assert!(slow.contains(instr), "Waits::line_slow lost `{instr}`");
+    }
+}
+
+/// The body of the `.func` whose name contains `fragment` (its definition: the last
+/// `.func` line naming it, up to the closing brace).
+fn func_body(fragment: &str) -> &'static str {
+    let start = PTX
+        .match_indices(".func")
+        .map(|(i, _)| i)
+        .filter(|&i| PTX[i..].lines().take(2).any(|l| l.contains(fragment)))
+        .last()
+        .unwrap_or_else(|| panic!("no .func named like {fragment}"));
+    let end = PTX[start..].find("\n}\n").map_or(PTX.len(), |e| start + e + 3);
+    &PTX[start..end]
 }
 
 #[test]
