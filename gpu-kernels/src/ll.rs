@@ -14,7 +14,7 @@
 //! pushes those only from its own kernel of round `seq - 1`, which started after its
 //! kernel of round `seq - 2` completed, i.e. after it read everything of half
 //! `seq & 1`. So one round per kernel launch is safe whatever the CTA counts, and the
-//! host launches one kernel per round (`coll::ll`).
+//! host launches one kernel per round (`host/src/coll/gpu/ll.rs`).
 //!
 //! Every wait is bounded by `%globaltimer` and drains on the group's abort word, like
 //! the barriers (`atomics::wait_epoch_acquire_sys_or_abort`); a failure fills the error
@@ -192,9 +192,9 @@ unsafe fn store8(p: *mut u8, valid: u64, aligned: bool, lo: u32, hi: u32) {
 }
 
 /// One round of the LL all-gather: lines `first .. first + n` of this rank's `shard`
-/// bytes at `src` go into slot `rank` of every peer's LL buffer (`bases[p] + out_off`),
-/// and peer `p`'s lines, from slot `p` of this rank's buffer (`bases[rank] + in_off`
-/// ... `+ p * slot`), into `dst[p * shard ..]`. With `own != 0` this rank's lines are
+/// bytes at `src` go into slot `rank` of every peer's LL buffer (`bases[p] + half_off +
+/// rank * slot`), and peer `p`'s lines, from slot `p` of this rank's buffer
+/// (`bases[rank] + half_off + p * slot`), into `dst[p * shard ..]`. With `own != 0` this rank's lines are
 /// also copied to `dst[rank * shard ..]`. `aligned`: `src`, `dst` and `shard` are
 /// multiples of 8.
 ///

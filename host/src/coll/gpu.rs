@@ -566,9 +566,8 @@ impl GpuColl {
         let mut st = self.channel(channel);
         self.prepare(&mut st, bytes, 0)?;
         // The LL buffer too (also collective), on the channel's copy stream, waited for.
-        let copy = st.copy.take().expect("prepared");
-        let res = self.prepare_ll(&mut st, &copy, channel, SyncMethod::default()).and_then(|()| copy.synchronize());
-        st.copy = Some(copy);
-        res
+        let copy = st.copy.clone().expect("prepared");
+        self.prepare_ll(&mut st, &copy, channel, SyncMethod::default())?;
+        copy.synchronize()
     }
 }

@@ -357,15 +357,11 @@ impl Kernels {
         a: &LlArgs,
         own: bool,
     ) -> Result<()> {
-        let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (COLL_THREADS, 1, 1), shared_mem_bytes: 0 };
-        let mut l = stream.cuda_stream().launch_builder(&self.ll_allgather);
-        let (own, aligned) = (own as u32, a.aligned as u32);
-        l.arg(&pad.rank).arg(&pad.world).arg(&channel).arg(&pad.timeout_ns).arg(&pad.err);
-        l.arg(&a.bases).arg(&a.half_off).arg(&a.slot).arg(&a.flag).arg(&a.src).arg(&a.dst).arg(&a.bytes);
-        l.arg(&a.first).arg(&a.n).arg(&own).arg(&aligned);
-        // SAFETY: matches `lowcon_ll_allgather`'s signature; validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(ll_allgather)"))?;
-        Ok(())
+        // SAFETY: forwarded from the caller; `own` is `lowcon_ll_allgather`'s last-but-one
+        // argument.
+        unsafe {
+            self.ll_round(&self.ll_allgather, "cuLaunchKernel(ll_allgather)", stream, pad, channel, ctas, a, own as u32)
+        }
     }
 
     /// Enqueues one round of the LL reduce-scatter (`dtype` is a `reduce_dtype` index).
@@ -383,14 +379,35 @@ impl Kernels {
         a: &LlArgs,
         op: u32,
     ) -> Result<()> {
+        // SAFETY: forwarded from the caller; `op` is `lowcon_ll_rs_*`'s last-but-one argument.
+        unsafe { self.ll_round(&self.ll_rs[dtype], "cuLaunchKernel(ll_rs)", stream, pad, channel, ctas, a, op) }
+    }
+
+    /// Launches an LL kernel: both take the same arguments but the last-but-one (`own` for
+    /// the all-gather, the operator for the reduce-scatter), `extra`.
+    ///
+    /// # Safety
+    /// `func` is `lowcon_ll_allgather` or a `lowcon_ll_rs_*`; as [`Kernels::ll_allgather`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn ll_round(
+        &self,
+        func: &CudaFunction,
+        what: &'static str,
+        stream: &Stream,
+        pad: PadArgs,
+        channel: u32,
+        ctas: u32,
+        a: &LlArgs,
+        extra: u32,
+    ) -> Result<()> {
         let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (COLL_THREADS, 1, 1), shared_mem_bytes: 0 };
-        let mut l = stream.cuda_stream().launch_builder(&self.ll_rs[dtype]);
+        let mut l = stream.cuda_stream().launch_builder(func);
         let aligned = a.aligned as u32;
         l.arg(&pad.rank).arg(&pad.world).arg(&channel).arg(&pad.timeout_ns).arg(&pad.err);
         l.arg(&a.bases).arg(&a.half_off).arg(&a.slot).arg(&a.flag).arg(&a.src).arg(&a.dst).arg(&a.bytes);
-        l.arg(&a.first).arg(&a.n).arg(&op).arg(&aligned);
-        // SAFETY: matches `lowcon_ll_rs_*`'s signature; validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(ll_rs)"))?;
+        l.arg(&a.first).arg(&a.n).arg(&extra).arg(&aligned);
+        // SAFETY: matches the LL kernels' signature; validity is the caller's.
+        unsafe { l.launch(cfg) }.map_err(drv(what))?;
         Ok(())
     }
 
