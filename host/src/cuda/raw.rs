@@ -247,6 +247,41 @@ pub mod host_mem {
         Ok((host, dev))
     }
 
+    /// `cuMemHostRegister(DEVICEMAP | PORTABLE)` of existing host memory (a shared
+    /// mapping, say); returns its device address.
+    ///
+    /// # Safety
+    /// A context must be current; `host` is page-aligned, `bytes` a multiple of the page
+    /// size, and the range stays mapped until [`unregister`].
+    pub unsafe fn register(host: *mut c_void, bytes: usize) -> Result<sys::CUdeviceptr> {
+        // SAFETY: forwarded from the caller.
+        check("cuMemHostRegister", unsafe {
+            sys::cuMemHostRegister_v2(
+                host,
+                bytes,
+                sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE,
+            )
+        })?;
+        let mut dev = 0;
+        // SAFETY: valid out-pointer; `host` was just registered with DEVICEMAP.
+        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, host, 0) };
+        if let Err(e) = check("cuMemHostGetDevicePointer", r) {
+            // SAFETY: undo the registration above.
+            let _ = unsafe { sys::cuMemHostUnregister(host) };
+            return Err(e);
+        }
+        Ok(dev)
+    }
+
+    /// `cuMemHostUnregister`.
+    ///
+    /// # Safety
+    /// `host` was registered by [`register`]; no pending GPU work uses it.
+    pub unsafe fn unregister(host: *mut c_void) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        check("cuMemHostUnregister", unsafe { sys::cuMemHostUnregister(host) })
+    }
+
     /// `cuMemFreeHost`.
     ///
     /// # Safety

@@ -4,10 +4,12 @@
 //! Detection: kernel waits time out on the device and claim the group's error record
 //! (pinned memory the host polls); stream-memop waits cannot time out, so the host
 //! bounds them (the group's timeout) and watches every peer's socket for a hang-up.
-//! Diagnosis reads this rank's pad and names the first (channel, peer) whose signal is
-//! behind. Release makes every stuck wait complete so the streams drain: kernels give
-//! up once the record is aborted, memop waits see their epochs written into this
-//! rank's own pad from a side stream. The group then refuses further work.
+//! Diagnosis reads this rank's pads (the host pad of memop waits, then, if that does not
+//! settle it, the device pad of kernel waits) and names the first (channel, peer) whose
+//! signal is behind. Release makes every stuck wait complete so the streams drain, with
+//! no driver call (NOTE [host pad]): kernels give up once the record's abort word is
+//! set, memop waits see their epochs stored into this rank's host pad. The group then
+//! refuses further work.
 
 use std::time::{Duration, Instant};
 
@@ -15,6 +17,7 @@ use cudarc::driver::sys;
 use lowcon_abi::{ErrorRecord, pad, status};
 
 use super::GpuSync;
+use super::sentinel::Step;
 use crate::cuda::{Device, Stream, raw};
 use crate::error::{Error, Result};
 use crate::memory::gpu::Drain;
@@ -32,7 +35,7 @@ impl HostRecord {
 
     /// Marks the record as failed (if nothing claimed it yet) so that queued kernels'
     /// waits give up instead of each waiting out its timeout.
-    fn abort(&self) {
+    pub(crate) fn abort(&self) {
         let code = self.0.host.cast::<u32>();
         // SAFETY: `code` is the record's first field in live pinned memory; kernels only
         // CAS it from OK, so a racing claim by a kernel at worst loses to this write,
@@ -82,11 +85,17 @@ impl GpuSync {
     }
 
     /// Whether a wait this rank has issued still lacks `peer`'s signal (read from this
-    /// rank's pad; `true` when the pad cannot be read). LL calls wait for data, not pad
-    /// slots: the watchdog treats them apart (`LL_DEAD_PEER_GRACE`).
+    /// rank's pads; `true` when the device pad cannot be read). LL calls wait for data,
+    /// not pad slots: the watchdog treats them apart (`LL_DEAD_PEER_GRACE`).
     pub(crate) fn awaits_missing_from(&self, peer: usize) -> bool {
+        let mine: Vec<Awaited> = self.awaited().into_iter().filter(|a| a.peer == peer).collect();
+        // The host pad costs no driver call: memop waits are settled by it alone.
+        let host = self.host_pad.snapshot();
+        if mine.iter().all(|a| epoch_reached(host[a.slot], a.epoch)) {
+            return false;
+        }
         match self.read_own_pad() {
-            Ok(slots) => self.awaited().iter().any(|a| a.peer == peer && !epoch_reached(slots[a.slot], a.epoch)),
+            Ok(dev) => mine.iter().any(|a| !a.reached(&host, &dev)),
             Err(_) => true,
         }
     }
@@ -143,7 +152,8 @@ impl GpuSync {
     /// what this rank expects.
     pub(crate) fn diagnose_timeout(&self) -> Error {
         let secs = self.core.timeout.as_secs_f64();
-        let slots = match self.read_own_pad() {
+        let host = self.host_pad.snapshot();
+        let dev = match self.read_own_pad() {
             Ok(s) => s,
             Err(e) => {
                 return Error::Rendezvous(format!(
@@ -153,8 +163,9 @@ impl GpuSync {
             }
         };
         for a in self.awaited() {
-            let seen = slots[a.slot];
-            if !epoch_reached(seen, a.epoch) {
+            // The later of the two pads' epochs: each holds the signals of its method.
+            let seen = if epoch_reached(host[a.slot], dev[a.slot]) { host[a.slot] } else { dev[a.slot] };
+            if !a.reached(&host, &dev) {
                 return Error::PeerTimeout {
                     rank: self.core.rank,
                     peer: a.peer,
@@ -174,6 +185,7 @@ impl GpuSync {
 
     /// Waits, at most [`Self::SIDE_LIMIT`], for what was enqueued on the side stream.
     fn side_wait(&self, what: &str) -> Result<()> {
+        let _step = self.watch_step.enter(Step::SideWait);
         let done = self.side.event(false)?;
         self.side.record(&done)?;
         let start = Instant::now();
@@ -193,6 +205,7 @@ impl GpuSync {
     /// This rank's pad as it is now, copied on the side stream into pinned memory
     /// (bounded: never waits behind a stuck stream for long).
     fn read_own_pad(&self) -> Result<Vec<u32>> {
+        let _step = self.watch_step.enter(Step::ReadPad);
         let bytes = pad::bytes(self.core.world as u32);
         // SAFETY: copies this rank's live pad into the pinned mirror of the same size;
         // the mirror is only read after the copy completed (side_wait).
@@ -204,11 +217,11 @@ impl GpuSync {
         Ok((0..bytes / 4).map(|i| unsafe { std::ptr::read_volatile(words.add(i)) }).collect())
     }
 
-    /// One round of releasing every wait this rank has enqueued, so the streams drain:
-    /// kernels give up their waits (error record), and stream-memop waits see their
-    /// epoch written into this rank's own pad by stream write-value operations on the
-    /// side stream (no copy engine, no SM, nothing read first). Only used once the
-    /// group has failed.
+    /// One round of releasing every wait this rank has enqueued, so the streams drain,
+    /// with no driver call (it runs on the watchdog and on the sentinel, NOTE [stuck
+    /// watchdog]): kernels give up their waits (the record's abort word), and
+    /// stream-memop waits see their epochs stored into this rank's host pad. Only used
+    /// once the group has failed.
     ///
     /// The watchdog repeats rounds while calls are in flight, re-reading the awaited
     /// epochs each time: a live peer that had enqueued fewer calls keeps signalling
@@ -216,28 +229,32 @@ impl GpuSync {
     /// overwrites a released slot with a value below what a later wait here needs
     /// (seen on 4x H200: one survivor one call ahead of the others stayed stuck); and a
     /// call that was blocked in the driver's queue may enqueue further waits.
-    pub(crate) fn release_round(&self) -> Result<usize> {
-        let rank = self.core.rank;
+    pub(crate) fn release_round(&self) -> usize {
         // Queued kernels of this group give up their waits at once from now on.
         self.err.abort();
         let awaited = self.awaited();
         for a in &awaited {
-            let addr = self.pads.local_ptr() + 4 * a.slot as u64;
-            // SAFETY: `addr` is a 4-byte slot inside this rank's live pad.
-            if let Err(e) = unsafe { raw::mem_op::write_u32(self.side.raw(), addr, a.epoch) } {
-                crate::log::trace(rank, &format!("releasing slot {}: {e}", a.slot));
-            }
+            self.host_pad.release(a.slot, a.epoch);
         }
-        self.side_wait("releasing the stuck waits")?;
-        Ok(awaited.len())
+        awaited.len()
     }
 }
 
-/// One wait this rank has issued: the slot in its own pad and the epoch it awaits.
+/// One wait this rank has issued: the slot in its own pads and the epoch it awaits.
 struct Awaited {
     slot: usize,
     epoch: u32,
     channel: u32,
     peer: usize,
     what: &'static str,
+}
+
+impl Awaited {
+    /// Whether the signal arrived, in either pad: the host pad holds the epochs of
+    /// memop signals, the device pad those of kernel signals, and a wait completes once
+    /// its own method's pad reaches its epoch (a later epoch in either pad also means
+    /// the peer got past it).
+    fn reached(&self, host: &[u32], dev: &[u32]) -> bool {
+        epoch_reached(host[self.slot], self.epoch) || epoch_reached(dev[self.slot], self.epoch)
+    }
 }

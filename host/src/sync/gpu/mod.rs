@@ -5,17 +5,19 @@
 //! arrive.
 
 pub(crate) mod failure;
+pub(crate) mod host_pad;
 pub(crate) mod inflight;
+pub(crate) mod sentinel;
 pub(crate) mod watchdog;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use cudarc::driver::sys;
 use lowcon_abi::pad;
 
 use self::failure::HostRecord;
+use self::host_pad::HostPad;
 use self::inflight::{InFlight, Rules};
 use super::{Epochs, SyncMethod};
 use crate::cuda::kernels::PadArgs;
@@ -36,6 +38,8 @@ pub(crate) struct GpuSync {
     handles: HandleKind,
     epochs: Mutex<Epochs>,
     pub(crate) pads: SymmetricBuffer,
+    /// The slots of stream-memop waits, in shared host memory (NOTE [host pad]).
+    host_pad: HostPad,
     err: HostRecord,
     /// Where `read_own_pad` copies this rank's pad (pinned, so the copy is truly
     /// asynchronous and its wait can be bounded).
@@ -56,6 +60,8 @@ pub(crate) struct GpuSync {
     /// for data lines, not pad slots, so while one is in flight every peer is awaited
     /// (`awaits_missing_from`).
     ll_last: std::sync::atomic::AtomicU64,
+    /// The watchdog's current step, which the sentinel watches (NOTE [stuck watchdog]).
+    watch_step: sentinel::Stage,
     pub(crate) core: GroupCore,
 }
 
@@ -65,6 +71,7 @@ impl GpuSync {
         device.kernels()?;
         let world = core.world as u32;
         let pads = alloc(&core, &device, handles, pad::buffer_bytes(world))?;
+        let host_pad = HostPad::new(&core, &device, Drain::new(&core))?;
         let err = HostRecord::new(&device, Drain::new(&core))?;
         let pad_mirror = Pinned::new(&device, pad::bytes(world), Drain::new(&core))?;
         let side = device.stream(StreamPriority::High)?;
@@ -75,6 +82,7 @@ impl GpuSync {
             device,
             handles,
             pads,
+            host_pad,
             err,
             pad_mirror,
             side,
@@ -84,6 +92,7 @@ impl GpuSync {
             rules: Rules::for_timeout(core_timeout),
             retired: Mutex::new(Vec::new()),
             ll_last: Default::default(),
+            watch_step: Default::default(),
         })
     }
 
@@ -163,31 +172,19 @@ impl GpuSync {
         self.device.bind_to_thread()
     }
 
-    fn slot_ptr(&self, owner: usize, channel: u32, kind: u32, from: usize) -> sys::CUdeviceptr {
-        self.pads.peer_ptr(owner) + 4 * pad::slot(channel, kind, from as u32, self.core.world as u32) as u64
-    }
-
-    fn stage_ptr(&self, channel: u32) -> sys::CUdeviceptr {
-        self.pads.local_ptr() + pad::stage_offset(self.core.world as u32, channel) as u64
-    }
-
-    /// Memop signal: write the epoch into this rank's staging word, then copy the 4 bytes
-    /// into the peer's slot with the copy engine (no SM; the driver's write-value barrier
-    /// and stream order put it after everything enqueued before).
+    /// Memop signal: one write-value of the epoch into `peer`'s host pad (NOTE [host
+    /// pad]); the driver's default memory barrier before it, and stream order, put it
+    /// after everything enqueued before (copies into the peer's memory included).
     fn memop_signal(&self, stream: &Stream, peer: usize, channel: u32, kind: u32, epoch: u32) -> Result<()> {
-        let stage = self.stage_ptr(channel);
-        let dst = self.slot_ptr(peer, channel, kind, self.core.rank);
-        // SAFETY: both addresses are inside the live pad buffers owned by `self`.
-        unsafe {
-            raw::mem_op::write_u32(stream.raw(), stage, epoch)?;
-            raw::mem_op::copy(stream.raw(), dst, stage, 4)
-        }
+        let slot = pad::slot(channel, kind, self.core.rank as u32, self.core.world as u32);
+        // SAFETY: the slot is inside `peer`'s registered host pad, owned by `self`.
+        unsafe { raw::mem_op::write_u32(stream.raw(), self.host_pad.slot_dev(peer, slot), epoch) }
     }
 
     fn memop_wait(&self, stream: &Stream, peer: usize, channel: u32, kind: u32, epoch: u32) -> Result<()> {
-        let slot = self.slot_ptr(self.core.rank, channel, kind, peer);
-        // SAFETY: `slot` is inside this rank's live pad buffer.
-        unsafe { raw::mem_op::wait_geq_u32(stream.raw(), slot, epoch) }
+        let slot = pad::slot(channel, kind, peer as u32, self.core.world as u32);
+        // SAFETY: the slot is inside this rank's registered host pad, owned by `self`.
+        unsafe { raw::mem_op::wait_geq_u32(stream.raw(), self.host_pad.slot_dev(self.core.rank, slot), epoch) }
     }
 
     /// Enqueues a barrier of all ranks on `channel`. Work enqueued on `stream` before it

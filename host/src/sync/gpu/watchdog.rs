@@ -32,25 +32,30 @@ const LL_DEAD_PEER_GRACE: Duration = Duration::from_millis(20);
 
 use super::GpuSync;
 use super::inflight::{Action, InFlight, Observation, poll_interval};
+use super::sentinel::{Sentinel, Step};
 use crate::cuda::Event;
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
 
-/// The running watchdog of one group; dropping it stops and joins the thread.
+/// The running watchdog of one group, with its sentinel (NOTE [stuck watchdog]);
+/// dropping it stops and joins the watchdog thread, then the sentinel's.
 pub(crate) struct Watchdog {
     sync: Arc<GpuSync>,
     thread: Option<JoinHandle<()>>,
+    // Dropped after `drop` joined the watchdog: it watches the watchdog's last rounds too.
+    _sentinel: Sentinel,
 }
 
 impl Watchdog {
     /// Starts the watchdog of `sync`'s group.
     pub(crate) fn spawn(sync: Arc<GpuSync>) -> Result<Self> {
+        let sentinel = Sentinel::spawn(sync.clone())?;
         let s = sync.clone();
         let thread = std::thread::Builder::new()
             .name(format!("lowcon-watch-{}", sync.core.rank))
             .spawn(move || s.watch())
             .map_err(|e| Error::Rendezvous(format!("rank {}: cannot start the watchdog: {e}", sync.core.rank)))?;
-        Ok(Self { sync, thread: Some(thread) })
+        Ok(Self { sync, thread: Some(thread), _sentinel: sentinel })
     }
 }
 
@@ -116,6 +121,7 @@ impl GpuSync {
         let now = Instant::now();
         let (head_wait, unused) = {
             let mut q = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            let _step = self.watch_step.enter(Step::Poll);
             let w = q.poll(now);
             (w, self.take_unused(&q))
         };
@@ -163,10 +169,8 @@ impl GpuSync {
             Action::FailStuck => fail(self.diagnose_timeout()),
             Action::Release => {}
         }
-        match self.release_round() {
-            Ok(n) => crate::log::trace(rank, &format!("released {n} awaited pad slots")),
-            Err(e) => crate::log::trace(rank, &format!("releasing stuck waits: {e}")),
-        }
+        let n = self.release_round();
+        crate::log::trace(rank, &format!("released {n} awaited pad slots"));
         true
     }
 

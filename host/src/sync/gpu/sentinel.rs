@@ -1,0 +1,260 @@
+//! The sentinel: a second thread per GPU group that makes no CUDA call at all, so that
+//! a dead peer is still named when the watchdog itself is stuck inside the driver.
+//!
+//! NOTE [stuck watchdog]: the watchdog talks to the driver (event queries, a copy of
+//! this rank's device pad on its side stream). While a caller's enqueue is blocked
+//! because a stream's queue is full, such calls can wait inside the driver for that
+//! enqueue, or their side-stream work can sit behind a stuck stream: seen on 2x H200
+//! with 8-16 MB calls queued from Python, the pad copy blocked inside `cuMemcpyAsync`
+//! on the legacy default stream, and on created streams its side-stream work never
+//! ran. If the queue is full because the calls wait for a dead peer, nothing would ever
+//! move: the stream cannot drain until the waits are released, and the watchdog that
+//! releases them waits for the stream. The sentinel breaks that cycle with what needs
+//! no driver:
+//!
+//! - the watchdog marks each step it takes ([`Stage`]); a step that has lasted
+//!   [`STUCK_AFTER`] is stuck (driver calls take microseconds; the watchdog's own
+//!   bounded waits poll in steps of their own);
+//! - while the watchdog is stuck and a peer's socket has hung up, the sentinel fails
+//!   the group with [`Error::PeerGone`] naming that peer and releases every wait with
+//!   [`GpuSync::release_round`], which is driver-free: the error record's abort word
+//!   (pinned host memory) makes kernel waits give up, and memop waits see their epochs
+//!   stored into the host pad (NOTE [host pad]). The streams drain, the blocked enqueue
+//!   returns, and the caller's next call, `check()` or `synchronize()` raises;
+//! - once the group has failed, it repeats that release while the watchdog is stuck.
+//!
+//! A peer that hung up while this rank's watchdog is stuck is never a false alarm worth
+//! keeping a group for: a queue that full holds collectives the peer has not made.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::GpuSync;
+use crate::error::{Error, Result};
+
+/// How long one watchdog step may last before the sentinel calls it stuck.
+pub(crate) const STUCK_AFTER: Duration = Duration::from_millis(100);
+
+/// How often the sentinel looks.
+const TICK: Duration = Duration::from_millis(5);
+
+/// What the watchdog is doing, for the sentinel and for diagnostics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum Step {
+    /// Between rounds, or outside any driver call.
+    Idle = 0,
+    /// Querying the completion events of the calls in flight.
+    Poll = 1,
+    /// Copying this rank's device pad to the host, to see which signals are missing.
+    ReadPad = 2,
+    /// Waiting (bounded) for work on the side stream.
+    SideWait = 3,
+}
+
+impl Step {
+    fn from_code(c: u32) -> Self {
+        match c {
+            1 => Step::Poll,
+            2 => Step::ReadPad,
+            3 => Step::SideWait,
+            _ => Step::Idle,
+        }
+    }
+
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Step::Idle => "idle",
+            Step::Poll => "querying the calls' completion events",
+            Step::ReadPad => "copying this rank's signal pad to the host",
+            Step::SideWait => "waiting for its side stream",
+        }
+    }
+}
+
+/// The watchdog's current step and since when (microseconds from `origin`).
+pub(crate) struct Stage {
+    origin: Instant,
+    code: AtomicU32,
+    since_us: AtomicU64,
+}
+
+impl Default for Stage {
+    fn default() -> Self {
+        Self { origin: Instant::now(), code: AtomicU32::new(0), since_us: AtomicU64::new(0) }
+    }
+}
+
+impl Stage {
+    /// Marks the start of `step`; the returned guard marks its end.
+    pub(crate) fn enter(&self, step: Step) -> StageGuard<'_> {
+        let prev = self.code.load(Ordering::Relaxed);
+        self.since_us.store(self.origin.elapsed().as_micros() as u64, Ordering::Relaxed);
+        self.code.store(step as u32, Ordering::Release);
+        StageGuard { stage: self, prev }
+    }
+
+    /// The step under way and how long it has lasted (`None` when idle).
+    pub(crate) fn current(&self) -> Option<(Step, Duration)> {
+        let step = Step::from_code(self.code.load(Ordering::Acquire));
+        if step == Step::Idle {
+            return None;
+        }
+        let since = Duration::from_micros(self.since_us.load(Ordering::Relaxed));
+        Some((step, self.origin.elapsed().saturating_sub(since)))
+    }
+}
+
+/// Ends a step (restoring the enclosing one, whose clock restarts).
+pub(crate) struct StageGuard<'a> {
+    stage: &'a Stage,
+    prev: u32,
+}
+
+impl Drop for StageGuard<'_> {
+    fn drop(&mut self) {
+        self.stage.since_us.store(self.stage.origin.elapsed().as_micros() as u64, Ordering::Relaxed);
+        self.stage.code.store(self.prev, Ordering::Release);
+    }
+}
+
+/// What the sentinel does about one look: pure, so CI tests it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Nothing,
+    /// Fail the group: `peer` hung up while the watchdog is stuck.
+    FailPeerGone(usize),
+    /// The group has failed and the watchdog is stuck: release the waits again.
+    Abort,
+}
+
+pub(crate) fn judge(stuck: Option<(Step, Duration)>, failed: bool, hung_up: Option<usize>) -> Verdict {
+    let Some((_, lasted)) = stuck else { return Verdict::Nothing };
+    if lasted < STUCK_AFTER {
+        return Verdict::Nothing;
+    }
+    if failed {
+        return Verdict::Abort;
+    }
+    match hung_up {
+        Some(peer) => Verdict::FailPeerGone(peer),
+        None => Verdict::Nothing,
+    }
+}
+
+/// The running sentinel; dropping it stops and joins the thread.
+pub(crate) struct Sentinel {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Sentinel {
+    pub(crate) fn spawn(sync: Arc<GpuSync>) -> Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, flag) = (sync.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("lowcon-sentry-{}", sync.core.rank))
+            .spawn(move || s.guard(&flag))
+            .map_err(|e| Error::Rendezvous(format!("rank {}: cannot start the sentinel: {e}", sync.core.rank)))?;
+        Ok(Self { stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl GpuSync {
+    /// The sentinel thread's body: no CUDA call in it.
+    fn guard(&self, stop: &AtomicBool) {
+        let rank = self.core.rank;
+        let mut reported: Option<Step> = None;
+        while !stop.load(Ordering::Acquire) {
+            std::thread::sleep(TICK);
+            let stuck = self.watch_step.current();
+            let hung_up = match stuck {
+                Some((_, d)) if d >= STUCK_AFTER => {
+                    (0..self.core.world).filter(|&p| p != rank).find(|&p| self.core.mesh.peer_hung_up(p))
+                }
+                _ => None,
+            };
+            if let Some((step, d)) = stuck
+                && d >= STUCK_AFTER
+                && reported != Some(step)
+            {
+                reported = Some(step);
+                crate::log::trace(
+                    rank,
+                    &format!("the watchdog has been {} for {} ms (inside the CUDA driver)", step.describe(), d.as_millis()),
+                );
+            }
+            if stuck.is_none() {
+                reported = None;
+            }
+            match judge(stuck, self.core.is_failed(), hung_up) {
+                Verdict::Nothing => {}
+                Verdict::FailPeerGone(peer) => {
+                    let step = stuck.map_or("", |(s, _)| s.describe());
+                    self.core.fail(Error::PeerGone {
+                        rank,
+                        peer,
+                        what: format!(
+                            "its signals were awaited on the GPU (found by the sentinel: the watchdog was stuck {step} \
+                             in the CUDA driver, behind a full stream queue)"
+                        ),
+                    });
+                    self.release_round();
+                }
+                Verdict::Abort => {
+                    self.release_round();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn only_a_stuck_watchdog_with_a_hung_up_peer_fails_the_group() {
+        let stuck = Some((Step::ReadPad, 150 * MS));
+        assert_eq!(judge(stuck, false, Some(1)), Verdict::FailPeerGone(1));
+        // Nobody hung up: a long driver call alone (a slow GPU) is the watchdog's to judge.
+        assert_eq!(judge(stuck, false, None), Verdict::Nothing);
+        // Not stuck long enough, or idle.
+        assert_eq!(judge(Some((Step::Poll, 99 * MS)), false, Some(1)), Verdict::Nothing);
+        assert_eq!(judge(None, false, Some(1)), Verdict::Nothing);
+        // Already failed: keep releasing.
+        assert_eq!(judge(stuck, true, Some(1)), Verdict::Abort);
+        assert_eq!(judge(None, true, Some(1)), Verdict::Nothing);
+    }
+
+    #[test]
+    fn stages_nest_and_time_themselves() {
+        let s = Stage::default();
+        assert_eq!(s.current(), None);
+        {
+            let _a = s.enter(Step::ReadPad);
+            {
+                let _b = s.enter(Step::SideWait);
+                assert_eq!(s.current().map(|c| c.0), Some(Step::SideWait));
+            }
+            std::thread::sleep(3 * MS);
+            let (step, lasted) = s.current().expect("in a step");
+            assert_eq!(step, Step::ReadPad);
+            assert!(lasted >= 2 * MS, "{lasted:?}");
+        }
+        assert_eq!(s.current(), None);
+    }
+}
