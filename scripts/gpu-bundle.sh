@@ -29,5 +29,6 @@ python3 -m pip download -q --only-binary=:all: --python-version 3.12 -d bundle/p
 cp scripts/gpu-run.sh bundle/run.sh
 cp scripts/gpu-dead-peer.sh bundle/gpu-dead-peer.sh
 cp scripts/gpu-final-17.sh bundle/gpu-final-17.sh
+cp scripts/gpu-faults.sh bundle/gpu-faults.sh
 chmod +x bundle/run.sh bundle/gpu-dead-peer.sh
 du -sh bundle

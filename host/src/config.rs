@@ -12,9 +12,10 @@ pub fn timeout() -> Duration {
 
 /// `LOWCON_SETUP_TIMEOUT_MS`: bound on collective set-up steps (group creation,
 /// symmetric allocation), which include CUDA context start-up on every rank and so can
-/// take far longer than a barrier. Never shorter than [`timeout`]. Default 300 000 ms.
+/// take far longer than a barrier. A group never uses less than its own timeout (the
+/// `timeout` option, else [`timeout`]). Default 300 000 ms.
 pub fn setup_timeout() -> Duration {
-    Duration::from_millis(env_u64("LOWCON_SETUP_TIMEOUT_MS").unwrap_or(300_000)).max(timeout())
+    Duration::from_millis(env_u64("LOWCON_SETUP_TIMEOUT_MS").unwrap_or(300_000))
 }
 
 /// `LOWCON_MEM_HANDLES`: how the GPU backend shares memory: `vmm` (CUDA VMM, POSIX file

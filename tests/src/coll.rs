@@ -759,14 +759,36 @@ fn blames(err: &lowcon::Error, victim: usize) -> bool {
     }
 }
 
-/// Rank `victim` kills itself with SIGKILL before call `kill_at` of a loop of `iters`
-/// collective calls (`call(i)` enqueues or runs call `i`; `finish` synchronises). Every
-/// other rank must get an error naming the victim, from a call or from `finish`,
-/// within the group's timeout, without help from a launcher.
+/// How the victim of a dead-peer scenario leaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// SIGKILL: like a crash, no destructors, no goodbye on any socket.
+    Kill,
+    /// `_exit(0)`: a clean exit no launcher counts as a failure, with calls in flight.
+    Clean,
+}
+
+impl std::str::FromStr for Exit {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sigkill" => Ok(Exit::Kill),
+            "exit" => Ok(Exit::Clean),
+            o => Err(format!("exit {o:?}: expected sigkill or exit")),
+        }
+    }
+}
+
+/// Rank `victim` leaves (`exit`) before call `kill_at` of a loop of `iters` collective
+/// calls (`call(i)` enqueues or runs call `i`; `finish` synchronises). Every other rank
+/// must get an error naming the victim, from a call or from `finish`, within the
+/// group's timeout, without help from a launcher.
+#[allow(clippy::too_many_arguments)]
 pub fn dead_peer_loop(
     rank: usize,
     victim: usize,
     kill_at: usize,
+    exit: Exit,
     iters: usize,
     timeout: Duration,
     mut call: impl FnMut(usize) -> lowcon::Result<()>,
@@ -786,8 +808,13 @@ pub fn dead_peer_loop(
     for i in 0..iters {
         if i == kill_at {
             if rank == victim {
-                // Like a crash: no destructors, no goodbye on any socket.
-                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+                match exit {
+                    Exit::Kill => {
+                        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+                    }
+                    // SAFETY: `_exit` ends the process at once; nothing runs after it.
+                    Exit::Clean => unsafe { nix::libc::_exit(0) },
+                }
             }
             since = Some(Instant::now());
         }
@@ -802,7 +829,7 @@ pub fn dead_peer_loop(
 }
 
 /// Host backend: [`dead_peer_loop`] over small all-gathers.
-pub fn host_dead_peer(victim: usize, kill_at: usize, timeout: Duration) -> Result<String, String> {
+pub fn host_dead_peer(victim: usize, kill_at: usize, exit: Exit, timeout: Duration) -> Result<String, String> {
     let r = HostRunner::from_env(Some(timeout))?;
     let (rank, world) = (r.g.rank(), r.g.world_size());
     let input = input_bytes(DType::F32, 7, rank, 0, 1024);
@@ -812,6 +839,7 @@ pub fn host_dead_peer(victim: usize, kill_at: usize, timeout: Duration) -> Resul
         rank,
         victim,
         kill_at,
+        exit,
         1000,
         timeout,
         |_| r.g.all_gather(HostInput::Plain(&input), &mut out, DType::F32, &opts),
@@ -821,16 +849,26 @@ pub fn host_dead_peer(victim: usize, kill_at: usize, timeout: Duration) -> Resul
     res
 }
 
-/// GPU backend: [`dead_peer_loop`] over all-gathers enqueued back to back, never
-/// synchronising until the end.
-pub fn gpu_dead_peer(victim: usize, kill_at: usize, timeout: Duration, sync: SyncMethod) -> Result<String, String> {
+/// GPU backend: [`dead_peer_loop`] over all-gathers of `count` f32 elements per rank
+/// (from symmetric buffers, or `staged` from ordinary ones), enqueued back to back,
+/// never synchronising until the end.
+#[allow(clippy::too_many_arguments)]
+pub fn gpu_dead_peer(
+    victim: usize,
+    kill_at: usize,
+    exit: Exit,
+    count: usize,
+    staged: bool,
+    timeout: Duration,
+    sync: SyncMethod,
+) -> Result<String, String> {
     let r = GpuRunner::from_env(Some(timeout))?;
     let (rank, world) = (r.g.rank(), r.g.world_size());
     let case = Case {
         coll: Coll::AllGather(AllGatherAlgorithm::Auto),
         dtype: DType::F32,
-        count: 16 << 10,
-        symmetric: true,
+        count,
+        symmetric: !staged,
         misalign: 0,
         sync,
         channel: 0,
@@ -840,6 +878,7 @@ pub fn gpu_dead_peer(victim: usize, kill_at: usize, timeout: Duration, sync: Syn
         rank,
         victim,
         kill_at,
+        exit,
         1000,
         timeout,
         |_| {

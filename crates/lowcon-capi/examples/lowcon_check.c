@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef LOWCON_EXAMPLE_CUDA
 #include <cuda_runtime.h>
@@ -300,20 +301,38 @@ static void check_bad_input(lowconComm_t comm) {
   plain_free(b);
 }
 
+/* An environment variable as a non-negative number, or `dflt`. */
+static long env_long(const char *name, long dflt) {
+  const char *v = getenv(name);
+  return v && *v ? strtol(v, NULL, 10) : dflt;
+}
+
+/* The dead-peer run. LOWCON_CHECK_DEAD_ELEMS (float32 elements per rank, default 4096),
+ * LOWCON_CHECK_DEAD_SYNC_EVERY (synchronise after every N calls, default 100; 0: never,
+ * so calls pile up in the stream's queue) and LOWCON_CHECK_DEAD_EXIT ("sigkill", the
+ * default, or "exit": _exit(0), a clean exit that no launcher sees as a failure). */
 static int dead_peer(lowconComm_t comm) {
   int victim = g_world - 1;
-  float *in = (float *)plain_alloc(4096 * sizeof(float)), *out = (float *)plain_alloc(4096 * sizeof(float) * (size_t)g_world);
-  LC(lowconAllGather(in, out, 4096, lowconFloat32, comm, g_stream));
+  size_t n = (size_t)env_long("LOWCON_CHECK_DEAD_ELEMS", 4096);
+  long sync_every = env_long("LOWCON_CHECK_DEAD_SYNC_EVERY", 100);
+  const char *how = getenv("LOWCON_CHECK_DEAD_EXIT");
+  float *in = (float *)plain_alloc(n * sizeof(float)), *out = (float *)plain_alloc(n * sizeof(float) * (size_t)g_world);
+  LC(lowconAllGather(in, out, n, lowconFloat32, comm, g_stream));
   LC(lowconStreamSynchronize(comm, g_stream));
-  if (g_rank == victim) raise(SIGKILL); /* like a crash: no goodbye */
+  if (g_rank == victim) {
+    if (how && strcmp(how, "exit") == 0) _exit(0);
+    raise(SIGKILL); /* like a crash: no goodbye */
+  }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   lowconResult_t r = lowconSuccess;
   long i = 0;
   for (; i < 1000000 && r == lowconSuccess; i++) {
-    r = lowconAllGather(in, out, 4096, lowconFloat32, comm, g_stream);
-    if (r == lowconSuccess && i % 100 == 99) r = lowconStreamSynchronize(comm, g_stream);
+    r = lowconAllGather(in, out, n, lowconFloat32, comm, g_stream);
+    if (r == lowconSuccess && sync_every > 0 && i % sync_every == sync_every - 1)
+      r = lowconStreamSynchronize(comm, g_stream);
   }
+  if (r == lowconSuccess) r = lowconStreamSynchronize(comm, g_stream);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
   char needle[64];

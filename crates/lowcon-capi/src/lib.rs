@@ -382,7 +382,7 @@ pub unsafe extern "C" fn lowconCommInitRank(
         };
         let gpu = backend_name(backend)?;
         let opts = lowcon_store::ClientOptions {
-            connect_timeout: lowcon::config::setup_timeout(),
+            connect_timeout: lowcon::config::setup_timeout().max(lowcon::config::timeout()),
             ..lowcon_store::ClientOptions::from_env()
         };
         let store = lowcon_store::StoreClient::connect(addr, opts).map_err(Error::from)?;

@@ -159,7 +159,9 @@ enum Scenario {
         #[arg(long)]
         method: Option<String>,
     },
-    /// Collectives: one rank SIGKILLs itself mid-loop; the others must name it.
+    /// Collectives: one rank leaves mid-loop (SIGKILL, or `--exit exit`: `_exit(0)`);
+    /// the others must name it. GPU: `--elems` f32 per rank (default 16384), `--staged`
+    /// from ordinary buffers.
     CollDeadPeer {
         #[arg(long, default_value = "host")]
         backend: String,
@@ -167,6 +169,12 @@ enum Scenario {
         victim: Option<usize>,
         #[arg(long, default_value_t = 300)]
         kill_at: usize,
+        #[arg(long, default_value = "sigkill")]
+        exit: String,
+        #[arg(long, default_value_t = 16 << 10)]
+        elems: usize,
+        #[arg(long)]
+        staged: bool,
         #[arg(long, default_value_t = 10_000)]
         timeout_ms: u64,
         #[arg(long)]
@@ -266,14 +274,15 @@ fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
                 _ => coll::HostRunner::from_env(None).and_then(|r| coll::host_stress(&r, iters, streams)),
             },
         ),
-        Scenario::CollDeadPeer { backend, victim, kill_at, timeout_ms, method } => {
+        Scenario::CollDeadPeer { backend, victim, kill_at, exit, elems, staged, timeout_ms, method } => {
             let victim = victim.unwrap_or(world - 1);
             let t = Duration::from_millis(timeout_ms);
+            let exit: coll::Exit = exit.parse()?;
             (
                 "coll-dead-peer",
                 match backend.as_str() {
-                    "gpu" => coll::gpu_dead_peer(victim, kill_at, t, methods(&method)?[0]),
-                    _ => coll::host_dead_peer(victim, kill_at, t),
+                    "gpu" => coll::gpu_dead_peer(victim, kill_at, exit, elems, staged, t, methods(&method)?[0]),
+                    _ => coll::host_dead_peer(victim, kill_at, exit, t),
                 },
             )
         }

@@ -69,6 +69,12 @@ pub fn barrier(
 
 /// Every rank contributes `data` to the `generation`-th all-gather named `name`; all
 /// ranks' contributions in rank order.
+/// The key under which [`all_gather`] stores `rank`'s part of round `generation` of
+/// `name` (for callers that wait for it in steps of their own).
+pub fn all_gather_key(name: &str, generation: u64, rank: usize) -> String {
+    format!("lowcon/kv-all-gather/{name}/{generation}/{rank}")
+}
+
 pub fn all_gather(
     store: &mut dyn Store,
     name: &str,
@@ -81,9 +87,8 @@ pub fn all_gather(
     if rank >= world {
         return Err(StoreError::InvalidArgument(format!("all_gather {name:?}: rank {rank} >= world size {world}")));
     }
-    let base = format!("lowcon/kv-all-gather/{name}/{generation}");
-    store.set(&format!("{base}/{rank}"), data)?;
-    let keys: Vec<String> = (0..world).map(|r| format!("{base}/{r}")).collect();
+    store.set(&all_gather_key(name, generation, rank), data)?;
+    let keys: Vec<String> = (0..world).map(|r| all_gather_key(name, generation, r)).collect();
     let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
     store.multi_get(&refs, timeout)
 }

@@ -115,7 +115,49 @@ impl StoreSlot {
         timeout: Duration,
     ) -> Result<Vec<Vec<u8>>> {
         let generation = self.next(name);
-        Ok(lowcon_store::kv::all_gather(self.store.as_mut(), name, generation, rank, world, data, timeout)?)
+        lowcon_store::kv::all_gather(self.store.as_mut(), name, generation, rank, world, data, timeout)
+            .map_err(|e| name_missing_ranks(e, name, generation, rank, world))
+    }
+
+    /// As [`StoreSlot::all_gather`], but waiting in slices of [`WATCH_SLICE`] and failing
+    /// with [`Error::PeerGone`] as soon as a rank still missing has hung up (`gone`, the
+    /// socket mesh): a collective set-up step (growing a workspace or the pool) names a
+    /// dead peer at once instead of waiting out the set-up timeout.
+    pub(crate) fn all_gather_watching(
+        &mut self,
+        name: &str,
+        rank: usize,
+        world: usize,
+        data: &[u8],
+        timeout: Duration,
+        gone: &dyn Fn(usize) -> bool,
+    ) -> Result<Vec<Vec<u8>>> {
+        use lowcon_store::kv::all_gather_key;
+        let generation = self.next(name);
+        self.store.set(&all_gather_key(name, generation, rank), data)?;
+        let keys: Vec<String> = (0..world).map(|r| all_gather_key(name, generation, r)).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let start = std::time::Instant::now();
+        loop {
+            let left = timeout.saturating_sub(start.elapsed());
+            let slice = left.min(WATCH_SLICE);
+            match self.store.multi_get(&refs, slice) {
+                Ok(v) => return Ok(v),
+                Err(e @ lowcon_store::StoreError::Timeout { .. }) => {
+                    if let Some(peer) = missing_ranks(&e, name, generation, world).into_iter().find(|&p| gone(p)) {
+                        return Err(Error::PeerGone {
+                            rank,
+                            peer,
+                            what: format!("waiting for its part of {name:?} in the store"),
+                        });
+                    }
+                    if left <= slice {
+                        return Err(name_missing_ranks(e, name, generation, rank, world));
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// A barrier of `world` ranks.
@@ -134,6 +176,39 @@ impl StoreSlot {
 
     pub(crate) fn multi_get(&mut self, keys: &[&str], timeout: Duration) -> Result<Vec<Vec<u8>>> {
         Ok(self.store.multi_get(keys, timeout)?)
+    }
+}
+
+/// How long each wait of [`StoreSlot::all_gather_watching`] lasts before it looks at
+/// the peers' sockets again.
+const WATCH_SLICE: Duration = Duration::from_millis(100);
+
+/// The ranks whose part of round `generation` of all-gather `name` a store timeout says
+/// is missing (its keys end in the ranks; the store quotes them, a Python store names
+/// one key bare).
+fn missing_ranks(e: &lowcon_store::StoreError, name: &str, generation: u64, world: usize) -> Vec<usize> {
+    let lowcon_store::StoreError::Timeout { keys, .. } = e else { return Vec::new() };
+    (0..world)
+        .filter(|&r| {
+            let k = lowcon_store::kv::all_gather_key(name, generation, r);
+            *keys == k || keys.contains(&format!("\"{k}\""))
+        })
+        .collect()
+}
+
+/// A store all-gather that timed out, as an error naming the first rank that never
+/// arrived, so that a rank that died before or during a collective set-up step is named
+/// like any dead peer.
+fn name_missing_ranks(e: lowcon_store::StoreError, name: &str, generation: u64, rank: usize, world: usize) -> Error {
+    let missing = missing_ranks(&e, name, generation, world);
+    match (&e, missing.first()) {
+        (lowcon_store::StoreError::Timeout { addr, secs, .. }, Some(&peer)) => Error::PeerTimeout {
+            rank,
+            peer,
+            what: format!("its part of {name:?} through the store at {addr} (rank(s) {missing:?} never arrived)"),
+            secs: *secs,
+        },
+        _ => e.into(),
     }
 }
 
@@ -259,7 +334,8 @@ impl GroupCore {
     /// group (so groups, and clients, never see each other's blobs).
     pub(crate) fn all_gather(&self, name: &str, data: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
         let key = format!("group/{}/user/{name}", self.group_id);
-        self.store().all_gather(&key, self.rank, self.world, data, timeout)
+        let gone = |p: usize| self.mesh.peer_hung_up(p);
+        self.store().all_gather_watching(&key, self.rank, self.world, data, timeout, &gone)
     }
 
     /// Publishes this rank's `data` under `name` (a key private to this group) without
@@ -291,12 +367,14 @@ impl GroupCore {
             *n += 1;
             *n
         };
-        let sizes = self.store().all_gather(
+        let gone = |p: usize| self.mesh.peer_hung_up(p);
+        let sizes = self.store().all_gather_watching(
             &format!("group/{}/alloc/{tag}", self.group_id),
             self.rank,
             self.world,
             &(bytes as u64).to_le_bytes(),
             self.setup_timeout,
+            &gone,
         )?;
         for (r, s) in sizes.iter().enumerate() {
             let theirs = s.as_slice().try_into().map(u64::from_le_bytes).unwrap_or(u64::MAX);
@@ -309,5 +387,36 @@ impl GroupCore {
             }
         }
         Ok(tag)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_timeout_names_the_first_missing_rank() {
+        let base = "lowcon/kv-all-gather/group/x/hello/3";
+        let e = lowcon_store::StoreError::Timeout {
+            addr: "127.0.0.1:1".into(),
+            op: "multi_get",
+            keys: format!("\"{base}/2\", \"{base}/5\""),
+            secs: 3.0,
+        };
+        match name_missing_ranks(e, "group/x/hello", 3, 0, 6) {
+            Error::PeerTimeout { rank: 0, peer: 2, what, secs } => {
+                assert!(what.contains("[2, 5]"), "{what}");
+                assert_eq!(secs, 3.0);
+            }
+            other => panic!("expected a PeerTimeout naming rank 2, got {other}"),
+        }
+        // Another generation's keys are not this call's missing ranks.
+        let e = lowcon_store::StoreError::Timeout {
+            addr: "a".into(),
+            op: "multi_get",
+            keys: format!("\"{base}/2\""),
+            secs: 1.0,
+        };
+        assert!(matches!(name_missing_ranks(e, "group/x/hello", 4, 0, 6), Error::Store(_)));
     }
 }

@@ -1,0 +1,158 @@
+"""The fault matrix: a peer leaves (five ways) at seven moments, under three launchers;
+every survivor must end with a lowcon error naming it, within a bound, and nothing may
+hang. Each cell starts real rank processes running faults.py.
+
+    python fault_matrix.py --backend gpu --launchers hand,launch,torchrun \\
+        --exits os_exit,sys_exit,exception,sigkill,sigterm --moments ag,rs,ll,pool,init,close,sync \\
+        --syncs kernel,memop --out DIR
+
+Outcomes per cell:
+- `named`: every survivor raised a lowcon error naming the victim; the detection time
+  is from the victim's exit to the survivor's error;
+- `launcher`: the launcher stopped the job first (torchrun and `lowcon launch` end the
+  whole job when a rank fails: an exception or a signal), which it reports naming the
+  failed rank; nothing hung;
+- `HUNG`: a process was still running at the cell's limit (then killed);
+- `FAILED`: anything else (the output is kept in DIR).
+
+The host backend (no GPU) runs the same cells in CI through test_faults.py. Needs the
+`lowcon` binary: LOWCON_BIN, or target/debug/lowcon of this repository.
+"""
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+WORKER = str(HERE / "faults.py")
+LOWCON = os.environ.get("LOWCON_BIN", str(REPO / "target" / "debug" / "lowcon"))
+WORLD = 2
+# A survivor's error is due within this bound of the victim's exit: the watchdog's 50 ms
+# grace, the sentinel's 100 ms, polling. Group creation waits out the group's timeout.
+BOUND_MS = 2000
+
+
+def _start_store():
+    store = subprocess.Popen([LOWCON, "store", "serve", "--bind", "127.0.0.1:0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in store.stdout:
+        if "serving on" in line:
+            return store, line.split("serving on", 1)[1].strip()
+    raise RuntimeError("the store did not start")
+
+
+def _kill_tree(p):
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_cell(backend, launcher, exit_, moment, sync, limit, timeout_s):
+    """Runs one cell; returns (outcome, detect_ms or None, wall seconds, output)."""
+    fault_dir = tempfile.mkdtemp(prefix="lowcon-fault-")
+    # Group creation waits for a missing rank up to the set-up timeout (default 300 s):
+    # here the group's timeout, so that the init cells end in seconds.
+    env = dict(os.environ, FAULT_DIR=fault_dir, LOWCON_SYNC=sync, FAULT_TIMEOUT=str(timeout_s),
+               LOWCON_SETUP_TIMEOUT_MS=str(int(timeout_s * 1000)), PYTHONUNBUFFERED="1")
+    args = [sys.executable, WORKER, backend, exit_, moment]
+    t0 = time.monotonic()
+    procs, store = [], None
+    if launcher == "hand":
+        store, addr = _start_store()
+        base = dict(env, WORLD_SIZE=str(WORLD), LOCAL_WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
+                    MASTER_PORT="1", LOWCON_STORE_ADDR=addr)
+        for r in range(WORLD):
+            procs.append(subprocess.Popen(args, env=dict(base, RANK=str(r), LOCAL_RANK=str(r)),
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                          start_new_session=True))
+    elif launcher == "launch":
+        procs.append(subprocess.Popen([LOWCON, "launch", "--nproc-per-node", str(WORLD), "--tee", "--", *args],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      start_new_session=True))
+    elif launcher == "torchrun":
+        port = 29500 + (os.getpid() + int(t0 * 1000)) % 2000
+        procs.append(subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
+                                       str(WORLD), "--master-port", str(port), *args[1:]],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      start_new_session=True))
+    else:
+        raise ValueError(launcher)
+    outs, hung = [], False
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(1.0, limit - (time.monotonic() - t0)))
+        except subprocess.TimeoutExpired:
+            hung = True
+            _kill_tree(p)
+            out, _ = p.communicate()
+        outs.append(out)
+    wall = time.monotonic() - t0
+    if store is not None:
+        store.kill()
+        store.wait()
+    out = "\n".join(outs)
+    if hung:
+        return "HUNG", None, wall, out
+    survivors = [r for r in range(WORLD) if r != WORLD - 1]
+    named = [re.search(rf"rank {r}: fault ok: detected (\d+) ms", out) for r in survivors]
+    if all(named):
+        return "named", max(int(m.group(1)) for m in named), wall, out
+    # A launcher ends the whole job when a rank fails (non-zero exit or a signal).
+    # Both launchers then name the failed rank: `lowcon launch: rank 1 (pid ..) failed
+    # first`, torchrun's `rank : 1 (local_rank: 1)` under "Root Cause".
+    blamed = re.search(rf"lowcon launch: rank {WORLD - 1} \(pid|Root Cause[\s\S]*rank\s*: {WORLD - 1} ", out)
+    if launcher != "hand" and exit_ in ("exception", "sigkill", "sigterm") and blamed and "fault FAILED" not in out:
+        return "launcher", None, wall, out
+    return "FAILED", None, wall, out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backend", default="host")
+    ap.add_argument("--launchers", default="hand")
+    ap.add_argument("--exits", default="os_exit,sys_exit,exception,sigkill,sigterm")
+    ap.add_argument("--moments", default="ag,rs,ll,pool,init,close,sync")
+    ap.add_argument("--syncs", default="kernel")
+    ap.add_argument("--limit", type=float, default=40.0, help="seconds a cell may take before it counts as hung")
+    ap.add_argument("--timeout", type=float, default=5.0, help="the group's timeout in seconds")
+    ap.add_argument("--out", default=None, help="folder for the table and the outputs of failed cells")
+    a = ap.parse_args()
+    out_dir = Path(a.out) if a.out else None
+    if out_dir:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    rows, bad = [], 0
+    print("| backend | launcher | sync | exit | moment | outcome | detected (ms) | wall (s) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for launcher in a.launchers.split(","):
+        for sync in a.syncs.split(","):
+            for moment in a.moments.split(","):
+                for exit_ in a.exits.split(","):
+                    outcome, ms, wall, out = run_cell(a.backend, launcher, exit_, moment, sync, a.limit, a.timeout)
+                    # Group creation is bounded by the set-up timeout, not by BOUND_MS.
+                    bound = a.timeout * 1000 + BOUND_MS if moment == "init" else BOUND_MS
+                    if outcome == "named" and ms is not None and ms > bound:
+                        outcome = f"SLOW (> {bound:.0f} ms)"
+                    row = (f"| {a.backend} | {launcher} | {sync} | {exit_} | {moment} | {outcome} | "
+                           f"{'' if ms is None else ms} | {wall:.1f} |")
+                    print(row, flush=True)
+                    rows.append(row)
+                    if outcome not in ("named", "launcher"):
+                        bad += 1
+                        if out_dir:
+                            (out_dir / f"{a.backend}-{launcher}-{sync}-{exit_}-{moment}.log").write_text(out)
+    if out_dir:
+        (out_dir / f"faults-{a.backend}.md").write_text("\n".join(rows) + "\n")
+    print(f"{len(rows)} cells, {bad} not ended by a named error", flush=True)
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

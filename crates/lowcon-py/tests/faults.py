@@ -1,0 +1,156 @@
+"""One rank of the fault matrix; `fault_matrix.py` starts the ranks (by hand, under
+`lowcon launch` or under torchrun).
+
+    python faults.py BACKEND EXIT MOMENT      # BACKEND: gpu | host
+
+The last rank is the victim. At MOMENT it leaves by EXIT while every other rank, the
+survivors, keeps calling; each survivor must raise a lowcon error naming the victim,
+and prints `rank R: fault ok: detected <ms> ms after the exit: <error>`.
+
+EXIT: os_exit (`os._exit(0)`), sys_exit (`sys.exit(0)`: interpreter teardown, the
+group's destructor runs), exception (an uncaught exception: teardown, exit status 1),
+sigkill, sigterm.
+
+MOMENT: ag, rs (8 MiB all-gathers / reduce-scatters on torch's current stream with
+staged buffers on GPUs, pipelined: never synchronised), ll (64 KiB all-gathers with
+algorithm "ll"), pool (the survivors grow the symmetric pool, a collective, as the
+victim leaves), init (the victim leaves before creating the group: the survivors'
+creation must fail, naming it, within the group's timeout), close (the victim closes
+its group with calls in flight, then leaves), sync (the survivors make one call more
+than the victim and wait in `synchronize()` as it leaves).
+
+Environment: FAULT_DIR (where the victim writes its exit time), LOWCON_SYNC (kernel |
+memop), FAULT_TIMEOUT (the group's timeout in seconds, default 10).
+"""
+
+import os
+import signal
+import sys
+import time
+
+import lowcon
+
+BACKEND, EXIT, MOMENT = sys.argv[1:4]
+RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+VICTIM = WORLD - 1
+SYNC = os.environ.get("LOWCON_SYNC", "kernel")
+STAMP = os.path.join(os.environ.get("FAULT_DIR", "."), "victim-exit-time")
+LEAVE_AT = 200  # the call before which the victim leaves
+
+
+def leave():
+    """The victim leaves by EXIT, after writing the time it does so."""
+    with open(STAMP + ".tmp", "w") as f:
+        f.write(repr(time.time()))
+    os.replace(STAMP + ".tmp", STAMP)
+    print(f"rank {RANK}: leaving by {EXIT} at the {MOMENT} moment", flush=True)
+    if EXIT == "os_exit":
+        os._exit(0)
+    if EXIT == "sys_exit":
+        sys.exit(0)
+    if EXIT == "exception":
+        raise RuntimeError(f"rank {RANK} fails on purpose (fault matrix)")
+    os.kill(os.getpid(), signal.SIGKILL if EXIT == "sigkill" else signal.SIGTERM)
+    time.sleep(60)
+
+
+def verdict(err):
+    """A survivor's error: it must name the victim."""
+    took = None
+    for _ in range(100):  # the stamp lands a moment before the victim leaves
+        if os.path.exists(STAMP):
+            took = (time.time() - float(open(STAMP).read())) * 1e3
+            break
+        time.sleep(0.01)
+    msg = str(err)
+    if f"rank {VICTIM}" not in msg:
+        print(f"rank {RANK}: fault FAILED: the error does not name rank {VICTIM}: {type(err).__name__}: {msg}")
+        sys.exit(2)
+    print(f"rank {RANK}: fault ok: detected {took:.0f} ms after the exit: {type(err).__name__}: {msg}", flush=True)
+    sys.exit(0)
+
+
+def tensors(g, dtype):
+    """A maker of random arrays of k elements: torch tensors on this rank's GPU, or numpy."""
+    if BACKEND == "gpu":
+        import torch
+
+        t = {"bf16": torch.bfloat16, "f32": torch.float32}[dtype]
+        return lambda k: torch.rand(k, device=f"cuda:{g.device}").to(t)
+    import numpy as np
+
+    return lambda k: np.random.default_rng(RANK).random(k, dtype=np.float32)
+
+
+def calls(g):
+    """The pipelined loop of the ag, rs, ll and close moments."""
+    w = g.world_size
+    if MOMENT == "ll":
+        n, dtype, opts = 32 << 10 if BACKEND == "gpu" else 4096, "bf16", {"algorithm": "ll"}
+    else:
+        n, dtype, opts = (4 << 20) if BACKEND == "gpu" else 16384, "bf16", {}
+    if BACKEND == "gpu":
+        opts["sync"] = SYNC
+    make = tensors(g, dtype)
+    a, full = make(n), make(n * w)
+    r_in, r_out = make(n), make(n // w)
+    for i in range(100000):
+        if RANK == VICTIM and i == LEAVE_AT:
+            if MOMENT == "close":
+                g.close()  # with this rank's calls still in flight
+            if MOMENT == "sync":
+                time.sleep(0.5)  # the survivors are in synchronize() by now
+            leave()
+        if MOMENT == "sync" and i == LEAVE_AT + 1:
+            g.synchronize()
+        if MOMENT in ("ag", "ll", "close", "sync"):
+            g.all_gather(full, a, **opts)
+        else:
+            g.reduce_scatter(r_out, r_in, "sum", **opts)
+        if i % 50 == 0:
+            g.check()
+    g.synchronize()
+    print(f"rank {RANK}: fault FAILED: 100000 calls succeeded although rank {VICTIM} left")
+    sys.exit(3)
+
+
+def pool(g):
+    """Every rank allocates ever larger pool tensors (each growth is collective); the
+    victim leaves just before a growth."""
+    fw = "torch" if BACKEND == "gpu" else "numpy"
+    held = []
+    for i in range(1000):
+        mb = 1 << min(i, 10)  # MiB, then 1 GiB at most per block (GPU), far less on the host
+        n = (mb << 18) if BACKEND == "gpu" else (mb << 12)
+        if RANK == VICTIM and i == 3:
+            leave()
+        held.append(g.empty(n, "float32", framework=fw))
+        if len(held) > 4:
+            held.pop(0)
+        out, inp = g.empty(2 * WORLD, "float32", framework=fw), g.empty(2, "float32", framework=fw)
+        g.all_gather(out, inp)
+        g.check()
+    print(f"rank {RANK}: fault FAILED: 1000 pool growths succeeded although rank {VICTIM} left")
+    sys.exit(3)
+
+
+timeout = float(os.environ.get("FAULT_TIMEOUT", "10"))
+if BACKEND == "gpu":
+    import torch
+
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", RANK)))
+if MOMENT == "init" and RANK == VICTIM:
+    leave()
+try:
+    g = lowcon.init(BACKEND, timeout=timeout)
+    if MOMENT == "pool":
+        pool(g)
+    elif MOMENT == "init":
+        print(f"rank {RANK}: fault FAILED: the group was created without rank {VICTIM}")
+        sys.exit(3)
+    else:
+        calls(g)
+except lowcon.Error as e:
+    if RANK == VICTIM:
+        raise
+    verdict(e)

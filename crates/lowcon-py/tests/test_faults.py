@@ -1,0 +1,33 @@
+"""The fault matrix on the host backend (fault_matrix.py, faults.py): a peer leaves five
+ways at seven moments, ranks started by hand and under `lowcon launch`; every survivor must
+raise a lowcon error naming it within the bound, and nothing may hang. torchrun cells
+and the GPU backend run on the GPU machine (scripts/gpu-faults.sh)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+EXITS = "os_exit,sys_exit,exception,sigkill,sigterm"
+
+
+def matrix(*args):
+    p = subprocess.run([sys.executable, str(HERE / "fault_matrix.py"), "--backend", "host", "--timeout", "3", *args],
+                       capture_output=True, text=True, timeout=600)
+    return p.returncode, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("moment", ["ag", "rs", "ll", "pool", "init", "close", "sync"])
+def test_every_exit_is_named_by_hand(moment):
+    rc, out = matrix("--launchers", "hand", "--exits", EXITS, "--moments", moment)
+    assert rc == 0, out
+    assert out.count("| named |") == 5, out
+
+
+def test_under_lowcon_launch():
+    rc, out = matrix("--launchers", "launch", "--exits", EXITS, "--moments", "ag,init")
+    assert rc == 0, out
+    # Clean exits are lowcon's to name; a failing rank makes the launcher end the job.
+    assert out.count("| named |") >= 4, out
