@@ -11,8 +11,9 @@ EXIT: os_exit (`os._exit(0)`), sys_exit (`sys.exit(0)`: interpreter teardown, th
 group's destructor runs), exception (an uncaught exception: teardown, exit status 1),
 sigkill, sigterm.
 
-MOMENT: ag, rs (8 MiB all-gathers / reduce-scatters on torch's current stream with
-staged buffers on GPUs, pipelined: never synchronised), ll (64 KiB all-gathers with
+MOMENT: ag (8 MiB all-gathers on torch's current stream with staged buffers on GPUs,
+pipelined: never synchronised), rs (an all-gather and a 16 MiB reduce-scatter each
+iteration, alternating on one stream), ll (64 KiB all-gathers with
 algorithm "ll"), pool (the survivors grow the symmetric pool, a collective, as the
 victim leaves), init (the victim leaves before creating the group: the survivors'
 creation must fail, naming it, within the group's timeout), close (the victim closes
@@ -103,9 +104,8 @@ def calls(g):
             leave()
         if MOMENT == "sync" and i == LEAVE_AT + 1:
             g.synchronize()
-        if MOMENT in ("ag", "ll", "close", "sync"):
-            g.all_gather(full, a, **opts)
-        else:
+        g.all_gather(full, a, **opts)
+        if MOMENT == "rs":
             g.reduce_scatter(r_out, r_in, "sum", **opts)
         if i % 50 == 0:
             g.check()
