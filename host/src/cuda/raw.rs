@@ -256,11 +256,7 @@ pub mod host_mem {
     pub unsafe fn register(host: *mut c_void, bytes: usize) -> Result<sys::CUdeviceptr> {
         // SAFETY: forwarded from the caller.
         check("cuMemHostRegister", unsafe {
-            sys::cuMemHostRegister_v2(
-                host,
-                bytes,
-                sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE,
-            )
+            sys::cuMemHostRegister_v2(host, bytes, sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE)
         })?;
         let mut dev = 0;
         // SAFETY: valid out-pointer; `host` was just registered with DEVICEMAP.

@@ -52,7 +52,8 @@ impl HostPad {
         let bytes = (slots * 4).next_multiple_of(PAGE);
         let buf = alloc(core, bytes)?;
         device.bind_to_thread()?;
-        let mut me = Self { slots, buf: ManuallyDrop::new(buf), dev: Vec::new(), registered: 0, device: device.clone(), drain };
+        let mut me =
+            Self { slots, buf: ManuallyDrop::new(buf), dev: Vec::new(), registered: 0, device: device.clone(), drain };
         for p in 0..core.world {
             // SAFETY: the mapping is page-aligned (mmap) and `bytes` is a multiple of the
             // page size; it stays mapped while `me.buf` lives, which `Drop` unregisters

@@ -38,7 +38,7 @@ use crate::error::{Error, Result};
 pub(crate) const STUCK_AFTER: Duration = Duration::from_millis(100);
 
 /// How often the sentinel looks.
-const TICK: Duration = Duration::from_millis(5);
+const TICK: Duration = Duration::from_millis(10);
 
 /// What the watchdog is doing, for the sentinel and for diagnostics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -192,7 +192,11 @@ impl GpuSync {
                 reported = Some(step);
                 crate::log::trace(
                     rank,
-                    &format!("the watchdog has been {} for {} ms (inside the CUDA driver)", step.describe(), d.as_millis()),
+                    &format!(
+                        "the watchdog has been {} for {} ms (inside the CUDA driver)",
+                        step.describe(),
+                        d.as_millis()
+                    ),
                 );
             }
             if stuck.is_none() {
