@@ -62,6 +62,8 @@ pub(crate) struct GpuSync {
     ll_last: std::sync::atomic::AtomicU64,
     /// The watchdog's current step, which the sentinel watches (NOTE [stuck watchdog]).
     watch_step: sentinel::Stage,
+    /// Release rounds run so far (for the debug log).
+    release_rounds: std::sync::atomic::AtomicU64,
     pub(crate) core: GroupCore,
 }
 
@@ -93,6 +95,7 @@ impl GpuSync {
             retired: Mutex::new(Vec::new()),
             ll_last: Default::default(),
             watch_step: Default::default(),
+            release_rounds: Default::default(),
         })
     }
 

@@ -170,7 +170,12 @@ impl GpuSync {
             Action::Release => {}
         }
         let n = self.release_round();
-        crate::log::trace(rank, &format!("released {n} awaited pad slots"));
+        // Rounds repeat every millisecond until the streams drain: log the first and
+        // then one a second.
+        let k = self.release_rounds.fetch_add(1, Ordering::Relaxed);
+        if k.is_multiple_of(1000) {
+            crate::log::trace(rank, &format!("released {n} awaited pad slots (release round {})", k + 1));
+        }
         true
     }
 
