@@ -8,6 +8,7 @@
 # ranks by hand, under `lowcon launch` and under torchrun). Run from a bundle
 # (scripts/gpu-bundle.sh) as `bash bundle/gpu-faults.sh` from the repository root; logs
 # are tarred into $OUT/faults.tgz. Every step has a deadline (BUDGET seconds in all).
+# Exit status 0 only if every step passed.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd); repo=$(cd "$here/.." && pwd)
 out=/tmp/faults; mkdir -p "$out"
@@ -22,7 +23,9 @@ st() { # st NAME LOG SECONDS CMD...: a step with a deadline, logged, one summary
   timeout -k 5 "$(left "$t")" "$@" >> "$out/$log" 2>&1
   local s=$?
   printf '%-64s %s %4d s\n' "$name" "$([ $s = 0 ] && echo ok || echo "FAILED($s)")" $((SECONDS - t0)) | tee -a "$out/summary.txt"
+  [ $s = 0 ] || failures=$((failures + 1))
 }
+failures=0
 L="$here/lowcon"
 lt=("$L" launch --nproc-per-node 2 --tee --)
 { nvidia-smi -L; git -C "$repo" log -1 --format='commit %h %cd' 2>/dev/null; } > "$out/smi.txt" 2>&1
@@ -59,3 +62,5 @@ st "Python: by hand, every exit x init" py.txt 80 "${fm[@]}" --launchers hand --
 cat "$out/summary.txt"
 grep -h "^| gpu" "$out/py.txt" | sort | uniq > "$out/faults-gpu.md"
 grep -hE "ok: call|failed .* ms after|capi dead-peer ok" "$out"/dead-rust.txt "$out"/capi.txt "$out"/dp-*.log 2>/dev/null | head -20
+echo "$failures step(s) failed"
+[ "$failures" = 0 ]

@@ -43,7 +43,8 @@ impl Store for PyStore {
             let td = py
                 .import("datetime")
                 .and_then(|m| m.getattr("timedelta"))
-                .and_then(|t| t.call1((0, timeout.as_secs_f64())))
+                // At least 1 ms: torch reads a zero timeout as "wait forever".
+                .and_then(|t| t.call1((0, timeout.as_secs_f64().max(1e-3))))
                 .map_err(|e| server_error(py, "get", key, e))?;
             if let Err(e) = self.obj.call_method1(py, "wait", (vec![key], td)) {
                 // torch raises DistStoreError (a RuntimeError) on a wait that runs out.

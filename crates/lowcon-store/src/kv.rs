@@ -67,14 +67,14 @@ pub fn barrier(
     store.get_timeout(&format!("{base}/done"), timeout).map(|_| ())
 }
 
-/// Every rank contributes `data` to the `generation`-th all-gather named `name`; all
-/// ranks' contributions in rank order.
 /// The key under which [`all_gather`] stores `rank`'s part of round `generation` of
 /// `name` (for callers that wait for it in steps of their own).
 pub fn all_gather_key(name: &str, generation: u64, rank: usize) -> String {
     format!("lowcon/kv-all-gather/{name}/{generation}/{rank}")
 }
 
+/// Every rank contributes `data` to the `generation`-th all-gather named `name`; all
+/// ranks' contributions in rank order.
 pub fn all_gather(
     store: &mut dyn Store,
     name: &str,

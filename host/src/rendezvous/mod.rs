@@ -139,11 +139,12 @@ impl StoreSlot {
         let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         let start = std::time::Instant::now();
         loop {
+            // Never a zero slice: some stores read a zero timeout as "wait forever".
             let left = timeout.saturating_sub(start.elapsed());
-            let slice = left.min(WATCH_SLICE);
+            let slice = left.min(WATCH_SLICE).max(Duration::from_millis(1));
             match self.store.multi_get(&refs, slice) {
                 Ok(v) => return Ok(v),
-                Err(e @ lowcon_store::StoreError::Timeout { .. }) => {
+                Err(mut e @ lowcon_store::StoreError::Timeout { .. }) => {
                     if let Some(peer) = missing_ranks(&e, name, generation, world).into_iter().find(|&p| gone(p)) {
                         return Err(Error::PeerGone {
                             rank,
@@ -151,7 +152,11 @@ impl StoreSlot {
                             what: format!("waiting for its part of {name:?} in the store"),
                         });
                     }
-                    if left <= slice {
+                    if start.elapsed() >= timeout {
+                        // The whole wait's timeout, not the last slice's.
+                        if let lowcon_store::StoreError::Timeout { secs, .. } = &mut e {
+                            *secs = timeout.as_secs_f64();
+                        }
                         return Err(name_missing_ranks(e, name, generation, rank, world));
                     }
                 }

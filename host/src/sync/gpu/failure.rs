@@ -148,19 +148,15 @@ impl GpuSync {
         v
     }
 
-    /// Reads this rank's pad and names the first (channel, peer) whose signal is behind
-    /// what this rank expects.
+    /// Reads this rank's pads and names the first (channel, peer) whose signal is behind
+    /// what this rank expects. If the device pad cannot be read (its copy waits behind a
+    /// full queue), names it from the host pad alone ([`GpuSync::diagnose_from_host`]).
     pub(crate) fn diagnose_timeout(&self) -> Error {
         let secs = self.core.timeout.as_secs_f64();
         let host = self.host_pad.snapshot();
         let dev = match self.read_own_pad() {
             Ok(s) => s,
-            Err(e) => {
-                return Error::Rendezvous(format!(
-                    "rank {}: timed out, and the pad is unreadable: {e}",
-                    self.core.rank
-                ));
-            }
+            Err(e) => return self.diagnose_from_host(&format!("the device pad could not be read: {e}")),
         };
         for a in self.awaited() {
             // The later of the two pads' epochs: each holds the signals of its method.
@@ -180,8 +176,31 @@ impl GpuSync {
         ))
     }
 
+    /// As [`GpuSync::diagnose_timeout`] from the host pad only, with no driver call (the
+    /// sentinel's, NOTE [stuck watchdog]): names the first peer whose memop signal is
+    /// behind. Kernel waits time out on the device and name their peer themselves.
+    pub(crate) fn diagnose_from_host(&self, why: &str) -> Error {
+        let secs = self.core.timeout.as_secs_f64();
+        let host = self.host_pad.snapshot();
+        match self.awaited().into_iter().find(|a| !epoch_reached(host[a.slot], a.epoch)) {
+            Some(a) => Error::PeerTimeout {
+                rank: self.core.rank,
+                peer: a.peer,
+                what: format!(
+                    "its {} on channel {} (epoch {}, saw {} in the host pad; {why})",
+                    a.what, a.channel, a.epoch, host[a.slot]
+                ),
+                secs,
+            },
+            None => Error::Rendezvous(format!(
+                "rank {}: the stream did not finish within {secs:.1} s, and every memop signal arrived ({why})",
+                self.core.rank
+            )),
+        }
+    }
+
     /// Bound on each failure-handling step on the side stream.
-    const SIDE_LIMIT: Duration = Duration::from_secs(2);
+    pub(crate) const SIDE_LIMIT: Duration = Duration::from_secs(2);
 
     /// Waits, at most [`Self::SIDE_LIMIT`], for what was enqueued on the side stream.
     fn side_wait(&self, what: &str) -> Result<()> {

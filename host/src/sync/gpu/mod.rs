@@ -64,6 +64,8 @@ pub(crate) struct GpuSync {
     watch_step: sentinel::Stage,
     /// Release rounds run so far (for the debug log).
     release_rounds: std::sync::atomic::AtomicU64,
+    /// The watchdog is diagnosing a timeout (the sentinel takes over if that is stuck).
+    diagnosing: AtomicBool,
     pub(crate) core: GroupCore,
 }
 
@@ -96,6 +98,7 @@ impl GpuSync {
             ll_last: Default::default(),
             watch_step: Default::default(),
             release_rounds: Default::default(),
+            diagnosing: AtomicBool::new(false),
         })
     }
 

@@ -12,15 +12,19 @@
 //! releases them waits for the stream. The sentinel breaks that cycle with what needs
 //! no driver:
 //!
-//! - the watchdog marks each step it takes ([`Stage`]); a step that has lasted
-//!   [`STUCK_AFTER`] is stuck (driver calls take microseconds; the watchdog's own
-//!   bounded waits poll in steps of their own);
+//! - the watchdog marks each step it takes ([`Stage`]); a step is stuck once it has
+//!   lasted [`Step::stuck_after`]: 100 ms inside a driver call (driver calls take
+//!   microseconds), 1 s for side-stream work that was enqueued but has not run (a
+//!   hardware queue shared with a stream that waits, legitimately, can delay it);
 //! - while the watchdog is stuck and a peer's socket has hung up, the sentinel fails
 //!   the group with [`Error::PeerGone`] naming that peer and releases every wait with
 //!   [`GpuSync::release_round`], which is driver-free: the error record's abort word
 //!   (pinned host memory) makes kernel waits give up, and memop waits see their epochs
 //!   stored into the host pad (NOTE [host pad]). The streams drain, the blocked enqueue
 //!   returns, and the caller's next call, `check()` or `synchronize()` raises;
+//! - while the watchdog has been stuck diagnosing a timeout (a peer alive but late) for
+//!   [`GpuSync::SIDE_LIMIT`], the sentinel fails the group with the peer named from the
+//!   host pad ([`GpuSync::diagnose_from_host`]) and releases likewise;
 //! - once the group has failed, it repeats that release while the watchdog is stuck.
 //!
 //! A peer that hung up while this rank's watchdog is stuck is never a false alarm worth
@@ -34,8 +38,11 @@ use std::time::{Duration, Instant};
 use super::GpuSync;
 use crate::error::{Error, Result};
 
-/// How long one watchdog step may last before the sentinel calls it stuck.
+/// How long a driver call of the watchdog may last before the sentinel calls it stuck.
 pub(crate) const STUCK_AFTER: Duration = Duration::from_millis(100);
+
+/// How long side-stream work the watchdog waits for may take before it counts as stuck.
+const SIDE_STUCK_AFTER: Duration = Duration::from_secs(1);
 
 /// How often the sentinel looks.
 const TICK: Duration = Duration::from_millis(10);
@@ -62,6 +69,11 @@ impl Step {
             3 => Step::SideWait,
             _ => Step::Idle,
         }
+    }
+
+    /// How long this step may last before the sentinel calls the watchdog stuck.
+    pub(crate) fn stuck_after(self) -> Duration {
+        if self == Step::SideWait { SIDE_STUCK_AFTER } else { STUCK_AFTER }
     }
 
     pub(crate) fn describe(self) -> &'static str {
@@ -126,22 +138,36 @@ pub(crate) enum Verdict {
     Nothing,
     /// Fail the group: `peer` hung up while the watchdog is stuck.
     FailPeerGone(usize),
+    /// Fail the group: the watchdog is stuck diagnosing a timeout; name the late peer
+    /// from the host pad.
+    FailLate,
     /// The group has failed and the watchdog is stuck: release the waits again.
     Abort,
 }
 
-pub(crate) fn judge(stuck: Option<(Step, Duration)>, failed: bool, hung_up: Option<usize>) -> Verdict {
-    let Some((_, lasted)) = stuck else { return Verdict::Nothing };
-    if lasted < STUCK_AFTER {
+/// The verdict on the watchdog's current step (`stuck`: the step and how long it has
+/// lasted), whether the group has failed, which peer hung up, and whether the watchdog
+/// is diagnosing a timeout.
+pub(crate) fn judge(
+    stuck: Option<(Step, Duration)>,
+    failed: bool,
+    hung_up: Option<usize>,
+    diagnosing: bool,
+) -> Verdict {
+    let Some((step, lasted)) = stuck else { return Verdict::Nothing };
+    if lasted < step.stuck_after() {
         return Verdict::Nothing;
     }
     if failed {
         return Verdict::Abort;
     }
-    match hung_up {
-        Some(peer) => Verdict::FailPeerGone(peer),
-        None => Verdict::Nothing,
+    if let Some(peer) = hung_up {
+        return Verdict::FailPeerGone(peer);
     }
+    if diagnosing && lasted >= GpuSync::SIDE_LIMIT {
+        return Verdict::FailLate;
+    }
+    Verdict::Nothing
 }
 
 /// The running sentinel; dropping it stops and joins the thread.
@@ -180,13 +206,13 @@ impl GpuSync {
             std::thread::sleep(TICK);
             let stuck = self.watch_step.current();
             let hung_up = match stuck {
-                Some((_, d)) if d >= STUCK_AFTER => {
+                Some((step, d)) if d >= step.stuck_after() => {
                     (0..self.core.world).filter(|&p| p != rank).find(|&p| self.core.mesh.peer_hung_up(p))
                 }
                 _ => None,
             };
             if let Some((step, d)) = stuck
-                && d >= STUCK_AFTER
+                && d >= step.stuck_after()
                 && reported != Some(step)
             {
                 reported = Some(step);
@@ -202,7 +228,8 @@ impl GpuSync {
             if stuck.is_none() {
                 reported = None;
             }
-            match judge(stuck, self.core.is_failed(), hung_up) {
+            let diagnosing = self.diagnosing.load(Ordering::Acquire);
+            match judge(stuck, self.core.is_failed(), hung_up, diagnosing) {
                 Verdict::Nothing => {}
                 Verdict::FailPeerGone(peer) => {
                     let step = stuck.map_or("", |(s, _)| s.describe());
@@ -214,6 +241,13 @@ impl GpuSync {
                              in the CUDA driver, behind a full stream queue)"
                         ),
                     });
+                    self.release_round();
+                }
+                Verdict::FailLate => {
+                    let step = stuck.map_or("", |(s, _)| s.describe());
+                    self.core.fail(self.diagnose_from_host(&format!(
+                        "found by the sentinel: the watchdog was stuck {step} in the CUDA driver"
+                    )));
                     self.release_round();
                 }
                 Verdict::Abort => {
@@ -233,15 +267,33 @@ mod tests {
     #[test]
     fn only_a_stuck_watchdog_with_a_hung_up_peer_fails_the_group() {
         let stuck = Some((Step::ReadPad, 150 * MS));
-        assert_eq!(judge(stuck, false, Some(1)), Verdict::FailPeerGone(1));
+        assert_eq!(judge(stuck, false, Some(1), false), Verdict::FailPeerGone(1));
         // Nobody hung up: a long driver call alone (a slow GPU) is the watchdog's to judge.
-        assert_eq!(judge(stuck, false, None), Verdict::Nothing);
+        assert_eq!(judge(stuck, false, None, false), Verdict::Nothing);
         // Not stuck long enough, or idle.
-        assert_eq!(judge(Some((Step::Poll, 99 * MS)), false, Some(1)), Verdict::Nothing);
-        assert_eq!(judge(None, false, Some(1)), Verdict::Nothing);
+        assert_eq!(judge(Some((Step::Poll, 99 * MS)), false, Some(1), false), Verdict::Nothing);
+        assert_eq!(judge(None, false, Some(1), false), Verdict::Nothing);
         // Already failed: keep releasing.
-        assert_eq!(judge(stuck, true, Some(1)), Verdict::Abort);
-        assert_eq!(judge(None, true, Some(1)), Verdict::Nothing);
+        assert_eq!(judge(stuck, true, Some(1), false), Verdict::Abort);
+        assert_eq!(judge(None, true, Some(1), false), Verdict::Nothing);
+    }
+
+    #[test]
+    fn side_stream_work_gets_longer_than_a_driver_call() {
+        // Enqueued side-stream work may wait behind a stream that waits legitimately.
+        assert_eq!(judge(Some((Step::SideWait, 500 * MS)), false, Some(1), false), Verdict::Nothing);
+        assert_eq!(judge(Some((Step::SideWait, 1000 * MS)), false, Some(1), false), Verdict::FailPeerGone(1));
+    }
+
+    #[test]
+    fn a_stuck_timeout_diagnosis_is_taken_over_after_the_side_limit() {
+        let at = |d| Some((Step::ReadPad, d));
+        assert_eq!(judge(at(GpuSync::SIDE_LIMIT - MS), false, None, true), Verdict::Nothing);
+        assert_eq!(judge(at(GpuSync::SIDE_LIMIT), false, None, true), Verdict::FailLate);
+        // Not diagnosing: a stuck driver call without a hung-up peer is left alone.
+        assert_eq!(judge(at(GpuSync::SIDE_LIMIT), false, None, false), Verdict::Nothing);
+        // A hung-up peer is the clearer verdict.
+        assert_eq!(judge(at(GpuSync::SIDE_LIMIT), false, Some(2), true), Verdict::FailPeerGone(2));
     }
 
     #[test]

@@ -166,7 +166,12 @@ impl GpuSync {
                 }
                 fail(Error::PeerGone { rank, peer, what: "its signals were awaited on the GPU".into() })
             }
-            Action::FailStuck => fail(self.diagnose_timeout()),
+            Action::FailStuck => {
+                self.diagnosing.store(true, Ordering::Release);
+                let e = self.diagnose_timeout();
+                self.diagnosing.store(false, Ordering::Release);
+                fail(e)
+            }
             Action::Release => {}
         }
         let n = self.release_round();
