@@ -8,7 +8,7 @@ hang. Each cell starts real rank processes running faults.py.
 
 Outcomes per cell:
 - `named`: every survivor raised a lowcon error naming the victim; the detection time
-  is from the victim's exit to the survivor's error;
+  is from the victim's exit (or stop, for `sigstop`) to the survivor's error;
 - `launcher`: the launcher stopped the job first (torchrun and `lowcon launch` end the
   whole job when a rank fails: an exception or a signal), which it reports naming the
   failed rank; nothing hung;
@@ -86,6 +86,15 @@ def run_cell(backend, launcher, exit_, moment, sync, limit, timeout_s):
     else:
         raise ValueError(launcher)
     outs, hung = [], False
+    if exit_ == "sigstop":
+        # The stopped victim never ends by itself: end it once the survivors have.
+        assert launcher == "hand", "sigstop cells start their ranks by hand"
+        for p in procs[:-1]:
+            try:
+                p.wait(timeout=max(1.0, limit - (time.monotonic() - t0)))
+            except subprocess.TimeoutExpired:
+                pass
+        _kill_tree(procs[-1])
     for p in procs:
         try:
             out, _ = p.communicate(timeout=max(1.0, limit - (time.monotonic() - t0)))
@@ -118,7 +127,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", default="host")
     ap.add_argument("--launchers", default="hand")
-    ap.add_argument("--exits", default="os_exit,sys_exit,exception,sigkill,sigterm")
+    ap.add_argument("--exits", default="os_exit,sys_exit,exception,sigkill,sigterm",
+                    help="also sigstop (a stalled peer; ranks by hand only)")
     ap.add_argument("--moments", default="ag,rs,ll,pool,init,close,sync")
     ap.add_argument("--syncs", default="kernel")
     ap.add_argument("--limit", type=float, default=40.0, help="seconds a cell may take before it counts as hung")
@@ -136,8 +146,14 @@ def main():
             for moment in a.moments.split(","):
                 for exit_ in a.exits.split(","):
                     outcome, ms, wall, out = run_cell(a.backend, launcher, exit_, moment, sync, a.limit, a.timeout)
-                    # Group creation is bounded by the set-up timeout, not by BOUND_MS.
-                    bound = a.timeout * 1000 + BOUND_MS if moment == "init" else BOUND_MS
+                    # Group creation is bounded by the set-up timeout, a stopped (late) peer by
+                    # the group's timeout plus the watchdog's second, not by BOUND_MS alone.
+                    if moment == "init":
+                        bound = a.timeout * 1000 + BOUND_MS
+                    elif exit_ == "sigstop":
+                        bound = a.timeout * 1000 + 1000 + BOUND_MS
+                    else:
+                        bound = BOUND_MS
                     if outcome == "named" and ms is not None and ms > bound:
                         outcome = f"SLOW (> {bound:.0f} ms)"
                     row = (f"| {a.backend} | {launcher} | {sync} | {exit_} | {moment} | {outcome} | "

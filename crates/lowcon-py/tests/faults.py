@@ -9,7 +9,9 @@ and prints `rank R: fault ok: detected <ms> ms after the exit: <error>`.
 
 EXIT: os_exit (`os._exit(0)`), sys_exit (`sys.exit(0)`: interpreter teardown, the
 group's destructor runs), exception (an uncaught exception: teardown, exit status 1),
-sigkill, sigterm.
+sigkill, sigterm; and sigstop: the victim stops itself (alive, its sockets open, a late
+peer rather than a dead one), so the survivors must time out naming it (the driver
+kills it afterwards).
 
 MOMENT: ag (8 MiB all-gathers on torch's current stream with staged buffers on GPUs,
 pipelined: never synchronised), rs (an all-gather and a 16 MiB reduce-scatter each
@@ -51,7 +53,8 @@ def leave():
         sys.exit(0)
     if EXIT == "exception":
         raise RuntimeError(f"rank {RANK} fails on purpose (fault matrix)")
-    os.kill(os.getpid(), signal.SIGKILL if EXIT == "sigkill" else signal.SIGTERM)
+    sig = {"sigkill": signal.SIGKILL, "sigterm": signal.SIGTERM, "sigstop": signal.SIGSTOP}[EXIT]
+    os.kill(os.getpid(), sig)
     time.sleep(60)
 
 

@@ -31,3 +31,10 @@ def test_under_lowcon_launch():
     assert rc == 0, out
     # Clean exits are lowcon's to name; a failing rank makes the launcher end the job.
     assert out.count("| named |") >= 4, out
+
+
+def test_a_stopped_peer_times_out_named():
+    """SIGSTOP: the victim is alive but never arrives; the survivor must time out naming it."""
+    rc, out = matrix("--launchers", "hand", "--exits", "sigstop", "--moments", "ag,pool")
+    assert rc == 0, out
+    assert out.count("| named |") == 2, out

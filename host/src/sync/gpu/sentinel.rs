@@ -27,8 +27,13 @@
 //!   host pad ([`GpuSync::diagnose_from_host`]) and releases likewise;
 //! - once the group has failed, it repeats that release while the watchdog is stuck.
 //!
-//! A peer that hung up while this rank's watchdog is stuck is never a false alarm worth
-//! keeping a group for: a queue that full holds collectives the peer has not made.
+//! The sentinel cannot check, as the watchdog does, that a wait really lacks the gone
+//! peer's signal (that check is what the stuck watchdog was doing). So one case fails a
+//! group whose calls would complete: the peer exited cleanly after its last collective,
+//! and this rank's last calls sit behind so much of its own work that the driver blocks.
+//! The peer is gone either way (no later collective could run), and the release only
+//! hurries waits that are not yet satisfied, so no data changes; the caller is told of
+//! a dead peer a little early.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
