@@ -354,7 +354,8 @@ pub mod pad {
     }
 
     /// Byte offset, in a rank's pad buffer, of the per-channel staging word that
-    /// stream-memop signals copy from.
+    /// stream-memop signals copied from until their slots moved to the host pad
+    /// (`host/src/sync/gpu/host_pad.rs`). Unused now; kept so the counters stay put.
     pub const fn stage_offset(world: u32, channel: u32) -> usize {
         bytes(world) + channel as usize * 4
     }
