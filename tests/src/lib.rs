@@ -9,6 +9,7 @@
 //! compares with a CPU reference; each returns `Err` with a message on failure.
 
 pub mod coll;
+pub mod dead_peer;
 pub mod enqueue;
 pub mod gpu;
 pub mod gpu_ranks;

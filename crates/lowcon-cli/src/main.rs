@@ -220,7 +220,7 @@ fn per_method(m: &Option<String>, f: impl Fn(lowcon::SyncMethod) -> Result<Strin
 }
 
 fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
-    use lowcon_tests::{coll, gpu_ranks, ranks};
+    use lowcon_tests::{coll, dead_peer, gpu_ranks, ranks};
     let world: usize = std::env::var("WORLD_SIZE").ok().and_then(|w| w.parse().ok()).unwrap_or(1);
     let rank = std::env::var("RANK").unwrap_or_else(|_| "?".into());
     let (name, r) = match s {
@@ -277,12 +277,12 @@ fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
         Scenario::CollDeadPeer { backend, victim, kill_at, exit, elems, staged, timeout_ms, method } => {
             let victim = victim.unwrap_or(world - 1);
             let t = Duration::from_millis(timeout_ms);
-            let exit: coll::Exit = exit.parse()?;
+            let exit: dead_peer::Exit = exit.parse()?;
             (
                 "coll-dead-peer",
                 match backend.as_str() {
-                    "gpu" => coll::gpu_dead_peer(victim, kill_at, exit, elems, staged, t, methods(&method)?[0]),
-                    _ => coll::host_dead_peer(victim, kill_at, exit, t),
+                    "gpu" => dead_peer::gpu_dead_peer(victim, kill_at, exit, elems, staged, t, methods(&method)?[0]),
+                    _ => dead_peer::host_dead_peer(victim, kill_at, exit, t),
                 },
             )
         }
