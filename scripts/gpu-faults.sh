@@ -8,16 +8,22 @@
 # ranks by hand, under `lowcon launch` and under torchrun). Run from a bundle
 # (scripts/gpu-bundle.sh) as `bash bundle/gpu-faults.sh` from the repository root; logs
 # are tarred into $OUT/faults.tgz. Every step has a deadline (BUDGET seconds in all,
-# default 540). PARTS picks parts (default "suite bench rust c python"); the Python
-# matrix alone takes about 10 minutes on 2x H200, so with 10-minute device calls run
-# PARTS="suite bench rust c" first and PARTS=python in a second call.
+# default 540). PARTS picks parts, separated by spaces: suite, bench, rust, c,
+# python-hand (the by-hand cells) and python-launchers (torchrun, lowcon launch, and
+# group creation). Default: suite bench rust c. The two Python parts take about 5
+# minutes each on 2x H200: run each in a device call of its own.
 # Exit status 0 only if every step passed.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd); repo=$(cd "$here/.." && pwd)
-out=/tmp/faults; mkdir -p "$out"
+out=/tmp/faults; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 end=$((SECONDS + ${BUDGET:-540}))
-parts=" ${PARTS:-suite bench rust c python} "
+parts=" ${PARTS:-suite bench rust c} "
+for p in $parts; do
+  case $p in suite|bench|rust|c|python-hand|python-launchers) ;;
+    *) echo "gpu-faults.sh: unknown part $p (parts: suite bench rust c python-hand python-launchers)" >&2; exit 2;;
+  esac
+done
 has() { [[ $parts == *" $1 "* ]]; }
 trap 'tar -C "$out" -czf "${OUT:-$here}/faults.tgz" . 2>/dev/null' EXIT
 left() { local l=$((end - SECONDS)); [ "$l" -gt "$1" ] && echo "$1" || echo $((l > 5 ? l : 5)); }
@@ -59,13 +65,15 @@ has c && st "C: lowcon_check.c, then dead peers (SIGKILL; clean exit, 16 MiB cal
   bash "$here/capi/capi-check.sh" gpu "$L" "$here/capi" "$here/capi" "$here/capi/lowcon_check.c" "$out/capi"
 fm=(env LOWCON_BIN="$L" python3 "$repo/crates/lowcon-py/tests/fault_matrix.py" --backend gpu --limit 30 --timeout 10
   --out "$out/py")
-if has python; then
-st "Python: by hand, kernel, every exit x ag,rs,ll,pool,close,sync" py.txt 260 "${fm[@]}" --launchers hand --syncs kernel --moments ag,rs,ll,pool,close,sync
-st "Python: by hand, memop, every exit x ag,rs,close,sync" py.txt 140 "${fm[@]}" --launchers hand --syncs memop --moments ag,rs,close,sync
-st "Python: by hand, a stopped peer x ag,rs (kernel, memop)" py.txt 80 "${fm[@]}" --launchers hand --syncs kernel,memop --moments ag,rs --exits sigstop
+if has python-hand; then
+st "Python: by hand, kernel, every exit x ag,rs,ll,pool,close,sync" py.txt 240 "${fm[@]}" --launchers hand --syncs kernel --moments ag,rs,ll,pool,close,sync
+st "Python: by hand, memop, every exit x ag,rs,close,sync" py.txt 150 "${fm[@]}" --launchers hand --syncs memop --moments ag,rs,close,sync
+st "Python: by hand, a stopped peer x ag,rs (kernel, memop)" py.txt 120 "${fm[@]}" --launchers hand --syncs kernel,memop --moments ag,rs --exits sigstop
+fi
+if has python-launchers; then
 st "Python: torchrun, kernel and memop, every exit x ag" py.txt 120 "${fm[@]}" --launchers torchrun --syncs kernel,memop --moments ag
-st "Python: lowcon launch, every exit x ag" py.txt 40 "${fm[@]}" --launchers launch --moments ag
-st "Python: by hand, every exit x init" py.txt 80 "${fm[@]}" --launchers hand --moments init
+st "Python: lowcon launch, every exit x ag" py.txt 50 "${fm[@]}" --launchers launch --moments ag
+st "Python: by hand, every exit x init" py.txt 90 "${fm[@]}" --launchers hand --moments init
 fi
 cat "$out/summary.txt"
 [ -f "$out/py.txt" ] && grep -h "^| gpu" "$out/py.txt" > "$out/faults-gpu.md"

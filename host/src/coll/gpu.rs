@@ -156,6 +156,7 @@ impl GpuColl {
 
     fn fused(&self, channel: u32, sync: SyncMethod) -> FusedArgs {
         let (epoch_in, epoch_out, fused) = if sync == SyncMethod::Kernel {
+            self.sync.note_wait_method(channel, lowcon_abi::pad::BARRIER, SyncMethod::Kernel);
             let mut ep = self.sync.epochs();
             (ep.next_barrier(channel), ep.next_barrier(channel), 1)
         } else {

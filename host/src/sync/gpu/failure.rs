@@ -140,7 +140,7 @@ impl GpuSync {
                 ] {
                     if epoch != 0 {
                         let slot = pad::slot(channel, kind, peer as u32, world as u32) as usize;
-                        v.push(Awaited { slot, epoch, channel, peer, what });
+                        v.push(Awaited { slot, epoch, channel, kind, peer, what });
                     }
                 }
             }
@@ -178,11 +178,16 @@ impl GpuSync {
 
     /// As [`GpuSync::diagnose_timeout`] from the host pad only, with no driver call (the
     /// sentinel's, NOTE [stuck watchdog]): names the first peer whose memop signal is
-    /// behind. Kernel waits time out on the device and name their peer themselves.
+    /// behind, looking only at slots whose last wait was a memop wait (kernel signals
+    /// land in the device pad, and kernel waits time out on the device and name their
+    /// peer themselves). If none is behind there, the error lists the peers awaited.
     pub(crate) fn diagnose_from_host(&self, why: &str) -> Error {
         let secs = self.core.timeout.as_secs_f64();
         let host = self.host_pad.snapshot();
-        match self.awaited().into_iter().find(|a| !epoch_reached(host[a.slot], a.epoch)) {
+        let awaited = self.awaited();
+        let behind =
+            awaited.iter().find(|a| self.memop_last(a.channel, a.kind) && !epoch_reached(host[a.slot], a.epoch));
+        match behind {
             Some(a) => Error::PeerTimeout {
                 rank: self.core.rank,
                 peer: a.peer,
@@ -192,10 +197,16 @@ impl GpuSync {
                 ),
                 secs,
             },
-            None => Error::Rendezvous(format!(
-                "rank {}: the stream did not finish within {secs:.1} s, and every memop signal arrived ({why})",
-                self.core.rank
-            )),
+            None => {
+                let mut peers: Vec<usize> = awaited.iter().map(|a| a.peer).collect();
+                peers.sort_unstable();
+                peers.dedup();
+                Error::Rendezvous(format!(
+                    "rank {}: the stream did not finish within {secs:.1} s; every memop signal arrived, and the \
+                     kernel waits' pad could not be read ({why}); awaited peers: {peers:?}",
+                    self.core.rank
+                ))
+            }
         }
     }
 
@@ -264,6 +275,7 @@ struct Awaited {
     slot: usize,
     epoch: u32,
     channel: u32,
+    kind: u32,
     peer: usize,
     what: &'static str,
 }

@@ -66,6 +66,10 @@ pub(crate) struct GpuSync {
     release_rounds: std::sync::atomic::AtomicU64,
     /// The watchdog is diagnosing a timeout (the sentinel takes over if that is stuck).
     diagnosing: AtomicBool,
+    /// Per (channel, kind): whether the last wait issued there was a stream-memop wait
+    /// (its signal lands in the host pad) rather than a kernel's (the device pad), so a
+    /// diagnosis from the host pad alone looks only where it can see.
+    memop_last: Vec<AtomicBool>,
     pub(crate) core: GroupCore,
 }
 
@@ -99,6 +103,7 @@ impl GpuSync {
             watch_step: Default::default(),
             release_rounds: Default::default(),
             diagnosing: AtomicBool::new(false),
+            memop_last: (0..pad::CHANNELS * pad::KINDS).map(|_| AtomicBool::new(false)).collect(),
         })
     }
 
@@ -143,6 +148,17 @@ impl GpuSync {
     pub(crate) fn retire(&self, buf: SymmetricBuffer) {
         let seq = self.inflight.lock().unwrap_or_else(|p| p.into_inner()).next_seq();
         self.retired.lock().unwrap_or_else(|p| p.into_inner()).push((seq, buf));
+    }
+
+    /// Records the method of the wait just issued on (`channel`, `kind`).
+    pub(crate) fn note_wait_method(&self, channel: u32, kind: u32, method: SyncMethod) {
+        let i = (channel * pad::KINDS + kind) as usize;
+        self.memop_last[i].store(method == SyncMethod::StreamMemop, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the last wait issued on (`channel`, `kind`) was a stream-memop wait.
+    pub(crate) fn memop_last(&self, channel: u32, kind: u32) -> bool {
+        self.memop_last[(channel * pad::KINDS + kind) as usize].load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub(crate) fn epochs(&self) -> MutexGuard<'_, Epochs> {
@@ -200,6 +216,7 @@ impl GpuSync {
         self.check_stream(stream)?;
         Epochs::check_channel(channel)?;
         let epoch = self.epochs().next_barrier(channel);
+        self.note_wait_method(channel, pad::BARRIER, method);
         let peers = (0..self.core.world).filter(|&p| p != self.core.rank);
         match method {
             // SAFETY: pad pointers and the error record are owned by `self`.
@@ -236,6 +253,7 @@ impl GpuSync {
         self.check_stream(stream)?;
         crate::sync::check_peer(&self.core, peer, channel)?;
         let epoch = self.epochs().next_receive(channel, peer);
+        self.note_wait_method(channel, pad::P2P, method);
         match method {
             // SAFETY: pad pointers and the error record are owned by `self`; peer < world.
             SyncMethod::Kernel => unsafe {

@@ -91,16 +91,26 @@ impl Step {
     }
 }
 
-/// The watchdog's current step and since when (microseconds from `origin`).
+/// The watchdog's current step and since when (microseconds from `origin`), and since
+/// when the oldest call in flight has been its stream's head, as of the watchdog's last
+/// poll (`NO_HEAD`: nothing in flight).
 pub(crate) struct Stage {
     origin: Instant,
     code: AtomicU32,
     since_us: AtomicU64,
+    head_since_us: AtomicU64,
 }
+
+const NO_HEAD: u64 = u64::MAX;
 
 impl Default for Stage {
     fn default() -> Self {
-        Self { origin: Instant::now(), code: AtomicU32::new(0), since_us: AtomicU64::new(0) }
+        Self {
+            origin: Instant::now(),
+            code: AtomicU32::new(0),
+            since_us: AtomicU64::new(0),
+            head_since_us: AtomicU64::new(NO_HEAD),
+        }
     }
 }
 
@@ -111,6 +121,22 @@ impl Stage {
         self.since_us.store(self.origin.elapsed().as_micros() as u64, Ordering::Relaxed);
         self.code.store(step as u32, Ordering::Release);
         StageGuard { stage: self, prev }
+    }
+
+    /// Publishes the longest head time the watchdog's poll just found (`None`: nothing
+    /// in flight).
+    pub(crate) fn set_head_wait(&self, wait: Option<Duration>) {
+        let v = wait.map_or(NO_HEAD, |w| self.origin.elapsed().saturating_sub(w).as_micros() as u64);
+        self.head_since_us.store(v, Ordering::Relaxed);
+    }
+
+    /// The longest head time now, from the last poll's (`None`: nothing was in flight).
+    /// It keeps growing while the watchdog is stuck, which is the point.
+    pub(crate) fn head_wait(&self) -> Option<Duration> {
+        match self.head_since_us.load(Ordering::Relaxed) {
+            NO_HEAD => None,
+            us => Some(self.origin.elapsed().saturating_sub(Duration::from_micros(us))),
+        }
     }
 
     /// The step under way and how long it has lasted (`None` when idle).
@@ -151,13 +177,16 @@ pub(crate) enum Verdict {
 }
 
 /// The verdict on the watchdog's current step (`stuck`: the step and how long it has
-/// lasted), whether the group has failed, which peer hung up, and whether the watchdog
-/// is diagnosing a timeout.
+/// lasted), whether the group has failed, which peer hung up, whether the watchdog is
+/// diagnosing a timeout, and whether a call has been its stream's head for longer than
+/// the watchdog's timeout rule plus [`GpuSync::SIDE_LIMIT`] (`late`: the watchdog
+/// should have failed the group by then, so it got stuck before it could).
 pub(crate) fn judge(
     stuck: Option<(Step, Duration)>,
     failed: bool,
     hung_up: Option<usize>,
     diagnosing: bool,
+    late: bool,
 ) -> Verdict {
     let Some((step, lasted)) = stuck else { return Verdict::Nothing };
     if lasted < step.stuck_after() {
@@ -169,7 +198,7 @@ pub(crate) fn judge(
     if let Some(peer) = hung_up {
         return Verdict::FailPeerGone(peer);
     }
-    if diagnosing && lasted >= GpuSync::SIDE_LIMIT {
+    if late || (diagnosing && lasted >= GpuSync::SIDE_LIMIT) {
         return Verdict::FailLate;
     }
     Verdict::Nothing
@@ -234,7 +263,8 @@ impl GpuSync {
                 reported = None;
             }
             let diagnosing = self.diagnosing.load(Ordering::Acquire);
-            match judge(stuck, self.core.is_failed(), hung_up, diagnosing) {
+            let late = self.watch_step.head_wait().is_some_and(|w| w > self.rules.stuck_after + GpuSync::SIDE_LIMIT);
+            match judge(stuck, self.core.is_failed(), hung_up, diagnosing, late) {
                 Verdict::Nothing => {}
                 Verdict::FailPeerGone(peer) => {
                     let step = stuck.map_or("", |(s, _)| s.describe());
@@ -250,9 +280,9 @@ impl GpuSync {
                 }
                 Verdict::FailLate => {
                     let step = stuck.map_or("", |(s, _)| s.describe());
-                    self.core.fail(self.diagnose_from_host(&format!(
-                        "found by the sentinel: the watchdog was stuck {step} in the CUDA driver"
-                    )));
+                    self.core.fail(
+                        self.diagnose_from_host(&format!("found by the sentinel: the watchdog was stuck {step}")),
+                    );
                     self.release_round();
                 }
                 Verdict::Abort => {
@@ -272,33 +302,60 @@ mod tests {
     #[test]
     fn only_a_stuck_watchdog_with_a_hung_up_peer_fails_the_group() {
         let stuck = Some((Step::ReadPad, 150 * MS));
-        assert_eq!(judge(stuck, false, Some(1), false), Verdict::FailPeerGone(1));
+        assert_eq!(judge(stuck, false, Some(1), false, false), Verdict::FailPeerGone(1));
         // Nobody hung up: a long driver call alone (a slow GPU) is the watchdog's to judge.
-        assert_eq!(judge(stuck, false, None, false), Verdict::Nothing);
+        assert_eq!(judge(stuck, false, None, false, false), Verdict::Nothing);
         // Not stuck long enough, or idle.
-        assert_eq!(judge(Some((Step::Poll, 99 * MS)), false, Some(1), false), Verdict::Nothing);
-        assert_eq!(judge(None, false, Some(1), false), Verdict::Nothing);
+        assert_eq!(judge(Some((Step::Poll, 99 * MS)), false, Some(1), false, false), Verdict::Nothing);
+        assert_eq!(judge(None, false, Some(1), false, false), Verdict::Nothing);
         // Already failed: keep releasing.
-        assert_eq!(judge(stuck, true, Some(1), false), Verdict::Abort);
-        assert_eq!(judge(None, true, Some(1), false), Verdict::Nothing);
+        assert_eq!(judge(stuck, true, Some(1), false, false), Verdict::Abort);
+        assert_eq!(judge(None, true, Some(1), false, false), Verdict::Nothing);
     }
 
     #[test]
     fn side_stream_work_gets_longer_than_a_driver_call() {
         // Enqueued side-stream work may wait behind a stream that waits legitimately.
-        assert_eq!(judge(Some((Step::SideWait, 500 * MS)), false, Some(1), false), Verdict::Nothing);
-        assert_eq!(judge(Some((Step::SideWait, 1000 * MS)), false, Some(1), false), Verdict::FailPeerGone(1));
+        assert_eq!(judge(Some((Step::SideWait, 500 * MS)), false, Some(1), false, false), Verdict::Nothing);
+        assert_eq!(judge(Some((Step::SideWait, 1000 * MS)), false, Some(1), false, false), Verdict::FailPeerGone(1));
     }
 
     #[test]
     fn a_stuck_timeout_diagnosis_is_taken_over_after_the_side_limit() {
         let at = |d| Some((Step::ReadPad, d));
-        assert_eq!(judge(at(GpuSync::SIDE_LIMIT - MS), false, None, true), Verdict::Nothing);
-        assert_eq!(judge(at(GpuSync::SIDE_LIMIT), false, None, true), Verdict::FailLate);
+        assert_eq!(judge(at(GpuSync::SIDE_LIMIT - MS), false, None, true, false), Verdict::Nothing);
+        assert_eq!(judge(at(GpuSync::SIDE_LIMIT), false, None, true, false), Verdict::FailLate);
         // Not diagnosing: a stuck driver call without a hung-up peer is left alone.
-        assert_eq!(judge(at(GpuSync::SIDE_LIMIT), false, None, false), Verdict::Nothing);
+        assert_eq!(judge(at(GpuSync::SIDE_LIMIT), false, None, false, false), Verdict::Nothing);
         // A hung-up peer is the clearer verdict.
-        assert_eq!(judge(at(GpuSync::SIDE_LIMIT), false, Some(2), true), Verdict::FailPeerGone(2));
+        assert_eq!(judge(at(GpuSync::SIDE_LIMIT), false, Some(2), true, false), Verdict::FailPeerGone(2));
+        // Side-stream work at 1.5 s while diagnosing: not yet.
+        assert_eq!(judge(Some((Step::SideWait, 1500 * MS)), false, None, true, false), Verdict::Nothing);
+        // Failed already: release, whatever else holds.
+        assert_eq!(judge(at(GpuSync::SIDE_LIMIT), true, None, true, true), Verdict::Abort);
+    }
+
+    #[test]
+    fn a_watchdog_stuck_before_its_timeout_rule_is_taken_over() {
+        // Stuck in an event query while a live peer is late: no hang-up, no diagnosis.
+        let poll = Some((Step::Poll, 150 * MS));
+        assert_eq!(judge(poll, false, None, false, false), Verdict::Nothing);
+        assert_eq!(judge(poll, false, None, false, true), Verdict::FailLate);
+        // Late calls but a watchdog that is not stuck: the watchdog judges.
+        assert_eq!(judge(None, false, None, false, true), Verdict::Nothing);
+    }
+
+    #[test]
+    fn head_waits_keep_growing_while_the_watchdog_is_away() {
+        let s = Stage::default();
+        assert_eq!(s.head_wait(), None);
+        // A head wait never predates the group (the stage's origin).
+        std::thread::sleep(6 * MS);
+        s.set_head_wait(Some(5 * MS));
+        std::thread::sleep(3 * MS);
+        assert!(s.head_wait().expect("published") >= 8 * MS);
+        s.set_head_wait(None);
+        assert_eq!(s.head_wait(), None);
     }
 
     #[test]

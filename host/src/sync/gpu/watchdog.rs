@@ -123,6 +123,7 @@ impl GpuSync {
             let mut q = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
             let _step = self.watch_step.enter(Step::Poll);
             let w = q.poll(now);
+            self.watch_step.set_head_wait(w);
             (w, self.take_unused(&q))
         };
         // Freed outside the lock and off this thread: unmapping (or, with IPC handles,
