@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Diagnostic run for the dead-peer hang. Carry: bundle.
+# (As run: from a scratch folder diag/ in the repository root, holding this file and dead.py.)
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --target /tmp/site bundle/wheels/lowcon-*.whl || exit 1
