@@ -105,7 +105,8 @@ impl StoreSlot {
         *g
     }
 
-    /// Every rank's `data` in rank order (collective over `world` ranks).
+    /// Every rank's `data` in rank order (collective over `world` ranks), before there
+    /// are sockets to watch: [`StoreSlot::all_gather_watching`] with no rank ever gone.
     pub(crate) fn all_gather(
         &mut self,
         name: &str,
@@ -114,9 +115,7 @@ impl StoreSlot {
         data: &[u8],
         timeout: Duration,
     ) -> Result<Vec<Vec<u8>>> {
-        let generation = self.next(name);
-        lowcon_store::kv::all_gather(self.store.as_mut(), name, generation, rank, world, data, timeout)
-            .map_err(|e| name_missing_ranks(e, name, generation, rank, world))
+        self.all_gather_watching(name, rank, world, data, timeout, &|_| false)
     }
 
     /// As [`StoreSlot::all_gather`], but waiting in slices of [`WATCH_SLICE`] and failing
