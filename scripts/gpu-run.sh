@@ -33,10 +33,10 @@ done
 # the driver's queue depth), capi (the C API's example program, built here with the
 # system compiler), bench (sweeps with NCCL, overlap), python (the Python package with
 # torch and CuPy: lowcon launch and torchrun, the pool, FSDP2 training against NCCL),
-# fsdp2 (the end-to-end FSDP2 benchmark; LOWCON_FSDP2_ARGS passes options), overlap
-# (the saturated interference benchmark at 2 GPUs: lowcon, NCCL, NCCL copy-engine and
-# a null copy; LOWCON_OVERLAP_ARGS adds flags, e.g. "--trials 9"), profile (where an
-# FSDP2 step's time goes, torch.profiler). Default: all but fsdp2, overlap and profile.
+# fsdp2 (the paired end-to-end FSDP2 benchmark; LOWCON_FSDP2_ARGS passes options, e.g.
+# "--profile"), overlap (the saturated interference benchmark at 2 GPUs: lowcon, NCCL,
+# NCCL copy-engine and a null copy; LOWCON_OVERLAP_ARGS adds flags, e.g. "--trials 9").
+# Default: all but fsdp2 and overlap.
 parts=${LOWCON_BUNDLE_PARTS:-single never capi base coll bench python}
 has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
 L="$here/lowcon"
@@ -210,24 +210,16 @@ if [ "$ngpu" -ge 2 ] && has python; then
     fi
   done
 fi
-if [ "$ngpu" -ge 2 ] && has profile; then
-  # Where an FSDP2 step's time goes (issue 18): torch.profiler, NCCL vs lowcon's sync methods.
-  prof=(timeout 120 python3 -m torch.distributed.run --nproc-per-node 2)
-  step "profile: FSDP2 step, NCCL and lowcon (kernel sync)" profile.txt "${prof[@]}" --master-port 29531 \
-    "$repo/crates/lowcon-py/bench/profile_step.py" --modes nccl,lowcon
-  step "profile: FSDP2 step, lowcon (memop sync)" profile.txt "${prof[@]}" --master-port 29541 \
-    "$repo/crates/lowcon-py/bench/profile_step.py" --modes lowcon --lowcon-sync memop
-fi
 if [ "$ngpu" -ge 2 ] && has fsdp2; then
   read -r -a fargs <<< "${LOWCON_FSDP2_ARGS:-}"
-  step "fsdp2: end-to-end benchmark (${LOWCON_FSDP2_ARGS:-default sweep})" fsdp2.txt \
+  step "fsdp2: paired end-to-end benchmark (${LOWCON_FSDP2_ARGS:-default sweep})" fsdp2.txt \
     timeout "${LOWCON_FSDP2_TIMEOUT:-560}" bash "$repo/crates/lowcon-py/bench/run_fsdp2.sh" "$out/fsdp2" "${fargs[@]}"
 fi
 echo
 echo "== summary"
 cat "$summary"
 if [ -s "$out/bench-barrier.txt" ]; then echo; grep -v '^{' "$out/bench-barrier.txt" | grep -v '^==' ; fi
-for f in python-fsdp fsdp2 profile capi never bench-queue bench-overlap-110 bench-all-gather bench-reduce-scatter bench-rs-ctas bench-overlap bench-saturated; do
+for f in python-fsdp fsdp2 capi never bench-queue bench-overlap-110 bench-all-gather bench-reduce-scatter bench-rs-ctas bench-overlap bench-saturated; do
   [ -s "$out/$f.txt" ] && { echo; grep -v '^==' "$out/$f.txt" | grep -v '^\s*$' | grep -v 'done   $' | tail -n 80; }
 done
 echo "== overall: $([ $rc -eq 0 ] && echo PASS || echo FAIL)"

@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
-# Issue 18's benchmark on one GPU box: FSDP2 training steps in every mode (nccl,
-# nccl-rerun, nccl-ce, lowcon), each mode in its own torchrun, then one merged table
-# (stdout), fsdp2.json and fsdp2.png in the output folder.
+# The paired FSDP2 benchmark on one GPU box: every mode in one torchrun job (steps
+# alternating per round), then the table and the plot. See README.md beside this file.
 #
-#   crates/lowcon-py/bench/run_fsdp2.sh [OUT] [fsdp2_step.py options...]
+#   crates/lowcon-py/bench/run_fsdp2.sh [OUT] [fsdp2_paired.py options...]
 #
 # OUT defaults to $OUT/fsdp2 when $OUT is set (the GPU machine's output folder), else
-# fsdp2-out. Examples of options: --quick (a ~1-minute smoke run of every mode),
-# --modes nccl,lowcon, --lowcon-ag ce-pull --lowcon-rs ce-reduce --lowcon-sync memop,
-# --nproc 4, --sweep '4096x8:256,16384'. The default sweep of the four modes is sized
-# for one 10-minute command on 2 H200s (--mode-timeout 140 s per mode).
+# fsdp2-out. It receives paired.json, paired.txt (the log), fsdp2.png and, with
+# --profile, one gzipped chrome trace per configuration and mode. Options, for example:
+# --sweep '4096x12:1024,4096' --reduce-dtypes fp32 --rounds 40 --profile
+# --modes nccl,nccl-b,lowcon,lowcon@sync=memop,nocomm --nproc 2 (default: every GPU).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -19,19 +18,26 @@ if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
   out=$1
   shift
 fi
+nproc=
+args=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --nproc) nproc=$2; shift 2 ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+mkdir -p "$out"
 
-# Never NVLink multicast (NVLS) on these machines; fsdp2_step.py sets it too.
-export NCCL_NVLS_ENABLE=0
+# Never NVLink multicast (NVLS) on these machines.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # lowcon's wheel: the GPU bundle carries it; install it when it is not there yet.
 if ! python3 -c 'import lowcon' 2>/dev/null; then
   for whl in "$here"/../../../bundle/wheels/lowcon-*.whl; do
     [ -f "$whl" ] && python3 -m pip install --quiet --no-deps "$whl" && break
   done
 fi
-
-modes=nccl,nccl-rerun,nccl-ce,lowcon
-for arg in "$@"; do
-  case $arg in --modes | --modes=*) modes= ;; esac
-done
+nproc=${nproc:-$(python3 -c 'import torch; print(torch.cuda.device_count())')}
 python3 -c 'import torch; print("torch", torch.__version__, "NCCL", torch.cuda.nccl.version(), "GPUs", torch.cuda.device_count())'
-exec python3 "$here/fsdp2_step.py" ${modes:+--modes "$modes"} --out "$out" "$@"
+python3 -m torch.distributed.run --nproc-per-node "$nproc" "$here/fsdp2_paired.py" --out "$out" "${args[@]}" \
+  2>&1 | tee "$out/paired.txt"
+python3 "$here/fsdp2_paired.py" --report "$out/paired.json" --plot "$out/fsdp2.png"

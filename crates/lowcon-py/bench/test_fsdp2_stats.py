@@ -1,169 +1,254 @@
-"""The pure parts of fsdp2_step.py, without torch and without a GPU:
+"""The paired FSDP2 benchmark's pure parts, without torch and without a GPU:
 `python3 -m pytest crates/lowcon-py/bench/test_fsdp2_stats.py`."""
 
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fsdp2_step as fs  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import fsdp2_model as fm  # noqa: E402
+import fsdp2_paired as fp  # noqa: E402
+import fsdp2_stats as st  # noqa: E402
 
 
 def test_importing_needs_no_torch():
-    code = "import sys, fsdp2_step; assert 'torch' not in sys.modules, 'torch was imported'"
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(fs.__file__))
+    code = ("import sys, fsdp2_model, fsdp2_stats, fsdp2_paired; "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=HERE)
+
+
+# ---------------------------------------------------------------------------------------
+# The model's arithmetic
 
 
 def test_ffn_dim_matches_llama():
-    assert fs.ffn_dim(4096) == 11008  # Llama 2 7B
-    assert fs.ffn_dim(2048) == 5632
-    assert fs.ffn_dim(1024) == 2816
+    assert fm.ffn_dim(4096) == 11008  # Llama 2 7B
+    assert fm.ffn_dim(2048) == 5632
+    assert fm.ffn_dim(8192) == 22016
 
 
 def test_parse_sweep_and_tokens():
-    cfgs = fs.parse_sweep("2048x8:256,4096;4096x2:16384", max_seq=2048)
+    cfgs = fm.parse_sweep("2048x8:256,4096;4096x2:16384", max_seq=2048)
     assert [(c.width, c.depth, c.seq, c.batch) for c in cfgs] == [
         (2048, 8, 256, 1), (2048, 8, 2048, 2), (4096, 2, 2048, 8)]
     assert cfgs[2].tokens_per_rank == 16384 and cfgs[2].heads == 32
-    assert len({c.key for c in fs.parse_sweep(fs.DEFAULT_SWEEP)}) == len(fs.parse_sweep(fs.DEFAULT_SWEEP))
+    every = fm.parse_sweep(fp.DEFAULT_SWEEP)
+    assert len({c.key for c in every}) == len(every) == 12
     for bad in ("", "2048x8", "2048x8:3000", "2000x8:256"):
         with pytest.raises(ValueError):
-            fs.parse_sweep(bad)
+            fm.parse_sweep(bad)
 
 
 def test_param_counts_and_flops():
-    cfg = fs.ModelConfig(width=4096, depth=2, seq=2048, batch=1)
-    c = fs.param_counts(cfg)
+    cfg = fm.ModelConfig(width=4096, depth=2, seq=2048, batch=1)
+    c = fm.param_counts(cfg)
     block = 4 * 4096**2 + 3 * 4096 * 11008
-    assert c["matmul"] == 2 * block + fs.VOCAB * 4096
-    assert c["total"] == 2 * fs.VOCAB * 4096 + 2 * (block + 2 * 4096) + 4096
-    # 6 N T + 12 L S d T, T over both ranks
-    t = 2 * 2048
-    assert fs.step_flops(cfg, world=2) == 6 * c["matmul"] * t + 12 * 2 * 2048 * 4096 * t
-    # MFU: exactly the peak when the step takes flops / (world x peak) seconds
-    f = fs.step_flops(cfg, 2)
-    assert fs.mfu(f, f / (2 * fs.PEAK_FLOPS), 2) == pytest.approx(1.0)
-    assert math.isnan(fs.mfu(f, 0.0, 2))
+    assert c["matmul"] == 2 * block + fm.VOCAB * 4096
+    assert c["total"] == 2 * fm.VOCAB * 4096 + 2 * (block + 2 * 4096) + 4096
+    t = 2 * 2048  # 6 N T + 12 L S d T, T over both ranks
+    assert fm.step_flops(cfg, world=2) == 6 * c["matmul"] * t + 12 * 2 * 2048 * 4096 * t
+    f = fm.step_flops(cfg, 2)
+    assert fm.mfu(f, f / (2 * fm.PEAK_FLOPS), 2) == pytest.approx(1.0)
+    assert math.isnan(fm.mfu(f, 0.0, 2))
 
 
-def test_summarize_times():
-    s = fs.summarize_times([5, 1, 4, 2, 3, 10, 6, 7, 8, 9])
-    assert s["n"] == 10 and s["median_ms"] == 5.5 and s["min_ms"] == 1 and s["max_ms"] == 10
-    # numpy's default (linear) quartiles of 1..10: 3.25 and 7.75
-    assert s["q1_ms"] == pytest.approx(3.25) and s["q3_ms"] == pytest.approx(7.75)
-    assert s["iqr_ms"] == pytest.approx(4.5)
+def test_comm_compute_regimes():
+    small, big = fm.parse_sweep("4096x12:256,16384")
+    a, b = fm.comm_compute(small, 2), fm.comm_compute(big, 2)
+    assert a["regime"] == "communication-bound" and b["regime"] == "compute-bound"
+    assert a["comm_ms"] == pytest.approx(b["comm_ms"])  # the bytes do not depend on the tokens
+    # link time: N x (2 x 2 / B_ag + 4 / B_rs) x (W-1)/W
+    n = fm.param_counts(small)["total"]
+    assert a["comm_ms"] == pytest.approx(1e3 * n * (4 / fm.AG_BUSBW + 4 / fm.RS_BUSBW) / 2)
+    assert fm.comm_compute(small, 2, reduce_bytes=2)["comm_ms"] < a["comm_ms"]
+    assert fm.comm_compute(small, 1)["comm_ms"] == 0.0
+    # the ratio falls as 1/T (attention adds a little at longer sequences)
+    mid = fm.parse_sweep("4096x12:1024")[0]
+    r = fm.comm_compute(mid, 2)["comm_over_compute"]
+    assert r == pytest.approx(4 * fm.comm_compute(fm.parse_sweep("4096x12:4096")[0], 2)["comm_over_compute"], rel=0.05)
+    assert fm.comm_compute(mid, 2)["regime"] == "balanced"
+    table = fm.regime_table([small, mid, big])
+    assert table.count("\n") == 3 and "balanced" in table and "compute-bound" in table
+
+
+# ---------------------------------------------------------------------------------------
+# Statistics
+
+
+def test_quantile_and_summary():
+    s = st.summarize([5, 1, 4, 2, 3, 10, 6, 7, 8, 9])
+    assert s["n"] == 10 and s["median"] == 5.5 and s["min"] == 1 and s["max"] == 10
+    assert s["q1"] == pytest.approx(3.25) and s["q3"] == pytest.approx(7.75)  # numpy's linear quartiles
+    assert st.quantile([3.0], 0.9) == 3.0 and math.isnan(st.quantile([], 0.5))
     with pytest.raises(ValueError):
-        fs.summarize_times([])
+        st.summarize([])
 
 
-def test_diffs_refuse_mismatch_and_nan():
-    assert fs.max_abs_diff([1.0, 2.0], [1.0, 2.5]) == 0.5
-    assert fs.max_abs_diff([1.0], [1.0, 2.0]) == math.inf
-    assert fs.max_abs_diff([float("nan")], [1.0]) == math.inf
-    assert fs.max_rel_diff([2.0, 4.0], [2.0, 5.0]) == pytest.approx(0.2)
-    assert fs.tolerance(None, 10, 1e-3) == 1e-3
-    assert fs.tolerance(0.0, 10, 1e-3) == 1e-3  # NCCL bitwise reproducible: the floor
-    assert fs.tolerance(1e-3, 10, 1e-3) == pytest.approx(1e-2)
+def rounds_of(n, seed=0, drift=0.0, noise=0.01, **factors):
+    """Synthetic rounds: nccl drifting from 100 ms by `drift` per round, each mode a
+    factor of it, every value with its own relative noise."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        base = 100.0 + drift * i
+        r = {"nccl": base * (1 + rng.gauss(0, noise))}
+        for m, f in factors.items():
+            r[m.replace("_", "-")] = base * f * (1 + rng.gauss(0, noise))
+        out.append(r)
+    return out
 
 
-def row(mode, key="w1024-d2-s512-b1", losses=(10.4, 10.3, 10.2), gn=(1.0, 0.9, 0.8), median=10.0, iqr=0.5):
-    return {"mode": mode, "key": key, "shape": "1024x2", "width": 1024, "depth": 2, "seq": 512, "batch": 1,
-            "tokens_per_rank": 512, "losses": list(losses), "grad_norms": list(gn),
-            "median_ms": median, "min_ms": median - 1, "max_ms": median + 1, "iqr_ms": iqr,
-            "tokens_per_s": 1e5, "mfu": 0.3, "peak_used_gib": 1.0, "pool_gib": None}
-
-
-def test_judge_calibrated_rule():
-    rows = [row("nccl"), row("nccl-rerun", losses=(10.4, 10.3002, 10.2)),
-            row("lowcon", losses=(10.4, 10.3015, 10.2)),           # 1.5e-3 <= 10 x 2e-4
-            row("nccl-ce", losses=(10.4, 10.3, 10.2031))]           # 3.1e-3 > 2e-3
-    fs.judge_rows(rows)
-    check = {r["mode"]: r["check"] for r in rows}
-    assert check == {"nccl": "ref", "nccl-rerun": "calib", "lowcon": "ok", "nccl-ce": "wrong"}
-    assert rows[2]["loss_tol"] == pytest.approx(2e-3) and rows[2]["calibrated"]
-
-
-def test_judge_floor_when_bitwise_and_grad_norm_scale():
-    rows = [row("nccl"), row("nccl-rerun"), row("lowcon", losses=(10.4, 10.3005, 10.2)),
-            row("nccl-ce", gn=(2.0, 1.8, 1.6))]  # same loss (Adam), doubled gradients
-    fs.judge_rows(rows)
-    assert rows[2]["check"] == "ok" and rows[2]["loss_tol"] == fs.LOSS_FLOOR
-    assert rows[3]["check"] == "wrong"
-
-
-def test_judge_without_reference_or_rerun():
-    rows = [row("lowcon")]
-    fs.judge_rows(rows)
-    assert rows[0]["check"] == "no-ref"
-    rows = [row("nccl"), row("lowcon", losses=(10.4, 10.3, 10.2009))]
-    fs.judge_rows(rows)
-    assert rows[1]["check"] == "ok" and not rows[1]["calibrated"]
-    rows = [row("nccl"), row("lowcon", losses=(10.4, 10.3, float("nan")))]
-    fs.judge_rows(rows)
-    assert rows[1]["check"] == "wrong"
-
-
-def test_compare_speed():
-    rows = [row("nccl", median=10.0, iqr=0.2), row("lowcon", median=8.0, iqr=0.3),
-            row("nccl-ce", median=10.25, iqr=0.3), row("nccl-rerun", median=11.0, iqr=0.1)]
-    fs.compare_speed(rows)
-    assert rows[1]["vs_nccl"] == pytest.approx(0.8) and rows[1]["speed"] == "faster"
-    assert rows[2]["speed"] == "same"
-    assert rows[3]["speed"] == "slower"
-
-
-def doc(mode, rows, skipped=None):
-    return {"schema": fs.SCHEMA, "mode": mode, "env": {"torch": "2.11.0", "world_size": 2}, "args": {},
-            "rows": [{k: v for k, v in r.items() if k != "mode"} for r in rows], "skipped": skipped, "notes": {}}
-
-
-def test_merge_and_table():
-    docs = [doc("lowcon", [row("lowcon", median=8.0)]), doc("nccl", [row("nccl")]),
-            dict(doc("nccl-rerun", []), notes={"ignored": 1}),
-            doc("nccl-rerun", [row("nccl-rerun")]), doc("nccl-ce", [], skipped="no zero-CTA policy")]
-    merged = fs.merge_results(docs)
-    assert [r["mode"] for r in merged["rows"]] == ["nccl", "nccl-rerun", "lowcon"]
-    assert merged["modes"]["nccl-ce"]["skipped"] == "no zero-CTA policy"
-    table = fs.format_table(merged["rows"], merged["modes"])
-    assert "0.800 faster" in table and "nccl-ce: skipped: no zero-CTA policy" in table
-    lowcon_notes = dict(doc("lowcon", []), notes={"all_gather": "ce-pull"})
-    assert "lowcon: all_gather=ce-pull" in fs.format_table([], fs.merge_results([lowcon_notes])["modes"])
-    # A merged document merges again to the same rows (the driver's output is reusable).
-    again = fs.merge_results([json.loads(json.dumps(merged))])
-    assert [(r["mode"], r["check"]) for r in again["rows"]] == [(r["mode"], r["check"]) for r in merged["rows"]]
+def test_bootstrap_is_deterministic_and_exact_on_constant_ratios():
+    rs = [{"nccl": 100.0 + i, "lowcon": 0.9 * (100.0 + i)} for i in range(30)]
+    point, lo, hi = st.bootstrap(rs, st.median_ratio("lowcon"))
+    assert point == pytest.approx(0.9) and lo == pytest.approx(0.9) and hi == pytest.approx(0.9)
+    noisy = rounds_of(30, lowcon=0.95)
+    assert st.bootstrap(noisy, st.median_ratio("lowcon"), seed=3) == st.bootstrap(noisy, st.median_ratio("lowcon"), seed=3)
     with pytest.raises(ValueError):
-        fs.merge_results([{"schema": "something else"}])
+        st.bootstrap([], st.median_ratio("lowcon"))
 
 
-def test_table_shows_errors():
-    rows = [{"mode": "lowcon", "key": "k", "shape": "4096x8", "tokens_per_rank": 16384, "error": "out of memory"}]
-    fs.judge_rows(rows)
-    assert "out of memory" in fs.format_table(rows) and rows[0]["check"] == "error"
+def test_pairing_resolves_what_unpaired_medians_cannot():
+    # The machine drifts 100 -> 160 ms over the run; lowcon is 3% faster in every round.
+    rs = rounds_of(40, seed=1, drift=1.5, noise=0.005, lowcon=0.97)
+    ratio, lo, hi = st.bootstrap(rs, st.median_ratio("lowcon"))
+    assert ratio == pytest.approx(0.97, abs=0.005) and hi < 1.0
+    # The unpaired spreads overlap by far: the drift is larger than the effect.
+    a, b = st.summarize([r["nccl"] for r in rs]), st.summarize([r["lowcon"] for r in rs])
+    assert b["q3"] > a["q1"]
 
 
-def test_merge_command_line(tmp_path):
-    paths = []
-    for d in (doc("nccl", [row("nccl")]), doc("lowcon", [row("lowcon", median=9.0)])):
-        p = tmp_path / f"{d['mode']}.json"
-        p.write_text(json.dumps(d))
-        paths.append(str(p))
-    out = tmp_path / "all.json"
-    res = subprocess.run([sys.executable, fs.__file__, "--merge", *paths, "--json", str(out),
-                          "--plot", str(tmp_path / "all.png")], capture_output=True, text=True, check=True)
-    assert "0.900 faster" in res.stdout and "plot:" in res.stdout
-    assert json.loads(out.read_text())["rows"][1]["check"] == "ok"
+def test_interval_covers_one_when_there_is_no_difference():
+    rs = rounds_of(40, seed=2, noise=0.03, nccl_b=1.0)
+    _, lo, hi = st.bootstrap(rs, st.median_ratio("nccl-b"))
+    assert lo < 1.0 < hi
 
 
-def test_arguments():
-    a = fs.parse_args(["--mode", "lowcon", "--quick"])
-    assert a.sweep == fs.QUICK_SWEEP and a.warmup == 2 and a.steps == 10
-    a = fs.parse_args(["--modes", "nccl,lowcon", "--lowcon-ag", "ce-pull", "--lowcon-sync", "memop"])
-    assert a.lowcon_ag == "ce-pull" and a.sweep == fs.DEFAULT_SWEEP and a.warmup == 3
-    for bad in (["--mode", "nccl", "--steps", "5"], [], ["--mode", "nccl", "--merge", "x"],
-                ["--mode", "nccl", "--sweep", "2048x8:3000"]):
+def test_removed_share_and_bound():
+    rs = [{"nccl": 110.0, "lowcon": 104.0, "nocomm": 100.0}] * 5
+    b = st.bound_ms(rs)
+    assert b == 100.0
+    assert st.removed_share("lowcon", b)(rs) == pytest.approx(0.6)
+    assert st.removed_share("lowcon", 100.0)([{"nccl": 110.0, "lowcon": 112.0}]) == pytest.approx(-0.2)
+    assert math.isnan(st.removed_share("lowcon", 120.0)(rs))  # NCCL under the bound: no excess to remove
+    assert st.bound_ms([{"nccl": 1.0}]) is None
+    # measured at world 1 for a 2-rank run: half the optimizer's time comes off
+    opt = [{"nocomm": 10.0}] * 5
+    assert st.bound_ms(rs, opt, world=2, bound_world=1) == pytest.approx(95.0)
+    assert st.bound_ms(rs, opt, world=8, bound_world=1) == pytest.approx(100.0 - 10.0 * 7 / 8)
+    with pytest.raises(ValueError):
+        st.bound_ms(rs, None, world=2, bound_world=1)
+
+
+def test_pair_stats_noise_and_verdicts():
+    rs = rounds_of(40, seed=4, noise=0.01, nccl_b=1.0, lowcon=0.9, slow=1.2, nocomm=0.8)
+    b = st.bound_ms(rs)
+    s = st.pair_stats(rs, ["nccl", "nccl-b", "lowcon", "slow", "nocomm"], b)
+    assert "ratio" not in s["nccl"] and s["nccl"]["pairs"] == 40
+    assert s["lowcon"]["removed"] == pytest.approx(0.5, abs=0.1)  # (100 - 90) / (100 - 80)
+    assert "removed" not in s["nocomm"] and s["nocomm"]["excess_ms"] == 0.0
+    noise = st.noise_floor(s)
+    assert 0 < noise < 0.02
+    assert st.verdict(s["lowcon"], noise) == "faster"
+    assert st.verdict(s["slow"], noise) == "slower"
+    assert st.verdict(s["nccl-b"], noise) == "same"
+    # Without a twin the interval alone decides.
+    assert st.noise_floor({"nccl": {}}) is None
+    assert st.verdict({"ratio": 1.01, "ratio_lo": 1.005, "ratio_hi": 1.02}, None) == "slower"
+    assert st.verdict({"ratio": 1.01, "ratio_lo": 1.005, "ratio_hi": 1.02}, 0.02) == "same"
+    assert st.verdict({}, None) == "?"
+
+
+def test_targets():
+    doc = {"stats": {"nccl": {"median_ms": 110.0},
+                     "lowcon": {"ratio": 0.95, "ratio_lo": 0.94, "ratio_hi": 0.96, "removed": 0.6}},
+           "noise": 0.01, "memory": {"nccl": 10 * 2**30, "lowcon": 10.5 * 2**30}}
+    assert st.check_targets(doc, "lowcon", "compute-bound") == []
+    assert "target is 70%" in st.check_targets(doc, "lowcon", "balanced")[0]
+    assert st.check_targets(doc, "lowcon", "communication-bound") == []
+    doc["memory"]["lowcon"] = 11.5 * 2**30
+    doc["pool_growth"] = {"lowcon": "step 3: 1.000 -> 1.500 GiB"}
+    missed = st.check_targets(doc, "lowcon", "compute-bound")
+    assert any("peak 11.50 GiB" in m for m in missed) and any("pool grew" in m for m in missed)
+    assert st.check_targets(doc, "absent", "balanced") == ["absent: no timed steps"]
+    doc["stats"]["lowcon"].update(ratio=1.05, ratio_lo=1.03, ratio_hi=1.07)
+    assert any("slower" in m for m in st.check_targets(doc, "lowcon", "communication-bound"))
+
+
+def test_losses():
+    ref = [10.4, 10.3, 10.2]
+    j = st.judge_losses({"nccl": ref, "nccl-b": [10.4, 10.3002, 10.2], "lowcon": [10.4, 10.3015, 10.2],
+                         "bad": [10.4, 10.3, 10.2031], "nocomm": [1.0, 2.0, 3.0]})
+    assert j["tolerance"] == pytest.approx(2e-3)
+    assert {m: v["check"] for m, v in j["modes"].items()} == {"nccl-b": "calib", "lowcon": "ok", "bad": "wrong"}
+    j = st.judge_losses({"nccl": ref, "nccl-b": ref, "lowcon": [10.4, 10.3009, 10.2], "nan": [10.4, float("nan"), 10.2]})
+    assert j["tolerance"] == st.LOSS_FLOOR and j["modes"]["lowcon"]["check"] == "ok"
+    assert j["modes"]["nan"]["check"] == "wrong"
+    assert st.judge_losses({"lowcon": ref}) == {"tolerance": None, "modes": {}}
+    assert st.max_abs_diff([1.0], [1.0, 2.0]) == math.inf
+
+
+def test_pool_growth():
+    assert st.pool_growth([2**30] * 5) is None
+    assert st.pool_growth([]) is None
+    assert st.pool_growth([2**30, 2**30, 1.5 * 2**30]) == "step 3: 1.000 -> 1.500 GiB"
+    assert st.pool_growth([2**30, 2**29]) is None  # shrinking is not growing
+
+
+def synthetic_config(**kw):
+    rs = rounds_of(30, seed=5, noise=0.01, nccl_b=1.0, lowcon=0.97, nocomm=0.95)
+    doc = {"key": "k", "shape": "4096x12", "width": 4096, "depth": 12, "tokens_per_rank": 4096,
+           "reduce_dtype": "fp32", "regime": "compute-bound", "modes": ["nccl", "nccl-b", "lowcon", "nocomm"],
+           "rounds": rs, "opt_rounds": [{m: 5.0 for m in r} for r in rs],
+           "memory": {"nccl": 2**30, "nccl-b": 2**30, "lowcon": 2**30, "nocomm": 2**30},
+           "loss_curves": {"nccl": [1.0, 0.9], "nccl-b": [1.0, 0.9], "lowcon": [1.0, 0.9005], "nocomm": [9.0, 9.0]}}
+    doc.update(kw)
+    return doc
+
+
+def test_analyse_end_to_end():
+    d = st.analyse(synthetic_config(), world=2)
+    assert d["bound_ms"] == pytest.approx(95.0, abs=1.0)
+    assert d["stats"]["lowcon"]["removed"] == pytest.approx(0.6, abs=0.15)
+    assert d["missed"] == {"lowcon": []} and d["losses"]["modes"]["lowcon"]["check"] == "ok"
+    table = st.format_rows([d, {"shape": "8192x4", "tokens_per_rank": 16384, "reduce_dtype": "bf16",
+                                "error": "out of memory"}])
+    assert "faster" in table and "out of memory" in table and "calib" in table
+    # A run at world 1 measuring the bound for 2 ranks: half the optimizer's 5 ms comes off.
+    d1 = st.analyse(synthetic_config(bound_world=1), world=2)
+    assert d1["bound_ms"] == pytest.approx(d["bound_ms"] - 2.5)
+
+
+def test_report_command_line(tmp_path):
+    doc = {"schema": fp.SCHEMA, "env": {}, "configs": [st.analyse(synthetic_config(), 2)]}
+    path = tmp_path / "paired.json"
+    path.write_text(json.dumps(doc))
+    res = subprocess.run([sys.executable, os.path.join(HERE, "fsdp2_paired.py"), "--report", str(path)],
+                         capture_output=True, text=True, check=True)
+    assert "lowcon" in res.stdout and "faster" in res.stdout
+    path.write_text(json.dumps({"schema": "other"}))
+    res = subprocess.run([sys.executable, os.path.join(HERE, "fsdp2_paired.py"), "--report", str(path)],
+                         capture_output=True, text=True)
+    assert res.returncode != 0 and "not a lowcon-fsdp2-paired/1 document" in res.stderr
+
+
+def test_modes_and_arguments():
+    assert fp.parse_mode("lowcon@sync=memop,rs=sm-direct") == (
+        "lowcon@sync=memop,rs=sm-direct", "lowcon", {"sync": "memop", "rs": "sm-direct"})
+    assert fp.parse_mode("nocomm") == ("nocomm", "nocomm", {})
+    for bad in ("mpi", "lowcon@speed=11", "nccl@sync=memop", "lowcon@sync"):
+        with pytest.raises(ValueError):
+            fp.parse_mode(bad)
+    a = fp.parse_args(["--modes", "nccl,lowcon@sync=memop", "--rounds", "40"])
+    assert [s[0] for s in a.mode_specs] == ["nccl", "lowcon@sync=memop"] and a.rounds == 40
+    assert a.warmup == 3 and a.reduce_dtypes == "fp32,bf16" and a.method == "auto"
+    for bad in (["--rounds", "1"], ["--modes", "nccl,nccl"], ["--modes", "nccl,mpi"], ["--sweep", "2048x8:3000"],
+                ["--reduce-dtypes", "fp16"]):
         with pytest.raises(SystemExit):
-            fs.parse_args(bad)
+            fp.parse_args(bad)

@@ -55,7 +55,7 @@ class _Comm:
                     f"rank {self.group.rank}: FSDP allocates on cuda:{index}, but the lowcon group uses "
                     f"cuda:{self.group.device}"
                 )
-        return self.group.empty(tuple(int(s) for s in size), dtype)
+        return self.group.empty(tuple(int(s) for s in size), dtype, framework="torch")
 
 
 class LowconAllGather(_Comm, _AllGather):

@@ -1,0 +1,306 @@
+"""The paired FSDP2 benchmark's modes, and the instruments of its profile (torch).
+
+A mode is the pair of collectives FSDP2 runs, set per FSDP module through torch 2.11's
+`set_custom_all_gather` / `set_custom_reduce_scatter`. Those are plain attributes read
+at every call (TORCH_2_11_NOTES.md), so one model can switch modes between steps
+(`Switch`), and FSDP2's own defaults can be put back: the comms FSDP made are saved
+before anything replaces them.
+
+Modes (`--modes`, comma separated):
+- `nccl`, `nccl-b`: FSDP2's defaults (NCCL). `nccl-b` is the A/A twin: the noise floor.
+- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,ctas=N,rs_ctas=N`: lowcon's hooks
+  (`lowcon.fsdp`), with options; several variants may run side by side, paired.
+- `nccl-ce`: PyTorch #176613's copy-engine all-gather from 2.11's public pieces (a
+  zero-CTA NCCL group over torch's NCCL symmetric memory), FSDP2's default
+  reduce-scatter.
+- `nocomm`: no communication. The all-gather leaves the other ranks' shards as they
+  were in a buffer kept per size (weights of the right scale, never uninitialised
+  memory), the reduce-scatter returns zeros kept per size. Every other piece of the
+  step (copy-in, copy-out, the optimizer on this rank's shard) runs as in the other
+  modes, so its step time is the run's no-communication bound at the run's own world
+  size; its losses mean nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
+from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup, TrainingState
+
+
+class Skip(Exception):
+    """The mode cannot run here; the message says why."""
+
+
+class NoCommAllGather(AllGather):
+    """No all-gather: the output is a buffer kept per (size, dtype), filled once with
+    weight-scale values; FSDP's copy-in writes this rank's shard into it as usual."""
+
+    def __init__(self) -> None:
+        self.buffers: Dict[Tuple[int, torch.dtype, Any], torch.Tensor] = {}
+
+    def allocate(self, size, *, dtype, device):  # noqa: ANN001
+        n = 1
+        for s in size:
+            n *= int(s)
+        key = (n, dtype, str(device))
+        if key not in self.buffers:
+            buf = torch.empty(n, dtype=dtype, device=device)
+            if buf.is_floating_point():
+                buf.normal_(0.0, 0.02)
+            else:
+                buf.zero_()
+            self.buffers[key] = buf
+        return self.buffers[key].view(*[int(s) for s in size])
+
+    def __call__(self, output_tensor, input_tensor, group=None, async_op=False):  # noqa: ANN001
+        return None
+
+
+class NoCommReduceScatter(ReduceScatter):
+    """No reduce-scatter: the input is an ordinary tensor (FSDP fills it), the output a
+    zero buffer kept per (size, dtype) (AdamW's work does not depend on the values)."""
+
+    def __init__(self) -> None:
+        self.zeros: Dict[Tuple[int, torch.dtype, Any], torch.Tensor] = {}
+        self.output_next = False
+
+    def allocate(self, size, *, dtype, device):  # noqa: ANN001
+        # FSDP asks for the input first (on the compute stream), then the output (on
+        # the reduce-scatter stream): alternate.
+        n = 1
+        for s in size:
+            n *= int(s)
+        self.output_next = not self.output_next
+        if self.output_next:
+            return torch.empty(*[int(s) for s in size], dtype=dtype, device=device)
+        key = (n, dtype, str(device))
+        if key not in self.zeros:
+            self.zeros[key] = torch.zeros(n, dtype=dtype, device=device)
+        return self.zeros[key].view(*[int(s) for s in size])
+
+    def __call__(self, output_tensor, input_tensor, group=None, op=None, async_op=False):  # noqa: ANN001
+        return None
+
+
+class Mode:
+    """A mode's comms: None for FSDP2's own default (per module, saved by `Switch`)."""
+
+    def __init__(self, name: str, ag: Any = None, rs: Any = None, notes: Optional[Dict[str, Any]] = None,
+                 pool: Any = None) -> None:
+        self.name, self.ag, self.rs = name, ag, rs
+        self.notes = notes or {}
+        self.pool = pool  # a lowcon group whose pool this mode uses, else None
+
+    def pool_bytes(self) -> Optional[int]:
+        return None if self.pool is None else int(self.pool.pool_stats()["pool_bytes"])
+
+
+class Switch:
+    """One model's FSDP modules, switchable between modes: saves FSDP's default comms
+    first, so `nccl` means FSDP's own objects again after another mode ran."""
+
+    def __init__(self, model: Any) -> None:
+        self.groups: List[Tuple[FSDPModule, FSDPParamGroup]] = []
+        for m in model.modules():
+            if isinstance(m, FSDPModule):
+                pg = m._get_fsdp_state()._fsdp_param_group
+                if pg is not None:
+                    self.groups.append((m, pg))
+        if not self.groups:
+            raise ValueError("the model has no FSDP modules")
+        self.defaults = {id(pg): (pg._all_gather_comm, pg._reduce_scatter_comm) for _, pg in self.groups}
+        self.current: Optional[str] = None
+
+    def set(self, mode: Mode, wrap: Any = None) -> None:
+        """Puts `mode`'s comms on every module; `wrap(comm, kind)` wraps each (profiling)."""
+        for m, pg in self.groups:
+            ag0, rs0 = self.defaults[id(pg)]
+            ag, rs = mode.ag or ag0, mode.rs or rs0
+            if wrap is not None:
+                ag, rs = wrap(ag, "all-gather"), wrap(rs, "reduce-scatter")
+            m.set_custom_all_gather(ag)
+            m.set_custom_reduce_scatter(rs)
+        self.current = mode.name
+
+
+def make_modes(specs: List[Tuple[str, str, Dict[str, str]]], device: Any,
+               lowcon_group: Any) -> Tuple[List[Mode], Dict[str, str]]:
+    """The modes of `specs` ((name, kind, options) from fsdp2_paired.parse_mode), and
+    for each that cannot run here, why."""
+    modes, skipped = [], {}
+    for spec, kind, opts in specs:
+        try:
+            if kind in ("nccl", "nccl-b"):
+                modes.append(Mode(spec))
+            elif kind == "nocomm":
+                modes.append(Mode(spec, NoCommAllGather(), NoCommReduceScatter()))
+            elif kind == "lowcon":
+                modes.append(lowcon_mode(spec, opts, lowcon_group))
+            else:
+                modes.append(nccl_ce_mode(spec, device))
+        except Skip as e:
+            skipped[spec] = str(e)
+    return modes, skipped
+
+
+def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
+    if group is None:
+        raise Skip("lowcon is not importable")
+    import lowcon.fsdp
+
+    sync = opts.get("sync", "kernel")
+    ag_opts = {"ctas": int(opts["ctas"])} if "ctas" in opts else {}
+    rs_opts = {"ctas": int(opts["rs_ctas"])} if "rs_ctas" in opts else {}
+    ag = lowcon.fsdp.LowconAllGather(group, opts.get("ag", "auto"), sync, **ag_opts)
+    rs = lowcon.fsdp.LowconReduceScatter(group, opts.get("rs", "auto"), sync, **rs_opts)
+    notes = {"lowcon": getattr(lowcon, "__version__", "?"), "all_gather": opts.get("ag", "auto"),
+             "reduce_scatter": opts.get("rs", "auto"), "sync": sync, **{k: opts[k] for k in ("ctas", "rs_ctas") if k in opts}}
+    return Mode(name, ag, rs, notes, pool=group)
+
+
+def nccl_ce_mode(name: str, device: Any) -> Mode:
+    """A zero-CTA NCCL group for the all-gather, whose output FSDP allocates from torch's
+    NCCL symmetric-memory pool and which `rendezvous` registers (TORCH_2_11_NOTES.md)."""
+    pg = getattr(dist, "ProcessGroupNCCL", None)
+    if device.type != "cuda" or pg is None or not hasattr(pg, "NCCL_CTA_POLICY_ZERO"):
+        raise Skip(f"torch {torch.__version__} on {device.type} has no ProcessGroupNCCL.NCCL_CTA_POLICY_ZERO")
+    nccl = tuple(torch.cuda.nccl.version())
+    if nccl < (2, 28):
+        raise Skip(f"NCCL {'.'.join(map(str, nccl))} has no CTA policies (needs >= 2.28)")
+    import torch.distributed._symmetric_memory as symm_mem
+
+    opts = pg.Options()
+    opts.config.cta_policy = pg.NCCL_CTA_POLICY_ZERO
+    group = dist.new_group(list(range(dist.get_world_size())), pg_options=opts)
+    symm_mem.set_backend("NCCL")
+    pool = symm_mem.get_mem_pool(device) if hasattr(symm_mem, "get_mem_pool") else \
+        torch.cuda.MemPool(symm_mem.get_mempool_allocator(device))
+    dist.barrier(group=group)
+
+    class SymmMemAllGather(AllGather):
+        def allocate(self, size, *, dtype, device):  # noqa: ANN001
+            with torch.cuda.use_mem_pool(pool):
+                return torch.empty(*size, dtype=dtype, device=device)
+
+        def __call__(self, output_tensor, input_tensor, group=None, async_op=False):  # noqa: ANN001
+            symm_mem.rendezvous(output_tensor, group=group_name)
+            return dist.all_gather_into_tensor(output_tensor, input_tensor, group=ce_group, async_op=async_op)
+
+    ce_group, group_name = group, group.group_name
+    return Mode(name, SymmMemAllGather(), None, {"nccl": ".".join(map(str, nccl))})
+
+
+# --------------------------------------------------------------------------------------
+# Instruments of the profile
+# --------------------------------------------------------------------------------------
+
+
+class HostTimes:
+    """Host time inside every comm call, per kind ("all-gather", "all-gather allocate",
+    ...): `wrap` is given to `Switch.set`."""
+
+    def __init__(self) -> None:
+        self.us: Dict[str, List[float]] = defaultdict(list)
+
+    def wrap(self, comm: Any, kind: str) -> Any:
+        times = self.us
+
+        class Timed:
+            def allocate(self, *a, **k):  # noqa: ANN001, ANN002, ANN003
+                t0 = time.perf_counter()
+                try:
+                    return comm.allocate(*a, **k)
+                finally:
+                    times[kind + " allocate"].append(1e6 * (time.perf_counter() - t0))
+
+            def __call__(self, *a, **k):  # noqa: ANN001, ANN002, ANN003
+                t0 = time.perf_counter()
+                try:
+                    return comm(*a, **k)
+                finally:
+                    times[kind].append(1e6 * (time.perf_counter() - t0))
+
+        return Timed()
+
+
+class Clock:
+    """Marks on the compute stream: CUDA events on a GPU, the host clock on the CPU
+    (where every op is synchronous)."""
+
+    def __init__(self, device: Any) -> None:
+        self.cuda = device.type == "cuda"
+
+    def mark(self) -> Any:
+        if self.cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            return e
+        return time.perf_counter()
+
+    def ms(self, a: Any, b: Any) -> float:
+        return a.elapsed_time(b) if self.cuda else 1e3 * (b - a)
+
+
+# NOTE [where the compute stream waits]
+# FSDP2's compute stream meets the collectives in three methods of FSDPParamGroup:
+# `wait_for_unshard` (waits for the layer's all-gather, then copies out: forward, and
+# again in backward), `post_backward` (copies the gradients in, waits for the previous
+# layer's reduce-scatter, issues this one) and `finalize_backward` (waits for the last
+# reduce-scatter). `FsdpWaits` marks the compute stream before and after each call, by
+# layer and phase. What a call costs includes work every mode does (copy-out, copy-in),
+# so the exposed communication of a mode is its time there minus the `nocomm` mode's.
+WATCHED = {"wait_for_unshard": None, "post_backward": "reduce-scatter", "finalize_backward": "final"}
+
+
+class FsdpWaits:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.marks: List[Tuple[str, str, Any, Any]] = []
+        self.saved: Dict[str, Any] = {}
+
+    def __enter__(self) -> "FsdpWaits":
+        for name, phase in WATCHED.items():
+            orig = getattr(FSDPParamGroup, name)
+            self.saved[name] = orig
+
+            def patched(pg, *a, _orig=orig, _phase=phase, **k):  # noqa: ANN001, ANN002, ANN003
+                p = _phase or ("forward" if pg._training_state == TrainingState.FORWARD else "backward")
+                a0 = self.clock.mark()
+                try:
+                    return _orig(pg, *a, **k)
+                finally:
+                    self.marks.append((pg._module_fqn or "root", p, a0, self.clock.mark()))
+
+            setattr(FSDPParamGroup, name, patched)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for name, orig in self.saved.items():
+            setattr(FSDPParamGroup, name, orig)
+
+    def per_step(self, steps: int) -> Dict[str, float]:
+        """ms per step, by "phase layer" (after synchronising)."""
+        acc: Dict[str, float] = defaultdict(float)
+        for fqn, phase, a, b in self.marks:
+            acc[f"{phase} {fqn}"] += self.clock.ms(a, b) / steps
+        return dict(acc)
+
+
+def kernel_table(prof: Any, limit: int = 25) -> List[Dict[str, Any]]:
+    """torch.profiler's device-time leaders: name, calls, total µs (of the profiled steps)."""
+    rows = []
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None)
+        if us is None:
+            us = getattr(e, "cuda_time_total", 0.0)
+        if us and not e.key.startswith("ProfilerStep"):
+            rows.append({"name": e.key[:120], "calls": int(e.count), "device_us": float(us)})
+    rows.sort(key=lambda r: -r["device_us"])
+    return rows[:limit]

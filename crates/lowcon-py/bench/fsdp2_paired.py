@@ -1,0 +1,488 @@
+"""FSDP2 training steps, lowcon against NCCL, paired: every mode in one torchrun job,
+steps alternating in a shuffled order per round, ratios taken within rounds.
+
+    torchrun --nproc-per-node 2 fsdp2_paired.py --out DIR                 # the default sweep
+    torchrun --nproc-per-node 2 fsdp2_paired.py --sweep 4096x12:1024 --rounds 40 --profile
+    python3 fsdp2_paired.py --report DIR/*.json                           # table again, no torch
+    torchrun --nproc-per-node 1 fsdp2_paired.py --modes nocomm --bound-for-world 2   # the world-1 bound
+
+For each configuration (width x depth : tokens per rank, and the reduce dtype) every
+rank builds the model from the same seed and shards it with FSDP2 (`fully_shard` per
+block, then the root; bf16 parameters). Then, by `--method`:
+- `models`: one model per mode, identical at the start; in round i every model trains
+  on batch i, so losses compare step by step (the loss check);
+- `switch`: one model whose collectives are switched between steps (fsdp2_modes.Switch),
+  when one model per mode does not fit (`auto` decides from the parameter count and
+  the free memory, and the output says which ran).
+Each of `--warmup` rounds then `--rounds` timed rounds runs one step of every mode in a
+shuffled order (the same on every rank). A step's time is CUDA events on the compute
+stream around zero_grad .. optimizer step, the largest over ranks. The statistics are
+in fsdp2_stats.py (torch-free, tested in CI); `--profile` adds, per mode, the host time
+per hook call, the compute stream's time inside FSDP's waits layer by layer, and the
+GPU's kernels (torch.profiler, one chrome trace per mode on rank 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import gzip
+import json
+import math
+import os
+import random
+import socket
+import sys
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fsdp2_model as fm  # noqa: E402
+import fsdp2_stats as st  # noqa: E402
+
+SCHEMA = "lowcon-fsdp2-paired/1"
+DEFAULT_MODES = "nccl,nccl-b,lowcon,nccl-ce,nocomm"
+DEFAULT_SWEEP = "2048x8:256,1024,4096,16384;4096x12:256,1024,4096,16384;8192x4:256,1024,4096,16384"
+
+
+LOWCON_KEYS = ("ag", "rs", "sync", "ctas", "rs_ctas")
+KINDS = ("nccl", "nccl-b", "lowcon", "nccl-ce", "nocomm")
+
+
+def parse_mode(spec: str) -> Tuple[str, str, Dict[str, str]]:
+    """`"lowcon@sync=memop,rs=sm-direct"` -> (the spec, "lowcon", {"sync": "memop", "rs": "sm-direct"})."""
+    kind, _, opts = spec.partition("@")
+    options = {}
+    for part in filter(None, opts.split(",")):
+        key, eq, value = part.partition("=")
+        if not eq or not value or key not in LOWCON_KEYS:
+            raise ValueError(f"mode {spec!r}: option {part!r} (lowcon takes {', '.join(LOWCON_KEYS)})")
+        options[key] = value
+    if kind not in KINDS or (opts and kind != "lowcon"):
+        raise ValueError(f"mode {spec!r}: expected nccl, nccl-b, lowcon[@options], nccl-ce or nocomm")
+    return spec, kind, options
+
+
+def write_plot(docs: List[Dict[str, Any]], path: str, title: str = "") -> str:
+    """Per model shape and reduce dtype, each mode's step time over NCCL's (median of
+    per-round ratios, bars: 95% interval) against tokens per rank, with the bound's.
+    Returns what was written, or why nothing was."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return f"plot: matplotlib is not importable; no {path}"
+    docs = [d for d in docs if "stats" in d]
+    panels = sorted({(d["width"], d["depth"], d["reduce_dtype"]) for d in docs})
+    if not panels:
+        return "plot: no timed configurations"
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4), squeeze=False)
+    for ax, (w, depth, rd) in zip(axes[0], panels):
+        rows = sorted((d for d in docs if (d["width"], d["depth"], d["reduce_dtype"]) == (w, depth, rd)),
+                      key=lambda d: d["tokens_per_rank"])
+        modes = [m for m in rows[0]["modes"] if m != st.REFERENCE]
+        for m in modes:
+            pts = [(d["tokens_per_rank"], d["stats"][m]) for d in rows if m in d["stats"]]
+            pts = [(t, s) for t, s in pts if "ratio" in s]
+            if not pts:
+                continue
+            ys = [s["ratio"] for _, s in pts]
+            lo = [max(0.0, s["ratio"] - s["ratio_lo"]) if math.isfinite(s["ratio_lo"]) else 0.0 for _, s in pts]
+            hi = [max(0.0, s["ratio_hi"] - s["ratio"]) if math.isfinite(s["ratio_hi"]) else 0.0 for _, s in pts]
+            style = {"linestyle": ":"} if m in (st.TWIN, st.BOUND) else {}
+            ax.errorbar([t for t, _ in pts], ys, yerr=[lo, hi], marker="o", capsize=3, label=m, **style)
+        ax.axhline(1.0, color="grey", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens per rank")
+        ax.set_ylabel("step time / NCCL's (paired median)")
+        ax.set_title(f"{w}x{depth}, reduce {rd}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title or "FSDP2 step, paired against NCCL")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return f"plot: {path}"
+
+
+def load(paths: List[str]) -> List[Dict[str, Any]]:
+    docs = []
+    for p in paths:
+        with open(p) as f:
+            doc = json.load(f)
+        if doc.get("schema") != SCHEMA:
+            raise SystemExit(f"{p}: not a {SCHEMA} document (schema {doc.get('schema')!r})")
+        docs.extend(doc["configs"])
+    return docs
+
+
+def report(paths: List[str], plot: Optional[str] = None) -> int:
+    """Prints the paired table of result files, and plots them (no torch)."""
+    docs = load(paths)
+    print(st.format_rows(docs))
+    if plot:
+        print(write_plot(docs, plot))
+    for d in docs:
+        for m, missed in d.get("missed", {}).items():
+            for line in missed:
+                print(f"{d['shape']} {d['tokens_per_rank']} {d['reduce_dtype']}: target missed: {line}")
+    return 0
+
+
+def model_state_bytes(model: Any, opt: Any) -> int:
+    """This rank's parameters, gradients and optimizer state (the shards), in bytes."""
+    total = 0
+    for p in model.parameters():
+        for t in (p, p.grad):
+            if t is not None:
+                t = t.to_local() if hasattr(t, "to_local") else t
+                total += t.numel() * t.element_size()
+    for s in opt.state.values():
+        for t in s.values():
+            if hasattr(t, "numel"):
+                t = t.to_local() if hasattr(t, "to_local") else t
+                total += t.numel() * t.element_size()
+    return total
+
+
+def choose_method(args: argparse.Namespace, cfg: fm.ModelConfig, n_modes: int, world: int, device: Any) -> str:
+    if args.method != "auto":
+        return args.method
+    import torch
+
+    if device.type != "cuda":
+        return "models"
+    free, _ = torch.cuda.mem_get_info(device)
+    per_model = 16 * fm.param_counts(cfg)["total"] / world  # fp32 weights, grads, two Adam moments
+    activations = cfg.tokens_per_rank * cfg.depth * (16 * cfg.width + 6 * cfg.ffn) * 2 + \
+        cfg.tokens_per_rank * cfg.vocab * 10
+    return "models" if n_modes * per_model + activations < 0.7 * free else "switch"
+
+
+def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: argparse.Namespace,
+               device: Any, index: int) -> Dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.device_mesh import init_device_mesh
+
+    import fsdp2_modes as fmodes
+
+    world, rank = dist.get_world_size(), dist.get_rank()
+    mesh = init_device_mesh(device.type, (world,))
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                              reduce_dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[reduce_dtype])
+    method = choose_method(args, cfg, len(modes), world, device)
+
+    def build() -> Any:
+        torch.manual_seed(args.seed)  # the same initial weights for every model
+        model = fm.build_model(cfg, device)
+        for block in model.layers:
+            fully_shard(block, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
+        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, foreach=True)
+        return model, opt, fmodes.Switch(model)
+
+    if method == "models":
+        built = {m.name: build() for m in modes}
+        for m in modes:
+            built[m.name][2].set(m)
+    else:
+        shared = build()
+        built = {m.name: shared for m in modes}
+
+    clock = fmodes.Clock(device)
+    cuda = device.type == "cuda"
+    gen = torch.Generator(device=device)
+
+    def batch(i: int) -> Any:
+        gen.manual_seed(args.seed * 1_000_003 + rank * 10_007 + i)
+        return torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq + 1), device=device, generator=gen)
+
+    def step(mode: Any, tokens: Any, wrap: Any = None) -> Dict[str, Any]:
+        model, opt, switch = built[mode.name]
+        if method == "switch" or wrap is not None:
+            switch.set(mode, wrap)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+            at_start = torch.cuda.memory_allocated(device)
+        t0 = clock.mark()
+        opt.zero_grad(set_to_none=True)
+        logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+        loss.backward()
+        o0 = clock.mark()
+        opt.step()
+        t1 = clock.mark()
+        rec = {"marks": (t0, o0, t1), "loss": loss.detach()}
+        if cuda:
+            rec["transient"] = torch.cuda.max_memory_allocated(device) - at_start
+        return rec
+
+    order_rng = random.Random(args.seed * 7919 + index)
+    names = [m.name for m in modes]
+    records: List[Dict[str, Dict[str, Any]]] = []
+    pool_after: List[int] = []
+    pools = [m for m in modes if m.pool is not None]
+    wall0 = time.perf_counter()
+    for r in range(args.warmup + args.rounds):
+        tokens = batch(r)
+        order = order_rng.sample(modes, len(modes))
+        rnd = {}
+        for m in order:
+            rnd[m.name] = step(m, tokens)
+            if pools:
+                pool_after.append(pools[0].pool_bytes())
+        if args.sync_each_step and cuda:
+            torch.cuda.synchronize(device)
+        if r >= args.warmup:
+            records.append(rnd)
+        if r == args.warmup - 1:
+            if cuda:
+                torch.cuda.synchronize(device)
+            dist.barrier()
+            wall0 = time.perf_counter()
+    if cuda:
+        torch.cuda.synchronize(device)
+    wall = time.perf_counter() - wall0
+
+    # Times, the largest over ranks; losses, the mean over ranks.
+    step_ms = torch.tensor([[clock.ms(rec[n]["marks"][0], rec[n]["marks"][2]) for n in names] for rec in records],
+                           dtype=torch.float64, device=device)
+    opt_ms = torch.tensor([[clock.ms(rec[n]["marks"][1], rec[n]["marks"][2]) for n in names] for rec in records],
+                          dtype=torch.float64, device=device)
+    dist.all_reduce(step_ms, op=dist.ReduceOp.MAX)
+    dist.all_reduce(opt_ms, op=dist.ReduceOp.MAX)
+    losses = torch.stack([torch.stack([rec[n]["loss"].float() for n in names]) for rec in records]).double()
+    dist.all_reduce(losses)
+    losses /= world
+    transient = {n: max(rec[n].get("transient", 0) for rec in records) for n in names}
+    state = {n: model_state_bytes(built[n][0], built[n][1]) for n in names}
+    memory = {}
+    for m in modes:
+        pool = m.pool_bytes() or 0
+        memory[m.name] = state[m.name] + transient[m.name] + pool
+    mem_t = torch.tensor([memory[n] for n in names], dtype=torch.float64, device=device)
+    dist.all_reduce(mem_t, op=dist.ReduceOp.MAX)
+
+    doc: Dict[str, Any] = {
+        "key": f"{cfg.key}-{reduce_dtype}", "shape": cfg.shape, "width": cfg.width, "depth": cfg.depth,
+        "seq": cfg.seq, "batch": cfg.batch, "tokens_per_rank": cfg.tokens_per_rank, "reduce_dtype": reduce_dtype,
+        "params": fm.param_counts(cfg)["total"], "method": method, "modes": names, "seed": args.seed,
+        "order": "shuffled per round", "warmup_rounds": args.warmup,
+        "rounds": [dict(zip(names, row)) for row in step_ms.tolist()],
+        "opt_rounds": [dict(zip(names, row)) for row in opt_ms.tolist()],
+        "wall_ms_per_round": 1e3 * wall / max(1, args.rounds),
+        "memory": dict(zip(names, mem_t.tolist())),
+        "memory_method": "this rank's param+grad+optimizer shards + torch's peak allocation during the step above "
+                         "its start + lowcon's pool; NCCL's internal buffers are not counted; max over ranks",
+        **fm.comm_compute(cfg, world, 4 if reduce_dtype == "fp32" else 2),
+        "mfu_nccl": None,
+    }
+    if args.bound_for_world and args.bound_for_world != world:
+        doc["bound_world"] = world
+        world_for = args.bound_for_world
+    else:
+        world_for = world
+    if method == "models":
+        doc["loss_curves"] = {n: [row[i] for row in losses.tolist()] for i, n in enumerate(names)}
+    if pools:
+        # The pool is shared by the lowcon modes: after the first round (every mode has
+        # run once, warm-up included) it must not grow.
+        growth = st.pool_growth(pool_after[len(modes) - 1:])
+        doc["pool_growth"] = {m.name: growth for m in pools if growth}
+        doc["pool_bytes"] = pool_after[-1]
+    if args.profile:
+        doc["profile"] = profile(modes, step, batch, clock, device, args, rank, cfg, reduce_dtype)
+    st.analyse(doc, world_for)
+    if "nccl" in doc["stats"]:
+        doc["mfu_nccl"] = fm.mfu(fm.step_flops(cfg, world), doc["stats"]["nccl"]["median_ms"] / 1e3, world)
+    del built, records
+    return doc
+
+
+def profile(modes: List[Any], step: Any, batch: Any, clock: Any, device: Any, args: argparse.Namespace,
+            rank: int, cfg: fm.ModelConfig, reduce_dtype: str) -> Dict[str, Any]:
+    """Per mode: host µs per hook call, the compute stream's ms per step inside FSDP's
+    waits (by layer and phase), and the kernel table of one profiled step."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    import fsdp2_modes as fmodes
+
+    out: Dict[str, Any] = {}
+    for m in modes:
+        host = fmodes.HostTimes()
+        with fmodes.FsdpWaits(clock) as waits:
+            for i in range(args.profile_steps):
+                step(m, batch(10_000 + i), wrap=host.wrap)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+        entry: Dict[str, Any] = {
+            "host_us": {k: {"calls_per_step": len(v) / args.profile_steps, "median_us": statistics.median(v),
+                            "p90_us": st.quantile(v, 0.9)} for k, v in host.us.items() if v},
+            "waits_ms": waits.per_step(args.profile_steps),
+        }
+        if device.type == "cuda":
+            from torch.profiler import ProfilerActivity
+            from torch.profiler import profile as tprofile
+
+            with tprofile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                step(m, batch(20_000))
+                torch.cuda.synchronize(device)
+            entry["kernels"] = fmodes.kernel_table(prof)
+            if rank == 0 and args.out:
+                path = os.path.join(args.out, f"trace-{cfg.key}-{reduce_dtype}-{m.name.replace('@', '_')}.json")
+                prof.export_chrome_trace(path)
+                with open(path, "rb") as f, gzip.open(path + ".gz", "wb") as g:
+                    g.write(f.read())
+                os.remove(path)
+                entry["trace"] = os.path.basename(path) + ".gz"
+        out[m.name] = entry
+        dist.barrier()
+    base = out.get(st.BOUND, {}).get("waits_ms")
+    if base:
+        for m, entry in out.items():
+            entry["exposed_ms"] = {k: v - base.get(k, 0.0) for k, v in entry["waits_ms"].items()}
+            entry["exposed_ms_total"] = sum(entry["exposed_ms"].values())
+    return out
+
+
+def worker(args: argparse.Namespace) -> int:
+    import torch
+    import torch.distributed as dist
+
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if args.cpu:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    else:
+        device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    import fsdp2_modes as fmodes
+
+    specs = args.mode_specs
+    group = None
+    if any(kind == "lowcon" for _, kind, _ in specs):
+        try:
+            import lowcon
+            import lowcon.fsdp  # noqa: F401
+
+            group = lowcon.from_process_group(backend="host" if args.cpu else "gpu")
+        except ImportError as e:
+            print(f"lowcon is not importable: {e}", flush=True)
+    modes, skipped = fmodes.make_modes(specs, device, group)
+    env = {"torch": torch.__version__, "world_size": world, "host": socket.gethostname(),
+           "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "device": str(device),
+           "NCCL_NVLS_ENABLE": os.environ.get("NCCL_NVLS_ENABLE")}
+    if device.type == "cuda":
+        env.update(cuda=torch.version.cuda, nccl=".".join(map(str, torch.cuda.nccl.version())),
+                   device_name=torch.cuda.get_device_name(device))
+    doc: Dict[str, Any] = {"schema": SCHEMA, "env": env, "args": vars(args), "skipped": skipped,
+                           "notes": {m.name: m.notes for m in modes if m.notes}, "configs": []}
+    if rank == 0:
+        print(f"torch {env['torch']}, {world} x {env.get('device_name', device)}; modes "
+              f"{[m.name for m in modes]}; skipped {skipped}", flush=True)
+    t_start = time.perf_counter()
+    json_path = os.path.join(args.out, "paired.json") if args.out else None
+    configs = fm.parse_sweep(args.sweep, args.max_seq)
+    index = 0
+    for reduce_dtype in args.reduce_dtypes.split(","):
+        for cfg in configs:
+            index += 1
+            over = torch.tensor([1.0 if args.time_budget and time.perf_counter() - t_start > args.time_budget
+                                 else 0.0], device=device)
+            dist.broadcast(over, src=0)
+            base = {"key": f"{cfg.key}-{reduce_dtype}", "shape": cfg.shape, "tokens_per_rank": cfg.tokens_per_rank,
+                    "reduce_dtype": reduce_dtype}
+            if over.item():
+                doc["configs"].append(dict(base, error="time budget spent"))
+                continue
+            t0 = time.perf_counter()
+            try:
+                c = run_config(cfg, reduce_dtype, modes, args, device, index)
+            except torch.cuda.OutOfMemoryError as e:  # the same on every rank: they stay in step
+                c = dict(base, error=f"out of memory: {str(e).splitlines()[0][:100]}")
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            doc["configs"].append(c)
+            if rank == 0:
+                if "stats" in c:
+                    print(st.format_rows([c]), flush=True)
+                    print(f"  method {c['method']}, bound {c['bound_ms'] if c['bound_ms'] is None else round(c['bound_ms'], 2)} ms, "
+                          f"noise {c['noise']}, missed {c['missed']}, {time.perf_counter() - t0:.1f} s", flush=True)
+                else:
+                    print(f"{c['key']}: {c['error']}", flush=True)
+                if json_path:
+                    with open(json_path + ".tmp", "w") as f:
+                        json.dump(doc, f, indent=1)
+                    os.replace(json_path + ".tmp", json_path)
+    if rank == 0:
+        print(st.format_rows(doc["configs"]), flush=True)
+    dist.barrier()
+    if group is not None:
+        group.close()
+    dist.destroy_process_group()
+    return 0
+
+
+def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--report", nargs="+", metavar="JSON", help="print the table of result files and exit (no torch)")
+    p.add_argument("--plot", metavar="PNG", help="with --report: also plot the results")
+    p.add_argument("--modes", default=DEFAULT_MODES)
+    p.add_argument("--sweep", default=DEFAULT_SWEEP, help="WIDTHxDEPTH:TOKENS,..;... (tokens per rank)")
+    p.add_argument("--reduce-dtypes", default="fp32,bf16")
+    p.add_argument("--method", choices=("auto", "models", "switch"), default="auto")
+    p.add_argument("--warmup", type=int, default=3, help="untimed rounds first")
+    p.add_argument("--rounds", type=int, default=30, help="timed rounds (pairs)")
+    p.add_argument("--profile", action="store_true", help="per mode: host time per hook call, FSDP waits, kernels")
+    p.add_argument("--profile-steps", type=int, default=3)
+    p.add_argument("--sync-each-step", action="store_true", help="synchronise after every round")
+    p.add_argument("--bound-for-world", type=int, default=0,
+                   help="this run measures the nocomm bound for a run of this many ranks (optimizer-corrected)")
+    p.add_argument("--max-seq", type=int, default=fm.MAX_SEQ)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--time-budget", type=float, default=0.0, help="seconds; later configurations are skipped")
+    p.add_argument("--cpu", action="store_true", help="gloo and lowcon's host backend (a smoke test)")
+    p.add_argument("--out", default=os.environ.get("FSDP2_OUT", ""))
+    args = p.parse_args(argv)
+    if args.report:
+        return args
+    if args.rounds < 2:
+        p.error("--rounds must be at least 2")
+    try:
+        args.mode_specs = [parse_mode(s) for s in args.modes.split(",") if s]
+        fm.parse_sweep(args.sweep, args.max_seq)
+    except ValueError as e:
+        p.error(str(e))
+    names = [s[0] for s in args.mode_specs]
+    if not names or len(set(names)) != len(names):
+        p.error(f"--modes {args.modes!r}: give each mode once")
+    for d in args.reduce_dtypes.split(","):
+        if d not in ("fp32", "bf16"):
+            p.error(f"--reduce-dtypes: {d!r} is not fp32 or bf16")
+    return args
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    if args.report:
+        return report(args.report, args.plot)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+    return worker(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""The paired FSDP2 benchmark's statistics, without torch: per-round ratios, bootstrap
+intervals, the no-communication bound, the loss rule and the targets.
+
+A run is a list of rounds. In each round every mode trains one step (in a shuffled
+order), so a round is `{mode: step ms}`; slow drifts of the machine (clocks, other
+processes, the allocator) hit every mode of a round alike, and ratios within a round
+cancel them. Every statistic here is a function of the rounds, and its 95% interval
+comes from resampling whole rounds (the paired bootstrap).
+
+`test_fsdp2_stats.py` checks all of it on synthetic rounds.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+Round = Dict[str, float]
+
+REFERENCE = "nccl"  # every ratio is against FSDP2's default
+TWIN = "nccl-b"  # the same as REFERENCE, run as a separate mode: the A/A noise floor
+BOUND = "nocomm"  # the same step with no communication at all
+
+BOOT_SAMPLES = 2000
+CONFIDENCE = 0.95
+
+
+def quantile(xs: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile (numpy's default)."""
+    s = sorted(xs)
+    if not s:
+        return float("nan")
+    pos = (len(s) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarize(xs: Sequence[float]) -> Dict[str, float]:
+    """Median and spread: min, max, quartiles, IQR, n."""
+    if not xs:
+        raise ValueError("no values")
+    q1, q3 = quantile(xs, 0.25), quantile(xs, 0.75)
+    return {"n": len(xs), "median": statistics.median(xs), "min": min(xs), "max": max(xs),
+            "q1": q1, "q3": q3, "iqr": q3 - q1}
+
+
+def bootstrap(rounds: Sequence[Round], stat: Callable[[Sequence[Round]], float],
+              samples: int = BOOT_SAMPLES, confidence: float = CONFIDENCE, seed: int = 12345) -> Tuple[float, float, float]:
+    """`stat` of the rounds, and its percentile-bootstrap interval from resampling whole
+    rounds with replacement. Deterministic for a seed. Resamples where `stat` is not
+    finite (a bound above a median, say) are dropped; if more than half are, the
+    interval is (nan, nan)."""
+    if not rounds:
+        raise ValueError("no rounds")
+    point = stat(rounds)
+    rng = random.Random(seed)
+    n = len(rounds)
+    values = []
+    for _ in range(samples):
+        v = stat([rounds[rng.randrange(n)] for _ in range(n)])
+        if math.isfinite(v):
+            values.append(v)
+    if len(values) < samples / 2:
+        return point, float("nan"), float("nan")
+    tail = (1 - confidence) / 2
+    return point, quantile(values, tail), quantile(values, 1 - tail)
+
+
+def median_ratio(mode: str, ref: str = REFERENCE) -> Callable[[Sequence[Round]], float]:
+    """The median over rounds of mode's step time over ref's in the same round."""
+    return lambda rs: statistics.median(r[mode] / r[ref] for r in rs)
+
+
+def median_of(mode: str) -> Callable[[Sequence[Round]], float]:
+    return lambda rs: statistics.median(r[mode] for r in rs)
+
+
+def removed_share(mode: str, bound: float, ref: str = REFERENCE) -> Callable[[Sequence[Round]], float]:
+    """The share of ref's excess over the bound that mode removes:
+    1 - (median(mode) - bound) / (median(ref) - bound). 1 means mode reaches the bound,
+    0 means it is no better than ref, negative means worse. nan when ref has no excess."""
+    def stat(rs: Sequence[Round]) -> float:
+        ref_excess = statistics.median(r[ref] for r in rs) - bound
+        if ref_excess <= 0:
+            return float("nan")
+        return 1.0 - (statistics.median(r[mode] for r in rs) - bound) / ref_excess
+    return stat
+
+
+def bound_ms(rounds: Sequence[Round], opt_ms: Optional[Sequence[Round]] = None, world: int = 2,
+             bound_world: Optional[int] = None) -> Optional[float]:
+    """The no-communication bound of a run, in ms: the median `nocomm` step.
+
+    Measured at the run's own world size (the same shards, the same optimizer work) it
+    needs no correction. Measured at world 1 (`bound_world` = 1) for a run of `world`
+    ranks, each rank's optimizer updated all parameters instead of 1/world of them: the
+    surplus, (1 - 1/world) of the median optimizer time `opt_ms[BOUND]`, comes off.
+    None when the run has no `nocomm` steps.
+    """
+    xs = [r[BOUND] for r in rounds if BOUND in r]
+    if not xs:
+        return None
+    b = statistics.median(xs)
+    if bound_world is not None and bound_world != world:
+        if not opt_ms:
+            raise ValueError("a bound measured at another world size needs the optimizer's times")
+        opt = statistics.median(r[BOUND] for r in opt_ms if BOUND in r)
+        b -= opt * (1 - bound_world / world)
+    return b
+
+
+def pair_stats(rounds: Sequence[Round], modes: Sequence[str], bound: Optional[float] = None,
+               ref: str = REFERENCE, seed: int = 12345) -> Dict[str, Dict[str, Any]]:
+    """Per mode: the median step, its ratio to ref (median of per-round ratios) with the
+    95% interval, and against the bound its excess and (but for ref) the share of
+    ref's excess it removes, with its interval."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for m in modes:
+        rs = [r for r in rounds if m in r and ref in r]
+        if not rs:
+            continue
+        s = summarize([r[m] for r in rs])
+        row: Dict[str, Any] = {"median_ms": s["median"], "iqr_ms": s["iqr"], "min_ms": s["min"],
+                               "max_ms": s["max"], "pairs": len(rs)}
+        if m != ref:
+            row["ratio"], row["ratio_lo"], row["ratio_hi"] = bootstrap(rs, median_ratio(m, ref), seed=seed)
+        if bound is not None:
+            row["excess_ms"] = s["median"] - bound
+            if m not in (ref, BOUND):
+                row["removed"], row["removed_lo"], row["removed_hi"] = bootstrap(
+                    rs, removed_share(m, bound, ref), seed=seed)
+        out[m] = row
+    return out
+
+
+def noise_floor(stats: Dict[str, Dict[str, Any]]) -> Optional[float]:
+    """How far from 1 the A/A pair (TWIN over REFERENCE) strays: the larger distance of
+    its median ratio's interval ends from 1. None without a twin."""
+    t = stats.get(TWIN)
+    if not t or "ratio_lo" not in t or not math.isfinite(t["ratio_lo"]):
+        return None
+    return max(abs(t["ratio_hi"] - 1.0), abs(1.0 - t["ratio_lo"]), abs(t["ratio"] - 1.0))
+
+
+def verdict(row: Dict[str, Any], noise: Optional[float]) -> str:
+    """"faster" when the ratio's interval lies below 1 and its median below 1 - noise,
+    "slower" when its median is above 1 + noise (the A/A floor; with no twin, when the
+    interval lies above 1), else "same"."""
+    lo, hi, r = row.get("ratio_lo"), row.get("ratio_hi"), row.get("ratio")
+    if r is None or lo is None or not math.isfinite(lo):
+        return "?"
+    n = noise or 0.0
+    if hi < 1.0 and r < 1.0 - n:
+        return "faster"
+    if (r > 1.0 + n) if noise is not None else (lo > 1.0):
+        return "slower"
+    return "same"
+
+
+# Targets: the share of NCCL's excess lowcon must remove, by regime (fsdp2_model's
+# NOTE [communication against compute]). Communication-bound rows have no share
+# target, only "not slower than NCCL beyond the A/A noise", which every row has.
+SHARE_TARGET = {"balanced": 0.70, "compute-bound": 0.50}
+MEMORY_SLACK = 1.10  # peak memory, pool included: at most NCCL's + 10%
+
+
+def check_targets(row: Dict[str, Any], mode: str, regime: str) -> List[str]:
+    """What `mode` misses of the targets in one configuration's result (empty: all met).
+    `row` is a configuration's document: `stats`, `noise`, `memory`, `pool_growth`."""
+    missed = []
+    s = row["stats"].get(mode)
+    if s is None:
+        return [f"{mode}: no timed steps"]
+    if verdict(s, row.get("noise")) == "slower":
+        missed.append(f"{mode}: slower than {REFERENCE} beyond the A/A noise "
+                      f"(ratio {s['ratio']:.3f}, noise {row.get('noise') or 0:.3f})")
+    want = SHARE_TARGET.get(regime)
+    if want is not None and "removed" in s:
+        if not (math.isfinite(s["removed"]) and s["removed"] >= want):
+            missed.append(f"{mode}: removes {s['removed']:.0%} of {REFERENCE}'s excess, the target is {want:.0%} "
+                          f"({regime})")
+    mem = row.get("memory", {})
+    if mode in mem and REFERENCE in mem and mem[mode] > MEMORY_SLACK * mem[REFERENCE]:
+        missed.append(f"{mode}: peak {mem[mode] / 2**30:.2f} GiB > 1.1 x {REFERENCE}'s "
+                      f"{mem[REFERENCE] / 2**30:.2f} GiB")
+    if row.get("pool_growth", {}).get(mode):
+        missed.append(f"{mode}: the pool grew after the first step ({row['pool_growth'][mode]})")
+    return missed
+
+
+# NOTE [loss tolerance]
+# With one model per mode, every model starts from the same seeds and sees, per rank and
+# round, the same tokens. Runs still differ a little (flash attention's backward
+# accumulates with atomics, cuBLAS may pick other kernels), so the tolerance is
+# measured: `nccl` and `nccl-b` are two models of the same mode, and a mode is wrong
+# when its largest per-step loss difference to `nccl` exceeds K times the A/A
+# difference, with an absolute floor (the A/A pair may agree bitwise). A wrong
+# gradient (wrong shard, wrong op) moves the loss by far more than 1e-3 in 10 steps.
+LOSS_K = 10.0
+LOSS_FLOOR = 1e-3
+
+
+def max_abs_diff(a: Sequence[float], b: Sequence[float]) -> float:
+    """Largest |a_i - b_i|; inf when the lengths differ or a value is not finite (a
+    diverged run must never pass)."""
+    if len(a) != len(b) or not a:
+        return float("inf")
+    worst = 0.0
+    for x, y in zip(a, b):
+        if not (math.isfinite(x) and math.isfinite(y)):
+            return float("inf")
+        worst = max(worst, abs(x - y))
+    return worst
+
+
+def judge_losses(losses: Dict[str, Sequence[float]], k: float = LOSS_K, floor: float = LOSS_FLOOR) -> Dict[str, Any]:
+    """Per mode (but the reference, the twin and the bound): its largest loss difference
+    to the reference, the tolerance, and "ok" or "wrong"."""
+    ref = losses.get(REFERENCE)
+    if ref is None:
+        return {"tolerance": None, "modes": {}}
+    aa = max_abs_diff(losses[TWIN], ref) if TWIN in losses else None
+    tol = floor if aa is None or not math.isfinite(aa) else max(k * aa, floor)
+    modes = {}
+    for m, xs in losses.items():
+        if m in (REFERENCE, BOUND):
+            continue
+        d = max_abs_diff(xs, ref)
+        modes[m] = {"diff": d, "check": "calib" if m == TWIN else ("ok" if d <= tol else "wrong")}
+    return {"aa_diff": aa, "tolerance": tol, "modes": modes}
+
+
+def pool_growth(pool_after_step: Sequence[int]) -> Optional[str]:
+    """None when the pool holds the same bytes after every step from the first on, else
+    where it grew ("step 3: 1.0 -> 1.5 GiB")."""
+    for i in range(1, len(pool_after_step)):
+        a, b = pool_after_step[i - 1], pool_after_step[i]
+        if b > a:
+            return f"step {i + 1}: {a / 2**30:.3f} -> {b / 2**30:.3f} GiB"
+    return None
+
+
+def _fmt(x: Any, spec: str) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return format(x, spec)
+
+
+def format_rows(docs: Sequence[Dict[str, Any]]) -> str:
+    """The paired table: one line per configuration and mode."""
+    head = ("shape", "tok/rank", "rdtype", "regime", "mode", "median ms", "vs nccl [95%]", "excess ms",
+            "removed [95%]", "peak GiB", "loss")
+    lines = []
+    for d in docs:
+        if "stats" not in d:
+            lines.append((d.get("shape", "?"), str(d.get("tokens_per_rank", "")), d.get("reduce_dtype", ""),
+                          "", "", str(d.get("error", "not run"))[:60], "", "", "", "", ""))
+            continue
+        losses = d.get("losses", {}).get("modes", {})
+        for m, s in d["stats"].items():
+            vs = ""
+            if "ratio" in s:
+                vs = f"{s['ratio']:.3f} [{_fmt(s['ratio_lo'], '.3f')}, {_fmt(s['ratio_hi'], '.3f')}] " \
+                     f"{verdict(s, d.get('noise'))}"
+            rem = ""
+            if "removed" in s:
+                rem = f"{_fmt(s['removed'], '.0%')} [{_fmt(s['removed_lo'], '.0%')}, {_fmt(s['removed_hi'], '.0%')}]"
+            mem = d.get("memory", {}).get(m)
+            lines.append((d["shape"], str(d["tokens_per_rank"]), d["reduce_dtype"], d["regime"], m,
+                          _fmt(s["median_ms"], ".2f"), vs, _fmt(s.get("excess_ms"), ".2f"), rem,
+                          _fmt(None if mem is None else mem / 2**30, ".2f"), losses.get(m, {}).get("check", "")))
+    widths = [max(len(h), *(len(str(l[i])) for l in lines)) if lines else len(h) for i, h in enumerate(head)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
+    out.extend("  ".join(str(c).ljust(w) for c, w in zip(l, widths)) for l in lines)
+    return "\n".join(out)
+
+
+def analyse(doc: Dict[str, Any], world: int) -> Dict[str, Any]:
+    """Fills one configuration's document from its raw rounds, in place: the bound, the
+    paired stats, the noise floor, the loss check and each mode's missed targets."""
+    rounds = doc["rounds"]
+    modes = doc["modes"]
+    b = bound_ms(rounds, doc.get("opt_rounds"), world, doc.get("bound_world"))
+    doc["bound_ms"] = b
+    doc["stats"] = pair_stats(rounds, modes, b, seed=doc.get("seed", 12345))
+    doc["noise"] = noise_floor(doc["stats"])
+    if "loss_curves" in doc:
+        doc["losses"] = judge_losses(doc["loss_curves"])
+    doc["missed"] = {m: check_targets(doc, m, doc["regime"]) for m in modes if m not in (REFERENCE, TWIN, BOUND)}
+    return doc
