@@ -294,13 +294,18 @@ class FsdpWaits:
 
 
 def kernel_table(prof: Any, limit: int = 25) -> List[Dict[str, Any]]:
-    """torch.profiler's device-time leaders: name, calls, total µs (of the profiled steps)."""
-    rows = []
-    for e in prof.key_averages():
-        us = getattr(e, "device_time_total", None)
-        if us is None:
-            us = getattr(e, "cuda_time_total", 0.0)
-        if us and not e.key.startswith("ProfilerStep"):
-            rows.append({"name": e.key[:120], "calls": int(e.count), "device_us": float(us)})
+    """The GPU's activities of the profiled steps (kernels, copies, memsets), by name:
+    calls and total µs, the longest first. lowcon's copy-engine work shows as memcpy
+    rows, its sync and reduction kernels by their names; stream memory operations
+    (memop sync) are not CUPTI activities and do not show."""
+    from torch.autograd import DeviceType
+
+    acc: Dict[str, List[float]] = defaultdict(lambda: [0, 0.0])
+    for e in prof.events():
+        if getattr(e, "device_type", None) == DeviceType.CUDA:
+            a = acc[e.name[:120]]
+            a[0] += 1
+            a[1] += e.time_range.elapsed_us()
+    rows = [{"name": k, "calls": int(v[0]), "device_us": float(v[1])} for k, v in acc.items()]
     rows.sort(key=lambda r: -r["device_us"])
     return rows[:limit]

@@ -132,13 +132,12 @@ def report(paths: List[str], plot: Optional[str] = None) -> int:
 
 
 def model_state_bytes(model: Any, opt: Any) -> int:
-    """This rank's parameters, gradients and optimizer state (the shards), in bytes."""
+    """This rank's parameter and optimizer-state shards, in bytes (not the gradients:
+    with lowcon they live in its pool, which is counted whole)."""
     total = 0
     for p in model.parameters():
-        for t in (p, p.grad):
-            if t is not None:
-                t = t.to_local() if hasattr(t, "to_local") else t
-                total += t.numel() * t.element_size()
+        t = p.to_local() if hasattr(p, "to_local") else p
+        total += t.numel() * t.element_size()
     for s in opt.state.values():
         for t in s.values():
             if hasattr(t, "numel"):
@@ -206,11 +205,14 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         model, opt, switch = built[mode.name]
         if method == "switch" or wrap is not None:
             switch.set(mode, wrap)
-        if cuda:
-            torch.cuda.reset_peak_memory_stats(device)
-            at_start = torch.cuda.memory_allocated(device)
         t0 = clock.mark()
         opt.zero_grad(set_to_none=True)
+        if cuda:
+            # Host-side allocator counters, no synchronisation. After zero_grad: the
+            # baseline holds no gradients of this model (NCCL's are allocated again in
+            # backward and so count in the peak above it; lowcon's come from its pool).
+            torch.cuda.reset_peak_memory_stats(device)
+            at_start = torch.cuda.memory_allocated(device)
         logits = model(tokens[:, :-1])
         loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
         loss.backward()
@@ -277,8 +279,10 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         "opt_rounds": [dict(zip(names, row)) for row in opt_ms.tolist()],
         "wall_ms_per_round": 1e3 * wall / max(1, args.rounds),
         "memory": dict(zip(names, mem_t.tolist())),
-        "memory_method": "this rank's param+grad+optimizer shards + torch's peak allocation during the step above "
-                         "its start + lowcon's pool; NCCL's internal buffers are not counted; max over ranks",
+        "memory_method": "this rank's parameter and optimizer-state shards + torch's peak allocation during the "
+                         "step above its value after zero_grad (activations, gradients, NCCL's buffers from "
+                         "torch's allocator) + lowcon's whole pool (its gradients and collective buffers; shared "
+                         "by every lowcon mode of the run); NCCL's internal buffers are not counted; max over ranks",
         **fm.comm_compute(cfg, world, 4 if reduce_dtype == "fp32" else 2),
         "mfu_nccl": None,
     }

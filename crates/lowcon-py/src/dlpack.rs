@@ -69,9 +69,9 @@ pub(crate) enum Place {
 }
 
 /// A contiguous tensor's memory, borrowed for one call (the capsule keeps the
-/// producer's managed tensor alive).
+/// producer's managed tensor alive; on the torch fast path, the tensor itself).
 pub(crate) struct View<'py> {
-    _capsule: Bound<'py, PyCapsule>,
+    _keep: Bound<'py, PyAny>,
     pub(crate) ptr: u64,
     pub(crate) count: usize,
     pub(crate) dtype: DType,
@@ -175,5 +175,46 @@ pub(crate) fn view<'py>(obj: &Bound<'py, PyAny>, what: &str, stream: Option<isiz
     let ptr = (t.data as u64)
         .checked_add(t.byte_offset)
         .ok_or_else(|| crate::errors::invalid(format!("{what}: data pointer overflows")))?;
-    Ok(View { _capsule: capsule, ptr, count, dtype, place })
+    Ok(View { _keep: capsule.into_any(), ptr, count, dtype, place })
+}
+
+/// The view of a torch tensor read from its own accessors, with no DLPack export: for
+/// calls on torch's current stream (the caller says so), where `__dlpack__(stream)`
+/// would only find that no stream needs to wait, at the cost of Python-level work per
+/// tensor. Checks what DLPack's export and `view` check: contiguity, the dtype, the
+/// device. Returns None for anything that is not a plain torch tensor.
+pub(crate) fn torch_view<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Option<View<'py>>> {
+    let ty = obj.get_type();
+    if !ty.module()?.to_cow()?.starts_with("torch") || !obj.hasattr("data_ptr")? {
+        return Ok(None);
+    }
+    if !obj.call_method0("is_contiguous")?.extract::<bool>()? {
+        let shape: Vec<i64> = obj.getattr("shape")?.extract()?;
+        return Err(crate::errors::invalid(format!(
+            "{what}: not contiguous (shape {shape:?}): pass a contiguous tensor (.contiguous())"
+        )));
+    }
+    let dtype = match obj.getattr("dtype")?.str()?.to_cow()?.as_ref() {
+        "torch.float32" => DType::F32,
+        "torch.float16" => DType::F16,
+        "torch.bfloat16" => DType::Bf16,
+        "torch.int32" => DType::I32,
+        "torch.uint8" => DType::U8,
+        other => {
+            return Err(crate::errors::invalid(format!(
+                "{what}: dtype {other} is not one lowcon takes (float32, float16, bfloat16, int32, uint8)"
+            )));
+        }
+    };
+    let count: usize = obj.call_method0("numel")?.extract()?;
+    let ptr: u64 = obj.call_method0("data_ptr")?.extract()?;
+    let place = if obj.getattr("is_cuda")?.extract::<bool>()? {
+        Place::Cuda(obj.call_method0("get_device")?.extract()?)
+    } else if obj.getattr("is_cpu")?.extract::<bool>()? {
+        Place::Cpu
+    } else {
+        let device = obj.getattr("device")?.str()?.to_string();
+        return Err(crate::errors::invalid(format!("{what}: a tensor on {device}, neither CPU nor CUDA")));
+    };
+    Ok(Some(View { _keep: obj.clone(), ptr, count, dtype, place }))
 }

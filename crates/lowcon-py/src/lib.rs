@@ -239,16 +239,27 @@ impl Group {
         }
     }
 
-    fn collective(
+    /// `on_current`: the caller took `stream` from torch's current stream, so torch
+    /// tensors need no DLPack export (no stream can need to wait): `dlpack::torch_view`.
+    fn collective<'py>(
         &self,
-        py: Python<'_>,
-        output: &Bound<'_, PyAny>,
-        input: &Bound<'_, PyAny>,
+        py: Python<'py>,
+        output: &Bound<'py, PyAny>,
+        input: &Bound<'py, PyAny>,
         mut which: Which,
         stream: Option<isize>,
+        on_current: bool,
     ) -> PyResult<()> {
-        let out = dlpack::view(output, "output", stream)?;
-        let inp = dlpack::view(input, "input", stream)?;
+        let view = |obj: &Bound<'py, PyAny>, what: &str| -> PyResult<dlpack::View<'py>> {
+            if on_current {
+                if let Some(v) = dlpack::torch_view(obj, what)? {
+                    return Ok(v);
+                }
+            }
+            dlpack::view(obj, what, stream)
+        };
+        let out = view(output, "output")?;
+        let inp = view(input, "input")?;
         let (o, i) = (Raw::from(&out), Raw::from(&inp));
         let rank = self.rank;
         if o.count == 0 && i.count == 0 {
@@ -423,13 +434,14 @@ impl Group {
     }
 
     /// All-gather into `output` (world x input elements) from `input`.
-    #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, stream = None))]
+    /// `on_current`: `stream` is torch's current stream (see `collective`).
+    #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, stream = None, on_current = false))]
     #[allow(clippy::too_many_arguments)]
-    fn all_gather(
+    fn all_gather<'py>(
         &self,
-        py: Python<'_>,
-        output: &Bound<'_, PyAny>,
-        input: &Bound<'_, PyAny>,
+        py: Python<'py>,
+        output: &Bound<'py, PyAny>,
+        input: &Bound<'py, PyAny>,
         algorithm: &str,
         sync: &str,
         ctas: Option<u32>,
@@ -437,20 +449,21 @@ impl Group {
         channel: Option<u32>,
         allow_staging: bool,
         stream: Option<isize>,
+        on_current: bool,
     ) -> PyResult<()> {
         let opts = options(algorithm, sync, ctas, pipeline, channel, allow_staging)?;
-        self.collective(py, output, input, Which::AllGather(opts), stream)
+        self.collective(py, output, input, Which::AllGather(opts), stream, on_current)
     }
 
     /// Reduce-scatter into `output` from `input` (world x output elements), with `op`
     /// ("sum", "avg", "min", "max").
-    #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, stream = None))]
+    #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, stream = None, on_current = false))]
     #[allow(clippy::too_many_arguments)]
-    fn reduce_scatter(
+    fn reduce_scatter<'py>(
         &self,
-        py: Python<'_>,
-        output: &Bound<'_, PyAny>,
-        input: &Bound<'_, PyAny>,
+        py: Python<'py>,
+        output: &Bound<'py, PyAny>,
+        input: &Bound<'py, PyAny>,
         op: &str,
         algorithm: &str,
         sync: &str,
@@ -459,10 +472,11 @@ impl Group {
         channel: Option<u32>,
         allow_staging: bool,
         stream: Option<isize>,
+        on_current: bool,
     ) -> PyResult<()> {
         let op: ReduceOp = op.parse().map_err(to_py)?;
         let opts = options(algorithm, sync, ctas, pipeline, channel, allow_staging)?;
-        self.collective(py, output, input, Which::ReduceScatter(op, opts), stream)
+        self.collective(py, output, input, Which::ReduceScatter(op, opts), stream, on_current)
     }
 
     /// Raises the group's failure (a dead or late peer, naming the rank), if any,

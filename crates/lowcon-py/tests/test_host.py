@@ -38,6 +38,20 @@ def test_collectives_match_numpy(ranks):
         assert f"rank {r}: check ok" in out, out
 
 
+def test_torch_tensors_take_the_fast_path_and_match_torch():
+    """CPU torch tensors (where torch is installed; CI has none): read through their own
+    accessors, not DLPack. Correct data, pool tensors, in place, and clear errors."""
+    pytest.importorskip("torch")
+    p = subprocess.run(
+        [LOWCON, "launch", "--nproc-per-node", "2", "--tee", "--", sys.executable, str(HERE / "torch_host_worker.py")],
+        capture_output=True, text=True, timeout=240,
+    )
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    for r in range(2):
+        assert f"rank {r}: torch ok" in out, out
+
+
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_bad_input_raises_naming_rank_and_sizes(ranks):
     rc, out = launch(ranks, "bad", "host")

@@ -47,7 +47,23 @@ _DTYPES = {
 }
 
 
+_DTYPE_OF = {}  # dtype object -> lowcon's name, filled on first use
+
+
 def _dtype_name(dtype):
+    try:
+        return _DTYPE_OF[dtype]
+    except (KeyError, TypeError):  # TypeError: an unhashable dtype-like object
+        pass
+    name = _dtype_name_uncached(dtype)
+    try:
+        _DTYPE_OF[dtype] = name
+    except TypeError:
+        pass
+    return name
+
+
+def _dtype_name_uncached(dtype):
     if isinstance(dtype, str):
         name = dtype
     elif type(dtype).__module__.startswith("torch"):
@@ -95,6 +111,23 @@ def _stream_of(tensor, stream):
     return None
 
 
+def _torch_current(tensor):
+    """(stream, True) for a torch tensor: its device's current stream as an integer (None
+    on the CPU). The native call then reads the tensors' own accessors instead of
+    exporting them through DLPack, which on the current stream only finds that no stream
+    needs to wait. None for anything that is not a torch tensor."""
+    if not type(tensor).__module__.startswith("torch") or not hasattr(tensor, "data_ptr"):
+        return None
+    if not tensor.is_cuda:
+        return None, True
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(tensor.get_device())), True
+    return int(torch.cuda.current_stream(tensor.device).cuda_stream), True
+
+
 class Group:
     """A group of ranks. Make it with `lowcon.init()`; every rank makes the same calls."""
 
@@ -113,7 +146,11 @@ class Group:
         "memop"), ctas, channel (default: one per stream, in order of first use),
         allow_staging.
         """
-        self._g.all_gather(output, input, stream=_stream_of(output, stream), **options)
+        fast = _torch_current(output) if stream is None else None
+        if fast is not None:
+            self._g.all_gather(output, input, stream=fast[0], on_current=True, **options)
+        else:
+            self._g.all_gather(output, input, stream=_stream_of(output, stream), **options)
 
     def reduce_scatter(self, output, input, op="sum", *, stream=None, **options):
         """`output` (n elements) receives `op` ("sum", "avg", "min", "max") over all ranks of
@@ -123,7 +160,11 @@ class Group:
         "tma-push-reduce": sum only, not deterministic; "ll": small messages),
         sync, ctas, pipeline, channel, allow_staging.
         """
-        self._g.reduce_scatter(output, input, op, stream=_stream_of(output, stream), **options)
+        fast = _torch_current(output) if stream is None else None
+        if fast is not None:
+            self._g.reduce_scatter(output, input, op, stream=fast[0], on_current=True, **options)
+        else:
+            self._g.reduce_scatter(output, input, op, stream=_stream_of(output, stream), **options)
 
     def empty(self, shape, dtype, *, stream=None, framework=None):
         """A tensor of `shape` and `dtype` in the group's symmetric pool (uninitialised).
@@ -144,7 +185,8 @@ class Group:
             if framework == "torch":
                 import torch
 
-                stream = torch.cuda.current_stream(self.device)
+                raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+                stream = int(raw(self.device)) if raw is not None else torch.cuda.current_stream(self.device)
             elif framework == "cupy":
                 import cupy
 
@@ -154,9 +196,12 @@ class Group:
         capsule = self._g.empty(shape, _dtype_name(dtype), stream=raw, versioned=framework != "torch")
         device = (2, self.device) if self.backend == "gpu" else (1, 0)
         if framework == "torch":
-            import torch.utils.dlpack
+            import torch
 
-            return torch.utils.dlpack.from_dlpack(capsule)
+            # The capsule is ours and unused: torch's converter takes it as is (what
+            # torch.utils.dlpack.from_dlpack calls after its checks).
+            return torch._C._from_dlpack(capsule) if hasattr(torch._C, "_from_dlpack") else \
+                torch.utils.dlpack.from_dlpack(capsule)
         if framework == "cupy":
             import cupy
 

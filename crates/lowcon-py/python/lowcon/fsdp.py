@@ -45,17 +45,19 @@ class _Comm:
     def __init__(self, group, algorithm="auto", sync="kernel", **options):
         self.group = group
         self.options = dict(algorithm=algorithm, sync=sync, **options)
+        self._checked_device = None
 
     def allocate(self, size, *, dtype, device):
         """A pool block on the current stream (FSDP2 allocates on the stream that fills it)."""
-        if device is not None and torch.device(device).type == "cuda":
-            index = torch.device(device).index
-            if index is not None and index != self.group.device:
+        if device is not None and device != self._checked_device:
+            d = torch.device(device)
+            if d.type == "cuda" and d.index is not None and d.index != self.group.device:
                 raise InvalidArgument(
-                    f"rank {self.group.rank}: FSDP allocates on cuda:{index}, but the lowcon group uses "
+                    f"rank {self.group.rank}: FSDP allocates on cuda:{d.index}, but the lowcon group uses "
                     f"cuda:{self.group.device}"
                 )
-        return self.group.empty(tuple(int(s) for s in size), dtype, framework="torch")
+            self._checked_device = device  # FSDP passes one device object: check it once
+        return self.group.empty([int(s) for s in size], dtype, framework="torch")
 
 
 class LowconAllGather(_Comm, _AllGather):

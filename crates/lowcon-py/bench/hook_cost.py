@@ -1,0 +1,113 @@
+"""Host time per FSDP2 hook call, lowcon against NCCL, outside FSDP: what one
+`allocate` and one collective call cost the calling thread.
+
+    torchrun --nproc-per-node 2 hook_cost.py [--calls 400] [--numel 25165824]
+
+Per mode and operation: the median and 90th percentile of the host time (µs) of one
+call, over `--calls` calls after warm-up. Calls run in groups of 4 with the stream
+synchronised between groups, outside the timed calls, so the driver's queue never
+fills (a full queue would time the GPU, not the host). Sizes are one FSDP unit of the
+2048x8 model by default (25M bf16 parameters gathered, fp32 gradients reduced). The
+modes are the objects FSDP2 calls: lowcon's hooks (lowcon.fsdp) with kernel and memop
+sync, and FSDP2's defaults (NCCL).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
+
+
+def timed(fn, calls, group=4):
+    """Host µs of each of `calls` calls of fn(i), synchronising between groups."""
+    us = []
+    for i in range(calls):
+        if i % group == 0:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn(i)
+        us.append(1e6 * (time.perf_counter() - t0))
+    torch.cuda.synchronize()
+    return us
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--calls", type=int, default=400)
+    p.add_argument("--numel", type=int, default=25_165_824, help="all-gather output elements (bf16)")
+    p.add_argument("--json", default="")
+    args = p.parse_args()
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = torch.device("cuda", local)
+    torch.cuda.set_device(dev)
+    dist.init_process_group("nccl", device_id=dev)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    import lowcon
+    import lowcon.fsdp
+
+    g = lowcon.from_process_group()
+    n = args.numel - args.numel % world
+    modes = {
+        "nccl": (DefaultAllGather(), DefaultReduceScatter()),
+        "lowcon": (lowcon.fsdp.LowconAllGather(g), lowcon.fsdp.LowconReduceScatter(g)),
+        "lowcon@memop": (lowcon.fsdp.LowconAllGather(g, sync="memop"),
+                         lowcon.fsdp.LowconReduceScatter(g, sync="memop")),
+    }
+    pg = dist.group.WORLD
+    results = {}
+    for name, (ag, rs) in modes.items():
+        # FSDP's shapes: the all-gather output (the input is its rank's slice), the
+        # reduce-scatter input (fp32) and its output.
+        outs = [ag.allocate((n,), dtype=torch.bfloat16, device=dev) for _ in range(2)]
+        rin = [rs.allocate((2 * n,), dtype=torch.float32, device=dev) for _ in range(2)]
+        rout = [rs.allocate((2 * n // world,), dtype=torch.float32, device=dev) for _ in range(2)]
+        for t in outs + rin:
+            t.normal_()
+
+        def ag_call(i):
+            o = outs[i % 2]
+            ag(output_tensor=o, input_tensor=o.narrow(0, rank * (n // world), n // world), group=pg)
+
+        def rs_call(i):
+            rs(output_tensor=rout[i % 2], input_tensor=rin[i % 2], group=pg, op=dist.ReduceOp.AVG)
+
+        def ag_alloc(i):
+            ag.allocate((n,), dtype=torch.bfloat16, device=dev)
+
+        def rs_alloc(i):
+            rs.allocate((2 * n,), dtype=torch.float32, device=dev)
+
+        res = {}
+        for op, fn in (("all-gather", ag_call), ("reduce-scatter", rs_call), ("all-gather allocate", ag_alloc),
+                       ("reduce-scatter allocate", rs_alloc)):
+            timed(fn, 20)  # warm-up
+            us = timed(fn, args.calls)
+            us.sort()
+            res[op] = {"median_us": statistics.median(us), "p90_us": us[int(0.9 * len(us))], "calls": len(us)}
+        results[name] = res
+        del outs, rin, rout
+        dist.barrier()
+    if rank == 0:
+        print(f"host µs per call, {world} x {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, "
+              f"lowcon {lowcon.__version__}, all-gather {n} bf16, reduce-scatter {2 * n} fp32")
+        ops = list(next(iter(results.values())))
+        print(f"{'mode':<14}" + "".join(f"{op:>26}" for op in ops))
+        for name, res in results.items():
+            print(f"{name:<14}" + "".join(f"{res[op]['median_us']:>14.1f} (p90 {res[op]['p90_us']:>6.1f})" for op in ops))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"world": world, "results": results}, f, indent=1)
+    dist.barrier()
+    g.close()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
