@@ -302,6 +302,8 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
     if args.profile:
         doc["profile"] = profile(modes, step, batch, clock, device, args, rank, cfg, reduce_dtype)
     st.analyse(doc, world_for)
+    if doc["bound_ms"]:
+        doc["comm_over_bound"] = doc["comm_ms"] / doc["bound_ms"]
     if "nccl" in doc["stats"]:
         doc["mfu_nccl"] = fm.mfu(fm.step_flops(cfg, world), doc["stats"]["nccl"]["median_ms"] / 1e3, world)
     del built, records
