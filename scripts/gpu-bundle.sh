@@ -30,5 +30,6 @@ cp scripts/gpu-run.sh bundle/run.sh
 cp scripts/gpu-dead-peer.sh bundle/gpu-dead-peer.sh
 cp scripts/gpu-final-17.sh bundle/gpu-final-17.sh
 cp scripts/gpu-faults.sh bundle/gpu-faults.sh
-chmod +x bundle/run.sh bundle/gpu-dead-peer.sh
+cp scripts/gpu-fsdp2.sh bundle/gpu-fsdp2.sh
+chmod +x bundle/run.sh bundle/gpu-dead-peer.sh bundle/gpu-fsdp2.sh
 du -sh bundle

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The FSDP2 end-to-end measurement on a 2-GPU box, in parts that each fit one device
+# call (10 minutes): run from a bundle (scripts/gpu-bundle.sh) as
+# `PARTS="..." bash bundle/gpu-fsdp2.sh` from the repository root; the logs and results
+# are tarred into $OUT/fsdp2.tgz. Parts, separated by spaces:
+#   hooks      host µs of one hook call, lowcon (kernel, memop) vs NCCL (hook_cost.py)
+#   profile    4096x12 at 1024 and 4096 tokens, fp32 reduce, every mode and the memop
+#              variant, 30 paired rounds, with --profile (the ablation of sync methods)
+#   fp32-small 2048x8 and 4096x12 at 256..16384 tokens, fp32 reduce
+#   fp32-wide  8192x4 at 256..16384 tokens, fp32 reduce
+#   bf16-small, bf16-wide: the same with a bf16 reduce
+# Default: hooks profile. Extra fsdp2_paired.py options: FSDP2_ARGS. Exit status 0 only
+# if every step passed.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd); repo=$(cd "$here/.." && pwd)
+out=/tmp/fsdp2; rm -rf "$out"; mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+parts=" ${PARTS:-hooks profile} "
+for p in $parts; do
+  case $p in hooks|profile|fp32-small|fp32-wide|bf16-small|bf16-wide) ;;
+    *) echo "gpu-fsdp2.sh: unknown part $p" >&2; exit 2;;
+  esac
+done
+has() { [[ $parts == *" $1 "* ]]; }
+trap 'tar -C "$out" -czf "${OUT:-$here}/fsdp2.tgz" . 2>/dev/null' EXIT
+failures=0
+st() { # st NAME SECONDS CMD...: a step with a deadline, one summary line
+  local name=$1 t=$2; shift 2
+  local t0=$SECONDS
+  echo "== $name" >> "$out/log.txt"
+  timeout -k 5 "$t" "$@" >> "$out/log.txt" 2>&1
+  local s=$?
+  printf '%-60s %s %4d s\n' "$name" "$([ $s = 0 ] && echo ok || echo "FAILED($s)")" $((SECONDS - t0)) | tee -a "$out/summary.txt"
+  [ $s = 0 ] || failures=$((failures + 1))
+}
+{ nvidia-smi -L; git -C "$repo" log -1 --format='commit %h %cd' 2>/dev/null; } > "$out/smi.txt" 2>&1
+python3 -m pip install -q --no-index --no-deps --target /tmp/site "$here"/wheels/lowcon-*.whl > "$out/pip.txt" 2>&1
+export PYTHONPATH=/tmp/site
+bench=$repo/crates/lowcon-py/bench
+tr=(python3 -m torch.distributed.run --nproc-per-node 2)
+read -r -a extra <<< "${FSDP2_ARGS:-}"
+paired() { # paired NAME SECONDS OPTIONS...: one paired run into $out/NAME
+  local name=$1 t=$2; shift 2
+  st "paired $name" "$t" "${tr[@]}" "$bench/fsdp2_paired.py" --out "$out/$name" --time-budget $((t - 40)) "$@" "${extra[@]}"
+  python3 "$bench/fsdp2_paired.py" --report "$out/$name/paired.json" --plot "$out/$name/fsdp2.png" \
+    > "$out/$name/table.txt" 2>&1 && cat "$out/$name/table.txt"
+  rm -f "$out/$name"/trace-*w2048* 2>/dev/null
+}
+has hooks && st "hook_cost.py (host µs per call)" 120 "${tr[@]}" "$bench/hook_cost.py" --json "$out/hooks.json"
+has profile && paired profile 420 --sweep "4096x12:1024,4096" --reduce-dtypes fp32 --rounds 30 --profile \
+  --modes nccl,nccl-b,lowcon,lowcon@sync=memop,nccl-ce,nocomm
+small="2048x8:256,1024,4096,16384;4096x12:256,1024,4096,16384"
+wide="8192x4:256,1024,4096,16384"
+has fp32-small && paired fp32-small 560 --sweep "$small" --reduce-dtypes fp32
+has fp32-wide && paired fp32-wide 560 --sweep "$wide" --reduce-dtypes fp32
+has bf16-small && paired bf16-small 560 --sweep "$small" --reduce-dtypes bf16
+has bf16-wide && paired bf16-wide 560 --sweep "$wide" --reduce-dtypes bf16
+cat "$out/summary.txt"
+echo "$failures step(s) failed"
+[ "$failures" = 0 ]
