@@ -202,6 +202,8 @@ if [ "$ngpu" -ge 2 ] && has python; then
   step "python: SIGKILLed rank named, ranks by hand (GPU)" python.txt env LOWCON_PYTEST_BACKEND=gpu timeout 120 \
     python3 -m pytest -q -p no:cacheprovider "$pyt/test_host.py" -k sigkilled
   step "python: FSDP2 training on lowcon vs NCCL (torchrun)" python-fsdp.txt "${tr[@]}" --master-port 29521 "$pyt/gpu_fsdp_worker.py"
+  step "python: the torch.distributed backend on CUDA tensors" python.txt env LOWCON_PYTEST_BACKEND=gpu timeout 300 \
+    python3 -m pytest -q -p no:cacheprovider "$pyt/test_torch_backend.py"
   for v in 3.11 3.13; do
     if command -v "python$v" >/dev/null; then
       step "python$v: host-backend tests" python.txt timeout 200 "python$v" -m pytest -q -p no:cacheprovider "$pyt/test_host.py"

