@@ -94,10 +94,16 @@ class LowconProcessGroup(dist.ProcessGroup):
         super().__init__(rank, world_size)
         self._name = group_name or ""
         self._desc = ""
-        secs = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else None
+        # torch's default group timeout (30 min) would let a late peer go unnamed that
+        # long: lowcon keeps its own then (LOWCON_TIMEOUT_MS, 60 s); a timeout the caller
+        # chose is lowcon's too.
+        secs = None
+        if isinstance(timeout, datetime.timedelta) and timeout not in (dist.default_pg_timeout,
+                                                                       getattr(dist.constants, "default_pg_nccl_timeout",
+                                                                               None)):
+            secs = timeout.total_seconds()
         backend = "gpu" if torch.cuda.is_available() else "host"
-        self._group = from_store(store, rank, world_size, backend=backend, name="torch-backend",
-                                 timeout=min(secs, 600.0) if secs else None)
+        self._group = from_store(store, rank, world_size, backend=backend, name="torch-backend", timeout=secs)
         self._cpu = None
         if backend == "gpu":
             # CPU tensors (what "cpu:gloo" routes): a Gloo group on the same store.
