@@ -19,6 +19,7 @@ pub mod thread;
 mod coll;
 mod ll;
 mod push;
+mod reduce;
 mod sync;
 mod test_kernels;
 mod tma;

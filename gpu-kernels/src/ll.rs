@@ -26,8 +26,9 @@ use core::arch::asm;
 use lowcon_abi::{ErrorRecord, status};
 
 use crate::atomics::{globaltimer_ns, ld_relaxed_sys_u32, nanosleep};
-use crate::coll::{Bf16, Elem, F16, V16, combine, finish};
+use crate::coll::V16;
 use crate::errors::report_error;
+use crate::reduce::{Bf16, Elem, F16, combine, finish};
 use crate::thread::grid_stride;
 
 /// Stores one LL line (`lo`, `hi` with `flag` beside each) at `p`.

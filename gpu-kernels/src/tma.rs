@@ -58,7 +58,8 @@ use crate::bulk::{
     bulk_load, create_policy_evict_first, fence_mbarrier_init, fence_proxy_async, fence_proxy_async_global,
     ld_shared_v4, mbar_arrive, mbar_arrive_expect_tx, mbar_init, mbar_wait_parity, smem_base, sync_warp,
 };
-use crate::coll::{Bf16, Elem, F16, Fused, V16, combine, finish};
+use crate::coll::{Fused, V16};
+use crate::reduce::{Bf16, Elem, F16, combine, finish};
 use crate::thread::{block_idx_x, grid_dim_x, sync_threads_or, thread_idx_x};
 
 /// Threads of the consumer warps.

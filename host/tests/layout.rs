@@ -174,3 +174,128 @@ fn group_types_live_in_group_files() {
         assert!(text.contains(ty), "{ty} is not in src/{file}");
     }
 }
+
+/// The repository's root (this crate is `host/`).
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
+}
+
+/// Every file under `dir` whose name ends with one of `exts`, skipping build output,
+/// tools, caches and the recorded runs (`docs/runs/`: logs and data, not sources).
+fn repo_files(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries {
+        let p = e.expect("dir entry").path();
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if p.is_dir() {
+            let skip = name.starts_with('.')
+                || ["target", "bundle", "__pycache__", "node_modules"].contains(&name.as_str())
+                || p.ends_with("docs/runs");
+            if !skip {
+                repo_files(&p, exts, out);
+            }
+        } else if exts.iter().any(|x| name.ends_with(&format!(".{x}"))) {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn no_source_or_doc_file_in_the_repository_is_over_600_lines() {
+    // Every crate, the kernels, the tests, the Python package, the scripts and the docs.
+    let mut files = Vec::new();
+    repo_files(&repo_root(), &["rs", "py", "sh", "c", "h", "md", "toml"], &mut files);
+    assert!(files.len() > 100, "found only {} files in the repository", files.len());
+    for must in ["crates/lowcon-py/python/lowcon/__init__.py", "scripts/test.sh", "gpu-kernels/src/lib.rs"] {
+        assert!(files.contains(&repo_root().join(must)), "{must} not among the checked files");
+    }
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let n = std::fs::read_to_string(f).map(|t| t.lines().count()).unwrap_or(0);
+            (n > MAX_LINES).then(|| format!("{} ({n} lines)", f.strip_prefix(repo_root()).unwrap_or(f).display()))
+        })
+        .collect();
+    assert!(long.is_empty(), "files over {MAX_LINES} lines (split them by concern): {long:?}");
+}
+
+/// The relative link targets of a Markdown text: `[text](target)` and `[text]: target`,
+/// without their `#fragment`; web, mail and in-page links are not relative.
+fn relative_links(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut in_code = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        let mut targets = Vec::new();
+        let mut rest = line;
+        while let Some(i) = rest.find("](") {
+            rest = &rest[i + 2..];
+            if let Some(end) = rest.find(')') {
+                targets.push(rest[..end].to_string());
+            }
+        }
+        let t = line.trim_start();
+        if t.starts_with('[')
+            && let Some(i) = t.find("]: ")
+        {
+            targets.push(t[i + 3..].trim().to_string());
+        }
+        for target in targets {
+            let target = target.split_whitespace().next().unwrap_or("").trim_matches(['<', '>']).to_string();
+            let path = target.split('#').next().unwrap_or("").to_string();
+            let external = target.contains("://") || target.starts_with("mailto:");
+            if !external && !path.is_empty() {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_relative_markdown_link_resolves() {
+    let mut files = Vec::new();
+    repo_files(&repo_root(), &["md"], &mut files);
+    // The recorded runs' READMEs too (repo_files skips docs/runs for the line limit).
+    repo_files_all_md(&repo_root().join("docs/runs"), &mut files);
+    assert!(files.len() > 10, "found only {} Markdown files", files.len());
+    let mut broken = Vec::new();
+    let mut seen = 0;
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("readable");
+        for link in relative_links(&text) {
+            seen += 1;
+            let target = f.parent().expect("in a folder").join(&link);
+            if !target.exists() {
+                broken.push(format!("{}: {link}", f.strip_prefix(repo_root()).unwrap_or(f).display()));
+            }
+        }
+    }
+    assert!(seen > 10, "found only {seen} relative links");
+    assert!(broken.is_empty(), "relative links that do not resolve: {broken:#?}");
+}
+
+fn repo_files_all_md(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries {
+        let p = e.expect("dir entry").path();
+        if p.is_dir() {
+            repo_files_all_md(&p, out);
+        } else if p.extension().is_some_and(|x| x == "md") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn the_link_scanner_sees_relative_links_only() {
+    let text = "See [the design](docs/design.md#sync) and [web](https://x.org/a.md), [top](#top).\n\
+                [ref]: ../README.md\n```\n[not a link](in/code.md)\n```\n[two](a.md) [three](<b c.md>)";
+    assert_eq!(relative_links(text), vec!["docs/design.md", "../README.md", "a.md", "b"]);
+}

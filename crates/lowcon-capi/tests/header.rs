@@ -1,4 +1,4 @@
-//! The checked-in header must be what cbindgen makes of `src/lib.rs` now. Regenerate it
+//! The checked-in header must be what cbindgen makes of `src/` now. Regenerate it
 //! with `LOWCON_BLESS=1 cargo test -p lowcon-capi --test header`.
 
 use std::path::Path;

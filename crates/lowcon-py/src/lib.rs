@@ -9,6 +9,7 @@
 //!   Ctrl-C aborts the group (its waits give up) and raises `KeyboardInterrupt`.
 //!   GPU collectives only enqueue, like NCCL's.
 
+mod call;
 mod dlpack;
 mod errors;
 mod pool;
@@ -22,12 +23,12 @@ use std::time::Duration;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
-use dlpack::{Place, View};
+use call::{Raw, Which, options};
+use dlpack::Place;
 use errors::{invalid, to_py};
 use lowcon::cuda::Stream;
 use lowcon::{
-    AllGatherAlgorithm, CollOptions, DType, DeviceBuf, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions,
-    HostInput, ReduceOp, ReduceScatterAlgorithm, SyncMethod,
+    DType, DeviceBuf, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions, HostInput, ReduceOp, SyncMethod,
 };
 use pool::{Found, GroupPool};
 use wait::{interruptible, recv_or_signal};
@@ -93,53 +94,6 @@ fn join(py: Python<'_>, make: impl FnOnce() -> lowcon::Result<Backend> + Send + 
 
 fn sync_method(s: &str) -> PyResult<SyncMethod> {
     s.parse().map_err(to_py)
-}
-
-fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
-    algorithm: &str,
-    sync: &str,
-    ctas: Option<u32>,
-    pipeline: Option<u32>,
-    channel: Option<u32>,
-    allow_staging: bool,
-) -> PyResult<CollOptions<A>> {
-    Ok(CollOptions {
-        algorithm: algorithm.parse().map_err(to_py)?,
-        sync: sync_method(sync)?,
-        ctas,
-        pipeline,
-        // Resolved per call from the stream when not given (`Group::channel_for`).
-        channel: channel.unwrap_or(u32::MAX),
-        allow_staging,
-    })
-}
-
-/// What a collective needs of a view once the GIL is released.
-#[derive(Clone, Copy)]
-struct Raw {
-    ptr: u64,
-    count: usize,
-    dtype: DType,
-}
-
-impl From<&View<'_>> for Raw {
-    fn from(v: &View<'_>) -> Self {
-        Raw { ptr: v.ptr, count: v.count, dtype: v.dtype }
-    }
-}
-
-enum Which {
-    AllGather(CollOptions<AllGatherAlgorithm>),
-    ReduceScatter(ReduceOp, CollOptions<ReduceScatterAlgorithm>),
-}
-
-impl Which {
-    fn channel_mut(&mut self) -> &mut u32 {
-        match self {
-            Which::AllGather(o) => &mut o.channel,
-            Which::ReduceScatter(_, o) => &mut o.channel,
-        }
-    }
 }
 
 /// A group of ranks: lowcon's collectives for this process.
@@ -251,10 +205,8 @@ impl Group {
         on_current: bool,
     ) -> PyResult<()> {
         let view = |obj: &Bound<'py, PyAny>, what: &str| -> PyResult<dlpack::View<'py>> {
-            if on_current {
-                if let Some(v) = dlpack::torch_view(obj, what)? {
-                    return Ok(v);
-                }
+            if on_current && let Some(v) = dlpack::torch_view(obj, what)? {
+                return Ok(v);
             }
             dlpack::view(obj, what, stream)
         };

@@ -1,0 +1,188 @@
+//! The collectives: all-gather and reduce-scatter, plain and with options.
+
+use super::*;
+
+/// The symmetric region holding `[ptr, ptr + bytes)`, with the offset, if any.
+fn find(mem: &[Region], ptr: usize, bytes: usize) -> Option<(&Region, usize)> {
+    mem.iter().find(|r| ptr >= r.base() && ptr + bytes <= r.base() + r.len()).map(|r| (r, ptr - r.base()))
+}
+
+fn gpu_buf<'a>(mem: &'a [Region], ptr: *const c_void, count: usize, dt: DType) -> R<DeviceBuf<'a>> {
+    let bytes = count.checked_mul(dt.size()).ok_or_else(|| invalid("size overflow"))?;
+    Ok(match find(mem, ptr as usize, bytes) {
+        Some((Region::Gpu(b), off)) => DeviceBuf::symmetric(b, off, count, dt)?,
+        // SAFETY: the caller of the collective guarantees the buffer (contract); the
+        // library checks that it is device memory of the group's GPU.
+        _ => unsafe { DeviceBuf::from_raw(ptr as u64, count, dt) },
+    })
+}
+
+enum Which {
+    AllGather,
+    ReduceScatter(ReduceOp),
+}
+
+/// The shared body of the four collective entry points.
+///
+/// # Safety
+/// As the entry points: `send` and `recv` valid for their sizes on the backend's side.
+#[allow(clippy::too_many_arguments)]
+unsafe fn collective(
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    datatype: lowconDataType_t,
+    which: Which,
+    comm: lowconComm_t,
+    stream: *mut c_void,
+    opts: *const lowconCollOptions,
+) -> R<()> {
+    let c = lookup(comm)?;
+    if send.is_null() {
+        return Err(invalid(format!("rank {}: sendbuff is NULL", c.rank())));
+    }
+    if recv.is_null() {
+        return Err(invalid(format!("rank {}: recvbuff is NULL", c.rank())));
+    }
+    let dt = dtype(datatype)?;
+    let world = c.world();
+    let big = count.checked_mul(world).ok_or_else(|| invalid(format!("count {count} x {world} ranks overflows")))?;
+    // All-gather: send `count`, receive `world * count`; reduce-scatter the reverse.
+    let (n_send, n_recv) = match which {
+        Which::AllGather => (count, big),
+        Which::ReduceScatter(_) => (big, count),
+    };
+    let mem = c.mem.read().unwrap_or_else(|p| p.into_inner());
+    match &c.group {
+        Group::Gpu(g) => {
+            // SAFETY: forwarded from the caller (a live stream of this device, or NULL).
+            let s = unsafe { Stream::wrap_borrowed(g.device(), stream.cast()) }?;
+            let input = gpu_buf(&mem, send, n_send, dt)?;
+            let output = gpu_buf(&mem, recv, n_recv, dt)?;
+            match which {
+                Which::AllGather => g.all_gather(input, output, &s, &options::<AllGatherAlgorithm>(opts)?)?,
+                Which::ReduceScatter(op) => {
+                    g.reduce_scatter(input, output, op, &s, &options::<ReduceScatterAlgorithm>(opts)?)?
+                }
+            }
+        }
+        Group::Host(g) => {
+            let (sb, rb) = (n_send * dt.size(), n_recv * dt.size());
+            let (s0, r0) = (send as usize, recv as usize);
+            // The input is copied when it overlaps the output (in-place calls): a shared
+            // and a mutable Rust slice must not alias.
+            let overlaps = s0 < r0 + rb && r0 < s0 + sb;
+            // SAFETY: `send` is valid for `sb` bytes (contract).
+            let send_bytes = unsafe { std::slice::from_raw_parts(send.cast::<u8>(), sb) };
+            let copied;
+            let input = match find(&mem, s0, sb) {
+                Some((Region::Host(b), off)) => HostInput::Symmetric { buf: b, offset: off, len: sb },
+                _ if overlaps => {
+                    copied = send_bytes.to_vec();
+                    HostInput::Plain(&copied)
+                }
+                _ => HostInput::Plain(send_bytes),
+            };
+            // SAFETY: `recv` is valid for `rb` bytes (contract); no Rust reference
+            // aliases it (an overlapping input was copied, a symmetric one is read
+            // through raw pointers).
+            let output = unsafe { std::slice::from_raw_parts_mut(recv.cast::<u8>(), rb) };
+            match which {
+                Which::AllGather => g.all_gather(input, output, dt, &options::<AllGatherAlgorithm>(opts)?)?,
+                Which::ReduceScatter(op) => {
+                    g.reduce_scatter(input, output, dt, op, &options::<ReduceScatterAlgorithm>(opts)?)?
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// All-gather: `recvbuff[p * sendcount ..]` receives rank `p`'s `sendbuff`
+/// (`sendcount` elements), on every rank. In place when `sendbuff` is
+/// `recvbuff + rank * sendcount`. GPU backend: enqueued on `stream` (a `cudaStream_t`,
+/// NULL for the legacy default stream) and returns at once.
+///
+/// # Safety
+/// `sendbuff` holds `sendcount` and `recvbuff` `nranks * sendcount` elements, on this
+/// rank's GPU (or host memory on the host backend), until the call has run; `stream` is
+/// NULL or a live stream of this rank's GPU.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconAllGather(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    sendcount: usize,
+    datatype: lowconDataType_t,
+    comm: lowconComm_t,
+    stream: *mut c_void,
+) -> lowconResult_t {
+    // SAFETY: forwarded from the caller.
+    guard(|| unsafe {
+        collective(sendbuff, recvbuff, sendcount, datatype, Which::AllGather, comm, stream, std::ptr::null())
+    })
+}
+
+/// `lowconAllGather` with per-call options (NULL: defaults).
+///
+/// # Safety
+/// As `lowconAllGather`; `opts` is NULL or a valid `lowconCollOptions`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconAllGatherEx(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    sendcount: usize,
+    datatype: lowconDataType_t,
+    comm: lowconComm_t,
+    stream: *mut c_void,
+    opts: *const lowconCollOptions,
+) -> lowconResult_t {
+    // SAFETY: forwarded from the caller.
+    guard(|| unsafe { collective(sendbuff, recvbuff, sendcount, datatype, Which::AllGather, comm, stream, opts) })
+}
+
+/// Reduce-scatter: `recvbuff` (`recvcount` elements) receives `op` over all ranks of
+/// their `sendbuff[rank * recvcount ..]`. f32, f16 and bf16, accumulated in f32 in rank
+/// order. GPU backend: enqueued on `stream`.
+///
+/// # Safety
+/// `sendbuff` holds `nranks * recvcount` and `recvbuff` `recvcount` elements (see
+/// `lowconAllGather`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconReduceScatter(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    recvcount: usize,
+    datatype: lowconDataType_t,
+    op: lowconRedOp_t,
+    comm: lowconComm_t,
+    stream: *mut c_void,
+) -> lowconResult_t {
+    guard(|| {
+        let which = Which::ReduceScatter(red_op(op)?);
+        // SAFETY: forwarded from the caller.
+        unsafe { collective(sendbuff, recvbuff, recvcount, datatype, which, comm, stream, std::ptr::null()) }
+    })
+}
+
+/// `lowconReduceScatter` with per-call options (NULL: defaults).
+///
+/// # Safety
+/// As `lowconReduceScatter`; `opts` is NULL or a valid `lowconCollOptions`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn lowconReduceScatterEx(
+    sendbuff: *const c_void,
+    recvbuff: *mut c_void,
+    recvcount: usize,
+    datatype: lowconDataType_t,
+    op: lowconRedOp_t,
+    comm: lowconComm_t,
+    stream: *mut c_void,
+    opts: *const lowconCollOptions,
+) -> lowconResult_t {
+    guard(|| {
+        let which = Which::ReduceScatter(red_op(op)?);
+        // SAFETY: forwarded from the caller.
+        unsafe { collective(sendbuff, recvbuff, recvcount, datatype, which, comm, stream, opts) }
+    })
+}

@@ -1,0 +1,256 @@
+//! Communicators: creation, destruction, abort, errors, queries, symmetric memory.
+
+use super::*;
+
+/// Creates a communicator from the environment that `lowcon launch` or torchrun sets
+/// (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; LOWCON_STORE_ADDR under
+/// `lowcon launch`; without it rank 0 hosts the store at MASTER_PORT + 1 for as long
+/// as its communicator lives). Collective: every rank calls it. `backend` is
+/// `lowconBackendGpu` (the rank's GPU is LOWCON_DEVICE, else LOCAL_RANK) or
+/// `lowconBackendHost`.
+///
+/// # Safety
+/// `comm` is NULL or points to writable storage for a handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconCommInitFromEnv(comm: *mut lowconComm_t, backend: lowconBackend_t) -> lowconResult_t {
+    guard(|| {
+        out_ptr(comm, "comm (the output handle)")?;
+        let group = if backend_name(backend)? {
+            Group::Gpu(GpuGroup::from_env(GpuGroupOptions::default())?)
+        } else {
+            Group::Host(Box::new(HostGroup::from_env(HostGroupOptions::default())?))
+        };
+        write_out(comm, "comm", register(make_comm(group)))
+    })
+}
+
+/// Creates a communicator of `nranks` ranks meeting at the lowcon store `store_addr`
+/// ("host:port", e.g. started with `lowcon store serve`; LOWCON_STORE_TOKEN if it
+/// needs one). Collective: every rank calls it with its own `rank`.
+///
+/// # Safety
+/// `comm` points to writable storage for a handle; `store_addr` is NULL or a
+/// NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconCommInitRank(
+    comm: *mut lowconComm_t,
+    store_addr: *const c_char,
+    rank: c_int,
+    nranks: c_int,
+    backend: lowconBackend_t,
+) -> lowconResult_t {
+    guard(|| {
+        out_ptr(comm, "comm (the output handle)")?;
+        if store_addr.is_null() {
+            return Err(invalid("store_addr is NULL"));
+        }
+        // SAFETY: non-null, NUL-terminated (contract).
+        let addr = unsafe { CStr::from_ptr(store_addr) }.to_str().map_err(|_| invalid("store_addr is not UTF-8"))?;
+        let (rank, world) = match (usize::try_from(rank), usize::try_from(nranks)) {
+            (Ok(r), Ok(w)) if r < w => (r, w),
+            _ => return Err(invalid(format!("rank {rank} is not within a world of {nranks}"))),
+        };
+        let gpu = backend_name(backend)?;
+        let opts = lowcon_store::ClientOptions {
+            connect_timeout: lowcon::config::setup_timeout().max(lowcon::config::timeout()),
+            ..lowcon_store::ClientOptions::from_env()
+        };
+        let store = lowcon_store::StoreClient::connect(addr, opts).map_err(Error::from)?;
+        let group = if gpu {
+            Group::Gpu(GpuGroup::new(store, rank, world, GpuGroupOptions::default())?)
+        } else {
+            Group::Host(Box::new(HostGroup::new(store, rank, world, HostGroupOptions::default())?))
+        };
+        write_out(comm, "comm", register(make_comm(group)))
+    })
+}
+
+/// Destroys `comm`: releases its memory and its watchdog. Any `lowconMemAlloc`
+/// buffers still held are freed. The handle is invalid afterwards.
+///
+/// # Safety
+/// No other thread may use `comm` at the same time as it is destroyed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconCommDestroy(comm: lowconComm_t) -> lowconResult_t {
+    guard(|| {
+        lookup(comm)?;
+        // Dropped after the registry's lock is released: tearing a communicator down
+        // waits for its GPU, and no other communicator's calls may wait for that.
+        let c = registry().lock().unwrap_or_else(|p| p.into_inner()).remove(&(comm as usize));
+        drop(c);
+        Ok(())
+    })
+}
+
+/// Fails `comm` at once (work in flight gives up its waits, so streams drain) and
+/// destroys it, like `ncclCommAbort`. Peers notice through their own timeouts, or at
+/// once when this process exits.
+///
+/// # Safety
+/// As `lowconCommDestroy`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconCommAbort(comm: lowconComm_t) -> lowconResult_t {
+    guard(|| {
+        let c = lookup(comm)?;
+        match &c.group {
+            Group::Gpu(g) => g.abort(),
+            Group::Host(g) => g.abort(),
+        }
+        let removed = registry().lock().unwrap_or_else(|p| p.into_inner()).remove(&(comm as usize));
+        drop((removed, c));
+        Ok(())
+    })
+}
+
+/// The communicator's failure, without waiting (like `ncclCommGetAsyncError`):
+/// `*asyncError` is `lowconSuccess` while it is healthy, else the failure's code
+/// (`lowconRemoteError` for a dead or late peer), with the message (naming the rank)
+/// in `lowconGetLastError`. The call itself returns `lowconSuccess` unless its
+/// arguments are wrong.
+///
+/// # Safety
+/// `asyncError` points to writable storage.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconCommGetAsyncError(
+    comm: lowconComm_t,
+    asyncError: *mut lowconResult_t,
+) -> lowconResult_t {
+    guard(|| {
+        let c = lookup(comm)?;
+        out_ptr(asyncError, "asyncError")?;
+        let r = match &c.group {
+            Group::Gpu(g) => g.check(),
+            Group::Host(g) => g.check(),
+        };
+        let code = match r {
+            Ok(()) => lowconSuccess,
+            Err(e) => {
+                let Failure(code, msg) = Failure::from(e);
+                set_last(&msg);
+                code
+            }
+        };
+        write_out(asyncError, "asyncError", code)
+    })
+}
+
+/// Waits until the work enqueued on `stream` so far has finished, or `comm` has failed
+/// (then returns the failure). Unlike `cudaStreamSynchronize`, a dead peer cannot
+/// make it wait forever. Host backend: returns the communicator's state.
+///
+/// # Safety
+/// `stream` is NULL (the legacy default stream) or a live CUDA stream of the
+/// communicator's device.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconStreamSynchronize(comm: lowconComm_t, stream: *mut c_void) -> lowconResult_t {
+    guard(|| {
+        let c = lookup(comm)?;
+        match &c.group {
+            Group::Gpu(g) => {
+                // SAFETY: forwarded from the caller.
+                let s = unsafe { Stream::wrap_borrowed(g.device(), stream.cast()) }?;
+                Ok(g.synchronize(&s)?)
+            }
+            Group::Host(g) => Ok(g.check()?),
+        }
+    })
+}
+
+/// The number of ranks.
+///
+/// # Safety
+/// `count` points to writable storage.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconCommCount(comm: lowconComm_t, count: *mut c_int) -> lowconResult_t {
+    guard(|| write_out(count, "count", lookup(comm)?.world() as c_int))
+}
+
+/// This rank.
+///
+/// # Safety
+/// `rank` points to writable storage.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconCommUserRank(comm: lowconComm_t, rank: *mut c_int) -> lowconResult_t {
+    guard(|| write_out(rank, "rank", lookup(comm)?.rank() as c_int))
+}
+
+/// The CUDA device index of this rank's GPU (-1 on the host backend).
+///
+/// # Safety
+/// `device` points to writable storage.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconCommCuDevice(comm: lowconComm_t, device: *mut c_int) -> lowconResult_t {
+    guard(|| {
+        let c = lookup(comm)?;
+        let d = match &c.group {
+            Group::Gpu(g) => g.device().index() as c_int,
+            Group::Host(_) => -1,
+        };
+        write_out(device, "device", d)
+    })
+}
+
+/// Collective: allocates `size` bytes of symmetric memory on every rank (every rank
+/// must ask for the same size, in the same order), zero-filled, mapped on every peer.
+/// Collectives on buffers inside it run without staging (recognised by address).
+/// GPU backend: device memory of this rank's GPU; host backend: shared host memory.
+///
+/// # Safety
+/// `ptr` points to writable storage for a pointer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconMemAlloc(comm: lowconComm_t, size: usize, ptr: *mut *mut c_void) -> lowconResult_t {
+    guard(|| {
+        let c = lookup(comm)?;
+        out_ptr(ptr, "ptr")?;
+        let region = match &c.group {
+            Group::Gpu(g) => Region::Gpu(g.alloc(size)?),
+            Group::Host(g) => Region::Host(g.alloc(size)?),
+        };
+        let base = region.base() as *mut c_void;
+        c.mem.write().unwrap_or_else(|p| p.into_inner()).push(region);
+        write_out(ptr, "ptr", base)
+    })
+}
+
+/// Frees a `lowconMemAlloc` buffer of `comm`. Every rank frees its buffers in the same
+/// order, after the last collective using them has completed on every rank (a barrier
+/// or a collective after it is enough). Waits (bounded) for this GPU to finish work
+/// that may still use it.
+///
+/// # Safety
+/// No collective that uses the buffer may still be enqueued on another thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconMemFree(comm: lowconComm_t, ptr: *mut c_void) -> lowconResult_t {
+    guard(|| {
+        let c = lookup(comm)?;
+        let mut mem = c.mem.write().unwrap_or_else(|p| p.into_inner());
+        let i = mem.iter().position(|r| r.base() == ptr as usize).ok_or_else(|| {
+            invalid(format!("rank {}: {ptr:p} is not a lowconMemAlloc buffer of this communicator", c.rank()))
+        })?;
+        match mem.remove(i) {
+            Region::Gpu(b) => b.close()?,
+            Region::Host(b) => drop(b),
+        }
+        Ok(())
+    })
+}
+
+/// Fills `opts` with the defaults: automatic algorithm, kernel sync, default CTAs and
+/// pipeline, channel 0, staging allowed.
+///
+/// # Safety
+/// `opts` points to writable storage.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconCollOptionsInit(opts: *mut lowconCollOptions) -> lowconResult_t {
+    guard(|| {
+        let d = lowconCollOptions {
+            algorithm: std::ptr::null(),
+            sync: lowconSyncKernel,
+            ctas: 0,
+            pipeline: 0,
+            channel: 0,
+            allow_staging: 1,
+        };
+        write_out(opts, "opts", d)
+    })
+}

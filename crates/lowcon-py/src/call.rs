@@ -1,0 +1,55 @@
+//! A collective call's arguments, parsed once per call: the options, and what the
+//! native call needs of each tensor once the GIL is released.
+
+use pyo3::prelude::*;
+
+use crate::dlpack::View;
+use crate::errors::to_py;
+use lowcon::{AllGatherAlgorithm, CollOptions, DType, ReduceOp, ReduceScatterAlgorithm};
+
+pub(crate) fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
+    algorithm: &str,
+    sync: &str,
+    ctas: Option<u32>,
+    pipeline: Option<u32>,
+    channel: Option<u32>,
+    allow_staging: bool,
+) -> PyResult<CollOptions<A>> {
+    Ok(CollOptions {
+        algorithm: algorithm.parse().map_err(to_py)?,
+        sync: crate::sync_method(sync)?,
+        ctas,
+        pipeline,
+        // Resolved per call from the stream when not given (`Group::channel_for`).
+        channel: channel.unwrap_or(u32::MAX),
+        allow_staging,
+    })
+}
+
+/// What a collective needs of a view once the GIL is released.
+#[derive(Clone, Copy)]
+pub(crate) struct Raw {
+    pub(crate) ptr: u64,
+    pub(crate) count: usize,
+    pub(crate) dtype: DType,
+}
+
+impl From<&View<'_>> for Raw {
+    fn from(v: &View<'_>) -> Self {
+        Raw { ptr: v.ptr, count: v.count, dtype: v.dtype }
+    }
+}
+
+pub(crate) enum Which {
+    AllGather(CollOptions<AllGatherAlgorithm>),
+    ReduceScatter(ReduceOp, CollOptions<ReduceScatterAlgorithm>),
+}
+
+impl Which {
+    pub(crate) fn channel_mut(&mut self) -> &mut u32 {
+        match self {
+            Which::AllGather(o) => &mut o.channel,
+            Which::ReduceScatter(_, o) => &mut o.channel,
+        }
+    }
+}

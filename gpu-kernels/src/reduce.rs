@@ -1,0 +1,490 @@
+//! Reductions: the element types (f32, f16, bf16, through f32), the operators, and the
+//! kernels that reduce staged chunks (`ce-reduce`) and peers' memory directly over NVLink
+//! (`sm-direct`). Sources are added in rank order in `f32`, so every algorithm gives the
+//! result of a CPU reference that adds in rank order.
+
+use lowcon_abi::{ErrorRecord, reduce_op};
+
+use crate::coll::{Fused, V16};
+use crate::thread::grid_stride;
+
+/// An element type the reductions handle: loaded to and stored from `f32`.
+pub(crate) trait Elem: Copy {
+    /// Elements per 16-byte vector.
+    const VEC: usize;
+    fn to_f32(self) -> f32;
+    fn from_f32(f: f32) -> Self;
+    fn unpack(v: V16) -> [f32; 8];
+    fn pack(f: &[f32; 8]) -> V16;
+}
+
+impl Elem for f32 {
+    const VEC: usize = 4;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f32(f: f32) -> Self {
+        f
+    }
+    #[inline(always)]
+    fn unpack(v: V16) -> [f32; 8] {
+        let w = v.0;
+        [f32::from_bits(w[0]), f32::from_bits(w[1]), f32::from_bits(w[2]), f32::from_bits(w[3]), 0.0, 0.0, 0.0, 0.0]
+    }
+    #[inline(always)]
+    fn pack(f: &[f32; 8]) -> V16 {
+        V16([f[0].to_bits(), f[1].to_bits(), f[2].to_bits(), f[3].to_bits()])
+    }
+}
+
+/// IEEE binary16, as its bits.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub struct F16(u16);
+
+/// bfloat16, as its bits.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub struct Bf16(u16);
+
+#[inline(always)]
+fn f16_to_f32(h: u16) -> f32 {
+    let f: f32;
+    // SAFETY: a register-only conversion.
+    unsafe {
+        core::arch::asm!("cvt.f32.f16 {f}, {h};", f = out(reg32) f, h = in(reg16) h, options(pure, nomem, nostack))
+    };
+    f
+}
+
+#[inline(always)]
+fn f32_to_f16(f: f32) -> u16 {
+    let h: u16;
+    // SAFETY: a register-only conversion (round to nearest even).
+    unsafe {
+        core::arch::asm!("cvt.rn.f16.f32 {h}, {f};", h = out(reg16) h, f = in(reg32) f, options(pure, nomem, nostack))
+    };
+    h
+}
+
+#[inline(always)]
+fn f32_to_bf16(f: f32) -> u16 {
+    let h: u16;
+    // SAFETY: a register-only conversion (round to nearest even; sm_80+).
+    unsafe {
+        core::arch::asm!("cvt.rn.bf16.f32 {h}, {f};", h = out(reg16) h, f = in(reg32) f, options(pure, nomem, nostack))
+    };
+    h
+}
+
+/// Unpacks eight 16-bit values with `conv`.
+#[inline(always)]
+fn unpack16(v: V16, conv: impl Fn(u16) -> f32) -> [f32; 8] {
+    let mut out = [0.0; 8];
+    for (i, w) in v.0.iter().enumerate() {
+        out[2 * i] = conv(*w as u16);
+        out[2 * i + 1] = conv((*w >> 16) as u16);
+    }
+    out
+}
+
+/// Packs eight `f32`s into 16-bit values with `conv`.
+#[inline(always)]
+fn pack16(f: &[f32; 8], conv: impl Fn(f32) -> u16) -> V16 {
+    let mut w = [0u32; 4];
+    for (i, x) in w.iter_mut().enumerate() {
+        *x = conv(f[2 * i]) as u32 | (conv(f[2 * i + 1]) as u32) << 16;
+    }
+    V16(w)
+}
+
+impl Elem for F16 {
+    const VEC: usize = 8;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16_to_f32(self.0)
+    }
+    #[inline(always)]
+    fn from_f32(f: f32) -> Self {
+        F16(f32_to_f16(f))
+    }
+    #[inline(always)]
+    fn unpack(v: V16) -> [f32; 8] {
+        unpack16(v, f16_to_f32)
+    }
+    #[inline(always)]
+    fn pack(f: &[f32; 8]) -> V16 {
+        pack16(f, f32_to_f16)
+    }
+}
+
+impl Elem for Bf16 {
+    const VEC: usize = 8;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f32::from_bits((self.0 as u32) << 16)
+    }
+    #[inline(always)]
+    fn from_f32(f: f32) -> Self {
+        Bf16(f32_to_bf16(f))
+    }
+    #[inline(always)]
+    fn unpack(v: V16) -> [f32; 8] {
+        unpack16(v, |h| f32::from_bits((h as u32) << 16))
+    }
+    #[inline(always)]
+    fn pack(f: &[f32; 8]) -> V16 {
+        pack16(f, f32_to_bf16)
+    }
+}
+
+#[inline(always)]
+pub(crate) fn combine(op: u32, acc: f32, x: f32) -> f32 {
+    match op {
+        reduce_op::MIN => acc.min(x),
+        reduce_op::MAX => acc.max(x),
+        _ => acc + x,
+    }
+}
+
+#[inline(always)]
+pub(crate) fn finish(op: u32, acc: f32, world: u32) -> f32 {
+    if op == reduce_op::AVG { acc / world as f32 } else { acc }
+}
+
+/// Reduces `nsrc` sources of `n` elements into `dst` (`src(i)` gives source `i`, in rank
+/// order), this thread's share of the grid-stride `(start, step)`.
+///
+/// # Safety
+/// Every source and `dst` valid for `n` elements; when `vec`, all 16-byte aligned.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn reduce_part<T: Elem>(
+    src: impl Fn(u32) -> *const T,
+    nsrc: u32,
+    dst: *mut T,
+    n: u64,
+    op: u32,
+    vec: bool,
+    start: u64,
+    step: u64,
+) {
+    let mut scalar_from = 0u64;
+    if vec {
+        let nv = n / T::VEC as u64;
+        scalar_from = nv * T::VEC as u64;
+        let mut p = [core::ptr::null::<V16>(); 8];
+        for (k, pk) in p.iter_mut().enumerate().take(nsrc as usize) {
+            *pk = src(k as u32).cast::<V16>();
+        }
+        let d = dst.cast::<V16>();
+        // SAFETY: (each arm) forwarded from the caller; `p` holds the first `nsrc`
+        // sources, exactly as many as the arm reads.
+        unsafe {
+            match nsrc {
+                2 => reduce_vec2::<T>(&p, d, nv, op, start, step),
+                3 => reduce_vec3::<T>(&p, d, nv, op, start, step),
+                4 => reduce_vec4::<T>(&p, d, nv, op, start, step),
+                5 => reduce_vec5::<T>(&p, d, nv, op, start, step),
+                6 => reduce_vec6::<T>(&p, d, nv, op, start, step),
+                7 => reduce_vec7::<T>(&p, d, nv, op, start, step),
+                8 => reduce_vec8::<T>(&p, d, nv, op, start, step),
+                _ => reduce_vec_any::<T>(&src, nsrc, dst, nv, op, start, step),
+            }
+        }
+    }
+    let mut i = scalar_from + start;
+    while i < n {
+        // SAFETY: i < n.
+        unsafe {
+            let mut acc = src(0).add(i as usize).read().to_f32();
+            for s in 1..nsrc {
+                acc = combine(op, acc, src(s).add(i as usize).read().to_f32());
+            }
+            *dst.add(i as usize) = T::from_f32(finish(op, acc, nsrc));
+        }
+        i += step;
+    }
+}
+
+/// `ld.global.v4.u32`: one 16-byte load.
+///
+/// # Safety
+/// `p` is a 16-byte-aligned address of global (device or mapped peer) memory.
+#[inline(always)]
+unsafe fn ld_v16(p: *const V16) -> V16 {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: the caller's contract; reads 16 bytes, writes nothing.
+    unsafe {
+        core::arch::asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.v4.u32 {{{a}, {b}, {c}, {d}}}, [g]; }}",
+            p = in(reg64) p,
+            a = out(reg32) a,
+            b = out(reg32) b,
+            c = out(reg32) c,
+            d = out(reg32) d,
+            options(readonly, nostack, preserves_flags)
+        )
+    };
+    V16([a, b, c, d])
+}
+
+/// Defines `$name`, the vector part of [`reduce_part`] for exactly as many sources as
+/// indices listed: a thread loads the 16-byte vectors of every source for `$lanes`
+/// grid-stride positions before it combines any, so a pass costs one memory round
+/// trip instead of one per source (a few CTAs are latency-bound otherwise, above all
+/// over NVLink), then reduces and stores the positions one after another, so only
+/// the loaded vectors and one position's accumulators are live. Written out per source
+/// count (tuples, no arrays over sources) so the loaded vectors stay in registers: LLVM
+/// left loops over 7-8 sources rolled and moved such arrays to local memory.
+macro_rules! reduce_vec_fixed {
+    ($name:ident, $lanes:expr, $($k:tt),+) => {
+        /// # Safety
+        /// As [`reduce_part`] with `vec`: `p` holds one 16-byte-aligned source per index,
+        /// each valid for `nv` vectors, and `d` valid for `nv` vectors.
+        #[inline(always)]
+        unsafe fn $name<T: Elem>(p: &[*const V16], d: *mut V16, nv: u64, op: u32, start: u64, step: u64) {
+            let nsrc = [$($k),+].len() as u32;
+            // Up to four positions; those at or past `$lanes` are constant-false and
+            // compile away.
+            let live = |l: u64, at: u64| l < $lanes as u64 && at < nv;
+            let mut i = start;
+            while i < nv {
+                let at = [i, i + step, i + 2 * step, i + 3 * step];
+                // SAFETY: (each) a position is loaded only when below `nv`.
+                let x0 = load_sources!(p, at[0], true; $($k),+);
+                let x1 = load_sources!(p, at[1], live(1, at[1]); $($k),+);
+                let x2 = load_sources!(p, at[2], live(2, at[2]); $($k),+);
+                let x3 = load_sources!(p, at[3], live(3, at[3]); $($k),+);
+                // SAFETY: (each) stores only to positions below `nv`.
+                unsafe {
+                    d.add(at[0] as usize).write(combine_sources!(T, x0, op, nsrc; $($k),+));
+                    if live(1, at[1]) {
+                        d.add(at[1] as usize).write(combine_sources!(T, x1, op, nsrc; $($k),+));
+                    }
+                    if live(2, at[2]) {
+                        d.add(at[2] as usize).write(combine_sources!(T, x2, op, nsrc; $($k),+));
+                    }
+                    if live(3, at[3]) {
+                        d.add(at[3] as usize).write(combine_sources!(T, x3, op, nsrc; $($k),+));
+                    }
+                }
+                i += $lanes as u64 * step;
+            }
+        }
+    };
+}
+
+/// The tuple of every source's 16-byte vector at position `$at` (zeros unless `$ok`).
+macro_rules! load_sources {
+    ($p:ident, $at:expr, $ok:expr; $($k:tt),+) => {
+        if $ok {
+            // SAFETY: the caller's contract: `$at` is below the sources' length.
+            ($(unsafe { ld_v16($p[$k].add($at as usize)) },)+)
+        } else {
+            ($({ let _ = $k; V16([0; 4]) },)+)
+        }
+    };
+}
+
+/// `op` over the tuple `$x` of sources in rank order, finished and packed.
+macro_rules! combine_sources {
+    ($t:ident, $x:ident, $op:ident, $nsrc:ident; $($k:tt),+) => {{
+        let mut a = $t::unpack($x.0);
+        $(
+            if $k > 0 {
+                let y = $t::unpack($x.$k);
+                for e in 0..$t::VEC {
+                    a[e] = combine($op, a[e], y[e]);
+                }
+            }
+        )+
+        for e in a.iter_mut().take($t::VEC) {
+            *e = finish($op, *e, $nsrc);
+        }
+        $t::pack(&a)
+    }};
+}
+
+// Positions per thread per pass: the most that fit in the 128 registers a 512-thread
+// CTA allows without spilling in any dtype (`ptxas -v`; `host/tests/ptx.rs` fails on
+// spills). 4 at 2-3 sources, 3 at 4, 2 at 5-7 and 1 at 8 (2 spilled there).
+reduce_vec_fixed!(reduce_vec2, 4, 0, 1);
+reduce_vec_fixed!(reduce_vec3, 4, 0, 1, 2);
+reduce_vec_fixed!(reduce_vec4, 3, 0, 1, 2, 3);
+reduce_vec_fixed!(reduce_vec5, 2, 0, 1, 2, 3, 4);
+reduce_vec_fixed!(reduce_vec6, 2, 0, 1, 2, 3, 4, 5);
+reduce_vec_fixed!(reduce_vec7, 2, 0, 1, 2, 3, 4, 5, 6);
+reduce_vec_fixed!(reduce_vec8, 1, 0, 1, 2, 3, 4, 5, 6, 7);
+
+/// The vector part of [`reduce_part`] for any number of sources (more than 8).
+///
+/// # Safety
+/// As [`reduce_vec`].
+#[inline(always)]
+unsafe fn reduce_vec_any<T: Elem>(
+    src: &impl Fn(u32) -> *const T,
+    nsrc: u32,
+    dst: *mut T,
+    nv: u64,
+    op: u32,
+    start: u64,
+    step: u64,
+) {
+    {
+        let mut i = start;
+        // Two vectors per thread per pass.
+        while i < nv {
+            let j = i + step;
+            let two = j < nv;
+            // SAFETY: i < nv (and j < nv when `two`); the caller's contract.
+            let (mut a, mut b) = unsafe {
+                let s0 = src(0).cast::<V16>();
+                (
+                    T::unpack(s0.add(i as usize).read()),
+                    if two { T::unpack(s0.add(j as usize).read()) } else { [0.0; 8] },
+                )
+            };
+            for s in 1..nsrc {
+                // SAFETY: as above.
+                let (x, y) = unsafe {
+                    let sp = src(s).cast::<V16>();
+                    (
+                        T::unpack(sp.add(i as usize).read()),
+                        if two { T::unpack(sp.add(j as usize).read()) } else { [0.0; 8] },
+                    )
+                };
+                for k in 0..T::VEC {
+                    a[k] = combine(op, a[k], x[k]);
+                    b[k] = combine(op, b[k], y[k]);
+                }
+            }
+            for k in 0..T::VEC {
+                a[k] = finish(op, a[k], nsrc);
+                b[k] = finish(op, b[k], nsrc);
+            }
+            // SAFETY: as above.
+            unsafe {
+                let d = dst.cast::<V16>();
+                d.add(i as usize).write(T::pack(&a));
+                if two {
+                    d.add(j as usize).write(T::pack(&b));
+                }
+            }
+            i += 2 * step;
+        }
+    }
+}
+
+/// ce-reduce's reduction: source `own_idx` is `own` (this rank's chunk, in place), the
+/// others are the staged peer chunks, `stride` elements apart in rank order with this
+/// rank's place skipped.
+///
+/// # Safety
+/// `own` and `dst` valid for `n` elements, `staged` for `(nsrc - 1) * stride`;
+/// `vec_ok` only if every address and `stride` allow 16-byte vectors.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn reduce_staged<T: Elem>(
+    own: *const T,
+    own_idx: u32,
+    staged: *const T,
+    stride: u64,
+    nsrc: u32,
+    dst: *mut T,
+    n: u64,
+    op: u32,
+    vec_ok: u32,
+) {
+    let src = |i: u32| {
+        if i == own_idx {
+            own
+        } else {
+            let slot = if i < own_idx { i } else { i - 1 };
+            staged.wrapping_add((slot as u64 * stride) as usize)
+        }
+    };
+    let (start, step) = grid_stride();
+    // SAFETY: forwarded from the caller.
+    unsafe { reduce_part::<T>(src, nsrc, dst, n, op, vec_ok != 0, start, step) };
+}
+
+/// sm-direct: reduces chunk `rank` of every peer's input (`bases[p] + off`) into `dst`,
+/// reading over NVLink, with optionally fused barriers.
+///
+/// # Safety
+/// As [`lowcon_allgather_oneshot`], with every `bases[p] + off` valid for `n` elements.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn rs_direct<T: Elem>(f: Fused, bases: *const u64, off: u64, dst: *mut T, n: u64, op: u32, vec_ok: u32) {
+    // SAFETY: the caller's contract.
+    if unsafe { f.enter() } {
+        // SAFETY: i < world entries in `bases`.
+        let src = |i: u32| unsafe { (*bases.add(i as usize) + off) as *const T };
+        let (start, step) = grid_stride();
+        // SAFETY: forwarded from the caller.
+        unsafe { reduce_part::<T>(src, f.world, dst, n, op, vec_ok != 0, start, step) };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { f.exit() };
+}
+
+macro_rules! reduce_kernels {
+    ($t:ty, $staged:ident, $direct:ident) => {
+        /// ce-reduce's reduction for this element type (see `reduce_staged`).
+        ///
+        /// # Safety
+        /// See `reduce_staged`.
+        #[allow(clippy::too_many_arguments)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $staged(
+            own: *const $t,
+            own_idx: u32,
+            staged: *const $t,
+            stride: u64,
+            nsrc: u32,
+            dst: *mut $t,
+            n: u64,
+            op: u32,
+            vec_ok: u32,
+        ) {
+            // SAFETY: forwarded from the caller.
+            unsafe { reduce_staged::<$t>(own, own_idx, staged, stride, nsrc, dst, n, op, vec_ok) };
+        }
+
+        /// sm-direct for this element type (see `rs_direct`).
+        ///
+        /// # Safety
+        /// See `rs_direct`.
+        #[allow(clippy::too_many_arguments)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $direct(
+            pads: *const *mut u32,
+            rank: u32,
+            world: u32,
+            channel: u32,
+            epoch_in: u32,
+            epoch_out: u32,
+            timeout_ns: u64,
+            err: *mut ErrorRecord,
+            counter: *mut u32,
+            fused: u32,
+            bases: *const u64,
+            off: u64,
+            dst: *mut $t,
+            n: u64,
+            op: u32,
+            vec_ok: u32,
+        ) {
+            let f = Fused { pads, rank, world, channel, epoch_in, epoch_out, timeout_ns, err, counter, on: fused != 0 };
+            // SAFETY: forwarded from the caller.
+            unsafe { rs_direct::<$t>(f, bases, off, dst, n, op, vec_ok) };
+        }
+    };
+}
+
+reduce_kernels!(f32, lowcon_reduce_f32, lowcon_rs_direct_f32);
+reduce_kernels!(F16, lowcon_reduce_f16, lowcon_rs_direct_f16);
+reduce_kernels!(Bf16, lowcon_reduce_bf16, lowcon_rs_direct_bf16);
