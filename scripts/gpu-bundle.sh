@@ -28,7 +28,7 @@ python3 -m pip download -q --only-binary=:all: --python-version 3.12 -d bundle/p
 # The run script and its helper find the binaries beside themselves (see gpu-run.sh).
 cp scripts/gpu-run.sh bundle/run.sh
 cp scripts/gpu-dead-peer.sh bundle/gpu-dead-peer.sh
-cp scripts/gpu-final-17.sh bundle/gpu-final-17.sh
+cp scripts/gpu-small-messages.sh bundle/gpu-small-messages.sh
 cp scripts/gpu-faults.sh bundle/gpu-faults.sh
 cp scripts/gpu-fsdp2.sh bundle/gpu-fsdp2.sh
 chmod +x bundle/run.sh bundle/gpu-dead-peer.sh bundle/gpu-fsdp2.sh

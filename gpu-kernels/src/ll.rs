@@ -66,7 +66,7 @@ const SPINS_BEFORE_CLOCK: u32 = 64;
 /// NOTE [LL abort checks]: the abort word is host-mapped memory, a PCIe read away, and
 /// an LL round has up to 16K threads waiting. When each of them read it every
 /// iteration after 100 µs (the barriers' rule, made for one thread per peer), one late
-/// peer (host jitter) turned into ~500 µs calls on 2x H200 (session 6, run 2): the
+/// peer (host jitter) turned into ~500 µs calls (2x H200, 2026-11-22, commit b1258e8): the
 /// reads queued on PCIe, the late calls made the other rank's threads wait past 100 µs
 /// in turn, and the stall fed itself. One look per thread per 8 ms, from 1 ms on,
 /// still releases a failed group's waits within about 10 ms.

@@ -14,7 +14,7 @@ use super::{AllGatherAlgorithm, ReduceScatterAlgorithm};
 pub const ONESHOT_MAX_SHARD: usize = 1 << 20;
 
 /// Largest all-gather shard for which `auto` picks `ll` at 2 ranks. Measured on 2x H200
-/// (session 6, run 2, `bench all-gather --sync kernel`): `ll` took 5.7 µs at 64 KiB
+/// (2026-11-22, commit b1258e8, `bench all-gather --sync kernel`): `ll` took 5.7 µs at 64 KiB
 /// (NCCL 10.9, `sm-oneshot` 12.4) and 13.0 µs at 1 MiB (NCCL 16.8, `sm-oneshot` 18.9);
 /// at 2 MiB `sm-oneshot` (24.7) and NCCL (26.8) beat it (27.3): beyond a round's
 /// 1 MiB, half of what `ll` moves is flags.
@@ -58,7 +58,7 @@ pub fn choose_reduce_scatter(chunk_bytes: usize, world: usize) -> ReduceScatterA
     // against 3.5-6.7%), so `auto` does not pick it. A crossover goes here (a chunk size
     // per world) once a few-SM algorithm beats `sm-direct`: busbw and 64 KiB latency at 2
     // ranks (and 4 when measured), and the saturated overlap benchmark's slowdown.
-    // Session 6, run 1: `tma-push-reduce` reached 180 GB/s busbw at 256 MiB with 8 CTAs
+    // 2x H200, 2026-11-22, commit aff766f: `tma-push-reduce` reached 180 GB/s busbw at 256 MiB with 8 CTAs
     // (tma-reduce 132), and cost the GEMM 14.5-19.7% with kernel sync (NCCL 13.7-15.5).
     // `tma-push-reduce` is never chosen here, however fast: it is not deterministic and
     // adds in the element type (opt-in only; `auto_never_picks_push_reduce`).
@@ -89,8 +89,8 @@ pub(crate) fn oneshot_ctas(total: usize) -> u32 {
 pub const DEFAULT_REDUCE_CTAS: u32 = 16;
 
 /// Default CTAs of `tma-reduce`: each CTA's one producer thread keeps a whole ring of
-/// bulk copies in flight, so a few CTAs suffice (the target is 330 GB/s busbw
-/// with at most 8). Not measured yet; `--ctas` overrides.
+/// bulk copies in flight, so a few CTAs suffice (the aim is 330 GB/s busbw
+/// with at most 8; measured: 131.9 GB/s at 8 CTAs, docs/benchmarks.md); `--ctas` overrides.
 pub const DEFAULT_TMA_CTAS: u32 = 8;
 
 /// Shared memory a `tma-reduce` ring may use: with the barrier area, just below

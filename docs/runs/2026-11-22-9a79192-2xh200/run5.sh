@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 5, GPU run 5: after the pool's cross-stream fix and lagged checks: the pool
+# GPU run 5: after the pool's cross-stream fix and lagged checks: the pool
 # worker (torchrun), the FSDP2 check, the profile, and the FSDP2 benchmark (reduced).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd); repo=$(cd "$here/.." && pwd)

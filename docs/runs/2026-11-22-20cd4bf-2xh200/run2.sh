@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 6, GPU run 2: the LL algorithms (all-gather and reduce-scatter) checked and
+# GPU run 2: the LL algorithms (all-gather and reduce-scatter) checked and
 # measured against sm-oneshot/sm-direct/ce-push and NCCL at small sizes; stress with LL
 # in the rotation; a dead peer during LL calls; Python with "ll".
 set -uo pipefail

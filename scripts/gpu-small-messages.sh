@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# One GPU call for the few-SM and small-message work (issue 17) on 2 GPUs: the suite
+# One GPU call for the few-SM and small-message collectives on 2 GPUs: the suite
 # with the new algorithms (both sync methods, stress, enqueue, a dead peer, 1 GiB
 # cases), the all-gather and reduce-scatter sweeps with NCCL (64 KiB .. 256 MiB), the
 # reduce-scatter CTA comparison, the saturated overlap benchmark, and FSDP2 training
 # on lowcon (auto picks `ll` for small shards) against NCCL. Run from a bundle
-# (scripts/gpu-bundle.sh) as `bash bundle/gpu-final-17.sh`; logs are tarred into
+# (scripts/gpu-bundle.sh) as `bash bundle/gpu-small-messages.sh`; logs are tarred into
 # $OUTDIR/logs.tgz. Every step has a deadline, so the whole run stays under ~9 minutes.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd); repo=$(cd "$here/.." && pwd)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 6, GPU run 1 (code as of aff766f): tma-push-reduce checked and measured; the
+# GPU run 1 (code as of aff766f): tma-push-reduce checked and measured; the
 # saturated overlap benchmark after the measurement fixes, twice (A, B) with null+local;
 # the copy-engine hint variant; small-size baselines against NCCL.
 set -uo pipefail
