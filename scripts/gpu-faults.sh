@@ -17,7 +17,9 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd); repo=$(cd "$here/.." && pwd)
 out=/tmp/faults; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-end=$((SECONDS + ${BUDGET:-540}))
+# shellcheck source=scripts/gpu-steps.sh
+. "$here/gpu-steps.sh"
+steps_budget "${BUDGET:-540}"
 parts=" ${PARTS:-suite bench rust c} "
 for p in $parts; do
   case $p in suite|bench|rust|c|python-hand|python-launchers) ;;
@@ -26,17 +28,6 @@ for p in $parts; do
 done
 has() { [[ $parts == *" $1 "* ]]; }
 trap 'tar -C "$out" -czf "${OUT:-$here}/faults.tgz" . 2>/dev/null' EXIT
-left() { local l=$((end - SECONDS)); [ "$l" -gt "$1" ] && echo "$1" || echo $((l > 5 ? l : 5)); }
-st() { # st NAME LOG SECONDS CMD...: a step with a deadline, logged, one summary line
-  local name=$1 log=$2 t=$3; shift 3
-  local t0=$SECONDS
-  echo "== $name" >> "$out/$log"
-  timeout -k 5 "$(left "$t")" "$@" >> "$out/$log" 2>&1
-  local s=$?
-  printf '%-64s %s %4d s\n' "$name" "$([ $s = 0 ] && echo ok || echo "FAILED($s)")" $((SECONDS - t0)) | tee -a "$out/summary.txt"
-  [ $s = 0 ] || failures=$((failures + 1))
-}
-failures=0
 L="$here/lowcon"
 lt=("$L" launch --nproc-per-node 2 --tee --)
 { nvidia-smi -L; git -C "$repo" log -1 --format='commit %h %cd' 2>/dev/null; } > "$out/smi.txt" 2>&1

@@ -23,16 +23,9 @@ for p in $parts; do
 done
 has() { [[ $parts == *" $1 "* ]]; }
 trap 'tar -C "$out" -czf "${OUT:-$here}/fsdp2.tgz" . 2>/dev/null' EXIT
-failures=0
-st() { # st NAME SECONDS CMD...: a step with a deadline, one summary line
-  local name=$1 t=$2; shift 2
-  local t0=$SECONDS
-  echo "== $name" >> "$out/log.txt"
-  timeout -k 5 "$t" "$@" >> "$out/log.txt" 2>&1
-  local s=$?
-  printf '%-60s %s %4d s\n' "$name" "$([ $s = 0 ] && echo ok || echo "FAILED($s)")" $((SECONDS - t0)) | tee -a "$out/summary.txt"
-  [ $s = 0 ] || failures=$((failures + 1))
-}
+# shellcheck source=scripts/gpu-steps.sh
+. "$here/gpu-steps.sh"
+steps_budget 600
 { nvidia-smi -L; git -C "$repo" log -1 --format='commit %h %cd' 2>/dev/null; } > "$out/smi.txt" 2>&1
 python3 -m pip install -q --no-index --no-deps --target /tmp/site "$here"/wheels/lowcon-*.whl > "$out/pip.txt" 2>&1
 export PYTHONPATH=/tmp/site
@@ -41,12 +34,12 @@ tr=(python3 -m torch.distributed.run --nproc-per-node 2)
 read -r -a extra <<< "${FSDP2_ARGS:-}"
 paired() { # paired NAME SECONDS OPTIONS...: one paired run into $out/NAME
   local name=$1 t=$2; shift 2
-  st "paired $name" "$t" "${tr[@]}" "$bench/fsdp2_paired.py" --out "$out/$name" --time-budget $((t - 40)) "$@" "${extra[@]}"
+  st "paired $name" log.txt "$t" "${tr[@]}" "$bench/fsdp2_paired.py" --out "$out/$name" --time-budget $((t - 40)) "$@" "${extra[@]}"
   python3 "$bench/fsdp2_paired.py" --report "$out/$name/paired.json" --plot "$out/$name/fsdp2.png" \
     > "$out/$name/table.txt" 2>&1 && cat "$out/$name/table.txt"
   rm -f "$out/$name"/trace-*w2048* 2>/dev/null
 }
-has hooks && st "hook_cost.py (host µs per call)" 120 "${tr[@]}" "$bench/hook_cost.py" --json "$out/hooks.json"
+has hooks && st "hook_cost.py (host µs per call)" log.txt 120 "${tr[@]}" "$bench/hook_cost.py" --json "$out/hooks.json"
 has profile && paired profile 420 --sweep "4096x12:1024,4096" --reduce-dtypes fp32 --rounds 30 --profile \
   --modes nccl,nccl-b,lowcon,lowcon@sync=memop,nccl-ce,nocomm
 small="2048x8:256,1024,4096,16384;4096x12:256,1024,4096,16384"

@@ -10,17 +10,10 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd); repo=$(cd "$here/.." && pwd)
 out=/tmp/l; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-end=$((SECONDS + ${BUDGET:-500}))
+# shellcheck source=scripts/gpu-steps.sh
+. "$here/gpu-steps.sh"
+steps_budget "${BUDGET:-500}"
 trap 'tar -C "$out" -czf "${OUTDIR:-$here}/logs.tgz" . 2>/dev/null' EXIT
-left() { local l=$((end - SECONDS)); [ "$l" -gt "$1" ] && echo "$1" || echo $((l > 5 ? l : 5)); }
-st() {
-  local name=$1 log=$2 t=$3; shift 3
-  local t0=$SECONDS
-  echo "== $name" >> "$out/$log"
-  timeout "$(left "$t")" "$@" >> "$out/$log" 2>&1
-  local s=$?
-  printf '%-60s %s %4d s\n' "$name" "$([ $s = 0 ] && echo ok || echo "FAILED($s)")" $((SECONDS - t0)) | tee -a "$out/summary.txt"
-}
 L="$here/lowcon"
 l2=("$L" launch --nproc-per-node 2 --)
 lt=("$L" launch --nproc-per-node 2 --tee --)

@@ -27,6 +27,35 @@ use crate::thread::{block_dim_x, block_idx_x, grid_dim_x, grid_stride, sync_thre
 #[derive(Clone, Copy)]
 pub(crate) struct V16(pub(crate) [u32; 4]);
 
+/// A kernel whose first parameters are the fused barriers' (`Fused`): `pads, rank,
+/// world, channel, epoch_in, epoch_out, timeout_ns, err, counter, fused`, then its own.
+/// The body sees them as one `Fused`, bound to the name given between bars. Every
+/// fused kernel has this head, so the host launches them alike (`host/src/cuda/kernels.rs`).
+macro_rules! fused_kernel {
+    ($(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) |$f:ident| $body:block) => {
+        $(#[$m])*
+        #[allow(clippy::too_many_arguments)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(
+            pads: *const *mut u32,
+            rank: u32,
+            world: u32,
+            channel: u32,
+            epoch_in: u32,
+            epoch_out: u32,
+            timeout_ns: u64,
+            err: *mut ErrorRecord,
+            counter: *mut u32,
+            fused: u32,
+            $($arg: $ty),*
+        ) {
+            let $f = Fused { pads, rank, world, channel, epoch_in, epoch_out, timeout_ns, err, counter, on: fused != 0 };
+            $body
+        }
+    };
+}
+pub(crate) use fused_kernel;
+
 /// Where a fused kernel synchronises; unused (all zero) when `fused == 0`.
 #[derive(Clone, Copy)]
 pub(crate) struct Fused {
@@ -189,47 +218,36 @@ unsafe fn copy_part(src: *const u8, dst: *mut u8, bytes: u64, vec: bool, start: 
     }
 }
 
-/// One-shot all-gather: `dst[p * shard ..][..shard] = peer p's (src_bases[p] + src_off)`
-/// for every rank `p` (its own included), reading peers over NVLink. Peers are visited
-/// starting after this rank, so the ranks do not all read one peer at once.
-///
-/// # Safety
-/// `src_bases` is a device array of `world` mapped symmetric-buffer bases, each valid
-/// for `src_off + shard` bytes; `dst` valid for `world * shard` bytes; when `fused`,
-/// `pads`, `err` and `counter` are the group's (see the module note). `vec_ok` only if
-/// `src_off`, `dst` and `shard` are multiples of 16.
-#[allow(clippy::too_many_arguments)]
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn lowcon_allgather_oneshot(
-    pads: *const *mut u32,
-    rank: u32,
-    world: u32,
-    channel: u32,
-    epoch_in: u32,
-    epoch_out: u32,
-    timeout_ns: u64,
-    err: *mut ErrorRecord,
-    counter: *mut u32,
-    fused: u32,
-    src_bases: *const u64,
-    src_off: u64,
-    dst: *mut u8,
-    shard: u64,
-    vec_ok: u32,
-) {
-    let f = Fused { pads, rank, world, channel, epoch_in, epoch_out, timeout_ns, err, counter, on: fused != 0 };
-    // SAFETY: the caller's contract.
-    if unsafe { f.enter() } {
-        let (start, step) = grid_stride();
-        for k in 0..world {
-            let p = (rank + 1 + k) % world;
-            // SAFETY: p < world; the ranges are the caller's contract.
-            unsafe {
-                let src = (*src_bases.add(p as usize) + src_off) as *const u8;
-                copy_part(src, dst.add((p as u64 * shard) as usize), shard, vec_ok != 0, start, step);
+fused_kernel! {
+    /// One-shot all-gather: `dst[p * shard ..][..shard] = peer p's (src_bases[p] + src_off)`
+    /// for every rank `p` (its own included), reading peers over NVLink. Peers are visited
+    /// starting after this rank, so the ranks do not all read one peer at once.
+    ///
+    /// # Safety
+    /// `src_bases` is a device array of `world` mapped symmetric-buffer bases, each valid
+    /// for `src_off + shard` bytes; `dst` valid for `world * shard` bytes; when `fused`,
+    /// `pads`, `err` and `counter` are the group's (see the module note). `vec_ok` only if
+    /// `src_off`, `dst` and `shard` are multiples of 16.
+    fn lowcon_allgather_oneshot(
+        src_bases: *const u64,
+        src_off: u64,
+        dst: *mut u8,
+        shard: u64,
+        vec_ok: u32,
+    ) |f| {
+        // SAFETY: the caller's contract.
+        if unsafe { f.enter() } {
+            let (start, step) = grid_stride();
+            for k in 0..f.world {
+                let p = (f.rank + 1 + k) % f.world;
+                // SAFETY: p < world; the ranges are the caller's contract.
+                unsafe {
+                    let src = (*src_bases.add(p as usize) + src_off) as *const u8;
+                    copy_part(src, dst.add((p as u64 * shard) as usize), shard, vec_ok != 0, start, step);
+                }
             }
         }
+        // SAFETY: the caller's contract.
+        unsafe { f.exit() };
     }
-    // SAFETY: the caller's contract.
-    unsafe { f.exit() };
 }

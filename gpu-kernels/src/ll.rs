@@ -192,70 +192,90 @@ unsafe fn store8(p: *mut u8, valid: u64, aligned: bool, lo: u32, hi: u32) {
     }
 }
 
-/// One round of the LL all-gather: lines `first .. first + n` of this rank's `shard`
-/// bytes at `src` go into slot `rank` of every peer's LL buffer (`bases[p] + half_off +
-/// rank * slot`), and peer `p`'s lines, from slot `p` of this rank's buffer
-/// (`bases[rank] + half_off + p * slot`), into `dst[p * shard ..]`. With `own != 0` this rank's lines are
-/// also copied to `dst[rank * shard ..]`. `aligned`: `src`, `dst` and `shard` are
-/// multiples of 8.
-///
-/// # Safety
-/// `bases` holds `world` mapped LL-buffer bases, each holding both halves of `world`
-/// slots of `slot` bytes (`slot / 16 >= n`); `src` is valid for `shard` bytes, `dst`
-/// for `world * shard`; `err` is the group's error record.
-#[allow(clippy::too_many_arguments)]
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn lowcon_ll_allgather(
-    rank: u32,
-    world: u32,
-    channel: u32,
-    timeout_ns: u64,
-    err: *mut ErrorRecord,
-    bases: *const u64,
-    half_off: u64,
-    slot: u64,
-    flag: u32,
-    src: *const u8,
-    dst: *mut u8,
-    shard: u64,
-    first: u64,
-    n: u64,
-    own: u32,
-    aligned: u32,
-) {
-    let w = Waits { rank, channel, timeout_ns, err };
-    let aligned = aligned != 0;
-    let (start, step) = grid_stride();
-    // SAFETY: (the whole body) every index below is inside the ranges the caller
-    // guarantees: line i < n lines of a slot, payload offsets < shard.
-    unsafe {
-        let mut i = start;
-        while i < n {
-            let off = (first + i) * 8;
-            let valid = (shard - off).min(8);
-            let (lo, hi) = load8(src.add(off as usize), valid, aligned);
-            for k in 1..world {
-                let p = (rank + k) % world;
-                let line = *bases.add(p as usize) + half_off + rank as u64 * slot + i * 16;
-                st_line(line as *mut u32, lo, hi, flag);
+/// An LL round's kernel: the head every LL kernel shares (this rank and the world, the
+/// channel, the wait bound and error record, the peers' LL-buffer bases, this round's
+/// half and slot size, its flag, the source and destination), named by the caller, then
+/// its own parameters. One definition of the head, so the kernels and the host's
+/// `Kernels::ll_round` (which passes it for all of them) agree by construction.
+macro_rules! ll_kernel {
+    (
+        $(#[$m:meta])*
+        fn $name:ident[$rank:ident, $world:ident, $channel:ident, $timeout:ident, $err:ident, $bases:ident,
+            $half:ident, $slot:ident, $flag:ident, $src:ident, $dst:ident]($($arg:ident: $ty:ty),* $(,)?) $body:block
+    ) => {
+        $(#[$m])*
+        #[allow(clippy::too_many_arguments)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(
+            $rank: u32,
+            $world: u32,
+            $channel: u32,
+            $timeout: u64,
+            $err: *mut ErrorRecord,
+            $bases: *const u64,
+            $half: u64,
+            $slot: u64,
+            $flag: u32,
+            $src: *const u8,
+            $dst: *mut u8,
+            $($arg: $ty),*
+        ) $body
+    };
+}
+
+ll_kernel! {
+    /// One round of the LL all-gather: lines `first .. first + n` of this rank's `shard`
+    /// bytes at `src` go into slot `rank` of every peer's LL buffer (`bases[p] + half_off +
+    /// rank * slot`), and peer `p`'s lines, from slot `p` of this rank's buffer
+    /// (`bases[rank] + half_off + p * slot`), into `dst[p * shard ..]`. With `own != 0` this rank's lines are
+    /// also copied to `dst[rank * shard ..]`. `aligned`: `src`, `dst` and `shard` are
+    /// multiples of 8.
+    ///
+    /// # Safety
+    /// `bases` holds `world` mapped LL-buffer bases, each holding both halves of `world`
+    /// slots of `slot` bytes (`slot / 16 >= n`); `src` is valid for `shard` bytes, `dst`
+    /// for `world * shard`; `err` is the group's error record.
+    fn lowcon_ll_allgather[rank, world, channel, timeout_ns, err, bases, half_off, slot, flag, src, dst](
+        shard: u64,
+        first: u64,
+        n: u64,
+        own: u32,
+        aligned: u32,
+    ) {
+        let w = Waits { rank, channel, timeout_ns, err };
+        let aligned = aligned != 0;
+        let (start, step) = grid_stride();
+        // SAFETY: (the whole body) every index below is inside the ranges the caller
+        // guarantees: line i < n lines of a slot, payload offsets < shard.
+        unsafe {
+            let mut i = start;
+            while i < n {
+                let off = (first + i) * 8;
+                let valid = (shard - off).min(8);
+                let (lo, hi) = load8(src.add(off as usize), valid, aligned);
+                for k in 1..world {
+                    let p = (rank + k) % world;
+                    let line = *bases.add(p as usize) + half_off + rank as u64 * slot + i * 16;
+                    st_line(line as *mut u32, lo, hi, flag);
+                }
+                if own != 0 {
+                    store8(dst.add((rank as u64 * shard + off) as usize), valid, aligned, lo, hi);
+                }
+                i += step;
             }
-            if own != 0 {
-                store8(dst.add((rank as u64 * shard + off) as usize), valid, aligned, lo, hi);
+            let mine = *bases.add(rank as usize) + half_off;
+            let mut i = start;
+            while i < n {
+                let off = (first + i) * 8;
+                let valid = (shard - off).min(8);
+                for k in 1..world {
+                    let p = (rank + world - k) % world;
+                    let line = (mine + p as u64 * slot + i * 16) as *const u32;
+                    let Some((lo, hi)) = w.line(line, flag, p) else { return };
+                    store8(dst.add((p as u64 * shard + off) as usize), valid, aligned, lo, hi);
+                }
+                i += step;
             }
-            i += step;
-        }
-        let mine = *bases.add(rank as usize) + half_off;
-        let mut i = start;
-        while i < n {
-            let off = (first + i) * 8;
-            let valid = (shard - off).min(8);
-            for k in 1..world {
-                let p = (rank + world - k) % world;
-                let line = (mine + p as u64 * slot + i * 16) as *const u32;
-                let Some((lo, hi)) = w.line(line, flag, p) else { return };
-                store8(dst.add((p as u64 * shard + off) as usize), valid, aligned, lo, hi);
-            }
-            i += step;
         }
     }
 }
@@ -340,33 +360,22 @@ unsafe fn ll_rs<T: Elem>(
 
 macro_rules! ll_rs_kernel {
     ($t:ty, $name:ident) => {
-        /// One round of the LL reduce-scatter for this element type (see `ll_rs`).
-        ///
-        /// # Safety
-        /// See `ll_rs`.
-        #[allow(clippy::too_many_arguments)]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(
-            rank: u32,
-            world: u32,
-            channel: u32,
-            timeout_ns: u64,
-            err: *mut ErrorRecord,
-            bases: *const u64,
-            half_off: u64,
-            slot: u64,
-            flag: u32,
-            src: *const u8,
-            dst: *mut u8,
-            chunk: u64,
-            first: u64,
-            n: u64,
-            op: u32,
-            aligned: u32,
-        ) {
-            let w = Waits { rank, channel, timeout_ns, err };
-            // SAFETY: forwarded from the caller.
-            unsafe { ll_rs::<$t>(w, world, bases, half_off, slot, flag, src, dst, chunk, first, n, op, aligned != 0) };
+        ll_kernel! {
+            /// One round of the LL reduce-scatter for this element type (see `ll_rs`).
+            ///
+            /// # Safety
+            /// See `ll_rs`.
+            fn $name[rank, world, channel, timeout_ns, err, bases, half_off, slot, flag, src, dst](
+                chunk: u64,
+                first: u64,
+                n: u64,
+                op: u32,
+                aligned: u32,
+            ) {
+                let w = Waits { rank, channel, timeout_ns, err };
+                // SAFETY: forwarded from the caller.
+                unsafe { ll_rs::<$t>(w, world, bases, half_off, slot, flag, src, dst, chunk, first, n, op, aligned != 0) };
+            }
         }
     };
 }

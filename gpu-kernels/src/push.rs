@@ -47,7 +47,7 @@ use crate::bulk::{
     fence_mbarrier_init, fence_proxy_async, fence_proxy_async_global, fence_proxy_async_shared_cta,
     mbar_arrive_expect_tx, mbar_init, mbar_wait_parity, smem_base,
 };
-use crate::coll::Fused;
+use crate::coll::{Fused, fused_kernel};
 use crate::thread::{block_idx_x, grid_dim_x, sync_threads_or, thread_idx_x};
 
 /// Committed push groups that may still read their stages when a stage is reloaded:
@@ -177,34 +177,23 @@ unsafe fn tma_push_reduce<const TY: u32>(f: Fused, w: Push) {
 
 macro_rules! push_kernel {
     ($ty:expr, $name:ident) => {
-        /// tma-push-reduce for this element type (see `tma_push_reduce`).
-        ///
-        /// # Safety
-        /// See `tma_push_reduce`.
-        #[allow(clippy::too_many_arguments)]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(
-            pads: *const *mut u32,
-            rank: u32,
-            world: u32,
-            channel: u32,
-            epoch_in: u32,
-            epoch_out: u32,
-            timeout_ns: u64,
-            err: *mut ErrorRecord,
-            counter: *mut u32,
-            fused: u32,
-            src: u64,
-            stride: u64,
-            bases: *const u64,
-            acc_off: u64,
-            body: u64,
-            tile: u32,
-        ) {
-            let f = Fused { pads, rank, world, channel, epoch_in, epoch_out, timeout_ns, err, counter, on: fused != 0 };
-            let w = Push { src, stride, bases, acc_off, body, tile: tile as u64, rank, world };
-            // SAFETY: forwarded from the caller.
-            unsafe { tma_push_reduce::<{ $ty }>(f, w) };
+        fused_kernel! {
+            /// tma-push-reduce for this element type (see `tma_push_reduce`).
+            ///
+            /// # Safety
+            /// See `tma_push_reduce`.
+            fn $name(
+                src: u64,
+                stride: u64,
+                bases: *const u64,
+                acc_off: u64,
+                body: u64,
+                tile: u32,
+            ) |f| {
+                let w = Push { src, stride, bases, acc_off, body, tile: tile as u64, rank: f.rank, world: f.world };
+                // SAFETY: forwarded from the caller.
+                unsafe { tma_push_reduce::<{ $ty }>(f, w) };
+            }
         }
     };
 }

@@ -5,7 +5,7 @@
 
 use lowcon_abi::{ErrorRecord, reduce_op};
 
-use crate::coll::{Fused, V16};
+use crate::coll::{Fused, V16, fused_kernel};
 use crate::thread::grid_stride;
 
 /// An element type the reductions handle: loaded to and stored from `f32`.
@@ -454,33 +454,22 @@ macro_rules! reduce_kernels {
             unsafe { reduce_staged::<$t>(own, own_idx, staged, stride, nsrc, dst, n, op, vec_ok) };
         }
 
-        /// sm-direct for this element type (see `rs_direct`).
-        ///
-        /// # Safety
-        /// See `rs_direct`.
-        #[allow(clippy::too_many_arguments)]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $direct(
-            pads: *const *mut u32,
-            rank: u32,
-            world: u32,
-            channel: u32,
-            epoch_in: u32,
-            epoch_out: u32,
-            timeout_ns: u64,
-            err: *mut ErrorRecord,
-            counter: *mut u32,
-            fused: u32,
-            bases: *const u64,
-            off: u64,
-            dst: *mut $t,
-            n: u64,
-            op: u32,
-            vec_ok: u32,
-        ) {
-            let f = Fused { pads, rank, world, channel, epoch_in, epoch_out, timeout_ns, err, counter, on: fused != 0 };
-            // SAFETY: forwarded from the caller.
-            unsafe { rs_direct::<$t>(f, bases, off, dst, n, op, vec_ok) };
+        fused_kernel! {
+            /// sm-direct for this element type (see `rs_direct`).
+            ///
+            /// # Safety
+            /// See `rs_direct`.
+            fn $direct(
+                bases: *const u64,
+                off: u64,
+                dst: *mut $t,
+                n: u64,
+                op: u32,
+                vec_ok: u32,
+            ) |f| {
+                // SAFETY: forwarded from the caller.
+                unsafe { rs_direct::<$t>(f, bases, off, dst, n, op, vec_ok) };
+            }
         }
     };
 }

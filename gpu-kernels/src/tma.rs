@@ -58,7 +58,7 @@ use crate::bulk::{
     bulk_load, create_policy_evict_first, fence_mbarrier_init, fence_proxy_async, fence_proxy_async_global,
     ld_shared_v4, mbar_arrive, mbar_arrive_expect_tx, mbar_init, mbar_wait_parity, smem_base, sync_warp,
 };
-use crate::coll::{Fused, V16};
+use crate::coll::{Fused, V16, fused_kernel};
 use crate::reduce::{Bf16, Elem, F16, combine, finish};
 use crate::thread::{block_idx_x, grid_dim_x, sync_threads_or, thread_idx_x};
 
@@ -356,38 +356,27 @@ unsafe fn tma_reduce<T: Elem>(
 
 macro_rules! tma_kernel {
     ($t:ty, $name:ident) => {
-        /// tma-reduce for this element type (see `tma_reduce`).
-        ///
-        /// # Safety
-        /// See `tma_reduce`.
-        #[allow(clippy::too_many_arguments)]
-        #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(
-            pads: *const *mut u32,
-            rank: u32,
-            world: u32,
-            channel: u32,
-            epoch_in: u32,
-            epoch_out: u32,
-            timeout_ns: u64,
-            err: *mut ErrorRecord,
-            counter: *mut u32,
-            fused: u32,
-            bases: *const u64,
-            off: u64,
-            dst: *mut $t,
-            n: u64,
-            op: u32,
-            head: u64,
-            body: u64,
-            tile: u32,
-            stages: u32,
-            vec_out: u32,
-            hint: u32,
-        ) {
-            let f = Fused { pads, rank, world, channel, epoch_in, epoch_out, timeout_ns, err, counter, on: fused != 0 };
-            // SAFETY: forwarded from the caller.
-            unsafe { tma_reduce::<$t>(f, bases, off, dst, n, op, head, body, tile, stages, vec_out, hint) };
+        fused_kernel! {
+            /// tma-reduce for this element type (see `tma_reduce`).
+            ///
+            /// # Safety
+            /// See `tma_reduce`.
+            fn $name(
+                bases: *const u64,
+                off: u64,
+                dst: *mut $t,
+                n: u64,
+                op: u32,
+                head: u64,
+                body: u64,
+                tile: u32,
+                stages: u32,
+                vec_out: u32,
+                hint: u32,
+            ) |f| {
+                // SAFETY: forwarded from the caller.
+                unsafe { tma_reduce::<$t>(f, bases, off, dst, n, op, head, body, tile, stages, vec_out, hint) };
+            }
         }
     };
 }
