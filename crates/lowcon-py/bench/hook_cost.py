@@ -24,16 +24,16 @@ import torch.distributed as dist
 from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
 
 
-def timed(fn, calls, group=4):
+def timed(fn, calls, sync, group=4):
     """Host µs of each of `calls` calls of fn(i), synchronising between groups."""
     us = []
     for i in range(calls):
         if i % group == 0:
-            torch.cuda.synchronize()
+            sync()
         t0 = time.perf_counter()
         fn(i)
         us.append(1e6 * (time.perf_counter() - t0))
-    torch.cuda.synchronize()
+    sync()
     return us
 
 
@@ -42,16 +42,23 @@ def main():
     p.add_argument("--calls", type=int, default=400)
     p.add_argument("--numel", type=int, default=25_165_824, help="all-gather output elements (bf16)")
     p.add_argument("--json", default="")
+    p.add_argument("--cpu", action="store_true", help="gloo and lowcon's host backend: a smoke test of the script")
     args = p.parse_args()
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    dev = torch.device("cuda", local)
-    torch.cuda.set_device(dev)
-    dist.init_process_group("nccl", device_id=dev)
+    if args.cpu:
+        dev = torch.device("cpu")
+        dist.init_process_group("gloo")
+        sync = lambda: None  # noqa: E731
+    else:
+        dev = torch.device("cuda", local)
+        torch.cuda.set_device(dev)
+        dist.init_process_group("nccl", device_id=dev)
+        sync = torch.cuda.synchronize
     world, rank = dist.get_world_size(), dist.get_rank()
     import lowcon
     import lowcon.fsdp
 
-    g = lowcon.from_process_group()
+    g = lowcon.from_process_group(backend="host" if args.cpu else "gpu")
     n = args.numel - args.numel % world
     modes = {
         "nccl": (DefaultAllGather(), DefaultReduceScatter()),
@@ -86,15 +93,16 @@ def main():
         res = {}
         for op, fn in (("all-gather", ag_call), ("reduce-scatter", rs_call), ("all-gather allocate", ag_alloc),
                        ("reduce-scatter allocate", rs_alloc)):
-            timed(fn, 20)  # warm-up
-            us = timed(fn, args.calls)
+            timed(fn, 20, sync)  # warm-up
+            us = timed(fn, args.calls, sync)
             us.sort()
             res[op] = {"median_us": statistics.median(us), "p90_us": us[int(0.9 * len(us))], "calls": len(us)}
         results[name] = res
         del outs, rin, rout
         dist.barrier()
     if rank == 0:
-        print(f"host µs per call, {world} x {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, "
+        name = "cpu" if args.cpu else torch.cuda.get_device_name(dev)
+        print(f"host µs per call, {world} x {name}, torch {torch.__version__}, "
               f"lowcon {lowcon.__version__}, all-gather {n} bf16, reduce-scatter {2 * n} fp32")
         ops = list(next(iter(results.values())))
         print(f"{'mode':<14}" + "".join(f"{op:>26}" for op in ops))
