@@ -162,6 +162,9 @@ def main():
                         bad += 1
                         if out_dir:
                             (out_dir / f"{a.backend}-{launcher}-{sync}-{exit_}-{moment}.log").write_text(out)
+                        else:  # no folder to keep it in: the end of the cell's output, for the log
+                            for line in out.strip().splitlines()[-25:]:
+                                print(f"    > {line}", flush=True)
     if out_dir:
         (out_dir / f"faults-{a.backend}.md").write_text("\n".join(rows) + "\n")
     print(f"{len(rows)} cells, {bad} not ended by a named error", flush=True)
