@@ -181,8 +181,9 @@ fn repo_root() -> PathBuf {
 }
 
 /// Every file under `dir` whose name ends with one of `exts`, skipping build output,
-/// tools, caches and the recorded runs (`docs/runs/`: logs and data, not sources).
-fn repo_files(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
+/// tools, caches and, unless `runs`, the recorded runs (`docs/runs/`: logs and data, not
+/// sources).
+fn repo_files(dir: &Path, exts: &[&str], runs: bool, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries {
         let p = e.expect("dir entry").path();
@@ -190,9 +191,9 @@ fn repo_files(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
         if p.is_dir() {
             let skip = name.starts_with('.')
                 || ["target", "bundle", "__pycache__", "node_modules"].contains(&name.as_str())
-                || p.ends_with("docs/runs");
+                || (!runs && p.ends_with("docs/runs"));
             if !skip {
-                repo_files(&p, exts, out);
+                repo_files(&p, exts, runs, out);
             }
         } else if exts.iter().any(|x| name.ends_with(&format!(".{x}"))) {
             out.push(p);
@@ -204,7 +205,7 @@ fn repo_files(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
 fn no_source_or_doc_file_in_the_repository_is_over_600_lines() {
     // Every crate, the kernels, the tests, the Python package, the scripts and the docs.
     let mut files = Vec::new();
-    repo_files(&repo_root(), &["rs", "py", "sh", "c", "h", "md", "toml"], &mut files);
+    repo_files(&repo_root(), &["rs", "py", "sh", "c", "h", "md", "toml"], false, &mut files);
     assert!(files.len() > 100, "found only {} files in the repository", files.len());
     for must in ["crates/lowcon-py/python/lowcon/__init__.py", "scripts/test.sh", "gpu-kernels/src/lib.rs"] {
         assert!(files.contains(&repo_root().join(must)), "{must} not among the checked files");
@@ -261,9 +262,7 @@ fn relative_links(text: &str) -> Vec<String> {
 #[test]
 fn every_relative_markdown_link_resolves() {
     let mut files = Vec::new();
-    repo_files(&repo_root(), &["md"], &mut files);
-    // The recorded runs' READMEs too (repo_files skips docs/runs for the line limit).
-    repo_files_all_md(&repo_root().join("docs/runs"), &mut files);
+    repo_files(&repo_root(), &["md"], true, &mut files); // the recorded runs' READMEs too
     assert!(files.len() > 10, "found only {} Markdown files", files.len());
     let mut broken = Vec::new();
     let mut seen = 0;
@@ -279,18 +278,6 @@ fn every_relative_markdown_link_resolves() {
     }
     assert!(seen > 10, "found only {seen} relative links");
     assert!(broken.is_empty(), "relative links that do not resolve: {broken:#?}");
-}
-
-fn repo_files_all_md(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for e in entries {
-        let p = e.expect("dir entry").path();
-        if p.is_dir() {
-            repo_files_all_md(&p, out);
-        } else if p.extension().is_some_and(|x| x == "md") {
-            out.push(p);
-        }
-    }
 }
 
 #[test]

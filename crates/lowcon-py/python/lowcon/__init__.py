@@ -99,12 +99,8 @@ def _stream_of(tensor, stream):
             if hasattr(stream, attr):
                 return int(getattr(stream, attr))
         return int(stream)
-    module = type(tensor).__module__
-    if module.startswith("torch") and getattr(tensor, "is_cuda", False):
-        import torch
-
-        return int(torch.cuda.current_stream(tensor.device).cuda_stream)
-    if module.startswith("cupy"):
+    # torch tensors take `_torch_current` when no stream is given.
+    if type(tensor).__module__.startswith("cupy"):
         import cupy
 
         return int(cupy.cuda.get_current_stream().ptr)
@@ -120,12 +116,17 @@ def _torch_current(tensor):
         return None
     if not tensor.is_cuda:
         return None, True
+    return _torch_stream(tensor.get_device()), True
+
+
+def _torch_stream(device):
+    """torch's current stream on CUDA device `device` (an index), as an integer."""
     import torch
 
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # no Stream object made
     if raw is not None:
-        return int(raw(tensor.get_device())), True
-    return int(torch.cuda.current_stream(tensor.device).cuda_stream), True
+        return int(raw(device))
+    return int(torch.cuda.current_stream(device).cuda_stream)
 
 
 class Group:
@@ -183,10 +184,7 @@ class Group:
             framework = "numpy" if self.backend == "host" else "torch"
         if stream is None and self.backend == "gpu":
             if framework == "torch":
-                import torch
-
-                raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-                stream = int(raw(self.device)) if raw is not None else torch.cuda.current_stream(self.device)
+                stream = _torch_stream(self.device)
             elif framework == "cupy":
                 import cupy
 

@@ -38,15 +38,15 @@ import torch
 import torch.distributed as dist
 
 from . import Error, InvalidArgument, from_store
+from ._ops import reduce_op_name
 
 NAME = "lowcon"
 __all__ = ["NAME", "LowconProcessGroup", "register"]
 
 def _op_name(op, what):
-    RO = dist.ReduceOp
-    for want, name in ((RO.SUM, "sum"), (RO.AVG, "avg"), (RO.MIN, "min"), (RO.MAX, "max")):
-        if op == want:
-            return name
+    name = reduce_op_name(op)
+    if name is not None:
+        return name
     raise NotImplementedError(
         f"lowcon backend: {what} with reduce op {op}: lowcon reduces with SUM, AVG, MIN and MAX "
         "(PREMUL_SUM's factor is not visible from Python: use SUM and scale, or lowcon.fsdp's hooks)"

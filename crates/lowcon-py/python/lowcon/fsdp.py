@@ -27,6 +27,7 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as _AllGathe
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter as _ReduceScatter
 
 from . import InvalidArgument
+from ._ops import reduce_op_name
 
 __all__ = ["LowconAllGather", "LowconReduceScatter", "install"]
 
@@ -71,11 +72,10 @@ class LowconAllGather(_Comm, _AllGather):
 
 def _op_name(op, factor):
     """lowcon's op for FSDP2's ReduceOp, and the post-scale (or None)."""
-    RO = dist.ReduceOp
-    for want, name in ((RO.SUM, "sum"), (RO.AVG, "avg"), (RO.MIN, "min"), (RO.MAX, "max")):
-        if op == want:
-            return name, None
-    if op == RO.PREMUL_SUM:
+    name = reduce_op_name(op)
+    if name is not None:
+        return name, None
+    if op == dist.ReduceOp.PREMUL_SUM:
         if factor is None:
             raise InvalidArgument(
                 "FSDP2 asked for PREMUL_SUM (set_gradient_divide_factor), whose factor torch does not expose: "
