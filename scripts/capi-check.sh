@@ -11,6 +11,7 @@
 # SIGKILLs itself, or exits cleanly with calls piled up, and the others must get
 # lowconRemoteError naming it. Exit status 0
 # only if everything passed; scripts/test.sh (host) and gpu-run.sh (gpu) call it.
+# CAPI_WORLDS overrides the world sizes of the checked runs (gpu-shared.sh).
 set -uo pipefail
 if [ $# -ne 6 ]; then
   echo "usage: $0 host|gpu LOWCON_BINARY LIB_DIR INCLUDE_DIR SOURCE WORK_DIR" >&2
@@ -31,6 +32,7 @@ if [ "$backend" = gpu ]; then
 else
   worlds="2 3"
 fi
+worlds=${CAPI_WORLDS:-$worlds}   # gpu-shared.sh: the world size of ranks sharing one GPU
 
 cc -std=c11 -Wall -Wextra -Werror -pedantic -D_POSIX_C_SOURCE=200809L "${extra[@]}" "-I$inc" "$src" \
   "-L$lib" -llowcon_capi "-Wl,-rpath,$lib" "${libs[@]}" -o "$work/check_c" || fail "C11 build"

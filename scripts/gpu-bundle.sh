@@ -32,5 +32,6 @@ cp scripts/gpu-small-messages.sh bundle/gpu-small-messages.sh
 cp scripts/gpu-faults.sh bundle/gpu-faults.sh
 cp scripts/gpu-fsdp2.sh bundle/gpu-fsdp2.sh
 cp scripts/gpu-steps.sh bundle/gpu-steps.sh
-chmod +x bundle/run.sh bundle/gpu-dead-peer.sh bundle/gpu-fsdp2.sh
+cp scripts/gpu-shared.sh bundle/gpu-shared.sh
+chmod +x bundle/run.sh bundle/gpu-dead-peer.sh bundle/gpu-fsdp2.sh bundle/gpu-shared.sh
 du -sh bundle

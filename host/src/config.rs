@@ -25,6 +25,75 @@ pub fn mem_handles() -> String {
     std::env::var("LOWCON_MEM_HANDLES").unwrap_or_else(|_| "auto".into())
 }
 
+/// `LOWCON_SHARE_GPU=1`: let several ranks of a GPU group share one GPU (each rank a
+/// process of its own, best under MPS). For checking correctness on a machine with fewer
+/// GPUs than ranks: nothing crosses NVLink, the copy engines and SMs are shared, so
+/// timings mean nothing, and `lowcon bench` refuses to run. Unset, empty or `0`: off (two
+/// ranks on one GPU are refused, naming this variable); `1`: on; anything else is an
+/// error naming the value.
+pub fn share_gpu() -> crate::Result<bool> {
+    parse_share_gpu(std::env::var(SHARE_GPU_ENV).ok().as_deref())
+}
+
+/// The variable [`share_gpu`] reads.
+pub const SHARE_GPU_ENV: &str = "LOWCON_SHARE_GPU";
+
+/// [`share_gpu`]'s rule for a value of the variable (`None`: unset).
+pub fn parse_share_gpu(v: Option<&str>) -> crate::Result<bool> {
+    match v.map(str::trim) {
+        None | Some("") | Some("0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(other) => Err(crate::Error::InvalidArgument(format!(
+            "{SHARE_GPU_ENV}={other:?}: expected 1 (ranks may share a GPU) or 0"
+        ))),
+    }
+}
+
+/// The CUDA device index of a rank that names none in code: `LOWCON_DEVICE` if set, else
+/// `LOCAL_RANK`, else `rank`. With [`share_gpu`] on and no `LOWCON_DEVICE`, the local
+/// rank is taken modulo the number of visible devices, so that N ranks land round-robin
+/// on fewer GPUs (torchrun with `LOWCON_SHARE_GPU=1` alone puts every rank on the one GPU
+/// of a 1-GPU machine). A malformed variable is an error naming it.
+pub fn device_index(rank: usize) -> crate::Result<usize> {
+    let get = |k: &str| std::env::var(k).ok();
+    let share = share_gpu()?;
+    let count = if share && get(DEVICE_ENV).is_none() { Some(crate::cuda::device_count()?) } else { None };
+    pick_device(get(DEVICE_ENV).as_deref(), get("LOCAL_RANK").as_deref(), rank, share, count)
+}
+
+/// The variable naming a rank's device.
+pub const DEVICE_ENV: &str = "LOWCON_DEVICE";
+
+/// [`device_index`]'s rule, from the variables' values (`None`: unset) and, in shared
+/// mode, the number of visible devices.
+pub fn pick_device(
+    lowcon_device: Option<&str>,
+    local_rank: Option<&str>,
+    rank: usize,
+    share: bool,
+    visible: Option<usize>,
+) -> crate::Result<usize> {
+    let num = |name: &str, v: &str| {
+        v.trim().parse::<usize>().map_err(|_| {
+            crate::Error::InvalidArgument(format!("{name}={v:?}: expected a device index (a non-negative integer)"))
+        })
+    };
+    if let Some(v) = lowcon_device {
+        return num(DEVICE_ENV, v);
+    }
+    let local = match local_rank {
+        Some(v) => num("LOCAL_RANK", v)?,
+        None => rank,
+    };
+    match (share, visible) {
+        (true, Some(0)) => Err(crate::Error::InvalidArgument(format!(
+            "{SHARE_GPU_ENV}=1: no CUDA device is visible to place rank {rank} on"
+        ))),
+        (true, Some(n)) => Ok(local % n),
+        _ => Ok(local),
+    }
+}
+
 /// `LOWCON_DEBUG=1`: log rendezvous decisions (fallbacks, mappings) and failure handling
 /// (see [`crate::log::trace`]) to stderr, where no `tracing` subscriber is installed.
 pub fn debug() -> bool {
@@ -53,6 +122,43 @@ pub fn tma_stages() -> Option<u64> {
 pub fn copy_engine_hint() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("LOWCON_COPY_ENGINE_HINT").is_ok_and(|v| v == "1"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn share_gpu_values() {
+        assert!(!parse_share_gpu(None).unwrap());
+        assert!(!parse_share_gpu(Some("")).unwrap());
+        assert!(!parse_share_gpu(Some("0")).unwrap());
+        assert!(parse_share_gpu(Some("1")).unwrap());
+        assert!(parse_share_gpu(Some(" 1 ")).unwrap());
+        let e = parse_share_gpu(Some("yes")).unwrap_err().to_string();
+        assert!(e.contains("LOWCON_SHARE_GPU=\"yes\"") && e.contains("expected 1"), "{e}");
+    }
+
+    #[test]
+    fn device_choice() {
+        // LOWCON_DEVICE wins, shared or not.
+        assert_eq!(pick_device(Some("3"), Some("1"), 5, false, None).unwrap(), 3);
+        assert_eq!(pick_device(Some("0"), Some("7"), 7, true, Some(1)).unwrap(), 0);
+        // Then LOCAL_RANK, then the rank.
+        assert_eq!(pick_device(None, Some("2"), 5, false, None).unwrap(), 2);
+        assert_eq!(pick_device(None, None, 5, false, None).unwrap(), 5);
+        // Shared: round-robin over the visible devices.
+        let placed: Vec<usize> = (0..8).map(|r| pick_device(None, Some(&r.to_string()), r, true, Some(3)).unwrap()).collect();
+        assert_eq!(placed, [0, 1, 2, 0, 1, 2, 0, 1]);
+        assert_eq!(pick_device(None, None, 6, true, Some(4)).unwrap(), 2);
+        // Errors name the variable and the value.
+        let e = pick_device(Some("gpu0"), None, 0, false, None).unwrap_err().to_string();
+        assert!(e.contains("LOWCON_DEVICE=\"gpu0\""), "{e}");
+        let e = pick_device(None, Some("-1"), 0, false, None).unwrap_err().to_string();
+        assert!(e.contains("LOCAL_RANK=\"-1\""), "{e}");
+        let e = pick_device(None, Some("1"), 1, true, Some(0)).unwrap_err().to_string();
+        assert!(e.contains("no CUDA device"), "{e}");
+    }
 }
 
 fn env_u64(name: &str) -> Option<u64> {

@@ -245,35 +245,47 @@ pub fn mismatched_size() -> Result<String, String> {
     }
 }
 
-/// Run with every rank on one GPU (`LOWCON_DEVICE=0`): group creation must fail naming
-/// the ranks and the GPU.
+/// Run with every rank on one GPU (`LOWCON_DEVICE=0`): without the opt-in, group
+/// creation must fail naming the ranks, the GPU and the opt-in (`LOWCON_SHARE_GPU=1`).
 pub fn same_device() -> Result<String, String> {
-    match GpuGroup::from_env(GpuGroupOptions::default()) {
+    match GpuGroup::from_env(GpuGroupOptions { share_gpu: Some(false), ..Default::default() }) {
         Ok(_) => Err("two ranks on one GPU were accepted".into()),
-        Err(err @ Error::Rendezvous(_)) if err.to_string().contains("both use the GPU") => Ok(err.to_string()),
+        Err(err @ Error::Rendezvous(_))
+            if err.to_string().contains("both use the GPU") && err.to_string().contains("LOWCON_SHARE_GPU=1") =>
+        {
+            Ok(err.to_string())
+        }
         Err(other) => Err(format!("wrong error: {other}")),
     }
 }
 
 /// Creating a group and 3 x 256 MiB of symmetric memory, then dropping everything, must
-/// give the device's free memory back.
+/// give the device's free memory back. A first group (the witness) lines the ranks up
+/// around each reading, so that with ranks sharing a GPU (whose free memory counts them
+/// all) every rank's context exists before the first reading and everything is dropped
+/// before the last.
 pub fn memory_release() -> Result<String, String> {
-    let index = std::env::var("LOCAL_RANK").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-    let dev = lowcon::cuda::Device::open(index).map_err(e)?;
-    dev.kernels().map_err(e)?;
+    let witness = GpuGroup::from_env(GpuGroupOptions { name: "memory-release-witness".into(), ..Default::default() })
+        .map_err(e)?;
+    let dev = witness.device().clone();
     dev.synchronize().map_err(e)?;
+    witness.store_barrier("memory-release-before").map_err(e)?;
     let (before, _) = dev.memory_info().map_err(e)?;
+    witness.store_barrier("memory-release-measured").map_err(e)?;
     let during;
     {
         let g = group(None)?;
         let bufs: Vec<_> = (0..3).map(|_| g.alloc(256 << 20)).collect::<Result<_, _>>().map_err(e)?;
+        g.store_barrier("memory-release-allocated").map_err(e)?;
         during = dev.memory_info().map_err(e)?.0;
         g.store_barrier("memory-release-dropping").map_err(e)?;
         drop(bufs);
         g.store_barrier("memory-release-dropped").map_err(e)?;
     }
+    witness.store_barrier("memory-release-after").map_err(e)?;
     dev.synchronize().map_err(e)?;
     let (after, _) = dev.memory_info().map_err(e)?;
+    witness.store_barrier("memory-release-read").map_err(e)?;
     let mib = |b: usize| b as f64 / (1 << 20) as f64;
     let used = before.saturating_sub(during);
     if used < 3 * (256 << 20) {

@@ -301,6 +301,9 @@ impl From<&OutputFlags> for Output {
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
+    if !matches!(cmd, BenchCommand::Plot { .. }) {
+        refuse_shared_gpus()?;
+    }
     match cmd {
         BenchCommand::QueueDepth { calls, shard, hold_ms } => {
             // SAFETY: called before anything in this process starts a thread.
@@ -323,6 +326,21 @@ pub fn run(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
             Ok(())
         }
     }
+}
+
+/// Benchmarks refuse ranks that share a GPU: their timings measure time-slicing or MPS,
+/// not NVLink or copy engines.
+fn refuse_shared_gpus() -> Result<(), Box<dyn std::error::Error>> {
+    if lowcon::config::share_gpu()? {
+        return Err(format!(
+            "{}=1 lets ranks share a GPU, for correctness checks only: timings of ranks sharing a GPU \
+             mean nothing (no NVLink, shared copy engines and SMs), so lowcon bench does not run; unset it \
+             and run one rank per GPU",
+            lowcon::config::SHARE_GPU_ENV
+        )
+        .into());
+    }
+    Ok(())
 }
 
 fn sweep(f: &SweepFlags, kind: Kind) -> Result<(), Box<dyn std::error::Error>> {

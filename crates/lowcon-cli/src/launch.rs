@@ -32,7 +32,19 @@ pub struct LaunchOptions {
     pub store_port: u16,
     pub tee: bool,
     pub grace: Duration,
+    /// Place the ranks round-robin on this many GPUs (`LOWCON_DEVICE` = rank mod M), and
+    /// let them share GPUs (`LOWCON_SHARE_GPU=1`) when there are more ranks than GPUs.
+    pub gpus: Option<usize>,
     pub command: Vec<OsString>,
+}
+
+/// The GPU placement variables `lowcon launch --gpus M` gives rank `rank` of `nproc`.
+pub fn placement_env(rank: usize, nproc: usize, gpus: usize) -> Vec<(&'static str, String)> {
+    let mut env = vec![(lowcon::config::DEVICE_ENV, (rank % gpus).to_string())];
+    if nproc > gpus {
+        env.push((lowcon::config::SHARE_GPU_ENV, "1".to_string()));
+    }
+    env
 }
 
 enum Event {
@@ -122,6 +134,9 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, String> {
             .env(TOKEN_ENV, &token)
             .env(JOB_ID_ENV, &job_id)
             .process_group(0);
+        if let Some(m) = opts.gpus {
+            cmd.envs(placement_env(rank, opts.nproc, m));
+        }
         if opts.tee {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }

@@ -41,6 +41,12 @@ enum Command {
         /// Seconds between SIGTERM and SIGKILL when stopping ranks.
         #[arg(long, default_value_t = 5.0)]
         grace_period: f64,
+        /// Place the ranks round-robin on M GPUs (rank k gets LOWCON_DEVICE = k mod M; `gpu`:
+        /// every visible GPU). With more ranks than GPUs it also sets LOWCON_SHARE_GPU=1, so
+        /// ranks share GPUs: for correctness checks on fewer GPUs (best under MPS), never for
+        /// timings.
+        #[arg(long, value_name = "M|gpu")]
+        gpus: Option<String>,
         /// The command each rank runs, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
@@ -335,9 +341,16 @@ fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
     let r: Result<i32, Box<dyn std::error::Error>> = match cli.command {
-        Command::Launch { nproc_per_node, master_addr, master_port, store_port, tee, grace_period, command } => {
+        Command::Launch { nproc_per_node, master_addr, master_port, store_port, tee, grace_period, gpus, command } => {
             (|| {
-                let nproc = parse_nproc(&nproc_per_node)?;
+                let nproc = parse_nproc("--nproc-per-node", &nproc_per_node)?;
+                let gpus = gpus.map(|m| parse_nproc("--gpus", &m)).transpose()?;
+                if let (Some(m), Ok(n)) = (gpus, lowcon::cuda::device_count())
+                    && m > n
+                    && n > 0
+                {
+                    return Err(format!("--gpus {m}: only {n} GPU(s) are visible").into());
+                }
                 if !(0.0..=3600.0).contains(&grace_period) {
                     return Err(format!("--grace-period {grace_period} must be between 0 and 3600 seconds").into());
                 }
@@ -348,6 +361,7 @@ fn main() -> ExitCode {
                     store_port,
                     tee,
                     grace: Duration::from_secs_f64(grace_period),
+                    gpus,
                     command,
                 };
                 Ok(launch::launch(&opts)?)
@@ -369,17 +383,18 @@ fn main() -> ExitCode {
     }
 }
 
-fn parse_nproc(v: &str) -> Result<usize, Box<dyn std::error::Error>> {
+/// A count flag: a positive number, or `gpu` for the number of visible GPUs.
+fn parse_nproc(flag: &str, v: &str) -> Result<usize, Box<dyn std::error::Error>> {
     if v == "gpu" {
-        let n = lowcon::cuda::device_count().map_err(|e| format!("--nproc-per-node gpu: {e}"))?;
+        let n = lowcon::cuda::device_count().map_err(|e| format!("{flag} gpu: {e}"))?;
         if n == 0 {
-            return Err("--nproc-per-node gpu: no CUDA device is visible".into());
+            return Err(format!("{flag} gpu: no CUDA device is visible").into());
         }
         return Ok(n);
     }
     match v.parse::<usize>() {
         Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("--nproc-per-node {v:?}: expected a positive number or `gpu`").into()),
+        _ => Err(format!("{flag} {v:?}: expected a positive number or `gpu`").into()),
     }
 }
 

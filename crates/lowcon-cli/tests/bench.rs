@@ -56,3 +56,19 @@ fn bad_bench_arguments_are_clear_errors() {
         assert!(err.starts_with("lowcon: ") && err.contains(want), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn benchmarks_refuse_ranks_sharing_a_gpu() {
+    for args in [&["bench", "quick"][..], &["bench", "all-gather", "--backend", "host"], &["bench", "barrier"]] {
+        let out = Command::new(LOWCON).args(args).env("LOWCON_SHARE_GPU", "1").output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.starts_with("lowcon: LOWCON_SHARE_GPU=1") && err.contains("timings of ranks sharing a GPU"), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?} printed {}", String::from_utf8_lossy(&out.stdout));
+    }
+    // A malformed value is an error naming it, before anything runs.
+    let out = Command::new(LOWCON).args(["bench", "quick"]).env("LOWCON_SHARE_GPU", "yes").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("LOWCON_SHARE_GPU=\"yes\": expected 1"), "{err}");
+}

@@ -65,6 +65,28 @@ fn stderr(o: &Output) -> String {
 }
 
 #[test]
+fn gpus_places_ranks_round_robin_and_shares_only_when_needed() {
+    let script = "echo \"D=${LOWCON_DEVICE:-unset} S=${LOWCON_SHARE_GPU:-unset}\"";
+    let (out, _) = launch(&["--nproc-per-node", "5", "--gpus", "2", "--tee"], script);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", stderr(&out));
+    for (r, d) in [(0, 0), (1, 1), (2, 0), (3, 1), (4, 0)] {
+        assert!(stdout.contains(&format!("[rank {r}] D={d} S=1\n")), "{stdout}");
+    }
+    // As many GPUs as ranks: placed, not shared.
+    let (out, _) = launch(&["--nproc-per-node", "2", "--gpus", "2", "--tee"], script);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", stderr(&out));
+    assert!(stdout.contains("[rank 0] D=0 S=unset\n") && stdout.contains("[rank 1] D=1 S=unset\n"), "{stdout}");
+    // Without --gpus nothing is set.
+    let (out, _) = launch(&["--nproc-per-node", "2", "--tee"], script);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("[rank 1] D=unset S=unset\n"));
+    // Bad values are clear errors.
+    let (out, _) = launch(&["--nproc-per-node", "2", "--gpus", "0"], script);
+    assert!(!out.status.success() && stderr(&out).contains("--gpus \"0\": expected a positive number"), "{}", stderr(&out));
+}
+
+#[test]
 fn ranks_get_the_torchrun_environment_and_meet_in_the_store() {
     let script = format!(
         "echo \"R=$RANK W=$WORLD_SIZE L=$LOCAL_RANK LW=$LOCAL_WORLD_SIZE M=$MASTER_ADDR:$MASTER_PORT S=${{LOWCON_STORE_ADDR:+set}}\"; \

@@ -481,10 +481,25 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     return args
 
 
+def shared_gpu_refusal(env=os.environ) -> Optional[str]:
+    """Why the benchmark must not run: ranks allowed to share a GPU (LOWCON_SHARE_GPU,
+    set by `lowcon launch --gpus` with more ranks than GPUs) make timings meaningless."""
+    v = env.get("LOWCON_SHARE_GPU", "").strip()
+    if v in ("", "0"):
+        return None
+    return (f"fsdp2_paired: LOWCON_SHARE_GPU={v!r} lets ranks share a GPU, for correctness checks only: timings of "
+            "ranks sharing a GPU mean nothing (no NVLink, shared copy engines and SMs), so the benchmark does not "
+            "run; unset it and run one rank per GPU")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     if args.report:
         return report(args.report, args.plot)
+    why = shared_gpu_refusal()
+    if why:
+        print(why, file=sys.stderr)
+        return 2
     if args.out:
         os.makedirs(args.out, exist_ok=True)
     return worker(args)

@@ -23,6 +23,16 @@ def test_importing_needs_no_torch():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=HERE)
 
 
+def test_the_benchmark_refuses_ranks_sharing_a_gpu():
+    assert fp.shared_gpu_refusal({}) is None
+    assert fp.shared_gpu_refusal({"LOWCON_SHARE_GPU": "0"}) is None
+    assert "timings of ranks sharing a GPU mean nothing" in fp.shared_gpu_refusal({"LOWCON_SHARE_GPU": "1"})
+    res = subprocess.run([sys.executable, os.path.join(HERE, "fsdp2_paired.py"), "--cpu"], capture_output=True,
+                         text=True, env={**os.environ, "LOWCON_SHARE_GPU": "1"}, timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "LOWCON_SHARE_GPU='1' lets ranks share a GPU" in res.stderr, res.stderr
+
+
 # ---------------------------------------------------------------------------------------
 # The model's arithmetic
 

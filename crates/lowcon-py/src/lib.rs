@@ -544,10 +544,27 @@ fn device_count() -> usize {
     lowcon::cuda::device_count().unwrap_or(0)
 }
 
+/// The CUDA device a GPU group of this process would use (LOWCON_DEVICE, else
+/// LOCAL_RANK, else RANK; round-robin over the visible devices with LOWCON_SHARE_GPU=1):
+/// set torch's device from it so that torch and lowcon agree.
+#[pyfunction]
+fn device_index() -> PyResult<usize> {
+    let rank = std::env::var("RANK").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+    lowcon::config::device_index(rank).map_err(errors::to_py)
+}
+
+/// Whether LOWCON_SHARE_GPU lets ranks share a GPU (an error for a malformed value).
+#[pyfunction]
+fn share_gpu() -> PyResult<bool> {
+    lowcon::config::share_gpu().map_err(errors::to_py)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Group>()?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(device_index, m)?)?;
+    m.add_function(wrap_pyfunction!(share_gpu, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -141,7 +141,7 @@ timeout = float(os.environ.get("FAULT_TIMEOUT", "10"))
 if BACKEND == "gpu":
     import torch
 
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", RANK)))
+    torch.cuda.set_device(lowcon.device_index())
 if MOMENT == "init" and RANK == VICTIM:
     leave()
 try:

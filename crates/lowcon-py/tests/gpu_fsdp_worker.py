@@ -9,6 +9,10 @@ and with explicit algorithms and sync methods, with f32 and bf16 reduce dtypes, 
 a gradient divide factor (FSDP2 then passes PREMUL_SUM). SGD, not Adam: Adam would hide
 a wrongly scaled gradient.
 
+With LOWCON_SHARE_GPU=1 (ranks sharing a GPU, where NCCL refuses to run) the reference is
+Gloo on the same CUDA tensors instead of NCCL, with FSDP2's sum-then-divide reduction
+(Gloo has no PREMUL_SUM).
+
 Loss tolerance per step: max(10 x the largest NCCL-vs-NCCL difference, 1e-4 x |loss|).
 A negative control (lowcon told to divide by 1 while NCCL averages, so its gradients are
 twice NCCL's) must exceed it, which shows the comparison can fail.
@@ -31,9 +35,15 @@ import lowcon.fsdp
 VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH, STEPS = 1024, 512, 8, 4, 256, 4, 10
 
 rank = int(os.environ["RANK"])
-dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+dev = torch.device("cuda", lowcon.device_index())
 torch.cuda.set_device(dev)
-dist.init_process_group("nccl", device_id=dev)
+# The reference backend: NCCL, or Gloo where ranks share a GPU (NCCL refuses that).
+REF = "gloo" if lowcon.share_gpu() else "nccl"
+REFNAME = REF.upper() if REF == "nccl" else "Gloo"
+if REF == "nccl":
+    dist.init_process_group("nccl", device_id=dev)
+else:
+    dist.init_process_group("gloo")
 g = lowcon.init("gpu", timeout=60)
 world = g.world_size
 
@@ -92,9 +102,11 @@ def train(mode, reduce_dtype=torch.float32, factor=None, group=None, mesh=None, 
     for blk in model.blocks:
         fully_shard(blk, mp_policy=mp, mesh=mesh)
     fully_shard(model, mp_policy=mp, mesh=mesh)
-    if factor is not None and mode == "nccl":
+    if mode == "ref":
         for m in model.modules():
-            if hasattr(m, "set_gradient_divide_factor"):
+            if REF == "gloo" and hasattr(m, "set_force_sum_reduction_for_comms"):
+                m.set_force_sum_reduction_for_comms(True)
+            if factor is not None and hasattr(m, "set_gradient_divide_factor"):
                 m.set_gradient_divide_factor(factor)
     if mode == "lowcon":
         n = lowcon.fsdp.install(model, group or g, gradient_divide_factor=factor, **lowcon_args)
@@ -115,8 +127,8 @@ def train(mode, reduce_dtype=torch.float32, factor=None, group=None, mesh=None, 
         opt.step()
         opt.zero_grad(set_to_none=True)
         mean = loss.detach().clone()
-        dist.all_reduce(mean, op=dist.ReduceOp.AVG)
-        losses.append(mean.item())
+        dist.all_reduce(mean)  # SUM: Gloo has no AVG
+        losses.append(mean.item() / world)
     g.check()
     del model, opt
     return losses
@@ -126,15 +138,15 @@ def maxdiff(a, b):
     return max(abs(x - y) for x, y in zip(a, b))
 
 
-base = train("nccl")
-again = train("nccl")
+base = train("ref")
+again = train("ref")
 calib = maxdiff(base, again)
-base16 = train("nccl", reduce_dtype=torch.bfloat16)
+base16 = train("ref", reduce_dtype=torch.bfloat16)
 # A divide factor other than the world size makes FSDP2 pass PREMUL_SUM(1/f).
 PREMUL = 2.0 * world
-base_premul = train("nccl", factor=PREMUL)
+base_premul = train("ref", factor=PREMUL)
 if not all(math.isfinite(x) for x in base) or not base[-1] < base[0] - 0.05:
-    fail(f"NCCL's run does not train: {base}")
+    fail(f"{REFNAME}'s run does not train: {base}")
 
 
 def tol(ref):
@@ -161,10 +173,10 @@ for name, ref, args in runs:
     got = train("lowcon", reduce_dtype=rd, **args)
     d = maxdiff(got, ref)
     t = tol(ref) + slack
-    lines.append(f"  {name:<36} max |loss - NCCL| {d:.2e} (tolerance {t:.2e})")
+    lines.append(f"  {name:<36} max |loss - {REFNAME}| {d:.2e} (tolerance {t:.2e})")
     if not d <= t:
-        fail(f"lowcon {name}: losses {got} differ from NCCL's {ref} by {d:.3e} > {t:.3e}")
-nccl_bf16_premul = train("nccl", reduce_dtype=torch.bfloat16, factor=PREMUL)
+        fail(f"lowcon {name}: losses {got} differ from {REFNAME}'s {ref} by {d:.3e} > {t:.3e}")
+nccl_bf16_premul = train("ref", reduce_dtype=torch.bfloat16, factor=PREMUL)
 # Groups over torch's own store: the world's process group, and HSDP's shard dimension of
 # a 1 x world DeviceMesh (replication across boxes would go to NCCL; here it is 1).
 from torch.distributed.device_mesh import init_device_mesh
@@ -172,17 +184,17 @@ from torch.distributed.device_mesh import init_device_mesh
 gpg = lowcon.from_process_group()
 got = train("lowcon", group=gpg)
 d = maxdiff(got, base)
-lines.append(f"  {'auto, group over torch.distributed':<36} max |loss - NCCL| {d:.2e} (tolerance {tol(base):.2e})")
+lines.append(f"  {'auto, group over torch.distributed':<36} max |loss - {REFNAME}| {d:.2e} (tolerance {tol(base):.2e})")
 if not d <= tol(base):
-    fail(f"lowcon over torch's store: losses {got} differ from NCCL's {base} by {d:.3e}")
+    fail(f"lowcon over torch's store: losses {got} differ from {REFNAME}'s {base} by {d:.3e}")
 mesh = init_device_mesh("cuda", (1, world), mesh_dim_names=("replicate", "shard"))
 gshard = lowcon.from_process_group(mesh.get_group("shard"))
-ref = train("nccl", mesh=mesh)
+ref = train("ref", mesh=mesh)
 got = train("lowcon", mesh=mesh, group=gshard)
 d = maxdiff(got, ref)
-lines.append(f"  {'HSDP 1x' + str(world) + ', lowcon on the shard dim':<36} max |loss - NCCL| {d:.2e} (tolerance {tol(ref):.2e})")
+lines.append(f"  {'HSDP 1x' + str(world) + ', lowcon on the shard dim':<36} max |loss - {REFNAME}| {d:.2e} (tolerance {tol(ref):.2e})")
 if not d <= tol(ref):
-    fail(f"HSDP with lowcon on the shard dimension: losses {got} differ from NCCL's {ref} by {d:.3e}")
+    fail(f"HSDP with lowcon on the shard dimension: losses {got} differ from {REFNAME}'s {ref} by {d:.3e}")
 # The negative control: gradients twice NCCL's must be caught.
 wrong = train("lowcon", factor=1.0)
 dw = maxdiff(wrong, base)
@@ -190,13 +202,14 @@ if dw <= tol(base):
     fail(f"the negative control (divide factor 1) was not caught: {dw:.3e} <= {tol(base):.3e}")
 stats = lowcon.memory_stats(g)
 if rank == 0:
-    print(f"NCCL losses: {' '.join(f'{x:.4f}' for x in base)}")
-    print(f"NCCL vs NCCL: {calib:.2e}; negative control differs by {dw:.2e}")
-    print(f"NCCL bf16 PREMUL_SUM (not a reference): {' '.join(f'{x:.4f}' for x in nccl_bf16_premul)}")
-    print(f"NCCL f32 PREMUL_SUM (the reference):    {' '.join(f'{x:.4f}' for x in base_premul)}")
+    print(f"{REFNAME} losses: {' '.join(f'{x:.4f}' for x in base)}")
+    print(f"{REFNAME} vs {REFNAME}: {calib:.2e}; negative control differs by {dw:.2e}")
+    print(f"{REFNAME} bf16 divide factor (not a reference): {' '.join(f'{x:.4f}' for x in nccl_bf16_premul)}")
+    print(f"{REFNAME} f32 divide factor (the reference):    {' '.join(f'{x:.4f}' for x in base_premul)}")
     print("\n".join(lines))
     print(f"lowcon pool: {stats}")
-print(f"rank {rank}: fsdp ok: {len(runs) + 2} lowcon modes match NCCL, control caught, torch {torch.__version__}",
+print(f"rank {rank}: fsdp ok: {len(runs) + 2} lowcon modes match {REFNAME} at {world} ranks, control caught, "
+      f"torch {torch.__version__}",
       flush=True)
 dist.barrier()
 gshard.close()

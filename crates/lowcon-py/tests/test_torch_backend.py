@@ -18,6 +18,8 @@ torch = pytest.importorskip("torch")
 HERE = Path(__file__).resolve().parent
 WORKER = str(HERE / "torch_backend_worker.py")
 DEVICE = "cuda" if os.environ.get("LOWCON_PYTEST_BACKEND") == "gpu" else "cpu"
+# Ranks of the torchrun jobs (default 2; more where ranks share a GPU, LOWCON_SHARE_GPU=1).
+WORLD = int(os.environ.get("LOWCON_PYTEST_WORLD", "2"))
 
 
 def free_port():
@@ -28,7 +30,7 @@ def free_port():
 
 def torchrun(mode, timeout=300):
     p = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD), "--master-port", str(free_port()),
          WORKER, mode, DEVICE],
         capture_output=True, text=True, timeout=timeout,
     )
@@ -39,7 +41,7 @@ def torchrun(mode, timeout=300):
 def test_backend(mode):
     rc, out = torchrun(mode)
     assert rc == 0, out
-    for r in range(2):
+    for r in range(WORLD):
         assert f"rank {r}: {mode} ok" in out, out
 
 

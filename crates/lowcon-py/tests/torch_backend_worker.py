@@ -174,7 +174,8 @@ def fsdp():
     from torch.distributed.fsdp import fully_shard
 
     w = dist.get_world_size()
-    ref_backend = "nccl" if DEV.type == "cuda" else "gloo"
+    # NCCL refuses ranks sharing a GPU (LOWCON_SHARE_GPU=1): Gloo on the CUDA tensors then.
+    ref_backend = "nccl" if DEV.type == "cuda" and not lowcon.share_gpu() else "gloo"
     losses = {}
     for name, group in (("lowcon", dist.group.WORLD), (ref_backend, dist.new_group(list(range(w)), backend=ref_backend))):
         mesh = DeviceMesh.from_group(group, DEV.type)
@@ -238,7 +239,7 @@ def dead():
 def main():
     global DEV
     if DEV.type == "cuda":
-        DEV = torch.device("cuda", int(os.environ.get("LOCAL_RANK", os.environ["RANK"])))
+        DEV = torch.device("cuda", lowcon.device_index())
         torch.cuda.set_device(DEV)
     dist.init_process_group("lowcon")
     {"ops": ops, "fsdp": fsdp, "dead": dead}[MODE]()

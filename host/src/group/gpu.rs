@@ -14,7 +14,7 @@ use crate::coll::{AllGatherOptions, DeviceBuf, ReduceOp, ReduceScatterOptions};
 use crate::cuda::{Device, Stream, raw};
 use crate::error::{Error, Result};
 use crate::memory::{HandleKind, SymmetricBuffer};
-use crate::rendezvous::GroupCore;
+use crate::rendezvous::{GroupCore, PeerInfo};
 use crate::sync::SyncMethod;
 use crate::sync::gpu::GpuSync;
 use crate::sync::gpu::watchdog::Watchdog;
@@ -30,6 +30,10 @@ pub struct GpuGroupOptions {
     pub device: Option<usize>,
     /// How memory is shared; default from `LOWCON_MEM_HANDLES`.
     pub handles: HandleKind,
+    /// Whether ranks may share a GPU (for correctness checks on fewer GPUs than ranks;
+    /// see [`crate::config::share_gpu`]); default `LOWCON_SHARE_GPU`. Every rank must
+    /// agree.
+    pub share_gpu: Option<bool>,
 }
 
 impl Default for GpuGroupOptions {
@@ -39,6 +43,7 @@ impl Default for GpuGroupOptions {
             timeout: crate::config::timeout(),
             device: None,
             handles: crate::config::mem_handles().parse().unwrap_or_default(),
+            share_gpu: None,
         }
     }
 }
@@ -50,6 +55,8 @@ pub struct GpuGroup {
     coll: GpuColl,
     /// The store this rank hosts (torchrun mode), dropped last.
     _store_server: Option<Arc<lowcon_store::StoreServer>>,
+    /// Some ranks share a GPU (`LOWCON_SHARE_GPU`).
+    shares_gpu: bool,
 }
 
 impl GpuGroup {
@@ -58,13 +65,13 @@ impl GpuGroup {
     /// anything is mapped: all ranks on one host, no two ranks on one GPU, every pair
     /// of GPUs can access each other.
     pub fn new(store: impl Store + 'static, rank: usize, world: usize, opts: GpuGroupOptions) -> Result<Self> {
+        let share = match opts.share_gpu {
+            Some(s) => s,
+            None => crate::config::share_gpu()?,
+        };
         let index = match opts.device {
             Some(d) => d,
-            None => std::env::var("LOWCON_DEVICE")
-                .ok()
-                .or_else(|| std::env::var("LOCAL_RANK").ok())
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(rank),
+            None => crate::config::device_index(rank)?,
         };
         let device = Device::open(index)?;
         let info = device.info()?;
@@ -72,24 +79,18 @@ impl GpuGroup {
             ("backend".to_string(), "gpu".to_string()),
             ("pci".to_string(), info.pci_bus_id.clone()),
             ("device_index".to_string(), index.to_string()),
+            ("share_gpu".to_string(), u8::from(share).to_string()),
         ];
         let core = GroupCore::new(Box::new(store), rank, world, &opts.name, extra, opts.timeout)?;
         // Every rank evaluates the same checks on the same facts, so all fail together.
-        for a in 0..world {
-            if core.infos[a].get("backend") != "gpu" {
-                return Err(Error::Rendezvous(format!("rank {a} is not using the GPU backend")));
-            }
-            for b in a + 1..world {
-                if core.infos[a].get("pci") == core.infos[b].get("pci") {
-                    return Err(Error::Rendezvous(format!(
-                        "ranks {a} and {b} both use the GPU at PCI {} (device index {} and {}): give each rank \
-                         its own GPU (lowcon launch sets LOCAL_RANK; or set LOWCON_DEVICE)",
-                        core.infos[a].get("pci"),
-                        core.infos[a].get("device_index"),
-                        core.infos[b].get("device_index")
-                    )));
-                }
-            }
+        let shared = check_placement(&core.infos)?;
+        if !shared.is_empty() && rank == 0 {
+            crate::log::warn(&format!(
+                "ranks share GPUs ({}; {}=1): for checking correctness only: nothing crosses NVLink and \
+                 timings mean nothing",
+                shared.join("; "),
+                crate::config::SHARE_GPU_ENV
+            ));
         }
         // Peer access is checked locally; the verdicts are shared so every rank fails
         // with the same message instead of some waiting for the others.
@@ -104,8 +105,14 @@ impl GpuGroup {
         if let Some(bad) = verdicts.iter().find(|v| !v.is_empty()) {
             return Err(Error::Rendezvous(String::from_utf8_lossy(bad).into_owned()));
         }
+        let shares_gpu = !shared.is_empty();
         let sync = Arc::new(GpuSync::new(core, device, opts.handles)?);
-        Ok(Self { _watchdog: Watchdog::spawn(sync.clone())?, coll: GpuColl::new(sync), _store_server: None })
+        Ok(Self {
+            _watchdog: Watchdog::spawn(sync.clone())?,
+            coll: GpuColl::new(sync),
+            _store_server: None,
+            shares_gpu,
+        })
     }
 
     /// Collective: creates the group from the `lowcon launch` or torchrun environment.
@@ -137,6 +144,13 @@ impl GpuGroup {
     /// Number of ranks.
     pub fn world_size(&self) -> usize {
         self.sync().core.world
+    }
+
+    /// Whether two or more ranks of the group share a GPU (allowed by
+    /// [`GpuGroupOptions::share_gpu`]): the group is then good for checking correctness,
+    /// and its timings mean nothing.
+    pub fn shares_gpu(&self) -> bool {
+        self.shares_gpu
     }
 
     /// This rank's GPU.
@@ -256,10 +270,64 @@ impl GpuGroup {
     }
 }
 
+/// The placement rules, on every rank's facts: every rank uses the GPU backend, every
+/// rank has the same `share_gpu` setting, and no two ranks use one GPU unless it is on.
+/// Returns, when sharing, a line per shared GPU naming its ranks.
+pub(crate) fn check_placement(infos: &[PeerInfo]) -> Result<Vec<String>> {
+    let var = crate::config::SHARE_GPU_ENV;
+    for (a, info) in infos.iter().enumerate() {
+        if info.get("backend") != "gpu" {
+            return Err(Error::Rendezvous(format!("rank {a} is not using the GPU backend")));
+        }
+        if info.get("share_gpu") != infos[0].get("share_gpu") {
+            let on = |r: usize| if infos[r].get("share_gpu") == "1" { "allows" } else { "does not allow" };
+            return Err(Error::Rendezvous(format!(
+                "rank 0 {} ranks sharing a GPU but rank {a} {} ({var}, or the share_gpu option): every rank \
+                 must agree",
+                on(0),
+                on(a)
+            )));
+        }
+    }
+    let share = infos.first().is_some_and(|i| i.get("share_gpu") == "1");
+    let mut shared = Vec::new();
+    let mut seen = vec![false; infos.len()];
+    for a in 0..infos.len() {
+        if seen[a] {
+            continue;
+        }
+        let same: Vec<usize> = (a..infos.len()).filter(|&b| infos[b].get("pci") == infos[a].get("pci")).collect();
+        if same.len() < 2 {
+            continue;
+        }
+        if !share {
+            let b = same[1];
+            return Err(Error::Rendezvous(format!(
+                "ranks {a} and {b} both use the GPU at PCI {} (device index {} and {}): give each rank its own \
+                 GPU (lowcon launch sets LOCAL_RANK; or set LOWCON_DEVICE), or set {var}=1 on every rank to let \
+                 ranks share a GPU for correctness checks (best under MPS; timings then mean nothing)",
+                infos[a].get("pci"),
+                infos[a].get("device_index"),
+                infos[b].get("device_index")
+            )));
+        }
+        for &b in &same {
+            seen[b] = true;
+        }
+        let ranks: Vec<String> = same.iter().map(|r| r.to_string()).collect();
+        shared.push(format!("ranks {} on PCI {}", ranks.join(","), infos[a].get("pci")));
+    }
+    Ok(shared)
+}
+
 /// Whether this rank's GPU can access every peer's: an empty string, or the reason not.
+/// A peer on this rank's own GPU (shared mode) needs no peer access.
 fn peer_access_verdict(core: &GroupCore, device: &Device) -> String {
     for p in (0..core.world).filter(|&p| p != core.rank) {
         let pci = core.infos[p].get("pci");
+        if pci == core.infos[core.rank].get("pci") {
+            continue;
+        }
         // SAFETY: the driver is initialised (the device is open).
         let peer_dev = match unsafe { raw::device::by_pci_bus_id(pci) } {
             Ok(d) => d,
@@ -287,4 +355,59 @@ fn peer_access_verdict(core: &GroupCore, device: &Device) -> String {
         }
     }
     String::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn infos(rows: &[(&str, &str, &str)]) -> Vec<PeerInfo> {
+        rows.iter()
+            .enumerate()
+            .map(|(i, (backend, pci, share))| PeerInfo {
+                fields: vec![
+                    ("backend".into(), backend.to_string()),
+                    ("pci".into(), pci.to_string()),
+                    ("device_index".into(), i.to_string()),
+                    ("share_gpu".into(), share.to_string()),
+                ],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_gpu_each_passes() {
+        let i = infos(&[("gpu", "A", "0"), ("gpu", "B", "0"), ("gpu", "C", "0")]);
+        assert!(check_placement(&i).unwrap().is_empty());
+        // Allowed but not used: still no shared GPU.
+        let i = infos(&[("gpu", "A", "1"), ("gpu", "B", "1")]);
+        assert!(check_placement(&i).unwrap().is_empty());
+    }
+
+    #[test]
+    fn sharing_without_the_opt_in_is_refused_naming_it() {
+        let i = infos(&[("gpu", "A", "0"), ("gpu", "B", "0"), ("gpu", "A", "0")]);
+        let e = check_placement(&i).unwrap_err().to_string();
+        assert!(e.contains("ranks 0 and 2 both use the GPU at PCI A"), "{e}");
+        assert!(e.contains("LOWCON_SHARE_GPU=1"), "{e}");
+    }
+
+    #[test]
+    fn sharing_with_the_opt_in_names_the_groups() {
+        let i = infos(&[("gpu", "A", "1"), ("gpu", "B", "1"), ("gpu", "A", "1"), ("gpu", "B", "1"), ("gpu", "C", "1")]);
+        assert_eq!(check_placement(&i).unwrap(), ["ranks 0,2 on PCI A", "ranks 1,3 on PCI B"]);
+    }
+
+    #[test]
+    fn ranks_must_agree_on_the_opt_in() {
+        let i = infos(&[("gpu", "A", "1"), ("gpu", "A", "1"), ("gpu", "A", "0")]);
+        let e = check_placement(&i).unwrap_err().to_string();
+        assert!(e.contains("rank 0 allows") && e.contains("rank 2 does not allow"), "{e}");
+    }
+
+    #[test]
+    fn other_backends_are_named() {
+        let i = infos(&[("gpu", "A", "0"), ("host", "", "0")]);
+        assert_eq!(check_placement(&i).unwrap_err().to_string(), "rank 1 is not using the GPU backend");
+    }
 }

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# lowcon's multi-rank GPU suites on ONE GPU: 2, 3, 4 and 8 ranks sharing it
+# (LOWCON_SHARE_GPU=1), under MPS when its daemon starts. For checking correctness on a
+# 1-GPU machine; nothing here measures speed (nothing crosses NVLink, and the ranks share
+# the copy engines and SMs). scripts/gpu-bundle.sh copies it into the bundle:
+#
+#     bash bundle/gpu-shared.sh          # logs and summary.txt in $OUT, else bundle/logs-shared
+#
+# Environment:
+#   SHARED_WORLDS   world sizes (default "2 3 4 8")
+#   SHARED_PARTS    any of: rust (barriers, signals, mapping, memory, every collective
+#                   with both sync methods, bad input, dead peers: SIGKILL and a clean
+#                   exit with calls in flight), capi (the C check and its dead peers),
+#                   python (torch tensors, the pool and CuPy, a SIGKILLed rank, the
+#                   torch.distributed backend, FSDP2 with hooks against Gloo); default all
+#   SHARED_BUDGET   seconds for the whole run (default 560: one 10-minute device call)
+#   SHARED_GPU      the GPU to share (default 0)
+#   SHARED_MPS=0    do not start MPS (time-sliced contexts: correct, about 200x slower
+#                   barriers)
+# Exit status 0 only if every step passed.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+L="$here/lowcon"
+if [ ! -x "$L" ]; then
+  echo "gpu-shared.sh: no lowcon binary beside this script in $here: build the bundle with" \
+    "scripts/gpu-bundle.sh and run bundle/gpu-shared.sh" >&2
+  exit 2
+fi
+out=${OUT:-$here/logs-shared}
+mkdir -p "$out"
+: > "$out/summary.txt"
+# shellcheck source=scripts/gpu-steps.sh
+. "$here/gpu-steps.sh"
+steps_budget "${SHARED_BUDGET:-560}"
+worlds=${SHARED_WORLDS:-2 3 4 8}
+parts=${SHARED_PARTS:-rust capi python}
+has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
+
+# NVLink multicast stays off on shared machines (shared/GPU.md).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export LOWCON_REQUIRE_GPU=1 LOWCON_SHARE_GPU=1 CUDA_VISIBLE_DEVICES=${SHARED_GPU:-0}
+export PYTHONUNBUFFERED=1
+py_nvidia=$(python3 -c "import nvidia, os; print(list(nvidia.__path__)[0])" 2>/dev/null || true)
+for d in "$py_nvidia/nccl/lib" "$py_nvidia/cublas/lib" /usr/local/cuda/lib64; do
+  [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
+
+# MPS: one daemon for this run, its pipe and log folders of its own, stopped on any exit.
+mps=off
+mps_dir=$(mktemp -d "${TMPDIR:-/tmp}/lowcon-mps.XXXXXX")
+stop_mps() {
+  if [ "$mps" = on ]; then
+    echo quit | nvidia-cuda-mps-control >/dev/null 2>&1
+    for _ in $(seq 50); do pgrep -f "nvidia-cuda-mps-(control|server)" >/dev/null || break; sleep 0.1; done
+    cp "$mps_dir/log/control.log" "$out/mps-control.log" 2>/dev/null
+    cp "$mps_dir/log/server.log" "$out/mps-server.log" 2>/dev/null
+    mps=off
+  fi
+  rm -rf "$mps_dir"
+}
+trap 'exit 143' TERM INT
+trap 'stop_mps; [ -n "${SHARED_TAR:-}" ] && tar -C "$out" -czf "$SHARED_TAR" . 2>/dev/null' EXIT
+if [ "${SHARED_MPS:-1}" = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
+  export CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d && sleep 0.5 && echo get_server_list | nvidia-cuda-mps-control >/dev/null; then
+    mps=on
+  else
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  fi
+fi
+if [ "$mps" = on ]; then
+  echo "gpu-shared: MPS daemon started (pipes in $mps_dir/pipe)" | tee -a "$out/summary.txt"
+else
+  echo "gpu-shared: MPS is not running (disabled, missing or failed to start): the ranks' contexts are" \
+    "time-sliced; the checks are the same, the barriers far slower" | tee -a "$out/summary.txt"
+fi
+{ nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,compute_mode --format=csv; } > "$out/nvidia-smi.txt" 2>&1
+st "lowcon info" info.txt 30 "$L" info
+
+for w in $worlds; do
+  run=("$L" launch --nproc-per-node "$w" --gpus 1 --tee --)
+  if has rust; then
+    st "w=$w gpu-mapping" "rust-w$w.txt" 60 "${run[@]}" "$L" selftest gpu-mapping
+    st "w=$w gpu-same-device refused without the opt-in" "rust-w$w.txt" 60 \
+      env LOWCON_SHARE_GPU=0 LOWCON_DEVICE=0 "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest gpu-same-device
+    st "w=$w gpu-barrier-stress 10k (kernel+memop)" "rust-w$w.txt" 120 "${run[@]}" "$L" selftest gpu-barrier-stress --iters 10000
+    st "w=$w gpu-publish-signal 2k (kernel+memop)" "rust-w$w.txt" 120 "${run[@]}" "$L" selftest gpu-publish-signal --rounds 2000
+    st "w=$w gpu-skip-barrier (kernel+memop)" "rust-w$w.txt" 120 "${run[@]}" "$L" selftest gpu-skip-barrier
+    st "w=$w gpu-dead-peer (kernel)" "rust-w$w.txt" 60 "${run[@]}" "$L" selftest gpu-dead-peer --method kernel
+    st "w=$w gpu-dead-peer (memop)" "rust-w$w.txt" 60 "${run[@]}" "$L" selftest gpu-dead-peer --method memop
+    st "w=$w gpu-mismatched-size" "rust-w$w.txt" 60 "${run[@]}" "$L" selftest gpu-mismatched-size
+    st "w=$w gpu-memory-release" "rust-w$w.txt" 60 "${run[@]}" "$L" selftest gpu-memory-release
+    st "w=$w coll-check every algorithm/dtype/op (kernel+memop)" "coll-w$w.txt" 200 "${run[@]}" "$L" selftest coll-check --backend gpu
+    for m in kernel memop; do
+      st "w=$w coll-stress 1000 calls x 2 streams ($m)" "coll-w$w.txt" 120 "${run[@]}" "$L" selftest coll-stress --backend gpu --method "$m"
+    done
+    st "w=$w coll-bad-input" "coll-w$w.txt" 60 "${run[@]}" "$L" selftest coll-bad-input --backend gpu
+    for m in kernel memop; do
+      # Ranks by hand (no launcher): the library alone names the dead rank.
+      st "w=$w coll-dead-peer SIGKILL mid-loop, no launcher ($m)" "dead-w$w.txt" 90 \
+        bash "$here/gpu-dead-peer.sh" "$CUDA_VISIBLE_DEVICES" "$w" "$m" "$L" "$out"
+      st "w=$w coll-dead-peer clean exit, 16 MiB calls queued ($m)" "dead-w$w.txt" 90 \
+        env DP_ARGS="--exit exit --elems 4194304 --staged" bash "$here/gpu-dead-peer.sh" "$CUDA_VISIBLE_DEVICES" "$w" "$m" "$L" "$out"
+    done
+  fi
+  if has capi; then
+    st "w=$w C API: lowcon_check.c as C11 and C++17, then dead peers" "capi-w$w.txt" 150 \
+      env CAPI_WORLDS="$w" bash "$here/capi/capi-check.sh" gpu "$L" "$here/capi" "$here/capi" "$here/capi/lowcon_check.c" "$out/capi-w$w"
+  fi
+  if has python; then
+    repo=$(cd "$here/.." && pwd)
+    pyt="$repo/crates/lowcon-py/tests"
+    if [ ! -f "$out/.wheel" ]; then
+      st "python: install the wheel (and pytest from bundle/pywheels)" python.txt 120 \
+        bash -c "python3 -m pip install -q --no-deps --force-reinstall $here/wheels/lowcon-*.whl && { python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q --no-index --find-links $here/pywheels pytest; }"
+      touch "$out/.wheel"
+    fi
+    export LOWCON_BIN="$L"
+    port=$((29600 + w))
+    st "w=$w python: torch tensors, every algorithm (lowcon launch)" "python-w$w.txt" 150 "${run[@]}" python3 "$pyt/gpu_torch_worker.py"
+    st "w=$w python: pool, reuse, CuPy, two groups (torchrun)" "python-w$w.txt" 150 \
+      python3 -m torch.distributed.run --nproc-per-node "$w" --master-port "$port" "$pyt/gpu_pool_worker.py"
+    st "w=$w python: the torch.distributed backend on CUDA tensors" "python-w$w.txt" 200 \
+      env LOWCON_PYTEST_BACKEND=gpu LOWCON_PYTEST_WORLD="$w" python3 -m pytest -q -p no:cacheprovider "$pyt/test_torch_backend.py"
+    st "w=$w python: FSDP2 with lowcon's hooks against Gloo (torchrun)" "python-fsdp-w$w.txt" 240 \
+      python3 -m torch.distributed.run --nproc-per-node "$w" --master-port $((port + 20)) "$pyt/gpu_fsdp_worker.py"
+    if [ "$w" = 2 ]; then
+      st "w=$w python: a SIGKILLed rank named, ranks by hand" "python-w$w.txt" 120 \
+        env LOWCON_PYTEST_BACKEND=gpu python3 -m pytest -q -p no:cacheprovider "$pyt/test_host.py" -k sigkilled
+    fi
+  fi
+done
+rm -f "$out/.wheel"
+echo "== gpu-shared: MPS $mps; $failures step(s) failed" | tee -a "$out/summary.txt"
+[ "$failures" = 0 ]
