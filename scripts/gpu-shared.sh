@@ -39,6 +39,10 @@ has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
 # NVLink multicast stays off on shared machines (shared/GPU.md).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export LOWCON_REQUIRE_GPU=1 LOWCON_SHARE_GPU=1 CUDA_VISIBLE_DEVICES=${SHARED_GPU:-0}
+# Each MPS client asks for the 8 hardware work queues a process has without MPS: with
+# fewer, lowcon's calls on several streams share a queue and can deadlock across ranks
+# (seen at 2 ranks under MPS: coll-stress's two streams stopped at their 6th call).
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-8}
 export PYTHONUNBUFFERED=1
 py_nvidia=$(python3 -c "import nvidia, os; print(list(nvidia.__path__)[0])" 2>/dev/null || true)
 for d in "$py_nvidia/nccl/lib" "$py_nvidia/cublas/lib" /usr/local/cuda/lib64; do
@@ -118,12 +122,12 @@ for w in $worlds; do
     fi
     export LOWCON_BIN="$L"
     port=$((29600 + w))
-    st "w=$w python: torch tensors, every algorithm (lowcon launch)" "python-w$w.txt" 150 "${run[@]}" python3 "$pyt/gpu_torch_worker.py"
-    st "w=$w python: pool, reuse, CuPy, two groups (torchrun)" "python-w$w.txt" 150 \
+    st "w=$w python: torch tensors, every algorithm (lowcon launch)" "python-w$w.txt" 240 "${run[@]}" python3 "$pyt/gpu_torch_worker.py"
+    st "w=$w python: pool, reuse, CuPy, two groups (torchrun)" "python-w$w.txt" 240 \
       python3 -m torch.distributed.run --nproc-per-node "$w" --master-port "$port" "$pyt/gpu_pool_worker.py"
-    st "w=$w python: the torch.distributed backend on CUDA tensors" "python-w$w.txt" 200 \
+    st "w=$w python: the torch.distributed backend on CUDA tensors" "python-w$w.txt" 300 \
       env LOWCON_PYTEST_BACKEND=gpu LOWCON_PYTEST_WORLD="$w" python3 -m pytest -q -p no:cacheprovider "$pyt/test_torch_backend.py"
-    st "w=$w python: FSDP2 with lowcon's hooks against Gloo (torchrun)" "python-fsdp-w$w.txt" 240 \
+    st "w=$w python: FSDP2 with lowcon's hooks against Gloo (torchrun)" "python-fsdp-w$w.txt" 300 \
       python3 -m torch.distributed.run --nproc-per-node "$w" --master-port $((port + 20)) "$pyt/gpu_fsdp_worker.py"
     if [ "$w" = 2 ]; then
       st "w=$w python: a SIGKILLed rank named, ranks by hand" "python-w$w.txt" 120 \

@@ -85,9 +85,15 @@ impl GpuGroup {
         // Every rank evaluates the same checks on the same facts, so all fail together.
         let shared = check_placement(&core.infos)?;
         if !shared.is_empty() && rank == 0 {
+            let queues = if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+                "; under MPS set CUDA_DEVICE_MAX_CONNECTIONS=8 on every rank (lowcon launch --gpus does), or calls \
+                 on several streams can wait for each other across ranks"
+            } else {
+                ""
+            };
             crate::log::warn(&format!(
                 "ranks share GPUs ({}; {}=1): for checking correctness only: nothing crosses NVLink and \
-                 timings mean nothing",
+                 timings mean nothing{queues}",
                 shared.join("; "),
                 crate::config::SHARE_GPU_ENV
             ));
