@@ -148,7 +148,8 @@ mod tests {
         assert_eq!(pick_device(None, Some("2"), 5, false, None).unwrap(), 2);
         assert_eq!(pick_device(None, None, 5, false, None).unwrap(), 5);
         // Shared: round-robin over the visible devices.
-        let placed: Vec<usize> = (0..8).map(|r| pick_device(None, Some(&r.to_string()), r, true, Some(3)).unwrap()).collect();
+        let placed: Vec<usize> =
+            (0..8).map(|r| pick_device(None, Some(&r.to_string()), r, true, Some(3)).unwrap()).collect();
         assert_eq!(placed, [0, 1, 2, 0, 1, 2, 0, 1]);
         assert_eq!(pick_device(None, None, 6, true, Some(4)).unwrap(), 2);
         // Errors name the variable and the value.

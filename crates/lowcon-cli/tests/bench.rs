@@ -63,7 +63,10 @@ fn benchmarks_refuse_ranks_sharing_a_gpu() {
         let out = Command::new(LOWCON).args(args).env("LOWCON_SHARE_GPU", "1").output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
-        assert!(err.starts_with("lowcon: LOWCON_SHARE_GPU=1") && err.contains("timings of ranks sharing a GPU"), "{args:?}: {err}");
+        assert!(
+            err.starts_with("lowcon: LOWCON_SHARE_GPU=1") && err.contains("timings of ranks sharing a GPU"),
+            "{args:?}: {err}"
+        );
         assert!(out.stdout.is_empty(), "{args:?} printed {}", String::from_utf8_lossy(&out.stdout));
     }
     // A malformed value is an error naming it, before anything runs.

@@ -103,8 +103,7 @@ pub fn gpu_bad_input() -> Result<String, String> {
         &["dtype i32"],
     )?);
     // sm-direct named: auto picks `ll` for small chunks at 2 ranks, which needs no staging.
-    let no_stage =
-        ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::SmDirect, allow_staging: false, ..rs };
+    let no_stage = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::SmDirect, allow_staging: false, ..rs };
     let mut rs_out = st.alloc_zeros::<f32>(4).map_err(e)?;
     let rs_in = st.alloc_zeros::<f32>(4 * world).map_err(e)?;
     notes.push(expect_refused(
