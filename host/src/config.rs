@@ -124,6 +124,27 @@ pub fn copy_engine_hint() -> bool {
     *ON.get_or_init(|| std::env::var("LOWCON_COPY_ENGINE_HINT").is_ok_and(|v| v == "1"))
 }
 
+fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    match v.trim().parse() {
+        Ok(n) => Some(n),
+        Err(_) => {
+            // Once per variable (they are read often). Not `crate::log::warn`: the log
+            // reads its switch from here (no module cycle).
+            static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+            let mut w = WARNED.lock().unwrap_or_else(|p| p.into_inner());
+            if !w.iter().any(|n| n == name) {
+                w.push(name.to_string());
+                tracing::warn!(target: "lowcon", "ignoring {name}={v:?}: not a non-negative integer");
+                if !tracing::dispatcher::has_been_set() {
+                    eprintln!("lowcon: ignoring {name}={v:?}: not a non-negative integer");
+                }
+            }
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,26 +180,5 @@ mod tests {
         assert!(e.contains("LOCAL_RANK=\"-1\""), "{e}");
         let e = pick_device(None, Some("1"), 1, true, Some(0)).unwrap_err().to_string();
         assert!(e.contains("no CUDA device"), "{e}");
-    }
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    match v.trim().parse() {
-        Ok(n) => Some(n),
-        Err(_) => {
-            // Once per variable (they are read often). Not `crate::log::warn`: the log
-            // reads its switch from here (no module cycle).
-            static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-            let mut w = WARNED.lock().unwrap_or_else(|p| p.into_inner());
-            if !w.iter().any(|n| n == name) {
-                w.push(name.to_string());
-                tracing::warn!(target: "lowcon", "ignoring {name}={v:?}: not a non-negative integer");
-                if !tracing::dispatcher::has_been_set() {
-                    eprintln!("lowcon: ignoring {name}={v:?}: not a non-negative integer");
-                }
-            }
-            None
-        }
     }
 }

@@ -46,7 +46,20 @@ pub(crate) struct GpuColl {
     // Before `sync`: workspaces are released while the group's core is still up.
     channels: Vec<Mutex<ChannelState>>,
     pub(crate) sync: Arc<GpuSync>,
+    /// Ranks sharing this GPU (shared mode): the most CTAs any collective kernel gets
+    /// (NOTE [shared CTAs]).
+    cta_cap: Option<u32>,
 }
+
+// NOTE [shared CTAs]: a collective's kernels spin until their peers' kernels arrive, so
+// every rank's kernels in flight at once must be resident at once. One GPU per rank holds
+// them easily; ranks sharing a GPU (`LOWCON_SHARE_GPU`) may not: seen on one H100 under
+// MPS, kernel-sync `coll-stress` (two streams per rank) stopped at 6 and 8 ranks, and
+// FSDP2 (all-gather and reduce-scatter streams) at 4, with one rank's reduce-scatter
+// kernel holding its SMs while the all-gather kernel its peer waited for could not start.
+// So with k ranks on a GPU of S SMs, every kernel gets at most max(2, S / (4k)) CTAs:
+// four kernels per rank in flight fit even at one CTA per SM. Results do not depend on
+// the CTA count (the benchmarks sweep it); shared mode never measures speed.
 
 /// Per-channel state of a group's collectives.
 #[derive(Default)]
@@ -95,9 +108,16 @@ fn refuse_staging(rank: usize, algorithm: &str, what: &str) -> Error {
 }
 
 impl GpuColl {
-    pub(crate) fn new(sync: Arc<GpuSync>) -> Self {
+    /// `ranks_on_gpu`: how many ranks of the group use this rank's GPU (1 unless shared).
+    pub(crate) fn new(sync: Arc<GpuSync>, ranks_on_gpu: usize, sm_count: u32) -> Self {
         let channels = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(ChannelState::default())).collect();
-        Self { channels, sync }
+        let cta_cap = shared_cta_cap(ranks_on_gpu, sm_count);
+        Self { channels, sync, cta_cap }
+    }
+
+    /// A kernel's CTA count, within the shared-GPU cap (NOTE [shared CTAs]).
+    fn ctas(&self, chosen: u32) -> u32 {
+        self.cta_cap.map_or(chosen, |c| chosen.min(c))
     }
 
     fn check_buf(&self, what: &str, b: &DeviceBuf<'_>) -> Result<()> {
@@ -327,7 +347,7 @@ impl GpuColl {
                 AllGatherAlgorithm::Ll => unreachable!("handled by ll_all_gather"),
                 AllGatherAlgorithm::SmOneshot => {
                     let src = self.symmetric_input(stream, &input, ws, 0)?;
-                    let ctas = opts.ctas.unwrap_or_else(|| oneshot_ctas(world * shard));
+                    let ctas = self.ctas(opts.ctas.unwrap_or_else(|| oneshot_ctas(world * shard)));
                     let vec_ok = src.off.is_multiple_of(16) && out.is_multiple_of(16) && shard.is_multiple_of(16);
                     let kernels = self.sync.device.kernels()?;
                     self.one_shot(stream, ch, opts.sync, |f| {
@@ -382,7 +402,7 @@ impl GpuColl {
         let esize = input.dtype.size();
         let n = output.count;
         let tma = matches!(algorithm, ReduceScatterAlgorithm::TmaReduce | ReduceScatterAlgorithm::TmaReduceEvict);
-        let ctas = opts.ctas.unwrap_or(if tma { DEFAULT_TMA_CTAS } else { DEFAULT_REDUCE_CTAS });
+        let ctas = self.ctas(opts.ctas.unwrap_or(if tma { DEFAULT_TMA_CTAS } else { DEFAULT_REDUCE_CTAS }));
         let pe = piece_elems(n, opts.pipeline.unwrap_or_else(|| default_pieces(chunk)));
         let pieces = n.div_ceil(pe);
         let in_len = if stage_in { align256(world * chunk) } else { 0 };
@@ -523,7 +543,7 @@ impl GpuColl {
         let ws = st.workspace.as_ref().expect("prepared");
         let kernels = self.sync.device.kernels()?;
         let acc = ws.local_ptr();
-        let ctas = opts.ctas.unwrap_or(DEFAULT_TMA_CTAS);
+        let ctas = self.ctas(opts.ctas.unwrap_or(DEFAULT_TMA_CTAS));
         // SAFETY: (the whole block) the input holds `world * chunk` bytes and the output
         // `chunk` (checked); the workspace holds `need` bytes on every rank (grown
         // collectively); the accumulator is written by its owner only before the entry
@@ -570,5 +590,28 @@ impl GpuColl {
         let copy = st.copy.clone().expect("prepared");
         self.prepare_ll(&mut st, &copy, channel, SyncMethod::default())?;
         copy.synchronize()
+    }
+}
+
+/// NOTE [shared CTAs]: the CTA cap for `ranks_on_gpu` ranks sharing a GPU of `sm_count`
+/// SMs; `None` for a GPU of its own.
+pub(crate) fn shared_cta_cap(ranks_on_gpu: usize, sm_count: u32) -> Option<u32> {
+    (ranks_on_gpu > 1).then(|| (sm_count / (4 * ranks_on_gpu as u32)).max(2))
+}
+
+#[cfg(test)]
+mod shared_cta_tests {
+    use super::shared_cta_cap;
+
+    #[test]
+    fn the_cap_fits_four_kernels_per_rank() {
+        assert_eq!(shared_cta_cap(1, 132), None);
+        assert_eq!(shared_cta_cap(2, 132), Some(16));
+        assert_eq!(shared_cta_cap(4, 132), Some(8));
+        assert_eq!(shared_cta_cap(8, 132), Some(4));
+        assert_eq!(shared_cta_cap(64, 132), Some(2));
+        for k in 2..=8 {
+            assert!(4 * k as u32 * shared_cta_cap(k, 132).unwrap() <= 132);
+        }
     }
 }

@@ -116,10 +116,12 @@ impl GpuGroup {
             return Err(Error::Rendezvous(String::from_utf8_lossy(bad).into_owned()));
         }
         let shares_gpu = !shared.is_empty();
+        let mine = core.infos[rank].get("pci");
+        let ranks_on_gpu = core.infos.iter().filter(|i| i.get("pci") == mine).count();
         let sync = Arc::new(GpuSync::new(core, device, opts.handles)?);
         Ok(Self {
             _watchdog: Watchdog::spawn(sync.clone())?,
-            coll: GpuColl::new(sync),
+            coll: GpuColl::new(sync, ranks_on_gpu, info.sm_count),
             _store_server: None,
             shares_gpu,
         })

@@ -71,7 +71,7 @@ impl GpuColl {
                 n,
                 aligned,
             };
-            launch(&a, ctas.unwrap_or_else(|| ll_ctas(n)))?;
+            launch(&a, self.ctas(ctas.unwrap_or_else(|| ll_ctas(n))))?;
             st.ll_seq += 1;
         }
         self.sync.track_ll(stream)?;
