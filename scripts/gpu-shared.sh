@@ -43,6 +43,10 @@ export LOWCON_REQUIRE_GPU=1 LOWCON_SHARE_GPU=1 CUDA_VISIBLE_DEVICES=${SHARED_GPU
 # fewer, lowcon's calls on several streams share a queue and can deadlock across ranks
 # (seen at 2 ranks under MPS: coll-stress's two streams stopped at their 6th call).
 export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-8}
+# No CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: the group caps its kernels' CTAs when ranks share
+# a GPU (NOTE [shared CTAs], host/src/coll/gpu.rs); a per-client SM cap of 12% left too
+# few SMs for torch's kernels beside them (FSDP2 at 8 ranks stopped; uncapped it passed).
+# 32 work queues per client is too many for 8 MPS clients ("device busy or unavailable").
 # CPU references in every rank: a thread or two each, as torchrun gives them.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 export PYTHONUNBUFFERED=1
@@ -85,11 +89,6 @@ fi
 st "lowcon info" info.txt 30 "$L" info
 
 for w in $worlds; do
-  # Each rank's kernels get at most its share of the SMs, as if it owned a GPU: uncapped,
-  # the spin-waiting kernels of some ranks can hold every SM while a kernel they wait for
-  # cannot start (seen: kernel-sync coll-stress on 2 streams stopped at 6 and 8 ranks;
-  # passed with 12%). `lowcon launch --gpus` sets the same; torchrun runs get it here.
-  export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$((100 / w))
   run=("$L" launch --nproc-per-node "$w" --gpus 1 --tee --)
   if has rust; then
     st "w=$w gpu-mapping" "rust-w$w.txt" 60 "${run[@]}" "$L" selftest gpu-mapping

@@ -41,9 +41,6 @@ pub struct LaunchOptions {
 /// CUDA's variable for the hardware work queues a process (an MPS client) asks for.
 pub const MAX_CONNECTIONS_ENV: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
 
-/// MPS's cap on the share of a GPU's SMs one client's kernels may use.
-pub const THREAD_PERCENTAGE_ENV: &str = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
-
 /// The GPU placement variables `lowcon launch --gpus M` gives rank `rank` of `nproc`.
 pub fn placement_env(rank: usize, nproc: usize, gpus: usize) -> Vec<(&'static str, String)> {
     let mut env = vec![(lowcon::config::DEVICE_ENV, (rank % gpus).to_string())];
@@ -56,13 +53,10 @@ pub fn placement_env(rank: usize, nproc: usize, gpus: usize) -> Vec<(&'static st
         if std::env::var_os(MAX_CONNECTIONS_ENV).is_none() {
             env.push((MAX_CONNECTIONS_ENV, "8".to_string()));
         }
-        // And at most its share of the SMs, as if it owned a GPU: uncapped, the
-        // spin-waiting kernels of some ranks can hold every SM while a kernel they wait
-        // for cannot start (seen at 6 and 8 ranks on one H100 with kernel sync on two
-        // streams; it passed with 12%).
-        if std::env::var_os(THREAD_PERCENTAGE_ENV).is_none() {
-            env.push((THREAD_PERCENTAGE_ENV, (100 * gpus / nproc).max(1).to_string()));
-        }
+        // No cap on a client's share of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE): the
+        // group caps its kernels' CTAs instead (NOTE [shared CTAs] in lowcon's coll/gpu.rs),
+        // and a per-client cap left too few SMs for torch's own kernels beside them (FSDP2
+        // at 8 ranks on one H100 stopped with 12%, passed uncapped).
     }
     env
 }

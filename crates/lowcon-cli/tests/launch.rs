@@ -66,22 +66,22 @@ fn stderr(o: &Output) -> String {
 
 #[test]
 fn gpus_places_ranks_round_robin_and_shares_only_when_needed() {
-    let script = "echo \"D=${LOWCON_DEVICE:-unset} S=${LOWCON_SHARE_GPU:-unset} C=${CUDA_DEVICE_MAX_CONNECTIONS:-unset} P=${CUDA_MPS_ACTIVE_THREAD_PERCENTAGE:-unset}\"";
+    let script =
+        "echo \"D=${LOWCON_DEVICE:-unset} S=${LOWCON_SHARE_GPU:-unset} C=${CUDA_DEVICE_MAX_CONNECTIONS:-unset}\"";
     let (out, _) = launch(&["--nproc-per-node", "5", "--gpus", "2", "--tee"], script);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", stderr(&out));
     for (r, d) in [(0, 0), (1, 1), (2, 0), (3, 1), (4, 0)] {
-        assert!(stdout.contains(&format!("[rank {r}] D={d} S=1 C=8 P=40\n")), "{stdout}");
+        assert!(stdout.contains(&format!("[rank {r}] D={d} S=1 C=8\n")), "{stdout}");
     }
     // The user's own work-queue count is kept.
     let out = Command::new(LOWCON)
         .args(["launch", "--nproc-per-node", "2", "--gpus", "1", "--tee", "--", "sh", "-c", script])
         .env("CUDA_DEVICE_MAX_CONNECTIONS", "4")
-        .env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "30")
         .output()
         .unwrap();
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("[rank 1] D=0 S=1 C=4 P=30\n"),
+        String::from_utf8_lossy(&out.stdout).contains("[rank 1] D=0 S=1 C=4\n"),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
@@ -90,13 +90,12 @@ fn gpus_places_ranks_round_robin_and_shares_only_when_needed() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", stderr(&out));
     assert!(
-        stdout.contains("[rank 0] D=0 S=unset C=unset P=unset\n")
-            && stdout.contains("[rank 1] D=1 S=unset C=unset P=unset\n"),
+        stdout.contains("[rank 0] D=0 S=unset C=unset\n") && stdout.contains("[rank 1] D=1 S=unset C=unset\n"),
         "{stdout}"
     );
     // Without --gpus nothing is set.
     let (out, _) = launch(&["--nproc-per-node", "2", "--tee"], script);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("[rank 1] D=unset S=unset C=unset P=unset\n"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("[rank 1] D=unset S=unset C=unset\n"));
     // Bad values are clear errors.
     let (out, _) = launch(&["--nproc-per-node", "2", "--gpus", "0"], script);
     assert!(

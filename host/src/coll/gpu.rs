@@ -58,8 +58,10 @@ pub(crate) struct GpuColl {
 // FSDP2 (all-gather and reduce-scatter streams) at 4, with one rank's reduce-scatter
 // kernel holding its SMs while the all-gather kernel its peer waited for could not start.
 // So with k ranks on a GPU of S SMs, every kernel gets at most max(2, S / (4k)) CTAs:
-// four kernels per rank in flight fit even at one CTA per SM. Results do not depend on
-// the CTA count (the benchmarks sweep it); shared mode never measures speed.
+// four kernels per rank in flight fit even at one CTA per SM, and SMs stay free for the
+// application's own kernels (capping each MPS client's share of the SMs instead starved
+// those: FSDP2 at 8 ranks stopped with 12% per client). Results do not depend on the CTA
+// count (the benchmarks sweep it); shared mode never measures speed.
 
 /// Per-channel state of a group's collectives.
 #[derive(Default)]

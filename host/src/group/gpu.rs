@@ -85,13 +85,9 @@ impl GpuGroup {
         // Every rank evaluates the same checks on the same facts, so all fail together.
         let shared = check_placement(&core.infos)?;
         if !shared.is_empty() && rank == 0 {
-            let unset = ["CUDA_DEVICE_MAX_CONNECTIONS", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]
-                .iter()
-                .any(|v| std::env::var_os(v).is_none());
-            let queues = if unset {
-                "; under MPS give every rank CUDA_DEVICE_MAX_CONNECTIONS=8 and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=100 \
-                 / (ranks per GPU) (lowcon launch --gpus does), or calls on several streams can wait for each other \
-                 across ranks"
+            let queues = if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+                "; under MPS give every rank CUDA_DEVICE_MAX_CONNECTIONS=8 (lowcon launch --gpus does), or calls on \
+                 several streams can wait for each other across ranks"
             } else {
                 ""
             };
