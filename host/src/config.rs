@@ -49,22 +49,10 @@ pub fn parse_share_gpu(v: Option<&str>) -> crate::Result<bool> {
     }
 }
 
-/// The CUDA device index of a rank that names none in code: `LOWCON_DEVICE` if set, else
-/// `LOCAL_RANK`, else `rank`. With [`share_gpu`] on and no `LOWCON_DEVICE`, the local
-/// rank is taken modulo the number of visible devices, so that N ranks land round-robin
-/// on fewer GPUs (torchrun with `LOWCON_SHARE_GPU=1` alone puts every rank on the one GPU
-/// of a 1-GPU machine). A malformed variable is an error naming it.
-pub fn device_index(rank: usize) -> crate::Result<usize> {
-    let get = |k: &str| std::env::var(k).ok();
-    let share = share_gpu()?;
-    let count = if share && get(DEVICE_ENV).is_none() { Some(crate::cuda::device_count()?) } else { None };
-    pick_device(get(DEVICE_ENV).as_deref(), get("LOCAL_RANK").as_deref(), rank, share, count)
-}
-
 /// The variable naming a rank's device.
 pub const DEVICE_ENV: &str = "LOWCON_DEVICE";
 
-/// [`device_index`]'s rule, from the variables' values (`None`: unset) and, in shared
+/// [`crate::cuda::rank_device`]'s rule, from the variables' values (`None`: unset) and, in shared
 /// mode, the number of visible devices.
 pub fn pick_device(
     lowcon_device: Option<&str>,

@@ -550,7 +550,7 @@ fn device_count() -> usize {
 #[pyfunction]
 fn device_index() -> PyResult<usize> {
     let rank = std::env::var("RANK").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
-    lowcon::config::device_index(rank).map_err(errors::to_py)
+    lowcon::cuda::rank_device(rank).map_err(errors::to_py)
 }
 
 /// Whether LOWCON_SHARE_GPU lets ranks share a GPU (an error for a malformed value).

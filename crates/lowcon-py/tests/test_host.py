@@ -180,3 +180,24 @@ def test_init_outside_a_job_is_a_clear_error(monkeypatch):
         lowcon.init("host")
     with pytest.raises(lowcon.InvalidArgument, match="backend"):
         lowcon.init("tpu")
+
+
+def test_the_shared_gpu_variables(monkeypatch):
+    """LOWCON_SHARE_GPU and the device a rank's group would pick, as Python sees them (the
+    rules are lowcon's own: docs/cli.md); malformed values are errors naming them."""
+    for k in ("LOWCON_SHARE_GPU", "LOWCON_DEVICE", "LOCAL_RANK", "RANK"):
+        monkeypatch.delenv(k, raising=False)
+    assert lowcon.share_gpu() is False
+    monkeypatch.setenv("LOWCON_SHARE_GPU", "1")
+    assert lowcon.share_gpu() is True
+    monkeypatch.setenv("LOWCON_SHARE_GPU", "yes")
+    with pytest.raises(lowcon.InvalidArgument, match='LOWCON_SHARE_GPU="yes"'):
+        lowcon.share_gpu()
+    monkeypatch.setenv("LOWCON_SHARE_GPU", "0")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert lowcon.device_index() == 3
+    monkeypatch.setenv("LOWCON_DEVICE", "1")
+    assert lowcon.device_index() == 1
+    monkeypatch.setenv("LOWCON_DEVICE", "gpu1")
+    with pytest.raises(lowcon.InvalidArgument, match='LOWCON_DEVICE="gpu1"'):
+        lowcon.device_index()

@@ -51,18 +51,6 @@ pub(crate) struct GpuColl {
     cta_cap: Option<u32>,
 }
 
-// NOTE [shared CTAs]: a collective's kernels spin until their peers' kernels arrive, so
-// every rank's kernels in flight at once must be resident at once. One GPU per rank holds
-// them easily; ranks sharing a GPU (`LOWCON_SHARE_GPU`) may not: seen on one H100 under
-// MPS, kernel-sync `coll-stress` (two streams per rank) stopped at 6 and 8 ranks, and
-// FSDP2 (all-gather and reduce-scatter streams) at 4, with one rank's reduce-scatter
-// kernel holding its SMs while the all-gather kernel its peer waited for could not start.
-// So with k ranks on a GPU of S SMs, every kernel gets at most max(2, S / (4k)) CTAs:
-// four kernels per rank in flight fit even at one CTA per SM, and SMs stay free for the
-// application's own kernels (capping each MPS client's share of the SMs instead starved
-// those: FSDP2 at 8 ranks stopped with 12% per client). Results do not depend on the CTA
-// count (the benchmarks sweep it); shared mode never measures speed.
-
 /// Per-channel state of a group's collectives.
 #[derive(Default)]
 struct ChannelState {
@@ -113,7 +101,7 @@ impl GpuColl {
     /// `ranks_on_gpu`: how many ranks of the group use this rank's GPU (1 unless shared).
     pub(crate) fn new(sync: Arc<GpuSync>, ranks_on_gpu: usize, sm_count: u32) -> Self {
         let channels = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(ChannelState::default())).collect();
-        let cta_cap = shared_cta_cap(ranks_on_gpu, sm_count);
+        let cta_cap = crate::coll::select::shared_cta_cap(ranks_on_gpu, sm_count);
         Self { channels, sync, cta_cap }
     }
 
@@ -592,28 +580,5 @@ impl GpuColl {
         let copy = st.copy.clone().expect("prepared");
         self.prepare_ll(&mut st, &copy, channel, SyncMethod::default())?;
         copy.synchronize()
-    }
-}
-
-/// NOTE [shared CTAs]: the CTA cap for `ranks_on_gpu` ranks sharing a GPU of `sm_count`
-/// SMs; `None` for a GPU of its own.
-pub(crate) fn shared_cta_cap(ranks_on_gpu: usize, sm_count: u32) -> Option<u32> {
-    (ranks_on_gpu > 1).then(|| (sm_count / (4 * ranks_on_gpu as u32)).max(2))
-}
-
-#[cfg(test)]
-mod shared_cta_tests {
-    use super::shared_cta_cap;
-
-    #[test]
-    fn the_cap_fits_four_kernels_per_rank() {
-        assert_eq!(shared_cta_cap(1, 132), None);
-        assert_eq!(shared_cta_cap(2, 132), Some(16));
-        assert_eq!(shared_cta_cap(4, 132), Some(8));
-        assert_eq!(shared_cta_cap(8, 132), Some(4));
-        assert_eq!(shared_cta_cap(64, 132), Some(2));
-        for k in 2..=8 {
-            assert!(4 * k as u32 * shared_cta_cap(k, 132).unwrap() <= 132);
-        }
     }
 }

@@ -60,6 +60,19 @@ pub fn device_count() -> Result<usize> {
     Ok(n.max(0) as usize)
 }
 
+/// The CUDA device index of a rank that names none in code: `LOWCON_DEVICE` if set, else
+/// `LOCAL_RANK`, else `rank`. With [`crate::config::share_gpu`] on and no `LOWCON_DEVICE`,
+/// the local rank is taken modulo the number of visible devices, so that N ranks land
+/// round-robin on fewer GPUs (torchrun with `LOWCON_SHARE_GPU=1` alone puts every rank on
+/// the one GPU of a 1-GPU machine). A malformed variable is an error naming it.
+pub fn rank_device(rank: usize) -> Result<usize> {
+    use crate::config::{DEVICE_ENV, pick_device, share_gpu};
+    let get = |k: &str| std::env::var(k).ok();
+    let share = share_gpu()?;
+    let count = if share && get(DEVICE_ENV).is_none() { Some(device_count()?) } else { None };
+    pick_device(get(DEVICE_ENV).as_deref(), get("LOCAL_RANK").as_deref(), rank, share, count)
+}
+
 /// The CUDA driver version as (major, minor), e.g. (13, 0).
 pub fn driver_version() -> Result<(u32, u32)> {
     init()?;

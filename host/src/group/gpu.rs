@@ -71,7 +71,7 @@ impl GpuGroup {
         };
         let index = match opts.device {
             Some(d) => d,
-            None => crate::config::device_index(rank)?,
+            None => crate::cuda::rank_device(rank)?,
         };
         let device = Device::open(index)?;
         let info = device.info()?;
