@@ -58,13 +58,14 @@ done
 # MPS: one daemon for this run, its pipe and log folders of its own, stopped on any exit.
 mps=off
 mps_dir=$(mktemp -d "${TMPDIR:-/tmp}/lowcon-mps.XXXXXX")
+mps_started=0
 stop_mps() {
-  if [ "$mps" = on ]; then
-    echo quit | nvidia-cuda-mps-control >/dev/null 2>&1
+  if [ "$mps_started" = 1 ]; then
+    CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe nvidia-cuda-mps-control <<< quit >/dev/null 2>&1
     for _ in $(seq 50); do pgrep -f "nvidia-cuda-mps-(control|server)" >/dev/null || break; sleep 0.1; done
     cp "$mps_dir/log/control.log" "$out/mps-control.log" 2>/dev/null
     cp "$mps_dir/log/server.log" "$out/mps-server.log" 2>/dev/null
-    mps=off
+    mps_started=0
   fi
   rm -rf "$mps_dir"
 }
@@ -73,9 +74,15 @@ trap 'stop_mps; [ -n "${SHARED_TAR:-}" ] && tar -C "$out" -czf "$SHARED_TAR" . 2
 if [ "${SHARED_MPS:-1}" = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
   export CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if nvidia-cuda-mps-control -d && sleep 0.5 && echo get_server_list | nvidia-cuda-mps-control >/dev/null; then
-    mps=on
-  else
+  # A daemon that started but does not answer is stopped (on exit) and not used.
+  if nvidia-cuda-mps-control -d; then
+    mps_started=1
+    sleep 0.5
+    if echo get_server_list | nvidia-cuda-mps-control >/dev/null; then mps=on; fi
+  fi
+  if [ "$mps" != on ]; then
+    stop_mps
+    mps_dir=$(mktemp -d "${TMPDIR:-/tmp}/lowcon-mps.XXXXXX")
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
   fi
 fi
