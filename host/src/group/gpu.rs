@@ -62,7 +62,8 @@ pub struct GpuGroup {
 impl GpuGroup {
     /// Collective: creates the group, meeting through `store` (lowcon's [`lowcon_store::StoreClient`]
     /// or any [`Store`], e.g. a framework's) as rank `rank` of `world`. Checks before
-    /// anything is mapped: all ranks on one host, no two ranks on one GPU, every pair
+    /// anything is mapped: all ranks on one host, no two ranks on one GPU (unless every
+    /// rank allows it: [`GpuGroupOptions::share_gpu`]), every pair
     /// of GPUs can access each other.
     pub fn new(store: impl Store + 'static, rank: usize, world: usize, opts: GpuGroupOptions) -> Result<Self> {
         let share = match opts.share_gpu {
