@@ -49,6 +49,11 @@ pub fn parse_share_gpu(v: Option<&str>) -> crate::Result<bool> {
     }
 }
 
+/// CUDA's variable for the hardware work queues a process (an MPS client) asks for: read
+/// (never set) by lowcon; `lowcon launch --gpus` gives ranks sharing a GPU 8 (design.md,
+/// "Ranks sharing a GPU").
+pub const MAX_CONNECTIONS_ENV: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
+
 /// The variable naming a rank's device.
 pub const DEVICE_ENV: &str = "LOWCON_DEVICE";
 

@@ -38,9 +38,6 @@ pub struct LaunchOptions {
     pub command: Vec<OsString>,
 }
 
-/// CUDA's variable for the hardware work queues a process (an MPS client) asks for.
-pub const MAX_CONNECTIONS_ENV: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
-
 /// The GPU placement variables `lowcon launch --gpus M` gives rank `rank` of `nproc`.
 pub fn placement_env(rank: usize, nproc: usize, gpus: usize) -> Vec<(&'static str, String)> {
     let mut env = vec![(lowcon::config::DEVICE_ENV, (rank % gpus).to_string())];
@@ -50,8 +47,8 @@ pub fn placement_env(rank: usize, nproc: usize, gpus: usize) -> Vec<(&'static st
         // on several streams then share one queue, and a wait on one stream holds back
         // another stream's signal that a peer waits for (a cross-rank deadlock). Ask for
         // the 8 a process gets without MPS, unless the user chose.
-        if std::env::var_os(MAX_CONNECTIONS_ENV).is_none() {
-            env.push((MAX_CONNECTIONS_ENV, "8".to_string()));
+        if std::env::var_os(lowcon::config::MAX_CONNECTIONS_ENV).is_none() {
+            env.push((lowcon::config::MAX_CONNECTIONS_ENV, "8".to_string()));
         }
         // No cap on a client's share of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE): the
         // group caps its kernels' CTAs instead (NOTE [shared CTAs] in lowcon's coll/select.rs),

@@ -176,7 +176,7 @@ for name, ref, args in runs:
     lines.append(f"  {name:<36} max |loss - {REFNAME}| {d:.2e} (tolerance {t:.2e})")
     if not d <= t:
         fail(f"lowcon {name}: losses {got} differ from {REFNAME}'s {ref} by {d:.3e} > {t:.3e}")
-nccl_bf16_premul = train("ref", reduce_dtype=torch.bfloat16, factor=PREMUL)
+ref_bf16_premul = train("ref", reduce_dtype=torch.bfloat16, factor=PREMUL)
 # Groups over torch's own store: the world's process group, and HSDP's shard dimension of
 # a 1 x world DeviceMesh (replication across boxes would go to NCCL; here it is 1).
 from torch.distributed.device_mesh import init_device_mesh
@@ -204,7 +204,7 @@ stats = lowcon.memory_stats(g)
 if rank == 0:
     print(f"{REFNAME} losses: {' '.join(f'{x:.4f}' for x in base)}")
     print(f"{REFNAME} vs {REFNAME}: {calib:.2e}; negative control differs by {dw:.2e}")
-    print(f"{REFNAME} bf16 divide factor (not a reference): {' '.join(f'{x:.4f}' for x in nccl_bf16_premul)}")
+    print(f"{REFNAME} bf16 divide factor (not a reference): {' '.join(f'{x:.4f}' for x in ref_bf16_premul)}")
     print(f"{REFNAME} f32 divide factor (the reference):    {' '.join(f'{x:.4f}' for x in base_premul)}")
     print("\n".join(lines))
     print(f"lowcon pool: {stats}")

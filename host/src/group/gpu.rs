@@ -86,7 +86,7 @@ impl GpuGroup {
         // Every rank evaluates the same checks on the same facts, so all fail together.
         let shared = check_placement(&core.infos)?;
         if !shared.is_empty() && rank == 0 {
-            let queues = if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+            let queues = if std::env::var_os(crate::config::MAX_CONNECTIONS_ENV).is_none() {
                 "; under MPS give every rank CUDA_DEVICE_MAX_CONNECTIONS=8 (lowcon launch --gpus does), or calls on \
                  several streams can wait for each other across ranks"
             } else {
