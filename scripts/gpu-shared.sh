@@ -13,7 +13,9 @@
 #                   exit with calls in flight), capi (the C check and its dead peers),
 #                   python (torch tensors, the pool and CuPy, a SIGKILLed rank, the
 #                   torch.distributed backend, FSDP2 with hooks against Gloo); default all
-#   SHARED_BUDGET   seconds for the whole run (default 560: one 10-minute device call)
+#   SHARED_BUDGET   seconds for the whole run (default 560: one 10-minute device call;
+#                   all parts at every size take three: "rust capi" at 2 3 4 8, python
+#                   at 2 3 4, python at 8)
 #   SHARED_GPU      the GPU to share (default 0)
 #   SHARED_MPS=0    do not start MPS (time-sliced contexts: correct, about 200x slower
 #                   barriers)
