@@ -281,8 +281,9 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         "memory": dict(zip(names, mem_t.tolist())),
         "memory_method": "this rank's parameter and optimizer-state shards + torch's peak allocation during the "
                          "step above its value after zero_grad (activations, gradients, NCCL's buffers from "
-                         "torch's allocator) + lowcon's whole pool (its gradients and collective buffers; shared "
-                         "by every lowcon mode of the run); NCCL's internal buffers are not counted; max over ranks",
+                         "torch's allocator) + lowcon's whole pool (its collective buffers; shared by every lowcon "
+                         "mode of the configuration, trimmed between configurations); NCCL's internal buffers are "
+                         "not counted; max over ranks",
         **fm.comm_compute(cfg, world, 4 if reduce_dtype == "fp32" else 2),
         "mfu_nccl": None,
     }
@@ -420,6 +421,10 @@ def worker(args: argparse.Namespace) -> int:
             gc.collect()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
+            if group is not None:
+                # Every configuration starts from an empty pool, as torch's cache does after
+                # empty_cache: the next one's memory is its own (collective; nothing in flight).
+                c["pool_trimmed_bytes"] = group.pool_trim()
             doc["configs"].append(c)
             if rank == 0:
                 if "stats" in c:

@@ -511,6 +511,14 @@ impl Group {
         Ok(d)
     }
 
+    /// Collective (every rank, with no pool allocation in flight): waits for this GPU's
+    /// work, then gives back the pool's segments that hold no live block on any rank.
+    /// Returns the bytes released on this rank. Ctrl-C works while it waits.
+    fn pool_trim(&self, py: Python<'_>) -> PyResult<usize> {
+        let pool = self.pool.clone();
+        self.with(|b| interruptible(py, || b.abort(), || pool.trim(b))?.map_err(to_py))
+    }
+
     /// Fails the group now: waits in flight give up, every later call raises.
     fn abort(&self) -> PyResult<()> {
         self.with(|b| {

@@ -106,6 +106,24 @@ impl GroupPool {
         }
     }
 
+    /// Collective: gives back the segments free on every rank (after every rank's device
+    /// finished its work, so no peer's copy still reads them). Returns the bytes released
+    /// on this rank.
+    pub(crate) fn trim(&self, b: &Backend) -> lowcon::Result<usize> {
+        if let (GroupPool::Gpu { device, .. }, Backend::Gpu(_)) = (self, b) {
+            device.bind_to_thread()?;
+            device.synchronize()?;
+        }
+        let agree = |mine: &[usize], fp: lowcon::Fingerprint, n: u64| {
+            let all = b.all_gather_bytes(&format!("pool-trim/{n}"), &lowcon::memory::pool::trim_message(fp, mine))?;
+            lowcon::memory::pool::agree_on_trim(self.rank(), &all)
+        };
+        match self {
+            GroupPool::Gpu { pool, .. } => pool.trim(agree),
+            GroupPool::Host(p) => p.trim(agree),
+        }
+    }
+
     /// Makes `stream` wait for the free's event of a block last used on another stream.
     fn wait_for(&self, event: &Option<Arc<Event>>, stream: u64) -> lowcon::Result<()> {
         if let (Some(ev), GroupPool::Gpu { device, .. }) = (event, self) {

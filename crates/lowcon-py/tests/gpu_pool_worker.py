@@ -107,6 +107,28 @@ if z.data_ptr() != p1 or g.pool_stats()["pool_bytes"] != st["pool_bytes"]:
 del z
 checks += 1
 
+# Trim: a block of its own segment (bigger than LOWCON_POOL_SEGMENT_MB's default 64 MiB),
+# used by an all-gather whose copies are still queued when the tensor is freed: the trim
+# waits for the device before any rank drops the segment, and the pool grows again after.
+for round_ in range(2):
+    big_n = (96 << 20) // 4 // w
+    big = g.empty(big_n * w, torch.float32)
+    big.fill_(float("nan"))
+    big[r * big_n:(r + 1) * big_n] = data(500 + round_, r, big_n, torch.float32).to(dev)
+    g.all_gather(big, big[r * big_n:(r + 1) * big_n])
+    host = big.cpu()
+    want = torch.cat([data(500 + round_, p, big_n, torch.float32) for p in range(w)])
+    if not torch.equal(host, want):
+        fail(f"all-gather on a {big_n * w * 4 >> 20} MiB pool block, round {round_}")
+    g.all_gather(big, big[r * big_n:(r + 1) * big_n])  # queued, then freed at once
+    before = g.pool_stats()["pool_bytes"]
+    del big
+    released = g.pool_trim()
+    after = g.pool_stats()["pool_bytes"]
+    if released < big_n * w * 4 or after != before - released:
+        fail(f"trim round {round_}: released {released} of {before}, {after} left")
+checks += 1
+
 # CuPy, when installed: ordinary arrays and pool arrays, on CuPy's current stream.
 try:
     import cupy

@@ -217,6 +217,34 @@ def pool(g):
         fail(f"pool_bytes too small: {st2}")
     checks += 1
     del again, blocks
+    # Trim: a block bigger than a segment gets a segment of its own; once freed on every
+    # rank, pool_trim gives it back, keeps the segment a live block holds, and the pool
+    # grows again (a new segment) for the next such block, with correct collectives.
+    keep = g.empty(64 * w, np.float32)
+    big_n = (20 << 20) // 4 // w
+    for round_ in range(2):
+        big = g.empty(big_n * w, np.float32)
+        big[:] = np.nan
+        big[r * big_n:(r + 1) * big_n] = data(300 + round_, r, big_n, np.float32)
+        g.all_gather(big, big[r * big_n:(r + 1) * big_n])
+        want = np.concatenate([data(300 + round_, p, big_n, np.float32) for p in range(w)])
+        if not np.array_equal(big, want):
+            fail(f"all-gather on a big pool block, round {round_}: {np.count_nonzero(big != want)} wrong")
+        before = g.pool_stats()["pool_bytes"]
+        del big
+        released = g.pool_trim()
+        after = g.pool_stats()
+        if released < big_n * w * 4 or after["pool_bytes"] != before - released or after["live_blocks"] != 1:
+            fail(f"trim round {round_}: released {released} of {before}, now {after}")
+    keep[:] = np.nan
+    keep[r * 64:(r + 1) * 64] = r + 1
+    g.all_gather(keep, keep[r * 64:(r + 1) * 64])
+    if not np.array_equal(keep, np.repeat(np.arange(1, w + 1, dtype=np.float32), 64)):
+        fail(f"all-gather on the block a trim kept: {keep}")
+    if g.pool_trim() != 0:
+        fail("a second trim released a segment a live block holds")
+    del keep
+    checks += 1
     # Out of order: rank 0 keeps an extra block, so the next allocation lands elsewhere
     # there; the next collective on pool memory must fail on every rank, naming it.
     extra = g.empty(1000, np.float32) if r == 0 else None

@@ -47,67 +47,9 @@ pub struct Placement {
     pub bytes: usize,
 }
 
-/// The running fingerprint of a pool's decisions: how many allocations, and a hash of
-/// every placement in order. Equal on every rank while the pools agree.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fingerprint {
-    /// Allocations so far.
-    pub allocs: u64,
-    /// Hash of (size, segment, offset, stream ordinal) of every allocation, in order.
-    pub hash: u64,
-}
-
-impl Fingerprint {
-    /// 16 bytes, for exchange through the store.
-    pub fn to_bytes(self) -> [u8; 16] {
-        let mut b = [0u8; 16];
-        b[..8].copy_from_slice(&self.allocs.to_le_bytes());
-        b[8..].copy_from_slice(&self.hash.to_le_bytes());
-        b
-    }
-
-    /// The inverse of [`Fingerprint::to_bytes`]; `None` for a blob of the wrong size.
-    pub fn from_bytes(b: &[u8]) -> Option<Self> {
-        let b: &[u8; 16] = b.try_into().ok()?;
-        Some(Self {
-            allocs: u64::from_le_bytes(b[..8].try_into().ok()?),
-            hash: u64::from_le_bytes(b[8..].try_into().ok()?),
-        })
-    }
-
-    fn fold(&mut self, words: [u64; 4]) {
-        self.allocs += 1;
-        for w in words {
-            // splitmix64's finaliser over the running state: order-sensitive, cheap.
-            let mut z = self.hash ^ w.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            self.hash = z ^ (z >> 31);
-        }
-    }
-}
-
-/// Checks every rank's fingerprint (in rank order, as the store's all-gather returns
-/// them) against this rank's; the error names the first rank that differs.
-pub fn compare_fingerprints(rank: usize, when: &str, all: &[Vec<u8>]) -> Result<()> {
-    let mine = all.get(rank).and_then(|b| Fingerprint::from_bytes(b));
-    for (peer, blob) in all.iter().enumerate() {
-        let theirs = Fingerprint::from_bytes(blob);
-        if theirs != mine || theirs.is_none() {
-            return Err(Error::GroupFailed(format!(
-                "rank {rank}: the symmetric pool's offsets no longer agree {when}: rank {peer} has made {} \
-                 allocations (fingerprint {:016x}), this rank {} ({:016x}). Every rank must allocate and free \
-                 pool memory in the same order (a tensor freed on another thread, or kept alive on one rank \
-                 only, changes where later blocks go); results computed since the last check may be wrong",
-                theirs.map_or(0, |f| f.allocs),
-                theirs.map_or(0, |f| f.hash),
-                mine.map_or(0, |f| f.allocs),
-                mine.map_or(0, |f| f.hash),
-            )));
-        }
-    }
-    Ok(())
-}
+#[path = "pool_agree.rs"]
+mod agree;
+pub use agree::{Fingerprint, agree_on_trim, compare_fingerprints, trim_message};
 
 /// What [`PoolCore::plan`] decided.
 #[derive(Debug, PartialEq, Eq)]
@@ -323,6 +265,41 @@ impl<E: Clone> PoolCore<E> {
         FreeBlock { at: Placement { bytes: lo.at.bytes + hi.at.bytes, ..lo.at }, stream: lo.stream, event, seq }
     }
 
+    /// Segments added so far, released ones included (growths are numbered by this).
+    pub fn growths(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Segments that are wholly free (no live block), in index order: what
+    /// [`PoolCore::release`] may give back.
+    pub fn free_segments(&self) -> Vec<usize> {
+        self.free
+            .iter()
+            .filter(|f| f.at.offset == 0 && f.at.bytes == self.segments[f.at.segment] && f.at.bytes > 0)
+            .map(|f| f.at.segment)
+            .collect()
+    }
+
+    /// Forgets segments `which` (each wholly free, else an error and nothing changes):
+    /// they hold no bytes from now on, and later growths add new indices (a placement's
+    /// segment index never changes meaning). Returns the bytes released. Folded into the
+    /// fingerprint, since later placements depend on it.
+    pub fn release(&mut self, which: &[usize]) -> Result<usize> {
+        let free = self.free_segments();
+        if let Some(&bad) = which.iter().find(|i| !free.contains(i)) {
+            return Err(Error::InvalidArgument(format!(
+                "pool segment {bad} is not wholly free: it cannot be released"
+            )));
+        }
+        let mut bytes = 0;
+        for &i in which {
+            bytes += std::mem::take(&mut self.segments[i]);
+            self.free.retain(|f| f.at.segment != i);
+            self.fingerprint.mix([u64::MAX, i as u64, 0, 0]);
+        }
+        Ok(bytes)
+    }
+
     /// The running fingerprint.
     pub fn fingerprint(&self) -> Fingerprint {
         self.fingerprint
@@ -334,7 +311,7 @@ impl<E: Clone> PoolCore<E> {
             reserved: self.segments.iter().sum(),
             in_use: self.in_use,
             peak_in_use: self.peak_in_use,
-            segments: self.segments.len(),
+            segments: self.segments.iter().filter(|&&b| b > 0).count(),
             live_blocks: self.live.len(),
             allocs: self.fingerprint.allocs,
         }
@@ -369,8 +346,17 @@ pub struct PoolBlock<E> {
 
 struct PoolState<S, E> {
     core: PoolCore<E>,
-    segments: Vec<S>,
+    /// By segment index; `None` once released ([`Pool::trim`]).
+    segments: Vec<Option<S>>,
     collectives: u64,
+    trims: u64,
+}
+
+impl<S: Segment, E> PoolState<S, E> {
+    /// This rank's address of a segment the core placed a block in (never a released one).
+    fn base(&self, segment: usize) -> u64 {
+        self.segments[segment].as_ref().expect("the core places blocks only in live segments").base()
+    }
 }
 
 /// A thread-safe pool over segments `S` (e.g. `Arc<SymmetricBuffer>`), growing through
@@ -388,7 +374,12 @@ impl<S: Segment + Clone, E: Clone> Pool<S, E> {
         Self {
             rank,
             check_every,
-            state: Mutex::new(PoolState { core: PoolCore::new(segment_min), segments: Vec::new(), collectives: 0 }),
+            state: Mutex::new(PoolState {
+                core: PoolCore::new(segment_min),
+                segments: Vec::new(),
+                collectives: 0,
+                trims: 0,
+            }),
         }
     }
 
@@ -402,7 +393,7 @@ impl<S: Segment + Clone, E: Clone> Pool<S, E> {
         let mut st = self.lock();
         match st.core.plan(bytes, stream)? {
             Plan::Use { id, at, wait } => {
-                let ptr = st.segments[at.segment].base() + at.offset as u64;
+                let ptr = st.base(at.segment) + at.offset as u64;
                 Ok(Some(PoolBlock { id, ptr, at, wait }))
             }
             Plan::Grow { .. } => Ok(None),
@@ -423,12 +414,12 @@ impl<S: Segment + Clone, E: Clone> Pool<S, E> {
             let mut st = self.lock();
             match st.core.plan(bytes, stream)? {
                 Plan::Use { id, at, wait } => {
-                    let ptr = st.segments[at.segment].base() + at.offset as u64;
+                    let ptr = st.base(at.segment) + at.offset as u64;
                     return Ok(PoolBlock { id, ptr, at, wait });
                 }
                 // Growths are numbered by the segment they add: the same on every rank
                 // while the pools agree, and never confused with collective checks.
-                Plan::Grow { bytes } => (bytes, st.core.fingerprint(), st.core.stats().segments as u64 + 1),
+                Plan::Grow { bytes } => (bytes, st.core.fingerprint(), st.core.growths() as u64 + 1),
             }
         };
         let seg = grow(seg_bytes, fp, n)?;
@@ -442,7 +433,7 @@ impl<S: Segment + Clone, E: Clone> Pool<S, E> {
         let mut st = self.lock();
         let base = seg.base();
         let len = seg.len();
-        st.segments.push(seg);
+        st.segments.push(Some(seg));
         match st.core.take_new_segment(len, bytes, stream)? {
             Plan::Use { id, at, wait } => Ok(PoolBlock { id, ptr: base + at.offset as u64, at, wait }),
             Plan::Grow { .. } => unreachable!("take_new_segment always places"),
@@ -469,10 +460,33 @@ impl<S: Segment + Clone, E: Clone> Pool<S, E> {
     /// The segment holding `bytes` at this rank's address `ptr`, and the offset in it.
     pub fn find(&self, ptr: u64, bytes: usize) -> Option<(S, usize)> {
         let st = self.lock();
-        st.segments.iter().find_map(|s| {
+        st.segments.iter().flatten().find_map(|s| {
             let (base, len) = (s.base(), s.len() as u64);
             (ptr >= base && ptr.checked_add(bytes as u64)? <= base + len).then(|| (s.clone(), (ptr - base) as usize))
         })
+    }
+
+    /// Collective: gives back the segments that are wholly free on every rank, and
+    /// returns the bytes released here. `agree(mine)` gets this rank's wholly free
+    /// segments and must return the ones free on every rank (an all-gather and an
+    /// intersection; the fingerprint and the trim's number are for checking that the
+    /// ranks agree and for keying the exchange), after every rank has finished its GPU
+    /// work on pool memory (a peer's
+    /// copy may still read this rank's segment otherwise). The pool's lock is held
+    /// meanwhile, so no block is taken or freed in between; the segments are dropped
+    /// (unmapped, freed) after the lock is released.
+    pub fn trim(&self, agree: impl FnOnce(&[usize], Fingerprint, u64) -> Result<Vec<usize>>) -> Result<usize> {
+        let (bytes, dropped) = {
+            let mut st = self.lock();
+            let mine = st.core.free_segments();
+            st.trims += 1;
+            let all = agree(&mine, st.core.fingerprint(), st.trims)?;
+            let bytes = st.core.release(&all)?;
+            let dropped: Vec<S> = all.iter().filter_map(|&i| st.segments[i].take()).collect();
+            (bytes, dropped)
+        };
+        drop(dropped);
+        Ok(bytes)
     }
 
     /// Counts a collective on pool memory; every `check_every`-th returns the

@@ -149,3 +149,143 @@ fn the_pool_finds_segments_and_counts_checks() {
     let short = pool.alloc(4 << 20, 1, |_, _, _| Ok(FakeSeg(0x90_0000, 1 << 20)));
     assert!(short.is_err());
 }
+
+#[test]
+fn release_gives_back_only_wholly_free_segments_and_never_reuses_their_index() {
+    let mut c = PoolCore::<u32>::new(2 << 20);
+    let (a, _) = grow_then_take(&mut c, 4096, 1);
+    let (b, bt) = grow_then_take(&mut c, 3 << 20, 1);
+    assert_eq!(bt.segment, 1);
+    assert!(c.free_segments().is_empty());
+    c.free(b, Some(1)).unwrap();
+    assert_eq!(c.free_segments(), vec![1]);
+    // Segment 0 still holds `a`: refused, and nothing changes.
+    assert!(c.release(&[0, 1]).unwrap_err().to_string().contains("segment 0"));
+    assert_eq!(c.stats().reserved, (2 << 20) + (4 << 20));
+    let before = c.fingerprint();
+    assert_eq!(c.release(&[1]).unwrap(), 4 << 20);
+    assert_ne!(c.fingerprint(), before, "a release changes later placements: it is fingerprinted");
+    assert_eq!(c.fingerprint().allocs, before.allocs);
+    assert_eq!((c.stats().reserved, c.stats().segments), (2 << 20, 1));
+    // A request only a new segment fits grows again, at a new index (2, not 1).
+    let (_, t) = grow_then_take(&mut c, 3 << 20, 1);
+    assert_eq!(t.segment, 2);
+    assert_eq!(c.growths(), 3);
+    c.free(a, None).unwrap();
+    assert_eq!(c.free_segments(), vec![0]);
+}
+
+#[test]
+fn trims_agree_on_the_segments_free_on_every_rank() {
+    let fp = Fingerprint { allocs: 3, hash: 9 };
+    let all = vec![trim_message(fp, &[0, 2, 5]), trim_message(fp, &[2, 5, 7]), trim_message(fp, &[5, 2])];
+    assert_eq!(agree_on_trim(1, &all).unwrap(), vec![2, 5]);
+    assert_eq!(agree_on_trim(0, &[trim_message(fp, &[])]).unwrap(), Vec::<usize>::new());
+    let other = Fingerprint { allocs: 4, hash: 9 };
+    let e = agree_on_trim(0, &[trim_message(fp, &[1]), trim_message(other, &[1])]).unwrap_err().to_string();
+    assert!(e.contains("rank 1") && e.contains("trimmed"), "{e}");
+    let mut bad = trim_message(fp, &[1]);
+    bad.push(0);
+    let e = agree_on_trim(0, &[trim_message(fp, &[1]), bad]).unwrap_err().to_string();
+    assert!(e.contains("rank 1") && e.contains("malformed"), "{e}");
+}
+
+/// A segment that counts its live copies, to see a trim drop it.
+#[derive(Clone)]
+struct CountedSeg(u64, usize, #[allow(dead_code)] std::sync::Arc<()>);
+impl Segment for CountedSeg {
+    fn base(&self) -> u64 {
+        self.0
+    }
+    fn len(&self) -> usize {
+        self.1
+    }
+}
+
+#[test]
+fn the_pool_trims_what_every_rank_has_free_and_drops_it() {
+    let pool = Pool::<CountedSeg, u32>::new(0, 2 << 20, 0);
+    let live = std::sync::Arc::new(());
+    let a = pool.alloc(4 << 20, 1, |b, _, _| Ok(CountedSeg(0x100_0000, b, live.clone()))).unwrap();
+    let b = pool.alloc(4 << 20, 1, |b, _, _| Ok(CountedSeg(0x900_0000, b, live.clone()))).unwrap();
+    assert_eq!(std::sync::Arc::strong_count(&live), 3);
+    pool.free(a.id, |_| Ok(None)).unwrap();
+    pool.free(b.id, |_| Ok(None)).unwrap();
+    // This rank has both free; the peers (the agreement) only segment 1.
+    let mut seen = None;
+    let released = pool
+        .trim(|mine, fp, n| {
+            seen = Some((mine.to_vec(), fp.allocs, n));
+            Ok(vec![1])
+        })
+        .unwrap();
+    assert_eq!(seen, Some((vec![0, 1], 2, 1)));
+    assert_eq!(released, 4 << 20);
+    assert_eq!(std::sync::Arc::strong_count(&live), 2, "the released segment was dropped");
+    assert!(pool.find(0x900_0000, 16).is_none());
+    assert!(pool.find(0x100_0000, 16).is_some());
+    assert_eq!(pool.stats().reserved, 4 << 20);
+    // An agreement that fails leaves everything as it was.
+    assert!(pool.trim(|_, _, _| Err(Error::GroupFailed("peer gone".into()))).is_err());
+    assert_eq!(pool.stats().reserved, 4 << 20);
+    // The next growth is numbered past the released segment.
+    let _ = pool.alloc(6 << 20, 1, |b, _, n| {
+        assert_eq!(n, 3);
+        Ok(CountedSeg(0x1100_0000, b, live.clone()))
+    });
+}
+
+/// FSDP2's pattern through `lowcon.fsdp` (NOTE [FSDP2 pool size], docs/design.md): per
+/// layer, the all-gather output on the copy-in stream (two live in forward: the layer's
+/// and the prefetched next; two in backward), the reduce-scatter input on the compute
+/// stream (the previous one freed before the next is taken); the reduce-scatter output
+/// is torch's, not the pool's. The pool reaches its size in the first step and keeps it.
+#[test]
+fn an_fsdp2_step_pattern_sizes_the_pool_once() {
+    const AG: u64 = 1;
+    const COMPUTE: u64 = 2;
+    let (layers, ag, rs) = (12, 403 << 20, 806 << 20);
+    let root = (96 << 20, 192 << 20); // a root module's different sizes
+    let mut c = PoolCore::<u32>::new(64 << 20);
+    let take = |c: &mut PoolCore<u32>, bytes: usize, stream: u64| match c.plan(bytes, stream).unwrap() {
+        Plan::Use { id, .. } => id,
+        Plan::Grow { bytes: seg } => used(c.take_new_segment(seg, bytes, stream).unwrap()).0,
+    };
+    let mut sizes = vec![];
+    for _step in 0..4 {
+        // Forward: the root's all-gather (kept through backward), then the layers with
+        // one prefetched.
+        let root_ag = take(&mut c, root.0, AG);
+        let mut held = take(&mut c, ag, AG);
+        for _ in 1..layers {
+            let next = take(&mut c, ag, AG);
+            c.free(held, Some(0)).unwrap();
+            held = next;
+        }
+        c.free(held, Some(0)).unwrap();
+        // Backward: all-gather i-1 prefetched while i's reduce-scatter input is live.
+        let mut prev_rs = None;
+        let mut held = take(&mut c, ag, AG);
+        for i in 0..layers {
+            let next = (i + 1 < layers).then(|| take(&mut c, ag, AG));
+            c.free(held, Some(0)).unwrap();
+            if let Some(p) = prev_rs.take() {
+                c.free(p, Some(0)).unwrap();
+            }
+            prev_rs = Some(take(&mut c, rs, COMPUTE));
+            if let Some(n) = next {
+                held = n;
+            }
+        }
+        c.free(prev_rs.take().unwrap(), Some(0)).unwrap();
+        let root_rs = take(&mut c, root.1, COMPUTE);
+        c.free(root_rs, Some(0)).unwrap();
+        c.free(root_ag, Some(0)).unwrap();
+        sizes.push(c.stats().reserved);
+    }
+    assert!(sizes.windows(2).all(|w| w[0] == w[1]), "the pool grew after the first step: {sizes:?}");
+    // The formula: two all-gather outputs and one reduce-scatter input, each rounded to
+    // the 2 MiB grain, and the root's (the largest live beside them), within a segment.
+    let bound = 2 * (404 << 20) + (806 << 20) + (96 << 20) + (192 << 20) + (64 << 20);
+    assert!(sizes[0] <= bound, "the pool holds {} MiB, the formula {} MiB", sizes[0] >> 20, bound >> 20);
+}

@@ -216,6 +216,14 @@ class Group:
         """Bytes and counts of the symmetric pool on this rank (pool_bytes is what it holds)."""
         return self._g.pool_stats()
 
+    def pool_trim(self):
+        """Collective: give back the pool's segments that no rank uses, and return the bytes
+        released on this rank. Every rank calls it at the same point, with no collective in
+        flight; it waits for this GPU's work first. Use it between phases that use the pool
+        differently (another model shape, the end of training); tensors still alive keep
+        their segments."""
+        return self._g.pool_trim()
+
     def check(self):
         """Raise the group's failure (a dead or late peer, naming the rank), if any, without waiting."""
         self._g.check()

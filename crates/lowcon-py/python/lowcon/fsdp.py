@@ -86,11 +86,34 @@ def _op_name(op, factor):
 
 
 class LowconReduceScatter(_Comm, _ReduceScatter):
-    """FSDP2's reduce-scatter on lowcon (the input is pool memory), accumulating in f32."""
+    """FSDP2's reduce-scatter on lowcon (the input is pool memory), accumulating in f32.
+
+    Only the input comes from the pool. FSDP2 asks for two buffers per reduce-scatter:
+    the input (on the compute stream, world x the output), then the output (on the
+    reduce-scatter stream), which it keeps as this rank's sharded gradient until the next
+    `zero_grad`. Peers read the input; every reduce-scatter algorithm writes the output
+    locally, so it needs no symmetric memory. It comes from torch's allocator, as with
+    NCCL: there gradients share memory with activations (freed as backward goes on the
+    gradients grow), where in the pool they would sit beside it, all of them at once
+    (NOTE [FSDP2 pool size] in docs/design.md).
+    """
 
     def __init__(self, group, algorithm="auto", sync="kernel", gradient_divide_factor=None, **options):
         super().__init__(group, algorithm, sync, **options)
         self.gradient_divide_factor = gradient_divide_factor
+        self._pending_input = None  # (numel, dtype) of the last input handed out
+
+    def allocate(self, size, *, dtype, device):
+        """The input from the pool; the output that follows it from torch's allocator."""
+        numel = 1
+        for s in size:
+            numel *= int(s)
+        pending, self._pending_input = self._pending_input, None
+        if pending == (numel * self.group.world_size, dtype):
+            return torch.empty([int(s) for s in size], dtype=dtype, device=device)
+        block = super().allocate(size, dtype=dtype, device=device)
+        self._pending_input = (numel, dtype)
+        return block
 
     def __call__(self, output_tensor, input_tensor, group=None, op=None, async_op=False):
         _check_group(self.group, group)
