@@ -13,6 +13,14 @@ Modes (`--modes`, comma separated):
 - `nccl-ce`: PyTorch #176613's copy-engine all-gather from 2.11's public pieces (a
   zero-CTA NCCL group over torch's NCCL symmetric memory), FSDP2's default
   reduce-scatter.
+- `floor`: the traffic floor. lowcon's hooks and pool, but each call only moves its
+  collective's bytes between the GPUs (`Group.traffic`: copy engines, no sync, no
+  reduction), so the step's results are garbage and its losses are not checked. Its
+  excess over `nocomm` is what the bytes alone cost the step; a mode's excess over it
+  is waiting, syncing and reducing.
+- `lowcon-pg`: FSDP2 on a `lowcon` process group (`lowcon.distributed`), no hooks: the
+  model is sharded on a mesh of that group, so it is a model of its own even with
+  `--method switch`.
 - `nocomm`: no communication. The all-gather leaves the other ranks' shards as they
   were in a buffer kept per size (weights of the right scale, never uninitialised
   memory), the reduce-scatter returns zeros kept per size. Every other piece of the
@@ -90,16 +98,45 @@ class NoCommReduceScatter(ReduceScatter):
 
 
 class Mode:
-    """A mode's comms: None for FSDP2's own default (per module, saved by `Switch`)."""
+    """A mode's comms: None for FSDP2's own default (per module, saved by `Switch`).
+    `mesh`: the mode's own device mesh (its model is sharded on it), else the run's."""
 
     def __init__(self, name: str, ag: Any = None, rs: Any = None, notes: Optional[Dict[str, Any]] = None,
-                 pool: Any = None) -> None:
+                 pool: Any = None, mesh: Any = None, check_loss: bool = True) -> None:
         self.name, self.ag, self.rs = name, ag, rs
         self.notes = notes or {}
-        self.pool = pool  # a lowcon group whose pool this mode uses, else None
+        self.pool = pool  # a lowcon group whose pool and workspaces this mode uses, else None
+        self.mesh = mesh
+        self.check_loss = check_loss
 
     def pool_bytes(self) -> Optional[int]:
-        return None if self.pool is None else int(self.pool.pool_stats()["pool_bytes"])
+        """lowcon's symmetric memory for this mode: its pool and its workspaces."""
+        if self.pool is None:
+            return None
+        st = self.pool.pool_stats()
+        return int(st["pool_bytes"]) + int(st.get("workspace_bytes", 0))
+
+
+class FloorAllGather:
+    """The all-gather's traffic alone, on lowcon's pool (`Group.traffic`)."""
+
+    def __init__(self, hooks: Any) -> None:
+        self.hooks, self.group = hooks, hooks.group
+
+    def allocate(self, size, *, dtype, device):  # noqa: ANN001
+        return self.hooks.allocate(size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group=None, async_op=False):  # noqa: ANN001
+        self.group.traffic(output_tensor, input_tensor, "all-gather")
+        return None
+
+
+class FloorReduceScatter(FloorAllGather):
+    """The reduce-scatter's traffic alone: peers' chunks pulled, no reduction."""
+
+    def __call__(self, output_tensor, input_tensor, group=None, op=None, async_op=False):  # noqa: ANN001
+        self.group.traffic(output_tensor, input_tensor, "reduce-scatter")
+        return None
 
 
 class Switch:
@@ -143,6 +180,10 @@ def make_modes(specs: List[Tuple[str, str, Dict[str, str]]], device: Any,
                 modes.append(Mode(spec, NoCommAllGather(), NoCommReduceScatter()))
             elif kind == "lowcon":
                 modes.append(lowcon_mode(spec, opts, lowcon_group))
+            elif kind == "floor":
+                modes.append(floor_mode(spec, lowcon_group))
+            elif kind == "lowcon-pg":
+                modes.append(backend_mode(spec, device))
             else:
                 modes.append(nccl_ce_mode(spec, device))
         except Skip as e:
@@ -163,6 +204,32 @@ def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
     notes = {"lowcon": getattr(lowcon, "__version__", "?"), "all_gather": opts.get("ag", "auto"),
              "reduce_scatter": opts.get("rs", "auto"), "sync": sync, **{k: opts[k] for k in ("ctas", "rs_ctas") if k in opts}}
     return Mode(name, ag, rs, notes, pool=group)
+
+
+def floor_mode(name: str, group: Any) -> Mode:
+    if group is None:
+        raise Skip("lowcon is not importable")
+    if getattr(group, "backend", "gpu") != "gpu":
+        raise Skip("the traffic floor moves bytes between GPUs (lowcon's host backend has none)")
+    import lowcon.fsdp
+
+    ag = FloorAllGather(lowcon.fsdp.LowconAllGather(group))
+    rs = FloorReduceScatter(lowcon.fsdp.LowconReduceScatter(group))
+    return Mode(name, ag, rs, {"traffic": "copy engines, no sync, no reduction"}, pool=group, check_loss=False)
+
+
+def backend_mode(name: str, device: Any) -> Mode:
+    """FSDP2 with no hooks on a mesh of a `lowcon` process group."""
+    try:
+        import lowcon.distributed
+        from torch.distributed.device_mesh import DeviceMesh
+    except ImportError as e:
+        raise Skip(f"lowcon.distributed is not importable: {e}") from e
+    lowcon.distributed.register()
+    pg = dist.new_group(list(range(dist.get_world_size())), backend=lowcon.distributed.NAME)
+    mesh = DeviceMesh.from_group(pg, device.type)
+    return Mode(name, None, None, {"process_group": "lowcon (torch.distributed backend)"}, pool=pg.lowcon_group,
+                mesh=mesh)
 
 
 def nccl_ce_mode(name: str, device: Any) -> Mode:

@@ -46,7 +46,7 @@ DEFAULT_SWEEP = "2048x8:256,1024,4096,16384;4096x12:256,1024,4096,16384;8192x4:2
 
 
 LOWCON_KEYS = ("ag", "rs", "sync", "ctas", "rs_ctas")
-KINDS = ("nccl", "nccl-b", "lowcon", "nccl-ce", "nocomm")
+KINDS = ("nccl", "nccl-b", "lowcon", "nccl-ce", "floor", "lowcon-pg", "nocomm")
 
 
 def parse_mode(spec: str) -> Tuple[str, str, Dict[str, str]]:
@@ -59,7 +59,7 @@ def parse_mode(spec: str) -> Tuple[str, str, Dict[str, str]]:
             raise ValueError(f"mode {spec!r}: option {part!r} (lowcon takes {', '.join(LOWCON_KEYS)})")
         options[key] = value
     if kind not in KINDS or (opts and kind != "lowcon"):
-        raise ValueError(f"mode {spec!r}: expected nccl, nccl-b, lowcon[@options], nccl-ce or nocomm")
+        raise ValueError(f"mode {spec!r}: expected nccl, nccl-b, lowcon[@options], nccl-ce, floor, lowcon-pg or nocomm")
     return spec, kind, options
 
 
@@ -176,22 +176,24 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
                               reduce_dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[reduce_dtype])
     method = choose_method(args, cfg, len(modes), world, device)
 
-    def build() -> Any:
+    def build(on: Any = None) -> Any:
         torch.manual_seed(args.seed)  # the same initial weights for every model
         model = fm.build_model(cfg, device)
         for block in model.layers:
-            fully_shard(block, mesh=mesh, mp_policy=mp)
-        fully_shard(model, mesh=mesh, mp_policy=mp)
+            fully_shard(block, mesh=on or mesh, mp_policy=mp)
+        fully_shard(model, mesh=on or mesh, mp_policy=mp)
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, foreach=True)
         return model, opt, fmodes.Switch(model)
 
     if method == "models":
-        built = {m.name: build() for m in modes}
+        built = {m.name: build(m.mesh) for m in modes}
         for m in modes:
             built[m.name][2].set(m)
     else:
+        # One model switched between the modes; a mode on a mesh of its own (lowcon-pg)
+        # needs a model sharded there.
         shared = build()
-        built = {m.name: shared for m in modes}
+        built = {m.name: shared if m.mesh is None else build(m.mesh) for m in modes}
 
     clock = fmodes.Clock(device)
     cuda = device.type == "cuda"
@@ -293,7 +295,9 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
     else:
         world_for = world
     if method == "models":
-        doc["loss_curves"] = {n: [row[i] for row in losses.tolist()] for i, n in enumerate(names)}
+        # The traffic floor's results are garbage by design: its losses are not compared.
+        doc["loss_curves"] = {n: [row[i] for row in losses.tolist()] for i, n in enumerate(names)
+                              if modes[i].check_loss}
     if pools:
         # The pool is shared by the lowcon modes: after the first round (every mode has
         # run once, warm-up included) it must not grow.

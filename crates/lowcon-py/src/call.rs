@@ -43,6 +43,10 @@ impl From<&View<'_>> for Raw {
 pub(crate) enum Which {
     AllGather(CollOptions<AllGatherAlgorithm>),
     ReduceScatter(ReduceOp, CollOptions<ReduceScatterAlgorithm>),
+    /// The traffic floor of an all-gather (`true`) or a reduce-scatter (`false`): the
+    /// bytes alone, no sync, garbage results (`lowcon::GpuGroup::all_gather_traffic`);
+    /// the channel is unused (no barrier).
+    Traffic(bool, u32),
 }
 
 impl Which {
@@ -50,6 +54,7 @@ impl Which {
         match self {
             Which::AllGather(o) => &mut o.channel,
             Which::ReduceScatter(_, o) => &mut o.channel,
+            Which::Traffic(_, c) => c,
         }
     }
 }

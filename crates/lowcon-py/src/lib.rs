@@ -12,6 +12,7 @@
 mod call;
 mod dlpack;
 mod errors;
+mod placement;
 mod pool;
 mod pystore;
 mod wait;
@@ -257,10 +258,15 @@ impl Group {
                         match &which {
                             Which::AllGather(opts) => g.all_gather(ib, ob, &s, opts),
                             Which::ReduceScatter(op, opts) => g.reduce_scatter(ib, ob, *op, &s, opts),
+                            Which::Traffic(true, _) => g.all_gather_traffic(ib, ob, &s),
+                            Which::Traffic(false, _) => g.reduce_scatter_traffic(ib, ob, &s),
                         }
                     })
                     .map_err(to_py)
                 }
+                Backend::Host(_) if matches!(which, Which::Traffic(..)) => Err(invalid(format!(
+                    "rank {rank}: the traffic floor measures bytes between GPUs: the host backend has none"
+                ))),
                 Backend::Host(g) => {
                     for (v, what) in [(&out, "output"), (&inp, "input")] {
                         if v.place != Place::Cpu {
@@ -299,6 +305,7 @@ impl Group {
                         move || match &which {
                             Which::AllGather(opts) => g.all_gather(input, output_bytes, dtype, opts),
                             Which::ReduceScatter(op, opts) => g.reduce_scatter(input, output_bytes, dtype, *op, opts),
+                            Which::Traffic(..) => unreachable!("refused above"),
                         },
                     )?
                     .map_err(to_py)
@@ -431,6 +438,33 @@ impl Group {
         self.collective(py, output, input, Which::ReduceScatter(op, opts), stream, on_current)
     }
 
+    /// The traffic floor of a collective (`kind` "all-gather" or "reduce-scatter"): the
+    /// bytes it moves between GPUs, through the pool, with no sync and no reduction, so
+    /// `output` is garbage. A benchmark instrument (GPU backend; the symmetric side, the
+    /// all-gather's output or the reduce-scatter's input, from the pool).
+    #[pyo3(signature = (output, input, kind, *, stream = None, on_current = false))]
+    fn traffic<'py>(
+        &self,
+        py: Python<'py>,
+        output: &Bound<'py, PyAny>,
+        input: &Bound<'py, PyAny>,
+        kind: &str,
+        stream: Option<isize>,
+        on_current: bool,
+    ) -> PyResult<()> {
+        let ag = match kind {
+            "all-gather" => true,
+            "reduce-scatter" => false,
+            k => {
+                return Err(invalid(format!(
+                    "rank {}: traffic kind {k:?}: expected all-gather or reduce-scatter",
+                    self.rank
+                )));
+            }
+        };
+        self.collective(py, output, input, Which::Traffic(ag, 0), stream, on_current)
+    }
+
     /// Raises the group's failure (a dead or late peer, naming the rank), if any,
     /// without waiting (like NCCL's ncclCommGetAsyncError).
     fn check(&self) -> PyResult<()> {
@@ -508,6 +542,8 @@ impl Group {
         d.set_item("segments", s.segments)?;
         d.set_item("live_blocks", s.live_blocks)?;
         d.set_item("allocations", s.allocs)?;
+        let ws = self.with(|b| Ok(if let Backend::Gpu(g) = b { g.workspace_bytes() } else { 0 })).unwrap_or(0);
+        d.set_item("workspace_bytes", ws)?;
         Ok(d)
     }
 
@@ -546,33 +582,12 @@ impl Group {
     }
 }
 
-/// The number of CUDA devices this process sees (0 without a driver).
-#[pyfunction]
-fn device_count() -> usize {
-    lowcon::cuda::device_count().unwrap_or(0)
-}
-
-/// The CUDA device a GPU group of this process would use (LOWCON_DEVICE, else
-/// LOCAL_RANK, else RANK; round-robin over the visible devices with LOWCON_SHARE_GPU=1):
-/// set torch's device from it so that torch and lowcon agree.
-#[pyfunction]
-fn device_index() -> PyResult<usize> {
-    let rank = std::env::var("RANK").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0);
-    lowcon::cuda::rank_device(rank).map_err(errors::to_py)
-}
-
-/// Whether LOWCON_SHARE_GPU lets ranks share a GPU (an error for a malformed value).
-#[pyfunction]
-fn share_gpu() -> PyResult<bool> {
-    lowcon::config::share_gpu().map_err(errors::to_py)
-}
-
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Group>()?;
-    m.add_function(wrap_pyfunction!(device_count, m)?)?;
-    m.add_function(wrap_pyfunction!(device_index, m)?)?;
-    m.add_function(wrap_pyfunction!(share_gpu, m)?)?;
+    m.add_function(wrap_pyfunction!(placement::device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(placement::device_index, m)?)?;
+    m.add_function(wrap_pyfunction!(placement::share_gpu, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

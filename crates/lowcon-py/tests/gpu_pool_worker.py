@@ -129,6 +129,46 @@ for round_ in range(2):
         fail(f"trim round {round_}: released {released} of {before}, {after} left")
 checks += 1
 
+# The traffic floor (a benchmark instrument, no sync): once every rank's stream is done
+# and the ranks met, the bytes are where the collective would put them. All-gather: peer
+# p's shard in this rank's slot p of the pool output. Reduce-scatter: some peer's chunk
+# `r` (each copy overwrites the last; at 2 ranks, the one peer's).
+n = 70001
+seed += 1
+out = g.empty(n * w, torch.float32)
+out.fill_(float("nan"))
+out[r * n:(r + 1) * n] = data(seed, r, n, torch.float32).to(dev)
+torch.cuda.synchronize()
+g.all_gather(torch.empty(w, device=dev), torch.zeros(1, device=dev))  # every rank's slot is written
+torch.cuda.synchronize()
+g.traffic(out, out[r * n:(r + 1) * n], "all-gather")
+torch.cuda.synchronize()
+g.all_gather(torch.empty(w, device=dev), torch.zeros(1, device=dev))  # every rank's copies are done
+torch.cuda.synchronize()
+if not torch.equal(out.cpu(), torch.cat([data(seed, p, n, torch.float32) for p in range(w)])):
+    fail("traffic all-gather: the peers' shards are not in their slots")
+inp = g.empty(n * w, torch.float32)
+inp.copy_(data(seed + 1, r, n * w, torch.float32).to(dev))
+res = torch.full((n,), float("nan"), device=dev)
+torch.cuda.synchronize()
+g.all_gather(torch.empty(w, device=dev), torch.zeros(1, device=dev))
+g.traffic(res, inp, "reduce-scatter")
+torch.cuda.synchronize()
+got = res.cpu()
+if not any(torch.equal(got, data(seed + 1, p, n * w, torch.float32)[r * n:(r + 1) * n]) for p in range(w) if p != r):
+    fail("traffic reduce-scatter: the output is no peer's chunk")
+try:
+    g.traffic(torch.empty(n * w, device=dev), torch.empty(n, device=dev), "all-gather")
+except lowcon.InvalidArgument as e:
+    if "pool" not in str(e) or f"rank {r}" not in str(e):
+        fail(f"traffic on ordinary memory: {e}")
+else:
+    fail("the traffic floor took an ordinary output")
+g.all_gather(torch.empty(w, device=dev), torch.zeros(1, device=dev))
+torch.cuda.synchronize()
+del out, inp, res
+checks += 1
+
 # CuPy, when installed: ordinary arrays and pool arrays, on CuPy's current stream.
 try:
     import cupy

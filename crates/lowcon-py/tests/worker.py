@@ -105,6 +105,11 @@ def bad(g):
                                                    algorithm="ring"), ["ring"]),
         ("channel out of range", lambda: g.all_gather(np.zeros(3 * w, np.float32), np.zeros(3, np.float32),
                                                       channel=99), ["channel 99"]),
+        ("traffic floor of another kind", lambda: g.traffic(np.zeros(3 * w, np.float32), np.zeros(3, np.float32),
+                                                            "all-reduce"), [f"rank {r}", "all-reduce"]),
+        ("traffic floor on the host backend", lambda: g.traffic(np.zeros(3 * w, np.float32),
+                                                                np.zeros(3, np.float32), "all-gather"),
+         [f"rank {r}", "host backend"]),
     ]
     for what, call, needles in cases:
         try:

@@ -22,6 +22,7 @@
 //! caller never synchronises. What can still block is the driver itself, when a
 //! stream's queue of pending operations is full (docs/design.md, "Never block").
 
+mod floor;
 mod ll;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -103,6 +104,15 @@ impl GpuColl {
         let channels = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(ChannelState::default())).collect();
         let cta_cap = crate::coll::select::shared_cta_cap(ranks_on_gpu, sm_count);
         Self { channels, sync, cta_cap }
+    }
+
+    /// Bytes of this rank's workspaces and LL buffers, over every channel (what the
+    /// group holds beside its pads; a channel busy in a call is skipped, not waited for).
+    pub(crate) fn workspace_bytes(&self) -> usize {
+        let held = |st: &ChannelState| {
+            st.workspace.as_ref().map_or(0, SymmetricBuffer::len) + st.ll.as_ref().map_or(0, SymmetricBuffer::len)
+        };
+        self.channels.iter().filter_map(|c| c.try_lock().ok().map(|st| held(&st))).sum()
     }
 
     /// A kernel's CTA count, within the shared-GPU cap (NOTE [shared CTAs]).

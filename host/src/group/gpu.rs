@@ -270,6 +270,25 @@ impl GpuGroup {
         self.coll.reduce_scatter(input, output, op, stream, opts)
     }
 
+    /// Bytes this rank's collectives hold in workspaces and LL buffers (symmetric memory
+    /// beside any pool; grown on demand, kept for the group's life).
+    pub fn workspace_bytes(&self) -> usize {
+        self.coll.workspace_bytes()
+    }
+
+    /// The traffic floor of an all-gather (a measurement, not a collective): this rank's
+    /// shard is copied into every peer's slot of the symmetric `output` with no barrier,
+    /// so the results are garbage (`coll::gpu::floor`). Every rank makes the same call.
+    pub fn all_gather_traffic(&self, input: DeviceBuf<'_>, output: DeviceBuf<'_>, stream: &Stream) -> Result<()> {
+        self.coll.all_gather_traffic(input, output, stream)
+    }
+
+    /// The traffic floor of a reduce-scatter: every peer's chunk of the symmetric
+    /// `input` is copied into `output` with no barrier and no reduction (garbage).
+    pub fn reduce_scatter_traffic(&self, input: DeviceBuf<'_>, output: DeviceBuf<'_>, stream: &Stream) -> Result<()> {
+        self.coll.reduce_scatter_traffic(input, output, stream)
+    }
+
     /// Collective: grows channel `channel`'s workspace to at least `bytes` now and sets up
     /// its LL buffer (`lowcon_abi::ll::BUFFER_BYTES`), so that no later call has to
     /// (both are collective, and must not race between threads using different

@@ -169,6 +169,19 @@ class Group:
         else:
             self._g.reduce_scatter(output, input, op, stream=_stream_of(output, stream), **options)
 
+    def traffic(self, output, input, kind, *, stream=None):
+        """A benchmark instrument, not a collective: moves the bytes of `kind`'s collective
+        ("all-gather" or "reduce-scatter") between the GPUs, through the pool and the copy
+        engines, with no sync and no reduction, so `output` is garbage. The all-gather's
+        output, or the reduce-scatter's input, must be pool memory. It splits a
+        collective's cost in a workload into the traffic's own and the rest
+        (`fsdp2_paired.py`'s `floor` mode). GPU backend only."""
+        fast = _torch_current(output) if stream is None else None
+        if fast is not None:
+            self._g.traffic(output, input, kind, stream=fast[0], on_current=True)
+        else:
+            self._g.traffic(output, input, kind, stream=_stream_of(output, stream))
+
     def empty(self, shape, dtype, *, stream=None, framework=None):
         """A tensor of `shape` and `dtype` in the group's symmetric pool (uninitialised).
 
