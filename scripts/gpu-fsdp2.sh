@@ -9,6 +9,10 @@
 #   fp32-small 2048x8 and 4096x12 at 256..16384 tokens, fp32 reduce
 #   fp32-wide  8192x4 at 256..16384 tokens, fp32 reduce
 #   bf16-small, bf16-wide: the same with a bf16 reduce
+#   floor      4096x12 and 8192x4 at 1024 and 4096 tokens, fp32 reduce: lowcon (auto,
+#              rs=ce-reduce), the traffic floor, FSDP2 on a lowcon process group,
+#              NCCL-CE; peak memory with the pool trimmed between configurations
+#   floor-bf16 the same with a bf16 reduce
 # Default: hooks profile. Extra fsdp2_paired.py options: FSDP2_ARGS. Exit status 0 only
 # if every step passed.
 set -uo pipefail
@@ -17,7 +21,7 @@ out=/tmp/fsdp2; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 parts=" ${PARTS:-hooks profile} "
 for p in $parts; do
-  case $p in hooks|profile|fp32-small|fp32-wide|bf16-small|bf16-wide) ;;
+  case $p in hooks|profile|fp32-small|fp32-wide|bf16-small|bf16-wide|floor|floor-bf16) ;;
     *) echo "gpu-fsdp2.sh: unknown part $p" >&2; exit 2;;
   esac
 done
@@ -48,6 +52,10 @@ has fp32-small && paired fp32-small 560 --sweep "$small" --reduce-dtypes fp32
 has fp32-wide && paired fp32-wide 560 --sweep "$wide" --reduce-dtypes fp32
 has bf16-small && paired bf16-small 560 --sweep "$small" --reduce-dtypes bf16
 has bf16-wide && paired bf16-wide 560 --sweep "$wide" --reduce-dtypes bf16
+floor_modes=nccl,nccl-b,lowcon,lowcon@rs=ce-reduce,floor,lowcon-pg,nccl-ce,nocomm
+has floor && paired floor 560 --sweep "4096x12:1024,4096;8192x4:1024,4096" --reduce-dtypes fp32 --modes "$floor_modes"
+has floor-bf16 && paired floor-bf16 560 --sweep "4096x12:1024,4096;8192x4:1024,4096" --reduce-dtypes bf16 \
+  --modes "$floor_modes"
 cat "$out/summary.txt"
 echo "$failures step(s) failed"
 [ "$failures" = 0 ]

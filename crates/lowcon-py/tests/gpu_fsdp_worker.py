@@ -124,6 +124,13 @@ def train(mode, reduce_dtype=torch.float32, factor=None, group=None, mesh=None, 
         logits = model(tokens[:, :-1])
         loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
         loss.backward()
+        if mode == "lowcon":
+            # After backward every collective buffer is free again, and the gradients
+            # (the reduce-scatter outputs) live in torch's memory, not the pool's
+            # (NOTE [FSDP2 pool size]).
+            st = (group or g).pool_stats()
+            if st["in_use_bytes"] != 0:
+                fail(f"after backward the pool still holds {st['live_blocks']} blocks: {st}")
         opt.step()
         opt.zero_grad(set_to_none=True)
         mean = loss.detach().clone()
