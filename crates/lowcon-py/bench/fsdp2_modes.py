@@ -21,6 +21,10 @@ Modes (`--modes`, comma separated):
 - `lowcon-pg`: FSDP2 on a `lowcon` process group (`lowcon.distributed`), no hooks: the
   model is sharded on a mesh of that group, so it is a model of its own even with
   `--method switch`.
+- `nocomm-torch`: no communication, and every buffer from torch's allocator on every
+  call, as FSDP2's defaults allocate NCCL's: its memory is NCCL's without NCCL's own
+  buffers. The reference of `--memory-only` runs, where NCCL cannot run (ranks sharing
+  a GPU); its times and losses mean nothing.
 - `nocomm`: no communication. The all-gather leaves the other ranks' shards as they
   were in a buffer kept per size (weights of the right scale, never uninitialised
   memory), the reduce-scatter returns zeros kept per size. Every other piece of the
@@ -94,6 +98,28 @@ class NoCommReduceScatter(ReduceScatter):
         return self.zeros[key].view(*[int(s) for s in size])
 
     def __call__(self, output_tensor, input_tensor, group=None, op=None, async_op=False):  # noqa: ANN001
+        return None
+
+
+class TorchMemAllGather(AllGather):
+    """No all-gather; the output from torch's allocator on every call (FSDP2's default
+    allocation), so the memory is NCCL's pattern."""
+
+    def allocate(self, size, *, dtype, device):  # noqa: ANN001
+        return torch.empty(*[int(s) for s in size], dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group=None, async_op=False):  # noqa: ANN001
+        return None
+
+
+class TorchMemReduceScatter(ReduceScatter):
+    """No reduce-scatter; input and output from torch's allocator on every call."""
+
+    def allocate(self, size, *, dtype, device):  # noqa: ANN001
+        return torch.empty(*[int(s) for s in size], dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group=None, op=None, async_op=False):  # noqa: ANN001
+        output_tensor.zero_()
         return None
 
 
@@ -178,6 +204,8 @@ def make_modes(specs: List[Tuple[str, str, Dict[str, str]]], device: Any,
                 modes.append(Mode(spec))
             elif kind == "nocomm":
                 modes.append(Mode(spec, NoCommAllGather(), NoCommReduceScatter()))
+            elif kind == "nocomm-torch":
+                modes.append(Mode(spec, TorchMemAllGather(), TorchMemReduceScatter(), check_loss=False))
             elif kind == "lowcon":
                 modes.append(lowcon_mode(spec, opts, lowcon_group))
             elif kind == "floor":

@@ -46,7 +46,8 @@ DEFAULT_SWEEP = "2048x8:256,1024,4096,16384;4096x12:256,1024,4096,16384;8192x4:2
 
 
 LOWCON_KEYS = ("ag", "rs", "sync", "ctas", "rs_ctas")
-KINDS = ("nccl", "nccl-b", "lowcon", "nccl-ce", "floor", "lowcon-pg", "nocomm")
+KINDS = ("nccl", "nccl-b", "lowcon", "nccl-ce", "floor", "lowcon-pg", "nocomm", "nocomm-torch")
+NEEDS_NCCL = ("nccl", "nccl-b", "nccl-ce")
 
 
 def parse_mode(spec: str) -> Tuple[str, str, Dict[str, str]]:
@@ -59,7 +60,8 @@ def parse_mode(spec: str) -> Tuple[str, str, Dict[str, str]]:
             raise ValueError(f"mode {spec!r}: option {part!r} (lowcon takes {', '.join(LOWCON_KEYS)})")
         options[key] = value
     if kind not in KINDS or (opts and kind != "lowcon"):
-        raise ValueError(f"mode {spec!r}: expected nccl, nccl-b, lowcon[@options], nccl-ce, floor, lowcon-pg or nocomm")
+        raise ValueError(f"mode {spec!r}: expected nccl, nccl-b, lowcon[@options], nccl-ce, floor, lowcon-pg, nocomm "
+                         "or nocomm-torch")
     return spec, kind, options
 
 
@@ -121,7 +123,12 @@ def load(paths: List[str]) -> List[Dict[str, Any]]:
 def report(paths: List[str], plot: Optional[str] = None) -> int:
     """Prints the paired table of result files, and plots them (no torch)."""
     docs = load(paths)
-    print(st.format_rows(docs))
+    mem = [d for d in docs if d.get("memory_only")]
+    if mem:
+        print(st.format_memory(mem))
+    docs = [d for d in docs if not d.get("memory_only")]
+    if docs or not mem:
+        print(st.format_rows(docs))
     if plot:
         print(write_plot(docs, plot))
     for d in docs:
@@ -271,6 +278,17 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         memory[m.name] = state[m.name] + transient[m.name] + pool
     mem_t = torch.tensor([memory[n] for n in names], dtype=torch.float64, device=device)
     dist.all_reduce(mem_t, op=dist.ReduceOp.MAX)
+    if args.memory_only:
+        # Ranks sharing a GPU: their times mean nothing, so only memory is reported.
+        sym = {m.name: m.pool_bytes() for m in modes if m.pool is not None}
+        sym_t = torch.tensor([float(sym.get(n) or 0) for n in names], dtype=torch.float64, device=device)
+        dist.all_reduce(sym_t, op=dist.ReduceOp.MAX)
+        del built, records
+        return {"key": f"{cfg.key}-{reduce_dtype}", "shape": cfg.shape, "width": cfg.width, "depth": cfg.depth,
+                "tokens_per_rank": cfg.tokens_per_rank, "reduce_dtype": reduce_dtype, "method": method,
+                "modes": names, "memory_only": True, "memory": dict(zip(names, mem_t.tolist())),
+                "symmetric": {n: v for n, v in zip(names, sym_t.tolist()) if n in sym},
+                "pool_growth": st.pool_growth(pool_after[len(modes) - 1:]) if pools else None}
 
     doc: Dict[str, Any] = {
         "key": f"{cfg.key}-{reduce_dtype}", "shape": cfg.shape, "width": cfg.width, "depth": cfg.depth,
@@ -373,6 +391,13 @@ def worker(args: argparse.Namespace) -> int:
     if args.cpu:
         device = torch.device("cpu")
         dist.init_process_group("gloo")
+    elif args.memory_only:
+        # NCCL refuses ranks sharing a GPU: gloo for the benchmark's own reductions.
+        import lowcon
+
+        device = torch.device("cuda", lowcon.device_index())
+        torch.cuda.set_device(device)
+        dist.init_process_group("gloo")
     else:
         device = torch.device("cuda", local)
         torch.cuda.set_device(device)
@@ -431,7 +456,11 @@ def worker(args: argparse.Namespace) -> int:
                 c["pool_trimmed_bytes"] = group.pool_trim()
             doc["configs"].append(c)
             if rank == 0:
-                if "stats" in c:
+                if c.get("memory_only"):
+                    print(st.format_memory([c]), flush=True)
+                    print(f"  method {c['method']}, pool growth {c['pool_growth']}, {time.perf_counter() - t0:.1f} s",
+                          flush=True)
+                elif "stats" in c:
                     print(st.format_rows([c]), flush=True)
                     print(f"  method {c['method']}, bound {c['bound_ms'] if c['bound_ms'] is None else round(c['bound_ms'], 2)} ms, "
                           f"noise {c['noise']}, missed {c['missed']}, {time.perf_counter() - t0:.1f} s", flush=True)
@@ -442,7 +471,7 @@ def worker(args: argparse.Namespace) -> int:
                         json.dump(doc, f, indent=1)
                     os.replace(json_path + ".tmp", json_path)
     if rank == 0:
-        print(st.format_rows(doc["configs"]), flush=True)
+        print(st.format_memory(doc["configs"]) if args.memory_only else st.format_rows(doc["configs"]), flush=True)
     dist.barrier()
     if group is not None:
         group.close()
@@ -470,6 +499,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--time-budget", type=float, default=0.0, help="seconds; later configurations are skipped")
     p.add_argument("--cpu", action="store_true", help="gloo and lowcon's host backend (a smoke test)")
+    p.add_argument("--memory-only", action="store_true",
+                   help="report peak memory only, against nocomm-torch (allowed with ranks sharing a GPU, where NCCL "
+                        "cannot run and times mean nothing)")
     p.add_argument("--out", default=os.environ.get("FSDP2_OUT", ""))
     args = p.parse_args(argv)
     if args.report:
@@ -482,6 +514,13 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     except ValueError as e:
         p.error(str(e))
     names = [s[0] for s in args.mode_specs]
+    if args.memory_only:
+        nccl = [s for s, kind, _ in args.mode_specs if kind in NEEDS_NCCL]
+        if nccl:
+            p.error(f"--memory-only runs without NCCL (ranks may share a GPU): drop {', '.join(nccl)}; "
+                    "nocomm-torch stands for NCCL's memory")
+        if "nocomm-torch" not in names:
+            p.error("--memory-only compares with nocomm-torch: add it to --modes")
     if not names or len(set(names)) != len(names):
         p.error(f"--modes {args.modes!r}: give each mode once")
     for d in args.reduce_dtypes.split(","):
@@ -498,14 +537,14 @@ def shared_gpu_refusal(env=os.environ) -> Optional[str]:
         return None
     return (f"fsdp2_paired: LOWCON_SHARE_GPU={v!r} lets ranks share a GPU, for correctness checks only: timings of "
             "ranks sharing a GPU mean nothing (no NVLink, shared copy engines and SMs), so the benchmark does not "
-            "run; unset it and run one rank per GPU")
+            "run; unset it and run one rank per GPU (or --memory-only, which reports peak memory alone)")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     if args.report:
         return report(args.report, args.plot)
-    why = shared_gpu_refusal()
+    why = None if args.memory_only else shared_gpu_refusal()
     if why:
         print(why, file=sys.stderr)
         return 2

@@ -284,6 +284,34 @@ def format_rows(docs: Sequence[Dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+TORCH_MEMORY = "nocomm-torch"  # no communication, buffers from torch: NCCL's memory without NCCL
+
+
+def format_memory(docs: Sequence[Dict[str, Any]], ref: str = TORCH_MEMORY) -> str:
+    """The memory-only table (`--memory-only`): per configuration and mode, the peak and
+    its ratio to `ref`'s (NCCL's allocation pattern when NCCL cannot run), and whether
+    it meets MEMORY_SLACK."""
+    head = ("shape", "tok/rank", "rdtype", "mode", "peak GiB", f"vs {ref}", "lowcon GiB", "target")
+    lines = []
+    for d in docs:
+        mem, sym = d.get("memory", {}), d.get("symmetric", {})
+        if not mem:
+            lines.append((d.get("shape", "?"), str(d.get("tokens_per_rank", "")), d.get("reduce_dtype", ""),
+                          str(d.get("error", "not run"))[:60], "", "", "", ""))
+            continue
+        base = mem.get(ref)
+        for m, v in mem.items():
+            ratio = v / base if base else None
+            verdict = "" if ratio is None or m == ref else ("ok" if ratio <= MEMORY_SLACK else "missed")
+            lines.append((d["shape"], str(d["tokens_per_rank"]), d["reduce_dtype"], m, f"{v / 2**30:.2f}",
+                          "" if ratio is None else f"{ratio:.3f}",
+                          "" if sym.get(m) is None else f"{sym[m] / 2**30:.2f}", verdict))
+    widths = [max(len(h), *(len(str(l[i])) for l in lines)) if lines else len(h) for i, h in enumerate(head)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
+    out.extend("  ".join(str(c).ljust(w) for c, w in zip(l, widths)) for l in lines)
+    return "\n".join(out)
+
+
 def analyse(doc: Dict[str, Any], world: int) -> Dict[str, Any]:
     """Fills one configuration's document from its raw rounds, in place: the bound, the
     paired stats, the noise floor, the loss check and each mode's missed targets."""

@@ -27,6 +27,12 @@ def test_the_benchmark_refuses_ranks_sharing_a_gpu():
     assert fp.shared_gpu_refusal({}) is None
     assert fp.shared_gpu_refusal({"LOWCON_SHARE_GPU": "0"}) is None
     assert "timings of ranks sharing a GPU mean nothing" in fp.shared_gpu_refusal({"LOWCON_SHARE_GPU": "1"})
+    # --memory-only runs without NCCL, against nocomm-torch.
+    ok = fp.parse_args(["--memory-only", "--modes", "lowcon,nocomm-torch"])
+    assert ok.memory_only and [k for _, k, _ in ok.mode_specs] == ["lowcon", "nocomm-torch"]
+    for modes in ("nccl,lowcon,nocomm-torch", "lowcon,nocomm"):
+        with pytest.raises(SystemExit):
+            fp.parse_args(["--memory-only", "--modes", modes])
     res = subprocess.run([sys.executable, os.path.join(HERE, "fsdp2_paired.py"), "--cpu"], capture_output=True,
                          text=True, env={**os.environ, "LOWCON_SHARE_GPU": "1"}, timeout=60)
     assert res.returncode == 2, res.stdout + res.stderr
@@ -271,3 +277,15 @@ def test_modes_and_arguments():
                 ["--reduce-dtypes", "fp16"]):
         with pytest.raises(SystemExit):
             fp.parse_args(bad)
+
+
+def test_memory_table():
+    docs = [{"shape": "4096x12", "tokens_per_rank": 1024, "reduce_dtype": "fp32",
+             "memory": {"nocomm-torch": 20 * 2**30, "lowcon": 20.8 * 2**30, "lowcon@x": 22 * 2**30},
+             "symmetric": {"lowcon": 1.5 * 2**30, "lowcon@x": 1.5 * 2**30}},
+            {"shape": "8192x4", "tokens_per_rank": 1024, "reduce_dtype": "fp32", "error": "out of memory"}]
+    t = st.format_memory(docs).splitlines()
+    row = {l.split()[3]: l.split() for l in t[2:] if l.startswith("4096x12")}
+    assert row["lowcon"][4:] == ["20.80", "1.040", "1.50", "ok"]
+    assert row["lowcon@x"][-1] == "missed" and row["nocomm-torch"][5] == "1.000"
+    assert "out of memory" in t[-1]

@@ -42,3 +42,19 @@ def test_fsdp2_paired_on_the_host_backend(tmp_path):
     # Every configuration ends with the pool trimmed: everything lowcon's modes allocated
     # was free again, so all of it went back.
     assert cfg["pool_trimmed_bytes"] > 0, cfg.get("pool_trimmed_bytes")
+
+
+def test_fsdp2_memory_only_needs_no_nccl(tmp_path):
+    """`--memory-only` (what ranks sharing a GPU can measure): peak memory per mode against
+    nocomm-torch, no timing table."""
+    p = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+         str(BENCH), "--cpu", "--memory-only", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "2",
+         "--warmup", "1", "--modes", "lowcon,lowcon-pg,nocomm-torch", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    (cfg,) = json.loads((tmp_path / "paired.json").read_text())["configs"]
+    assert cfg["memory_only"] and set(cfg["memory"]) == {"lowcon", "lowcon-pg", "nocomm-torch"}, cfg
+    assert cfg["symmetric"]["lowcon"] > 0 and "vs nocomm-torch" in out and "median ms" not in out, out
