@@ -45,7 +45,7 @@ DEFAULT_MODES = "nccl,nccl-b,lowcon,nccl-ce,nocomm"
 DEFAULT_SWEEP = "2048x8:256,1024,4096,16384;4096x12:256,1024,4096,16384;8192x4:256,1024,4096,16384"
 
 
-LOWCON_KEYS = ("ag", "rs", "sync", "ctas", "rs_ctas")
+LOWCON_KEYS = ("ag", "rs", "sync", "ctas", "rs_ctas", "agmem", "rsmem")
 KINDS = ("nccl", "nccl-b", "lowcon", "nccl-ce", "floor", "lowcon-pg", "nocomm", "nocomm-torch")
 NEEDS_NCCL = ("nccl", "nccl-b", "nccl-ce")
 
@@ -63,6 +63,18 @@ def parse_mode(spec: str) -> Tuple[str, str, Dict[str, str]]:
         raise ValueError(f"mode {spec!r}: expected nccl, nccl-b, lowcon[@options], nccl-ce, floor, lowcon-pg, nocomm "
                          "or nocomm-torch")
     return spec, kind, options
+
+
+def split_modes(text: str) -> List[str]:
+    """`--modes`: modes separated by commas, where a part with `=` and no `@` is one more
+    option of the mode before it ("nccl,lowcon@ag=ce-pull,sync=memop,nocomm" is three)."""
+    out: List[str] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if "=" in part and "@" not in part and out and "@" in out[-1]:
+            out[-1] += "," + part
+        else:
+            out.append(part)
+    return out
 
 
 def write_plot(docs: List[Dict[str, Any]], path: str, title: str = "") -> str:
@@ -509,7 +521,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     if args.rounds < 2:
         p.error("--rounds must be at least 2")
     try:
-        args.mode_specs = [parse_mode(s) for s in args.modes.split(",") if s]
+        args.mode_specs = [parse_mode(s) for s in split_modes(args.modes)]
         fm.parse_sweep(args.sweep, args.max_seq)
     except ValueError as e:
         p.error(str(e))

@@ -27,6 +27,10 @@ def test_the_benchmark_refuses_ranks_sharing_a_gpu():
     assert fp.shared_gpu_refusal({}) is None
     assert fp.shared_gpu_refusal({"LOWCON_SHARE_GPU": "0"}) is None
     assert "timings of ranks sharing a GPU mean nothing" in fp.shared_gpu_refusal({"LOWCON_SHARE_GPU": "1"})
+    # Options of one mode may follow its @ separated by commas too.
+    assert fp.split_modes("nccl,lowcon@ag=ce-pull,sync=memop,nocomm") == ["nccl", "lowcon@ag=ce-pull,sync=memop", "nocomm"]
+    with pytest.raises(SystemExit):
+        fp.parse_args(["--modes", "nccl,sync=memop"])
     # --memory-only runs without NCCL, against nocomm-torch.
     ok = fp.parse_args(["--memory-only", "--modes", "lowcon,nocomm-torch"])
     assert ok.memory_only and [k for _, k, _ in ok.mode_specs] == ["lowcon", "nocomm-torch"]

@@ -28,7 +28,7 @@ def test_fsdp2_paired_on_the_host_backend(tmp_path):
     p = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
          str(BENCH), "--cpu", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "2", "--warmup", "1",
-         "--modes", "nccl,nccl-b,lowcon,floor,lowcon-pg,nocomm", "--method", "models", "--out", str(tmp_path)],
+         "--modes", "nccl,nccl-b,lowcon,lowcon@agmem=torch,rsmem=torch,floor,lowcon-pg,nocomm", "--method", "models", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=300,
     )
     out = p.stdout + p.stderr
@@ -38,7 +38,8 @@ def test_fsdp2_paired_on_the_host_backend(tmp_path):
     assert "host backend" in doc["skipped"]["floor"], doc["skipped"]
     (cfg,) = doc["configs"]
     checks = {m: v["check"] for m, v in cfg["losses"]["modes"].items()}
-    assert checks.get("lowcon") == "ok" and checks.get("lowcon-pg") == "ok", (checks, cfg["loss_curves"])
+    for m in ("lowcon", "lowcon@agmem=torch,rsmem=torch", "lowcon-pg"):
+        assert checks.get(m) == "ok", (m, checks, cfg["loss_curves"])
     # Every configuration ends with the pool trimmed: everything lowcon's modes allocated
     # was free again, so all of it went back.
     assert cfg["pool_trimmed_bytes"] > 0, cfg.get("pool_trimmed_bytes")

@@ -42,14 +42,24 @@ def _check_group(g, group):
         )
 
 
+_MEMORY = ("pool", "torch")
+
+
 class _Comm:
-    def __init__(self, group, algorithm="auto", sync="kernel", **options):
+    def __init__(self, group, algorithm="auto", sync="kernel", memory="pool", **options):
+        if memory not in _MEMORY:
+            raise InvalidArgument(f"rank {group.rank}: memory {memory!r}: expected \"pool\" or \"torch\"")
         self.group = group
+        self.memory = memory
         self.options = dict(algorithm=algorithm, sync=sync, **options)
         self._checked_device = None
 
     def allocate(self, size, *, dtype, device):
-        """A pool block on the current stream (FSDP2 allocates on the stream that fills it)."""
+        """A pool block on the current stream (FSDP2 allocates on the stream that fills it),
+        or with memory="torch" a tensor from torch's allocator (lowcon then stages the part
+        peers must read through its workspace)."""
+        if self.memory == "torch":
+            return torch.empty([int(s) for s in size], dtype=dtype, device=device)
         if device is not None and device != self._checked_device:
             d = torch.device(device)
             if d.type == "cuda" and d.index is not None and d.index != self.group.device:
@@ -98,8 +108,8 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
     (NOTE [FSDP2 pool size] in docs/design.md).
     """
 
-    def __init__(self, group, algorithm="auto", sync="kernel", gradient_divide_factor=None, **options):
-        super().__init__(group, algorithm, sync, **options)
+    def __init__(self, group, algorithm="auto", sync="kernel", gradient_divide_factor=None, memory="pool", **options):
+        super().__init__(group, algorithm, sync, memory, **options)
         self.gradient_divide_factor = gradient_divide_factor
         self._pending_input = None  # (numel, dtype) of the last input handed out
 
@@ -134,18 +144,25 @@ def install(
     gradient_divide_factor=None,
     all_gather_options=None,
     reduce_scatter_options=None,
+    all_gather_memory="pool",
+    reduce_scatter_memory="pool",
 ):
     """Set lowcon's all-gather and reduce-scatter on every FSDP module of `model` (after
     `fully_shard`, before the first forward). Returns the number of modules set.
 
     all_gather / reduce_scatter: lowcon algorithm names ("auto" picks by size). sync:
     "kernel" or "memop". gradient_divide_factor: also set on every module (FSDP2 then
-    passes PREMUL_SUM, which lowcon applies after summing).
+    passes PREMUL_SUM, which lowcon applies after summing). all_gather_memory /
+    reduce_scatter_memory: "pool" (the all-gather outputs, the reduce-scatter inputs in
+    lowcon's symmetric pool: no staging copy) or "torch" (torch's allocator, sharing
+    memory with activations as NCCL's buffers do; lowcon stages what peers read through
+    its workspace: one shard per all-gather, the whole input per reduce-scatter).
     """
     from torch.distributed.fsdp import FSDPModule
 
-    ag = LowconAllGather(group, all_gather, sync, **(all_gather_options or {}))
-    rs = LowconReduceScatter(group, reduce_scatter, sync, gradient_divide_factor, **(reduce_scatter_options or {}))
+    ag = LowconAllGather(group, all_gather, sync, all_gather_memory, **(all_gather_options or {}))
+    rs = LowconReduceScatter(group, reduce_scatter, sync, gradient_divide_factor, reduce_scatter_memory,
+                             **(reduce_scatter_options or {}))
     n = 0
     for m in model.modules():
         if isinstance(m, FSDPModule):
