@@ -80,26 +80,26 @@ impl GroupPool {
 
     /// Collective when the pool grows: a block for `bytes` on `stream` (GPU: a raw
     /// `CUstream`, 0 the legacy default stream; host: 0). Before growing, the ranks
-    /// compare their fingerprints. Returns (id, address).
+    /// compare their fingerprints and release the segments free on all of them (NOTE
+    /// [release on growth]). Returns (id, address).
     pub(crate) fn alloc(&self, b: &Backend, bytes: usize, stream: u64) -> lowcon::Result<(u64, u64)> {
-        let agree = |fp: lowcon::Fingerprint, n: u64| {
-            let all = b.all_gather_bytes(&format!("pool-grow/{n}"), &fp.to_bytes())?;
-            lowcon::memory::pool::compare_fingerprints(self.rank(), "before the pool grew", &all)
+        let agree = |fp: lowcon::Fingerprint, n: u64, mine: &[usize]| {
+            if let (false, GroupPool::Gpu { device, .. }) = (mine.is_empty(), self) {
+                device.bind_to_thread()?;
+                device.synchronize()?;
+            }
+            let msg = lowcon::memory::pool::trim_message(fp, mine);
+            let all = b.all_gather_bytes(&format!("pool-grow/{n}"), &msg)?;
+            lowcon::memory::pool::agree_on_trim(self.rank(), "before the pool grew", &all)
         };
         match (self, b) {
             (GroupPool::Gpu { pool, .. }, Backend::Gpu(g)) => {
-                let blk = pool.alloc(bytes, stream, |seg, fp, n| {
-                    agree(fp, n)?;
-                    g.alloc(seg).map(Arc::new)
-                })?;
+                let blk = pool.alloc(bytes, stream, agree, |seg| g.alloc(seg).map(Arc::new))?;
                 self.wait_for(&blk.wait, stream)?;
                 Ok((blk.id, blk.ptr))
             }
             (GroupPool::Host(pool), Backend::Host(g)) => {
-                let blk = pool.alloc(bytes, 0, |seg, fp, n| {
-                    agree(fp, n)?;
-                    g.alloc(seg).map(Arc::new)
-                })?;
+                let blk = pool.alloc(bytes, 0, agree, |seg| g.alloc(seg).map(Arc::new))?;
                 Ok((blk.id, blk.ptr))
             }
             _ => unreachable!("a group's pool is of its backend"),
@@ -116,7 +116,7 @@ impl GroupPool {
         }
         let agree = |mine: &[usize], fp: lowcon::Fingerprint, n: u64| {
             let all = b.all_gather_bytes(&format!("pool-trim/{n}"), &lowcon::memory::pool::trim_message(fp, mine))?;
-            lowcon::memory::pool::agree_on_trim(self.rank(), &all)
+            lowcon::memory::pool::agree_on_trim(self.rank(), "before the pool was trimmed", &all)
         };
         match self {
             GroupPool::Gpu { pool, .. } => pool.trim(agree),

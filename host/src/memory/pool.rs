@@ -273,11 +273,25 @@ impl<E: Clone> PoolCore<E> {
     /// Segments that are wholly free (no live block), in index order: what
     /// [`PoolCore::release`] may give back.
     pub fn free_segments(&self) -> Vec<usize> {
+        self.whole_free(None)
+    }
+
+    /// Wholly free segments last used by `stream` (all of them with `None`).
+    fn whole_free(&self, stream: Option<u32>) -> Vec<usize> {
         self.free
             .iter()
             .filter(|f| f.at.offset == 0 && f.at.bytes == self.segments[f.at.segment] && f.at.bytes > 0)
+            .filter(|f| stream.is_none_or(|s| f.stream == s))
             .map(|f| f.at.segment)
             .collect()
+    }
+
+    /// What a growth for `stream` may release (NOTE [release on growth]): the wholly free
+    /// segments that stream last used, none of which fits its request. Other streams'
+    /// free segments stay: they fit their own streams' working sets.
+    pub fn outgrown_segments(&mut self, stream: u64) -> Vec<usize> {
+        let ord = self.ordinal(stream);
+        self.whole_free(Some(ord))
     }
 
     /// Forgets segments `which` (each wholly free, else an error and nothing changes):
@@ -401,16 +415,21 @@ impl<S: Segment + Clone, E: Clone> Pool<S, E> {
     }
 
     /// Collective when it grows (every rank allocates in the same order): a block of at
-    /// least `bytes` for use on `stream`. `grow(bytes, fingerprint)` must compare the
-    /// ranks' fingerprints and allocate a segment of `bytes` collectively; the pool's
-    /// lock is not held meanwhile, so frees from other threads go on.
+    /// least `bytes` for use on `stream`. When nothing free fits, the ranks first agree:
+    /// `agree(fingerprint, n, mine)` gets this rank's wholly free segments of `stream`
+    /// (none of which fits) and must compare the ranks' fingerprints and return the segments free on
+    /// every rank, after every rank with such segments has finished its GPU work (NOTE
+    /// [release on growth]); those are released, then `grow(bytes)` allocates the new
+    /// segment collectively. The pool's lock is not held meanwhile, so frees from other
+    /// threads go on.
     pub fn alloc(
         &self,
         bytes: usize,
         stream: u64,
-        grow: impl FnOnce(usize, Fingerprint, u64) -> Result<S>,
+        agree: impl FnOnce(Fingerprint, u64, &[usize]) -> Result<Vec<usize>>,
+        grow: impl FnOnce(usize) -> Result<S>,
     ) -> Result<PoolBlock<E>> {
-        let (seg_bytes, fp, n) = {
+        let (seg_bytes, fp, n, mine) = {
             let mut st = self.lock();
             match st.core.plan(bytes, stream)? {
                 Plan::Use { id, at, wait } => {
@@ -419,10 +438,30 @@ impl<S: Segment + Clone, E: Clone> Pool<S, E> {
                 }
                 // Growths are numbered by the segment they add: the same on every rank
                 // while the pools agree, and never confused with collective checks.
-                Plan::Grow { bytes } => (bytes, st.core.fingerprint(), st.core.growths() as u64 + 1),
+                Plan::Grow { bytes } => {
+                    (bytes, st.core.fingerprint(), st.core.growths() as u64 + 1, st.core.outgrown_segments(stream))
+                }
             }
         };
-        let seg = grow(seg_bytes, fp, n)?;
+        // NOTE [release on growth]: a segment of the growing stream, free on every rank
+        // when that stream must grow anyway, is one its request does not fit; keeping it
+        // would leave the pool the sum of every size it ever held on a stream (FSDP2's
+        // modules of two sizes made it hold both). Other streams' free segments stay:
+        // they fit their own working sets (releasing them made the pool grow every step). Growth is already a rendezvous, so the ranks agree on such segments
+        // there and release them before the new one is allocated: the pool converges to
+        // segments that fit the largest working set. Only a rank with candidates drains
+        // its device first (a segment free here may still be read by queued copies, here
+        // or, for its peers, there): a one-time stall in the steps that grow the pool.
+        let released = agree(fp, n, &mine)?;
+        if !released.is_empty() {
+            let dropped: Vec<S> = {
+                let mut st = self.lock();
+                st.core.release(&released)?;
+                released.iter().filter_map(|&i| st.segments[i].take()).collect()
+            };
+            drop(dropped);
+        }
+        let seg = grow(seg_bytes)?;
         if seg.len() < seg_bytes {
             return Err(Error::InvalidArgument(format!(
                 "rank {}: the pool asked for a {seg_bytes}-byte segment and got {}",

@@ -81,12 +81,13 @@ pub fn trim_message(fp: Fingerprint, free: &[usize]) -> Vec<u8> {
     b
 }
 
-/// The segments free on every rank, from every rank's [`trim_message`] (in rank order);
+/// The segments free on every rank, from every rank's [`trim_message`] (in rank order;
+/// `when` says at which step, for the error);
 /// an error naming the first rank whose pool disagrees with this one, or whose message
 /// is malformed.
-pub fn agree_on_trim(rank: usize, all: &[Vec<u8>]) -> Result<Vec<usize>> {
+pub fn agree_on_trim(rank: usize, when: &str, all: &[Vec<u8>]) -> Result<Vec<usize>> {
     let fps: Vec<Vec<u8>> = all.iter().map(|m| m.get(..16).unwrap_or(m).to_vec()).collect();
-    compare_fingerprints(rank, "before the pool was trimmed", &fps)?;
+    compare_fingerprints(rank, when, &fps)?;
     let mut common: Option<Vec<usize>> = None;
     for (peer, m) in all.iter().enumerate() {
         let rest = &m[16..];
