@@ -258,7 +258,12 @@ def backend_mode(name: str, device: Any) -> Mode:
     except ImportError as e:
         raise Skip(f"lowcon.distributed is not importable: {e}") from e
     lowcon.distributed.register()
-    pg = dist.new_group(list(range(dist.get_world_size())), backend=lowcon.distributed.NAME)
+    try:
+        pg = dist.new_group(list(range(dist.get_world_size())), backend=lowcon.distributed.NAME)
+    except RuntimeError as e:
+        # torch 2.11, default group made with device_id (NCCL): new_group asks the Python
+        # group for a CUDA backend to split (2026-11-24, 2x H200).
+        raise Skip(f"new_group(backend='lowcon') failed: {str(e).splitlines()[0][:120]}") from e
     mesh = DeviceMesh.from_group(pg, device.type)
     return Mode(name, None, None, {"process_group": "lowcon (torch.distributed backend)"}, pool=pg.lowcon_group,
                 mesh=mesh)

@@ -413,7 +413,11 @@ def worker(args: argparse.Namespace) -> int:
     else:
         device = torch.device("cuda", local)
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", device_id=device)
+        # With device_id, torch 2.11's new_group asks every new group for a CUDA backend
+        # to split, which the `lowcon` Python process group has none of: lowcon-pg's
+        # group could not be made (2026-11-24, 2x H200). Without it NCCL starts lazily.
+        bound = None if any(kind == "lowcon-pg" for _, kind, _ in args.mode_specs) else device
+        dist.init_process_group("nccl", device_id=bound)
     rank, world = dist.get_rank(), dist.get_world_size()
     import fsdp2_modes as fmodes
 

@@ -264,10 +264,27 @@ fn the_pool_trims_what_every_rank_has_free_and_drops_it() {
 /// segments that no longer fit are released as it grows (NOTE [release on growth]).
 #[test]
 fn an_fsdp2_step_pattern_sizes_the_pool_once() {
+    // fp32 reduce: the reduce-scatter inputs twice the all-gather outputs.
+    let fp32 = fsdp2_pattern((403 << 20, 806 << 20), (524 << 20, 1048 << 20));
+    assert!(fp32.windows(2).all(|w| w[0] == w[1]), "the pool grew after the first step: {fp32:?}");
+    // The formula: two all-gather outputs (the root's and a block's) on one stream, the
+    // largest reduce-scatter input (the root's) on the other; each rounded to the grain.
+    let bound = (524 << 20) + (404 << 20) + (1048 << 20);
+    assert!(fp32[4] <= bound, "the pool holds {} MiB, the formula {} MiB: {fp32:?}", fp32[4] >> 20, bound >> 20);
+    // bf16 reduce: both kinds of buffer of one size, so a stream's free segment fits the
+    // other stream's request too.
+    let bf16 = fsdp2_pattern((403 << 20, 403 << 20), (524 << 20, 524 << 20));
+    assert!(bf16.windows(2).all(|w| w[0] == w[1]), "the pool grew after the first step: {bf16:?}");
+    let bound = 2 * (524 << 20) + (404 << 20);
+    assert!(bf16[4] <= bound, "the pool holds {} MiB, the formula {} MiB: {bf16:?}", bf16[4] >> 20, bound >> 20);
+}
+
+/// Five steps of the pattern with blocks' and the root's (all-gather, reduce-scatter)
+/// sizes; the pool's size after each.
+fn fsdp2_pattern((ag, rs): (usize, usize), root: (usize, usize)) -> Vec<usize> {
     const AG: u64 = 1;
     const COMPUTE: u64 = 2;
-    let (layers, ag, rs) = (12, 403 << 20, 806 << 20);
-    let root = (524 << 20, 1048 << 20);
+    let layers = 12;
     let pool = Pool::<FakeSeg, u32>::new(0, 64 << 20, 0);
     let next_base = std::cell::Cell::new(1u64 << 40);
     let take = |bytes: usize, stream: u64| {
@@ -319,10 +336,5 @@ fn an_fsdp2_step_pattern_sizes_the_pool_once() {
         free(root_rs);
         sizes.push(pool.stats().reserved);
     }
-    assert!(sizes.windows(2).all(|w| w[0] == w[1]), "the pool grew after the first step: {sizes:?}");
-    // The formula: two all-gather outputs (the root's and a block's, or two blocks') on
-    // one stream, and the largest reduce-scatter input (the root's) on the other; each
-    // rounded to the 2 MiB grain.
-    let bound = (524 << 20) + (404 << 20) + (1048 << 20);
-    assert!(sizes[4] <= bound, "the pool holds {} MiB, the formula {} MiB: {sizes:?}", sizes[4] >> 20, bound >> 20);
+    sizes
 }
