@@ -59,3 +59,31 @@ def test_fsdp2_memory_only_needs_no_nccl(tmp_path):
     (cfg,) = json.loads((tmp_path / "paired.json").read_text())["configs"]
     assert cfg["memory_only"] and set(cfg["memory"]) == {"lowcon", "lowcon-pg", "nocomm-torch"}, cfg
     assert cfg["symmetric"]["lowcon"] > 0 and "vs nocomm-torch" in out and "median ms" not in out, out
+
+
+class _RecordingGroup:
+    """Stands in for a lowcon.Group: records the options of each reduce-scatter."""
+
+    def __init__(self, world_size):
+        self.world_size, self.rank, self.device, self.calls = world_size, 0, None, []
+
+    def reduce_scatter(self, output, input, op, **options):
+        self.calls.append(options["algorithm"])
+
+
+@pytest.mark.parametrize("world,out_bytes,asked,want", [
+    (2, 8 << 20, "auto", "ce-reduce"),      # FSDP2-sized at 2 ranks: NOTE [auto inside FSDP2]
+    (2, (8 << 20) - 4, "auto", "auto"),     # smaller: the library's auto (ll, sm-direct)
+    (4, 64 << 20, "auto", "auto"),          # measured at 2 ranks only
+    (2, 64 << 20, "sm-direct", "sm-direct"),  # an explicit choice stands
+])
+def test_the_fsdp2_reduce_scatter_picks_what_won_inside_fsdp2(world, out_bytes, asked, want):
+    import torch
+
+    import lowcon.fsdp
+
+    g = _RecordingGroup(world)
+    rs = lowcon.fsdp.LowconReduceScatter(g, asked)
+    out = torch.empty(out_bytes // 4, dtype=torch.float32)
+    rs(out, torch.empty(out.numel() * world, dtype=torch.float32))
+    assert g.calls == [want]
