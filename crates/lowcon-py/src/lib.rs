@@ -15,6 +15,7 @@ mod errors;
 mod placement;
 mod pool;
 mod pystore;
+mod trace;
 mod wait;
 
 use std::collections::HashMap;

@@ -71,11 +71,27 @@ impl GroupPool {
         match self {
             GroupPool::Gpu { pool, .. } => {
                 let Some(b) = pool.try_alloc(bytes, stream)? else { return Ok(None) };
+                self.trace_alloc(bytes, stream, b.id, b.at, "free");
                 self.wait_for(&b.wait, stream)?;
                 Ok(Some((b.id, b.ptr)))
             }
-            GroupPool::Host(p) => Ok(p.try_alloc(bytes, 0)?.map(|b| (b.id, b.ptr))),
+            GroupPool::Host(p) => {
+                let Some(b) = p.try_alloc(bytes, 0)? else { return Ok(None) };
+                self.trace_alloc(bytes, 0, b.id, b.at, "free");
+                Ok(Some((b.id, b.ptr)))
+            }
         }
+    }
+
+    fn tag(&self) -> usize {
+        self as *const Self as usize
+    }
+
+    fn trace_alloc(&self, bytes: usize, stream: u64, id: u64, at: lowcon::memory::pool::Placement, how: &str) {
+        crate::trace::line(|| {
+            let after = if how == "grew" { format!("\t{}", self.stats().reserved) } else { String::new() };
+            format!("alloc\t{:x}\t{id}\t{bytes}\t{stream:x}\t{}\t{}\t{how}{after}", self.tag(), at.segment, at.offset)
+        });
     }
 
     /// Collective when the pool grows: a block for `bytes` on `stream` (GPU: a raw
@@ -95,11 +111,13 @@ impl GroupPool {
         match (self, b) {
             (GroupPool::Gpu { pool, .. }, Backend::Gpu(g)) => {
                 let blk = pool.alloc(bytes, stream, agree, |seg| g.alloc(seg).map(Arc::new))?;
+                self.trace_alloc(bytes, stream, blk.id, blk.at, "grew");
                 self.wait_for(&blk.wait, stream)?;
                 Ok((blk.id, blk.ptr))
             }
             (GroupPool::Host(pool), Backend::Host(g)) => {
                 let blk = pool.alloc(bytes, 0, agree, |seg| g.alloc(seg).map(Arc::new))?;
+                self.trace_alloc(bytes, 0, blk.id, blk.at, "grew");
                 Ok((blk.id, blk.ptr))
             }
             _ => unreachable!("a group's pool is of its backend"),
@@ -118,10 +136,12 @@ impl GroupPool {
             let all = b.all_gather_bytes(&format!("pool-trim/{n}"), &lowcon::memory::pool::trim_message(fp, mine))?;
             lowcon::memory::pool::agree_on_trim(self.rank(), "before the pool was trimmed", &all)
         };
-        match self {
+        let released = match self {
             GroupPool::Gpu { pool, .. } => pool.trim(agree),
             GroupPool::Host(p) => p.trim(agree),
-        }
+        }?;
+        crate::trace::line(|| format!("trim\t{:x}\t{released}", self.tag()));
+        Ok(released)
     }
 
     /// Makes `stream` wait for the free's event of a block last used on another stream.
@@ -136,6 +156,7 @@ impl GroupPool {
 
     /// Returns a block; any thread, no GIL needed.
     fn free(&self, id: u64) -> lowcon::Result<()> {
+        crate::trace::line(|| format!("free\t{:x}\t{id}", self.tag()));
         match self {
             GroupPool::Gpu { pool, device } => pool.free(id, |stream| {
                 // SAFETY: the stream the block was allocated on, which its owner keeps

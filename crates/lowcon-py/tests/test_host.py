@@ -70,6 +70,26 @@ def test_pool_tensors_offsets_and_mismatch(ranks, every):
         assert f"rank {r}: pool ok" in out, out
 
 
+def test_the_pool_trace_records_every_decision(tmp_path):
+    """LOWCON_POOL_TRACE: one file per rank process, the same decisions on every rank."""
+    rc, out = launch(2, "pool", "host", env={"LOWCON_POOL_TRACE": str(tmp_path / "trace"),
+                                             "LOWCON_POOL_SEGMENT_MB": "16"})
+    assert rc == 0, out
+    files = sorted(tmp_path.glob("trace.*"))
+    assert len(files) == 2, files
+    decisions = []
+    for f in files:
+        lines = [l.split("\t") for l in f.read_text().splitlines()]
+        kinds = {l[0] for l in lines}
+        assert {"alloc", "free", "trim"} <= kinds, kinds
+        assert any(l[0] == "alloc" and l[7] == "grew" for l in lines) and any(l[-1] == "free" for l in lines)
+        # (bytes, segment, offset, how) of every allocation, in order: rank-independent.
+        decisions.append([(l[3], l[5], l[6], l[7]) for l in lines if l[0] == "alloc"])
+    # Rank 0 keeps one extra block at the end (the mismatch check): compare what precedes it.
+    n = min(len(d) for d in decisions)
+    assert n > 10 and decisions[0][:n - 2] == decisions[1][:n - 2]
+
+
 def _by_hand(mode):
     """Starts a store and two ranks of worker.py `mode` without a launcher."""
     store = subprocess.Popen([LOWCON, "store", "serve", "--bind", "127.0.0.1:0"],
