@@ -31,23 +31,7 @@ impl GpuColl {
         output: DeviceBuf<'_>,
         stream: &Stream,
     ) -> Result<()> {
-        let (rank, world) = (self.sync.core.rank, self.sync.core.world);
-        self.sync.check_stream(stream)?;
-        self.check_buf("input", &input)?;
-        self.check_buf("output", &output)?;
-        let shard = check_all_gather(rank, world, (input.count, input.dtype), (output.count, output.dtype))?;
-        let Some((buf, off)) = output.symm else {
-            return Err(floor_needs_symmetric(rank, "all-gather", "output"));
-        };
-        let dst = Sym { buf, off };
-        for p in rotated(rank, world).filter(|&p| p != rank) {
-            // SAFETY: peer p's mapping of the symmetric output holds world x shard bytes
-            // (checked on this rank; every rank makes the same call), and the input holds
-            // a shard; both stay mapped while the caller holds the buffers. The bytes race
-            // with the peers' use by design (module docs).
-            unsafe { ce_copy(stream, dst.peer(p) + (rank * shard) as u64, input.ptr, shard)? };
-        }
-        self.sync.track(stream).map(|_| ())
+        self.traffic(input, output, stream, true)
     }
 
     /// The reduce-scatter's traffic alone (module docs): `input` must be symmetric.
@@ -57,19 +41,38 @@ impl GpuColl {
         output: DeviceBuf<'_>,
         stream: &Stream,
     ) -> Result<()> {
+        self.traffic(input, output, stream, false)
+    }
+
+    /// Both: `gather` pushes this rank's shard into every peer's slot of the output;
+    /// otherwise every peer's chunk `rank` of the input is pulled into the output.
+    fn traffic(&self, input: DeviceBuf<'_>, output: DeviceBuf<'_>, stream: &Stream, gather: bool) -> Result<()> {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         self.sync.check_stream(stream)?;
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
-        let chunk = check_reduce_scatter(rank, world, (input.count, input.dtype), (output.count, output.dtype))?;
-        let Some((buf, off)) = input.symm else {
-            return Err(floor_needs_symmetric(rank, "reduce-scatter", "input"));
+        let (ins, outs) = ((input.count, input.dtype), (output.count, output.dtype));
+        let (bytes, symm) = if gather {
+            (check_all_gather(rank, world, ins, outs)?, output.symm)
+        } else {
+            (check_reduce_scatter(rank, world, ins, outs)?, input.symm)
         };
-        let src = Sym { buf, off };
+        let Some((buf, off)) = symm else {
+            return Err(if gather {
+                floor_needs_symmetric(rank, "all-gather", "output")
+            } else {
+                floor_needs_symmetric(rank, "reduce-scatter", "input")
+            });
+        };
+        let sym = Sym { buf, off };
+        let slot = (rank * bytes) as u64;
         for p in rotated(rank, world).filter(|&p| p != rank) {
-            // SAFETY: as in `all_gather_traffic`: peer p's input holds world x chunk bytes,
-            // the output a chunk.
-            unsafe { ce_copy(stream, output.ptr, src.peer(p) + (rank * chunk) as u64, chunk)? };
+            let (dst, src) = if gather { (sym.peer(p) + slot, input.ptr) } else { (output.ptr, sym.peer(p) + slot) };
+            // SAFETY: peer p's mapping of the symmetric buffer holds world x `bytes` (checked
+            // on this rank; every rank makes the same call) and the local side `bytes`;
+            // both stay mapped while the caller holds the buffers. The bytes race with the
+            // peers' use by design (module docs).
+            unsafe { ce_copy(stream, dst, src, bytes)? };
         }
         self.sync.track(stream).map(|_| ())
     }
