@@ -8,7 +8,7 @@
 //!   [`StoreClient::all_gather`], [`StoreClient::send`]/[`StoreClient::recv`].
 //! - [`protocol`]: the wire format (documented in `docs/store-protocol.md`); every decode
 //!   is bounds-checked and returns an error, never panics.
-//! - [`env`]: the torchrun environment contract (`RANK`, `WORLD_SIZE`, ...).
+//! - [`env`](mod@env): the torchrun environment contract (`RANK`, `WORLD_SIZE`, ...).
 //! - [`kv`]: [`Store`], what a group needs of any key-value store (this one, or a
 //!   framework's), with barriers and all-gathers built on it.
 

@@ -3,7 +3,7 @@
 //! peers' copies directly.
 //!
 //! - `gpu`: [`SymmetricBuffer`], CUDA VMM (or legacy IPC) allocations mapped over
-//!   NVLink, and how their release waits for the device ([`gpu::Drain`]);
+//!   NVLink, and how their release waits for the device (`gpu::Drain`);
 //! - `pinned`: pinned host memory the device writes and the host polls;
 //! - `host`: [`HostBuffer`], the host backend's shared-memory buffers;
 //! - `pool`: [`pool::Pool`], blocks of symmetric memory with offsets that agree on

@@ -71,7 +71,7 @@ pub fn compare_fingerprints(rank: usize, when: &str, all: &[Vec<u8>]) -> Result<
     Ok(())
 }
 
-/// What a rank sends for [`Pool::trim`]: its fingerprint, then its wholly free segments
+/// What a rank sends for [`super::Pool::trim`]: its fingerprint, then its wholly free segments
 /// (little-endian u32 each).
 pub fn trim_message(fp: Fingerprint, free: &[usize]) -> Vec<u8> {
     let mut b = fp.to_bytes().to_vec();
