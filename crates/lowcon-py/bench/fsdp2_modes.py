@@ -45,6 +45,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
+from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllocMixin
 from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup, TrainingState
 
 
@@ -103,22 +104,16 @@ class NoCommReduceScatter(ReduceScatter):
         return None
 
 
-class TorchMemAllGather(AllGather):
+class TorchMemAllGather(DefaultAllocMixin, AllGather):
     """No all-gather; the output from torch's allocator on every call (FSDP2's default
     allocation), so the memory is NCCL's pattern."""
-
-    def allocate(self, size, *, dtype, device):  # noqa: ANN001
-        return torch.empty(*[int(s) for s in size], dtype=dtype, device=device)
 
     def __call__(self, output_tensor, input_tensor, group=None, async_op=False):  # noqa: ANN001
         return None
 
 
-class TorchMemReduceScatter(ReduceScatter):
+class TorchMemReduceScatter(DefaultAllocMixin, ReduceScatter):
     """No reduce-scatter; input and output from torch's allocator on every call."""
-
-    def allocate(self, size, *, dtype, device):  # noqa: ANN001
-        return torch.empty(*[int(s) for s in size], dtype=dtype, device=device)
 
     def __call__(self, output_tensor, input_tensor, group=None, op=None, async_op=False):  # noqa: ANN001
         output_tensor.zero_()

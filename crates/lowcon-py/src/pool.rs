@@ -100,13 +100,10 @@ impl GroupPool {
     /// [release on growth]). Returns (id, address).
     pub(crate) fn alloc(&self, b: &Backend, bytes: usize, stream: u64) -> lowcon::Result<(u64, u64)> {
         let agree = |fp: lowcon::Fingerprint, n: u64, mine: &[usize]| {
-            if let (false, GroupPool::Gpu { device, .. }) = (mine.is_empty(), self) {
-                device.bind_to_thread()?;
-                device.synchronize()?;
+            if !mine.is_empty() {
+                self.drain()?;
             }
-            let msg = lowcon::memory::pool::trim_message(fp, mine);
-            let all = b.all_gather_bytes(&format!("pool-grow/{n}"), &msg)?;
-            lowcon::memory::pool::agree_on_trim(self.rank(), "before the pool grew", &all)
+            self.agree_on_release(b, &format!("pool-grow/{n}"), "before the pool grew", fp, mine)
         };
         match (self, b) {
             (GroupPool::Gpu { pool, .. }, Backend::Gpu(g)) => {
@@ -128,13 +125,9 @@ impl GroupPool {
     /// finished its work, so no peer's copy still reads them). Returns the bytes released
     /// on this rank.
     pub(crate) fn trim(&self, b: &Backend) -> lowcon::Result<usize> {
-        if let (GroupPool::Gpu { device, .. }, Backend::Gpu(_)) = (self, b) {
-            device.bind_to_thread()?;
-            device.synchronize()?;
-        }
-        let agree = |mine: &[usize], fp: lowcon::Fingerprint, n: u64| {
-            let all = b.all_gather_bytes(&format!("pool-trim/{n}"), &lowcon::memory::pool::trim_message(fp, mine))?;
-            lowcon::memory::pool::agree_on_trim(self.rank(), "before the pool was trimmed", &all)
+        self.drain()?;
+        let agree = |fp: lowcon::Fingerprint, n: u64, mine: &[usize]| {
+            self.agree_on_release(b, &format!("pool-trim/{n}"), "before the pool was trimmed", fp, mine)
         };
         let released = match self {
             GroupPool::Gpu { pool, .. } => pool.trim(agree),
@@ -142,6 +135,30 @@ impl GroupPool {
         }?;
         crate::trace::line(|| format!("trim\t{:x}\t{released}", self.tag()));
         Ok(released)
+    }
+
+    /// Waits for this rank's GPU work (GPU pool), so that no queued copy still uses a
+    /// segment about to be released.
+    fn drain(&self) -> lowcon::Result<()> {
+        if let GroupPool::Gpu { device, .. } = self {
+            device.bind_to_thread()?;
+            device.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// The ranks' exchange before a release (growth or trim, keyed `key`): fingerprints
+    /// compared, the segments free on every rank returned.
+    fn agree_on_release(
+        &self,
+        b: &Backend,
+        key: &str,
+        when: &str,
+        fp: lowcon::Fingerprint,
+        mine: &[usize],
+    ) -> lowcon::Result<Vec<usize>> {
+        let all = b.all_gather_bytes(key, &lowcon::memory::pool::trim_message(fp, mine))?;
+        lowcon::memory::pool::agree_on_trim(self.rank(), when, &all)
     }
 
     /// Makes `stream` wait for the free's event of a block last used on another stream.

@@ -366,10 +366,17 @@ struct PoolState<S, E> {
     trims: u64,
 }
 
-impl<S: Segment, E> PoolState<S, E> {
+impl<S: Segment, E: Clone> PoolState<S, E> {
     /// This rank's address of a segment the core placed a block in (never a released one).
     fn base(&self, segment: usize) -> u64 {
         self.segments[segment].as_ref().expect("the core places blocks only in live segments").base()
+    }
+
+    /// Releases segments `which` (agreed by every rank): the bytes, and the segments to
+    /// drop once the lock is released.
+    fn release(&mut self, which: &[usize]) -> Result<(usize, Vec<S>)> {
+        let bytes = self.core.release(which)?;
+        Ok((bytes, which.iter().filter_map(|&i| self.segments[i].take()).collect()))
     }
 }
 
@@ -454,11 +461,7 @@ impl<S: Segment + Clone, E: Clone> Pool<S, E> {
         // or, for its peers, there): a one-time stall in the steps that grow the pool.
         let released = agree(fp, n, &mine)?;
         if !released.is_empty() {
-            let dropped: Vec<S> = {
-                let mut st = self.lock();
-                st.core.release(&released)?;
-                released.iter().filter_map(|&i| st.segments[i].take()).collect()
-            };
+            let (_, dropped) = self.lock().release(&released)?;
             drop(dropped);
         }
         let seg = grow(seg_bytes)?;
@@ -506,23 +509,19 @@ impl<S: Segment + Clone, E: Clone> Pool<S, E> {
     }
 
     /// Collective: gives back the segments that are wholly free on every rank, and
-    /// returns the bytes released here. `agree(mine)` gets this rank's wholly free
-    /// segments and must return the ones free on every rank (an all-gather and an
-    /// intersection; the fingerprint and the trim's number are for checking that the
-    /// ranks agree and for keying the exchange), after every rank has finished its GPU
-    /// work on pool memory (a peer's
-    /// copy may still read this rank's segment otherwise). The pool's lock is held
-    /// meanwhile, so no block is taken or freed in between; the segments are dropped
-    /// (unmapped, freed) after the lock is released.
-    pub fn trim(&self, agree: impl FnOnce(&[usize], Fingerprint, u64) -> Result<Vec<usize>>) -> Result<usize> {
+    /// returns the bytes released here. `agree(fingerprint, n, mine)` is as in
+    /// [`Pool::alloc`] (`n` numbers the trims), with every wholly free segment of any
+    /// stream, and must be called after every rank has finished its GPU work on pool
+    /// memory (a peer's copy may still read this rank's segment otherwise). The pool's
+    /// lock is held meanwhile, so no block is taken or freed in between; the segments are
+    /// dropped (unmapped, freed) after the lock is released.
+    pub fn trim(&self, agree: impl FnOnce(Fingerprint, u64, &[usize]) -> Result<Vec<usize>>) -> Result<usize> {
         let (bytes, dropped) = {
             let mut st = self.lock();
             let mine = st.core.free_segments();
             st.trims += 1;
-            let all = agree(&mine, st.core.fingerprint(), st.trims)?;
-            let bytes = st.core.release(&all)?;
-            let dropped: Vec<S> = all.iter().filter_map(|&i| st.segments[i].take()).collect();
-            (bytes, dropped)
+            let agreed = agree(st.core.fingerprint(), st.trims, &mine)?;
+            st.release(&agreed)?
         };
         drop(dropped);
         Ok(bytes)

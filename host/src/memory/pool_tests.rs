@@ -222,7 +222,7 @@ fn the_pool_trims_what_every_rank_has_free_and_drops_it() {
     // This rank has both free; the peers (the agreement) only segment 1.
     let mut seen = None;
     let released = pool
-        .trim(|mine, fp, n| {
+        .trim(|fp, n, mine| {
             seen = Some((mine.to_vec(), fp.allocs, n));
             Ok(vec![1])
         })
