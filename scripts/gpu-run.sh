@@ -77,6 +77,7 @@ coll_at() { # the collective suite at world size $1
     step "w=$w coll-stress 1000 calls x 2 streams (kernel)" "coll-w$w.txt" "${crun[@]}" coll-stress --backend gpu --method kernel
     step "w=$w coll-stress 1000 calls x 2 streams (memop)" "coll-w$w.txt" "${crun[@]}" coll-stress --backend gpu --method memop
     step "w=$w coll-bad-input" "coll-w$w.txt" "${crun[@]}" coll-bad-input --backend gpu
+    step "w=$w coll-mapped: ordinary inputs read in place (kernel+memop)" "coll-w$w.txt" "${crun[@]}" coll-mapped
     for m in kernel memop; do
       # Ranks started by hand (no launcher): the library alone must name the dead rank.
       step "w=$w coll-dead-peer SIGKILL mid-loop, no launcher ($m)" "coll-dead-w$w.txt" \

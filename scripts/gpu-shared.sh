@@ -16,6 +16,8 @@
 #   SHARED_BUDGET   seconds for the whole run (default 560: one 10-minute device call;
 #                   all parts at every size take three: "rust capi" at 2 3 4 8, python
 #                   at 2 3 4, python at 8)
+#   STEPS_ONLY      an extended regex: only the steps whose names match run (e.g.
+#                   "coll-mapped|FSDP2"; set-up steps always run)
 #   SHARED_GPU      the GPU to share (default 0)
 #   SHARED_MPS=0    do not start MPS (time-sliced contexts: correct, about 200x slower
 #                   barriers)
@@ -115,6 +117,7 @@ for w in $worlds; do
       st "w=$w coll-stress 1000 calls x 2 streams ($m)" "coll-w$w.txt" 120 "${run[@]}" "$L" selftest coll-stress --backend gpu --method "$m"
     done
     st "w=$w coll-bad-input" "coll-w$w.txt" 60 "${run[@]}" "$L" selftest coll-bad-input --backend gpu
+    st "w=$w coll-mapped: ordinary inputs read in place (kernel+memop)" "coll-w$w.txt" 120 "${run[@]}" "$L" selftest coll-mapped
     for m in kernel memop; do
       # Ranks by hand (no launcher): the library alone names the dead rank.
       st "w=$w coll-dead-peer SIGKILL mid-loop, no launcher ($m)" "dead-w$w.txt" 90 \

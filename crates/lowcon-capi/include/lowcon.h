@@ -72,6 +72,10 @@ typedef struct {
   // Nonzero: ordinary buffers may be staged through the communicator's workspace
   // where the algorithm needs symmetric memory. Zero: such a call is refused.
   int allow_staging;
+  // Nonzero (GPU, "ce-pull" and "ce-reduce"): peers read an ordinary `cudaMalloc`
+  // input in place through IPC instead of a staging copy; the call then exchanges
+  // addresses with the peers' hosts. Zero (the default): staged.
+  int map_ordinary;
 } lowconCollOptions;
 
 // An element type (`lowconFloat32`, ...).

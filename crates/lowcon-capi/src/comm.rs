@@ -250,6 +250,7 @@ pub unsafe extern "C" fn lowconCollOptionsInit(opts: *mut lowconCollOptions) -> 
             pipeline: 0,
             channel: 0,
             allow_staging: 1,
+            map_ordinary: 0,
         };
         write_out(opts, "opts", d)
     })

@@ -138,6 +138,10 @@ pub struct lowconCollOptions {
     /// Nonzero: ordinary buffers may be staged through the communicator's workspace
     /// where the algorithm needs symmetric memory. Zero: such a call is refused.
     pub allow_staging: c_int,
+    /// Nonzero (GPU, "ce-pull" and "ce-reduce"): peers read an ordinary `cudaMalloc`
+    /// input in place through IPC instead of a staging copy; the call then exchanges
+    /// addresses with the peers' hosts. Zero (the default): staged.
+    pub map_ordinary: c_int,
 }
 
 enum Group {
@@ -336,6 +340,7 @@ fn options<A: std::str::FromStr<Err = Error> + Default>(o: *const lowconCollOpti
     out.pipeline = Some(nonneg(o.pipeline, "pipeline")?).filter(|&p| p != 0);
     out.channel = nonneg(o.channel, "channel")?;
     out.allow_staging = o.allow_staging != 0;
+    out.map_ordinary = o.map_ordinary != 0;
     Ok(out)
 }
 

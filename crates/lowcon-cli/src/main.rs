@@ -153,6 +153,12 @@ enum Scenario {
         #[arg(long)]
         method: Option<String>,
     },
+    /// GPU collectives with `map_ordinary`: peers read ordinary (cuMemAlloc) inputs in
+    /// place; differing sizes and unshareable memory refused on every rank.
+    CollMapped {
+        #[arg(long)]
+        method: Option<String>,
+    },
     /// Collectives: back-to-back calls cycling through every algorithm, on one or two
     /// streams (threads on the host backend) at once, every output checked.
     CollStress {
@@ -269,6 +275,10 @@ fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
                     Ok(format!("{suite}; {}", coll::run_in_place_suite(&mut r, lowcon::SyncMethod::Kernel)?))
                 }),
             },
+        ),
+        Scenario::CollMapped { method } => (
+            "coll-mapped",
+            per_method(&method, |m| coll::GpuRunner::from_env(None).and_then(|r| coll::gpu_mapped(&r, m))),
         ),
         Scenario::CollStress { backend, iters, streams, method } => (
             "coll-stress",

@@ -8,9 +8,10 @@ before anything replaces them.
 
 Modes (`--modes`, comma separated):
 - `nccl`, `nccl-b`: FSDP2's defaults (NCCL). `nccl-b` is the A/A twin: the noise floor.
-- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,ctas=N,rs_ctas=N,agmem=M,rsmem=M`:
-  lowcon's hooks (`lowcon.fsdp`), with options (`agmem`/`rsmem`: "pool" or "torch",
-  where the all-gather outputs and reduce-scatter inputs live); several variants may run
+- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,ctas=N,rs_ctas=N,mem=M,agmem=M,rsmem=M`:
+  lowcon's hooks (`lowcon.fsdp`), with options (`agmem`/`rsmem`, or `mem` for both:
+  "pool" or "torch", where the all-gather outputs and reduce-scatter inputs live; with
+  "torch" peers read them in place through IPC mappings); several variants may run
   side by side, paired.
 - `nccl-ce`: PyTorch #176613's copy-engine all-gather from 2.11's public pieces (a
   zero-CTA NCCL group over torch's NCCL symmetric memory), FSDP2's default
@@ -224,7 +225,8 @@ def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
     sync = opts.get("sync", "kernel")
     ag_opts = {"ctas": int(opts["ctas"])} if "ctas" in opts else {}
     rs_opts = {"ctas": int(opts["rs_ctas"])} if "rs_ctas" in opts else {}
-    agmem, rsmem = opts.get("agmem", "pool"), opts.get("rsmem", "pool")
+    mem = opts.get("mem", "pool")  # both at once; agmem / rsmem override
+    agmem, rsmem = opts.get("agmem", mem), opts.get("rsmem", mem)
     ag = lowcon.fsdp.LowconAllGather(group, opts.get("ag", "auto"), sync, agmem, **ag_opts)
     rs = lowcon.fsdp.LowconReduceScatter(group, opts.get("rs", "auto"), sync, None, rsmem, **rs_opts)
     notes = {"lowcon": getattr(lowcon, "__version__", "?"), "all_gather": opts.get("ag", "auto"),

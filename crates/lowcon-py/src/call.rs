@@ -14,6 +14,7 @@ pub(crate) fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
     pipeline: Option<u32>,
     channel: Option<u32>,
     allow_staging: bool,
+    map_ordinary: bool,
 ) -> PyResult<CollOptions<A>> {
     Ok(CollOptions {
         algorithm: algorithm.parse().map_err(to_py)?,
@@ -23,6 +24,7 @@ pub(crate) fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
         // Resolved per call from the stream when not given (`Group::channel_for`).
         channel: channel.unwrap_or(u32::MAX),
         allow_staging,
+        map_ordinary,
     })
 }
 

@@ -395,7 +395,7 @@ impl Group {
 
     /// All-gather into `output` (world x input elements) from `input`.
     /// `on_current`: `stream` is torch's current stream (see `collective`).
-    #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, stream = None, on_current = false))]
+    #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = false, stream = None, on_current = false))]
     #[allow(clippy::too_many_arguments)]
     fn all_gather<'py>(
         &self,
@@ -408,16 +408,17 @@ impl Group {
         pipeline: Option<u32>,
         channel: Option<u32>,
         allow_staging: bool,
+        map_ordinary: bool,
         stream: Option<isize>,
         on_current: bool,
     ) -> PyResult<()> {
-        let opts = options(algorithm, sync, ctas, pipeline, channel, allow_staging)?;
+        let opts = options(algorithm, sync, ctas, pipeline, channel, allow_staging, map_ordinary)?;
         self.collective(py, output, input, Which::AllGather(opts), stream, on_current)
     }
 
     /// Reduce-scatter into `output` from `input` (world x output elements), with `op`
     /// ("sum", "avg", "min", "max").
-    #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, stream = None, on_current = false))]
+    #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = false, stream = None, on_current = false))]
     #[allow(clippy::too_many_arguments)]
     fn reduce_scatter<'py>(
         &self,
@@ -431,11 +432,12 @@ impl Group {
         pipeline: Option<u32>,
         channel: Option<u32>,
         allow_staging: bool,
+        map_ordinary: bool,
         stream: Option<isize>,
         on_current: bool,
     ) -> PyResult<()> {
         let op: ReduceOp = op.parse().map_err(to_py)?;
-        let opts = options(algorithm, sync, ctas, pipeline, channel, allow_staging)?;
+        let opts = options(algorithm, sync, ctas, pipeline, channel, allow_staging, map_ordinary)?;
         self.collective(py, output, input, Which::ReduceScatter(op, opts), stream, on_current)
     }
 
@@ -545,6 +547,8 @@ impl Group {
         d.set_item("allocations", s.allocs)?;
         let ws = self.with(|b| Ok(if let Backend::Gpu(g) = b { g.workspace_bytes() } else { 0 })).unwrap_or(0);
         d.set_item("workspace_bytes", ws)?;
+        let mapped = self.with(|b| Ok(if let Backend::Gpu(g) = b { g.mapped_allocations() } else { 0 })).unwrap_or(0);
+        d.set_item("mapped_allocations", mapped)?;
         Ok(d)
     }
 

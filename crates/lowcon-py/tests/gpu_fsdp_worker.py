@@ -137,6 +137,11 @@ def train(mode, reduce_dtype=torch.float32, factor=None, group=None, mesh=None, 
         dist.all_reduce(mean)  # SUM: Gloo has no AVG
         losses.append(mean.item() / world)
     g.check()
+    if mode == "lowcon" and lowcon_args.get("all_gather_memory") == "torch" and world > 1:
+        # The all-gathers read torch's memory in place: peers' segments were opened.
+        opened = (group or g).pool_stats()["mapped_allocations"]
+        if opened == 0:
+            fail(f"all_gather_memory='torch' opened no peer allocation: {lowcon_args}")
     del model, opt
     return losses
 
@@ -165,6 +170,11 @@ runs = [
     ("ce-pull/ce-reduce kernel", base, dict(all_gather="ce-pull", reduce_scatter="ce-reduce")),
     ("ce-push/sm-direct memop", base, dict(all_gather="ce-push", reduce_scatter="sm-direct", sync="memop")),
     ("sm-oneshot/auto", base, dict(all_gather="sm-oneshot")),
+    # Buffers in torch's memory, read in place by the peers (map_ordinary).
+    ("torch memory, auto", base, dict(all_gather_memory="torch", reduce_scatter_memory="torch")),
+    ("torch memory, ce-pull/ce-reduce memop", base,
+     dict(all_gather="ce-pull", reduce_scatter="ce-reduce", sync="memop", all_gather_memory="torch",
+          reduce_scatter_memory="torch")),
     ("bf16 reduce, auto", base16, dict(reduce_dtype=torch.bfloat16)),
     (f"divide factor {PREMUL:g} (PREMUL_SUM)", base_premul, dict(factor=PREMUL)),
     # bf16 with PREMUL_SUM: NCCL's own run of this (torch 2.11, NCCL 2.28.9) does not train

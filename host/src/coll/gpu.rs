@@ -24,6 +24,7 @@
 
 mod floor;
 mod ll;
+mod push;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -31,13 +32,14 @@ use super::check::{align256, check_all_gather, check_push_op, check_reduce_scatt
 use super::device_buf::DeviceBuf;
 use super::select::{
     DEFAULT_REDUCE_CTAS, DEFAULT_TMA_CTAS, STAGING_DEPTH, choose_all_gather, choose_reduce_scatter, default_pieces,
-    oneshot_ctas, piece_elems, push_tile, tma_ring, tma_split,
+    oneshot_ctas, piece_elems, tma_ring, tma_split,
 };
 use super::{AllGatherAlgorithm, AllGatherOptions, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
-use crate::cuda::kernels::{FusedArgs, PushArgs, TmaArgs};
+use crate::cuda::kernels::{FusedArgs, TmaArgs};
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
+use crate::memory::mapped::PeerMaps;
 use crate::sync::SyncMethod;
 use crate::sync::gpu::GpuSync;
 
@@ -50,6 +52,8 @@ pub(crate) struct GpuColl {
     /// Ranks sharing this GPU (shared mode): the most CTAs any collective kernel gets
     /// (NOTE [shared CTAs]).
     cta_cap: Option<u32>,
+    /// Ordinary inputs that peers read in place (`map_ordinary`).
+    maps: Box<PeerMaps>,
 }
 
 /// Per-channel state of a group's collectives.
@@ -61,6 +65,8 @@ struct ChannelState {
     /// The LL buffer (first LL call on the channel) and the next LL round (`coll::gpu::ll`).
     ll: Option<SymmetricBuffer>,
     ll_seq: u64,
+    /// Calls with a mapped input so far (the address exchange's sequence number).
+    map_seq: u64,
 }
 
 /// Where every rank's copy of some data lives: a symmetric buffer and a byte offset.
@@ -100,10 +106,23 @@ fn refuse_staging(rank: usize, algorithm: &str, what: &str) -> Error {
 
 impl GpuColl {
     /// `ranks_on_gpu`: how many ranks of the group use this rank's GPU (1 unless shared).
-    pub(crate) fn new(sync: Arc<GpuSync>, ranks_on_gpu: usize, sm_count: u32) -> Self {
+    /// Collective (the address mailbox).
+    pub(crate) fn new(sync: Arc<GpuSync>, ranks_on_gpu: usize, sm_count: u32) -> Result<Self> {
         let channels = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(ChannelState::default())).collect();
         let cta_cap = crate::coll::select::shared_cta_cap(ranks_on_gpu, sm_count);
-        Self { channels, sync, cta_cap }
+        let maps = Box::new(PeerMaps::new(&sync.core, &sync.device)?);
+        Ok(Self { channels, sync, cta_cap, maps })
+    }
+
+    /// Peer allocations opened for `map_ordinary` calls.
+    pub(crate) fn mapped_allocations(&self) -> usize {
+        self.maps.opened()
+    }
+
+    /// The next exchange of the channel `st`: every rank's address of `bytes` at `ptr`.
+    fn exchange(&self, st: &mut ChannelState, channel: u32, ptr: u64, bytes: usize, what: &str) -> Result<Vec<u64>> {
+        st.map_seq += 1;
+        self.maps.exchange(&self.sync.core, channel, st.map_seq, ptr, bytes, what)
     }
 
     /// Bytes of this rank's workspaces and LL buffers, over every channel (what the
@@ -276,7 +295,12 @@ impl GpuColl {
         let own = if input.ptr == output.ptr + (rank * shard) as u64 { 0 } else { shard };
         let push = algorithm == AllGatherAlgorithm::CePush;
         let pull_in_place = in_place && matches!(algorithm, AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto);
-        let stage_in = !input.is_symmetric() && !push && !pull_in_place;
+        // Peers read this rank's ordinary input in place (NOTE [mapped ordinary memory]).
+        let mapped = opts.map_ordinary
+            && !input.is_symmetric()
+            && !in_place
+            && matches!(algorithm, AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto);
+        let stage_in = !input.is_symmetric() && !push && !pull_in_place && !mapped;
         let stage_out = !output.is_symmetric() && push;
         if stage_in && !opts.allow_staging {
             if in_place {
@@ -295,6 +319,8 @@ impl GpuColl {
         let ch = opts.channel;
         let mut st = self.channel(ch);
         self.prepare(&mut st, need, 2)?;
+        let peers =
+            if mapped { Some(self.exchange(&mut st, ch, input.ptr, input.bytes(), "all-gather input")?) } else { None };
         let ws = st.workspace.as_ref();
         let copy = st.copy.as_ref().expect("prepared");
         let (fork, join) = (&st.events[0], &st.events[1]);
@@ -306,10 +332,18 @@ impl GpuColl {
         unsafe {
             match algorithm {
                 AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto => {
-                    // Where peer p's shard is: its input, or (in place) its output slot.
-                    let (src, slot) = match output.symm {
-                        Some((buf, off)) if in_place => (Sym { buf, off }, s),
-                        _ => (self.symmetric_input(stream, &input, ws, 0)?, 0),
+                    // Where peer p's shard is: its mapped input, its input, or (in place)
+                    // its output slot.
+                    let shard_of: Box<dyn Fn(usize) -> u64> = match (&peers, output.symm) {
+                        (Some(a), _) => Box::new(|p| a[p]),
+                        (None, Some((buf, off))) if in_place => {
+                            let src = Sym { buf, off };
+                            Box::new(move |p| src.peer(p) + p as u64 * s)
+                        }
+                        _ => {
+                            let src = self.symmetric_input(stream, &input, ws, 0)?;
+                            Box::new(move |p| src.peer(p))
+                        }
                     };
                     stream.record(fork)?;
                     copy.wait(fork)?;
@@ -317,7 +351,7 @@ impl GpuColl {
                     copy.record(join)?;
                     self.sync.barrier(stream, ch, opts.sync)?;
                     for p in rotated(rank, world).filter(|&p| p != rank) {
-                        ce_copy(stream, out + p as u64 * s, src.peer(p) + p as u64 * slot, shard)?;
+                        ce_copy(stream, out + p as u64 * s, shard_of(p), shard)?;
                     }
                     stream.wait(join)?;
                     self.sync.barrier(stream, ch, opts.sync)?;
@@ -395,7 +429,8 @@ impl GpuColl {
             ReduceScatterAlgorithm::Ll => return self.ll_reduce_scatter(&input, &output, op, stream, opts, chunk, dt),
             _ => {}
         }
-        let stage_in = !input.is_symmetric();
+        let mapped = opts.map_ordinary && !input.is_symmetric() && algorithm == ReduceScatterAlgorithm::CeReduce;
+        let stage_in = !input.is_symmetric() && !mapped;
         if stage_in && !opts.allow_staging {
             return Err(refuse_staging(rank, algorithm.name(), "input"));
         }
@@ -412,6 +447,11 @@ impl GpuColl {
         let ch = opts.channel;
         let mut st = self.channel(ch);
         self.prepare(&mut st, need, 1 + 2 * pieces)?;
+        let peers = if mapped {
+            Some(self.exchange(&mut st, ch, input.ptr, input.bytes(), "reduce-scatter input")?)
+        } else {
+            None
+        };
         let ws = st.workspace.as_ref();
         let copy = st.copy.as_ref().expect("prepared");
         let out = output.ptr;
@@ -420,7 +460,12 @@ impl GpuColl {
         // workspace sized above, and a slot is only refilled after the reduction that
         // read it (events).
         unsafe {
-            let src = self.symmetric_input(stream, &input, ws, 0)?;
+            let src = if mapped { None } else { Some(self.symmetric_input(stream, &input, ws, 0)?) };
+            let input_of = |p: usize| match (&peers, &src) {
+                (Some(a), _) => a[p],
+                (None, Some(s)) => s.peer(p),
+                (None, None) => unreachable!("mapped or symmetric"),
+            };
             match algorithm {
                 ReduceScatterAlgorithm::CeReduce | ReduceScatterAlgorithm::Auto => {
                     let ws = ws.expect("workspace sized for staging");
@@ -438,7 +483,7 @@ impl GpuColl {
                         }
                         let slots = stage_base + ((i % STAGING_DEPTH) * (world - 1) * slot) as u64;
                         for p in rotated(rank, world).filter(|&p| p != rank) {
-                            let from = src.peer(p) + (rank * chunk + first * esize) as u64;
+                            let from = input_of(p) + (rank * chunk + first * esize) as u64;
                             ce_copy(copy, slots + (staged_slot(p, rank) * slot) as u64, from, len * esize)?;
                         }
                         copy.record(&copied[i])?;
@@ -465,6 +510,7 @@ impl GpuColl {
                     self.sync.barrier(stream, ch, opts.sync)?;
                 }
                 ReduceScatterAlgorithm::SmDirect => {
+                    let src = src.expect("kernels read symmetric inputs");
                     let off = src.off + rank * chunk;
                     let vec_ok = off.is_multiple_of(16) && out.is_multiple_of(16);
                     self.one_shot(stream, ch, opts.sync, |f| {
@@ -488,6 +534,7 @@ impl GpuColl {
                 ReduceScatterAlgorithm::TmaReduce | ReduceScatterAlgorithm::TmaReduceEvict => {
                     // Every rank's chunk is at the same offset, so one head/body/tail split
                     // (bulk copies need 16-byte alignment) fits all sources.
+                    let src = src.expect("kernels read symmetric inputs");
                     let off = src.off + rank * chunk;
                     let (head, body) = tma_split(off, n, esize);
                     let (tile, stages) = tma_ring(world);
@@ -510,69 +557,6 @@ impl GpuColl {
         }
         // Registered before the channel is released, so that no other user of the
         // channel can retire the workspace ahead of this call's sequence number.
-        self.sync.track(stream)?;
-        drop(st);
-        Ok(())
-    }
-
-    /// tma-push-reduce (NOTE [tma-push-reduce] in `gpu-kernels/src/push.rs`): this rank's
-    /// accumulator (the workspace's first `align256(chunk)` bytes) starts as its own
-    /// chunk, then, between the barriers, every rank adds its chunk `p` into rank `p`'s
-    /// accumulator with bulk reductions, and the owner copies the result out. Neither
-    /// buffer needs to be symmetric: the input is only read locally, and the accumulator
-    /// is algorithm-internal scratch like ce-reduce's ring, so `allow_staging` (about user
-    /// buffers that must be symmetric) does not apply. Inputs whose chunks are not
-    /// 16-byte aligned (address or chunk size) are first copied, locally, into the
-    /// workspace with a padded chunk stride, since bulk operations need 16-byte alignment.
-    fn push_reduce(
-        &self,
-        input: DeviceBuf<'_>,
-        output: DeviceBuf<'_>,
-        stream: &Stream,
-        opts: &ReduceScatterOptions,
-        chunk: usize,
-        dt: usize,
-    ) -> Result<()> {
-        let (rank, world) = (self.sync.core.rank, self.sync.core.world);
-        let slot = align256(chunk);
-        let aligned = input.ptr.is_multiple_of(16) && chunk.is_multiple_of(16);
-        let need = slot + if aligned { 0 } else { world * slot };
-        let ch = opts.channel;
-        let mut st = self.channel(ch);
-        self.prepare(&mut st, need, 0)?;
-        let ws = st.workspace.as_ref().expect("prepared");
-        let kernels = self.sync.device.kernels()?;
-        let acc = ws.local_ptr();
-        let ctas = self.ctas(opts.ctas.unwrap_or(DEFAULT_TMA_CTAS));
-        // SAFETY: (the whole block) the input holds `world * chunk` bytes and the output
-        // `chunk` (checked); the workspace holds `need` bytes on every rank (grown
-        // collectively); the accumulator is written by its owner only before the entry
-        // barrier and read only after the exit barrier, and peers add into it only
-        // between the two (NOTE [tma-push-reduce]).
-        unsafe {
-            let (src, stride) = if aligned {
-                (input.ptr, chunk as u64)
-            } else {
-                let staged = acc + slot as u64;
-                for p in (0..world).filter(|&p| p != rank) {
-                    ce_copy(stream, staged + (p * slot) as u64, input.ptr + (p * chunk) as u64, chunk)?;
-                }
-                (staged, slot as u64)
-            };
-            // The accumulator starts as this rank's own contribution, before the entry
-            // barrier lets the peers add theirs.
-            ce_copy(stream, acc, input.ptr + (rank * chunk) as u64, chunk)?;
-            let a = PushArgs {
-                src,
-                stride,
-                bases: Sym { buf: ws, off: 0 }.bases(),
-                acc_off: 0,
-                body: chunk.next_multiple_of(16) as u64,
-                tile: push_tile(),
-            };
-            self.one_shot(stream, ch, opts.sync, |f| kernels.tma_push_reduce(stream, dt, f, ctas, &a))?;
-            ce_copy(stream, output.ptr, acc, chunk)?;
-        }
         self.sync.track(stream)?;
         drop(st);
         Ok(())

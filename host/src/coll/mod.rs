@@ -308,6 +308,14 @@ pub struct CollOptions<A> {
     /// Allow staging ordinary buffers through the workspace where the algorithm needs
     /// symmetric memory; when `false`, such a call is refused instead.
     pub allow_staging: bool,
+    /// GPU backend, `ce-pull` and `ce-reduce`: peers read an ordinary input where it is
+    /// (NOTE [mapped ordinary memory] in `memory::mapped`): the ranks exchange its IPC
+    /// handle through shared host memory in the call, which then waits for every peer's
+    /// host to make the same call, and open each peer allocation once. The input must
+    /// come from `cudaMalloc`/`cuMemAlloc` (torch's default caching allocator does). Saves
+    /// the staging copy and the workspace it needs; other algorithms (and the host
+    /// backend) stage as before.
+    pub map_ordinary: bool,
 }
 
 impl<A: Default> Default for CollOptions<A> {
@@ -319,6 +327,7 @@ impl<A: Default> Default for CollOptions<A> {
             pipeline: None,
             channel: 0,
             allow_staging: true,
+            map_ordinary: false,
         }
     }
 }

@@ -322,6 +322,36 @@ pub mod device {
         Ok(ordinal)
     }
 
+    /// The allocation that holds `ptr`: its base address and size
+    /// (`cuMemGetAddressRange`).
+    ///
+    /// # Safety
+    /// A context must be current.
+    pub unsafe fn address_range(ptr: sys::CUdeviceptr) -> Result<(sys::CUdeviceptr, usize)> {
+        let (mut base, mut size) = (0, 0);
+        // SAFETY: valid out-pointers.
+        check("cuMemGetAddressRange", unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) })?;
+        Ok((base, size))
+    }
+
+    /// The process-unique id of the allocation that holds `ptr`: a new allocation at
+    /// the same address gets a new id (`CU_POINTER_ATTRIBUTE_BUFFER_ID`).
+    ///
+    /// # Safety
+    /// The driver must be initialised.
+    pub unsafe fn buffer_id(ptr: sys::CUdeviceptr) -> Result<u64> {
+        let mut id: u64 = 0;
+        // SAFETY: for BUFFER_ID the out-parameter is an `unsigned long long`.
+        check("cuPointerGetAttribute(BUFFER_ID)", unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut id as *mut u64).cast::<c_void>(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                ptr,
+            )
+        })?;
+        Ok(id)
+    }
+
     /// Whether `dev` can map `peer`'s memory.
     ///
     /// # Safety

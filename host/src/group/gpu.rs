@@ -118,7 +118,7 @@ impl GpuGroup {
         let sync = Arc::new(GpuSync::new(core, device, opts.handles)?);
         Ok(Self {
             _watchdog: Watchdog::spawn(sync.clone())?,
-            coll: GpuColl::new(sync, ranks_on_gpu, info.sm_count),
+            coll: GpuColl::new(sync, ranks_on_gpu, info.sm_count)?,
             _store_server: None,
             shares_gpu,
         })
@@ -274,6 +274,12 @@ impl GpuGroup {
     /// beside any pool; grown on demand, kept for the group's life).
     pub fn workspace_bytes(&self) -> usize {
         self.coll.workspace_bytes()
+    }
+
+    /// Peer allocations this rank has opened for `map_ordinary` calls (each stays open
+    /// until its peer frees it or the group ends; NOTE [mapped ordinary memory]).
+    pub fn mapped_allocations(&self) -> usize {
+        self.coll.mapped_allocations()
     }
 
     /// The traffic floor of an all-gather (a measurement, not a collective): this rank's

@@ -6,6 +6,8 @@
 //!   NVLink, and how their release waits for the device (`gpu::Drain`);
 //! - `pinned`: pinned host memory the device writes and the host polls;
 //! - `host`: [`HostBuffer`], the host backend's shared-memory buffers;
+//! - `mapped`: ordinary device memory (a framework's allocator's) that peers read in
+//!   place, through a per-call exchange of IPC handles (`map_ordinary`);
 //! - `pool`: [`pool::Pool`], blocks of symmetric memory with offsets that agree on
 //!   every rank without a rendezvous per allocation (for frameworks' tensors).
 //!
@@ -14,6 +16,7 @@
 
 pub(crate) mod gpu;
 pub(crate) mod host;
+pub(crate) mod mapped;
 pub(crate) mod pinned;
 pub mod pool;
 

@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lowcon_store::{Store, StoreClient};
 
@@ -305,6 +305,50 @@ impl GroupCore {
         match &*self.failed.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(e) => Err(e.failure_copy()),
             None => Ok(()),
+        }
+    }
+
+    /// Spins until `ready` returns `Some`, like a kernel's bounded wait for `peer`: fails
+    /// with the peer named (`describe(state())` says what was awaited and what was seen)
+    /// when the group is aborted, the peer's host hung up, or the group's timeout passes.
+    pub(crate) fn spin_until<T, S: std::fmt::Display>(
+        &self,
+        peer: usize,
+        mut ready: impl FnMut() -> Option<T>,
+        describe: impl Fn(S) -> String,
+        state: impl Fn() -> S,
+    ) -> Result<T> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if let Some(v) = ready() {
+                return Ok(v);
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+                continue;
+            }
+            if spins.is_multiple_of(256) {
+                // Aborted from another thread (`HostGroup::abort`, Ctrl-C in Python).
+                self.check_usable()?;
+                if self.mesh.peer_hung_up(peer) {
+                    return Err(self.fail(Error::PeerGone {
+                        rank: self.rank,
+                        peer,
+                        what: format!("waiting for {}", describe(state())),
+                    }));
+                }
+                if start.elapsed() > self.timeout {
+                    return Err(self.fail(Error::PeerTimeout {
+                        rank: self.rank,
+                        peer,
+                        what: describe(state()),
+                        secs: self.timeout.as_secs_f64(),
+                    }));
+                }
+            }
+            if spins < 1024 { std::thread::yield_now() } else { std::thread::sleep(Duration::from_micros(20)) }
         }
     }
 

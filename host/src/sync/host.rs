@@ -5,12 +5,11 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
 use lowcon_abi::pad;
 
 use super::{Epochs, epoch_reached};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::memory::host::{HostBuffer, alloc};
 use crate::rendezvous::GroupCore;
 
@@ -46,56 +45,12 @@ impl HostSync {
 
     fn wait(&self, peer: usize, channel: u32, kind: u32, epoch: u32, what: &str) -> Result<()> {
         let slot = self.slot(self.core.rank, channel, kind, peer);
-        self.spin_until(
+        self.core.spin_until(
             peer,
             || epoch_reached(slot.load(Ordering::Acquire), epoch).then_some(()),
             |seen| format!("its {what} on channel {channel} (epoch {epoch}, saw {seen})"),
             || slot.load(Ordering::Relaxed),
         )
-    }
-
-    /// Spins until `ready` returns `Some`, like a kernel's bounded wait for `peer`: fails
-    /// with the peer named (`describe(state())` says what was awaited and what was seen)
-    /// when the group is aborted, the peer's host hung up, or the group's timeout passes.
-    pub(crate) fn spin_until<T, S: std::fmt::Display>(
-        &self,
-        peer: usize,
-        mut ready: impl FnMut() -> Option<T>,
-        describe: impl Fn(S) -> String,
-        state: impl Fn() -> S,
-    ) -> Result<T> {
-        let start = Instant::now();
-        let mut spins = 0u32;
-        loop {
-            if let Some(v) = ready() {
-                return Ok(v);
-            }
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-                continue;
-            }
-            if spins.is_multiple_of(256) {
-                // Aborted from another thread (`HostGroup::abort`, Ctrl-C in Python).
-                self.core.check_usable()?;
-                if self.core.mesh.peer_hung_up(peer) {
-                    return Err(self.core.fail(Error::PeerGone {
-                        rank: self.core.rank,
-                        peer,
-                        what: format!("waiting for {}", describe(state())),
-                    }));
-                }
-                if start.elapsed() > self.core.timeout {
-                    return Err(self.core.fail(Error::PeerTimeout {
-                        rank: self.core.rank,
-                        peer,
-                        what: describe(state()),
-                        secs: self.core.timeout.as_secs_f64(),
-                    }));
-                }
-            }
-            if spins < 1024 { std::thread::yield_now() } else { std::thread::sleep(Duration::from_micros(20)) }
-        }
     }
 
     /// Collective: returns once every rank reached the barrier on `channel`. Everything

@@ -308,10 +308,12 @@ pub fn check_case(r: &mut dyn Runner, case: &Case, tag: &str) -> Result<usize, S
 }
 
 mod bad_input;
+mod mapped;
 mod runners;
 mod suite;
 
 pub use bad_input::{gpu_bad_input, host_bad_input};
+pub use mapped::gpu_mapped;
 use runners::GpuMem;
 pub use runners::{GpuRunner, HostRunner};
 pub use suite::{gpu_stress, host_stress, run_suite, suite};

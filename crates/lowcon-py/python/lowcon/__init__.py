@@ -147,7 +147,9 @@ class Group:
 
         Options: algorithm ("auto", "ce-pull", "ce-push", "sm-oneshot", "ll"), sync ("kernel",
         "memop"), ctas, channel (default: one per stream, in order of first use),
-        allow_staging.
+        allow_staging, map_ordinary (GPU, ce-pull: peers read an ordinary `input`, e.g.
+        torch's memory, in place through IPC instead of a staging copy; the call then
+        exchanges addresses with the peers' hosts; docs/python.md, "Torch memory").
         """
         fast = _torch_current(output) if stream is None else None
         if fast is not None:
@@ -161,7 +163,8 @@ class Group:
 
         Options: algorithm ("auto", "ce-reduce", "sm-direct", "tma-reduce", "tma-reduce-evict",
         "tma-push-reduce": sum only, not deterministic; "ll": small messages),
-        sync, ctas, pipeline, channel, allow_staging.
+        sync, ctas, pipeline, channel, allow_staging, map_ordinary (as for `all_gather`;
+        ce-reduce).
         """
         fast = _torch_current(output) if stream is None else None
         if fast is not None:

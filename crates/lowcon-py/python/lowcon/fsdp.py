@@ -56,12 +56,15 @@ class _Comm:
         self.group = group
         self.memory = memory
         self.options = dict(algorithm=algorithm, sync=sync, **options)
+        if memory == "torch":
+            # Peers read the input where torch put it (NOTE [mapped ordinary memory]).
+            self.options.setdefault("map_ordinary", True)
         self._checked_device = None
 
     def allocate(self, size, *, dtype, device):
         """A pool block on the current stream (FSDP2 allocates on the stream that fills it),
-        or with memory="torch" a tensor from torch's allocator (lowcon then stages the part
-        peers must read through its workspace)."""
+        or with memory="torch" a tensor from torch's allocator, which peers then read in
+        place (`map_ordinary`: its cudaMalloc segment is opened once per peer)."""
         if self.memory == "torch":
             return torch.empty([int(s) for s in size], dtype=dtype, device=device)
         if device is not None and device != self._checked_device:
@@ -168,9 +171,11 @@ def install(
     "kernel" or "memop". gradient_divide_factor: also set on every module (FSDP2 then
     passes PREMUL_SUM, which lowcon applies after summing). all_gather_memory /
     reduce_scatter_memory: "pool" (the all-gather outputs, the reduce-scatter inputs in
-    lowcon's symmetric pool: no staging copy) or "torch" (torch's allocator, sharing
-    memory with activations as NCCL's buffers do; lowcon stages what peers read through
-    its workspace: one shard per all-gather, the whole input per reduce-scatter).
+    lowcon's symmetric pool) or "torch" (torch's allocator, sharing memory with
+    activations as NCCL's buffers do; peers read them in place through IPC mappings of
+    torch's segments, exchanged per call: `map_ordinary`, docs/python.md "Torch memory").
+    Neither stages a copy with ce-pull and ce-reduce. "torch" needs torch's default
+    allocator (not expandable segments).
     """
     from torch.distributed.fsdp import FSDPModule
 

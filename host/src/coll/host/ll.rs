@@ -108,7 +108,7 @@ impl HostColl {
             // Most lines have arrived by the time they are read: no spin set-up for those.
             let (lo, hi) = match ready() {
                 Some(v) => v,
-                None => self.sync.spin_until(
+                None => self.sync.core.spin_until(
                     src,
                     ready,
                     |seen: u32| {

@@ -1,0 +1,319 @@
+//! Ordinary device memory that peers read in place: a per-call exchange of addresses
+//! and a cache of opened IPC handles (`map_ordinary`, NOTE [mapped ordinary memory]).
+//!
+//! NOTE [mapped ordinary memory]: a framework's own allocator (torch's caching
+//! allocator) hands out blocks of large `cudaMalloc` segments, and reuses freed blocks
+//! for activations, which is why NCCL's buffers cost it no memory of their own. lowcon's
+//! copy engines need the peers' addresses of the data they read, so an ordinary buffer
+//! is either staged through symmetric memory (a local copy) or, with `map_ordinary`,
+//! mapped: every rank publishes, in a shared host mailbox, the allocation that holds its
+//! buffer (its IPC handle, its process-unique buffer id, the buffer's offset in it and
+//! its size), waits for every peer's entry of the same call, and opens the handles it
+//! has not opened yet. The allocator's segments live long, so after the first step no
+//! handle is opened any more and a call costs one host exchange (no GPU sync, no store).
+//!
+//! Safety of the cache: an entry is keyed by (peer, buffer id). A segment freed and
+//! re-allocated by the peer at the same address gets a new id, so a stale mapping is
+//! never used; the first time a peer publishes an allocation overlapping a cached one
+//! with another id, the old one is closed (no work of ours can still read it: the peer
+//! only freed it after the calls that used it, and those end with a barrier). The
+//! mailbox of each channel has two slots per rank, used alternately: a rank writes its
+//! slot for call k + 2 only after it read every peer's entry of call k + 1, which every
+//! peer writes only after it read everything of call k.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cudarc::driver::sys;
+
+use crate::cuda::{Device, raw};
+use crate::error::{Error, Result};
+use crate::memory::gpu::Drain;
+use crate::memory::host::{HostBuffer, alloc};
+use crate::rendezvous::GroupCore;
+
+/// Bytes of one mailbox entry (the fields below, padded).
+const ENTRY: usize = 128;
+/// Entries per rank: two per channel.
+const SLOTS: usize = 2 * lowcon_abi::pad::CHANNELS as usize;
+/// Entry flag: this rank could not share its buffer (its error names why).
+const UNSHAREABLE: u64 = 1;
+/// More exported handles than this (allocations come and go) and the list starts anew.
+const MAX_EXPORTS: usize = 4096;
+
+// The fields after the seq word fit an entry.
+const _: () = assert!(ENTRY - 8 >= 48 + raw::ipc::HANDLE_BYTES);
+
+/// What a rank publishes for one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    buffer_id: u64,
+    /// The allocation's base and size in the owner's address space.
+    base: u64,
+    size: u64,
+    /// The buffer's offset in the allocation, and its bytes.
+    offset: u64,
+    bytes: u64,
+    flags: u64,
+    handle: [u8; raw::ipc::HANDLE_BYTES],
+}
+
+impl Entry {
+    fn to_bytes(self) -> [u8; ENTRY - 8] {
+        let mut b = [0u8; ENTRY - 8];
+        for (i, w) in [self.buffer_id, self.base, self.size, self.offset, self.bytes, self.flags].iter().enumerate() {
+            b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        b[48..48 + raw::ipc::HANDLE_BYTES].copy_from_slice(&self.handle);
+        b
+    }
+
+    fn from_bytes(b: &[u8; ENTRY - 8]) -> Self {
+        let w = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+        let mut handle = [0u8; raw::ipc::HANDLE_BYTES];
+        handle.copy_from_slice(&b[48..48 + raw::ipc::HANDLE_BYTES]);
+        Self { buffer_id: w(0), base: w(1), size: w(2), offset: w(3), bytes: w(4), flags: w(5), handle }
+    }
+}
+
+/// A peer's allocation opened in this process.
+struct Opened {
+    peer_base: u64,
+    size: u64,
+    local: sys::CUdeviceptr,
+}
+
+#[derive(Default)]
+struct Cache {
+    opened: HashMap<(usize, u64), Opened>,
+    exported: HashMap<u64, [u8; raw::ipc::HANDLE_BYTES]>,
+}
+
+/// A GPU group's mailbox and its cache of opened peer allocations.
+pub(crate) struct PeerMaps {
+    mailbox: HostBuffer,
+    cache: Mutex<Cache>,
+    device: Device,
+    drain: Drain,
+    rank: usize,
+}
+
+impl PeerMaps {
+    /// Collective: the mailbox (a few KiB of shared host memory per rank).
+    pub(crate) fn new(core: &GroupCore, device: &Device) -> Result<Self> {
+        let mailbox = alloc(core, SLOTS * ENTRY)?;
+        Ok(Self {
+            mailbox,
+            cache: Mutex::new(Cache::default()),
+            device: device.clone(),
+            drain: Drain::new(core),
+            rank: core.rank,
+        })
+    }
+
+    fn seq_of(&self, owner: usize, slot: usize) -> &AtomicU64 {
+        // SAFETY: `slot` < SLOTS, so the word is inside the owner's mapping, which lives
+        // as long as `self`; page-aligned base, so 8-byte aligned; the seq word is only
+        // ever accessed atomically.
+        unsafe { AtomicU64::from_ptr(self.mailbox.peer_ptr(owner).add(slot * ENTRY).cast::<u64>()) }
+    }
+
+    /// Exchanges this call's buffer (`bytes` at `ptr`, this rank's `what`) with every
+    /// peer; returns where every rank's buffer is mapped in this process (this rank's
+    /// own: `ptr`). `seq` is the channel's count of such calls, starting at 1, the same
+    /// on every rank. Every rank gets the same error when a rank cannot share its buffer
+    /// or the sizes differ.
+    pub(crate) fn exchange(
+        &self,
+        core: &GroupCore,
+        channel: u32,
+        seq: u64,
+        ptr: u64,
+        bytes: usize,
+        what: &str,
+    ) -> Result<Vec<u64>> {
+        let (rank, world) = (core.rank, core.world);
+        let slot = 2 * channel as usize + (seq % 2) as usize;
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        self.device.bind_to_thread()?;
+        let (mine, local_err) = match self.describe(&mut cache, ptr, bytes) {
+            Ok(e) => (e, None),
+            Err(e) => (
+                Entry {
+                    buffer_id: 0,
+                    base: 0,
+                    size: 0,
+                    offset: 0,
+                    bytes: bytes as u64,
+                    flags: UNSHAREABLE,
+                    handle: [0; raw::ipc::HANDLE_BYTES],
+                },
+                Some(e),
+            ),
+        };
+        self.mailbox.write(rank, slot * ENTRY + 8, &mine.to_bytes())?;
+        self.seq_of(rank, slot).store(seq, Ordering::Release);
+        let mut entries = Vec::with_capacity(world);
+        for p in 0..world {
+            if p == rank {
+                entries.push(mine);
+                continue;
+            }
+            let word = self.seq_of(p, slot);
+            let seen = core.spin_until(
+                p,
+                || {
+                    let s = word.load(Ordering::Acquire);
+                    (s >= seq).then_some(s)
+                },
+                |s: u64| format!("its {what}'s address on channel {channel} (call {seq}, saw call {s})"),
+                || word.load(Ordering::Relaxed),
+            )?;
+            if seen != seq {
+                return Err(core.fail(Error::GroupFailed(format!(
+                    "rank {rank}: rank {p} published call {seen} of channel {channel}'s address exchange while this \
+                     rank is at call {seq}: the ranks' calls with map_ordinary differ"
+                ))));
+            }
+            let mut b = [0u8; ENTRY - 8];
+            self.mailbox.read(p, slot * ENTRY + 8, &mut b)?;
+            entries.push(Entry::from_bytes(&b));
+        }
+        if let Some(e) = local_err {
+            return Err(e);
+        }
+        let mut addrs = Vec::with_capacity(world);
+        for (p, e) in entries.iter().enumerate() {
+            if e.flags & UNSHAREABLE != 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "rank {rank}: rank {p} could not share its {what} with its peers (its error says why), so \
+                     this map_ordinary call was refused on every rank"
+                )));
+            }
+            if e.bytes != bytes as u64 {
+                return Err(Error::InvalidArgument(format!(
+                    "rank {rank}: rank {p}'s {what} has {} bytes, this rank's {bytes}: every rank must pass the same \
+                     sizes",
+                    e.bytes
+                )));
+            }
+            addrs.push(if p == rank { ptr } else { self.open(&mut cache, rank, p, e)? + e.offset });
+        }
+        Ok(addrs)
+    }
+
+    /// This rank's entry for `bytes` at `ptr`.
+    fn describe(&self, cache: &mut Cache, ptr: u64, bytes: usize) -> Result<Entry> {
+        let rank_hint = "map_ordinary needs memory from cudaMalloc or cuMemAlloc (torch's default caching \
+                         allocator; not expandable segments, cudaMallocAsync or a memory pool)";
+        // SAFETY: the group's context is current (`exchange`).
+        let (base, size) = unsafe { raw::device::address_range(ptr) }
+            .map_err(|e| Error::InvalidArgument(format!("the buffer at {ptr:#x} is not device memory ({e})")))?;
+        // SAFETY: as above.
+        let buffer_id = unsafe { raw::device::buffer_id(ptr) }?;
+        let offset = ptr - base;
+        if offset + bytes as u64 > size as u64 {
+            return Err(Error::InvalidArgument(format!(
+                "the {bytes}-byte buffer at {ptr:#x} runs past the end of its allocation ({size} bytes at {base:#x})"
+            )));
+        }
+        let handle = match cache.exported.get(&buffer_id) {
+            Some(h) => *h,
+            None => {
+                // SAFETY: `base` is the base of a live allocation of this context.
+                let h = unsafe { raw::ipc::get_handle(base) }.map_err(|e| {
+                    Error::InvalidArgument(format!(
+                        "the allocation at {base:#x} ({size} bytes) that holds the buffer cannot be shared: {e}; \
+                         {rank_hint}"
+                    ))
+                })?;
+                if cache.exported.len() >= MAX_EXPORTS {
+                    cache.exported.clear();
+                }
+                cache.exported.insert(buffer_id, h);
+                h
+            }
+        };
+        Ok(Entry { buffer_id, base, size: size as u64, offset, bytes: bytes as u64, flags: 0, handle })
+    }
+
+    /// Peer `p`'s allocation `e`, opened here (cached).
+    fn open(&self, cache: &mut Cache, rank: usize, p: usize, e: &Entry) -> Result<sys::CUdeviceptr> {
+        if let Some(o) = cache.opened.get(&(p, e.buffer_id)) {
+            return Ok(o.local);
+        }
+        if e.offset + e.bytes > e.size {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank}: rank {p} published a buffer that runs past its allocation (offset {}, {} bytes, \
+                 allocation {} bytes)",
+                e.offset, e.bytes, e.size
+            )));
+        }
+        // The peer freed what overlaps this allocation: close the old mappings.
+        let stale: Vec<(usize, u64)> = cache
+            .opened
+            .iter()
+            .filter(|((q, _), o)| *q == p && o.peer_base < e.base + e.size && e.base < o.peer_base + o.size)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in stale {
+            if let Some(o) = cache.opened.remove(&k) {
+                // SAFETY: opened by `open_handle`; the peer freed the allocation after
+                // the calls that read it, which ended with a barrier (module docs).
+                if let Err(err) = unsafe { raw::ipc::close_handle(o.local) } {
+                    crate::log::trace(rank, &format!("closing rank {p}'s stale mapping failed: {err}"));
+                }
+            }
+        }
+        // SAFETY: a handle another process exported; the context is current.
+        let local = unsafe { raw::ipc::open_handle(&e.handle) }.map_err(|err| {
+            Error::InvalidArgument(format!(
+                "rank {rank}: opening rank {p}'s allocation ({} bytes, buffer id {}) failed: {err}",
+                e.size, e.buffer_id
+            ))
+        })?;
+        cache.opened.insert((p, e.buffer_id), Opened { peer_base: e.base, size: e.size, local });
+        Ok(local)
+    }
+
+    /// Peer allocations opened now (for tests and stats).
+    pub(crate) fn opened(&self) -> usize {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).opened.len()
+    }
+}
+
+impl Drop for PeerMaps {
+    /// Closes every opened peer allocation once the device is idle (if it does not drain
+    /// in time they stay open until the process exits; `Drain` says so).
+    fn drop(&mut self) {
+        let cache = self.cache.get_mut().unwrap_or_else(|p| p.into_inner());
+        if cache.opened.is_empty() || self.device.bind_to_thread().is_err() {
+            return;
+        }
+        if self.drain.wait(&self.device, "the group's peer mappings").is_err() {
+            return;
+        }
+        for (_, o) in cache.opened.drain() {
+            // SAFETY: opened by `open_handle`; the device is idle.
+            if let Err(e) = unsafe { raw::ipc::close_handle(o.local) } {
+                crate::log::trace(self.rank, &format!("closing a peer mapping failed: {e}"));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip() {
+        let mut handle = [0u8; raw::ipc::HANDLE_BYTES];
+        for (i, b) in handle.iter_mut().enumerate() {
+            *b = i as u8 ^ 0x5a;
+        }
+        let e = Entry { buffer_id: 7, base: 0x7f00_0000, size: 1 << 30, offset: 4096, bytes: 123, flags: 0, handle };
+        assert_eq!(Entry::from_bytes(&e.to_bytes()), e);
+    }
+}

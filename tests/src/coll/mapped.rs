@@ -1,0 +1,191 @@
+//! `map_ordinary` on GPUs: peers read ordinary `cuMemAlloc` inputs in place (NOTE
+//! [mapped ordinary memory] in `lowcon::memory::mapped`). Checked like the suite (fresh
+//! data, poisoned outputs, the CPU reference), plus what the cache must get right:
+//! inputs freed and allocated again (new buffer ids, often at the same address), sizes
+//! that differ between ranks, and memory that cannot be shared.
+
+use lowcon::Error;
+
+use super::*;
+
+/// A `cuMemAlloc` allocation (what torch's caching allocator makes), freed on drop.
+struct Legacy {
+    ptr: u64,
+}
+
+impl Legacy {
+    fn new(bytes: usize) -> Result<Self, String> {
+        // SAFETY: the group's context is current on this thread (the runner made it).
+        Ok(Self { ptr: unsafe { raw::ipc::alloc(bytes) }.map_err(e)? })
+    }
+}
+
+impl Drop for Legacy {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `raw::ipc::alloc`; every call using it was synchronised.
+        let _ = unsafe { raw::ipc::free(self.ptr) };
+    }
+}
+
+/// Runs `case` (ce-pull or ce-reduce) with `map_ordinary` over fresh `cuMemAlloc`
+/// buffers; in place for an all-gather when `in_place`. Returns the checked elements.
+fn check_mapped(r: &GpuRunner, case: &Case, in_place: bool, tag: &str) -> Result<usize, String> {
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let s = case.dtype.size();
+    let seed = seed_of_rank0(|mine| r.g.all_gather_bytes(tag, mine))?;
+    let input = input_bytes(case.dtype, seed, rank, 0, case.in_count(world));
+    let out_bytes = case.out_count(world) * s;
+    let name = format!("{} mapped{}", case.name(), if in_place { " in place" } else { "" });
+    let out = Legacy::new(out_bytes)?;
+    let separate = if in_place { None } else { Some(Legacy::new(input.len())?) };
+    let inp = match &separate {
+        Some(b) => b.ptr,
+        None => out.ptr + (rank * input.len()) as u64,
+    };
+    // SAFETY: both allocations hold what is copied; the copies are synchronous.
+    unsafe {
+        raw::mem_op::fill(r.stream.raw(), out.ptr, 0xFF, out_bytes).map_err(e)?;
+        raw::mem_op::copy_from_host(r.stream.raw(), inp, &input).map_err(e)?;
+    }
+    r.stream.synchronize().map_err(e)?;
+    // SAFETY: the buffers live until after the synchronisation below.
+    let (ib, ob) = unsafe {
+        (
+            DeviceBuf::from_raw(inp, case.in_count(world), case.dtype),
+            DeviceBuf::from_raw(out.ptr, case.out_count(world), case.dtype),
+        )
+    };
+    match case.coll {
+        Coll::AllGather(a) => {
+            r.g.all_gather(ib, ob, &r.stream, &AllGatherOptions { map_ordinary: true, ..case.ag_opts(a) })
+        }
+        Coll::ReduceScatter(a, op) => {
+            r.g.reduce_scatter(ib, ob, op, &r.stream, &ReduceScatterOptions { map_ordinary: true, ..case.rs_opts(a) })
+        }
+    }
+    .map_err(|m| format!("rank {rank}: {name}: {m}"))?;
+    r.g.synchronize(&r.stream).map_err(e)?;
+    let mut got = vec![0u8; out_bytes];
+    // SAFETY: `out` holds `out_bytes`; synchronous copy.
+    unsafe { raw::mem_op::copy_to_host(r.stream.raw(), &mut got, out.ptr) }.map_err(e)?;
+    let (wrong, first) = compare(case, seed, rank, world, &got);
+    if wrong > 0 {
+        return Err(format!("rank {rank}: {name}: {wrong} wrong elements; first: {first}"));
+    }
+    Ok(case.out_count(world))
+}
+
+/// The `map_ordinary` checks (one sync method): correctness at odd and pipelined sizes,
+/// in place and not, every input freshly allocated (so the cache sees new buffer ids at
+/// reused addresses) with a bound on what stays open; then differing sizes and memory
+/// that cannot be shared, each refused on every rank with the group still usable.
+pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let mut checked = 0;
+    let mut calls = 0;
+    // 12M f32 elements per rank: ce-reduce's pieces (one per 16 MiB) pipeline.
+    for (count, dtype) in [(1usize, DType::F32), (1001, DType::Bf16), (12_345, DType::F16), (12 << 20, DType::F32)] {
+        let base = Case {
+            coll: Coll::AllGather(AllGatherAlgorithm::CePull),
+            dtype,
+            count,
+            symmetric: false,
+            misalign: 0,
+            sync,
+            channel: 0,
+        };
+        for in_place in [false, true] {
+            checked += check_mapped(r, &base, in_place, "mapped-ag")?;
+            calls += 1;
+        }
+        for op in [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max] {
+            let c = Case { coll: Coll::ReduceScatter(ReduceScatterAlgorithm::CeReduce, op), channel: 3, ..base };
+            checked += check_mapped(r, &c, false, "mapped-rs")?;
+            calls += 1;
+        }
+        // Auto resolves to ce-pull / ce-reduce at the large size; below it, it stages.
+        let c = Case { coll: Coll::ReduceScatter(ReduceScatterAlgorithm::Auto, ReduceOp::Sum), ..base };
+        checked += check_mapped(r, &c, false, "mapped-rs-auto")?;
+        calls += 1;
+    }
+    // Every input above was freed after its call: what stays open is bounded by the
+    // allocations the peers still hold, not by the calls made.
+    let open = r.g.mapped_allocations();
+    if open > 4 * (world - 1) {
+        return Err(format!("rank {rank}: {open} peer allocations stay open after {calls} calls on freed inputs"));
+    }
+    // Sizes that differ between ranks: refused on every rank, naming the size.
+    let n = 1000 + if rank == 0 { 8 } else { 0 };
+    let inp = Legacy::new(4 * n)?;
+    let out = Legacy::new(4 * n * world)?;
+    // SAFETY: both live past the call (which enqueues nothing when refused).
+    let (ib, ob) =
+        unsafe { (DeviceBuf::from_raw(inp.ptr, n, DType::F32), DeviceBuf::from_raw(out.ptr, n * world, DType::F32)) };
+    let opts =
+        AllGatherOptions { algorithm: AllGatherAlgorithm::CePull, sync, map_ordinary: true, ..Default::default() };
+    match r.g.all_gather(ib, ob, &r.stream, &opts) {
+        Err(Error::InvalidArgument(m)) if m.contains("same sizes") && m.contains(&format!("rank {rank}:")) => {}
+        other => return Err(format!("rank {rank}: differing sizes: expected a refusal, got {other:?}")),
+    }
+    // Memory that cannot be shared (VMM, like expandable segments) on the last rank.
+    let last = world - 1;
+    let vmm = if rank == last { Some(Vmm::new(r.g.device().index() as i32, 2 << 20)?) } else { None };
+    let plain = Legacy::new(2 << 20)?;
+    let src = vmm.as_ref().map_or(plain.ptr, |v| v.ptr);
+    let out2 = Legacy::new((2 << 20) * world)?;
+    // SAFETY: as above.
+    let (ib, ob) = unsafe {
+        (DeviceBuf::from_raw(src, 1 << 19, DType::F32), DeviceBuf::from_raw(out2.ptr, world << 19, DType::F32))
+    };
+    match r.g.all_gather(ib, ob, &r.stream, &opts) {
+        Err(Error::InvalidArgument(m)) if rank == last && m.contains("cannot be shared") => {}
+        Err(Error::InvalidArgument(m)) if rank != last && m.contains(&format!("rank {last} could not share")) => {}
+        other => {
+            return Err(format!("rank {rank}: unshareable input on rank {last}: expected a refusal, got {other:?}"));
+        }
+    }
+    drop(vmm);
+    // The group is still usable.
+    let base = Case {
+        coll: Coll::AllGather(AllGatherAlgorithm::CePull),
+        dtype: DType::F32,
+        count: 4097,
+        symmetric: false,
+        misalign: 0,
+        sync,
+        channel: 0,
+    };
+    checked += check_mapped(r, &base, true, "mapped-after")?;
+    Ok(format!(
+        "map_ordinary {sync:?}: {calls} calls, {checked} elements ok, {open} peer allocations open; differing sizes and unshareable memory refused on every rank"
+    ))
+}
+
+/// VMM memory without an IPC handle type: `cuIpcGetMemHandle` refuses it.
+struct Vmm {
+    ptr: u64,
+    size: usize,
+    handle: cudarc::driver::sys::CUmemGenericAllocationHandle,
+}
+
+impl Vmm {
+    fn new(device: i32, bytes: usize) -> Result<Self, String> {
+        // SAFETY: the context is current; the size is rounded to the granularity.
+        unsafe {
+            let size = bytes.next_multiple_of(raw::vmm::granularity(device).map_err(e)?);
+            let handle = raw::vmm::create(device, size).map_err(e)?;
+            let ptr = raw::vmm::map(handle, size, device).map_err(e)?;
+            Ok(Self { ptr, size, handle })
+        }
+    }
+}
+
+impl Drop for Vmm {
+    fn drop(&mut self) {
+        // SAFETY: mapped and created above; no work uses it (the call was refused).
+        unsafe {
+            let _ = raw::vmm::unmap(self.ptr, self.size);
+            let _ = raw::vmm::release(self.handle);
+        }
+    }
+}
