@@ -32,6 +32,7 @@ pub use coll::{
 };
 pub use error::{Error, Result};
 pub use group::{GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions};
+pub use memory::mapped::MAX_OPEN_PER_PEER as MAX_PEER_MAPPINGS;
 pub use memory::pool::{Fingerprint, Pool, PoolBlock, PoolStats};
 pub use memory::{HandleKind, HostBuffer, SymmetricBuffer};
 pub use sync::{CHANNELS, SyncMethod};

@@ -140,7 +140,8 @@ impl Group {
 
     /// The channel for a call on `stream` that names none: one per stream, in order of
     /// first use (the same on every rank when every rank uses its streams in the same
-    /// order), so collectives on different streams never share a channel.
+    /// order), so collectives on different streams never share a channel. A key with
+    /// the top bit set is a named claim (`channel`), which no stream handle is.
     fn channel_for(&self, stream: u64) -> PyResult<u32> {
         let mut m = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         let n = m.len() as u32;
@@ -550,6 +551,18 @@ impl Group {
         let mapped = self.with(|b| Ok(if let Backend::Gpu(g) = b { g.mapped_allocations() } else { 0 })).unwrap_or(0);
         d.set_item("mapped_allocations", mapped)?;
         Ok(d)
+    }
+
+    /// A channel of its own for `name` (claimed in order of first use, among the
+    /// streams' channels: every rank must claim its names and use its streams in the same
+    /// order). The same name gives the same channel.
+    fn channel(&self, name: &str) -> PyResult<u32> {
+        // FNV-1a: stable across processes (std's hasher is seeded per process).
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in name.bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.channel_for(h | 1 << 63)
     }
 
     /// Collective (every rank, with no pool allocation in flight): waits for this GPU's

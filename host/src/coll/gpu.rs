@@ -39,7 +39,7 @@ use crate::cuda::kernels::{FusedArgs, TmaArgs};
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
-use crate::memory::mapped::PeerMaps;
+use crate::memory::mapped::{Exchanged, PeerMaps};
 use crate::sync::SyncMethod;
 use crate::sync::gpu::GpuSync;
 
@@ -119,10 +119,21 @@ impl GpuColl {
         self.maps.opened()
     }
 
-    /// The next exchange of the channel `st`: every rank's address of `bytes` at `ptr`.
-    fn exchange(&self, st: &mut ChannelState, channel: u32, ptr: u64, bytes: usize, what: &str) -> Result<Vec<u64>> {
+    /// The next exchange of the channel `st`: every rank's address of `bytes` at `ptr`
+    /// (pinned until [`GpuColl::track_mapped`]).
+    fn exchange(&self, st: &mut ChannelState, channel: u32, ptr: u64, bytes: usize, what: &str) -> Result<Exchanged> {
         st.map_seq += 1;
-        self.maps.exchange(&self.sync.core, channel, st.map_seq, ptr, bytes, what)
+        let done = |s: u64| self.sync.done_before(s);
+        self.maps.exchange(&self.sync.core, channel, st.map_seq, ptr, bytes, what, &done)
+    }
+
+    /// Registers the call just enqueued with the watchdog, and unpins its mappings.
+    fn track_mapped(&self, stream: &Stream, ex: Option<&Exchanged>) -> Result<()> {
+        let call = self.sync.track(stream)?;
+        if let Some(ex) = ex {
+            self.maps.settle(ex, call);
+        }
+        Ok(())
     }
 
     /// Bytes of this rank's workspaces and LL buffers, over every channel (what the
@@ -335,7 +346,7 @@ impl GpuColl {
                     // Where peer p's shard is: its mapped input, its input, or (in place)
                     // its output slot.
                     let shard_of: Box<dyn Fn(usize) -> u64> = match (&peers, output.symm) {
-                        (Some(a), _) => Box::new(|p| a[p]),
+                        (Some(a), _) => Box::new(|p| a.addrs[p]),
                         (None, Some((buf, off))) if in_place => {
                             let src = Sym { buf, off };
                             Box::new(move |p| src.peer(p) + p as u64 * s)
@@ -392,7 +403,7 @@ impl GpuColl {
         }
         // Registered before the channel is released, so that no other user of the
         // channel can retire the workspace ahead of this call's sequence number.
-        self.sync.track(stream)?;
+        self.track_mapped(stream, peers.as_ref())?;
         drop(st);
         Ok(())
     }
@@ -462,7 +473,7 @@ impl GpuColl {
         unsafe {
             let src = if mapped { None } else { Some(self.symmetric_input(stream, &input, ws, 0)?) };
             let input_of = |p: usize| match (&peers, &src) {
-                (Some(a), _) => a[p],
+                (Some(a), _) => a.addrs[p],
                 (None, Some(s)) => s.peer(p),
                 (None, None) => unreachable!("mapped or symmetric"),
             };
@@ -557,7 +568,7 @@ impl GpuColl {
         }
         // Registered before the channel is released, so that no other user of the
         // channel can retire the workspace ahead of this call's sequence number.
-        self.sync.track(stream)?;
+        self.track_mapped(stream, peers.as_ref())?;
         drop(st);
         Ok(())
     }

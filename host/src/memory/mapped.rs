@@ -16,7 +16,10 @@
 //! re-allocated by the peer at the same address gets a new id, so a stale mapping is
 //! never used; the first time a peer publishes an allocation overlapping a cached one
 //! with another id, the old one is closed (no work of ours can still read it: the peer
-//! only freed it after the calls that used it, and those end with a barrier). The
+//! only freed it after the calls that used it, and those end with a barrier). At most
+//! `MAX_OPEN_PER_PEER` stay open per peer: beyond, the least recently used ones that no
+//! call in flight uses (pinned from the exchange until the call is registered with the
+//! watchdog, then until the watchdog saw it complete) are closed. The
 //! mailbox of each channel has two slots per rank, used alternately: a rank writes its
 //! slot for call k + 2 only after it read every peer's entry of call k + 1, which every
 //! peer writes only after it read everything of call k.
@@ -82,12 +85,27 @@ struct Opened {
     peer_base: u64,
     size: u64,
     local: sys::CUdeviceptr,
+    /// Calls between their exchange and their registration with the watchdog.
+    pins: u32,
+    /// Every call that used it has a watchdog sequence number below this.
+    used_before: u64,
 }
+
+/// Peer allocations kept open per peer; beyond it the least recently used ones whose
+/// calls completed are closed (and opened again if used again).
+pub const MAX_OPEN_PER_PEER: usize = 64;
 
 #[derive(Default)]
 struct Cache {
     opened: HashMap<(usize, u64), Opened>,
     exported: HashMap<u64, [u8; raw::ipc::HANDLE_BYTES]>,
+}
+
+/// Where one call's buffer is on every rank, and the mappings it pinned.
+pub(crate) struct Exchanged {
+    /// Every rank's buffer, as this process reaches it.
+    pub(crate) addrs: Vec<u64>,
+    keys: Vec<(usize, u64)>,
 }
 
 /// A GPU group's mailbox and its cache of opened peer allocations.
@@ -124,6 +142,11 @@ impl PeerMaps {
     /// own: `ptr`). `seq` is the channel's count of such calls, starting at 1, the same
     /// on every rank. Every rank gets the same error when a rank cannot share its buffer
     /// or the sizes differ.
+    ///
+    /// The peers' allocations it used stay pinned (never closed) until [`PeerMaps::settle`]
+    /// gives the watchdog's sequence number of the call; `done_before(s)` says whether
+    /// every call numbered below `s` has completed.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn exchange(
         &self,
         core: &GroupCore,
@@ -132,7 +155,8 @@ impl PeerMaps {
         ptr: u64,
         bytes: usize,
         what: &str,
-    ) -> Result<Vec<u64>> {
+        done_before: &dyn Fn(u64) -> bool,
+    ) -> Result<Exchanged> {
         let (rank, world) = (core.rank, core.world);
         let slot = 2 * channel as usize + (seq % 2) as usize;
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
@@ -181,9 +205,13 @@ impl PeerMaps {
             entries.push(Entry::from_bytes(&b));
         }
         if let Some(e) = local_err {
-            return Err(e);
+            return Err(match e {
+                Error::InvalidArgument(m) => Error::InvalidArgument(format!("rank {rank}: the {what}: {m}")),
+                other => other,
+            });
         }
         let mut addrs = Vec::with_capacity(world);
+        let mut keys = Vec::with_capacity(world);
         for (p, e) in entries.iter().enumerate() {
             if e.flags & UNSHAREABLE != 0 {
                 return Err(Error::InvalidArgument(format!(
@@ -198,9 +226,27 @@ impl PeerMaps {
                     e.bytes
                 )));
             }
-            addrs.push(if p == rank { ptr } else { self.open(&mut cache, rank, p, e)? + e.offset });
+            if p == rank {
+                addrs.push(ptr);
+                continue;
+            }
+            addrs.push(self.open(&mut cache, rank, p, e, done_before)? + e.offset);
+            cache.opened.get_mut(&(p, e.buffer_id)).expect("just opened").pins += 1;
+            keys.push((p, e.buffer_id));
         }
-        Ok(addrs)
+        Ok(Exchanged { addrs, keys })
+    }
+
+    /// The call that used `ex` is registered with the watchdog as `call`: its mappings
+    /// may be closed once calls below `call + 1` completed.
+    pub(crate) fn settle(&self, ex: &Exchanged, call: u64) {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        for k in &ex.keys {
+            if let Some(o) = cache.opened.get_mut(k) {
+                o.pins = o.pins.saturating_sub(1);
+                o.used_before = o.used_before.max(call + 1);
+            }
+        }
     }
 
     /// This rank's entry for `bytes` at `ptr`.
@@ -211,7 +257,9 @@ impl PeerMaps {
         let (base, size) = unsafe { raw::device::address_range(ptr) }
             .map_err(|e| Error::InvalidArgument(format!("the buffer at {ptr:#x} is not device memory ({e})")))?;
         // SAFETY: as above.
-        let buffer_id = unsafe { raw::device::buffer_id(ptr) }?;
+        let buffer_id = unsafe { raw::device::buffer_id(ptr) }.map_err(|e| {
+            Error::InvalidArgument(format!("the buffer at {ptr:#x} cannot be shared: {e}; {rank_hint}"))
+        })?;
         let offset = ptr - base;
         if offset + bytes as u64 > size as u64 {
             return Err(Error::InvalidArgument(format!(
@@ -239,7 +287,14 @@ impl PeerMaps {
     }
 
     /// Peer `p`'s allocation `e`, opened here (cached).
-    fn open(&self, cache: &mut Cache, rank: usize, p: usize, e: &Entry) -> Result<sys::CUdeviceptr> {
+    fn open(
+        &self,
+        cache: &mut Cache,
+        rank: usize,
+        p: usize,
+        e: &Entry,
+        done_before: &dyn Fn(u64) -> bool,
+    ) -> Result<sys::CUdeviceptr> {
         if let Some(o) = cache.opened.get(&(p, e.buffer_id)) {
             return Ok(o.local);
         }
@@ -251,16 +306,29 @@ impl PeerMaps {
             )));
         }
         // The peer freed what overlaps this allocation: close the old mappings.
-        let stale: Vec<(usize, u64)> = cache
+        let mut stale: Vec<(usize, u64)> = cache
             .opened
             .iter()
             .filter(|((q, _), o)| *q == p && o.peer_base < e.base + e.size && e.base < o.peer_base + o.size)
             .map(|(k, _)| *k)
             .collect();
+        // Too many open: the least recently used whose calls all completed.
+        let mut idle: Vec<(u64, (usize, u64))> = cache
+            .opened
+            .iter()
+            .filter(|((q, _), o)| *q == p && o.pins == 0 && done_before(o.used_before))
+            .map(|(k, o)| (o.used_before, *k))
+            .collect();
+        let open_now = cache.opened.keys().filter(|(q, _)| *q == p).count();
+        if open_now + 1 > MAX_OPEN_PER_PEER {
+            idle.sort_unstable();
+            stale.extend(idle.iter().take(open_now + 1 - MAX_OPEN_PER_PEER).map(|(_, k)| *k));
+        }
         for k in stale {
             if let Some(o) = cache.opened.remove(&k) {
-                // SAFETY: opened by `open_handle`; the peer freed the allocation after
-                // the calls that read it, which ended with a barrier (module docs).
+                // SAFETY: opened by `open_handle`; either the peer freed the allocation
+                // after the calls that read it, which ended with a barrier (module
+                // docs), or every call that used it has completed (`done_before`).
                 if let Err(err) = unsafe { raw::ipc::close_handle(o.local) } {
                     crate::log::trace(rank, &format!("closing rank {p}'s stale mapping failed: {err}"));
                 }
@@ -273,7 +341,9 @@ impl PeerMaps {
                 e.size, e.buffer_id
             ))
         })?;
-        cache.opened.insert((p, e.buffer_id), Opened { peer_base: e.base, size: e.size, local });
+        cache
+            .opened
+            .insert((p, e.buffer_id), Opened { peer_base: e.base, size: e.size, local, pins: 0, used_before: 0 });
         Ok(local)
     }
 

@@ -172,6 +172,14 @@ class Group:
         else:
             self._g.reduce_scatter(output, input, op, stream=_stream_of(output, stream), **options)
 
+    def channel(self, name):
+        """A channel of its own for `name` (a string), for `channel=`: claimed in order of
+        first use among the channels streams get, so every rank must claim names and use
+        streams in the same order. `lowcon.fsdp`'s hooks use "fsdp/all-gather" and
+        "fsdp/reduce-scatter", so that FSDP2's streams, made anew for every model, do not
+        each take one."""
+        return self._g.channel(name)
+
     def traffic(self, output, input, kind, *, stream=None):
         """A benchmark instrument, not a collective: moves the bytes of `kind`'s collective
         ("all-gather" or "reduce-scatter") between the GPUs, through the pool and the copy

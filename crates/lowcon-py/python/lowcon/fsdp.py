@@ -59,6 +59,12 @@ class _Comm:
         if memory == "torch":
             # Peers read the input where torch put it (NOTE [mapped ordinary memory]).
             self.options.setdefault("map_ordinary", True)
+        # One channel per kind of hook on the group, not one per stream: FSDP2 makes new
+        # streams for every root (every model), which would use up the 16 channels.
+        # FSDP2 issues each kind in order on one stream per root; two roots whose
+        # collectives overlap need channels of their own (all_gather_options=...).
+        if "channel" not in self.options and hasattr(group, "channel"):
+            self.options["channel"] = group.channel(self._CHANNEL)
         self._checked_device = None
 
     def allocate(self, size, *, dtype, device):
@@ -80,6 +86,8 @@ class _Comm:
 
 class LowconAllGather(_Comm, _AllGather):
     """FSDP2's all-gather on lowcon (the output is pool memory; the input is its view)."""
+
+    _CHANNEL = "fsdp/all-gather"
 
     def __call__(self, output_tensor, input_tensor, group=None, async_op=False):
         _check_group(self.group, group)
@@ -114,6 +122,8 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
     gradients grow), where in the pool they would sit beside it, all of them at once
     (NOTE [FSDP2 pool size] in docs/design.md).
     """
+
+    _CHANNEL = "fsdp/reduce-scatter"
 
     def __init__(self, group, algorithm="auto", sync="kernel", gradient_divide_factor=None, memory="pool", **options):
         super().__init__(group, algorithm, sync, memory, **options)

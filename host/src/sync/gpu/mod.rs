@@ -143,6 +143,12 @@ impl GpuSync {
         last > 0 && !self.inflight.lock().unwrap_or_else(|p| p.into_inner()).done_before(last)
     }
 
+    /// Whether every call registered with a sequence number below `seq` has completed
+    /// (as the watchdog last saw).
+    pub(crate) fn done_before(&self, seq: u64) -> bool {
+        self.inflight.lock().unwrap_or_else(|p| p.into_inner()).done_before(seq)
+    }
+
     /// Hands `buf` (a workspace no later call will use) to the watchdog, which frees it
     /// once the calls enqueued so far have completed. Never waits.
     pub(crate) fn retire(&self, buf: SymmetricBuffer) {
