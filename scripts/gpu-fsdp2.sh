@@ -10,7 +10,8 @@
 #   fp32-wide  8192x4 at 256..16384 tokens, fp32 reduce
 #   bf16-small, bf16-wide: the same with a bf16 reduce
 #   floor      4096x12 and 8192x4 at 1024 and 4096 tokens, fp32 reduce: lowcon (auto,
-#              rs=sm-direct: the library's own choice), the traffic floor, FSDP2 on a lowcon process group,
+#              torch memory; mem=pool; rs=sm-direct: the library's own choice), the
+#              traffic floor, FSDP2 on a lowcon process group,
 #              NCCL-CE; peak memory with the pool trimmed between configurations
 #   floor-bf16 the same with a bf16 reduce
 # Default: hooks profile. Extra fsdp2_paired.py options: FSDP2_ARGS. Exit status 0 only
@@ -52,7 +53,7 @@ has fp32-small && paired fp32-small 560 --sweep "$small" --reduce-dtypes fp32
 has fp32-wide && paired fp32-wide 560 --sweep "$wide" --reduce-dtypes fp32
 has bf16-small && paired bf16-small 560 --sweep "$small" --reduce-dtypes bf16
 has bf16-wide && paired bf16-wide 560 --sweep "$wide" --reduce-dtypes bf16
-floor_modes=nccl,nccl-b,lowcon,lowcon@rs=sm-direct,lowcon@agmem=torch,floor,lowcon-pg,nccl-ce,nocomm
+floor_modes=nccl,nccl-b,lowcon,lowcon@mem=pool,lowcon@rs=sm-direct,floor,lowcon-pg,nccl-ce,nocomm
 has floor && paired floor 560 --sweep "4096x12:1024,4096;8192x4:1024,4096" --reduce-dtypes fp32 --modes "$floor_modes"
 has floor-bf16 && paired floor-bf16 560 --sweep "4096x12:1024,4096;8192x4:1024,4096" --reduce-dtypes bf16 \
   --modes "$floor_modes"

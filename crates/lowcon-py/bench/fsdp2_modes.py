@@ -10,8 +10,8 @@ Modes (`--modes`, comma separated):
 - `nccl`, `nccl-b`: FSDP2's defaults (NCCL). `nccl-b` is the A/A twin: the noise floor.
 - `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,ctas=N,rs_ctas=N,mem=M,agmem=M,rsmem=M`:
   lowcon's hooks (`lowcon.fsdp`), with options (`agmem`/`rsmem`, or `mem` for both:
-  "pool" or "torch", where the all-gather outputs and reduce-scatter inputs live; with
-  "torch" peers read them in place through IPC mappings); several variants may run
+  "torch", the default, or "pool": where the all-gather outputs and reduce-scatter
+  inputs live; with "torch" peers read them in place through IPC mappings); several variants may run
   side by side, paired.
 - `nccl-ce`: PyTorch #176613's copy-engine all-gather from 2.11's public pieces (a
   zero-CTA NCCL group over torch's NCCL symmetric memory), FSDP2's default
@@ -225,7 +225,7 @@ def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
     sync = opts.get("sync", "kernel")
     ag_opts = {"ctas": int(opts["ctas"])} if "ctas" in opts else {}
     rs_opts = {"ctas": int(opts["rs_ctas"])} if "rs_ctas" in opts else {}
-    mem = opts.get("mem", "pool")  # both at once; agmem / rsmem override
+    mem = opts.get("mem", "torch")  # both at once (lowcon.fsdp's default); agmem / rsmem override
     agmem, rsmem = opts.get("agmem", mem), opts.get("rsmem", mem)
     ag = lowcon.fsdp.LowconAllGather(group, opts.get("ag", "auto"), sync, agmem, **ag_opts)
     rs = lowcon.fsdp.LowconReduceScatter(group, opts.get("rs", "auto"), sync, None, rsmem, **rs_opts)
@@ -242,8 +242,9 @@ def floor_mode(name: str, group: Any) -> Mode:
         raise Skip("the traffic floor moves bytes between GPUs (lowcon's host backend has none)")
     import lowcon.fsdp
 
-    ag = FloorAllGather(lowcon.fsdp.LowconAllGather(group))
-    rs = FloorReduceScatter(lowcon.fsdp.LowconReduceScatter(group))
+    # The traffic instrument moves bytes through symmetric memory: the pool's.
+    ag = FloorAllGather(lowcon.fsdp.LowconAllGather(group, memory="pool"))
+    rs = FloorReduceScatter(lowcon.fsdp.LowconReduceScatter(group, memory="pool"))
     return Mode(name, ag, rs, {"traffic": "copy engines, no sync, no reduction"}, pool=group, check_loss=False)
 
 

@@ -9,7 +9,9 @@ synchronised between groups, outside the timed calls, so the driver's queue neve
 fills (a full queue would time the GPU, not the host). Sizes are one FSDP unit of the
 2048x8 model by default (25M bf16 parameters gathered, fp32 gradients reduced). The
 modes are the objects FSDP2 calls: lowcon's hooks (lowcon.fsdp) with kernel and memop
-sync, and FSDP2's defaults (NCCL).
+sync (torch's memory, the default: one host exchange per call) and with the pool, and
+FSDP2's defaults (NCCL; not with LOWCON_SHARE_GPU=1, where ranks share a GPU and NCCL
+refuses them: host costs there include waiting for the other rank's host).
 """
 
 import argparse
@@ -50,9 +52,11 @@ def main():
         dist.init_process_group("gloo")
         sync = lambda: None  # noqa: E731
     else:
-        dev = torch.device("cuda", local)
+        shared = os.environ.get("LOWCON_SHARE_GPU") == "1"
+        dev = torch.device("cuda", 0 if shared else local)
         torch.cuda.set_device(dev)
-        dist.init_process_group("nccl", device_id=dev)
+        # Ranks sharing a GPU (a correctness machine): NCCL refuses them, so no NCCL row.
+        dist.init_process_group("gloo" if shared else "nccl", **({} if shared else {"device_id": dev}))
         sync = torch.cuda.synchronize
     world, rank = dist.get_world_size(), dist.get_rank()
     import lowcon
@@ -62,10 +66,16 @@ def main():
     n = args.numel - args.numel % world
     modes = {
         "nccl": (DefaultAllGather(), DefaultReduceScatter()),
+        # The default: torch's memory, read in place by the peers (a host exchange per call).
         "lowcon": (lowcon.fsdp.LowconAllGather(g), lowcon.fsdp.LowconReduceScatter(g)),
         "lowcon@memop": (lowcon.fsdp.LowconAllGather(g, sync="memop"),
                          lowcon.fsdp.LowconReduceScatter(g, sync="memop")),
+        "lowcon@mem=pool": (lowcon.fsdp.LowconAllGather(g, memory="pool"),
+                            lowcon.fsdp.LowconReduceScatter(g, memory="pool")),
     }
+    if args.cpu or os.environ.get("LOWCON_SHARE_GPU") == "1":
+        # gloo's reduce_scatter_tensor hangs under FSDP2's default (torch 2.11, CPU).
+        del modes["nccl"]
     pg = dist.group.WORLD
     results = {}
     for name, (ag, rs) in modes.items():

@@ -21,7 +21,7 @@ pub(crate) fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
         sync: crate::sync_method(sync)?,
         ctas,
         pipeline,
-        // Resolved per call from the stream when not given (`Group::channel_for`).
+        // Resolved per call from the stream when not given (`Channels::for_stream`).
         channel: channel.unwrap_or(u32::MAX),
         allow_staging,
         map_ordinary,

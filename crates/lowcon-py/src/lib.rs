@@ -10,6 +10,7 @@
 //!   GPU collectives only enqueue, like NCCL's.
 
 mod call;
+mod channels;
 mod dlpack;
 mod errors;
 mod placement;
@@ -18,12 +19,13 @@ mod pystore;
 mod trace;
 mod wait;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
+
+use crate::channels::Channels;
 
 use call::{Raw, Which, options};
 use dlpack::Place;
@@ -104,8 +106,8 @@ struct Group {
     inner: RwLock<Option<Backend>>,
     /// The symmetric pool; its blocks may outlive the group (their deleters keep it).
     pool: Arc<GroupPool>,
-    /// Stream → channel, by first use, for calls that name no channel.
-    channels: Mutex<HashMap<u64, u32>>,
+    /// Stream → channel, by first use, for calls that name no channel; named claims.
+    channels: Channels,
     /// The number of the last lagged pool check (`check_pool`).
     last_check: Mutex<Option<u64>>,
     rank: usize,
@@ -130,32 +132,12 @@ impl Group {
         Group {
             inner: RwLock::new(Some(b)),
             pool,
-            channels: Mutex::new(HashMap::new()),
+            channels: Channels::default(),
             last_check: Mutex::new(None),
             rank,
             world,
             backend,
         }
-    }
-
-    /// The channel for a call on `stream` that names none: one per stream, in order of
-    /// first use (the same on every rank when every rank uses its streams in the same
-    /// order), so collectives on different streams never share a channel. A key with
-    /// the top bit set is a named claim (`channel`), which no stream handle is.
-    fn channel_for(&self, stream: u64) -> PyResult<u32> {
-        let mut m = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        let n = m.len() as u32;
-        let c = *m.entry(stream).or_insert(n);
-        if c >= lowcon::CHANNELS {
-            m.remove(&stream);
-            return Err(invalid(format!(
-                "rank {}: calls on more than {} streams: pass channel= explicitly (channels may be shared by \
-                 streams that never run collectives at the same time)",
-                self.rank,
-                lowcon::CHANNELS
-            )));
-        }
-        Ok(c)
     }
 
     /// Every N-th collective on pool memory (`LOWCON_POOL_CHECK_EVERY`, default 64):
@@ -224,7 +206,7 @@ impl Group {
         }
         let raw_stream = stream.unwrap_or(0);
         if *which.channel_mut() == u32::MAX {
-            *which.channel_mut() = self.channel_for(raw_stream as u64)?;
+            *which.channel_mut() = self.channels.for_stream(self.rank, raw_stream as u64)?;
         }
         // Pool memory is symmetric: peers reach it in place, with no staging copy.
         let (ifound, ofound) = (self.pool.find(i.ptr, inp.bytes()), self.pool.find(o.ptr, out.bytes()));
@@ -557,12 +539,7 @@ impl Group {
     /// streams' channels: every rank must claim its names and use its streams in the same
     /// order). The same name gives the same channel.
     fn channel(&self, name: &str) -> PyResult<u32> {
-        // FNV-1a: stable across processes (std's hasher is seeded per process).
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for b in name.bytes() {
-            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
-        }
-        self.channel_for(h | 1 << 63)
+        self.channels.named(self.rank, name)
     }
 
     /// Collective (every rank, with no pool allocation in flight): waits for this GPU's

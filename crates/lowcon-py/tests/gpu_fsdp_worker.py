@@ -170,8 +170,13 @@ runs = [
     ("ce-pull/ce-reduce kernel", base, dict(all_gather="ce-pull", reduce_scatter="ce-reduce")),
     ("ce-push/sm-direct memop", base, dict(all_gather="ce-push", reduce_scatter="sm-direct", sync="memop")),
     ("sm-oneshot/auto", base, dict(all_gather="sm-oneshot")),
-    # Buffers in torch's memory, read in place by the peers (map_ordinary).
+    # Buffers in torch's memory (the default), read in place by the peers (map_ordinary),
+    # or in lowcon's pool.
     ("torch memory, auto", base, dict(all_gather_memory="torch", reduce_scatter_memory="torch")),
+    ("pool memory, auto", base, dict(all_gather_memory="pool", reduce_scatter_memory="pool")),
+    ("pool memory, ce-pull/ce-reduce memop", base,
+     dict(all_gather="ce-pull", reduce_scatter="ce-reduce", sync="memop", all_gather_memory="pool",
+          reduce_scatter_memory="pool")),
     ("torch memory, ce-pull/ce-reduce memop", base,
      dict(all_gather="ce-pull", reduce_scatter="ce-reduce", sync="memop", all_gather_memory="torch",
           reduce_scatter_memory="torch")),

@@ -24,6 +24,7 @@
 
 mod floor;
 mod ll;
+mod mapped;
 mod push;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -39,7 +40,7 @@ use crate::cuda::kernels::{FusedArgs, TmaArgs};
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
-use crate::memory::mapped::{Exchanged, PeerMaps};
+use crate::memory::mapped::PeerMaps;
 use crate::sync::SyncMethod;
 use crate::sync::gpu::GpuSync;
 
@@ -112,28 +113,6 @@ impl GpuColl {
         let cta_cap = crate::coll::select::shared_cta_cap(ranks_on_gpu, sm_count);
         let maps = Box::new(PeerMaps::new(&sync.core, &sync.device)?);
         Ok(Self { channels, sync, cta_cap, maps })
-    }
-
-    /// Peer allocations opened for `map_ordinary` calls.
-    pub(crate) fn mapped_allocations(&self) -> usize {
-        self.maps.opened()
-    }
-
-    /// The next exchange of the channel `st`: every rank's address of `bytes` at `ptr`
-    /// (pinned until [`GpuColl::track_mapped`]).
-    fn exchange(&self, st: &mut ChannelState, channel: u32, ptr: u64, bytes: usize, what: &str) -> Result<Exchanged> {
-        st.map_seq += 1;
-        let done = |s: u64| self.sync.done_before(s);
-        self.maps.exchange(&self.sync.core, channel, st.map_seq, ptr, bytes, what, &done)
-    }
-
-    /// Registers the call just enqueued with the watchdog, and unpins its mappings.
-    fn track_mapped(&self, stream: &Stream, ex: Option<&Exchanged>) -> Result<()> {
-        let call = self.sync.track(stream)?;
-        if let Some(ex) = ex {
-            self.maps.settle(ex, call);
-        }
-        Ok(())
     }
 
     /// Bytes of this rank's workspaces and LL buffers, over every channel (what the
@@ -326,12 +305,16 @@ impl GpuColl {
         if stage_out && !opts.allow_staging {
             return Err(refuse_staging(rank, algorithm.name(), "output"));
         }
-        let need = if stage_in { align256(shard) } else { 0 } + if stage_out { world * shard } else { 0 };
         let ch = opts.channel;
         let mut st = self.channel(ch);
+        let peers = match mapped {
+            true => self.exchange(&mut st, opts.allow_staging, ch, (input.ptr, input.bytes()), "all-gather input")?,
+            false => None,
+        };
+        // A rank that cannot share: every rank stages instead.
+        let stage_in = stage_in || (mapped && peers.is_none());
+        let need = if stage_in { align256(shard) } else { 0 } + if stage_out { world * shard } else { 0 };
         self.prepare(&mut st, need, 2)?;
-        let peers =
-            if mapped { Some(self.exchange(&mut st, ch, input.ptr, input.bytes(), "all-gather input")?) } else { None };
         let ws = st.workspace.as_ref();
         let copy = st.copy.as_ref().expect("prepared");
         let (fork, join) = (&st.events[0], &st.events[1]);
@@ -451,18 +434,21 @@ impl GpuColl {
         let ctas = self.ctas(opts.ctas.unwrap_or(if tma { DEFAULT_TMA_CTAS } else { DEFAULT_REDUCE_CTAS }));
         let pe = piece_elems(n, opts.pipeline.unwrap_or_else(|| default_pieces(chunk)));
         let pieces = n.div_ceil(pe);
+        let ch = opts.channel;
+        let mut st = self.channel(ch);
+        let peers = match mapped {
+            true => {
+                self.exchange(&mut st, opts.allow_staging, ch, (input.ptr, input.bytes()), "reduce-scatter input")?
+            }
+            false => None,
+        };
+        // A rank that cannot share: every rank stages instead.
+        let (mapped, stage_in) = (peers.is_some(), stage_in || (mapped && peers.is_none()));
         let in_len = if stage_in { align256(world * chunk) } else { 0 };
         let slot = pe * esize;
         let need =
             in_len + if algorithm == ReduceScatterAlgorithm::CeReduce { STAGING_DEPTH * (world - 1) * slot } else { 0 };
-        let ch = opts.channel;
-        let mut st = self.channel(ch);
         self.prepare(&mut st, need, 1 + 2 * pieces)?;
-        let peers = if mapped {
-            Some(self.exchange(&mut st, ch, input.ptr, input.bytes(), "reduce-scatter input")?)
-        } else {
-            None
-        };
         let ws = st.workspace.as_ref();
         let copy = st.copy.as_ref().expect("prepared");
         let out = output.ptr;

@@ -312,9 +312,10 @@ pub struct CollOptions<A> {
     /// (NOTE [mapped ordinary memory] in `memory::mapped`): the ranks exchange its IPC
     /// handle through shared host memory in the call, which then waits for every peer's
     /// host to make the same call, and open each peer allocation once. The input must
-    /// come from `cudaMalloc`/`cuMemAlloc` (torch's default caching allocator does). Saves
-    /// the staging copy and the workspace it needs; other algorithms (and the host
-    /// backend) stage as before.
+    /// come from `cudaMalloc`/`cuMemAlloc` (torch's default caching allocator does): if a
+    /// rank's cannot be shared, every rank stages the call (that rank warns once), or
+    /// refuses it without `allow_staging`. Saves the staging copy and the workspace it
+    /// needs; other algorithms (and the host backend) stage as before.
     pub map_ordinary: bool,
 }
 

@@ -26,7 +26,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use cudarc::driver::sys;
 
@@ -40,7 +40,7 @@ use crate::rendezvous::GroupCore;
 const ENTRY: usize = 128;
 /// Entries per rank: two per channel.
 const SLOTS: usize = 2 * lowcon_abi::pad::CHANNELS as usize;
-/// Entry flag: this rank could not share its buffer (its error names why).
+/// Entry flag: this rank could not share its buffer (its log says why).
 const UNSHAREABLE: u64 = 1;
 /// More exported handles than this (allocations come and go) and the list starts anew.
 const MAX_EXPORTS: usize = 4096;
@@ -108,6 +108,16 @@ pub(crate) struct Exchanged {
     keys: Vec<(usize, u64)>,
 }
 
+/// What an exchange found: every rank's buffer mapped, or a rank that cannot share its
+/// own (every rank learns the same, so all stage the call, or all refuse it).
+pub(crate) enum Shared {
+    Mapped(Exchanged),
+    Unshareable {
+        /// Which rank (the first that cannot share), and on that rank why.
+        why: String,
+    },
+}
+
 /// A GPU group's mailbox and its cache of opened peer allocations.
 pub(crate) struct PeerMaps {
     mailbox: HostBuffer,
@@ -115,6 +125,8 @@ pub(crate) struct PeerMaps {
     device: Device,
     drain: Drain,
     rank: usize,
+    /// Whether this rank has logged that it cannot share (once per group).
+    warned: AtomicBool,
 }
 
 impl PeerMaps {
@@ -127,6 +139,7 @@ impl PeerMaps {
             device: device.clone(),
             drain: Drain::new(core),
             rank: core.rank,
+            warned: AtomicBool::new(false),
         })
     }
 
@@ -140,8 +153,9 @@ impl PeerMaps {
     /// Exchanges this call's buffer (`bytes` at `ptr`, this rank's `what`) with every
     /// peer; returns where every rank's buffer is mapped in this process (this rank's
     /// own: `ptr`). `seq` is the channel's count of such calls, starting at 1, the same
-    /// on every rank. Every rank gets the same error when a rank cannot share its buffer
-    /// or the sizes differ.
+    /// on every rank. Every rank gets the same answer when a rank cannot share its buffer
+    /// (`Shared::Unshareable`, logged once by that rank), and the same error when the
+    /// sizes differ.
     ///
     /// The peers' allocations it used stay pinned (never closed) until [`PeerMaps::settle`]
     /// gives the watchdog's sequence number of the call; `done_before(s)` says whether
@@ -156,7 +170,7 @@ impl PeerMaps {
         bytes: usize,
         what: &str,
         done_before: &dyn Fn(u64) -> bool,
-    ) -> Result<Exchanged> {
+    ) -> Result<Shared> {
         let (rank, world) = (core.rank, core.world);
         let slot = 2 * channel as usize + (seq % 2) as usize;
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
@@ -204,21 +218,22 @@ impl PeerMaps {
             self.mailbox.read(p, slot * ENTRY + 8, &mut b)?;
             entries.push(Entry::from_bytes(&b));
         }
-        if let Some(e) = local_err {
-            return Err(match e {
-                Error::InvalidArgument(m) => Error::InvalidArgument(format!("rank {rank}: the {what}: {m}")),
-                other => other,
-            });
+        if let Some(first) = entries.iter().position(|e| e.flags & UNSHAREABLE != 0) {
+            let why = match local_err {
+                Some(e) => {
+                    let why = format!("rank {rank}: the {what}: {e}");
+                    if !self.warned.swap(true, Ordering::Relaxed) {
+                        crate::log::warn(&format!("{why} (staged instead; warned once)"));
+                    }
+                    why
+                }
+                None => format!("rank {first} could not share its {what} with its peers (its log says why)"),
+            };
+            return Ok(Shared::Unshareable { why });
         }
         let mut addrs = Vec::with_capacity(world);
         let mut keys = Vec::with_capacity(world);
         for (p, e) in entries.iter().enumerate() {
-            if e.flags & UNSHAREABLE != 0 {
-                return Err(Error::InvalidArgument(format!(
-                    "rank {rank}: rank {p} could not share its {what} with its peers (its error says why), so \
-                     this map_ordinary call was refused on every rank"
-                )));
-            }
             if e.bytes != bytes as u64 {
                 return Err(Error::InvalidArgument(format!(
                     "rank {rank}: rank {p}'s {what} has {} bytes, this rank's {bytes}: every rank must pass the same \
@@ -234,7 +249,7 @@ impl PeerMaps {
             cache.opened.get_mut(&(p, e.buffer_id)).expect("just opened").pins += 1;
             keys.push((p, e.buffer_id));
         }
-        Ok(Exchanged { addrs, keys })
+        Ok(Shared::Mapped(Exchanged { addrs, keys }))
     }
 
     /// The call that used `ex` is registered with the watchdog as `call`: its mappings

@@ -254,7 +254,7 @@ fn the_pool_trims_what_every_rank_has_free_and_drops_it() {
     assert!(pool.find(0x100_0000, 16).is_none());
 }
 
-/// FSDP2's pattern through `lowcon.fsdp` (NOTE [FSDP2 pool size], docs/design.md): per
+/// FSDP2's pattern through `lowcon.fsdp` (NOTE [FSDP2 pool size], docs/fsdp2-memory.md): per
 /// module, the all-gather output on the copy-in stream (two live in forward: the
 /// module's and the prefetched next; two in backward), the reduce-scatter input on the
 /// compute stream (the previous one freed before the next is taken); the root module's

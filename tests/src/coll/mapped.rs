@@ -1,8 +1,9 @@
 //! `map_ordinary` on GPUs: peers read ordinary `cuMemAlloc` inputs in place (NOTE
 //! [mapped ordinary memory] in `lowcon::memory::mapped`). Checked like the suite (fresh
 //! data, poisoned outputs, the CPU reference), plus what the cache must get right:
-//! inputs freed and allocated again (new buffer ids, often at the same address), sizes
-//! that differ between ranks, and memory that cannot be shared.
+//! inputs freed and allocated again (new buffer ids, often at the same address), more
+//! live inputs than the cache keeps open, sizes that differ between ranks, and memory
+//! that cannot be shared (staged by every rank, or refused without staging).
 
 use lowcon::Error;
 
@@ -177,23 +178,56 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
         Err(Error::InvalidArgument(m)) if m.contains("same sizes") && m.contains(&format!("rank {rank}:")) => {}
         other => return Err(format!("rank {rank}: differing sizes: expected a refusal, got {other:?}")),
     }
-    // Memory that cannot be shared (VMM, like expandable segments) on the last rank.
+    // Memory that cannot be shared (VMM, like expandable segments) on the last rank:
+    // every rank stages the call instead (results checked), or, with staging off, every
+    // rank refuses it, naming that rank.
     let last = world - 1;
-    let vmm = if rank == last { Some(Vmm::new(r.g.device().index() as i32, 2 << 20)?) } else { None };
-    let plain = Legacy::new(2 << 20)?;
+    let n = 1 << 19;
+    let seed = seed_of_rank0(|mine| r.g.all_gather_bytes("mapped-unshareable", mine))?;
+    let vmm = if rank == last { Some(Vmm::new(r.g.device().index() as i32, 4 * n)?) } else { None };
+    let plain = Legacy::new(4 * n)?;
     let src = vmm.as_ref().map_or(plain.ptr, |v| v.ptr);
-    let out2 = Legacy::new((2 << 20) * world)?;
+    let out2 = Legacy::new(4 * n * world)?;
+    let data = input_bytes(DType::F32, seed, rank, 0, n);
+    // SAFETY: both hold what is written; synchronous.
+    unsafe {
+        raw::mem_op::copy_from_host(r.stream.raw(), src, &data).map_err(e)?;
+        raw::mem_op::fill(r.stream.raw(), out2.ptr, 0xFF, 4 * n * world).map_err(e)?;
+    }
     // SAFETY: as above.
-    let (ib, ob) = unsafe {
-        (DeviceBuf::from_raw(src, 1 << 19, DType::F32), DeviceBuf::from_raw(out2.ptr, world << 19, DType::F32))
-    };
-    match r.g.all_gather(ib, ob, &r.stream, &opts) {
-        Err(Error::InvalidArgument(m)) if rank == last && m.contains("cannot be shared") => {}
-        Err(Error::InvalidArgument(m)) if rank != last && m.contains(&format!("rank {last} could not share")) => {}
+    let (ib, ob) =
+        unsafe { (DeviceBuf::from_raw(src, n, DType::F32), DeviceBuf::from_raw(out2.ptr, world * n, DType::F32)) };
+    let strict = AllGatherOptions { allow_staging: false, ..opts };
+    match r.g.all_gather(ib, ob, &r.stream, &strict) {
+        Err(Error::InvalidArgument(m))
+            if m.contains(&format!("rank {rank}: map_ordinary: rank {last}"))
+                && m.contains("allow_staging = false")
+                && (rank != last || m.contains("cannot be shared")) => {}
         other => {
-            return Err(format!("rank {rank}: unshareable input on rank {last}: expected a refusal, got {other:?}"));
+            return Err(format!(
+                "rank {rank}: unshareable input on rank {last}, no staging: expected a refusal, got {other:?}"
+            ));
         }
     }
+    r.g.all_gather(ib, ob, &r.stream, &opts).map_err(|m| format!("rank {rank}: unshareable input, staged: {m}"))?;
+    r.g.synchronize(&r.stream).map_err(e)?;
+    let mut got = vec![0u8; 4 * n * world];
+    // SAFETY: `out2` holds it; synchronous.
+    unsafe { raw::mem_op::copy_to_host(r.stream.raw(), &mut got, out2.ptr) }.map_err(e)?;
+    let case = Case {
+        coll: Coll::AllGather(AllGatherAlgorithm::CePull),
+        dtype: DType::F32,
+        count: n,
+        symmetric: false,
+        misalign: 0,
+        sync,
+        channel: 0,
+    };
+    let (wrong, first) = compare(&case, seed, rank, world, &got);
+    if wrong > 0 {
+        return Err(format!("rank {rank}: unshareable input, staged: {wrong} wrong; first: {first}"));
+    }
+    checked += n * world;
     drop(vmm);
     // The group is still usable.
     let base = Case {
@@ -207,7 +241,7 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     };
     checked += check_mapped(r, &base, true, "mapped-after")?;
     Ok(format!(
-        "map_ordinary {sync:?}: {calls} calls, {checked} elements ok, {open} peer allocations open; differing sizes and unshareable memory refused on every rank"
+        "map_ordinary {sync:?}: {calls} calls, {checked} elements ok, {open} peer allocations open; differing sizes refused, unshareable memory staged (or refused without staging) on every rank"
     ))
 }
 

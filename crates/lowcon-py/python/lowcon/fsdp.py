@@ -10,10 +10,14 @@
 
 torch 2.11's `FSDPModule.set_custom_all_gather` / `set_custom_reduce_scatter` take objects
 with `allocate(size, *, dtype, device)` and `__call__(output_tensor, input_tensor, group,
-[op,] async_op=False)`. Ours allocate from the group's symmetric pool (so the collectives
-need no staging copy and no rendezvous per call) on the current stream, which is the
-stream FSDP2 allocates on, and run lowcon's collective in place on FSDP2's own streams.
-The hooks are per FSDP module (they do not recurse): `install` sets them on every one.
+[op,] async_op=False)`. Ours hand out torch's memory, as FSDP2's defaults do, so the
+collective buffers share memory with activations and peak memory stays NCCL's; the
+peers read it in place through IPC mappings of torch's segments, exchanged per call
+(`map_ordinary`; NOTE [mapped ordinary memory]). With `memory="pool"` they come from
+the group's symmetric pool instead (no exchange per call, but the pool's memory is its
+own: NOTE [FSDP2 pool size]). lowcon's collectives run on FSDP2's own streams, on one
+channel per kind of hook. The hooks are per FSDP module (they do not recurse): `install`
+sets them on every one.
 
 Reduce-scatter ops: FSDP2 passes SUM, AVG, or PREMUL_SUM(1/f) after
 `set_gradient_divide_factor(f)`. torch does not expose PREMUL_SUM's factor in Python, so
@@ -50,7 +54,7 @@ _MEMORY = ("pool", "torch")
 
 
 class _Comm:
-    def __init__(self, group, algorithm="auto", sync="kernel", memory="pool", **options):
+    def __init__(self, group, algorithm="auto", sync="kernel", memory="torch", **options):
         if memory not in _MEMORY:
             raise InvalidArgument(f"rank {group.rank}: memory {memory!r}: expected \"pool\" or \"torch\"")
         self.group = group
@@ -85,7 +89,7 @@ class _Comm:
 
 
 class LowconAllGather(_Comm, _AllGather):
-    """FSDP2's all-gather on lowcon (the output is pool memory; the input is its view)."""
+    """FSDP2's all-gather on lowcon (the input is a view of the output)."""
 
     _CHANNEL = "fsdp/all-gather"
 
@@ -111,21 +115,21 @@ def _op_name(op, factor):
 
 
 class LowconReduceScatter(_Comm, _ReduceScatter):
-    """FSDP2's reduce-scatter on lowcon (the input is pool memory), accumulating in f32.
+    """FSDP2's reduce-scatter on lowcon, accumulating in f32.
 
-    Only the input comes from the pool. FSDP2 asks for two buffers per reduce-scatter:
+    With memory="pool" only the input comes from the pool. FSDP2 asks for two buffers per reduce-scatter:
     the input (on the compute stream, world x the output), then the output (on the
     reduce-scatter stream), which it keeps as this rank's sharded gradient until the next
     `zero_grad`. Peers read the input; every reduce-scatter algorithm writes the output
     locally, so it needs no symmetric memory. It comes from torch's allocator, as with
     NCCL: there gradients share memory with activations (freed as backward goes on the
     gradients grow), where in the pool they would sit beside it, all of them at once
-    (NOTE [FSDP2 pool size] in docs/design.md).
+    (NOTE [FSDP2 pool size] in docs/fsdp2-memory.md).
     """
 
     _CHANNEL = "fsdp/reduce-scatter"
 
-    def __init__(self, group, algorithm="auto", sync="kernel", gradient_divide_factor=None, memory="pool", **options):
+    def __init__(self, group, algorithm="auto", sync="kernel", gradient_divide_factor=None, memory="torch", **options):
         super().__init__(group, algorithm, sync, memory, **options)
         self.gradient_divide_factor = gradient_divide_factor
         self._pending_input = None  # (numel, dtype) of the last input handed out
@@ -171,8 +175,8 @@ def install(
     gradient_divide_factor=None,
     all_gather_options=None,
     reduce_scatter_options=None,
-    all_gather_memory="pool",
-    reduce_scatter_memory="pool",
+    all_gather_memory="torch",
+    reduce_scatter_memory="torch",
 ):
     """Set lowcon's all-gather and reduce-scatter on every FSDP module of `model` (after
     `fully_shard`, before the first forward). Returns the number of modules set.
@@ -180,12 +184,13 @@ def install(
     all_gather / reduce_scatter: lowcon algorithm names ("auto" picks by size). sync:
     "kernel" or "memop". gradient_divide_factor: also set on every module (FSDP2 then
     passes PREMUL_SUM, which lowcon applies after summing). all_gather_memory /
-    reduce_scatter_memory: "pool" (the all-gather outputs, the reduce-scatter inputs in
-    lowcon's symmetric pool) or "torch" (torch's allocator, sharing memory with
+    reduce_scatter_memory: "torch" (the default: torch's allocator, sharing memory with
     activations as NCCL's buffers do; peers read them in place through IPC mappings of
-    torch's segments, exchanged per call: `map_ordinary`, docs/python.md "Torch memory").
-    Neither stages a copy with ce-pull and ce-reduce. "torch" needs torch's default
-    allocator (not expandable segments).
+    torch's segments, exchanged per call: `map_ordinary`, docs/python.md "Memory
+    model"; with an allocator whose memory cannot be shared, such as expandable
+    segments, every call stages instead) or "pool" (the all-gather outputs and the
+    reduce-scatter inputs in lowcon's symmetric pool, memory of its own). Neither stages
+    a copy with ce-pull and ce-reduce.
     """
     from torch.distributed.fsdp import FSDPModule
 

@@ -1,0 +1,49 @@
+//! `map_ordinary`: the per-call address exchange of an ordinary input and the pinning
+//! of its peer mappings until the watchdog has the call (NOTE [mapped ordinary memory]
+//! in `memory::mapped`).
+
+use super::{ChannelState, GpuColl};
+use crate::cuda::Stream;
+use crate::error::{Error, Result};
+use crate::memory::mapped::{Exchanged, Shared};
+
+impl GpuColl {
+    /// Peer allocations opened for `map_ordinary` calls.
+    pub(crate) fn mapped_allocations(&self) -> usize {
+        self.maps.opened()
+    }
+
+    /// The next exchange of the channel `st`: every rank's address of `bytes` at `ptr`
+    /// (pinned until [`GpuColl::track_mapped`]).
+    /// `Ok(None)`: a rank cannot share its buffer, so the call stages it (every rank
+    /// decides the same), or is refused when staging is off.
+    pub(super) fn exchange(
+        &self,
+        st: &mut ChannelState,
+        allow_staging: bool,
+        channel: u32,
+        (ptr, bytes): (u64, usize),
+        what: &str,
+    ) -> Result<Option<Exchanged>> {
+        st.map_seq += 1;
+        let done = |s: u64| self.sync.done_before(s);
+        match self.maps.exchange(&self.sync.core, channel, st.map_seq, ptr, bytes, what, &done)? {
+            Shared::Mapped(ex) => Ok(Some(ex)),
+            Shared::Unshareable { .. } if allow_staging => Ok(None),
+            Shared::Unshareable { why, .. } => Err(Error::InvalidArgument(format!(
+                "rank {}: map_ordinary: {why}; staging is disabled (allow_staging = false), so the call was \
+                 refused on every rank",
+                self.sync.core.rank
+            ))),
+        }
+    }
+
+    /// Registers the call just enqueued with the watchdog, and unpins its mappings.
+    pub(super) fn track_mapped(&self, stream: &Stream, ex: Option<&Exchanged>) -> Result<()> {
+        let call = self.sync.track(stream)?;
+        if let Some(ex) = ex {
+            self.maps.settle(ex, call);
+        }
+        Ok(())
+    }
+}
