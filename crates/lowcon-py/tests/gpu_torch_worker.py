@@ -10,6 +10,8 @@ Tolerances: exact (the data are small integers, exact in every dtype; avg is not
 
 import sys
 
+import time
+
 import torch
 
 import lowcon
@@ -69,6 +71,47 @@ with torch.cuda.stream(side):
     g.synchronize()
 if not torch.equal(out.cpu(), torch.cat([data(seed, p, n, torch.float32) for p in range(w)])):
     fail("in-place all-gather on a side stream")
+checks += 1
+# CUDA graphs (NOTE [no capture yet]): a lowcon call inside torch.cuda.graph raises
+# InvalidArgument and leaves the capture valid; an unrelated capture in torch's default
+# global mode succeeds while lowcon's calls are in flight (its threads are relaxed).
+seed += 1
+n = 1 << 22
+src = data(seed, r, n, torch.float32).to(dev)
+outs = [torch.full((n * w,), float("nan"), device=dev) for _ in range(8)]
+graph = torch.cuda.CUDAGraph()
+try:
+    with torch.cuda.graph(graph):
+        g.all_gather(outs[0], src)
+    fail("a lowcon call inside torch.cuda.graph was accepted")
+except lowcon.InvalidArgument as e:
+    if "CUDA graphs" not in str(e) or f"rank {r}" not in str(e):
+        fail(f"capture refused with the wrong message: {e}")
+checks += 1
+with torch.cuda.stream(side):
+    for o in outs:
+        g.all_gather(o, src, algorithm="ce-pull")
+a = torch.randn(512, 512, device=dev)
+static = torch.empty(512, 512, device=dev)
+graph = torch.cuda.CUDAGraph()
+cs = torch.cuda.Stream(dev)
+cs.wait_stream(torch.cuda.current_stream())
+# capture_begin directly: torch.cuda.graph would first synchronise the device, draining
+# lowcon's calls. Global mode (torch's default): another thread's unsafe call, such as
+# an event query of lowcon's watchdog, would invalidate the capture.
+with torch.cuda.stream(cs):
+    graph.capture_begin(capture_error_mode="global")
+    static.copy_(a @ a)
+    time.sleep(0.2)  # the watchdog polls the calls in flight meanwhile
+    graph.capture_end()
+graph.replay()
+torch.cuda.synchronize()
+if not torch.allclose(static, a @ a):
+    fail("an unrelated graph captured beside lowcon's calls replayed wrongly")
+want = torch.cat([data(seed, p, n, torch.float32) for p in range(w)])
+for o in outs:
+    if not torch.equal(o.cpu(), want):
+        fail("all-gathers in flight during an unrelated capture")
 checks += 1
 g.check()
 print(f"rank {r}: torch-gpu ok: {checks} checks, {w} ranks, torch {torch.__version__}", flush=True)

@@ -127,6 +127,7 @@ impl Device {
         std::thread::Builder::new()
             .name("lowcon-drain".into())
             .spawn(move || {
+                super::raw::capture::relax_this_thread();
                 let r = dev.bind_to_thread().and_then(|()| dev.synchronize());
                 let _ = tx.send(r);
             })

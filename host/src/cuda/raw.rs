@@ -220,6 +220,44 @@ pub mod ipc {
     }
 }
 
+/// Stream capture (CUDA graphs).
+pub mod capture {
+    use super::*;
+
+    /// Whether `stream` is being captured into a graph: `Ok(None)` if not, else a word
+    /// for the error (active, or a capture already invalidated; or the driver's
+    /// answer when asking is itself illegal, as for the legacy stream while another
+    /// stream captures in global mode).
+    ///
+    /// # Safety
+    /// `stream` is a live stream of the current context.
+    pub unsafe fn status(stream: sys::CUstream) -> Option<String> {
+        let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: valid out-pointer; the caller passes a live stream.
+        let r = unsafe { sys::cuStreamIsCapturing(stream, &mut st) };
+        match (check("cuStreamIsCapturing", r), st) {
+            (Err(e), _) => Some(format!("asking whether it is captured failed ({e})")),
+            (Ok(()), sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE) => None,
+            (Ok(()), sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE) => {
+                Some("it is being captured into a CUDA graph".into())
+            }
+            (Ok(()), _) => Some("its capture into a CUDA graph was invalidated".into()),
+        }
+    }
+
+    /// Makes the calling thread's CUDA calls exempt from other threads' global-mode
+    /// captures (`cuThreadExchangeStreamCaptureMode(RELAXED)`), as PyTorch does in its
+    /// NCCL watchdog: lowcon's own threads (watchdog, sentinel, frees) poll events and
+    /// free memory, which would otherwise fail, and break the application's capture,
+    /// while it captures unrelated work.
+    pub fn relax_this_thread() {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: valid in/out pointer; affects only the calling thread. A failure
+        // (no driver) leaves the default mode, which is only stricter.
+        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    }
+}
+
 /// Pinned host memory that kernels can write (error records).
 pub mod host_mem {
     use super::*;

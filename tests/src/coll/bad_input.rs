@@ -125,6 +125,35 @@ pub fn gpu_bad_input() -> Result<String, String> {
         r.g.all_gather(host_buf, DeviceBuf::slice_mut(&mut out), &st, &ag),
         &[&rk, "not device memory"],
     )?);
+    // A stream being captured into a CUDA graph (NOTE [no capture yet]): refused, and
+    // the capture itself stays valid (nothing was enqueued into it).
+    {
+        use cudarc::driver::sys;
+        let cs = r.g.device().stream(StreamPriority::Default).map_err(e)?;
+        // SAFETY: a live stream of the current context; the capture is ended below.
+        let begun = unsafe {
+            sys::cuStreamBeginCapture_v2(cs.raw(), sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        };
+        if begun != sys::CUresult::CUDA_SUCCESS {
+            return Err(format!("{rk}: cuStreamBeginCapture failed: {begun:?}"));
+        }
+        let refused = expect_refused(
+            "a call on a stream being captured",
+            r.g.all_gather(DeviceBuf::slice(&input), DeviceBuf::slice_mut(&mut out), &cs, &ag),
+            &[&rk, "CUDA graphs", "being captured"],
+        );
+        let mut graph = std::ptr::null_mut();
+        // SAFETY: ends the capture begun above; the (empty) graph is destroyed at once.
+        let ended = unsafe { sys::cuStreamEndCapture(cs.raw(), &mut graph) };
+        if !graph.is_null() {
+            // SAFETY: the graph the capture returned, used by nothing.
+            unsafe { sys::cuGraphDestroy(graph) };
+        }
+        notes.push(refused?);
+        if ended != sys::CUresult::CUDA_SUCCESS {
+            return Err(format!("{rk}: the capture was invalidated by the refused call: {ended:?}"));
+        }
+    }
     let count = lowcon::cuda::device_count().map_err(e)?;
     if count > 1 {
         let other = (r.g.device().index() + 1) % count;

@@ -216,7 +216,10 @@ impl Sentinel {
         let (s, flag) = (sync.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name(format!("lowcon-sentry-{}", sync.core.rank))
-            .spawn(move || s.guard(&flag))
+            .spawn(move || {
+                crate::cuda::raw::capture::relax_this_thread();
+                s.guard(&flag)
+            })
             .map_err(|e| Error::Rendezvous(format!("rank {}: cannot start the sentinel: {e}", sync.core.rank)))?;
         Ok(Self { stop, thread: Some(thread) })
     }

@@ -33,7 +33,7 @@ const LL_DEAD_PEER_GRACE: Duration = Duration::from_millis(20);
 use super::GpuSync;
 use super::inflight::{Action, InFlight, Observation, poll_interval};
 use super::sentinel::{Sentinel, Step};
-use crate::cuda::Event;
+use crate::cuda::{Event, raw};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
 
@@ -53,7 +53,10 @@ impl Watchdog {
         let s = sync.clone();
         let thread = std::thread::Builder::new()
             .name(format!("lowcon-watch-{}", sync.core.rank))
-            .spawn(move || s.watch())
+            .spawn(move || {
+                raw::capture::relax_this_thread();
+                s.watch()
+            })
             .map_err(|e| Error::Rendezvous(format!("rank {}: cannot start the watchdog: {e}", sync.core.rank)))?;
         Ok(Self { sync, thread: Some(thread), _sentinel: sentinel })
     }
@@ -130,6 +133,7 @@ impl GpuSync {
         // cuMemFree, which can wait for the whole device) must not stop the watchdog.
         if !unused.is_empty() {
             let spawned = std::thread::Builder::new().name("lowcon-free".into()).spawn(move || {
+                raw::capture::relax_this_thread();
                 for buf in unused {
                     // SAFETY: every call that used the buffer has completed on this rank,
                     // and those calls' exit barriers mean the peers are done with it too.
