@@ -88,22 +88,41 @@ except lowcon.InvalidArgument as e:
     if "CUDA graphs" not in str(e) or f"rank {r}" not in str(e):
         fail(f"capture refused with the wrong message: {e}")
 checks += 1
-with torch.cuda.stream(side):
-    for o in outs:
-        g.all_gather(o, src, algorithm="ce-pull")
 a = torch.randn(512, 512, device=dev)
 static = torch.empty(512, 512, device=dev)
 graph = torch.cuda.CUDAGraph()
 cs = torch.cuda.Stream(dev)
 cs.wait_stream(torch.cuda.current_stream())
-# capture_begin directly: torch.cuda.graph would first synchronise the device, draining
-# lowcon's calls. Global mode (torch's default): another thread's unsafe call, such as
-# an event query of lowcon's watchdog, would invalidate the capture.
 with torch.cuda.stream(cs):
-    graph.capture_begin(capture_error_mode="global")
-    static.copy_(a @ a)
-    time.sleep(0.2)  # the watchdog polls the calls in flight meanwhile
-    graph.capture_end()
+    static.copy_(a @ a)  # warm-up: cuBLAS makes its handle outside the capture
+cs.synchronize()
+
+
+def enqueue_all_gathers():
+    with torch.cuda.stream(side):
+        for o in outs:
+            g.all_gather(o, src, algorithm="ce-pull")
+
+
+def capture_unrelated():
+    # capture_begin directly: torch.cuda.graph would first synchronise the device,
+    # draining lowcon's calls. Global mode (torch's default): another thread's unsafe
+    # call, such as an event query of lowcon's watchdog, would invalidate the capture.
+    with torch.cuda.stream(cs):
+        graph.capture_begin(capture_error_mode="global")
+        static.copy_(a @ a)
+        time.sleep(0.2)  # the watchdog polls the calls in flight meanwhile
+        graph.capture_end()
+
+
+# Rank 0 captures first, so the other ranks' calls wait for it, in flight, while they
+# capture.
+if r == 0:
+    capture_unrelated()
+    enqueue_all_gathers()
+else:
+    enqueue_all_gathers()
+    capture_unrelated()
 graph.replay()
 torch.cuda.synchronize()
 if not torch.allclose(static, a @ a):
