@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # lowcon's test command (the README's, and what .ci/run calls after scripts/setup.sh):
-# ShellCheck on every shell script, formatting, clippy on host and device code, and the
-# whole workspace's tests. ptxas and shellcheck must be present (scripts/setup.sh installs
+# ShellCheck on every shell script, formatting, clippy on host and device code, rustdoc,
+# and the whole workspace's tests. ptxas and shellcheck must be present (scripts/setup.sh installs
 # them): every generated PTX is checked with `ptxas -arch=sm_90`. GPU tests skip, saying
 # why, when no GPU is present.
 set -euo pipefail
@@ -18,6 +18,9 @@ rustfmt --edition 2024 --check gpu-kernels/src/lib.rs
 
 echo "== clippy (host)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo "== rustdoc (broken intra-doc links are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked -q
 
 echo "== clippy (device, nvptx64)"
 (cd gpu-kernels && env -u RUSTUP_TOOLCHAIN rustup run "$TOOLCHAIN" cargo clippy --locked --release \

@@ -7,7 +7,7 @@
 //! comparison. The check (kernel sync): at the large size the enqueue takes a small
 //! fraction of the GPU time, and it does not grow with the GPU time between the sizes
 //! (within 2x and 25 ms, while the GPU time grows over 10x). With stream-memop sync the
-//! driver's queue limits how far calls run ahead (see [`MAX_ENQUEUE_SHARE_MEMOP`]).
+//! driver's queue limits how far calls run ahead (see `MAX_ENQUEUE_SHARE_MEMOP`).
 
 use std::time::{Duration, Instant};
 

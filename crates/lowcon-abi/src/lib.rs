@@ -169,13 +169,13 @@ pub mod kernel_names {
 
 /// The LL ("low latency") protocol's buffer layout, which host and kernel share.
 ///
-/// Each rank has, per channel, one symmetric LL buffer of [`BUFFER_BYTES`]: two halves
-/// (parity 0 and 1), each with one slot per source rank of [`slot_bytes`]. A slot is
+/// Each rank has, per channel, one symmetric LL buffer of [`BUFFER_BYTES`](ll::BUFFER_BYTES): two halves
+/// (parity 0 and 1), each with one slot per source rank of [`slot_bytes`](ll::slot_bytes). A slot is
 /// made of 16-byte lines `{data0, flag, data1, flag}` (`u32`s): 8 bytes of payload, each
 /// 4 of them stored in one 8-byte word with the flag, so a reader that sees the flag in
 /// both words has the data (8-byte stores are single-copy atomic). A collective runs
 /// in rounds of at most `slot_bytes / 16` lines per source; round `seq` (a per-channel
-/// counter every rank advances alike) uses half `seq & 1` and flag [`flag`]`(seq)`.
+/// counter every rank advances alike) uses half `seq & 1` and flag [`flag`](ll::flag)`(seq)`.
 pub mod ll {
     /// Bytes of one line (8 of payload, two flags).
     pub const LINE_BYTES: u64 = 16;

@@ -25,7 +25,7 @@
 //! all collectives first: a library whose enqueue waits would then delay every GEMM's
 //! launch and look far worse than it is (`--mode burst` keeps that test).
 //!
-//! NOTE [prelude]: a GEMM window's length depends on what the GPU did just before it
+//! NOTE [window prelude]: a GEMM window's length depends on what the GPU did just before it
 //! (run 3 of 2026-11-22: the alone GEMM time fell as the collective-only tail that
 //! ended the previous overlapped phase grew, r = -0.76). So both the alone and the
 //! overlapped GEMM windows start behind `prelude` untimed GEMMs (about `--prelude-ms`),
@@ -101,7 +101,7 @@ pub struct SaturatedOptions {
     pub null: bool,
     /// Run null+local (the null's copies plus a same-device copy of the shard).
     pub null_local: bool,
-    /// Untimed GEMMs before each GEMM window, in ms (NOTE [prelude]; 0 for none).
+    /// Untimed GEMMs before each GEMM window, in ms (NOTE [window prelude]; 0 for none).
     pub prelude_ms: f64,
 }
 
@@ -215,7 +215,7 @@ struct Setup<'a> {
     compute: &'a Stream,
     gemm: &'a mut Gemm8,
     gemms: usize,
-    /// Untimed GEMMs before each window (NOTE [prelude]).
+    /// Untimed GEMMs before each window (NOTE [window prelude]).
     prelude: usize,
     window_ms: f64,
     nvml: Option<&'a Nvml>,
