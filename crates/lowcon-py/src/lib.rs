@@ -535,6 +535,15 @@ impl Group {
         Ok(d)
     }
 
+    /// Closes the peer allocations `map_ordinary` calls opened that no call in flight
+    /// uses (GPU; 0 on the host backend). Returns how many.
+    fn release_mappings(&self) -> PyResult<usize> {
+        self.with(|b| match b {
+            Backend::Gpu(g) => g.release_mappings().map_err(to_py),
+            Backend::Host(_) => Ok(0),
+        })
+    }
+
     /// A channel of its own for `name` (claimed in order of first use, among the
     /// streams' channels: every rank must claim its names and use its streams in the same
     /// order). The same name gives the same channel.

@@ -74,19 +74,24 @@ class _RecordingGroup:
         self.calls.append(options["algorithm"])
 
 
-@pytest.mark.parametrize("world,out_bytes,asked,want", [
-    (2, 8 << 20, "auto", "ce-reduce"),      # FSDP2-sized at 2 ranks: NOTE [auto inside FSDP2]
-    (2, (8 << 20) - 4, "auto", "auto"),     # smaller: the library's auto (ll, sm-direct)
-    (4, 64 << 20, "auto", "auto"),          # measured at 2 ranks only
-    (2, 64 << 20, "sm-direct", "sm-direct"),  # an explicit choice stands
+@pytest.mark.parametrize("memory,world,out_bytes,asked,want", [
+    ("pool", 2, 8 << 20, "auto", "ce-reduce"),      # FSDP2-sized at 2 ranks: NOTE [auto inside FSDP2]
+    ("pool", 2, (8 << 20) - 4, "auto", "auto"),     # smaller: the library's auto (ll, sm-direct)
+    ("pool", 4, 64 << 20, "auto", "auto"),          # measured at 2 ranks only
+    ("pool", 2, 64 << 20, "sm-direct", "sm-direct"),  # an explicit choice stands
+    # Torch's memory: ce-reduce reads it in place, sm-direct would stage the whole input.
+    ("torch", 2, (8 << 20) - 4, "auto", "ce-reduce"),
+    ("torch", 4, 4 << 10, "auto", "ce-reduce"),
+    ("torch", 2, 512 << 10, "auto", "auto"),        # ll's sizes at 2 ranks: no staging
+    ("torch", 2, 64 << 20, "sm-direct", "sm-direct"),
 ])
-def test_the_fsdp2_reduce_scatter_picks_what_won_inside_fsdp2(world, out_bytes, asked, want):
+def test_the_fsdp2_reduce_scatter_picks_what_won_inside_fsdp2(memory, world, out_bytes, asked, want):
     import torch
 
     import lowcon.fsdp
 
     g = _RecordingGroup(world)
-    rs = lowcon.fsdp.LowconReduceScatter(g, asked)
+    rs = lowcon.fsdp.LowconReduceScatter(g, asked, memory=memory)
     out = torch.empty(out_bytes // 4, dtype=torch.float32)
     rs(out, torch.empty(out.numel() * world, dtype=torch.float32))
     assert g.calls == [want]

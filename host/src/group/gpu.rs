@@ -282,6 +282,14 @@ impl GpuGroup {
         self.coll.mapped_allocations()
     }
 
+    /// Closes the peer allocations that `map_ordinary` calls opened and that no call in
+    /// flight uses; returns how many. Not collective, but useful on every rank: a peer's
+    /// freed segment (say after `torch.cuda.empty_cache()`) goes back to its driver only
+    /// once every rank that mapped it closed it. Later calls open what they need again.
+    pub fn release_mappings(&self) -> Result<usize> {
+        self.coll.release_mappings()
+    }
+
     /// The traffic floor of an all-gather (a measurement, not a collective): this rank's
     /// shard is copied into every peer's slot of the symmetric `output` with no barrier,
     /// so the results are garbage (`coll::gpu::floor`). Every rank makes the same call.

@@ -36,8 +36,10 @@ use crate::memory::gpu::Drain;
 use crate::memory::host::{HostBuffer, alloc};
 use crate::rendezvous::GroupCore;
 
-/// Bytes of one mailbox entry (the fields below, padded).
+/// Bytes of one mailbox entry: the seq word, the fields below, the ack word at the end.
 const ENTRY: usize = 128;
+/// Bytes of the fields.
+const BODY: usize = 112;
 /// Entries per rank: two per channel.
 const SLOTS: usize = 2 * lowcon_abi::pad::CHANNELS as usize;
 /// Entry flag: this rank could not share its buffer (its log says why).
@@ -46,7 +48,7 @@ const UNSHAREABLE: u64 = 1;
 const MAX_EXPORTS: usize = 4096;
 
 // The fields after the seq word fit an entry.
-const _: () = assert!(ENTRY - 8 >= 48 + raw::ipc::HANDLE_BYTES);
+const _: () = assert!(BODY >= 48 + raw::ipc::HANDLE_BYTES && 8 + BODY <= ENTRY - 8);
 
 /// What a rank publishes for one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,8 +65,8 @@ struct Entry {
 }
 
 impl Entry {
-    fn to_bytes(self) -> [u8; ENTRY - 8] {
-        let mut b = [0u8; ENTRY - 8];
+    fn to_bytes(self) -> [u8; BODY] {
+        let mut b = [0u8; BODY];
         for (i, w) in [self.buffer_id, self.base, self.size, self.offset, self.bytes, self.flags].iter().enumerate() {
             b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
         }
@@ -72,7 +74,7 @@ impl Entry {
         b
     }
 
-    fn from_bytes(b: &[u8; ENTRY - 8]) -> Self {
+    fn from_bytes(b: &[u8; BODY]) -> Self {
         let w = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
         let mut handle = [0u8; raw::ipc::HANDLE_BYTES];
         handle.copy_from_slice(&b[48..48 + raw::ipc::HANDLE_BYTES]);
@@ -143,11 +145,21 @@ impl PeerMaps {
         })
     }
 
+    /// The word at byte `off` of `owner`'s mailbox entry `slot`: 0 the seq (written last
+    /// of the entry), `ENTRY - 8` the ack of the second round.
+    fn word(&self, owner: usize, slot: usize, off: usize) -> &AtomicU64 {
+        // SAFETY: `slot` < SLOTS and `off` is 0 or ENTRY - 8, so the word is inside the
+        // owner's mapping, which lives as long as `self`; page-aligned base and 8-byte
+        // multiples, so aligned; these words are only ever accessed atomically.
+        unsafe { AtomicU64::from_ptr(self.mailbox.peer_ptr(owner).add(slot * ENTRY + off).cast::<u64>()) }
+    }
+
     fn seq_of(&self, owner: usize, slot: usize) -> &AtomicU64 {
-        // SAFETY: `slot` < SLOTS, so the word is inside the owner's mapping, which lives
-        // as long as `self`; page-aligned base, so 8-byte aligned; the seq word is only
-        // ever accessed atomically.
-        unsafe { AtomicU64::from_ptr(self.mailbox.peer_ptr(owner).add(slot * ENTRY).cast::<u64>()) }
+        self.word(owner, slot, 0)
+    }
+
+    fn ack_of(&self, owner: usize, slot: usize) -> &AtomicU64 {
+        self.word(owner, slot, ENTRY - 8)
     }
 
     /// Exchanges this call's buffer (`bytes` at `ptr`, this rank's `what`) with every
@@ -173,9 +185,15 @@ impl PeerMaps {
     ) -> Result<Shared> {
         let (rank, world) = (core.rank, core.world);
         let slot = 2 * channel as usize + (seq % 2) as usize;
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         self.device.bind_to_thread()?;
-        let (mine, local_err) = match self.describe(&mut cache, ptr, bytes) {
+        // The cache is locked only around its own use, never while waiting for peers:
+        // threads driving other channels exchange meanwhile (holding it across the wait
+        // deadlocks two ranks whose threads reach two channels in opposite orders).
+        let described = {
+            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            self.describe(&mut cache, ptr, bytes)
+        };
+        let (mine, local_err) = match described {
             Ok(e) => (e, None),
             Err(e) => (
                 Entry {
@@ -198,58 +216,146 @@ impl PeerMaps {
                 entries.push(mine);
                 continue;
             }
-            let word = self.seq_of(p, slot);
-            let seen = core.spin_until(
-                p,
-                || {
-                    let s = word.load(Ordering::Acquire);
-                    (s >= seq).then_some(s)
-                },
-                |s: u64| format!("its {what}'s address on channel {channel} (call {seq}, saw call {s})"),
-                || word.load(Ordering::Relaxed),
-            )?;
-            if seen != seq {
-                return Err(core.fail(Error::GroupFailed(format!(
-                    "rank {rank}: rank {p} published call {seen} of channel {channel}'s address exchange while this \
-                     rank is at call {seq}: the ranks' calls with map_ordinary differ"
-                ))));
-            }
-            let mut b = [0u8; ENTRY - 8];
+            self.wait_for(core, p, slot, 0, seq, channel, &format!("its {what}'s address"))?;
+            let mut b = [0u8; BODY];
             self.mailbox.read(p, slot * ENTRY + 8, &mut b)?;
             entries.push(Entry::from_bytes(&b));
         }
+        // Decided alike on every rank, from the same entries, before anything is opened.
         if let Some(first) = entries.iter().position(|e| e.flags & UNSHAREABLE != 0) {
             let why = match local_err {
-                Some(e) => {
-                    let why = format!("rank {rank}: the {what}: {e}");
-                    if !self.warned.swap(true, Ordering::Relaxed) {
-                        crate::log::warn(&format!("{why} (staged instead; warned once)"));
-                    }
-                    why
-                }
+                Some(e) => self.warn_once(format!("rank {rank}: the {what}: {e}")),
                 None => format!("rank {first} could not share its {what} with its peers (its log says why)"),
             };
             return Ok(Shared::Unshareable { why });
         }
+        if let Some((p, e)) = entries.iter().enumerate().find(|(_, e)| e.bytes != bytes as u64) {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank}: rank {p}'s {what} has {} bytes, this rank's {bytes}: every rank must pass the same sizes",
+                e.bytes
+            )));
+        }
+        // Open what is not open yet, and pin it; then a second round, so that a rank
+        // whose open failed makes every rank stage rather than wait in barriers for it.
         let mut addrs = Vec::with_capacity(world);
         let mut keys = Vec::with_capacity(world);
-        for (p, e) in entries.iter().enumerate() {
-            if e.bytes != bytes as u64 {
-                return Err(Error::InvalidArgument(format!(
-                    "rank {rank}: rank {p}'s {what} has {} bytes, this rank's {bytes}: every rank must pass the same \
-                     sizes",
-                    e.bytes
-                )));
+        let opened: Result<()> = {
+            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            let mut r = Ok(());
+            for (p, e) in entries.iter().enumerate() {
+                if p == rank {
+                    addrs.push(ptr);
+                    continue;
+                }
+                match self.open(&mut cache, rank, p, e, done_before) {
+                    Ok(local) => {
+                        cache.opened.get_mut(&(p, e.buffer_id)).expect("just opened").pins += 1;
+                        keys.push((p, e.buffer_id));
+                        addrs.push(local + e.offset);
+                    }
+                    Err(err) => {
+                        r = Err(err);
+                        break;
+                    }
+                }
             }
-            if p == rank {
-                addrs.push(ptr);
-                continue;
+            r
+        };
+        let ok = opened.is_ok();
+        self.ack_of(rank, slot).store(seq << 1 | ok as u64, Ordering::Release);
+        let mut failed = (!ok).then_some(rank);
+        for p in (0..world).filter(|&p| p != rank) {
+            let ack = self.wait_for(core, p, slot, ENTRY - 8, seq << 1, channel, "its mapping of this rank's buffer")?;
+            if ack & 1 == 0 && failed.is_none() {
+                failed = Some(p);
             }
-            addrs.push(self.open(&mut cache, rank, p, e, done_before)? + e.offset);
-            cache.opened.get_mut(&(p, e.buffer_id)).expect("just opened").pins += 1;
-            keys.push((p, e.buffer_id));
         }
-        Ok(Shared::Mapped(Exchanged { addrs, keys }))
+        let ex = Exchanged { addrs, keys };
+        match (failed, opened) {
+            (None, _) => Ok(Shared::Mapped(ex)),
+            (Some(first), opened) => {
+                self.unpin(&ex);
+                let why = match opened {
+                    Err(e) => self.warn_once(format!("rank {rank}: mapping the peers' {what}: {e}")),
+                    Ok(()) => format!("rank {first} could not map its peers' {what} (its log says why)"),
+                };
+                Ok(Shared::Unshareable { why })
+            }
+        }
+    }
+
+    /// Spins until peer `p`'s word at `off` of mailbox `slot` reaches `want` (a call's
+    /// seq, or seq << 1 for acks, whose low bit is a verdict); returns the word.
+    #[allow(clippy::too_many_arguments)]
+    fn wait_for(
+        &self,
+        core: &GroupCore,
+        p: usize,
+        slot: usize,
+        off: usize,
+        want: u64,
+        channel: u32,
+        what: &str,
+    ) -> Result<u64> {
+        let word = self.word(p, slot, off);
+        let strip = |w: u64| if off == 0 { w } else { w & !1 };
+        let seen = core.spin_until(
+            p,
+            || {
+                let w = word.load(Ordering::Acquire);
+                (strip(w) >= want).then_some(w)
+            },
+            |w: u64| format!("{what} on channel {channel} (mailbox word {want:#x}, saw {w:#x})"),
+            || word.load(Ordering::Relaxed),
+        )?;
+        if strip(seen) != want {
+            return Err(core.fail(Error::GroupFailed(format!(
+                "rank {}: rank {p} is at another call of channel {channel}'s address exchange ({seen:#x}, this rank \
+                 {want:#x}): the ranks' calls with map_ordinary differ",
+                core.rank
+            ))));
+        }
+        Ok(seen)
+    }
+
+    fn warn_once(&self, why: String) -> String {
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            crate::log::warn(&format!("{why} (staged instead; warned once)"));
+        }
+        why
+    }
+
+    /// Undoes the pins of an exchange whose call will not run.
+    fn unpin(&self, ex: &Exchanged) {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        for k in &ex.keys {
+            if let Some(o) = cache.opened.get_mut(k) {
+                o.pins = o.pins.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Closes every opened peer allocation no call in flight uses (`done_before`); returns
+    /// how many. A peer's freed segment goes back to its driver only once every importer
+    /// closed it: call on every rank before the peers empty their allocator's cache.
+    pub(crate) fn release_idle(&self, done_before: &dyn Fn(u64) -> bool) -> Result<usize> {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let idle: Vec<(usize, u64)> =
+            cache.opened.iter().filter(|(_, o)| o.pins == 0 && done_before(o.used_before)).map(|(k, _)| *k).collect();
+        if idle.is_empty() {
+            return Ok(0);
+        }
+        self.device.bind_to_thread()?;
+        for k in &idle {
+            if let Some(o) = cache.opened.remove(k) {
+                // SAFETY: opened by `open_handle`, unpinned, and every call that used it
+                // has completed (`done_before`).
+                if let Err(e) = unsafe { raw::ipc::close_handle(o.local) } {
+                    crate::log::trace(self.rank, &format!("closing a peer mapping failed: {e}"));
+                }
+            }
+        }
+        Ok(idle.len())
     }
 
     /// The call that used `ex` is registered with the watchdog as `call`: its mappings
@@ -334,10 +440,11 @@ impl PeerMaps {
             .filter(|((q, _), o)| *q == p && o.pins == 0 && done_before(o.used_before))
             .map(|(k, o)| (o.used_before, *k))
             .collect();
-        let open_now = cache.opened.keys().filter(|(q, _)| *q == p).count();
-        if open_now + 1 > MAX_OPEN_PER_PEER {
+        let open_after = cache.opened.keys().filter(|(q, _)| *q == p).count() + 1 - stale.len();
+        if open_after > MAX_OPEN_PER_PEER {
+            idle.retain(|(_, k)| !stale.contains(k));
             idle.sort_unstable();
-            stale.extend(idle.iter().take(open_now + 1 - MAX_OPEN_PER_PEER).map(|(_, k)| *k));
+            stale.extend(idle.iter().take(open_after - MAX_OPEN_PER_PEER).map(|(_, k)| *k));
         }
         for k in stale {
             if let Some(o) = cache.opened.remove(&k) {

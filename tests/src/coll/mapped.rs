@@ -164,6 +164,20 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
             lowcon::MAX_PEER_MAPPINGS
         ));
     }
+    // Every call has completed: release_mappings closes them all (once the watchdog
+    // has seen the completions, which it polls for).
+    let t = Instant::now();
+    let mut released = 0;
+    while r.g.mapped_allocations() > 0 && t.elapsed() < Duration::from_secs(5) {
+        released += r.g.release_mappings().map_err(e)?;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if r.g.mapped_allocations() != 0 || released != open {
+        return Err(format!(
+            "rank {rank}: release_mappings closed {released} of {open}; {} still open",
+            r.g.mapped_allocations()
+        ));
+    }
     drop(bufs);
     // Sizes that differ between ranks: refused on every rank, naming the size.
     let n = 1000 + if rank == 0 { 8 } else { 0 };
@@ -241,7 +255,7 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     };
     checked += check_mapped(r, &base, true, "mapped-after")?;
     Ok(format!(
-        "map_ordinary {sync:?}: {calls} calls, {checked} elements ok, {open} peer allocations open; differing sizes refused, unshareable memory staged (or refused without staging) on every rank"
+        "map_ordinary {sync:?}: {calls} calls, {checked} elements ok, {open} peer allocations open, then released; differing sizes refused, unshareable memory staged (or refused without staging) on every rank"
     ))
 }
 

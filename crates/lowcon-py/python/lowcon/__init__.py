@@ -172,6 +172,14 @@ class Group:
         else:
             self._g.reduce_scatter(output, input, op, stream=_stream_of(output, stream), **options)
 
+    def release_mappings(self):
+        """Closes the peers' allocations that `map_ordinary` calls (lowcon.fsdp's torch
+        memory) opened and that no call in flight uses; returns how many. A peer's freed
+        segment goes back to its driver only once every rank that mapped it closed it:
+        call it on every rank before `torch.cuda.empty_cache()` when memory must go back.
+        Later calls open what they need again."""
+        return self._g.release_mappings()
+
     def channel(self, name):
         """A channel of its own for `name` (a string), for `channel=`: claimed in order of
         first use among the channels streams get, so every rank must claim names and use

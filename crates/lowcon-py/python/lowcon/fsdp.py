@@ -38,6 +38,9 @@ __all__ = ["LowconAllGather", "LowconReduceScatter", "install", "CE_REDUCE_MIN_B
 # Reduce-scatter outputs from this size up take ce-reduce under algorithm="auto" at 2
 # ranks (NOTE [auto inside FSDP2]); smaller ones the library's auto (ll, sm-direct).
 CE_REDUCE_MIN_BYTES = 8 << 20
+# The library's `ll` limit for reduce-scatter chunks at 2 ranks (LL_MAX_CHUNK_2 in
+# host/src/coll/select.rs).
+_LL_MAX_CHUNK_2 = 512 << 10
 
 
 def _check_group(g, group):
@@ -150,8 +153,15 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
         _check_group(self.group, group)
         name, scale = _op_name(dist.ReduceOp.SUM if op is None else op, self.gradient_divide_factor)
         options = self.options
-        if options["algorithm"] == "auto" and self.group.world_size == 2 and \
-                output_tensor.numel() * output_tensor.element_size() >= CE_REDUCE_MIN_BYTES:
+        nbytes = output_tensor.numel() * output_tensor.element_size()
+        world = self.group.world_size
+        if options["algorithm"] == "auto" and self.memory == "torch" and not (world == 2 and nbytes <= _LL_MAX_CHUNK_2):
+            # With torch's memory the peers read the input in place only with ce-reduce
+            # (map_ordinary): sm-direct, the library's choice here, would stage the whole
+            # input through a workspace that grows to the largest gradient bucket. `ll`
+            # (small chunks at 2 ranks) needs no staging.
+            options = dict(options, algorithm="ce-reduce")
+        elif options["algorithm"] == "auto" and world == 2 and nbytes >= CE_REDUCE_MIN_BYTES:
             # NOTE [auto inside FSDP2]: next to FSDP2's GEMMs, ce-reduce beat the
             # library's auto choice (sm-direct at these sizes) in a paired run
             # (2026-11-24, 9b0b2d5, 2x H200: 4096x12 at 1024 tokens 0.918x NCCL's step

@@ -8,6 +8,11 @@ use crate::error::{Error, Result};
 use crate::memory::mapped::{Exchanged, Shared};
 
 impl GpuColl {
+    /// Closes the peer allocations no call in flight uses; returns how many.
+    pub(crate) fn release_mappings(&self) -> Result<usize> {
+        self.maps.release_idle(&|s| self.sync.done_before(s))
+    }
+
     /// Peer allocations opened for `map_ordinary` calls.
     pub(crate) fn mapped_allocations(&self) -> usize {
         self.maps.opened()
@@ -25,6 +30,8 @@ impl GpuColl {
         (ptr, bytes): (u64, usize),
         what: &str,
     ) -> Result<Option<Exchanged>> {
+        // Advanced on every rank alike even when the call then errs: every rank took
+        // part in the exchange, so the sequence numbers stay equal.
         st.map_seq += 1;
         let done = |s: u64| self.sync.done_before(s);
         match self.maps.exchange(&self.sync.core, channel, st.map_seq, ptr, bytes, what, &done)? {
