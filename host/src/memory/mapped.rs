@@ -265,7 +265,8 @@ impl PeerMaps {
         self.ack_of(rank, slot).store(seq << 1 | ok as u64, Ordering::Release);
         let mut failed = (!ok).then_some(rank);
         for p in (0..world).filter(|&p| p != rank) {
-            let ack = self.wait_for(core, p, slot, ENTRY - 8, seq << 1, channel, "its mapping of this rank's buffer")?;
+            let ack =
+                self.wait_for(core, p, slot, ENTRY - 8, seq << 1, channel, "its mapping of this rank's buffer")?;
             if ack & 1 == 0 && failed.is_none() {
                 failed = Some(p);
             }

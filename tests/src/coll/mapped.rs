@@ -179,6 +179,64 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
         ));
     }
     drop(bufs);
+    // Two threads on two channels at once, each exchanging per call: no rank's exchange
+    // may hold up another channel's (the cache was once locked across the wait, and two
+    // ranks whose threads reached the channels in opposite orders deadlocked).
+    let seed = seed_of_rank0(|mine| r.g.all_gather_bytes("mapped-threads", mine))?;
+    let n = 4097;
+    let work = |ch: u32| -> Result<usize, String> {
+        r.g.device().bind_to_thread().map_err(e)?;
+        let stream = r.g.device().stream(StreamPriority::High).map_err(e)?;
+        let (inp, out) = (Legacy::new(4 * n)?, Legacy::new(4 * n * world)?);
+        let opts = AllGatherOptions {
+            algorithm: AllGatherAlgorithm::CePull,
+            sync,
+            channel: ch,
+            map_ordinary: true,
+            ..Default::default()
+        };
+        for i in 0..50u64 {
+            let s = seed ^ (u64::from(ch) << 40) ^ i;
+            // SAFETY: both hold what is written; ordered on `stream`, synchronised below.
+            unsafe {
+                raw::mem_op::copy_from_host(stream.raw(), inp.ptr, &input_bytes(DType::F32, s, rank, 0, n))
+                    .map_err(e)?;
+                raw::mem_op::fill(stream.raw(), out.ptr, 0xFF, 4 * n * world).map_err(e)?;
+            }
+            // SAFETY: both live past the synchronisation below.
+            let (ib, ob) = unsafe {
+                (DeviceBuf::from_raw(inp.ptr, n, DType::F32), DeviceBuf::from_raw(out.ptr, n * world, DType::F32))
+            };
+            r.g.all_gather(ib, ob, &stream, &opts).map_err(|m| format!("rank {rank}: channel {ch} call {i}: {m}"))?;
+            r.g.synchronize(&stream).map_err(e)?;
+            let mut got = vec![0u8; 4 * n * world];
+            // SAFETY: as above.
+            unsafe { raw::mem_op::copy_to_host(stream.raw(), &mut got, out.ptr) }.map_err(e)?;
+            let case = Case {
+                coll: Coll::AllGather(AllGatherAlgorithm::CePull),
+                dtype: DType::F32,
+                count: n,
+                symmetric: false,
+                misalign: 0,
+                sync,
+                channel: ch,
+            };
+            let (wrong, first) = compare(&case, s, rank, world, &got);
+            if wrong > 0 {
+                return Err(format!("rank {rank}: channel {ch} call {i}: {wrong} wrong; first: {first}"));
+            }
+        }
+        Ok(50 * n * world)
+    };
+    let results: Vec<Result<usize, String>> = std::thread::scope(|sc| {
+        let work = &work;
+        let hs: Vec<_> = [5u32, 6].into_iter().map(|ch| sc.spawn(move || work(ch))).collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into()))).collect()
+    });
+    for res in results {
+        checked += res?;
+        calls += 50;
+    }
     // Sizes that differ between ranks: refused on every rank, naming the size.
     let n = 1000 + if rank == 0 { 8 } else { 0 };
     let out = Legacy::new(4 * (n + 8) * world)?;
@@ -255,7 +313,7 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     };
     checked += check_mapped(r, &base, true, "mapped-after")?;
     Ok(format!(
-        "map_ordinary {sync:?}: {calls} calls, {checked} elements ok, {open} peer allocations open, then released; differing sizes refused, unshareable memory staged (or refused without staging) on every rank"
+        "map_ordinary {sync:?}: {calls} calls, {checked} elements ok, {open} peer allocations open, then released; two channels from two threads at once; differing sizes refused, unshareable memory staged (or refused without staging) on every rank"
     ))
 }
 
