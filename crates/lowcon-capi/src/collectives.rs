@@ -101,7 +101,9 @@ unsafe fn collective(
 /// All-gather: `recvbuff[p * sendcount ..]` receives rank `p`'s `sendbuff`
 /// (`sendcount` elements), on every rank. In place when `sendbuff` is
 /// `recvbuff + rank * sendcount`. GPU backend: enqueued on `stream` (a `cudaStream_t`,
-/// NULL for the legacy default stream) and returns at once.
+/// NULL for the legacy default stream) and returns at once. A `stream` being captured
+/// into a CUDA graph is refused (`lowconInvalidArgument`, nothing enqueued, the capture
+/// still valid): lowcon's collectives cannot be captured yet.
 ///
 /// # Safety
 /// `sendbuff` holds `sendcount` and `recvbuff` `nranks * sendcount` elements, on this

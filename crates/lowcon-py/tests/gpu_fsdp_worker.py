@@ -22,6 +22,7 @@ Prints "rank R: fsdp ok: ..." and exits 0 on success.
 import math
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -139,9 +140,19 @@ def train(mode, reduce_dtype=torch.float32, factor=None, group=None, mesh=None, 
     g.check()
     if mode == "lowcon" and lowcon_args.get("all_gather_memory") == "torch" and world > 1:
         # The all-gathers read torch's memory in place: peers' segments were opened.
-        opened = (group or g).pool_stats()["mapped_allocations"]
+        grp = group or g
+        opened = grp.pool_stats()["mapped_allocations"]
         if opened == 0:
             fail(f"all_gather_memory='torch' opened no peer allocation: {lowcon_args}")
+        # Once the calls are done, release_mappings closes every one (the watchdog must
+        # first see them complete, which it polls for).
+        torch.cuda.synchronize()
+        released, t0 = 0, time.monotonic()
+        while grp.pool_stats()["mapped_allocations"] > 0 and time.monotonic() - t0 < 5:
+            released += grp.release_mappings()
+            time.sleep(0.01)
+        if grp.pool_stats()["mapped_allocations"] != 0 or released != opened:
+            fail(f"release_mappings closed {released} of {opened} peer allocations")
     del model, opt
     return losses
 
