@@ -74,7 +74,9 @@ typedef struct {
   int allow_staging;
   // Nonzero (GPU, "ce-pull" and "ce-reduce"): peers read an ordinary `cudaMalloc`
   // input in place through IPC instead of a staging copy; the call then exchanges
-  // addresses with the peers' hosts. Zero (the default): staged.
+  // addresses with the peers' hosts. If a rank's input cannot be shared (VMM or
+  // stream-ordered memory), every rank stages the call, or, with `allow_staging`
+  // zero, refuses it. Zero (the default): staged.
   int map_ordinary;
 } lowconCollOptions;
 
@@ -262,7 +264,8 @@ lowconResult_t lowconAllGatherEx(const void *sendbuff,
 
 // Reduce-scatter: `recvbuff` (`recvcount` elements) receives `op` over all ranks of
 // their `sendbuff[rank * recvcount ..]`. f32, f16 and bf16, accumulated in f32 in rank
-// order. GPU backend: enqueued on `stream`.
+// order. GPU backend: enqueued on `stream` (a capturing stream is refused, as for
+// `lowconAllGather`).
 //
 // # Safety
 // `sendbuff` holds `nranks * recvcount` and `recvbuff` `recvcount` elements (see

@@ -144,7 +144,8 @@ pub unsafe extern "C" fn lowconAllGatherEx(
 
 /// Reduce-scatter: `recvbuff` (`recvcount` elements) receives `op` over all ranks of
 /// their `sendbuff[rank * recvcount ..]`. f32, f16 and bf16, accumulated in f32 in rank
-/// order. GPU backend: enqueued on `stream`.
+/// order. GPU backend: enqueued on `stream` (a capturing stream is refused, as for
+/// `lowconAllGather`).
 ///
 /// # Safety
 /// `sendbuff` holds `nranks * recvcount` and `recvbuff` `recvcount` elements (see

@@ -140,7 +140,9 @@ pub struct lowconCollOptions {
     pub allow_staging: c_int,
     /// Nonzero (GPU, "ce-pull" and "ce-reduce"): peers read an ordinary `cudaMalloc`
     /// input in place through IPC instead of a staging copy; the call then exchanges
-    /// addresses with the peers' hosts. Zero (the default): staged.
+    /// addresses with the peers' hosts. If a rank's input cannot be shared (VMM or
+    /// stream-ordered memory), every rank stages the call, or, with `allow_staging`
+    /// zero, refuses it. Zero (the default): staged.
     pub map_ordinary: c_int,
 }
 

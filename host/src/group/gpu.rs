@@ -276,8 +276,11 @@ impl GpuGroup {
         self.coll.workspace_bytes()
     }
 
-    /// Peer allocations this rank has opened for `map_ordinary` calls (each stays open
-    /// until its peer frees it or the group ends; NOTE [mapped ordinary memory]).
+    /// Peer allocations this rank has opened for `map_ordinary` calls, over all peers
+    /// (each stays open until its address comes back with another allocation, until it
+    /// is among the least recently used idle ones beyond [`crate::MAX_PEER_MAPPINGS`] per
+    /// peer, until [`GpuGroup::release_mappings`], or until the group ends; NOTE [mapped
+    /// ordinary memory]).
     pub fn mapped_allocations(&self) -> usize {
         self.coll.mapped_allocations()
     }

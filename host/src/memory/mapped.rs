@@ -8,9 +8,11 @@
 //! is either staged through symmetric memory (a local copy) or, with `map_ordinary`,
 //! mapped: every rank publishes, in a shared host mailbox, the allocation that holds its
 //! buffer (its IPC handle, its process-unique buffer id, the buffer's offset in it and
-//! its size), waits for every peer's entry of the same call, and opens the handles it
-//! has not opened yet. The allocator's segments live long, so after the first step no
-//! handle is opened any more and a call costs one host exchange (no GPU sync, no store).
+//! its size), waits for every peer's entry of the same call, opens the handles it has
+//! not opened yet, then publishes a verdict word and reads every peer's (so that a rank
+//! whose open failed makes every rank stage). The allocator's segments live long, so
+//! after the first step no handle is opened any more and a call costs two host
+//! rendezvous (no GPU sync, no store).
 //!
 //! Safety of the cache: an entry is keyed by (peer, buffer id). A segment freed and
 //! re-allocated by the peer at the same address gets a new id, so a stale mapping is

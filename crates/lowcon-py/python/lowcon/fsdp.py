@@ -138,7 +138,8 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
         self._pending_input = None  # (numel, dtype) of the last input handed out
 
     def allocate(self, size, *, dtype, device):
-        """The input from the pool; the output that follows it from torch's allocator."""
+        """The input (torch's memory by default, the pool with memory="pool"); the output
+        that follows it from torch's allocator."""
         numel = 1
         for s in size:
             numel *= int(s)
