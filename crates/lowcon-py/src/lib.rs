@@ -593,5 +593,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(placement::device_index, m)?)?;
     m.add_function(wrap_pyfunction!(placement::share_gpu, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The library's `auto` limit for `ll` reduce-scatter chunks at 2 ranks (lowcon.fsdp).
+    m.add("LL_MAX_CHUNK_2", lowcon::coll::LL_MAX_CHUNK_2)?;
     Ok(())
 }

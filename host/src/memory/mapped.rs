@@ -328,6 +328,18 @@ impl PeerMaps {
         why
     }
 
+    /// Closes a peer allocation opened here (a failure is only logged: the mapping is
+    /// gone from the cache either way, and the driver reclaims it at exit).
+    ///
+    /// # Safety
+    /// No pending work uses `o`'s mapping.
+    unsafe fn close(rank: usize, o: Opened) {
+        // SAFETY: opened by `open_handle`; unused, by the caller's contract.
+        if let Err(e) = unsafe { raw::ipc::close_handle(o.local) } {
+            crate::log::trace(rank, &format!("closing a peer mapping failed: {e}"));
+        }
+    }
+
     /// Undoes the pins of an exchange whose call will not run.
     fn unpin(&self, ex: &Exchanged) {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
@@ -351,11 +363,9 @@ impl PeerMaps {
         self.device.bind_to_thread()?;
         for k in &idle {
             if let Some(o) = cache.opened.remove(k) {
-                // SAFETY: opened by `open_handle`, unpinned, and every call that used it
-                // has completed (`done_before`).
-                if let Err(e) = unsafe { raw::ipc::close_handle(o.local) } {
-                    crate::log::trace(self.rank, &format!("closing a peer mapping failed: {e}"));
-                }
+                // SAFETY: unpinned, and every call that used it has completed
+                // (`done_before`).
+                unsafe { Self::close(self.rank, o) };
             }
         }
         Ok(idle.len())
@@ -451,12 +461,10 @@ impl PeerMaps {
         }
         for k in stale {
             if let Some(o) = cache.opened.remove(&k) {
-                // SAFETY: opened by `open_handle`; either the peer freed the allocation
-                // after the calls that read it, which ended with a barrier (module
-                // docs), or every call that used it has completed (`done_before`).
-                if let Err(err) = unsafe { raw::ipc::close_handle(o.local) } {
-                    crate::log::trace(rank, &format!("closing rank {p}'s stale mapping failed: {err}"));
-                }
+                // SAFETY: either the peer freed the allocation after the calls that read
+                // it, which ended with a barrier (module docs), or every call that used
+                // it has completed (`done_before`).
+                unsafe { Self::close(self.rank, o) };
             }
         }
         // SAFETY: a handle another process exported; the context is current.
@@ -482,6 +490,7 @@ impl Drop for PeerMaps {
     /// Closes every opened peer allocation once the device is idle (if it does not drain
     /// in time they stay open until the process exits; `Drain` says so).
     fn drop(&mut self) {
+        let rank = self.rank;
         let cache = self.cache.get_mut().unwrap_or_else(|p| p.into_inner());
         if cache.opened.is_empty() || self.device.bind_to_thread().is_err() {
             return;
@@ -490,10 +499,8 @@ impl Drop for PeerMaps {
             return;
         }
         for (_, o) in cache.opened.drain() {
-            // SAFETY: opened by `open_handle`; the device is idle.
-            if let Err(e) = unsafe { raw::ipc::close_handle(o.local) } {
-                crate::log::trace(self.rank, &format!("closing a peer mapping failed: {e}"));
-            }
+            // SAFETY: the device is idle.
+            unsafe { Self::close(rank, o) };
         }
     }
 }

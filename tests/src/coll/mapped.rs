@@ -76,6 +76,47 @@ fn check_mapped(r: &GpuRunner, case: &Case, in_place: bool, tag: &str) -> Result
     Ok(case.out_count(world))
 }
 
+/// A ce-pull all-gather of `n` f32 from `src` (rank `rank`'s data for `seed`, already
+/// uploaded) into `out` (poisoned here first) on `stream`, checked against the
+/// reference; `what` names the call in errors.
+#[allow(clippy::too_many_arguments)]
+fn gather_checked(
+    r: &GpuRunner,
+    stream: &Stream,
+    opts: &AllGatherOptions,
+    src: u64,
+    out: u64,
+    n: usize,
+    seed: u64,
+    what: &str,
+) -> Result<usize, String> {
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    // SAFETY: `out` holds 4 * n * world bytes (the callers size it); ordered on `stream`.
+    unsafe { raw::mem_op::fill(stream.raw(), out, 0xFF, 4 * n * world) }.map_err(e)?;
+    // SAFETY: both live past the synchronisation below.
+    let (ib, ob) =
+        unsafe { (DeviceBuf::from_raw(src, n, DType::F32), DeviceBuf::from_raw(out, n * world, DType::F32)) };
+    r.g.all_gather(ib, ob, stream, opts).map_err(|m| format!("rank {rank}: {what}: {m}"))?;
+    r.g.synchronize(stream).map_err(e)?;
+    let mut got = vec![0u8; 4 * n * world];
+    // SAFETY: as above; synchronous copy.
+    unsafe { raw::mem_op::copy_to_host(stream.raw(), &mut got, out) }.map_err(e)?;
+    let case = Case {
+        coll: Coll::AllGather(AllGatherAlgorithm::CePull),
+        dtype: DType::F32,
+        count: n,
+        symmetric: false,
+        misalign: 0,
+        sync: opts.sync,
+        channel: opts.channel,
+    };
+    let (wrong, first) = compare(&case, seed, rank, world, &got);
+    if wrong > 0 {
+        return Err(format!("rank {rank}: {what}: {wrong} wrong; first: {first}"));
+    }
+    Ok(n * world)
+}
+
 /// The `map_ordinary` checks (one sync method): correctness at odd and pipelined sizes,
 /// in place and not, every input freshly allocated (so the cache sees new buffer ids at
 /// reused addresses) with a bound on what stays open; then differing sizes and memory
@@ -127,33 +168,9 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
         AllGatherOptions { algorithm: AllGatherAlgorithm::CePull, sync, map_ordinary: true, ..Default::default() };
     for pass in 0..2 {
         for (k, b) in bufs.iter().enumerate() {
-            // SAFETY: both live past the synchronisation below.
-            let (ib, ob) = unsafe {
-                (DeviceBuf::from_raw(b.ptr, n, DType::F32), DeviceBuf::from_raw(out.ptr, n * world, DType::F32))
-            };
-            // SAFETY: `out` holds 4 * n * world bytes; synchronous.
-            unsafe { raw::mem_op::fill(r.stream.raw(), out.ptr, 0xFF, 4 * n * world) }.map_err(e)?;
-            r.g.all_gather(ib, ob, &r.stream, &opts)
-                .map_err(|m| format!("rank {rank}: live buffer {k}, pass {pass}: {m}"))?;
-            r.g.synchronize(&r.stream).map_err(e)?;
-            let mut got = vec![0u8; 4 * n * world];
-            // SAFETY: as above.
-            unsafe { raw::mem_op::copy_to_host(r.stream.raw(), &mut got, out.ptr) }.map_err(e)?;
-            let case = Case {
-                coll: Coll::AllGather(AllGatherAlgorithm::CePull),
-                dtype: DType::F32,
-                count: n,
-                symmetric: false,
-                misalign: 0,
-                sync,
-                channel: 0,
-            };
-            let (wrong, first) = compare(&case, seed ^ k as u64, rank, world, &got);
-            if wrong > 0 {
-                return Err(format!("rank {rank}: live buffer {k}, pass {pass}: {wrong} wrong; first: {first}"));
-            }
+            let what = format!("live buffer {k}, pass {pass}");
+            checked += gather_checked(r, &r.stream, &opts, b.ptr, out.ptr, n, seed ^ k as u64, &what)?;
             calls += 1;
-            checked += n * world;
         }
     }
     let open = r.g.mapped_allocations();
@@ -197,34 +214,10 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
         };
         for i in 0..50u64 {
             let s = seed ^ (u64::from(ch) << 40) ^ i;
-            // SAFETY: both hold what is written; ordered on `stream`, synchronised below.
-            unsafe {
-                raw::mem_op::copy_from_host(stream.raw(), inp.ptr, &input_bytes(DType::F32, s, rank, 0, n))
-                    .map_err(e)?;
-                raw::mem_op::fill(stream.raw(), out.ptr, 0xFF, 4 * n * world).map_err(e)?;
-            }
-            // SAFETY: both live past the synchronisation below.
-            let (ib, ob) = unsafe {
-                (DeviceBuf::from_raw(inp.ptr, n, DType::F32), DeviceBuf::from_raw(out.ptr, n * world, DType::F32))
-            };
-            r.g.all_gather(ib, ob, &stream, &opts).map_err(|m| format!("rank {rank}: channel {ch} call {i}: {m}"))?;
-            r.g.synchronize(&stream).map_err(e)?;
-            let mut got = vec![0u8; 4 * n * world];
-            // SAFETY: as above.
-            unsafe { raw::mem_op::copy_to_host(stream.raw(), &mut got, out.ptr) }.map_err(e)?;
-            let case = Case {
-                coll: Coll::AllGather(AllGatherAlgorithm::CePull),
-                dtype: DType::F32,
-                count: n,
-                symmetric: false,
-                misalign: 0,
-                sync,
-                channel: ch,
-            };
-            let (wrong, first) = compare(&case, s, rank, world, &got);
-            if wrong > 0 {
-                return Err(format!("rank {rank}: channel {ch} call {i}: {wrong} wrong; first: {first}"));
-            }
+            // SAFETY: `inp` holds n f32; ordered on `stream` before the call.
+            unsafe { raw::mem_op::copy_from_host(stream.raw(), inp.ptr, &input_bytes(DType::F32, s, rank, 0, n)) }
+                .map_err(e)?;
+            gather_checked(r, &stream, &opts, inp.ptr, out.ptr, n, s, &format!("channel {ch} call {i}"))?;
         }
         Ok(50 * n * world)
     };
@@ -244,8 +237,6 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     // SAFETY: both live past the call (which enqueues nothing when refused).
     let (ib, ob) =
         unsafe { (DeviceBuf::from_raw(inp.ptr, n, DType::F32), DeviceBuf::from_raw(out.ptr, n * world, DType::F32)) };
-    let opts =
-        AllGatherOptions { algorithm: AllGatherAlgorithm::CePull, sync, map_ordinary: true, ..Default::default() };
     match r.g.all_gather(ib, ob, &r.stream, &opts) {
         Err(Error::InvalidArgument(m)) if m.contains("same sizes") && m.contains(&format!("rank {rank}:")) => {}
         other => return Err(format!("rank {rank}: differing sizes: expected a refusal, got {other:?}")),
@@ -261,11 +252,8 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     let src = vmm.as_ref().map_or(plain.ptr, |v| v.ptr);
     let out2 = Legacy::new(4 * n * world)?;
     let data = input_bytes(DType::F32, seed, rank, 0, n);
-    // SAFETY: both hold what is written; synchronous.
-    unsafe {
-        raw::mem_op::copy_from_host(r.stream.raw(), src, &data).map_err(e)?;
-        raw::mem_op::fill(r.stream.raw(), out2.ptr, 0xFF, 4 * n * world).map_err(e)?;
-    }
+    // SAFETY: `src` holds n f32; synchronous.
+    unsafe { raw::mem_op::copy_from_host(r.stream.raw(), src, &data) }.map_err(e)?;
     // SAFETY: as above.
     let (ib, ob) =
         unsafe { (DeviceBuf::from_raw(src, n, DType::F32), DeviceBuf::from_raw(out2.ptr, world * n, DType::F32)) };
@@ -281,25 +269,7 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
             ));
         }
     }
-    r.g.all_gather(ib, ob, &r.stream, &opts).map_err(|m| format!("rank {rank}: unshareable input, staged: {m}"))?;
-    r.g.synchronize(&r.stream).map_err(e)?;
-    let mut got = vec![0u8; 4 * n * world];
-    // SAFETY: `out2` holds it; synchronous.
-    unsafe { raw::mem_op::copy_to_host(r.stream.raw(), &mut got, out2.ptr) }.map_err(e)?;
-    let case = Case {
-        coll: Coll::AllGather(AllGatherAlgorithm::CePull),
-        dtype: DType::F32,
-        count: n,
-        symmetric: false,
-        misalign: 0,
-        sync,
-        channel: 0,
-    };
-    let (wrong, first) = compare(&case, seed, rank, world, &got);
-    if wrong > 0 {
-        return Err(format!("rank {rank}: unshareable input, staged: {wrong} wrong; first: {first}"));
-    }
-    checked += n * world;
+    checked += gather_checked(r, &r.stream, &opts, src, out2.ptr, n, seed, "unshareable input, staged")?;
     drop(vmm);
     // The group is still usable.
     let base = Case {

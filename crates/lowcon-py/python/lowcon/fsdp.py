@@ -31,6 +31,7 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as _AllGathe
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter as _ReduceScatter
 
 from . import InvalidArgument
+from ._native import LL_MAX_CHUNK_2
 from ._ops import reduce_op_name
 
 __all__ = ["LowconAllGather", "LowconReduceScatter", "install", "CE_REDUCE_MIN_BYTES"]
@@ -38,9 +39,6 @@ __all__ = ["LowconAllGather", "LowconReduceScatter", "install", "CE_REDUCE_MIN_B
 # Reduce-scatter outputs from this size up take ce-reduce under algorithm="auto" at 2
 # ranks (NOTE [auto inside FSDP2]); smaller ones the library's auto (ll, sm-direct).
 CE_REDUCE_MIN_BYTES = 8 << 20
-# The library's `ll` limit for reduce-scatter chunks at 2 ranks (LL_MAX_CHUNK_2 in
-# host/src/coll/select.rs).
-_LL_MAX_CHUNK_2 = 512 << 10
 
 
 def _check_group(g, group):
@@ -156,7 +154,7 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
         options = self.options
         nbytes = output_tensor.numel() * output_tensor.element_size()
         world = self.group.world_size
-        if options["algorithm"] == "auto" and self.memory == "torch" and not (world == 2 and nbytes <= _LL_MAX_CHUNK_2):
+        if options["algorithm"] == "auto" and self.memory == "torch" and not (world == 2 and nbytes <= LL_MAX_CHUNK_2):
             # With torch's memory the peers read the input in place only with ce-reduce
             # (map_ordinary): sm-direct, the library's choice here, would stage the whole
             # input through a workspace that grows to the largest gradient bucket. `ll`
