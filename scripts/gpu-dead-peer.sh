@@ -9,7 +9,9 @@
 # waiting for the GPU, up to that many of its calls may still be queued on its GPU.
 # DP_ARGS adds selftest flags (e.g. "--exit exit --elems 4194304 --staged": a clean
 # exit, after which the survivor's 16 MiB staged calls fill its stream's queue); the
-# victim must then exit 0 instead of dying of SIGKILL.
+# victim must then exit 0 instead of dying of SIGKILL. DP_SCENARIO replaces the
+# selftest and its backend flag (default "coll-dead-peer --backend gpu"; "coll-graph"
+# kills a rank while the others replay a captured graph).
 # It starts a store, then WORLD_SIZE ranks on VISIBLE_DEVICES; the last rank is the victim
 # (it leaves mid-loop, by SIGKILL unless DP_ARGS says otherwise). Each rank logs to
 # LOG_DIR/dp-METHOD-wWORLD_SIZE-rRANK.log, which is printed when the rank ends. A watchdog
@@ -18,9 +20,10 @@
 # expected (SIGKILL: 137; a clean exit: 0) and every other rank exited 0.
 vis=$1 w=$2 m=$3 L=$4 out=$5 k=${6:-300}
 read -r -a extra <<< "${DP_ARGS:-}"
+read -r -a scenario <<< "${DP_SCENARIO:-coll-dead-peer --backend gpu}"
 want=137
 case " ${DP_ARGS:-} " in *" --exit exit "*) want=0;; esac
-tag=$(echo "${DP_ARGS:-}" | tr -c 'a-z0-9' '_' | tr -s _)
+tag=$(echo "${DP_SCENARIO:-} ${DP_ARGS:-}" | tr -c 'a-z0-9' '_' | tr -s _)
 port=$((29700 + RANDOM % 200))
 "$L" store serve --bind "127.0.0.1:$port" & sp=$!
 sleep 0.3
@@ -28,7 +31,7 @@ pids=()
 for r in $(seq 0 $((w - 1))); do
   CUDA_VISIBLE_DEVICES=$vis RANK=$r WORLD_SIZE=$w LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=1 \
     LOWCON_DEBUG=1 LOWCON_TIMEOUT_MS=20000 \
-    LOWCON_STORE_ADDR=127.0.0.1:$port "$L" selftest coll-dead-peer --backend gpu --method "$m" \
+    LOWCON_STORE_ADDR=127.0.0.1:$port "$L" selftest "${scenario[@]}" --method "$m" \
     --victim $((w - 1)) --kill-at "$k" "${extra[@]}" > "$out/dp-$m-w$w-k$k$tag-r$r.log" 2>&1 &
   pids[r]=$!
 done

@@ -118,6 +118,12 @@ for w in $worlds; do
     done
     st "w=$w coll-bad-input" "coll-w$w.txt" 60 "${run[@]}" "$L" selftest coll-bad-input --backend gpu
     st "w=$w coll-mapped: ordinary inputs read in place (kernel+memop)" "coll-w$w.txt" 120 "${run[@]}" "$L" selftest coll-mapped
+    st "w=$w coll-graph: 11 captured calls x ${GRAPH_REPLAYS:-1000} replays, two streams, refusals (kernel+memop)" \
+      "graph-w$w.txt" 240 "${run[@]}" "$L" selftest coll-graph --replays "${GRAPH_REPLAYS:-1000}"
+    for m in kernel memop; do
+      st "w=$w coll-graph: SIGKILL at replay 50, no launcher ($m)" "graph-w$w.txt" 90 \
+        env DP_SCENARIO=coll-graph bash "$here/gpu-dead-peer.sh" "$CUDA_VISIBLE_DEVICES" "$w" "$m" "$L" "$out" 50
+    done
     for m in kernel memop; do
       # Ranks by hand (no launcher): the library alone names the dead rank.
       st "w=$w coll-dead-peer SIGKILL mid-loop, no launcher ($m)" "dead-w$w.txt" 90 \

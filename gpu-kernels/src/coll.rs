@@ -15,11 +15,18 @@
 //!
 //! A failed wait is reported in the error record (first failure wins); the CTAs then
 //! skip the data movement but still count themselves in, so the counter returns to 0.
+//!
+//! With `graph != 0` (a call captured into a CUDA graph) the barriers use the graph
+//! flags instead of epochs (NOTE [graph flags] in `host/src/sync/gpu/graph.rs`): entry
+//! on `GRAPH_ENTRY`, exit on `GRAPH_EXIT`, each signal writing `GRAPH_SET`. Every CTA
+//! waits on the entry flags, so none can reset them there: the last CTA resets them at
+//! exit (every CTA has passed entry by then), before it signals the exit flags, and
+//! resets the exit flags after its own exit wait.
 
 use lowcon_abi::{ErrorRecord, pad};
 
 use crate::atomics::{atom_add_relaxed_gpu_u32, fence_acq_rel_sys, st_release_sys_u32};
-use crate::sync::{signal, wait};
+use crate::sync::{reset, signal, wait};
 use crate::thread::{block_dim_x, block_idx_x, grid_dim_x, grid_stride, sync_threads_or, thread_idx_x};
 
 /// Sixteen bytes, loaded and stored as one vector.
@@ -28,7 +35,8 @@ use crate::thread::{block_dim_x, block_idx_x, grid_dim_x, grid_stride, sync_thre
 pub(crate) struct V16(pub(crate) [u32; 4]);
 
 /// A kernel whose first parameters are the fused barriers' (`Fused`): `pads, rank,
-/// world, channel, epoch_in, epoch_out, timeout_ns, err, counter, fused`, then its own.
+/// world, channel, epoch_in, epoch_out, timeout_ns, err, counter, fused, graph`, then
+/// its own.
 /// The body sees them as one `Fused`, bound to the name given between bars. Every
 /// fused kernel has this head, so the host launches them alike (`host/src/cuda/kernels.rs`).
 macro_rules! fused_kernel {
@@ -47,9 +55,13 @@ macro_rules! fused_kernel {
             err: *mut ErrorRecord,
             counter: *mut u32,
             fused: u32,
+            graph: u32,
             $($arg: $ty),*
         ) {
-            let $f = Fused { pads, rank, world, channel, epoch_in, epoch_out, timeout_ns, err, counter, on: fused != 0 };
+            let $f = Fused {
+                pads, rank, world, channel, epoch_in, epoch_out, timeout_ns, err, counter,
+                on: fused != 0, graph: graph != 0,
+            };
             $body
         }
     };
@@ -69,9 +81,40 @@ pub(crate) struct Fused {
     pub(crate) err: *mut ErrorRecord,
     pub(crate) counter: *mut u32,
     pub(crate) on: bool,
+    /// A captured call: graph flags instead of epochs (module note).
+    pub(crate) graph: bool,
 }
 
 impl Fused {
+    /// The entry barrier's slot kind and value.
+    #[inline(always)]
+    fn entry(&self) -> (u32, u32) {
+        if self.graph { (pad::GRAPH_ENTRY, pad::GRAPH_SET) } else { (pad::BARRIER, self.epoch_in) }
+    }
+
+    /// The exit barrier's slot kind and value.
+    #[inline(always)]
+    fn exit_slot(&self) -> (u32, u32) {
+        if self.graph { (pad::GRAPH_EXIT, pad::GRAPH_SET) } else { (pad::BARRIER, self.epoch_out) }
+    }
+
+    /// Graph flags only: resets this rank's slots of `kind` for every peer (strided
+    /// over the CTA's threads).
+    ///
+    /// # Safety
+    /// As [`Fused::enter`].
+    #[inline(always)]
+    unsafe fn reset_all(&self, kind: u32) {
+        let mut p = thread_idx_x();
+        while p < self.world {
+            if p != self.rank {
+                // SAFETY: p < world; the caller's contract.
+                unsafe { reset(self.pads, self.rank, self.world, p, self.channel, kind) };
+            }
+            p += block_dim_x();
+        }
+    }
+
     /// Entry barrier; returns `false` (in every thread of the CTA) if a wait failed.
     ///
     /// # Safety
@@ -82,12 +125,13 @@ impl Fused {
             return true;
         }
         let t = thread_idx_x();
+        let (kind, value) = self.entry();
         if block_idx_x() == 0 {
             let mut p = t;
             while p < self.world {
                 if p != self.rank {
                     // SAFETY: p < world; the caller's contract.
-                    unsafe { signal(self.pads, self.rank, self.world, p, self.channel, pad::BARRIER, self.epoch_in) };
+                    unsafe { signal(self.pads, self.rank, self.world, p, self.channel, kind, value) };
                 }
                 p += block_dim_x();
             }
@@ -104,8 +148,8 @@ impl Fused {
                         self.world,
                         p,
                         self.channel,
-                        pad::BARRIER,
-                        self.epoch_in,
+                        kind,
+                        value,
                         self.timeout_ns,
                         self.err,
                     )
@@ -128,28 +172,21 @@ impl Fused {
             return;
         }
         let t = thread_idx_x();
-        let mut last = false;
-        sync_threads_or(false);
-        if t == 0 {
-            fence_acq_rel_sys();
-            // SAFETY: `counter` is this rank's counter word for the channel.
-            let before = unsafe { atom_add_relaxed_gpu_u32(self.counter, 1) };
-            last = before == grid_dim_x() - 1;
-            if last {
-                fence_acq_rel_sys();
-                // SAFETY: as above; the next launch on this channel starts after this
-                // kernel completes, so nobody counts concurrently with the reset.
-                unsafe { st_release_sys_u32(self.counter, 0) };
-            }
-        }
-        if !sync_threads_or(last) {
+        // SAFETY: `counter` is this rank's counter word for the channel.
+        if !unsafe { last_cta(self.counter) } {
             return;
+        }
+        let (kind, value) = self.exit_slot();
+        if self.graph {
+            // SAFETY: the caller's contract. Every CTA has passed its entry waits.
+            unsafe { self.reset_all(pad::GRAPH_ENTRY) };
         }
         let mut p = t;
         while p < self.world {
             if p != self.rank {
-                // SAFETY: p < world; the caller's contract.
-                unsafe { signal(self.pads, self.rank, self.world, p, self.channel, pad::BARRIER, self.epoch_out) };
+                // SAFETY: p < world; the caller's contract. (`signal` fences first, which
+                // orders the resets above before it.)
+                unsafe { signal(self.pads, self.rank, self.world, p, self.channel, kind, value) };
             }
             p += block_dim_x();
         }
@@ -164,17 +201,47 @@ impl Fused {
                         self.world,
                         p,
                         self.channel,
-                        pad::BARRIER,
-                        self.epoch_out,
+                        kind,
+                        value,
                         self.timeout_ns,
                         self.err,
                     )
                 };
+                if self.graph {
+                    // SAFETY: as above; this thread's own wait on the slot is done.
+                    unsafe { reset(self.pads, self.rank, self.world, p, self.channel, kind) };
+                }
             }
             p += block_dim_x();
         }
         sync_threads_or(false);
     }
+}
+
+/// Counts this CTA in on `counter` once all its threads got here; returns, in every
+/// thread, whether it was the grid's last CTA (which resets the counter to 0, so it is
+/// ready for the next launch on the channel). Every thread of every CTA calls it.
+///
+/// # Safety
+/// `counter` is this rank's counter word of the channel, 0 when the launch began and
+/// used by no other kernel running at the same time.
+#[inline(always)]
+pub(crate) unsafe fn last_cta(counter: *mut u32) -> bool {
+    let mut last = false;
+    sync_threads_or(false);
+    if thread_idx_x() == 0 {
+        fence_acq_rel_sys();
+        // SAFETY: the caller's contract.
+        let before = unsafe { atom_add_relaxed_gpu_u32(counter, 1) };
+        last = before == grid_dim_x() - 1;
+        if last {
+            fence_acq_rel_sys();
+            // SAFETY: as above; the next launch on this channel starts after this
+            // kernel completes, so nobody counts concurrently with the reset.
+            unsafe { st_release_sys_u32(counter, 0) };
+        }
+    }
+    sync_threads_or(last)
 }
 
 /// Copies `bytes` from `src` to `dst` with this thread's share of the grid-stride

@@ -16,6 +16,15 @@
 //! `seq & 1`. So one round per kernel launch is safe whatever the CTA counts, and the
 //! host launches one kernel per round (`host/src/coll/gpu/ll.rs`).
 //!
+//! NOTE [LL rounds on the device]: the round number lives in the pad buffer (one `u64`
+//! per channel, `lowcon_abi::pad::ll_seq_offset`), not in the kernel's arguments. Every
+//! CTA reads it when it starts; the last CTA to finish (the channel's CTA counter, as
+//! the fused barriers use it) writes the next. The host never knows the round, so a
+//! kernel captured into a CUDA graph runs a fresh round on every replay, and eager and
+//! replayed LL calls on one channel share one sequence. The argument above is
+//! unchanged: a round's number is still one more than the previous kernel's of the
+//! channel, on every rank alike, since every rank runs the same LL kernels in order.
+//!
 //! Every wait is bounded by `%globaltimer` and drains on the group's abort word, like
 //! the barriers (`atomics::wait_epoch_acquire_sys_or_abort`); a failure fills the error
 //! record (the missing peer, the channel, the flag expected and seen) and the kernel
@@ -29,7 +38,7 @@ use crate::atomics::{globaltimer_ns, ld_relaxed_sys_u32, nanosleep};
 use crate::coll::V16;
 use crate::errors::report_error;
 use crate::reduce::{Bf16, Elem, F16, combine, finish};
-use crate::thread::grid_stride;
+use crate::thread::{grid_stride, thread_idx_x};
 
 /// Stores one LL line (`lo`, `hi` with `flag` beside each) at `p`.
 ///
@@ -213,13 +222,29 @@ macro_rules! ll_kernel {
             $timeout: u64,
             $err: *mut ErrorRecord,
             $bases: *const u64,
-            $half: u64,
+            seq: *mut u64,
+            counter: *mut u32,
             $slot: u64,
-            $flag: u32,
             $src: *const u8,
             $dst: *mut u8,
             $($arg: $ty),*
-        ) $body
+        ) {
+            // The round (NOTE [LL rounds on the device]): read by every CTA before it
+            // counts itself out, advanced by the last CTA, so the next LL kernel of the
+            // channel (eager or replayed) reads the next one.
+            // SAFETY: `seq` is this rank's round counter of the channel.
+            let round = unsafe { core::ptr::read_volatile(seq) };
+            let $half: u64 = lowcon_abi::ll::slot_offset($world, round, 0);
+            let $flag: u32 = lowcon_abi::ll::flag(round);
+            // A closure, so that the body's early returns (a failed wait) still count out.
+            let run = || $body;
+            run();
+            // SAFETY: `counter` is this rank's counter word of the channel.
+            if unsafe { crate::coll::last_cta(counter) } && thread_idx_x() == 0 {
+                // SAFETY: as above; no CTA of this launch reads `seq` any more.
+                unsafe { core::ptr::write_volatile(seq, round + 1) };
+            }
+        }
     };
 }
 

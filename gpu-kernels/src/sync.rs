@@ -76,27 +76,48 @@ pub(crate) unsafe fn wait(
     }
 }
 
+/// Resets this rank's graph-flag slot for `peer` on `(channel, kind)` to 0, after its
+/// wait saw the flag (NOTE [graph flags] in `host/src/sync/gpu/graph.rs`). The next
+/// signal this rank sends is preceded by a system-scope fence, which orders the reset
+/// before the peer's next write of this slot.
+///
+/// # Safety
+/// As [`signal`], for this rank's own pad.
+#[inline(always)]
+pub(crate) unsafe fn reset(pads: *const *mut u32, rank: u32, world: u32, peer: u32, channel: u32, kind: u32) {
+    // SAFETY: the caller guarantees `pads[rank]` is this rank's mapped pad.
+    unsafe {
+        let slot = (*pads.add(rank as usize)).add(pad::slot(channel, kind, peer, world) as usize);
+        st_release_sys_u32(slot, 0);
+    }
+}
+
 /// A barrier of all `world` ranks on `channel`: thread `t` signals peer `t` and waits
 /// for peer `t` (strided by the block size). Launch one CTA of at least 32 threads.
+/// `kind` is [`pad::BARRIER`] (an eager barrier: monotonic `epoch`s) or a graph kind
+/// (a captured one: `epoch` is [`pad::GRAPH_SET`] and each wait resets its slot).
 ///
 /// # Safety
 /// `pads` holds `world` valid pad pointers, `rank < world`, `channel < pad::CHANNELS`,
-/// `err` is a valid record.
+/// `kind < pad::KINDS`, `err` is a valid record.
+#[allow(clippy::too_many_arguments)]
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn lowcon_barrier(
     pads: *const *mut u32,
     rank: u32,
     world: u32,
     channel: u32,
+    kind: u32,
     epoch: u32,
     timeout_ns: u64,
     err: *mut ErrorRecord,
 ) {
+    let flags = kind >= pad::GRAPH_ENTRY;
     let mut p = thread_idx_x();
     while p < world {
         if p != rank {
             // SAFETY: p < world; forwarded from the caller.
-            unsafe { signal(pads, rank, world, p, channel, pad::BARRIER, epoch) };
+            unsafe { signal(pads, rank, world, p, channel, kind, epoch) };
         }
         p += block_dim_x();
     }
@@ -104,8 +125,14 @@ pub unsafe extern "ptx-kernel" fn lowcon_barrier(
     let mut p = thread_idx_x();
     while p < world {
         // SAFETY: p < world; forwarded from the caller.
-        if p != rank && !unsafe { wait(pads, rank, world, p, channel, pad::BARRIER, epoch, timeout_ns, err) } {
-            failed = true;
+        if p != rank {
+            if !unsafe { wait(pads, rank, world, p, channel, kind, epoch, timeout_ns, err) } {
+                failed = true;
+            }
+            if flags {
+                // SAFETY: as above.
+                unsafe { reset(pads, rank, world, p, channel, kind) };
+            }
         }
         p += block_dim_x();
     }

@@ -317,6 +317,28 @@ mod tests {
     }
 
     #[test]
+    fn ll_round_counters_are_aligned_and_after_the_cta_counters() {
+        for world in 1..=16u32 {
+            let last_counter = pad::counter_offset(world, pad::CHANNELS - 1) + 4;
+            assert!(pad::ll_seq_offset(world, 0) >= last_counter, "world {world}");
+            for c in 0..pad::CHANNELS {
+                assert_eq!(pad::ll_seq_offset(world, c) % 8, 0, "world {world} channel {c}");
+            }
+            assert_eq!(pad::ll_seq_offset(world, pad::CHANNELS - 1) + 8, pad::buffer_bytes(world));
+        }
+    }
+
+    #[test]
+    fn graph_kinds_are_distinct_from_the_eager_ones() {
+        let kinds = [pad::BARRIER, pad::P2P, pad::GRAPH_ENTRY, pad::GRAPH_EXIT];
+        for (i, a) in kinds.iter().enumerate() {
+            assert!(*a < pad::KINDS);
+            assert!(kinds[i + 1..].iter().all(|b| b != a));
+        }
+        assert_ne!(pad::GRAPH_SET, 0, "a graph slot at rest holds 0");
+    }
+
+    #[test]
     fn error_record_is_plain_bytes() {
         let r = ErrorRecord { code: status::WAIT_TIMEOUT, peer: 3, ..Default::default() };
         let bytes = bytemuck::bytes_of(&r);
@@ -332,15 +354,26 @@ mod tests {
 /// `p` waits on its own pad. Barriers and point-to-point signals use separate kinds, so
 /// their epoch counters never share a slot, and independent operations use different
 /// channels, so two streams never share slots either.
+///
+/// Captured calls (CUDA graphs) use the two graph kinds instead, as flags rather than
+/// epochs: a signal writes [`GRAPH_SET`], the waiter resets its slot to 0 after its
+/// wait, and a captured call's entry barrier uses [`GRAPH_ENTRY`], its exit barrier
+/// [`GRAPH_EXIT`] (NOTE [graph flags] in `host/src/sync/gpu/graph.rs`).
 pub mod pad {
     /// Channels per group: independent sync streams (e.g. one per CUDA stream).
     pub const CHANNELS: u32 = 16;
     /// Slot kinds within a channel.
-    pub const KINDS: u32 = 2;
+    pub const KINDS: u32 = 4;
     /// Kind used by barriers.
     pub const BARRIER: u32 = 0;
     /// Kind used by put_signal / wait_signal.
     pub const P2P: u32 = 1;
+    /// Kind of a captured call's entry barrier (a flag, reset by its waiter).
+    pub const GRAPH_ENTRY: u32 = 2;
+    /// Kind of a captured call's exit barrier (a flag, reset by its waiter).
+    pub const GRAPH_EXIT: u32 = 3;
+    /// The value a graph signal writes (a graph slot at rest holds 0).
+    pub const GRAPH_SET: u32 = 1;
 
     /// Index (in `u32`s) of the slot in which peer `from` signals on `(channel, kind)`.
     #[inline(always)]
@@ -366,8 +399,16 @@ pub mod pad {
         bytes(world) + (CHANNELS + channel) as usize * 4
     }
 
-    /// Bytes of one rank's whole pad buffer: slots, staging words and counters.
+    /// Byte offset, in a rank's pad buffer, of the per-channel LL round counter (a
+    /// `u64`, 8-aligned): the next round's number, advanced by each LL kernel's last CTA,
+    /// so that eager and replayed LL calls share one sequence of rounds.
+    pub const fn ll_seq_offset(world: u32, channel: u32) -> usize {
+        (bytes(world) + 2 * CHANNELS as usize * 4).next_multiple_of(8) + channel as usize * 8
+    }
+
+    /// Bytes of one rank's whole pad buffer: slots, staging words, counters and LL
+    /// round counters.
     pub const fn buffer_bytes(world: u32) -> usize {
-        bytes(world) + 2 * CHANNELS as usize * 4
+        ll_seq_offset(world, CHANNELS)
     }
 }

@@ -189,6 +189,28 @@ lowconResult_t lowconCommGetAsyncError(lowconComm_t comm, lowconResult_t *asyncE
 // communicator's device.
 lowconResult_t lowconStreamSynchronize(lowconComm_t comm, void *stream);
 
+// Collective: sets up channel `channel`'s workspace (at least `bytes`) and its LL
+// buffer now, on every rank alike. Call it before capturing collectives into a CUDA
+// graph (`cudaStreamBeginCapture`): a captured call cannot grow a workspace (that
+// allocates and meets the peers), and is refused with `lowconInvalidArgument` naming
+// the bytes to reserve. Also useful before starting threads that use different
+// channels. Host backend: nothing to do.
+//
+// # Safety
+// None beyond a valid `comm`.
+lowconResult_t lowconCommReserveWorkspace(lowconComm_t comm, int channel, size_t bytes);
+
+// Registers the work enqueued on `stream` so far with the communicator's watchdog:
+// call it after each `cudaGraphLaunch` of a graph that holds lowcon calls. A dead or
+// late peer is then named while the replay waits for it (`lowconStreamSynchronize`,
+// `lowconCommGetAsyncError`), as for eager calls; without it, kernel waits still time
+// out on the device, but stream-memop waits would wait for ever. Never waits.
+//
+// # Safety
+// `stream` is NULL (the legacy default stream) or a live CUDA stream of the
+// communicator's device.
+lowconResult_t lowconCommTrackReplay(lowconComm_t comm, void *stream);
+
 // The number of ranks.
 //
 // # Safety

@@ -156,6 +156,59 @@ pub unsafe extern "C" fn lowconStreamSynchronize(comm: lowconComm_t, stream: *mu
     })
 }
 
+/// Collective: sets up channel `channel`'s workspace (at least `bytes`) and its LL
+/// buffer now, on every rank alike. Call it before capturing collectives into a CUDA
+/// graph (`cudaStreamBeginCapture`): a captured call cannot grow a workspace (that
+/// allocates and meets the peers), and is refused with `lowconInvalidArgument` naming
+/// the bytes to reserve. Also useful before starting threads that use different
+/// channels. Host backend: nothing to do.
+///
+/// # Safety
+/// None beyond a valid `comm`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconCommReserveWorkspace(
+    comm: lowconComm_t,
+    channel: c_int,
+    bytes: usize,
+) -> lowconResult_t {
+    guard(|| {
+        let c = lookup(comm)?;
+        let channel = u32::try_from(channel)
+            .map_err(|_| lowcon::Error::InvalidArgument(format!("channel {channel}: must not be negative")))?;
+        match &c.group {
+            Group::Gpu(g) => Ok(g.reserve_workspace(channel, bytes)?),
+            Group::Host(_) => Ok(()),
+        }
+    })
+}
+
+/// Registers the work enqueued on `stream` so far with the communicator's watchdog:
+/// call it after each `cudaGraphLaunch` of a graph that holds lowcon calls. A dead or
+/// late peer is then named while the replay waits for it (`lowconStreamSynchronize`,
+/// `lowconCommGetAsyncError`), as for eager calls; without it, kernel waits still time
+/// out on the device, but stream-memop waits would wait for ever. Never waits.
+///
+/// # Safety
+/// `stream` is NULL (the legacy default stream) or a live CUDA stream of the
+/// communicator's device.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconCommTrackReplay(comm: lowconComm_t, stream: *mut c_void) -> lowconResult_t {
+    guard(|| {
+        let c = lookup(comm)?;
+        match &c.group {
+            Group::Gpu(g) => {
+                // SAFETY: forwarded from the caller.
+                let s = unsafe { Stream::wrap_borrowed(g.device(), stream.cast()) }?;
+                Ok(g.track_replay(&s)?)
+            }
+            Group::Host(_) => Err(lowcon::Error::InvalidArgument(
+                "the host backend has no CUDA graphs: lowconCommTrackReplay is for GPU communicators".into(),
+            )
+            .into()),
+        }
+    })
+}
+
 /// The number of ranks.
 ///
 /// # Safety

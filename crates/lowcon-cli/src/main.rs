@@ -159,6 +159,23 @@ enum Scenario {
         #[arg(long)]
         method: Option<String>,
     },
+    /// GPU collectives captured into CUDA graphs: eleven calls replayed with fresh data
+    /// and eager calls between; two graphs on two streams; what a capture refuses. With
+    /// `--kill-at`, rank `--victim` dies at that replay and the others must name it.
+    CollGraph {
+        #[arg(long)]
+        method: Option<String>,
+        #[arg(long, default_value_t = 1000)]
+        replays: usize,
+        #[arg(long)]
+        kill_at: Option<usize>,
+        #[arg(long)]
+        victim: Option<usize>,
+        #[arg(long, default_value = "sigkill")]
+        exit: String,
+        #[arg(long, default_value_t = 10_000)]
+        timeout_ms: u64,
+    },
     /// Collectives: back-to-back calls cycling through every algorithm, on one or two
     /// streams (threads on the host backend) at once, every output checked.
     CollStress {
@@ -279,6 +296,20 @@ fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
         Scenario::CollMapped { method } => (
             "coll-mapped",
             per_method(&method, |m| coll::GpuRunner::from_env(None).and_then(|r| coll::gpu_mapped(&r, m))),
+        ),
+        Scenario::CollGraph { method, replays, kill_at: None, .. } => (
+            "coll-graph",
+            per_method(&method, |m| coll::GpuRunner::from_env(None).and_then(|r| coll::gpu_graph(&r, m, replays))),
+        ),
+        Scenario::CollGraph { method, kill_at: Some(k), victim, exit, timeout_ms, .. } => (
+            "coll-graph-dead-peer",
+            coll::graph_dead_peer(
+                victim.unwrap_or(world - 1),
+                k,
+                exit.parse()?,
+                Duration::from_millis(timeout_ms),
+                methods(&method)?[0],
+            ),
         ),
         Scenario::CollStress { backend, iters, streams, method } => (
             "coll-stress",

@@ -9,6 +9,7 @@
 //!   Ctrl-C aborts the group (its waits give up) and raises `KeyboardInterrupt`.
 //!   GPU collectives only enqueue, like NCCL's.
 
+mod backend;
 mod call;
 mod channels;
 mod dlpack;
@@ -25,6 +26,7 @@ use std::time::Duration;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
+use crate::backend::Backend;
 use crate::channels::Channels;
 
 use call::{Raw, Which, options};
@@ -36,42 +38,6 @@ use lowcon::{
 };
 use pool::{Found, GroupPool};
 use wait::{interruptible, recv_or_signal};
-
-enum Backend {
-    Gpu(GpuGroup),
-    Host(Box<HostGroup>),
-}
-
-/// The group operations both backends share, so callers need not match on the backend.
-impl Backend {
-    fn abort(&self) {
-        match self {
-            Backend::Gpu(g) => g.abort(),
-            Backend::Host(g) => g.abort(),
-        }
-    }
-
-    fn all_gather_bytes(&self, name: &str, data: &[u8]) -> lowcon::Result<Vec<Vec<u8>>> {
-        match self {
-            Backend::Gpu(g) => g.all_gather_bytes(name, data),
-            Backend::Host(g) => g.all_gather_bytes(name, data),
-        }
-    }
-
-    fn publish(&self, name: &str, data: &[u8]) -> lowcon::Result<()> {
-        match self {
-            Backend::Gpu(g) => g.publish(name, data),
-            Backend::Host(g) => g.publish(name, data),
-        }
-    }
-
-    fn published(&self, name: &str) -> lowcon::Result<Vec<Vec<u8>>> {
-        match self {
-            Backend::Gpu(g) => g.published(name),
-            Backend::Host(g) => g.published(name),
-        }
-    }
-}
 
 /// `"gpu"` or `"host"` as whether the group is on GPUs.
 fn is_gpu(backend: &str) -> PyResult<bool> {
@@ -541,6 +507,34 @@ impl Group {
         self.with(|b| match b {
             Backend::Gpu(g) => g.release_mappings().map_err(to_py),
             Backend::Host(_) => Ok(0),
+        })
+    }
+
+    /// Collective: sets up channel `channel`'s workspace (at least `bytes`) and LL
+    /// buffer now (GPU; nothing on the host backend). Needed before capturing calls on
+    /// the channel into a CUDA graph: a captured call cannot grow them.
+    fn reserve_workspace(&self, py: Python<'_>, channel: u32, bytes: usize) -> PyResult<()> {
+        self.with(|b| match b {
+            Backend::Gpu(g) => py.detach(|| g.reserve_workspace(channel, bytes)).map_err(to_py),
+            Backend::Host(_) => Ok(()),
+        })
+    }
+
+    /// Registers the work enqueued on `stream` (0 or None: the legacy default stream) with
+    /// the group's watchdog: call it after replaying a CUDA graph that holds lowcon calls,
+    /// so a dead or late peer is named while the replay waits for it (GPU only).
+    #[pyo3(signature = (stream = None))]
+    fn track_replay(&self, stream: Option<isize>) -> PyResult<()> {
+        self.with(|b| match b {
+            Backend::Gpu(g) => {
+                // SAFETY: the caller's live stream of this device, or the legacy one.
+                let s =
+                    unsafe { Stream::wrap_borrowed(g.device(), stream.unwrap_or(0) as usize as _) }.map_err(to_py)?;
+                g.track_replay(&s).map_err(to_py)
+            }
+            Backend::Host(_) => {
+                Err(invalid("the host backend has no CUDA graphs: track_replay is for GPU groups".into()))
+            }
         })
     }
 

@@ -26,6 +26,7 @@ mod floor;
 mod ll;
 mod mapped;
 mod push;
+mod steps;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -36,13 +37,14 @@ use super::select::{
     oneshot_ctas, piece_elems, tma_ring, tma_split,
 };
 use super::{AllGatherAlgorithm, AllGatherOptions, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
-use crate::cuda::kernels::{FusedArgs, TmaArgs};
+use crate::cuda::kernels::TmaArgs;
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
 use crate::memory::mapped::PeerMaps;
 use crate::sync::SyncMethod;
 use crate::sync::gpu::GpuSync;
+use crate::sync::gpu::graph::Mode;
 
 /// A GPU group's collectives: its synchronisation (shared with the watchdog), and per
 /// channel a workspace, a copy stream and events.
@@ -63,9 +65,12 @@ struct ChannelState {
     workspace: Option<SymmetricBuffer>,
     copy: Option<Stream>,
     events: Vec<Event>,
-    /// The LL buffer (first LL call on the channel) and the next LL round (`coll::gpu::ll`).
+    /// The LL buffer (first LL call on the channel; `coll::gpu::ll`).
     ll: Option<SymmetricBuffer>,
-    ll_seq: u64,
+    /// A call on the channel was captured into a graph: its workspace is kept, not
+    /// freed, when a larger one replaces it (in `kept`), since replays may still use it.
+    captured: bool,
+    kept: Vec<SymmetricBuffer>,
     /// Calls with a mapped input so far (the address exchange's sequence number).
     map_seq: u64,
 }
@@ -119,7 +124,9 @@ impl GpuColl {
     /// group holds beside its pads; a channel busy in a call is skipped, not waited for).
     pub(crate) fn workspace_bytes(&self) -> usize {
         let held = |st: &ChannelState| {
-            st.workspace.as_ref().map_or(0, SymmetricBuffer::len) + st.ll.as_ref().map_or(0, SymmetricBuffer::len)
+            st.workspace.as_ref().map_or(0, SymmetricBuffer::len)
+                + st.ll.as_ref().map_or(0, SymmetricBuffer::len)
+                + st.kept.iter().map(SymmetricBuffer::len).sum::<usize>()
         };
         self.channels.iter().filter_map(|c| c.try_lock().ok().map(|st| held(&st))).sum()
     }
@@ -161,17 +168,32 @@ impl GpuColl {
     }
 
     /// Readies the channel for a call needing `need` workspace bytes and `events`
-    /// events (growing the workspace is collective: every rank asks for the same).
-    fn prepare(&self, st: &mut ChannelState, need: usize, events: usize) -> Result<()> {
+    /// events (growing the workspace is collective: every rank asks for the same). A
+    /// captured call cannot grow it (NOTE [graph flags]): it is refused, naming what to
+    /// reserve before the capture.
+    fn prepare(&self, st: &mut ChannelState, channel: u32, mode: Mode, need: usize, events: usize) -> Result<()> {
         let have = st.workspace.as_ref().map_or(0, |w| w.len());
+        if need > have && mode == Mode::Captured {
+            return Err(Error::InvalidArgument(format!(
+                "rank {}: this captured call needs {need} bytes of workspace on channel {channel}, which has \
+                 {have}: reserve them before the capture (reserve_workspace({channel}, {need}); growing a \
+                 workspace allocates and meets the peers, which a capture cannot)",
+                self.sync.core.rank
+            )));
+        }
         if need > have {
             let grown = self.sync.alloc(grow_to(have, need))?;
             // The old one may still be in use by calls in flight: the watchdog frees it
             // once they are done (a call never waits for the GPU).
-            if let Some(old) = st.workspace.replace(grown) {
-                self.sync.retire(old);
+            // A workspace that captured calls use stays for the group's life: their
+            // graphs may be replayed at any time (NOTE [graph flags]).
+            match st.workspace.replace(grown) {
+                Some(old) if st.captured => st.kept.push(old),
+                Some(old) => self.sync.retire(old),
+                None => {}
             }
         }
+        st.captured |= mode == Mode::Captured;
         if st.copy.is_none() {
             st.copy = Some(self.sync.device.stream(StreamPriority::High)?);
         }
@@ -179,45 +201,6 @@ impl GpuColl {
         while st.events.len() < events {
             let ev = copy.event(false)?;
             st.events.push(ev);
-        }
-        Ok(())
-    }
-
-    fn fused(&self, channel: u32, sync: SyncMethod) -> FusedArgs {
-        let (epoch_in, epoch_out, fused) = if sync == SyncMethod::Kernel {
-            self.sync.note_wait_method(channel, lowcon_abi::pad::BARRIER, SyncMethod::Kernel);
-            let mut ep = self.sync.epochs();
-            (ep.next_barrier(channel), ep.next_barrier(channel), 1)
-        } else {
-            (0, 0, 0)
-        };
-        FusedArgs {
-            pad: self.sync.pad_args(),
-            channel,
-            epoch_in,
-            epoch_out,
-            counter: self.sync.pads.local_ptr()
-                + lowcon_abi::pad::counter_offset(self.sync.core.world as u32, channel) as u64,
-            fused,
-        }
-    }
-
-    /// Enqueues a one-shot kernel (`launch`) with its entry and exit barriers: inside the
-    /// kernel with kernel sync, as stream-memop barriers around it otherwise.
-    fn one_shot(
-        &self,
-        stream: &Stream,
-        channel: u32,
-        sync: SyncMethod,
-        launch: impl FnOnce(FusedArgs) -> Result<()>,
-    ) -> Result<()> {
-        let f = self.fused(channel, sync);
-        if f.fused == 0 {
-            self.sync.barrier(stream, channel, sync)?;
-        }
-        launch(f)?;
-        if f.fused == 0 {
-            self.sync.barrier(stream, channel, sync)?;
         }
         Ok(())
     }
@@ -256,7 +239,7 @@ impl GpuColl {
         opts: &AllGatherOptions,
     ) -> Result<()> {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
-        self.sync.check_stream(stream)?;
+        let mode = self.sync.begin(stream)?;
         opts.check(rank)?;
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
@@ -269,7 +252,7 @@ impl GpuColl {
             a => a,
         };
         if algorithm == AllGatherAlgorithm::Ll {
-            return self.ll_all_gather(&input, &output, stream, opts, shard);
+            return self.ll_all_gather(&input, &output, stream, opts, shard, mode);
         }
         // In place (FSDP's habit): the input is this rank's slot of a symmetric output.
         // Peers' shards are then at their own slots, not at this input's offset, so the
@@ -286,7 +269,9 @@ impl GpuColl {
         let push = algorithm == AllGatherAlgorithm::CePush;
         let pull_in_place = in_place && matches!(algorithm, AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto);
         // Peers read this rank's ordinary input in place (NOTE [mapped ordinary memory]).
+        // Not when captured: the exchange is a host rendezvous per call (NOTE [graph flags]).
         let mapped = opts.map_ordinary
+            && mode == Mode::Eager
             && !input.is_symmetric()
             && !in_place
             && matches!(algorithm, AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto);
@@ -314,7 +299,7 @@ impl GpuColl {
         // A rank that cannot share: every rank stages instead.
         let stage_in = stage_in || (mapped && peers.is_none());
         let need = if stage_in { align256(shard) } else { 0 } + if stage_out { world * shard } else { 0 };
-        self.prepare(&mut st, need, 2)?;
+        self.prepare(&mut st, ch, mode, need, 2)?;
         let ws = st.workspace.as_ref();
         let copy = st.copy.as_ref().expect("prepared");
         let (fork, join) = (&st.events[0], &st.events[1]);
@@ -343,12 +328,12 @@ impl GpuColl {
                     copy.wait(fork)?;
                     ce_copy(copy, out + rank as u64 * s, input.ptr, own)?;
                     copy.record(join)?;
-                    self.sync.barrier(stream, ch, opts.sync)?;
+                    self.enter(stream, ch, opts.sync, mode)?;
                     for p in rotated(rank, world).filter(|&p| p != rank) {
                         ce_copy(stream, out + p as u64 * s, shard_of(p), shard)?;
                     }
                     stream.wait(join)?;
-                    self.sync.barrier(stream, ch, opts.sync)?;
+                    self.exit(stream, ch, opts.sync, mode)?;
                 }
                 AllGatherAlgorithm::CePush => {
                     let dst = match output.symm {
@@ -359,11 +344,11 @@ impl GpuColl {
                     copy.wait(fork)?;
                     ce_copy(copy, out + rank as u64 * s, input.ptr, own)?;
                     copy.record(join)?;
-                    self.sync.barrier(stream, ch, opts.sync)?;
+                    self.enter(stream, ch, opts.sync, mode)?;
                     for p in rotated(rank, world).filter(|&p| p != rank) {
                         ce_copy(stream, dst.peer(p) + rank as u64 * s, input.ptr, shard)?;
                     }
-                    self.sync.barrier(stream, ch, opts.sync)?;
+                    self.exit(stream, ch, opts.sync, mode)?;
                     if stage_out {
                         let local = dst.peer(rank);
                         ce_copy(stream, out, local, rank * shard)?;
@@ -378,7 +363,7 @@ impl GpuColl {
                     let ctas = self.ctas(opts.ctas.unwrap_or_else(|| oneshot_ctas(world * shard)));
                     let vec_ok = src.off.is_multiple_of(16) && out.is_multiple_of(16) && shard.is_multiple_of(16);
                     let kernels = self.sync.device.kernels()?;
-                    self.one_shot(stream, ch, opts.sync, |f| {
+                    self.one_shot(stream, (ch, opts.sync, mode), |f| {
                         kernels.allgather_oneshot(stream, f, ctas, src.bases(), src.off as u64, out, s, vec_ok)
                     })?;
                 }
@@ -386,7 +371,7 @@ impl GpuColl {
         }
         // Registered before the channel is released, so that no other user of the
         // channel can retire the workspace ahead of this call's sequence number.
-        self.track_mapped(stream, peers.as_ref())?;
+        self.finish(stream, mode, peers.as_ref())?;
         drop(st);
         Ok(())
     }
@@ -404,7 +389,7 @@ impl GpuColl {
         opts: &ReduceScatterOptions,
     ) -> Result<()> {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
-        self.sync.check_stream(stream)?;
+        let mode = self.sync.begin(stream)?;
         opts.check(rank)?;
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
@@ -419,11 +404,18 @@ impl GpuColl {
         };
         check_push_op(rank, algorithm, op)?;
         match algorithm {
-            ReduceScatterAlgorithm::TmaPushReduce => return self.push_reduce(input, output, stream, opts, chunk, dt),
-            ReduceScatterAlgorithm::Ll => return self.ll_reduce_scatter(&input, &output, op, stream, opts, chunk, dt),
+            ReduceScatterAlgorithm::TmaPushReduce => {
+                return self.push_reduce(input, output, stream, opts, chunk, dt, mode);
+            }
+            ReduceScatterAlgorithm::Ll => {
+                return self.ll_reduce_scatter(&input, &output, op, stream, opts, chunk, dt, mode);
+            }
             _ => {}
         }
-        let mapped = opts.map_ordinary && !input.is_symmetric() && algorithm == ReduceScatterAlgorithm::CeReduce;
+        let mapped = opts.map_ordinary
+            && mode == Mode::Eager
+            && !input.is_symmetric()
+            && algorithm == ReduceScatterAlgorithm::CeReduce;
         let stage_in = !input.is_symmetric() && !mapped;
         if stage_in && !opts.allow_staging {
             return Err(refuse_staging(rank, algorithm.name(), "input"));
@@ -448,7 +440,7 @@ impl GpuColl {
         let slot = pe * esize;
         let need =
             in_len + if algorithm == ReduceScatterAlgorithm::CeReduce { STAGING_DEPTH * (world - 1) * slot } else { 0 };
-        self.prepare(&mut st, need, 1 + 2 * pieces)?;
+        self.prepare(&mut st, ch, mode, need, 1 + 2 * pieces)?;
         let ws = st.workspace.as_ref();
         let copy = st.copy.as_ref().expect("prepared");
         let out = output.ptr;
@@ -468,7 +460,7 @@ impl GpuColl {
                     let ws = ws.expect("workspace sized for staging");
                     let (start, rest) = st.events.split_first().expect("prepared");
                     let (copied, reduced) = rest.split_at(pieces);
-                    self.sync.barrier(stream, ch, opts.sync)?;
+                    self.enter(stream, ch, opts.sync, mode)?;
                     stream.record(start)?;
                     copy.wait(start)?;
                     let stage_base = ws.local_ptr() + in_len as u64;
@@ -504,13 +496,13 @@ impl GpuColl {
                         )?;
                         stream.record(&reduced[i])?;
                     }
-                    self.sync.barrier(stream, ch, opts.sync)?;
+                    self.exit(stream, ch, opts.sync, mode)?;
                 }
                 ReduceScatterAlgorithm::SmDirect => {
                     let src = src.expect("kernels read symmetric inputs");
                     let off = src.off + rank * chunk;
                     let vec_ok = off.is_multiple_of(16) && out.is_multiple_of(16);
-                    self.one_shot(stream, ch, opts.sync, |f| {
+                    self.one_shot(stream, (ch, opts.sync, mode), |f| {
                         kernels.rs_direct(
                             stream,
                             dt,
@@ -548,13 +540,13 @@ impl GpuColl {
                         vec_out: (out + (head * esize) as u64).is_multiple_of(16),
                         evict_first: algorithm == ReduceScatterAlgorithm::TmaReduceEvict,
                     };
-                    self.one_shot(stream, ch, opts.sync, |f| kernels.tma_reduce(stream, dt, f, ctas, &a))?;
+                    self.one_shot(stream, (ch, opts.sync, mode), |f| kernels.tma_reduce(stream, dt, f, ctas, &a))?;
                 }
             }
         }
         // Registered before the channel is released, so that no other user of the
         // channel can retire the workspace ahead of this call's sequence number.
-        self.track_mapped(stream, peers.as_ref())?;
+        self.finish(stream, mode, peers.as_ref())?;
         drop(st);
         Ok(())
     }
@@ -566,10 +558,10 @@ impl GpuColl {
         self.sync.core.check_usable()?;
         crate::sync::Epochs::check_channel(channel)?;
         let mut st = self.channel(channel);
-        self.prepare(&mut st, bytes, 0)?;
+        self.prepare(&mut st, channel, Mode::Eager, bytes, 0)?;
         // The LL buffer too (also collective), on the channel's copy stream, waited for.
         let copy = st.copy.clone().expect("prepared");
-        self.prepare_ll(&mut st, &copy, channel, SyncMethod::default())?;
+        self.prepare_ll(&mut st, &copy, (channel, SyncMethod::default(), Mode::Eager))?;
         copy.synchronize()
     }
 }

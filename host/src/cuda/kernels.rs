@@ -44,12 +44,13 @@ pub struct Kernels {
 pub(crate) struct LlArgs {
     /// Device array of the `world` LL-buffer bases.
     pub bases: u64,
-    /// Byte offset of the round's half (`lowcon_abi::ll::slot_offset(world, seq, 0)`).
-    pub half_off: u64,
+    /// This rank's round counter (`lowcon_abi::pad::ll_seq_offset`) and CTA counter
+    /// words of the channel: the kernel reads its round there and advances it (NOTE [LL
+    /// rounds on the device], `gpu-kernels/src/ll.rs`).
+    pub seq: u64,
+    pub counter: u64,
     /// Bytes of one source's slot.
     pub slot: u64,
-    /// The round's flag (`lowcon_abi::ll::flag(seq)`).
-    pub flag: u32,
     /// This rank's input and output.
     pub src: u64,
     pub dst: u64,
@@ -115,6 +116,9 @@ pub(crate) struct FusedArgs {
     /// This rank's CTA counter word for the channel.
     pub counter: u64,
     pub fused: u32,
+    /// A captured call: the fused barriers use the graph flags, not the epochs (NOTE
+    /// [graph flags], `host/src/sync/gpu/graph.rs`).
+    pub graph: u32,
 }
 
 /// Arguments of the signal-pad kernels: where the pads are and who is asking.
@@ -167,11 +171,19 @@ impl Kernels {
     /// # Safety
     /// `a.pads` is a device array of `a.world` mapped pad pointers and `a.err` a
     /// device-visible error record, both alive until the kernel has run.
-    pub(crate) unsafe fn barrier(&self, stream: &Stream, a: PadArgs, channel: u32, epoch: u32) -> Result<()> {
+    pub(crate) unsafe fn barrier(
+        &self,
+        stream: &Stream,
+        a: PadArgs,
+        channel: u32,
+        kind: u32,
+        epoch: u32,
+    ) -> Result<()> {
         let threads = a.world.div_ceil(32).clamp(1, 32) * 32;
         let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
         let mut l = stream.cuda_stream().launch_builder(&self.barrier);
-        l.arg(&a.pads).arg(&a.rank).arg(&a.world).arg(&channel).arg(&epoch).arg(&a.timeout_ns).arg(&a.err);
+        l.arg(&a.pads).arg(&a.rank).arg(&a.world).arg(&channel).arg(&kind).arg(&epoch);
+        l.arg(&a.timeout_ns).arg(&a.err);
         // SAFETY: matches `lowcon_barrier`'s signature; pointer validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(barrier)"))?;
         Ok(())
@@ -240,7 +252,7 @@ impl Kernels {
         let mut l = stream.cuda_stream().launch_builder(&self.allgather_oneshot);
         let vec_ok = vec_ok as u32;
         l.arg(&f.pad.pads).arg(&f.pad.rank).arg(&f.pad.world).arg(&f.channel).arg(&f.epoch_in).arg(&f.epoch_out);
-        l.arg(&f.pad.timeout_ns).arg(&f.pad.err).arg(&f.counter).arg(&f.fused);
+        l.arg(&f.pad.timeout_ns).arg(&f.pad.err).arg(&f.counter).arg(&f.fused).arg(&f.graph);
         l.arg(&bases).arg(&src_off).arg(&dst).arg(&shard).arg(&vec_ok);
         // SAFETY: matches `lowcon_allgather_oneshot`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(allgather_oneshot)"))?;
@@ -300,7 +312,7 @@ impl Kernels {
         let mut l = stream.cuda_stream().launch_builder(&self.rs_direct[dtype]);
         let vec_ok = vec_ok as u32;
         l.arg(&f.pad.pads).arg(&f.pad.rank).arg(&f.pad.world).arg(&f.channel).arg(&f.epoch_in).arg(&f.epoch_out);
-        l.arg(&f.pad.timeout_ns).arg(&f.pad.err).arg(&f.counter).arg(&f.fused);
+        l.arg(&f.pad.timeout_ns).arg(&f.pad.err).arg(&f.counter).arg(&f.fused).arg(&f.graph);
         l.arg(&bases).arg(&off).arg(&dst).arg(&n).arg(&op).arg(&vec_ok);
         // SAFETY: matches `lowcon_rs_direct_*`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(rs_direct)"))?;
@@ -334,7 +346,7 @@ impl Kernels {
         let mut l = stream.cuda_stream().launch_builder(func);
         let (vec_out, hint) = (a.vec_out as u32, a.evict_first as u32);
         l.arg(&f.pad.pads).arg(&f.pad.rank).arg(&f.pad.world).arg(&f.channel).arg(&f.epoch_in).arg(&f.epoch_out);
-        l.arg(&f.pad.timeout_ns).arg(&f.pad.err).arg(&f.counter).arg(&f.fused);
+        l.arg(&f.pad.timeout_ns).arg(&f.pad.err).arg(&f.counter).arg(&f.fused).arg(&f.graph);
         l.arg(&a.bases).arg(&a.off).arg(&a.dst).arg(&a.n).arg(&a.op).arg(&a.head).arg(&a.body);
         l.arg(&a.tile).arg(&a.stages).arg(&vec_out).arg(&hint);
         // SAFETY: matches `lowcon_tma_reduce_*`'s signature; validity is the caller's.
@@ -404,7 +416,7 @@ impl Kernels {
         let mut l = stream.cuda_stream().launch_builder(func);
         let aligned = a.aligned as u32;
         l.arg(&pad.rank).arg(&pad.world).arg(&channel).arg(&pad.timeout_ns).arg(&pad.err);
-        l.arg(&a.bases).arg(&a.half_off).arg(&a.slot).arg(&a.flag).arg(&a.src).arg(&a.dst).arg(&a.bytes);
+        l.arg(&a.bases).arg(&a.seq).arg(&a.counter).arg(&a.slot).arg(&a.src).arg(&a.dst).arg(&a.bytes);
         l.arg(&a.first).arg(&a.n).arg(&extra).arg(&aligned);
         // SAFETY: matches the LL kernels' signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv(what))?;
@@ -438,7 +450,7 @@ impl Kernels {
         let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: smem };
         let mut l = stream.cuda_stream().launch_builder(func);
         l.arg(&f.pad.pads).arg(&f.pad.rank).arg(&f.pad.world).arg(&f.channel).arg(&f.epoch_in).arg(&f.epoch_out);
-        l.arg(&f.pad.timeout_ns).arg(&f.pad.err).arg(&f.counter).arg(&f.fused);
+        l.arg(&f.pad.timeout_ns).arg(&f.pad.err).arg(&f.counter).arg(&f.fused).arg(&f.graph);
         l.arg(&a.src).arg(&a.stride).arg(&a.bases).arg(&a.acc_off).arg(&a.body).arg(&a.tile);
         // SAFETY: matches `lowcon_tma_push_reduce_*`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(tma_push_reduce)"))?;

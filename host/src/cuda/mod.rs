@@ -14,7 +14,7 @@ mod stream;
 
 pub use device::{Device, DeviceInfo};
 pub use kernels::{Kernels, PTX, RoundTripBuffers};
-pub use stream::{DeviceRecord, Event, Stream, StreamPriority, device_ptr};
+pub use stream::{DeviceRecord, Event, Graph, Stream, StreamPriority, device_ptr};
 
 use std::sync::OnceLock;
 

@@ -224,24 +224,31 @@ pub mod ipc {
 pub mod capture {
     use super::*;
 
-    /// Whether `stream` is being captured into a graph: `Ok(None)` if not, else a word
-    /// for the error (active, or a capture already invalidated; or the driver's
-    /// answer when asking is itself illegal, as for the legacy stream while another
-    /// stream captures in global mode).
+    /// Where a stream stands with stream capture.
+    #[derive(Debug)]
+    pub enum Status {
+        /// Not being captured: work runs when enqueued.
+        None,
+        /// Being captured into a CUDA graph.
+        Active,
+        /// Its capture was invalidated, or asking is itself illegal (as for the legacy
+        /// stream while another stream captures in global mode): a word for the error.
+        Other(String),
+    }
+
+    /// Whether `stream` is being captured into a graph (`cuStreamIsCapturing`).
     ///
     /// # Safety
     /// `stream` is a live stream of the current context.
-    pub unsafe fn status(stream: sys::CUstream) -> Option<String> {
+    pub unsafe fn status(stream: sys::CUstream) -> Status {
         let mut st = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         // SAFETY: valid out-pointer; the caller passes a live stream.
         let r = unsafe { sys::cuStreamIsCapturing(stream, &mut st) };
         match (check("cuStreamIsCapturing", r), st) {
-            (Err(e), _) => Some(format!("asking whether it is captured failed ({e})")),
-            (Ok(()), sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE) => None,
-            (Ok(()), sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE) => {
-                Some("it is being captured into a CUDA graph".into())
-            }
-            (Ok(()), _) => Some("its capture into a CUDA graph was invalidated".into()),
+            (Err(e), _) => Status::Other(format!("asking whether it is captured failed ({e})")),
+            (Ok(()), sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE) => Status::None,
+            (Ok(()), sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE) => Status::Active,
+            (Ok(()), _) => Status::Other("its capture into a CUDA graph was invalidated".into()),
         }
     }
 

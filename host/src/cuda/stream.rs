@@ -199,3 +199,51 @@ impl Event {
         self.inner.try_is_complete().map_err(drv("cuEventQuery"))
     }
 }
+
+/// A CUDA graph captured from a [`Stream`] and instantiated: replay it with
+/// [`Graph::launch`], or (with lowcon collectives in it) with
+/// [`crate::GpuGroup::replay`], which also registers the replay with the group's
+/// watchdog.
+pub struct Graph {
+    inner: cudarc::driver::CudaGraph,
+    stream: Stream,
+}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graph").field("stream", &self.stream.raw()).finish()
+    }
+}
+
+impl Stream {
+    /// Starts capturing the work enqueued on this stream into a graph (thread-local
+    /// capture mode: other threads' CUDA calls are not restricted).
+    pub fn begin_capture(&self) -> Result<()> {
+        self.inner
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(drv("cuStreamBeginCapture"))
+    }
+
+    /// Ends the capture begun by [`Stream::begin_capture`] and instantiates the graph.
+    /// An empty capture is an error.
+    pub fn end_capture(&self) -> Result<Graph> {
+        let g = self
+            .inner
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .map_err(drv("cuStreamEndCapture/cuGraphInstantiate"))?;
+        let inner = g.ok_or_else(|| Error::InvalidArgument("the capture recorded no work: an empty graph".into()))?;
+        Ok(Graph { inner, stream: self.clone() })
+    }
+}
+
+impl Graph {
+    /// Enqueues one replay on the stream it was captured from.
+    pub fn launch(&self) -> Result<()> {
+        self.inner.launch().map_err(drv("cuGraphLaunch"))
+    }
+
+    /// The stream the graph was captured from (and replays on).
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+}

@@ -11,12 +11,13 @@ use lowcon_store::Store;
 
 use crate::coll::gpu::GpuColl;
 use crate::coll::{AllGatherOptions, DeviceBuf, ReduceOp, ReduceScatterOptions};
-use crate::cuda::{Device, Stream, raw};
+use crate::cuda::{Device, Graph, Stream, raw};
 use crate::error::{Error, Result};
 use crate::memory::{HandleKind, SymmetricBuffer};
 use crate::rendezvous::{GroupCore, PeerInfo};
 use crate::sync::SyncMethod;
 use crate::sync::gpu::GpuSync;
+use crate::sync::gpu::graph::Mode;
 use crate::sync::gpu::watchdog::Watchdog;
 
 /// Options for [`GpuGroup::new`].
@@ -207,9 +208,35 @@ impl GpuGroup {
     /// Enqueues a barrier of all ranks on `channel`. Work enqueued on `stream` before it
     /// (kernels, copies into peers' buffers) is visible to every rank's work after it.
     /// Asynchronous: a peer that never arrives shows in [`GpuGroup::synchronize`].
+    ///
+    /// It can be captured into a CUDA graph (as two barriers, so every replay
+    /// synchronises afresh; NOTE [graph flags]).
     pub fn barrier(&self, stream: &Stream, channel: u32, method: SyncMethod) -> Result<()> {
+        let mode = self.sync().begin(stream)?;
         self.sync().barrier(stream, channel, method)?;
-        self.sync().track(stream).map(drop)
+        match mode {
+            Mode::Eager => self.sync().track(stream).map(drop),
+            Mode::Captured => Ok(()),
+        }
+    }
+
+    /// Enqueues one replay of `graph` (captured with lowcon's collectives or barriers in
+    /// it) on the stream it was captured from, and registers the replay with the
+    /// group's watchdog, as [`GpuGroup::track_replay`] does. Never waits.
+    pub fn replay(&self, graph: &Graph) -> Result<()> {
+        self.sync().check_stream_for(graph.stream(), "a replay")?;
+        graph.launch()?;
+        self.sync().track_replay(graph.stream())
+    }
+
+    /// Registers the work enqueued on `stream` so far with the group's watchdog: call it
+    /// after launching a graph that holds lowcon calls by other means (`cudaGraphLaunch`,
+    /// `torch.cuda.CUDAGraph.replay`). Eager calls register themselves, but a captured
+    /// call runs only when replayed, and the watchdog names a dead or late peer only
+    /// while registered work waits for it (kernel waits still time out on the device
+    /// without it; stream-memop waits would wait for ever). Never waits.
+    pub fn track_replay(&self, stream: &Stream) -> Result<()> {
+        self.sync().track_replay(stream)
     }
 
     /// Enqueues a signal to `peer` on `channel`, after everything enqueued before.

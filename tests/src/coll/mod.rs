@@ -308,11 +308,13 @@ pub fn check_case(r: &mut dyn Runner, case: &Case, tag: &str) -> Result<usize, S
 }
 
 mod bad_input;
+mod graph;
 mod mapped;
 mod runners;
 mod suite;
 
 pub use bad_input::{gpu_bad_input, host_bad_input};
+pub use graph::{gpu_graph, graph_dead_peer};
 pub use mapped::gpu_mapped;
 use runners::GpuMem;
 pub use runners::{GpuRunner, HostRunner};

@@ -180,6 +180,29 @@ class Group:
         Later calls open what they need again."""
         return self._g.release_mappings()
 
+    def reserve_workspace(self, channel, nbytes):
+        """Collective: set up `channel`'s workspace (at least `nbytes`) and LL buffer now (GPU).
+        Needed before capturing calls on the channel into a CUDA graph, since a captured call
+        cannot grow them: a call that would is refused, naming the bytes to reserve."""
+        self._g.reserve_workspace(channel, nbytes)
+
+    def replay(self, graph):
+        """Replay `graph` (a `torch.cuda.CUDAGraph` holding lowcon calls) on torch's current
+        stream and register the replay with the group's watchdog (`track_replay`)."""
+        graph.replay()
+        self.track_replay()
+
+    def track_replay(self, stream=None):
+        """Register the work enqueued on `stream` (default: torch's current stream) with the
+        group's watchdog, after replaying a CUDA graph that holds lowcon calls by any means:
+        a dead or late peer is then named while the replay waits for it (`check`,
+        `synchronize`). Eager calls register themselves."""
+        if stream is None:
+            import torch
+
+            stream = torch.cuda.current_stream(self.device)
+        self._g.track_replay(_stream_of(None, stream))
+
     def channel(self, name):
         """A channel of its own for `name` (a string), for `channel=`: claimed in order of
         first use among the channels streams get, so every rank must claim names and use

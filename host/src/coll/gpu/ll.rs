@@ -4,8 +4,10 @@
 //! Each channel gets its LL buffer (`lowcon_abi::ll::BUFFER_BYTES` per rank, symmetric)
 //! on its first LL call: allocated collectively, zeroed on the caller's stream, then one
 //! barrier, so that no peer writes a line before this rank has zeroed its buffer. The
-//! channel's round counter then advances by one per round on every rank alike (every
-//! rank makes the same calls), which gives each round its half and its flag.
+//! channel's round counter, in the pad buffer, then advances by one per round on every
+//! rank alike (every rank makes the same calls), which gives each round its half and
+//! its flag; the kernels read and advance it themselves (NOTE [LL rounds on the
+//! device]), so LL calls can be captured into CUDA graphs.
 
 use super::{ChannelState, GpuColl, Sym};
 use crate::coll::device_buf::DeviceBuf;
@@ -13,8 +15,9 @@ use crate::coll::select::{ll_ctas, ll_rounds};
 use crate::coll::{AllGatherOptions, ReduceOp, ReduceScatterOptions};
 use crate::cuda::kernels::LlArgs;
 use crate::cuda::{Stream, raw};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::sync::SyncMethod;
+use crate::sync::gpu::graph::Mode;
 
 impl GpuColl {
     /// Readies the channel's LL buffer (first LL call on the channel: collective).
@@ -22,20 +25,26 @@ impl GpuColl {
         &self,
         st: &mut ChannelState,
         stream: &Stream,
-        channel: u32,
-        sync: SyncMethod,
+        (channel, sync, mode): (u32, SyncMethod, Mode),
     ) -> Result<()> {
         if st.ll.is_some() {
             return Ok(());
+        }
+        if mode == Mode::Captured {
+            return Err(Error::InvalidArgument(format!(
+                "rank {}: a captured ll call needs channel {channel}'s LL buffer, which is made by the first \
+                 ll call or reserve_workspace({channel}, ...) on the channel: call either before the capture \
+                 (making it allocates and meets the peers, which a capture cannot)",
+                self.sync.core.rank
+            )));
         }
         let buf = self.sync.alloc(lowcon_abi::ll::BUFFER_BYTES as usize)?;
         // SAFETY: the buffer is this rank's, `len()` bytes, alive (kept in the channel
         // state, retired through the watchdog like workspaces).
         unsafe { raw::mem_op::fill(stream.raw(), buf.local_ptr(), 0, buf.len())? };
         // Nobody pushes into this rank's buffer before the zeroing above has run.
-        self.sync.barrier(stream, channel, sync)?;
+        self.sync.barrier_eager(stream, channel, sync)?;
         st.ll = Some(buf);
-        st.ll_seq = 1;
         Ok(())
     }
 
@@ -44,26 +53,25 @@ impl GpuColl {
     fn ll_rounds(
         &self,
         stream: &Stream,
-        channel: u32,
-        sync: SyncMethod,
+        (channel, sync, mode): (u32, SyncMethod, Mode),
         ctas: Option<u32>,
         (src, dst, bytes): (u64, u64, usize),
         mut launch: impl FnMut(&LlArgs, u32) -> Result<()>,
     ) -> Result<()> {
         let world = self.sync.core.world as u32;
         let mut st = self.channel(channel);
-        self.prepare_ll(&mut st, stream, channel, sync)?;
+        self.prepare_ll(&mut st, stream, (channel, sync, mode))?;
         let ll = st.ll.as_ref().expect("prepared");
         let bases = Sym { buf: ll, off: 0 }.bases();
         let slot = lowcon_abi::ll::slot_bytes(world);
         let aligned = src.is_multiple_of(8) && dst.is_multiple_of(8) && bytes.is_multiple_of(8);
+        let pads = self.sync.pads.local_ptr();
         for (first, n) in ll_rounds(bytes, world) {
-            let seq = st.ll_seq;
             let a = LlArgs {
                 bases,
-                half_off: lowcon_abi::ll::slot_offset(world, seq, 0),
+                seq: pads + lowcon_abi::pad::ll_seq_offset(world, channel) as u64,
+                counter: pads + lowcon_abi::pad::counter_offset(world, channel) as u64,
                 slot,
-                flag: lowcon_abi::ll::flag(seq),
                 src,
                 dst,
                 bytes: bytes as u64,
@@ -72,9 +80,12 @@ impl GpuColl {
                 aligned,
             };
             launch(&a, self.ctas(ctas.unwrap_or_else(|| ll_ctas(n))))?;
-            st.ll_seq += 1;
         }
-        self.sync.track_ll(stream)?;
+        if mode == Mode::Eager {
+            self.sync.track_ll(stream)?;
+        } else {
+            self.sync.mark_graph_channel(channel);
+        }
         drop(st);
         Ok(())
     }
@@ -89,13 +100,15 @@ impl GpuColl {
         stream: &Stream,
         opts: &AllGatherOptions,
         shard: usize,
+        mode: Mode,
     ) -> Result<()> {
         let rank = self.sync.core.rank;
         // In place, the own shard is already in its slot.
         let own = input.ptr != output.ptr + (rank * shard) as u64;
         let kernels = self.sync.device.kernels()?;
         let pad = self.sync.pad_args();
-        self.ll_rounds(stream, opts.channel, opts.sync, opts.ctas, (input.ptr, output.ptr, shard), |a, ctas| {
+        let ch = (opts.channel, opts.sync, mode);
+        self.ll_rounds(stream, ch, opts.ctas, (input.ptr, output.ptr, shard), |a, ctas| {
             // SAFETY: the input holds `shard` bytes and the output `world * shard`
             // (checked); the LL buffers hold both halves of `world` slots of `a.slot`
             // bytes on every rank, and `a.n` lines fit a slot (`ll_rounds`).
@@ -114,10 +127,12 @@ impl GpuColl {
         opts: &ReduceScatterOptions,
         chunk: usize,
         dt: usize,
+        mode: Mode,
     ) -> Result<()> {
         let kernels = self.sync.device.kernels()?;
         let pad = self.sync.pad_args();
-        self.ll_rounds(stream, opts.channel, opts.sync, opts.ctas, (input.ptr, output.ptr, chunk), |a, ctas| {
+        let ch = (opts.channel, opts.sync, mode);
+        self.ll_rounds(stream, ch, opts.ctas, (input.ptr, output.ptr, chunk), |a, ctas| {
             // SAFETY: as in `ll_all_gather`, with the input holding `world * chunk`
             // bytes and the output `chunk`.
             unsafe { kernels.ll_rs(stream, dt, pad, opts.channel, ctas, a, op.code()) }

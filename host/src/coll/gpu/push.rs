@@ -9,6 +9,7 @@ use crate::coll::select::{DEFAULT_TMA_CTAS, push_tile};
 use crate::cuda::Stream;
 use crate::cuda::kernels::PushArgs;
 use crate::error::Result;
+use crate::sync::gpu::graph::Mode;
 
 impl GpuColl {
     /// tma-push-reduce (NOTE [tma-push-reduce] in `gpu-kernels/src/push.rs`): this rank's
@@ -20,6 +21,7 @@ impl GpuColl {
     /// buffers that must be symmetric) does not apply. Inputs whose chunks are not
     /// 16-byte aligned (address or chunk size) are first copied, locally, into the
     /// workspace with a padded chunk stride, since bulk operations need 16-byte alignment.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn push_reduce(
         &self,
         input: DeviceBuf<'_>,
@@ -28,6 +30,7 @@ impl GpuColl {
         opts: &ReduceScatterOptions,
         chunk: usize,
         dt: usize,
+        mode: Mode,
     ) -> Result<()> {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         let slot = align256(chunk);
@@ -35,7 +38,7 @@ impl GpuColl {
         let need = slot + if aligned { 0 } else { world * slot };
         let ch = opts.channel;
         let mut st = self.channel(ch);
-        self.prepare(&mut st, need, 0)?;
+        self.prepare(&mut st, ch, mode, need, 0)?;
         let ws = st.workspace.as_ref().expect("prepared");
         let kernels = self.sync.device.kernels()?;
         let acc = ws.local_ptr();
@@ -66,10 +69,10 @@ impl GpuColl {
                 body: chunk.next_multiple_of(16) as u64,
                 tile: push_tile(),
             };
-            self.one_shot(stream, ch, opts.sync, |f| kernels.tma_push_reduce(stream, dt, f, ctas, &a))?;
+            self.one_shot(stream, (ch, opts.sync, mode), |f| kernels.tma_push_reduce(stream, dt, f, ctas, &a))?;
             ce_copy(stream, output.ptr, acc, chunk)?;
         }
-        self.sync.track(stream)?;
+        self.finish(stream, mode, None)?;
         drop(st);
         Ok(())
     }

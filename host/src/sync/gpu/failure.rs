@@ -105,7 +105,7 @@ impl GpuSync {
     /// for its verdict, so it needs no bound of its own.
     pub(crate) fn synchronize(&self, stream: &Stream) -> Result<()> {
         self.check()?;
-        self.check_stream(stream)?;
+        self.check_stream_for(stream, "synchronize (it waits on the host)")?;
         let done = stream.event(false)?;
         stream.record(&done)?;
         // The watchdog watches this stream too (if the caller's own signals, not a
@@ -170,10 +170,28 @@ impl GpuSync {
                 };
             }
         }
+        if self.replay_in_flight() {
+            return self.graph_timeout(&host, &dev, "");
+        }
         Error::Rendezvous(format!(
             "rank {}: the stream did not finish within {secs:.1} s, yet every peer signalled",
             self.core.rank
         ))
+    }
+
+    /// The error for a replayed graph that did not finish: names the peer whose flag is
+    /// missing where the pads show one ([`GpuSync::graph_missing`]), else the first peer
+    /// (at two ranks, the only one).
+    fn graph_timeout(&self, host: &[u32], dev: &[u32], why: &str) -> Error {
+        let secs = self.core.timeout.as_secs_f64();
+        let (what, peer) = match self.graph_missing(host, dev) {
+            Some((channel, peer)) => (format!("its barrier flag in a replayed graph on channel {channel}{why}"), peer),
+            None => (
+                format!("its barrier flags in a replayed graph (none of the peers' had arrived){why}"),
+                usize::from(self.core.rank == 0),
+            ),
+        };
+        Error::PeerTimeout { rank: self.core.rank, peer, what, secs }
     }
 
     /// As [`GpuSync::diagnose_timeout`] from the host pad only, with no driver call (the
@@ -197,6 +215,9 @@ impl GpuSync {
                 ),
                 secs,
             },
+            None if self.replay_in_flight() => {
+                self.graph_timeout(&host, &vec![0; host.len()], &format!("; from the host pad: {why}"))
+            }
             None => {
                 let mut peers: Vec<usize> = awaited.iter().map(|a| a.peer).collect();
                 peers.sort_unstable();
@@ -266,7 +287,7 @@ impl GpuSync {
         for a in &awaited {
             self.host_pad.release(a.slot, a.epoch);
         }
-        awaited.len()
+        awaited.len() + self.release_graph_flags()
     }
 }
 

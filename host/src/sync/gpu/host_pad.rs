@@ -83,6 +83,12 @@ impl HostPad {
         (0..self.slots).map(|s| self.own(s).load(Ordering::Acquire)).collect()
     }
 
+    /// Sets graph flag `slot` of this rank's pad if it is 0 (NOTE [graph flags]); returns
+    /// whether it was.
+    pub(crate) fn release_flag(&self, slot: usize) -> bool {
+        self.own(slot).compare_exchange(0, pad::GRAPH_SET, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
     /// Lets every wait for `epoch` (or earlier) on `slot` of this rank's pad complete,
     /// unless the slot already holds it or a later epoch.
     pub(crate) fn release(&self, slot: usize, epoch: u32) {

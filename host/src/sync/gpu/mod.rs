@@ -5,6 +5,7 @@
 //! arrive.
 
 pub(crate) mod failure;
+pub(crate) mod graph;
 pub(crate) mod host_pad;
 pub(crate) mod inflight;
 pub(crate) mod sentinel;
@@ -22,7 +23,7 @@ use self::inflight::{InFlight, Rules};
 use super::{Epochs, SyncMethod};
 use crate::cuda::kernels::PadArgs;
 use crate::cuda::{Device, Event, Stream, StreamPriority, raw};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::memory::gpu::{Drain, HandleKind, SymmetricBuffer, alloc};
 use crate::memory::pinned::Pinned;
 use crate::rendezvous::GroupCore;
@@ -70,6 +71,11 @@ pub(crate) struct GpuSync {
     /// (its signal lands in the host pad) rather than a kernel's (the device pad), so a
     /// diagnosis from the host pad alone looks only where it can see.
     memop_last: Vec<AtomicBool>,
+    /// Channels on which calls were captured (bit per channel): their graph slots are
+    /// what a stuck replay may wait on (NOTE [graph flags], `graph.rs`).
+    graph_channels: std::sync::atomic::AtomicU32,
+    /// One past the sequence number of the last registered replay (0: none yet).
+    graph_last: std::sync::atomic::AtomicU64,
     pub(crate) core: GroupCore,
 }
 
@@ -104,6 +110,8 @@ impl GpuSync {
             release_rounds: Default::default(),
             diagnosing: AtomicBool::new(false),
             memop_last: (0..pad::CHANNELS * pad::KINDS).map(|_| AtomicBool::new(false)).collect(),
+            graph_channels: Default::default(),
+            graph_last: Default::default(),
         })
     }
 
@@ -187,32 +195,10 @@ impl GpuSync {
         }
     }
 
+    /// As [`GpuSync::begin`], refusing a capturing stream (calls that cannot be
+    /// captured: synchronising, point-to-point signals, the traffic floor).
     pub(crate) fn check_stream(&self, stream: &Stream) -> Result<()> {
-        self.core.check_usable()?;
-        if stream.device().index() != self.device.index() {
-            return Err(Error::InvalidArgument(format!(
-                "rank {}: the stream is on device {} but the group uses device {}",
-                self.core.rank,
-                stream.device().index(),
-                self.device.index()
-            )));
-        }
-        self.device.bind_to_thread()?;
-        // NOTE [no capture yet]: a call's barrier epochs, LL rounds and workspace are
-        // chosen by the host per call and its completion is tracked by an event the
-        // watchdog polls, so a replayed capture would wait for epochs already reached
-        // (skipping its synchronisation: wrong data) and a captured call would look
-        // like one that never completes. Refused until the state lives on the device.
-        // SAFETY: a live stream of this device, whose context is current.
-        if let Some(why) = unsafe { raw::capture::status(stream.raw()) } {
-            return Err(Error::InvalidArgument(format!(
-                "rank {}: lowcon's collectives and barriers cannot be captured into CUDA graphs yet, and the \
-                 stream cannot take this call: {why}. Call it outside the capture (before or after; \
-                 docs/design.md, NOTE [no capture yet])",
-                self.core.rank
-            )));
-        }
-        Ok(())
+        self.check_stream_for(stream, "this call")
     }
 
     /// Memop signal: one write-value of the epoch into `peer`'s host pad (NOTE [host
@@ -233,15 +219,29 @@ impl GpuSync {
     /// Enqueues a barrier of all ranks on `channel`. Work enqueued on `stream` before it
     /// (kernels, copies into peers' buffers) is visible to every rank's work after it.
     /// Asynchronous: a peer that never arrives shows in [`GpuSync::synchronize`].
+    ///
+    /// Captured into a CUDA graph, it is two barriers, an entry and an exit (NOTE [graph
+    /// flags]), so that every replay synchronises afresh.
     pub fn barrier(&self, stream: &Stream, channel: u32, method: SyncMethod) -> Result<()> {
-        self.check_stream(stream)?;
+        let mode = self.begin(stream)?;
         Epochs::check_channel(channel)?;
+        if mode == graph::Mode::Captured {
+            self.graph_barrier(stream, channel, method, pad::GRAPH_ENTRY)?;
+            return self.graph_barrier(stream, channel, method, pad::GRAPH_EXIT);
+        }
+        self.barrier_eager(stream, channel, method)
+    }
+
+    /// One eager barrier (the stream is checked and not capturing).
+    pub(crate) fn barrier_eager(&self, stream: &Stream, channel: u32, method: SyncMethod) -> Result<()> {
         let epoch = self.epochs().next_barrier(channel);
         self.note_wait_method(channel, pad::BARRIER, method);
         let peers = (0..self.core.world).filter(|&p| p != self.core.rank);
         match method {
             // SAFETY: pad pointers and the error record are owned by `self`.
-            SyncMethod::Kernel => unsafe { self.device.kernels()?.barrier(stream, self.pad_args(), channel, epoch) },
+            SyncMethod::Kernel => unsafe {
+                self.device.kernels()?.barrier(stream, self.pad_args(), channel, pad::BARRIER, epoch)
+            },
             SyncMethod::StreamMemop => {
                 for p in peers.clone() {
                     self.memop_signal(stream, p, channel, pad::BARRIER, epoch)?;
@@ -256,7 +256,7 @@ impl GpuSync {
 
     /// Enqueues a signal to `peer` on `channel`, after everything enqueued before.
     pub fn put_signal(&self, stream: &Stream, peer: usize, channel: u32, method: SyncMethod) -> Result<()> {
-        self.check_stream(stream)?;
+        self.check_stream_for(stream, "a point-to-point signal (put_signal)")?;
         crate::sync::check_peer(&self.core, peer, channel)?;
         let epoch = self.epochs().next_send(channel, peer);
         match method {
@@ -271,7 +271,7 @@ impl GpuSync {
     /// Enqueues a wait for `peer`'s next signal on `channel`; work after it sees what
     /// the peer did before signalling.
     pub fn wait_signal(&self, stream: &Stream, peer: usize, channel: u32, method: SyncMethod) -> Result<()> {
-        self.check_stream(stream)?;
+        self.check_stream_for(stream, "a point-to-point signal (wait_signal)")?;
         crate::sync::check_peer(&self.core, peer, channel)?;
         let epoch = self.epochs().next_receive(channel, peer);
         self.note_wait_method(channel, pad::P2P, method);

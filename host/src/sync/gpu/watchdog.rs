@@ -165,7 +165,10 @@ impl GpuSync {
                 // LL kernels wait for data lines, which the pad does not show: a call
                 // stuck at a stream's head for the grace period while an LL call is in
                 // flight counts as waiting for the peer.
-                let ll_stuck = head_wait.is_some_and(|w| w >= LL_DEAD_PEER_GRACE) && self.ll_in_flight();
+                // Replayed graphs likewise: their flags do not say which wait is current
+                // (NOTE [graph flags]).
+                let ll_stuck = head_wait.is_some_and(|w| w >= LL_DEAD_PEER_GRACE)
+                    && (self.ll_in_flight() || self.replay_in_flight());
                 if !ll_stuck && !self.awaits_missing_from(peer) {
                     return true;
                 }

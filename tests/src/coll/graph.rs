@@ -1,0 +1,347 @@
+//! Collectives captured into CUDA graphs (NOTE [graph flags] in
+//! `lowcon::sync::gpu::graph`). The host backend has no graphs: these run on GPUs only.
+//!
+//! - one graph of eleven calls (every algorithm, plain and symmetric buffers, an
+//!   in-place all-gather, a captured barrier) replayed `replays` times, with fresh
+//!   random inputs and poisoned outputs before every replay and every output checked
+//!   against the CPU reference; every tenth replay is followed by eager calls on the
+//!   same channel (epochs, LL rounds and workspace shared with the replays);
+//! - two graphs on two channels, replayed concurrently from two streams, checked;
+//! - what a capture refuses, with the capture still valid afterwards: a workspace or
+//!   LL buffer not reserved before, point-to-point signals, `synchronize`.
+//!
+//! `graph_dead_peer` kills a rank while the others replay.
+
+use lowcon::cuda::Graph;
+
+use super::runners::GpuMem;
+use super::*;
+
+/// Workspace each test channel reserves before its capture.
+const RESERVE: usize = 64 << 20;
+
+/// One captured call: its case, its buffers, and whether it is an in-place all-gather
+/// (the input is this rank's slot of the output).
+struct Call {
+    case: Case,
+    in_place: bool,
+    inp: GpuMem,
+    out: GpuMem,
+}
+
+fn case(coll: Coll, dtype: DType, count: usize, symmetric: bool, sync: SyncMethod, channel: u32) -> Case {
+    Case { coll, dtype, count, symmetric, misalign: 0, sync, channel }
+}
+
+/// The eleven calls of the main graph (on `channel`).
+fn mixed(sync: SyncMethod, channel: u32) -> Vec<(Case, bool)> {
+    use AllGatherAlgorithm as A;
+    use ReduceScatterAlgorithm as R;
+    let c = |coll, dtype, count, symmetric| case(coll, dtype, count, symmetric, sync, channel);
+    vec![
+        (c(Coll::AllGather(A::CePull), DType::F32, 70_001, false), false),
+        (c(Coll::AllGather(A::CePull), DType::Bf16, 4_099, true), false),
+        (c(Coll::AllGather(A::CePull), DType::F32, 8_191, true), true),
+        (c(Coll::AllGather(A::CePush), DType::F16, 33_333, true), false),
+        (c(Coll::AllGather(A::SmOneshot), DType::F32, 1_001, false), false),
+        (c(Coll::AllGather(A::Ll), DType::Bf16, 16_385, false), false),
+        (c(Coll::ReduceScatter(R::CeReduce, ReduceOp::Sum), DType::F32, 300_001, false), false),
+        (c(Coll::ReduceScatter(R::SmDirect, ReduceOp::Avg), DType::Bf16, 12_345, true), false),
+        (c(Coll::ReduceScatter(R::TmaReduce, ReduceOp::Max), DType::F32, 65_536, true), false),
+        (c(Coll::ReduceScatter(R::TmaPushReduce, ReduceOp::Sum), DType::F32, 20_000, true), false),
+        (c(Coll::ReduceScatter(R::Ll, ReduceOp::Sum), DType::F16, 9_999, false), false),
+    ]
+}
+
+impl Call {
+    fn new(r: &GpuRunner, stream: &Stream, (case, in_place): (Case, bool)) -> Result<Self, String> {
+        let world = r.g.world_size();
+        let s = case.dtype.size();
+        let out = GpuMem::new(&r.g, stream, case.symmetric, case.out_count(world) * s + 16)?;
+        let inp = GpuMem::new(&r.g, stream, case.symmetric, if in_place { 16 } else { case.in_count(world) * s + 16 })?;
+        Ok(Self { case, in_place, inp, out })
+    }
+
+    /// Where this rank's input goes.
+    fn input_ptr(&self, rank: usize) -> u64 {
+        match self.in_place {
+            true => self.out.ptr() + (rank * self.case.count * self.case.dtype.size()) as u64,
+            false => self.inp.ptr(),
+        }
+    }
+
+    /// Poisons the output and writes fresh input for `seed`, on `stream` (synchronous).
+    fn refill(&self, stream: &Stream, seed: u64, rank: usize, world: usize) -> Result<(), String> {
+        let input = input_bytes(self.case.dtype, seed, rank, 0, self.case.in_count(world));
+        let out_len = self.case.out_count(world) * self.case.dtype.size();
+        // SAFETY: both buffers hold what is written (sized in `new`); synchronous copies.
+        unsafe {
+            raw::mem_op::fill(stream.raw(), self.out.ptr(), 0xFF, out_len).map_err(e)?;
+            raw::mem_op::copy_from_host(stream.raw(), self.input_ptr(rank), &input).map_err(e)?;
+        }
+        Ok(())
+    }
+
+    fn enqueue(&self, r: &GpuRunner, stream: &Stream) -> Result<(), String> {
+        let (rank, world) = (r.g.rank(), r.g.world_size());
+        let c = &self.case;
+        let ob = self.out.buf(0, c.out_count(world), c.dtype)?;
+        let ib = match self.in_place {
+            true => self.out.buf(rank * c.count * c.dtype.size(), c.count, c.dtype)?,
+            false => self.inp.buf(0, c.in_count(world), c.dtype)?,
+        };
+        match c.coll {
+            Coll::AllGather(a) => r.g.all_gather(ib, ob, stream, &c.ag_opts(a)),
+            Coll::ReduceScatter(a, op) => r.g.reduce_scatter(ib, ob, op, stream, &c.rs_opts(a)),
+        }
+        .map_err(|m| format!("rank {rank}: {}: {m}", c.name()))
+    }
+
+    /// Checks the output against the reference for `seed`; returns the elements checked.
+    fn check(&self, stream: &Stream, seed: u64, rank: usize, world: usize, what: &str) -> Result<usize, String> {
+        let mut got = vec![0u8; self.case.out_count(world) * self.case.dtype.size()];
+        // SAFETY: `out` holds `got.len()` bytes; synchronous copy.
+        unsafe { raw::mem_op::copy_to_host(stream.raw(), &mut got, self.out.ptr()) }.map_err(e)?;
+        let (wrong, first) = compare(&self.case, seed, rank, world, &got);
+        if wrong > 0 {
+            let place = if self.in_place { " in place" } else { "" };
+            return Err(format!("rank {rank}: {what}: {}{place}: {wrong} wrong; first: {first}", self.case.name()));
+        }
+        Ok(self.case.out_count(world))
+    }
+}
+
+/// Captures `calls` (and, with `barrier`, a barrier between them) on `stream`.
+fn capture(
+    r: &GpuRunner,
+    stream: &Stream,
+    calls: &[Call],
+    barrier: Option<(u32, SyncMethod)>,
+) -> Result<Graph, String> {
+    stream.begin_capture().map_err(e)?;
+    let mut res = Ok(());
+    for (i, c) in calls.iter().enumerate() {
+        res = res.and_then(|()| c.enqueue(r, stream));
+        if i == calls.len() / 2
+            && let Some((ch, m)) = barrier
+        {
+            res = res.and_then(|()| r.g.barrier(stream, ch, m).map_err(e));
+        }
+    }
+    // The capture ends either way, so a failure leaves the stream usable.
+    let g = stream.end_capture().map_err(e);
+    res?;
+    g
+}
+
+/// The seed of replay `i`, from the shared `base`.
+fn seed(base: u64, i: usize) -> u64 {
+    base ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// The graph checks for one sync method (module docs).
+pub fn gpu_graph(r: &GpuRunner, sync: SyncMethod, replays: usize) -> Result<String, String> {
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let refused = refusals(r, sync)?;
+    let ch = 3;
+    r.g.reserve_workspace(ch, RESERVE).map_err(e)?;
+    let calls = mixed(sync, ch).into_iter().map(|c| Call::new(r, &r.stream, c)).collect::<Result<Vec<_>, _>>()?;
+    let graph = capture(r, &r.stream, &calls, Some((ch, sync)))?;
+    let base = seed_of_rank0(|m| r.g.all_gather_bytes("graph-base", m))?;
+    // Eager calls on the same channel between replays: epochs, LL rounds and the
+    // workspace are shared with the captured calls.
+    let eager = [
+        (case(Coll::AllGather(AllGatherAlgorithm::CePull), DType::F32, 5_000, false, sync, ch), false),
+        (case(Coll::AllGather(AllGatherAlgorithm::Ll), DType::F32, 777, false, sync, ch), false),
+        (
+            case(
+                Coll::ReduceScatter(ReduceScatterAlgorithm::SmDirect, ReduceOp::Sum),
+                DType::F32,
+                3_001,
+                true,
+                sync,
+                ch,
+            ),
+            false,
+        ),
+    ]
+    .into_iter()
+    .map(|c| Call::new(r, &r.stream, c))
+    .collect::<Result<Vec<_>, _>>()?;
+    let (mut checked, mut eager_calls) = (0usize, 0usize);
+    for i in 0..replays {
+        let s = seed(base, i);
+        for c in &calls {
+            c.refill(&r.stream, s, rank, world)?;
+        }
+        r.g.replay(&graph).map_err(|m| format!("rank {rank}: replay {i}: {m}"))?;
+        r.g.synchronize(&r.stream).map_err(|m| format!("rank {rank}: replay {i}: {m}"))?;
+        for c in &calls {
+            checked += c.check(&r.stream, s, rank, world, &format!("replay {i}"))?;
+        }
+        if i % 10 == 9 {
+            let s = seed(base ^ 0xEA6E4, i);
+            for c in &eager {
+                c.refill(&r.stream, s, rank, world)?;
+                c.enqueue(r, &r.stream)?;
+            }
+            r.g.synchronize(&r.stream).map_err(|m| format!("rank {rank}: eager calls after replay {i}: {m}"))?;
+            for c in &eager {
+                checked += c.check(&r.stream, s, rank, world, &format!("eager call after replay {i}"))?;
+                eager_calls += 1;
+            }
+        }
+    }
+    let concurrent = two_streams(r, sync, replays.div_ceil(10))?;
+    Ok(format!(
+        "{sync:?}: {} captured calls replayed {replays} times with {eager_calls} eager calls between, \
+         {concurrent}, {checked} elements checked; refused: {refused}",
+        calls.len()
+    ))
+}
+
+/// Two graphs on channels 4 and 5, captured on two streams and replayed concurrently.
+fn two_streams(r: &GpuRunner, sync: SyncMethod, replays: usize) -> Result<String, String> {
+    use AllGatherAlgorithm as A;
+    use ReduceScatterAlgorithm as R;
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let streams =
+        [r.g.device().stream(StreamPriority::High).map_err(e)?, r.g.device().stream(StreamPriority::High).map_err(e)?];
+    let sets = [
+        vec![
+            (case(Coll::AllGather(A::CePull), DType::F32, 50_000, false, sync, 4), false),
+            (case(Coll::ReduceScatter(R::SmDirect, ReduceOp::Sum), DType::F32, 20_000, true, sync, 4), false),
+        ],
+        vec![
+            (case(Coll::ReduceScatter(R::CeReduce, ReduceOp::Max), DType::Bf16, 40_000, false, sync, 5), false),
+            (case(Coll::AllGather(A::Ll), DType::F32, 3_000, false, sync, 5), false),
+        ],
+    ];
+    let mut graphs = Vec::new();
+    let mut all = Vec::new();
+    for (k, set) in sets.into_iter().enumerate() {
+        r.g.reserve_workspace(4 + k as u32, RESERVE).map_err(e)?;
+        let calls = set.into_iter().map(|c| Call::new(r, &streams[k], c)).collect::<Result<Vec<_>, _>>()?;
+        graphs.push(capture(r, &streams[k], &calls, None)?);
+        all.push(calls);
+    }
+    let base = seed_of_rank0(|m| r.g.all_gather_bytes("graph-two-streams", m))?;
+    for i in 0..replays {
+        let s = seed(base, i);
+        for (k, calls) in all.iter().enumerate() {
+            for c in calls {
+                c.refill(&streams[k], s, rank, world)?;
+            }
+        }
+        for g in &graphs {
+            r.g.replay(g).map_err(|m| format!("rank {rank}: concurrent replay {i}: {m}"))?;
+        }
+        for (k, calls) in all.iter().enumerate() {
+            r.g.synchronize(&streams[k]).map_err(e)?;
+            for c in calls {
+                c.check(&streams[k], s, rank, world, &format!("concurrent replay {i} on channel {}", 4 + k))?;
+            }
+        }
+    }
+    Ok(format!("two graphs on channels 4 and 5 replayed {replays} times concurrently"))
+}
+
+/// What a capture must refuse (each with `InvalidArgument`, naming what to do), and the
+/// capture still valid after each refusal: the graph of the call that follows it works.
+fn refusals(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
+    let rank = r.g.rank();
+    let world = r.g.world_size();
+    // Fresh channels: nothing reserved there yet (a fresh group per method would cost
+    // more; channels 9 and 10 are used by nothing else in this test).
+    let (ws_ch, ll_ch) = if sync == SyncMethod::Kernel { (9, 10) } else { (11, 12) };
+    let plain = Call::new(
+        r,
+        &r.stream,
+        (case(Coll::AllGather(AllGatherAlgorithm::CePull), DType::F32, 1000, false, sync, ws_ch), false),
+    )?;
+    let ll = Call::new(
+        r,
+        &r.stream,
+        (case(Coll::AllGather(AllGatherAlgorithm::Ll), DType::F32, 100, false, sync, ll_ch), false),
+    )?;
+    let symm = Call::new(
+        r,
+        &r.stream,
+        (case(Coll::AllGather(AllGatherAlgorithm::CePull), DType::F32, 1000, true, sync, ws_ch), false),
+    )?;
+    let expect = |what: &str, res: Result<(), String>, needle: &str| -> Result<(), String> {
+        match res {
+            Err(m) if m.contains(needle) && m.contains(&format!("rank {rank}")) => Ok(()),
+            Err(m) => Err(format!("rank {rank}: {what}: refused, but the message lacks {needle:?}: {m}")),
+            Ok(()) => Err(format!("rank {rank}: {what} was captured although it must be refused")),
+        }
+    };
+    r.stream.begin_capture().map_err(e)?;
+    let a = plain.enqueue(r, &r.stream);
+    let b = ll.enqueue(r, &r.stream);
+    let c = r.g.put_signal(&r.stream, (rank + 1) % world, ws_ch, sync).map_err(e);
+    let d = r.g.synchronize(&r.stream).map_err(e);
+    // The capture is still valid: a symmetric ce-pull (no workspace) is captured and runs.
+    let ok = symm.enqueue(r, &r.stream);
+    let graph = r.stream.end_capture().map_err(e);
+    expect("a ce-pull that needs a workspace not reserved", a, "reserve_workspace")?;
+    expect("an ll call before the channel's LL buffer exists", b, "LL buffer")?;
+    expect("put_signal", c, "cannot be captured")?;
+    expect("synchronize", d, "cannot be captured")?;
+    ok?;
+    let graph = graph?;
+    let base = seed_of_rank0(|m| r.g.all_gather_bytes("graph-refusals", m))?;
+    symm.refill(&r.stream, base, rank, world)?;
+    r.g.replay(&graph).map_err(e)?;
+    r.g.synchronize(&r.stream).map_err(e)?;
+    symm.check(&r.stream, base, rank, world, "the call captured after the refusals")?;
+    Ok("unreserved workspace, LL buffer, put_signal and synchronize (capture still valid)".into())
+}
+
+/// Rank `victim` dies (`exit`) at replay `kill_at` of a graph of calls (ce-pull and
+/// sm-direct, both syncs' barriers) replayed back to back: every other rank must get an
+/// error naming it, from a replay or from `synchronize`, within the group's timeout.
+pub fn graph_dead_peer(
+    victim: usize,
+    kill_at: usize,
+    exit: crate::dead_peer::Exit,
+    timeout: std::time::Duration,
+    sync: SyncMethod,
+) -> Result<String, String> {
+    let r = GpuRunner::from_env(Some(timeout))?;
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    r.g.reserve_workspace(0, RESERVE).map_err(e)?;
+    let calls = [
+        (case(Coll::AllGather(AllGatherAlgorithm::CePull), DType::F32, 1 << 18, false, sync, 0), false),
+        (
+            case(
+                Coll::ReduceScatter(ReduceScatterAlgorithm::SmDirect, ReduceOp::Sum),
+                DType::F32,
+                1 << 16,
+                true,
+                sync,
+                0,
+            ),
+            false,
+        ),
+    ]
+    .into_iter()
+    .map(|c| Call::new(&r, &r.stream, c))
+    .collect::<Result<Vec<_>, _>>()?;
+    for c in &calls {
+        c.refill(&r.stream, 11, rank, world)?;
+    }
+    let graph = capture(&r, &r.stream, &calls, None)?;
+    let res = crate::dead_peer::dead_peer_loop(
+        rank,
+        victim,
+        kill_at,
+        exit,
+        1000,
+        timeout,
+        |_| r.g.replay(&graph),
+        || r.g.synchronize(&r.stream),
+    );
+    crate::survivors_barrier("graph-dead-peer", world - 1)?;
+    res
+}
