@@ -35,9 +35,11 @@ done
 # torch and CuPy: lowcon launch and torchrun, the pool, FSDP2 training against NCCL),
 # fsdp2 (the paired end-to-end FSDP2 benchmark; LOWCON_FSDP2_ARGS passes options, e.g.
 # "--profile"), overlap (the saturated interference benchmark at 2 GPUs: lowcon, NCCL,
-# NCCL copy-engine and a null copy; LOWCON_OVERLAP_ARGS adds flags, e.g. "--trials 9").
+# NCCL copy-engine and a null copy; LOWCON_OVERLAP_ARGS adds flags, e.g. "--trials 9"),
+# graph (CUDA graphs: coll-graph on every GPU count, and replayed latency 8K..1M against
+# NCCL's captured calls, with the host cost per call eager and replayed).
 # Default: all but fsdp2 and overlap.
-parts=${LOWCON_BUNDLE_PARTS:-single never capi base coll bench python}
+parts=${LOWCON_BUNDLE_PARTS:-single never capi base coll bench python graph}
 has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
 L="$here/lowcon"
 summary="$out/summary.txt"
@@ -153,6 +155,21 @@ if [ "$ngpu" -ge 2 ] && has collcheck; then # the correctness suite only, at the
     step "w=$w coll-check every algorithm/dtype/op (kernel+memop)" "coll-w$w.txt" env "CUDA_VISIBLE_DEVICES=$vis" timeout 200 "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest coll-check --backend gpu
     step "w=$w coll-bad-input" "coll-w$w.txt" env "CUDA_VISIBLE_DEVICES=$vis" timeout 100 "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest coll-bad-input --backend gpu
   done
+fi
+if [ "$ngpu" -ge 2 ] && has graph; then
+  vis=$(seq -s, 0 $((ngpu - 1)))
+  step "w=$ngpu coll-graph: 11 captured calls x 1000 replays, two streams, refusals (kernel+memop)" graph.txt \
+    env "CUDA_VISIBLE_DEVICES=$vis" timeout 300 "$L" launch --nproc-per-node "$ngpu" --tee -- "$L" selftest coll-graph
+  for m in kernel memop; do
+    step "w=$ngpu coll-graph: SIGKILL at replay 50, no launcher ($m)" graph.txt \
+      env DP_SCENARIO=coll-graph bash "$here/gpu-dead-peer.sh" "$vis" "$ngpu" "$m" "$L" "$out" 50
+  done
+  b=(env "CUDA_VISIBLE_DEVICES=$vis" timeout 300 "$L" launch --nproc-per-node "$ngpu" -- "$L" bench)
+  g=(-b 8K -e 1M -f 2 -n 20 --reps 25 --sync "kernel,memop" --graph)
+  step "bench all-gather --graph 8K..1M, NCCL captured alongside" bench-graph.txt "${b[@]}" all-gather "${g[@]}" \
+    --algorithms auto,ll,sm-oneshot,ce-pull --json "$out/graph-all-gather.json"
+  step "bench reduce-scatter --graph 8K..1M, NCCL captured alongside" bench-graph.txt "${b[@]}" reduce-scatter "${g[@]}" \
+    --algorithms auto,ll,sm-direct,ce-reduce --json "$out/graph-reduce-scatter.json"
 fi
 if [ "$ngpu" -ge 2 ] && has benchrs; then # reduce-scatter sweep and small all-gathers only
   vis=$(seq -s, 0 $((ngpu - 1)))

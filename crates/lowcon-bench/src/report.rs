@@ -35,18 +35,26 @@ pub struct SweepRow {
     pub busbw_gbs: f64,
     /// Wrong elements seen by `--check` (max over ranks), when checked.
     pub wrong: Option<u64>,
+    /// Timed as replays of a CUDA graph of `iters` captured calls (`--graph`).
+    #[serde(default)]
+    pub graph: bool,
+    /// Host time per call, µs (max over ranks; `--graph` only): enqueueing it eagerly,
+    /// or its share of one replay's launch.
+    #[serde(default)]
+    pub host_us: Option<f64>,
 }
 
 impl SweepRow {
     /// The series label used in tables and plots.
     pub fn label(&self) -> String {
+        let g = if self.graph { " graph" } else { "" };
         match self.implementation.as_str() {
             "lowcon" => {
                 let c = self.ctas.map(|c| format!(" ctas={c}")).unwrap_or_default();
                 let p = self.pipeline.map(|p| format!(" pieces={p}")).unwrap_or_default();
-                format!("lowcon {} {}{c}{p}", self.algorithm, self.sync)
+                format!("lowcon {} {}{c}{p}{g}", self.algorithm, self.sync)
             }
-            other => other.to_string(),
+            other => format!("{other}{g}"),
         }
     }
 }
@@ -239,8 +247,8 @@ pub fn write_saturated(out: &Output, rows: &[SaturatedRow]) -> Res<()> {
 /// Prints the column names of the sweep table.
 pub fn print_sweep_columns() {
     println!(
-        "{:>12} {:>12} {:>12}  {:<34} {:>10} {:>10} {:>10} {:>8}",
-        "size/rank", "total", "count", "implementation", "time(us)", "algbw", "busbw", "#wrong"
+        "{:>12} {:>12} {:>12}  {:<34} {:>10} {:>10} {:>10} {:>8} {:>9}",
+        "size/rank", "total", "count", "implementation", "time(us)", "algbw", "busbw", "#wrong", "host(us)"
     );
 }
 
@@ -248,7 +256,7 @@ pub fn print_sweep_columns() {
 pub fn print_sweep_row(r: &SweepRow) {
     let wrong = r.wrong.map_or("-".to_string(), |w| w.to_string());
     println!(
-        "{:>12} {:>12} {:>12}  {:<34} {:>10.1} {:>10.2} {:>10.2} {:>8}",
+        "{:>12} {:>12} {:>12}  {:<34} {:>10.1} {:>10.2} {:>10.2} {:>8} {:>9}",
         r.size,
         r.total,
         r.count,
@@ -256,7 +264,8 @@ pub fn print_sweep_row(r: &SweepRow) {
         r.time_us,
         r.algbw_gbs,
         r.busbw_gbs,
-        wrong
+        wrong,
+        r.host_us.map_or("-".to_string(), |h| format!("{h:.2}"))
     );
 }
 
@@ -406,6 +415,8 @@ pub(crate) mod tests {
             algbw_gbs: 1.0,
             busbw_gbs: 0.75,
             wrong: Some(0),
+            graph: false,
+            host_us: None,
         }
     }
 

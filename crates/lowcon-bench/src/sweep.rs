@@ -71,11 +71,18 @@ pub struct SweepOptions {
     pub staged: bool,
     /// The host backend (CPU shared memory) instead of GPUs.
     pub backend_host: bool,
+    /// Capture `iters` calls into a CUDA graph and time its replays (GPU; NCCL's calls
+    /// are captured the same way), and report the host time per call, eager against
+    /// replayed.
+    pub graph: bool,
 }
 
 /// Runs the sweep `a` asks for (on GPUs or the host backend) as one rank: prints the
 /// table (rank 0), writes `out`, and fails if `--check` found wrong elements.
 pub fn run(a: &SweepOptions, out: &Output) -> Res<()> {
+    if a.backend_host && a.graph {
+        return Err("--graph: the host backend has no CUDA graphs (use --backend gpu)".into());
+    }
     let rows = if a.backend_host { host(a)? } else { gpu(a)? };
     report::write(out, &rows, &[])?;
     if let Some(bad) = rows.iter().find(|r| r.wrong.is_some_and(|w| w > 0)) {
@@ -161,6 +168,8 @@ fn row(
         algbw_gbs: algbw,
         busbw_gbs: algbw * (world - 1) as f64 / world as f64,
         wrong,
+        graph: a.graph,
+        host_us: None,
     }
 }
 
@@ -235,7 +244,7 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                                 }
                             }
                         };
-                        let us = time_calls(&runner.g, &runner.stream, a, &mut |s| call(s).map_err(|e| e.to_string()))?;
+                        let t = time_calls(&runner.g, &runner.stream, a, &mut |s| call(s).map_err(|e| e.to_string()))?;
                         let wrong = if a.check {
                             let case = case_for(a, algo, m, count)?;
                             let (w, first, _) = count_wrong(&mut runner, &case, &format!("check/{algo}/{size}"))?;
@@ -248,9 +257,11 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                         };
                         let stats = runner.g.all_gather_bytes(
                             &format!("sweep/{algo}/{m:?}/{ctas:?}/{pipeline:?}/{size}"),
-                            &[us, wrong.unwrap_or(0) as f64].map(f64::to_le_bytes).concat(),
+                            &[t.us, wrong.unwrap_or(0) as f64, t.host_eager, t.host_replay]
+                                .map(f64::to_le_bytes)
+                                .concat(),
                         )?;
-                        let mx = max_over_ranks(stats, 2);
+                        let mx = max_over_ranks(stats, 4);
                         let mut r = row(
                             a,
                             world,
@@ -263,11 +274,16 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                             wrong.map(|_| mx[1] as u64),
                         );
                         r.pipeline = pipeline;
-                        if rank == 0 {
-                            report::print_sweep_row(&r);
-                            eprint!("\r{} {} {size} B done   ", a.kind.name(), r.label());
+                        let rows_here = host_split(r, a.graph, &mx[2..4]);
+                        for r in rows_here {
+                            if rank == 0 {
+                                report::print_sweep_row(&r);
+                            }
+                            rows.push(r);
                         }
-                        rows.push(r);
+                        if rank == 0 {
+                            eprint!("\r{} {} {size} B done   ", a.kind.name(), rows.last().expect("pushed").label());
+                        }
                     }
                 }
             }
@@ -292,29 +308,82 @@ fn case_for(a: &SweepOptions, algo: &str, m: SyncMethod, count: usize) -> Res<Ca
     Ok(Case { coll, dtype: a.dtype, count, symmetric: !a.staged, misalign: 0, sync: m, channel: 0 })
 }
 
-/// Times `call` as described in the module docs; returns this rank's µs per call.
+/// What [`time_calls`] measured on this rank: device µs per call, and (with `--graph`)
+/// host µs per call, enqueued eagerly and replayed.
+struct Timed {
+    us: f64,
+    host_eager: f64,
+    host_replay: f64,
+}
+
+/// With `--graph`, a timed row becomes two: the replayed one (its device time, and the
+/// host's share of a replay per call) and an eager one carrying only the host time per
+/// eager call (its device time is the plain sweep's). Without, the row as it is.
+fn host_split(mut r: SweepRow, graph: bool, host: &[f64]) -> Vec<SweepRow> {
+    if !graph {
+        return vec![r];
+    }
+    let mut eager = r.clone();
+    eager.graph = false;
+    eager.host_us = Some(host[0]);
+    r.host_us = Some(host[1]);
+    vec![eager, r]
+}
+
+/// Times `call` as described in the module docs; returns this rank's µs per call. With
+/// `--graph`, `iters` calls are captured into a graph once (after the eager warm-up,
+/// which also sets up workspaces), and each batch is one replay.
 fn time_calls(
     g: &GpuGroup,
     stream: &Stream,
     a: &SweepOptions,
     call: &mut dyn FnMut(&Stream) -> Result<(), String>,
-) -> Res<f64> {
-    for _ in 0..a.warmup {
+) -> Res<Timed> {
+    let iters = a.iters.max(1);
+    // The first call may set up the channel (workspace, LL buffer): not in the host time.
+    call(stream)?;
+    let n = a.warmup.max(2) - 1;
+    let warm = std::time::Instant::now();
+    for _ in 0..n {
         call(stream)?;
     }
+    let host_eager = warm.elapsed().as_secs_f64() * 1e6 / n as f64;
     g.synchronize(stream)?;
+    let graph = match a.graph {
+        true => {
+            stream.begin_capture()?;
+            let mut captured = Ok(());
+            for _ in 0..iters {
+                captured = captured.and_then(|()| call(stream));
+            }
+            let graph = stream.end_capture();
+            captured?;
+            let graph = graph?;
+            g.replay(&graph)?;
+            g.synchronize(stream)?;
+            Some(graph)
+        }
+        false => None,
+    };
     let (e0, e1) = (stream.event(true)?, stream.event(true)?);
-    let mut per_call = Vec::new();
+    let (mut per_call, mut host) = (Vec::new(), Vec::new());
     for _ in 0..a.reps.max(1) {
         stream.record(&e0)?;
-        for _ in 0..a.iters.max(1) {
-            call(stream)?;
+        let t = std::time::Instant::now();
+        match &graph {
+            Some(graph) => g.replay(graph)?,
+            None => {
+                for _ in 0..iters {
+                    call(stream)?;
+                }
+            }
         }
+        host.push(t.elapsed().as_secs_f64() * 1e6 / iters as f64);
         stream.record(&e1)?;
         g.synchronize(stream)?;
-        per_call.push(e0.elapsed_ms(&e1)? as f64 * 1e3 / a.iters.max(1) as f64);
+        per_call.push(e0.elapsed_ms(&e1)? as f64 * 1e3 / iters as f64);
     }
-    Ok(median(per_call))
+    Ok(Timed { us: median(per_call), host_eager, host_replay: median(host) })
 }
 
 /// lowcon's benchmark buffers: symmetric, or ordinary device memory with `--staged`.
@@ -403,13 +472,19 @@ fn nccl_rows(r: &GpuRunner, a: &SweepOptions, sizes: &[usize], in_max: usize, ou
                         }
                     }
                 };
-                let us = time_calls(&r.g, &r.stream, a, &mut call)?;
-                let stats = r.g.all_gather_bytes(&format!("sweep/{mode}/{size}"), &us.to_le_bytes())?;
-                let r = row(a, world, mode, mode, "-", None, size, max_over_ranks(stats, 1)[0], None);
-                if rank == 0 {
-                    report::print_sweep_row(&r);
+                let t = time_calls(&r.g, &r.stream, a, &mut call)?;
+                let stats = r.g.all_gather_bytes(
+                    &format!("sweep/{mode}/{size}"),
+                    &[t.us, t.host_eager, t.host_replay].map(f64::to_le_bytes).concat(),
+                )?;
+                let mx = max_over_ranks(stats, 3);
+                let r = row(a, world, mode, mode, "-", None, size, mx[0], None);
+                for r in host_split(r, a.graph, &mx[1..3]) {
+                    if rank == 0 {
+                        report::print_sweep_row(&r);
+                    }
+                    out.push(r);
                 }
-                out.push(r);
             }
             r.stream.synchronize()?;
             drop(comm);

@@ -90,6 +90,10 @@ pub struct SweepFlags {
     /// Use ordinary device buffers (staged through the workspace) instead of symmetric ones.
     #[arg(long)]
     staged: bool,
+    /// CUDA graphs: capture `-n` calls into a graph and time its replays (NCCL's calls
+    /// captured alike); adds the host µs per call, eager against replayed (GPU only).
+    #[arg(long)]
+    graph: bool,
     /// `gpu`, or `host` for the CPU backend.
     #[arg(long, default_value = "gpu")]
     backend: String,
@@ -167,6 +171,7 @@ impl SweepFlags {
             check: self.check,
             nccl: !self.no_nccl,
             staged: self.staged,
+            graph: self.graph,
             backend_host: self.backend == "host",
         })
     }
@@ -389,6 +394,7 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             check: false,
             no_nccl: f.no_nccl,
             staged: false,
+            graph: false,
             backend: "gpu".into(),
             out: OutputFlags::default(),
         };
