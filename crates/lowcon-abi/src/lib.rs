@@ -356,9 +356,9 @@ mod tests {
 /// channels, so two streams never share slots either.
 ///
 /// Captured calls (CUDA graphs) use the two graph kinds instead, as flags rather than
-/// epochs: a signal writes [`GRAPH_SET`], the waiter resets its slot to 0 after its
-/// wait, and a captured call's entry barrier uses [`GRAPH_ENTRY`], its exit barrier
-/// [`GRAPH_EXIT`] (NOTE [graph flags] in `host/src/sync/gpu/graph.rs`).
+/// epochs: a signal writes [`GRAPH_SET`](pad::GRAPH_SET), the waiter resets its slot to 0 after its
+/// wait, and a captured call's entry barrier uses [`GRAPH_ENTRY`](pad::GRAPH_ENTRY), its exit barrier
+/// [`GRAPH_EXIT`](pad::GRAPH_EXIT) (NOTE [graph flags] in `host/src/sync/gpu/graph.rs`).
 pub mod pad {
     /// Channels per group: independent sync streams (e.g. one per CUDA stream).
     pub const CHANNELS: u32 = 16;

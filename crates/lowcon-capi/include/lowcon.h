@@ -257,9 +257,11 @@ lowconResult_t lowconCollOptionsInit(lowconCollOptions *opts);
 // All-gather: `recvbuff[p * sendcount ..]` receives rank `p`'s `sendbuff`
 // (`sendcount` elements), on every rank. In place when `sendbuff` is
 // `recvbuff + rank * sendcount`. GPU backend: enqueued on `stream` (a `cudaStream_t`,
-// NULL for the legacy default stream) and returns at once. A `stream` being captured
-// into a CUDA graph is refused (`lowconInvalidArgument`, nothing enqueued, the capture
-// still valid): lowcon's collectives cannot be captured yet.
+// NULL for the legacy default stream) and returns at once. It can be captured into a
+// CUDA graph (`cudaStreamBeginCapture`): reserve the channel's workspace before
+// (`lowconCommReserveWorkspace`; a captured call that would grow it is refused with
+// `lowconInvalidArgument`, the capture still valid) and call `lowconCommTrackReplay`
+// after each `cudaGraphLaunch` (docs/graphs.md).
 //
 // # Safety
 // `sendbuff` holds `sendcount` and `recvbuff` `nranks * sendcount` elements, on this
@@ -286,8 +288,8 @@ lowconResult_t lowconAllGatherEx(const void *sendbuff,
 
 // Reduce-scatter: `recvbuff` (`recvcount` elements) receives `op` over all ranks of
 // their `sendbuff[rank * recvcount ..]`. f32, f16 and bf16, accumulated in f32 in rank
-// order. GPU backend: enqueued on `stream` (a capturing stream is refused, as for
-// `lowconAllGather`).
+// order. GPU backend: enqueued on `stream`, and capturable into CUDA graphs, as
+// `lowconAllGather`.
 //
 // # Safety
 // `sendbuff` holds `nranks * recvcount` and `recvbuff` `recvcount` elements (see

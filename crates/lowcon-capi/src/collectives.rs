@@ -101,9 +101,11 @@ unsafe fn collective(
 /// All-gather: `recvbuff[p * sendcount ..]` receives rank `p`'s `sendbuff`
 /// (`sendcount` elements), on every rank. In place when `sendbuff` is
 /// `recvbuff + rank * sendcount`. GPU backend: enqueued on `stream` (a `cudaStream_t`,
-/// NULL for the legacy default stream) and returns at once. A `stream` being captured
-/// into a CUDA graph is refused (`lowconInvalidArgument`, nothing enqueued, the capture
-/// still valid): lowcon's collectives cannot be captured yet.
+/// NULL for the legacy default stream) and returns at once. It can be captured into a
+/// CUDA graph (`cudaStreamBeginCapture`): reserve the channel's workspace before
+/// (`lowconCommReserveWorkspace`; a captured call that would grow it is refused with
+/// `lowconInvalidArgument`, the capture still valid) and call `lowconCommTrackReplay`
+/// after each `cudaGraphLaunch` (docs/graphs.md).
 ///
 /// # Safety
 /// `sendbuff` holds `sendcount` and `recvbuff` `nranks * sendcount` elements, on this
@@ -144,8 +146,8 @@ pub unsafe extern "C" fn lowconAllGatherEx(
 
 /// Reduce-scatter: `recvbuff` (`recvcount` elements) receives `op` over all ranks of
 /// their `sendbuff[rank * recvcount ..]`. f32, f16 and bf16, accumulated in f32 in rank
-/// order. GPU backend: enqueued on `stream` (a capturing stream is refused, as for
-/// `lowconAllGather`).
+/// order. GPU backend: enqueued on `stream`, and capturable into CUDA graphs, as
+/// `lowconAllGather`.
 ///
 /// # Safety
 /// `sendbuff` holds `nranks * recvcount` and `recvbuff` `recvcount` elements (see
