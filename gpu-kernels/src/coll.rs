@@ -195,17 +195,7 @@ impl Fused {
             if p != self.rank {
                 // SAFETY: as above. A failure is recorded in `err`.
                 unsafe {
-                    wait(
-                        self.pads,
-                        self.rank,
-                        self.world,
-                        p,
-                        self.channel,
-                        kind,
-                        value,
-                        self.timeout_ns,
-                        self.err,
-                    )
+                    wait(self.pads, self.rank, self.world, p, self.channel, kind, value, self.timeout_ns, self.err)
                 };
                 if self.graph {
                     // SAFETY: as above; this thread's own wait on the slot is done.

@@ -203,6 +203,9 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
         header(a, world, "GPUs");
     }
     let mut rows = Vec::new();
+    // A progress line (rewritten in place) only on a terminal: in a log it would be
+    // glued to the table's rows.
+    let progress = progress_shown();
     // Symmetric (or ordinary) buffers for the largest size, filled with a harmless
     // pattern (bf16/f32 0x3c3c... is a small normal number).
     let bufs = Buffers::new(&runner, a.staged, in_max, out_max)?;
@@ -281,7 +284,7 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                             }
                             rows.push(r);
                         }
-                        if rank == 0 {
+                        if rank == 0 && progress {
                             eprint!("\r{} {} {size} B done   ", a.kind.name(), rows.last().expect("pushed").label());
                         }
                     }
@@ -292,12 +295,19 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
     if a.nccl {
         rows.extend(nccl_rows(&runner, a, &sizes, in_max, out_max)?);
     }
-    if rank == 0 {
+    if rank == 0 && progress {
         eprintln!();
     }
     drop(bufs);
     runner.g.store_barrier("sweep-done")?;
     Ok(rows)
+}
+
+/// Whether the sweep shows its progress line: only when stderr is a terminal (and stdout
+/// too, since the line is rewritten over the table's last row when both are one).
+fn progress_shown() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::io::stdout().is_terminal()
 }
 
 fn case_for(a: &SweepOptions, algo: &str, m: SyncMethod, count: usize) -> Res<Case> {

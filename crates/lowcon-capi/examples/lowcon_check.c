@@ -256,11 +256,19 @@ static void check_reduce_scatter(lowconComm_t comm, unsigned seed, lowconDataTyp
   free(host_out);
 }
 
-/* Expects `r` to be `want` with a last-error message containing `needle`. */
+/* Expects `r` to be `want` with a last-error message containing `needle`, which does not
+ * repeat the code's name (a program prints lowconGetErrorString, then the message) and,
+ * for a call on a live communicator, begins with "rank N: ". */
 static void expect_code(const char *what, lowconResult_t r, lowconResult_t want, const char *needle) {
   const char *msg = lowconGetLastError(NULL);
-  CHECK(r == want, "%s: got %s, expected %s (%s)", what, lowconGetErrorString(r), lowconGetErrorString(want), msg);
+  const char *name = lowconGetErrorString(want);
+  char ranked[32];
+  snprintf(ranked, sizeof ranked, "rank %d: ", g_rank);
+  CHECK(r == want, "%s: got %s, expected %s (%s)", what, lowconGetErrorString(r), name, msg);
   CHECK(needle == NULL || strstr(msg, needle) != NULL, "%s: message \"%s\" does not mention \"%s\"", what, msg, needle);
+  CHECK(strncmp(msg, name, strlen(name)) != 0, "%s: message \"%s\" repeats the code's name", what, msg);
+  CHECK(strstr(what, "comm") != NULL || strncmp(msg, ranked, strlen(ranked)) == 0,
+        "%s: message \"%s\" does not begin with \"%s\"", what, msg, ranked);
 }
 
 static void check_bad_input(lowconComm_t comm) {
@@ -273,7 +281,7 @@ static void check_bad_input(lowconComm_t comm) {
               lowconInvalidArgument, "recvbuff is NULL");
   expect_code("datatype 99", lowconAllGather(a, b, 4, 99, comm, g_stream), lowconInvalidArgument, "datatype 99");
   expect_code("op 7", lowconReduceScatter(a, b, 4, lowconFloat32, 7, comm, g_stream), lowconInvalidArgument, "op 7");
-  expect_code("i32 reduce-scatter", lowconReduceScatter(a, b, 4, lowconInt32, lowconSum, comm, g_stream),
+  expect_code("i32 avg reduce-scatter", lowconReduceScatter(a, b, 4, lowconInt32, lowconAvg, comm, g_stream),
               lowconInvalidArgument, "i32");
   expect_code("foreign comm", lowconAllGather(a, b, 4, lowconFloat32, (lowconComm_t)(uintptr_t)0x1234, g_stream),
               lowconInvalidArgument, "not a live lowcon communicator");
@@ -284,7 +292,7 @@ static void check_bad_input(lowconComm_t comm) {
   LC(lowconCollOptionsInit(&o));
   o.channel = 99;
   expect_code("channel 99", lowconAllGatherEx(a, b, 4, lowconFloat32, comm, g_stream, &o), lowconInvalidArgument,
-              "channel 99");
+              "channel 99: groups have channels 0 to 15");
   LC(lowconCollOptionsInit(&o));
   o.algorithm = "ring";
   expect_code("algorithm ring", lowconAllGatherEx(a, b, 4, lowconFloat32, comm, g_stream, &o),

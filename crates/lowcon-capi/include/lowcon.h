@@ -66,7 +66,7 @@ typedef struct {
   int ctas;
   // ce-reduce pieces; 0 for the default.
   int pipeline;
-  // Signal-pad channel, 0..15: calls that may run at the same time (two streams,
+  // Signal-pad channel, 0 to 15: calls that may run at the same time (two streams,
   // two threads) must use different channels.
   int channel;
   // Nonzero: ordinary buffers may be staged through the communicator's workspace

@@ -132,7 +132,7 @@ pub struct lowconCollOptions {
     pub ctas: c_int,
     /// ce-reduce pieces; 0 for the default.
     pub pipeline: c_int,
-    /// Signal-pad channel, 0..15: calls that may run at the same time (two streams,
+    /// Signal-pad channel, 0 to 15: calls that may run at the same time (two streams,
     /// two threads) must use different channels.
     pub channel: c_int,
     /// Nonzero: ordinary buffers may be staged through the communicator's workspace
@@ -210,7 +210,12 @@ impl From<Error> for Failure {
             Error::Store(_) | Error::Os { .. } => lowconSystemError,
             _ => lowconInternalError,
         };
-        Failure(code, e.to_string())
+        // The code's name is lowconGetErrorString's: the message does not repeat it.
+        let msg = match e {
+            Error::InvalidArgument(m) => m,
+            e => e.to_string(),
+        };
+        Failure(code, msg)
     }
 }
 
@@ -222,6 +227,9 @@ type R<T> = Result<T, Failure>;
 
 thread_local! {
     static LAST: RefCell<CString> = RefCell::new(CString::default());
+    /// The rank of the communicator the current call looked up, if any: its failures
+    /// name it (`guard`).
+    static RANK: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
 fn set_last(msg: &str) {
@@ -230,12 +238,18 @@ fn set_last(msg: &str) {
 }
 
 /// Runs `f` at the boundary: its error (or a panic) becomes a code and this thread's
-/// last-error message.
+/// last-error message. Messages never begin with the code's name (a program printing
+/// `lowconGetErrorString` then `lowconGetLastError` says each once); once the call has
+/// found its communicator, they begin with "rank N: ".
 fn guard(f: impl FnOnce() -> R<()>) -> lowconResult_t {
+    RANK.with(|r| r.set(None));
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => lowconSuccess,
         Ok(Err(Failure(code, msg))) => {
-            set_last(&msg);
+            match RANK.with(|r| r.get()) {
+                Some(rank) if !msg.starts_with("rank ") => set_last(&format!("rank {rank}: {msg}")),
+                _ => set_last(&msg),
+            }
             code
         }
         Err(p) => {
@@ -275,6 +289,7 @@ fn lookup(comm: lowconComm_t) -> R<Arc<Comm>> {
         .get(&(comm as usize))
         .cloned()
         .ok_or_else(|| invalid(format!("comm {comm:p} is not a live lowcon communicator (destroyed, or never made)")))
+        .inspect(|c| RANK.with(|r| r.set(Some(c.rank()))))
 }
 
 fn backend_name(b: lowconBackend_t) -> R<bool> {
@@ -292,7 +307,7 @@ fn dtype(d: lowconDataType_t) -> R<DType> {
         lowconBfloat16 => DType::Bf16,
         lowconInt32 => DType::I32,
         lowconUint8 => DType::U8,
-        _ => return Err(invalid(format!("datatype {d}: expected lowconFloat32 .. lowconUint8 (0..4)"))),
+        _ => return Err(invalid(format!("datatype {d}: expected lowconFloat32 .. lowconUint8 (0 to 4)"))),
     })
 }
 
@@ -302,7 +317,7 @@ fn red_op(o: lowconRedOp_t) -> R<ReduceOp> {
         lowconAvg => ReduceOp::Avg,
         lowconMin => ReduceOp::Min,
         lowconMax => ReduceOp::Max,
-        _ => return Err(invalid(format!("op {o}: expected lowconSum, lowconAvg, lowconMin or lowconMax (0..3)"))),
+        _ => return Err(invalid(format!("op {o}: expected lowconSum, lowconAvg, lowconMin or lowconMax (0 to 3)"))),
     })
 }
 

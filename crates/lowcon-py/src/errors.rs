@@ -38,5 +38,10 @@ pub(crate) fn to_py(e: Error) -> PyErr {
         }
         _ => "Error",
     };
-    raise(name, e.to_string())
+    // The class says "invalid argument": the message does not repeat it.
+    let msg = match e {
+        Error::InvalidArgument(m) => m,
+        e => e.to_string(),
+    };
+    raise(name, msg)
 }

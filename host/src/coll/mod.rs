@@ -302,7 +302,7 @@ pub struct CollOptions<A> {
     /// ce-reduce: pieces the chunk is split into, so copies of piece i+1 overlap the
     /// reduction of piece i; `None` for one per 16 MiB (2 to 16; 1 below 1 MiB).
     pub pipeline: Option<u32>,
-    /// Signal-pad channel (0..16). Calls that may run at the same time (two streams,
+    /// Signal-pad channel, 0 to 15. Calls that may run at the same time (two streams,
     /// two threads) must use different channels; each channel has its own workspace.
     pub channel: u32,
     /// Allow staging ordinary buffers through the workspace where the algorithm needs

@@ -22,8 +22,8 @@ impl Epochs {
     pub(crate) fn check_channel(channel: u32) -> Result<()> {
         if channel >= pad::CHANNELS {
             return Err(Error::InvalidArgument(format!(
-                "channel {channel}: groups have channels 0..{}",
-                pad::CHANNELS
+                "channel {channel}: groups have channels 0 to {}",
+                pad::CHANNELS - 1
             )));
         }
         Ok(())
