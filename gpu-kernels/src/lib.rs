@@ -17,6 +17,7 @@ pub mod errors;
 pub mod thread;
 
 mod coll;
+mod int;
 mod ll;
 mod push;
 mod reduce;

@@ -99,6 +99,11 @@ pub mod kernel_names {
     pub const REDUCE: [&str; 3] = ["lowcon_reduce_f32", "lowcon_reduce_f16", "lowcon_reduce_bf16"];
     /// `rs_direct_<dtype>(...)`: reads and reduces the peers' chunks over NVLink (sm-direct).
     pub const RS_DIRECT: [&str; 3] = ["lowcon_rs_direct_f32", "lowcon_rs_direct_f16", "lowcon_rs_direct_bf16"];
+    /// `reduce_int(..., dtype)`: ce-reduce's reduction of integers (`dtype` 0: i32, 1:
+    /// i64, 2: u8; wrapping sums, in the element type).
+    pub const REDUCE_INT: &str = "lowcon_reduce_int";
+    /// `rs_direct_int(..., dtype)`: sm-direct for integers (as [`REDUCE_INT`]).
+    pub const RS_DIRECT_INT: &str = "lowcon_rs_direct_int";
     /// `tma_reduce_<dtype>(...)`: reduce-scatter through bulk copies (tma-reduce): a
     /// producer warp streams every rank's tiles into a shared-memory ring, consumer
     /// warps reduce them in rank order.
@@ -126,8 +131,10 @@ pub mod kernel_names {
     /// within the registers a CTA of this size may use.
     pub const COLL_THREADS: u32 = 512;
     /// The kernels launched with [`COLL_THREADS`] threads.
-    pub const COLL: [&str; 11] = [
+    pub const COLL: [&str; 13] = [
         ALLGATHER_ONESHOT,
+        REDUCE_INT,
+        RS_DIRECT_INT,
         REDUCE[0],
         REDUCE[1],
         REDUCE[2],
@@ -154,6 +161,8 @@ pub mod kernel_names {
         RS_DIRECT[0],
         RS_DIRECT[1],
         RS_DIRECT[2],
+        REDUCE_INT,
+        RS_DIRECT_INT,
         TMA_REDUCE[0],
         TMA_REDUCE[1],
         TMA_REDUCE[2],
@@ -252,8 +261,9 @@ pub mod reduce_op {
     pub const MAX: u32 = 3;
 }
 
-/// Element types of the reduction kernels; the index into `kernel_names::REDUCE` and
-/// `kernel_names::RS_DIRECT`.
+/// Element types of the reduction kernels: the floats index `kernel_names::REDUCE` and
+/// `kernel_names::RS_DIRECT`; the integers go to `REDUCE_INT` and `RS_DIRECT_INT`, whose
+/// `dtype` argument is their index minus [`reduce_dtype::I32`].
 pub mod reduce_dtype {
     /// `f32`.
     pub const F32: usize = 0;
@@ -261,6 +271,12 @@ pub mod reduce_dtype {
     pub const F16: usize = 1;
     /// bfloat16.
     pub const BF16: usize = 2;
+    /// `i32` (the first integer type).
+    pub const I32: usize = 3;
+    /// `i64`.
+    pub const I64: usize = 4;
+    /// `u8`.
+    pub const U8: usize = 5;
 }
 
 #[cfg(test)]

@@ -188,6 +188,7 @@ impl Comm {
             DType::Bf16 => sys::ncclDataType_t::ncclBfloat16,
             DType::I32 => sys::ncclDataType_t::ncclInt32,
             DType::U8 => sys::ncclDataType_t::ncclUint8,
+            DType::I64 => sys::ncclDataType_t::ncclInt64,
         };
         let op = match op {
             ReduceOp::Sum => sys::ncclRedOp_t::ncclSum,

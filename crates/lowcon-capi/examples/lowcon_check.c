@@ -132,7 +132,7 @@ static int value(unsigned seed, int p, size_t i, int m) {
 }
 
 static size_t dsize(lowconDataType_t d) {
-  return d == lowconFloat32 || d == lowconInt32 ? 4 : d == lowconUint8 ? 1 : 2;
+  return d == lowconInt64 ? 8 : d == lowconFloat32 || d == lowconInt32 ? 4 : d == lowconUint8 ? 1 : 2;
 }
 
 static uint16_t to_bf16(float f) {
@@ -164,7 +164,56 @@ static double load_elem(const void *b, lowconDataType_t d, size_t i) {
 }
 
 static const char *dname(lowconDataType_t d) {
-  return d == lowconFloat32 ? "f32" : d == lowconInt32 ? "i32" : d == lowconUint8 ? "u8" : "bf16";
+  return d == lowconFloat32 ? "f32" : d == lowconInt32 ? "i32" : d == lowconUint8 ? "u8" : d == lowconInt64 ? "i64" : "bf16";
+}
+
+/* Element i of rank p's integer input: spread over the type's range, so that sums wrap. */
+static int64_t int_value(unsigned seed, int p, size_t i, lowconDataType_t d) {
+  int64_t v = value(seed, p, i, 95);
+  return d == lowconInt64 ? v * 0x0123456789ABLL : d == lowconInt32 ? v * 22605091 : (int64_t)(uint8_t)(v * 37);
+}
+
+/* The same as the type stores it (the reference wraps as the type does). */
+static int64_t int_wrap(int64_t v, lowconDataType_t d) {
+  return d == lowconInt32 ? (int64_t)(int32_t)(uint32_t)v : d == lowconUint8 ? (int64_t)(uint8_t)v : v;
+}
+
+/* An integer reduce-scatter (sum wraps, min, max), exact against the reference. */
+static void check_int_reduce_scatter(lowconComm_t comm, unsigned seed, lowconDataType_t d, lowconRedOp_t op,
+                                     size_t n, const char *algo, int sync) {
+  size_t es = dsize(d), in_bytes = n * es * (size_t)g_world;
+  unsigned char *host_in = (unsigned char *)malloc(in_bytes), *host_out = (unsigned char *)malloc(n * es);
+  for (size_t i = 0; i < (size_t)g_world * n; i++) {
+    int64_t v = int_value(seed, g_rank, i, d);
+    memcpy(host_in + i * es, &v, es); /* little-endian: the low bytes */
+  }
+  void *in = plain_alloc(in_bytes), *out = plain_alloc(n * es);
+  poison(out, n * es);
+  put(in, host_in, in_bytes);
+  lowconCollOptions o;
+  LC(lowconCollOptionsInit(&o));
+  o.algorithm = algo;
+  o.sync = sync;
+  LC(lowconReduceScatterEx(in, out, n, d, op, comm, g_stream, &o));
+  get(host_out, out, n * es, comm);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t k = (size_t)g_rank * n + i;
+    int64_t acc = int_value(seed, 0, k, d);
+    for (int p = 1; p < g_world; p++) {
+      int64_t x = int_value(seed, p, k, d);
+      acc = op == lowconMin ? (x < acc ? x : acc) : op == lowconMax ? (x > acc ? x : acc) : int_wrap((int64_t)((uint64_t)acc + (uint64_t)x), d);
+    }
+    int64_t got = 0;
+    memcpy(&got, host_out + i * es, es);
+    wrong += int_wrap(got, d) != int_wrap(acc, d);
+  }
+  CHECK(wrong == 0, "reduce-scatter %s op=%d n=%zu %s sync=%d: %zu wrong", dname(d), op, n, algo ? algo : "auto",
+        sync, wrong);
+  plain_free(in);
+  plain_free(out);
+  free(host_in);
+  free(host_out);
 }
 
 /* One all-gather of `n` elements: symmetric (lowconMemAlloc) or plain buffers, in place
@@ -282,7 +331,7 @@ static void check_bad_input(lowconComm_t comm) {
   expect_code("datatype 99", lowconAllGather(a, b, 4, 99, comm, g_stream), lowconInvalidArgument, "datatype 99");
   expect_code("op 7", lowconReduceScatter(a, b, 4, lowconFloat32, 7, comm, g_stream), lowconInvalidArgument, "op 7");
   expect_code("i32 avg reduce-scatter", lowconReduceScatter(a, b, 4, lowconInt32, lowconAvg, comm, g_stream),
-              lowconInvalidArgument, "i32");
+              lowconInvalidArgument, "reduce-scatter of i32 with avg");
   expect_code("foreign comm", lowconAllGather(a, b, 4, lowconFloat32, (lowconComm_t)(uintptr_t)0x1234, g_stream),
               lowconInvalidArgument, "not a live lowcon communicator");
   expect_code("NULL comm", lowconAllGather(a, b, 4, lowconFloat32, NULL, g_stream), lowconInvalidArgument,
@@ -301,6 +350,10 @@ static void check_bad_input(lowconComm_t comm) {
   o.sync = 5;
   expect_code("sync 5", lowconReduceScatterEx(a, b, 4, lowconFloat32, lowconSum, comm, g_stream, &o),
               lowconInvalidArgument, "sync 5");
+  LC(lowconCollOptionsInit(&o));
+  o.algorithm = "tma-reduce";
+  expect_code("i64 tma-reduce", lowconReduceScatterEx(a, b, 4, lowconInt64, lowconMax, comm, g_stream, &o),
+              lowconInvalidArgument, "integers reduce with ce-reduce or sm-direct");
   expect_code("free of a foreign pointer", lowconMemFree(comm, a), lowconInvalidArgument, rank_s);
   expect_code("destroy of a foreign comm", lowconCommDestroy((lowconComm_t)(uintptr_t)0x1c00001), lowconInvalidArgument,
               "not a live");
@@ -460,6 +513,11 @@ int main(int argc, char **argv) {
         check_all_gather(comm, seed++, lowconFloat32, counts[c], ag_algos[a], sync, 1, 0);
         check_all_gather(comm, seed++, lowconBfloat16, counts[c], ag_algos[a], sync, 1, 1);
       }
+      const char *int_algos[] = {NULL, "ce-reduce", "sm-direct"};
+      const lowconDataType_t int_types[] = {lowconInt32, lowconInt64, lowconUint8};
+      const lowconRedOp_t int_ops[] = {lowconSum, lowconMin, lowconMax};
+      for (int a = 0; a < 3; a++)
+        for (int t = 0; t < 3; t++) check_int_reduce_scatter(comm, seed++, int_types[t], int_ops[(a + t) % 3], counts[c], int_algos[a], sync);
       for (int a = 0; a < 4; a++) {
         check_reduce_scatter(comm, seed++, lowconFloat32, lowconSum, counts[c], rs_algos[a], sync, 0);
         check_reduce_scatter(comm, seed++, lowconFloat32, lowconAvg, counts[c], rs_algos[a], sync, 1);

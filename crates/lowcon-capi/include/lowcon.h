@@ -83,7 +83,8 @@ typedef struct {
 // An element type (`lowconFloat32`, ...).
 typedef int lowconDataType_t;
 
-// A reduction operator (`lowconSum`, ...). Reductions accumulate in f32 in rank order.
+// A reduction operator (`lowconSum`, ...). Float reductions accumulate in f32 in rank
+// order; integer ones run in the type (no `lowconAvg`).
 typedef int lowconRedOp_t;
 
 // 32-bit float.
@@ -95,11 +96,14 @@ typedef int lowconRedOp_t;
 // bfloat16.
 #define lowconBfloat16 2
 
-// 32-bit signed integer (all-gather only).
+// 32-bit signed integer (reductions: sum, which wraps, min and max).
 #define lowconInt32 3
 
-// Byte (all-gather only).
+// Byte (reductions: sum, which wraps, min and max).
 #define lowconUint8 4
+
+// 64-bit signed integer (reductions: sum, which wraps, min and max).
+#define lowconInt64 5
 
 // Sum.
 #define lowconSum 0

@@ -163,6 +163,8 @@ pub unsafe extern "C" fn lowconReduceScatter(
     stream: *mut c_void,
 ) -> lowconResult_t {
     guard(|| {
+        // The communicator first, so that a bad operator's message names the rank.
+        lookup(comm)?;
         let which = Which::ReduceScatter(red_op(op)?);
         // SAFETY: forwarded from the caller.
         unsafe { collective(sendbuff, recvbuff, recvcount, datatype, which, comm, stream, std::ptr::null()) }
@@ -186,6 +188,8 @@ pub unsafe extern "C" fn lowconReduceScatterEx(
     opts: *const lowconCollOptions,
 ) -> lowconResult_t {
     guard(|| {
+        // The communicator first, so that a bad operator's message names the rank.
+        lookup(comm)?;
         let which = Which::ReduceScatter(red_op(op)?);
         // SAFETY: forwarded from the caller.
         unsafe { collective(sendbuff, recvbuff, recvcount, datatype, which, comm, stream, opts) }

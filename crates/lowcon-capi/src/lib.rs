@@ -75,12 +75,15 @@ pub const lowconFloat32: lowconDataType_t = 0;
 pub const lowconFloat16: lowconDataType_t = 1;
 /// bfloat16.
 pub const lowconBfloat16: lowconDataType_t = 2;
-/// 32-bit signed integer (all-gather only).
+/// 32-bit signed integer (reductions: sum, which wraps, min and max).
 pub const lowconInt32: lowconDataType_t = 3;
-/// Byte (all-gather only).
+/// Byte (reductions: sum, which wraps, min and max).
 pub const lowconUint8: lowconDataType_t = 4;
+/// 64-bit signed integer (reductions: sum, which wraps, min and max).
+pub const lowconInt64: lowconDataType_t = 5;
 
-/// A reduction operator (`lowconSum`, ...). Reductions accumulate in f32 in rank order.
+/// A reduction operator (`lowconSum`, ...). Float reductions accumulate in f32 in rank
+/// order; integer ones run in the type (no `lowconAvg`).
 pub type lowconRedOp_t = c_int;
 /// Sum.
 pub const lowconSum: lowconRedOp_t = 0;
@@ -307,7 +310,8 @@ fn dtype(d: lowconDataType_t) -> R<DType> {
         lowconBfloat16 => DType::Bf16,
         lowconInt32 => DType::I32,
         lowconUint8 => DType::U8,
-        _ => return Err(invalid(format!("datatype {d}: expected lowconFloat32 .. lowconUint8 (0 to 4)"))),
+        lowconInt64 => DType::I64,
+        _ => return Err(invalid(format!("datatype {d}: expected lowconFloat32 .. lowconInt64 (0 to 5)"))),
     })
 }
 

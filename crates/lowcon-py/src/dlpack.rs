@@ -55,6 +55,7 @@ pub(crate) fn dl_dtype(dtype: DType) -> DLDataType {
         DType::Bf16 => (4, 16),
         DType::I32 => (0, 32),
         DType::U8 => (1, 8),
+        DType::I64 => (0, 64),
     };
     DLDataType { code, bits, lanes: 1 }
 }
@@ -91,10 +92,11 @@ fn dtype_of(t: DLDataType, what: &str) -> PyResult<DType> {
         (4, 16, 1) => DType::Bf16,
         (0, 32, 1) => DType::I32,
         (1, 8, 1) => DType::U8,
+        (0, 64, 1) => DType::I64,
         (c, b, l) => {
             return Err(crate::errors::invalid(format!(
                 "{what}: DLPack dtype (code {c}, {b} bits, {l} lanes) is not one lowcon takes (f32, f16, bf16, \
-                 i32, u8)"
+                 i32, u8, i64)"
             )));
         }
     })
@@ -200,9 +202,10 @@ pub(crate) fn torch_view<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<O
         "torch.bfloat16" => DType::Bf16,
         "torch.int32" => DType::I32,
         "torch.uint8" => DType::U8,
+        "torch.int64" => DType::I64,
         other => {
             return Err(crate::errors::invalid(format!(
-                "{what}: dtype {other} is not one lowcon takes (float32, float16, bfloat16, int32, uint8)"
+                "{what}: dtype {other} is not one lowcon takes (float32, float16, bfloat16, int32, uint8, int64)"
             )));
         }
     };

@@ -10,8 +10,11 @@ every rank's data (each rank regenerates the others' from their seeds). All-gath
 broadcasts exact, reductions of small odd integers exact (sum/min/max; f32, bf16, f16),
 avg within 1e-6 relative in f32. Then async_op=True works waited out of order, the list
 forms (one buffer and scattered tensors), functional collectives, DTensor redistribute
-(Shard->Replicate, Partial->Shard, Partial->Replicate), distribute_tensor, subgroups, and
-an unsupported operation raising NotImplementedError that names it.
+(Shard->Replicate, Partial->Shard, Partial->Replicate), distribute_tensor, subgroups;
+integer and bool reductions on lowcon (exact, sums wrapping); the operations lowcon falls
+back for (all_to_all single and list, send/recv, reduce, gather, PRODUCT, float64) against
+references, and with LOWCON_TORCH_FALLBACK=0 a NotImplementedError naming the operation.
+fsdp also all-reduces an int64 token count every step.
 fsdp: FSDP2 without hooks on the lowcon process group against the same model on a Gloo
 (cpu) or NCCL (cuda) group, same seeds: the losses of 5 steps agree within 1e-5.
 dead: rank 1 kills itself (SIGKILL) after one collective; rank 0's next call or the
@@ -148,16 +151,8 @@ def ops():
     out = poisoned((w * 2,), torch.float32)
     dist.all_gather_into_tensor(out, data(seed, r, (2,), torch.float32), group=sub)
     check("subgroup all-gather", out, torch.cat([data(seed, p, (2,), torch.float32) for p in range(w)]))
-    # What lowcon does not do: a clear error naming the operation (CPU tensors on a GPU
-    # machine go to Gloo instead, so only where lowcon owns them).
-    if DEV.type == "cuda" or dist.group.WORLD.lowcon_group.backend == "host":
-        try:
-            dist.reduce(data(seed, r, (2,), torch.float32), dst=0)
-        except NotImplementedError as e:
-            if "reduce is not implemented by lowcon" not in str(e):
-                fail(f"unsupported-op message: {e}")
-        else:
-            fail("reduce did not raise NotImplementedError")
+    ints(r, w, seed + 1)
+    fallback(r, w, seed + 2)
     # Bad sizes: lowcon's error names the rank and the sizes.
     try:
         dist.all_gather_into_tensor(poisoned((w * 3,), torch.float32), data(seed, r, (2,), torch.float32))
@@ -167,6 +162,100 @@ def ops():
     else:
         fail("mismatched sizes did not raise")
     dist.barrier()
+
+
+def ints(r, w, seed):
+    """Integer and bool reductions on lowcon itself: exact, sums wrapping in the type."""
+    big = {torch.int32: 1 << 29, torch.int64: 1 << 61, torch.uint8: 200}
+    for dtype in (torch.int32, torch.int64, torch.uint8, torch.bool):
+        for n in (1, 7, 1001):
+            for op, name in ((dist.ReduceOp.SUM, "sum"), (dist.ReduceOp.MIN, "min"), (dist.ReduceOp.MAX, "max")):
+                seed += 1
+
+                def mine(p):
+                    g = torch.Generator().manual_seed(seed * 1009 + p)
+                    if dtype == torch.bool:
+                        return torch.randint(0, 2, (w * n,), generator=g).bool()
+                    return torch.randint(0, big[dtype], (w * n,), generator=g, dtype=torch.int64).to(dtype)
+                every = [mine(p) for p in range(w)]
+                if dtype == torch.bool:  # SUM and MAX: or; MIN: and (as NCCL's backend)
+                    want = torch.stack(every).any(0) if name != "min" else torch.stack(every).all(0)
+                elif name == "sum":
+                    want = every[0].clone()
+                    for x in every[1:]:
+                        want += x  # wraps in the type, as lowcon's sum does
+                else:
+                    want = getattr(torch.stack(every), name)(0).values
+                t = mine(r).to(DEV)
+                dist.all_reduce(t, op=op)
+                if not torch.equal(t.cpu(), want):
+                    fail(f"all_reduce {name} {dtype} {n}: {t.flatten()[:6].tolist()} != {want[:6].tolist()}")
+                if dtype != torch.bool:
+                    out = torch.full((n,), -1, dtype=dtype, device=DEV) if dtype != torch.uint8 else \
+                        torch.zeros((n,), dtype=dtype, device=DEV)
+                    dist.reduce_scatter_tensor(out, mine(r).to(DEV), op=op)
+                    if not torch.equal(out.cpu(), want[r * n:(r + 1) * n]):
+                        fail(f"reduce_scatter_tensor {name} {dtype} {n}")
+
+
+def fallback(r, w, seed):
+    """What lowcon does not implement runs on NCCL (CUDA) or Gloo (CPU), checked against a
+    reference; with LOWCON_TORCH_FALLBACK=0 it raises NotImplementedError naming it."""
+    if DEV.type == "cuda" and lowcon.share_gpu():
+        print(f"rank {r}: fallback checks skipped: NCCL refuses ranks sharing a GPU (LOWCON_SHARE_GPU=1)",
+              flush=True)
+        return
+    f = lambda p, n, k=0: data(seed + k, p, (n,), torch.float32)  # noqa: E731
+    # all_to_all_single: rank p sends its chunk q to rank q.
+    out = poisoned((w * 3,), torch.float32)
+    dist.all_to_all_single(out, f(r, w * 3))
+    check("all_to_all_single", out, torch.cat([f(p, w * 3)[r * 3:(r + 1) * 3] for p in range(w)]))
+    outs = [poisoned((2,), torch.float32) for _ in range(w)]
+    dist.all_to_all(outs, [f(r, 2, 1 + q) for q in range(w)])
+    for p in range(w):
+        check("all_to_all (list)", outs[p], f(p, 2, 1 + r))
+    # send/recv around a ring (even ranks send first, odd ones receive first).
+    got = poisoned((4,), torch.float32)
+    for step in ((0, 1) if r % 2 == 0 else (1, 0)):
+        if step == 0:
+            dist.send(f(r, 4, 9), dst=(r + 1) % w)
+        else:
+            dist.recv(got, src=(r - 1) % w)
+    check("send/recv ring", got, f((r - 1) % w, 4, 9))
+    if r == 0:
+        dist.send(f(0, 3, 10), dst=w - 1)
+    if r == w - 1:
+        got = poisoned((3,), torch.float32)
+        dist.recv(got, src=0)
+        check("send/recv", got, f(0, 3, 10))
+    red = f(r, 5, 11)
+    dist.reduce(red, dst=0)
+    if r == 0:
+        check("reduce", red, sum(f(p, 5, 11) for p in range(w)))
+    gathered = [poisoned((2,), torch.float32) for _ in range(w)] if r == 0 else None
+    dist.gather(f(r, 2, 12), gathered, dst=0)
+    if r == 0:
+        for p in range(w):
+            check("gather", gathered[p], f(p, 2, 12))
+    prod = f(r, 4, 13)
+    dist.all_reduce(prod, op=dist.ReduceOp.PRODUCT)
+    want = f(0, 4, 13)
+    for p in range(1, w):
+        want = want * f(p, 4, 13)
+    check("all_reduce PRODUCT (float32)", prod, want)
+    dbl = f(r, 6, 14).double()
+    dist.all_reduce(dbl)
+    check("all_reduce float64", dbl, sum(f(p, 6, 14).double() for p in range(w)))
+    os.environ["LOWCON_TORCH_FALLBACK"] = "0"
+    try:
+        dist.reduce(f(r, 2, 15), dst=0)
+    except NotImplementedError as e:
+        if "reduce is not implemented by lowcon" not in str(e) or "LOWCON_TORCH_FALLBACK=0" not in str(e):
+            fail(f"the fallback-off message: {e}")
+    else:
+        fail("reduce with LOWCON_TORCH_FALLBACK=0 did not raise NotImplementedError")
+    finally:
+        del os.environ["LOWCON_TORCH_FALLBACK"]
 
 
 def fsdp():
@@ -188,10 +277,15 @@ def fsdp():
         g = torch.Generator().manual_seed(dist.get_rank())
         xs = [torch.randn(8, 64, generator=g).to(DEV) for _ in range(5)]
         out = []
-        for x in xs:
+        for step, x in enumerate(xs):
             opt.zero_grad()
             loss = model(x).square().mean()
             loss.backward()
+            # What trainers reduce every step: a token count (int64), on the same group.
+            ntok = torch.tensor([x.shape[0] * (dist.get_rank() + 1) + step], dtype=torch.int64, device=DEV)
+            dist.all_reduce(ntok, group=group)
+            if ntok.item() != x.shape[0] * w * (w + 1) // 2 + w * step:
+                fail(f"{name}: int64 token count all_reduce in the training loop gave {ntok.item()}")
             opt.step()
             out.append(loss.item())
         losses[name] = out

@@ -1,7 +1,7 @@
 //! Argument checks shared by both backends, and the workspace layout helpers (alignment,
 //! growth, rotated peer order, staging slots).
 
-use super::{DType, ReduceOp, ReduceScatterAlgorithm, unsupported_dtype};
+use super::{DType, ReduceOp, ReduceScatterAlgorithm};
 use crate::error::{Error, Result};
 
 /// Checks an all-gather's sizes; returns the shard bytes.
@@ -43,9 +43,6 @@ pub(crate) fn check_reduce_scatter(
             input.1, output.1
         )));
     }
-    if !input.1.reducible() {
-        return Err(unsupported_dtype(input.1));
-    }
     let want = output.0.checked_mul(world).ok_or_else(|| Error::InvalidArgument("size overflow".into()))?;
     if input.0 != want {
         return Err(Error::InvalidArgument(format!(
@@ -55,6 +52,34 @@ pub(crate) fn check_reduce_scatter(
         )));
     }
     Ok(output.0 * output.1.size())
+}
+
+/// The algorithm an integer reduce-scatter runs (`auto`: `ce-reduce`), or the refusal:
+/// integers reduce with sum, min and max (no average: an integer mean would round), and
+/// only `ce-reduce` and `sm-direct` have integer kernels. Floats: `algorithm` as given.
+pub(crate) fn int_algorithm(
+    rank: usize,
+    dtype: DType,
+    algorithm: ReduceScatterAlgorithm,
+    op: ReduceOp,
+) -> Result<ReduceScatterAlgorithm> {
+    if !dtype.is_int() {
+        return Ok(algorithm);
+    }
+    if op == ReduceOp::Avg {
+        return Err(Error::InvalidArgument(format!(
+            "rank {rank}: reduce-scatter of {dtype} with avg: integers reduce with sum, min and max (an integer \
+             mean would round; sum, then divide)"
+        )));
+    }
+    match algorithm {
+        ReduceScatterAlgorithm::Auto => Ok(ReduceScatterAlgorithm::CeReduce),
+        ReduceScatterAlgorithm::CeReduce | ReduceScatterAlgorithm::SmDirect => Ok(algorithm),
+        a => Err(Error::InvalidArgument(format!(
+            "rank {rank}: reduce-scatter of {dtype} with {}: integers reduce with ce-reduce or sm-direct (or auto)",
+            a.name()
+        ))),
+    }
 }
 
 /// Refuses an operator other than sum for `tma-push-reduce` (its additions are done by
@@ -96,12 +121,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn integer_reductions_take_sum_min_max_on_ce_reduce_and_sm_direct() {
+        use ReduceScatterAlgorithm as A;
+        for d in [DType::I32, DType::I64, DType::U8] {
+            assert_eq!(int_algorithm(0, d, A::Auto, ReduceOp::Sum).unwrap(), A::CeReduce);
+            assert_eq!(int_algorithm(0, d, A::SmDirect, ReduceOp::Max).unwrap(), A::SmDirect);
+            let e = int_algorithm(1, d, A::CeReduce, ReduceOp::Avg).unwrap_err().to_string();
+            assert!(e.contains("rank 1") && e.contains(&format!("of {d} with avg")), "{e}");
+            for a in [A::TmaReduce, A::TmaPushReduce, A::Ll] {
+                let e = int_algorithm(2, d, a, ReduceOp::Min).unwrap_err().to_string();
+                assert!(e.contains("rank 2") && e.contains(a.name()) && e.contains("ce-reduce or sm-direct"), "{e}");
+            }
+        }
+        assert_eq!(int_algorithm(0, DType::F32, A::Ll, ReduceOp::Avg).unwrap(), A::Ll);
+    }
+
+    #[test]
     fn size_checks_name_rank_and_sizes() {
         assert_eq!(check_all_gather(1, 4, (10, DType::F32), (40, DType::F32)).unwrap(), 40);
         let e = check_all_gather(1, 4, (10, DType::F32), (39, DType::F32)).unwrap_err().to_string();
         assert!(e.contains("rank 1") && e.contains("39 elements") && e.contains("needs 40"), "{e}");
-        let e = check_reduce_scatter(2, 3, (9, DType::U8), (3, DType::U8)).unwrap_err().to_string();
-        assert!(e.contains("dtype u8"), "{e}");
+        assert_eq!(check_reduce_scatter(2, 3, (9, DType::U8), (3, DType::U8)).unwrap(), 3);
+        assert_eq!(check_reduce_scatter(2, 3, (9, DType::I64), (3, DType::I64)).unwrap(), 24);
         let e = check_reduce_scatter(2, 3, (10, DType::F32), (3, DType::F32)).unwrap_err().to_string();
         assert!(e.contains("rank 2") && e.contains("needs 9"), "{e}");
         let e = check_all_gather(0, 2, (1, DType::F32), (2, DType::Bf16)).unwrap_err().to_string();

@@ -30,7 +30,9 @@ mod steps;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::check::{align256, check_all_gather, check_push_op, check_reduce_scatter, grow_to, rotated, staged_slot};
+use super::check::{
+    align256, check_all_gather, check_push_op, check_reduce_scatter, grow_to, int_algorithm, rotated, staged_slot,
+};
 use super::device_buf::DeviceBuf;
 use super::select::{
     DEFAULT_REDUCE_CTAS, DEFAULT_TMA_CTAS, STAGING_DEPTH, choose_all_gather, choose_reduce_scatter, default_pieces,
@@ -398,7 +400,7 @@ impl GpuColl {
         if chunk == 0 {
             return Ok(());
         }
-        let algorithm = match opts.algorithm {
+        let algorithm = match int_algorithm(rank, input.dtype, opts.algorithm, op)? {
             ReduceScatterAlgorithm::Auto => choose_reduce_scatter(chunk, world),
             a => a,
         };

@@ -16,7 +16,7 @@ use std::borrow::Cow;
 
 use std::sync::Mutex;
 
-use super::check::{check_all_gather, check_push_op, check_reduce_scatter, grow_to, rotated};
+use super::check::{check_all_gather, check_push_op, check_reduce_scatter, grow_to, int_algorithm, rotated};
 use super::reference::reduce_into;
 use super::select::{choose_all_gather, choose_reduce_scatter, default_pieces, piece_elems, tma_ring, tma_split};
 use super::{AllGatherAlgorithm, AllGatherOptions, DType, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
@@ -256,7 +256,7 @@ impl HostColl {
         if chunk == 0 {
             return Ok(());
         }
-        let algorithm = match opts.algorithm {
+        let algorithm = match int_algorithm(rank, dtype, opts.algorithm, op)? {
             ReduceScatterAlgorithm::Auto => choose_reduce_scatter(chunk, world),
             a => a,
         };

@@ -60,19 +60,22 @@ pub enum DType {
     F16,
     /// bfloat16.
     Bf16,
-    /// 32-bit signed integer (all-gather only).
+    /// 32-bit signed integer (reduce-scatter: sum, min, max).
     I32,
-    /// Byte (all-gather only).
+    /// Byte (reduce-scatter: sum, min, max; bool as min and max).
     U8,
+    /// 64-bit signed integer (reduce-scatter: sum, min, max).
+    I64,
 }
 
 impl DType {
     /// Every dtype.
-    pub const ALL: [DType; 5] = [DType::F32, DType::F16, DType::Bf16, DType::I32, DType::U8];
+    pub const ALL: [DType; 6] = [DType::F32, DType::F16, DType::Bf16, DType::I32, DType::U8, DType::I64];
 
     /// Bytes per element.
     pub const fn size(self) -> usize {
         match self {
+            DType::I64 => 8,
             DType::F32 | DType::I32 => 4,
             DType::F16 | DType::Bf16 => 2,
             DType::U8 => 1,
@@ -87,29 +90,27 @@ impl DType {
             DType::Bf16 => "bf16",
             DType::I32 => "i32",
             DType::U8 => "u8",
+            DType::I64 => "i64",
         }
     }
 
-    /// Whether reduce-scatter supports it (floating types; reductions accumulate in f32).
-    pub const fn reducible(self) -> bool {
-        matches!(self, DType::F32 | DType::F16 | DType::Bf16)
+    /// Whether it is an integer type (reductions in the type itself: sums wrap, no
+    /// average) rather than a float (accumulated in f32).
+    pub const fn is_int(self) -> bool {
+        matches!(self, DType::I32 | DType::I64 | DType::U8)
     }
 
+    /// The reduction kernels' index of the type (`lowcon_abi::reduce_dtype`).
     pub(crate) fn kernel_index(self) -> Result<usize> {
-        match self {
-            DType::F32 => Ok(reduce_dtype::F32),
-            DType::F16 => Ok(reduce_dtype::F16),
-            DType::Bf16 => Ok(reduce_dtype::BF16),
-            _ => Err(unsupported_dtype(self)),
-        }
+        Ok(match self {
+            DType::F32 => reduce_dtype::F32,
+            DType::F16 => reduce_dtype::F16,
+            DType::Bf16 => reduce_dtype::BF16,
+            DType::I32 => reduce_dtype::I32,
+            DType::I64 => reduce_dtype::I64,
+            DType::U8 => reduce_dtype::U8,
+        })
     }
-}
-
-pub(crate) fn unsupported_dtype(d: DType) -> Error {
-    Error::InvalidArgument(format!(
-        "dtype {}: reduce-scatter supports f32, f16 and bf16 (all-gather takes any dtype)",
-        d.name()
-    ))
 }
 
 impl fmt::Display for DType {
@@ -124,7 +125,7 @@ impl FromStr for DType {
         DType::ALL
             .into_iter()
             .find(|d| d.name() == s)
-            .ok_or_else(|| Error::InvalidArgument(format!("dtype {s:?}: expected one of f32, f16, bf16, i32, u8")))
+            .ok_or_else(|| Error::InvalidArgument(format!("dtype {s:?}: expected one of f32, f16, bf16, i32, u8, i64")))
     }
 }
 
@@ -148,6 +149,9 @@ impl Element for i32 {
 }
 impl Element for u8 {
     const DTYPE: DType = DType::U8;
+}
+impl Element for i64 {
+    const DTYPE: DType = DType::I64;
 }
 
 /// Reduction operator.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
-use lowcon_abi::{ErrorRecord, RoundTripReport, kernel_names as names};
+use lowcon_abi::{ErrorRecord, RoundTripReport, kernel_names as names, reduce_dtype};
 
 use super::Stream;
 use super::stream::DeviceRecord;
@@ -37,6 +37,8 @@ pub struct Kernels {
     push_smem: [AtomicU32; 3],
     ll_allgather: CudaFunction,
     ll_rs: [CudaFunction; 3],
+    reduce_int: CudaFunction,
+    rs_direct_int: CudaFunction,
 }
 
 /// The arguments of one LL round: see `gpu-kernels/src/ll.rs` for their contract.
@@ -162,6 +164,8 @@ impl Kernels {
             push_smem: Default::default(),
             ll_allgather: f(names::LL_ALLGATHER)?,
             ll_rs: [f(names::LL_RS[0])?, f(names::LL_RS[1])?, f(names::LL_RS[2])?],
+            reduce_int: f(names::REDUCE_INT)?,
+            rs_direct_int: f(names::RS_DIRECT_INT)?,
             _module: module,
         })
     }
@@ -259,7 +263,8 @@ impl Kernels {
         Ok(())
     }
 
-    /// Enqueues ce-reduce's reduction of one piece (`dtype` is a `reduce_dtype` index).
+    /// Enqueues ce-reduce's reduction of one piece (`dtype` is a `reduce_dtype` index; the
+    /// integers, from `I32` on, run `lowcon_reduce_int`).
     ///
     /// # Safety
     /// `own` and `dst` valid for `n` elements, `staged` for `(world - 1) * stride`;
@@ -281,15 +286,20 @@ impl Kernels {
         vec_ok: bool,
     ) -> Result<()> {
         let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (COLL_THREADS, 1, 1), shared_mem_bytes: 0 };
-        let mut l = stream.cuda_stream().launch_builder(&self.reduce[dtype]);
-        let vec_ok = vec_ok as u32;
-        l.arg(&own).arg(&own_idx).arg(&staged).arg(&stride).arg(&world).arg(&dst).arg(&n).arg(&op).arg(&vec_ok);
+        // Integers: one kernel, the type as its last argument (instead of `vec_ok`).
+        let (func, last) = match dtype.checked_sub(reduce_dtype::I32) {
+            Some(int) => (&self.reduce_int, int as u32),
+            None => (&self.reduce[dtype], vec_ok as u32),
+        };
+        let mut l = stream.cuda_stream().launch_builder(func);
+        l.arg(&own).arg(&own_idx).arg(&staged).arg(&stride).arg(&world).arg(&dst).arg(&n).arg(&op).arg(&last);
         // SAFETY: matches `lowcon_reduce_*`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(reduce)"))?;
         Ok(())
     }
 
-    /// Enqueues the sm-direct reduce-scatter (`dtype` is a `reduce_dtype` index).
+    /// Enqueues the sm-direct reduce-scatter (`dtype` is a `reduce_dtype` index; the
+    /// integers run `lowcon_rs_direct_int`).
     ///
     /// # Safety
     /// As [`Kernels::allgather_oneshot`], with every `bases[p] + off` valid for `n`
@@ -309,8 +319,11 @@ impl Kernels {
         vec_ok: bool,
     ) -> Result<()> {
         let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (COLL_THREADS, 1, 1), shared_mem_bytes: 0 };
-        let mut l = stream.cuda_stream().launch_builder(&self.rs_direct[dtype]);
-        let vec_ok = vec_ok as u32;
+        let (func, vec_ok) = match dtype.checked_sub(reduce_dtype::I32) {
+            Some(int) => (&self.rs_direct_int, int as u32),
+            None => (&self.rs_direct[dtype], vec_ok as u32),
+        };
+        let mut l = stream.cuda_stream().launch_builder(func);
         l.arg(&f.pad.pads).arg(&f.pad.rank).arg(&f.pad.world).arg(&f.channel).arg(&f.epoch_in).arg(&f.epoch_out);
         l.arg(&f.pad.timeout_ns).arg(&f.pad.err).arg(&f.counter).arg(&f.fused).arg(&f.graph);
         l.arg(&bases).arg(&off).arg(&dst).arg(&n).arg(&op).arg(&vec_ok);

@@ -36,9 +36,15 @@ pub fn host_bad_input() -> Result<String, String> {
     let mut rs_out = vec![0u8; 64];
     let rs = ReduceScatterOptions::default();
     notes.push(expect_refused(
-        "i32 reduce-scatter",
-        r.g.reduce_scatter(HostInput::Plain(&out), &mut rs_out, DType::I32, ReduceOp::Sum, &rs),
-        &["dtype i32"],
+        "i32 reduce-scatter with avg",
+        r.g.reduce_scatter(HostInput::Plain(&out), &mut rs_out, DType::I32, ReduceOp::Avg, &rs),
+        &[&rk, "reduce-scatter of i32 with avg"],
+    )?);
+    let tma = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::TmaReduce, ..rs };
+    notes.push(expect_refused(
+        "i64 reduce-scatter with tma-reduce",
+        r.g.reduce_scatter(HostInput::Plain(&out), &mut rs_out, DType::I64, ReduceOp::Max, &tma),
+        &[&rk, "tma-reduce", "ce-reduce or sm-direct"],
     )?);
     let push = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::TmaPushReduce, ..rs };
     notes.push(expect_refused(
@@ -98,9 +104,15 @@ pub fn gpu_bad_input() -> Result<String, String> {
         &[&rk, &format!("{} elements", 16 * world - 1)],
     )?);
     notes.push(expect_refused(
-        "i32 reduce-scatter",
-        r.g.reduce_scatter(DeviceBuf::slice(&ints), DeviceBuf::slice_mut(&mut int_out), ReduceOp::Sum, &st, &rs),
-        &["dtype i32"],
+        "i32 reduce-scatter with avg",
+        r.g.reduce_scatter(DeviceBuf::slice(&ints), DeviceBuf::slice_mut(&mut int_out), ReduceOp::Avg, &st, &rs),
+        &[&rk, "reduce-scatter of i32 with avg"],
+    )?);
+    let ll = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::Ll, ..rs };
+    notes.push(expect_refused(
+        "i32 reduce-scatter with ll",
+        r.g.reduce_scatter(DeviceBuf::slice(&ints), DeviceBuf::slice_mut(&mut int_out), ReduceOp::Sum, &st, &ll),
+        &[&rk, "with ll", "ce-reduce or sm-direct"],
     )?);
     // sm-direct named: auto picks `ll` for small chunks at 2 ranks, which needs no staging.
     let no_stage = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::SmDirect, allow_staging: false, ..rs };

@@ -108,6 +108,11 @@ fn element(dtype: DType, seed: u64, rank: usize, i: usize, out: &mut [u8]) {
         DType::Bf16 => out.copy_from_slice(&bf16::from_f32(unit).to_le_bytes()),
         DType::I32 => out.copy_from_slice(&((w >> 1) as i32).to_le_bytes()),
         DType::U8 => out[0] = (w % 255) as u8,
+        // Non-negative, over the whole range: sums of two already wrap.
+        DType::I64 => {
+            let hi = payload_word(seed ^ 0x5EED, rank as u32, i as u32) >> 1;
+            out.copy_from_slice(&(((hi as u64) << 32 | w as u64) as i64).to_le_bytes())
+        }
     }
 }
 
@@ -159,6 +164,25 @@ pub fn push_slack(algorithm: ReduceScatterAlgorithm, dtype: DType, world: usize,
     }
 }
 
+/// An integer element's value.
+fn int_of(dtype: DType, b: &[u8]) -> i128 {
+    match dtype {
+        DType::I32 => i32::from_le_bytes(b.try_into().expect("4")) as i128,
+        DType::I64 => i64::from_le_bytes(b.try_into().expect("8")) as i128,
+        DType::U8 => b[0] as i128,
+        _ => unreachable!("integer dtypes only"),
+    }
+}
+
+/// `v` wrapped to `dtype`'s width (two's complement; u8 unsigned).
+fn wrap(dtype: DType, v: i128) -> i128 {
+    match dtype {
+        DType::I32 => v as i32 as i128,
+        DType::I64 => v as i64 as i128,
+        _ => v as u8 as i128,
+    }
+}
+
 /// Compares `got` with the CPU reference; returns the number of wrong elements and a
 /// description of the first.
 fn compare(case: &Case, seed: u64, rank: usize, world: usize, got: &[u8]) -> (usize, String) {
@@ -179,6 +203,26 @@ fn compare(case: &Case, seed: u64, rank: usize, world: usize, got: &[u8]) -> (us
                             wrong += 1;
                         }
                     }
+                }
+            }
+        }
+        Coll::ReduceScatter(_, op) if case.dtype.is_int() => {
+            // Exact: wrapping sums in the type's width (computed here in i128), min, max.
+            let ins: Vec<Vec<u8>> =
+                (0..world).map(|p| input_bytes(case.dtype, seed, p, rank * case.count, case.count)).collect();
+            for k in 0..case.count {
+                let vals = ins.iter().map(|v| int_of(case.dtype, &v[k * s..(k + 1) * s]));
+                let want = match op {
+                    ReduceOp::Min => vals.min().expect("ranks"),
+                    ReduceOp::Max => vals.max().expect("ranks"),
+                    _ => wrap(case.dtype, vals.sum::<i128>()),
+                };
+                let have = int_of(case.dtype, &got[k * s..(k + 1) * s]);
+                if have != want {
+                    if wrong == 0 {
+                        first = format!("element {k}: got {have}, want {want}");
+                    }
+                    wrong += 1;
                 }
             }
         }

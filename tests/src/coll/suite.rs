@@ -36,6 +36,23 @@ pub fn suite(sync: SyncMethod, large: usize) -> Vec<Case> {
             }
         }
     }
+    // Integers: sum (wrapping), min, max, on the algorithms with integer kernels.
+    for a in [ReduceScatterAlgorithm::Auto, ReduceScatterAlgorithm::CeReduce, ReduceScatterAlgorithm::SmDirect] {
+        for dtype in [DType::I32, DType::I64, DType::U8] {
+            for op in [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max] {
+                for (k, &count) in counts[..4].iter().enumerate() {
+                    v.push(Case {
+                        coll: Coll::ReduceScatter(a, op),
+                        dtype,
+                        count,
+                        symmetric: k % 2 == 0,
+                        misalign: if k == 3 { 1 } else { 0 },
+                        ..base
+                    });
+                }
+            }
+        }
+    }
     let rss = std::iter::once(ReduceScatterAlgorithm::Auto).chain(ReduceScatterAlgorithm::NAMED.iter().copied());
     for a in rss {
         for dtype in [DType::F32, DType::F16, DType::Bf16] {

@@ -46,6 +46,8 @@ _DTYPES = {
     "i32": "i32",
     "uint8": "u8",
     "u8": "u8",
+    "int64": "i64",
+    "i64": "i64",
 }
 
 
@@ -75,7 +77,7 @@ def _dtype_name_uncached(dtype):
     try:
         return _DTYPES[name]
     except KeyError:
-        raise InvalidArgument(f"dtype {dtype!r}: lowcon takes float32, float16, bfloat16, int32, uint8") from None
+        raise InvalidArgument(f"dtype {dtype!r}: lowcon takes float32, float16, bfloat16, int32, uint8, int64") from None
 
 
 class _Exporter:
@@ -159,7 +161,8 @@ class Group:
 
     def reduce_scatter(self, output, input, op="sum", *, stream=None, **options):
         """`output` (n elements) receives `op` ("sum", "avg", "min", "max") over all ranks of
-        their `input[rank * n:(rank + 1) * n]`; f32, f16, bf16, accumulated in f32 in rank order.
+        their `input[rank * n:(rank + 1) * n]`; f32, f16, bf16, accumulated in f32 in rank order;
+        int32, int64, uint8 with sum (wrapping), min and max, on ce-reduce or sm-direct.
 
         Options: algorithm ("auto", "ce-reduce", "sm-direct", "tma-reduce", "tma-reduce-evict",
         "tma-push-reduce": sum only, not deterministic; "ll": small messages),

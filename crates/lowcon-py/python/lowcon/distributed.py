@@ -14,12 +14,24 @@ go through lowcon's GPU group, CPU tensors through a Gloo group made on the same
 group meets through the store torch passes (prefixed per group), with no second port.
 
 Operations on lowcon: all_gather_into_tensor, reduce_scatter_tensor (SUM, AVG, MIN, MAX
-on float32/float16/bfloat16), their list forms (one copy in or out when the list is not
-one contiguous buffer) and coalesced forms, all_reduce as reduce-scatter then all-gather
-(deterministic: f32 accumulation in rank order), broadcast and scatter as all-gathers
-(world x, and world x world x, the bytes: for set-up such as distribute_tensor, not for
-hot loops), barrier. All-gathers of any dtype move bytes.
-Everything else raises NotImplementedError naming the operation.
+on float32/float16/bfloat16; SUM, MIN, MAX on int32/int64/uint8, and bool as MAX/MIN),
+their list forms (one copy in or out when the list is not one contiguous buffer) and
+coalesced forms, all_reduce as reduce-scatter then all-gather (deterministic: f32
+accumulation in rank order), broadcast and scatter as all-gathers (world x, and
+world x world x, the bytes: for set-up such as distribute_tensor, not for hot loops),
+barrier. All-gathers of any dtype move bytes.
+
+Everything else falls back, so that a trainer can make lowcon its default group: on CUDA
+tensors to an NCCL group made on first use on the same store, on CPU tensors to Gloo
+(what "cpu:gloo" routes anyway, or made on first use where lowcon runs on its host
+backend; Gloo has no all-to-all, so there an all-to-all of equal pieces runs as a
+lowcon all-gather of the whole inputs). That covers all_to_all (single and list),
+send/recv, reduce, gather, the
+reduce operators lowcon lacks (PREMUL_SUM, PRODUCT, the bitwise ones) and the dtypes it
+does not reduce (float64, int8, int16, ...). The first call of each such operation logs
+one line naming it and where it went. LOWCON_TORCH_FALLBACK=0 turns the fallback off:
+those calls raise NotImplementedError naming the operation instead. NCCL refuses ranks
+sharing a GPU (LOWCON_SHARE_GPU=1), so there the CUDA fallback fails as NCCL says.
 
 Streams: a call with async_op=False runs on the caller's current stream. With
 async_op=True it runs on the group's own stream, after the current stream's work, and
@@ -33,6 +45,8 @@ registered Python group.
 """
 
 import datetime
+import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -43,18 +57,29 @@ from ._ops import reduce_op_name
 NAME = "lowcon"
 __all__ = ["NAME", "LowconProcessGroup", "register"]
 
-def _op_name(op, what):
-    name = reduce_op_name(op)
-    if name is not None:
-        return name
-    raise NotImplementedError(
-        f"lowcon backend: {what} with reduce op {op}: lowcon reduces with SUM, AVG, MIN and MAX "
-        "(PREMUL_SUM's factor is not visible from Python: use SUM and scale, or lowcon.fsdp's hooks)"
-    )
-
-
 _FLOAT = (torch.float32, torch.float16, torch.bfloat16)
-_DIRECT = _FLOAT + (torch.int32, torch.uint8)  # what lowcon's all-gather takes as is
+_INT = (torch.int32, torch.int64, torch.uint8)
+_DIRECT = _FLOAT + _INT  # what lowcon's all-gather takes as is
+
+
+def _lowcon_op(op, dtype):
+    """lowcon's name of reduce op `op` on `dtype`, or None where lowcon cannot reduce it
+    (the call falls back): floats SUM/AVG/MIN/MAX, integers SUM/MIN/MAX, bool as uint8
+    (SUM and MAX are a logical or, MIN a logical and, as NCCL's backend maps them)."""
+    name = reduce_op_name(op)
+    if dtype in _FLOAT:
+        return name
+    if dtype == torch.bool:
+        return {"sum": "max", "max": "max", "min": "min"}.get(name)
+    if dtype in _INT:
+        return name if name in ("sum", "min", "max") else None
+    return None
+
+
+def fallback_enabled():
+    """Whether operations lowcon does not implement fall back to NCCL or Gloo
+    (LOWCON_TORCH_FALLBACK, default on; "0" turns it off)."""
+    return os.environ.get("LOWCON_TORCH_FALLBACK", "1") != "0"
 
 
 class LowconWork(dist._Work):
@@ -105,6 +130,10 @@ class LowconProcessGroup(dist.ProcessGroup):
         backend = "gpu" if torch.cuda.is_available() else "host"
         self._group = from_store(store, rank, world_size, backend=backend, name="torch-backend", timeout=secs)
         self._cpu = None
+        self._store, self._timeout = store, timeout
+        self._nccl = None  # made on the first CUDA call that falls back
+        self._gloo = None  # on the host backend: made on the first CPU call that falls back
+        self._logged = set()
         if backend == "gpu":
             # CPU tensors (what "cpu:gloo" routes): a Gloo group on the same store.
             self._cpu = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, world_size, timeout)
@@ -172,9 +201,38 @@ class LowconProcessGroup(dist.ProcessGroup):
 
     def _unsupported(self, what):
         raise NotImplementedError(
-            f"lowcon backend: {what} is not implemented by lowcon: run it on another group, e.g. "
-            "dist.new_group(backend='nccl'), or express it with all-gather / reduce-scatter"
+            f"lowcon backend: {what} is not implemented by lowcon, and the fallback is off "
+            "(LOWCON_TORCH_FALLBACK=0): run it on another group, e.g. dist.new_group(backend='nccl'), "
+            "or express it with all-gather / reduce-scatter"
         )
+
+    def _fallback(self, what, tensors):
+        """The group that runs `what`, which lowcon does not: Gloo for CPU tensors, NCCL
+        for CUDA tensors (each made on first use, on this group's store), logging the
+        first call of each operation. Every rank makes the same calls, so the groups are
+        made at the same point on every rank."""
+        cuda = bool(tensors) and tensors[0].is_cuda
+        if self._cpu is not None and not cuda:
+            return self._cpu  # a GPU machine's CPU tensors: Gloo, as "cpu:gloo" asks
+        if not fallback_enabled():
+            self._unsupported(what)
+        if cuda:
+            if self._nccl is None:
+                opts = dist.ProcessGroupNCCL.Options()
+                opts._timeout = self._timeout
+                self._nccl = dist.ProcessGroupNCCL(dist.PrefixStore("nccl/", self._store), self.rank(), self.size(),
+                                                   opts)
+            group, name = self._nccl, "NCCL"
+        else:
+            if self._gloo is None:
+                self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo-fallback/", self._store), self.rank(),
+                                                   self.size(), self._timeout)
+            group, name = self._gloo, "Gloo"
+        if what not in self._logged:
+            self._logged.add(what)
+            print(f"lowcon backend: rank {self.rank()}: {what} runs on {name} (lowcon does not implement it; "
+                  "LOWCON_TORCH_FALLBACK=0 makes it an error)", file=sys.stderr, flush=True)
+        return group
 
     # -- all-gather -----------------------------------------------------------------------
 
@@ -220,8 +278,11 @@ class LowconProcessGroup(dist.ProcessGroup):
         where = self._where([output, input], "reduce_scatter_tensor")
         if where == "cpu-gloo":
             return self._cpu._reduce_scatter_base(output, input, opts)
-        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "reduce_scatter_tensor")
-        _check_float(output, "reduce_scatter_tensor")
+        op = _lowcon_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, output.dtype)
+        if op is None:
+            what = f"reduce_scatter_tensor ({_op_str(opts)}, {output.dtype})"
+            return self._fallback(what, [output])._reduce_scatter_base(output, input, opts)
+        output, input = _as_lowcon(output), _as_lowcon(input)
         return self._run([output, input], opts, lambda: self._group.reduce_scatter(output, input, op))
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
@@ -246,8 +307,10 @@ class LowconProcessGroup(dist.ProcessGroup):
         t = tensors[0]
         if self._where([t], "all_reduce") == "cpu-gloo":
             return self._cpu.allreduce(tensors, opts)
-        op = _op_name(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, "all_reduce")
-        _check_float(t, "all_reduce")
+        op = _lowcon_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, t.dtype)
+        if op is None:
+            return self._fallback(f"all_reduce ({_op_str(opts)}, {t.dtype})", [t]).allreduce(tensors, opts)
+        orig, t = t, _as_lowcon(t)
         w, n = self.size(), t.numel()
         chunk = -(-n // w)
 
@@ -265,7 +328,7 @@ class LowconProcessGroup(dist.ProcessGroup):
             if buf.data_ptr() != t.data_ptr() or not t.is_contiguous():
                 t.copy_(buf[:n].view_as(t))
 
-        return self._run([t], opts, body)
+        return self._run([orig], opts, body)
 
     def allreduce_coalesced(self, tensors, opts=None):
         works = [self.allreduce([t], opts) for t in tensors]
@@ -300,18 +363,13 @@ class LowconProcessGroup(dist.ProcessGroup):
             self._group.all_gather(x, x[self.rank():self.rank() + 1])
         return LowconWork(self)
 
-    # -- what lowcon does not do ----------------------------------------------------------
-
-    def _cpu_or(self, what, tensors, call):
-        if self._cpu is not None and tensors and all(not t.is_cuda for t in tensors):
-            return call(self._cpu)
-        return self._unsupported(what)
+    # -- what lowcon does not do: the fallback ---------------------------------------------
 
     def reduce(self, tensors, opts=None):
-        return self._cpu_or("reduce", tensors, lambda g: g.reduce(tensors, opts))
+        return self._fallback("reduce", tensors).reduce(tensors, opts)
 
     def gather(self, output_lists, inputs, opts=None):
-        return self._cpu_or("gather", inputs, lambda g: g.gather(output_lists, inputs, opts))
+        return self._fallback("gather", inputs).gather(output_lists, inputs, opts)
 
     def scatter(self, outputs, input_lists, opts=None):
         if len(outputs) != 1:
@@ -340,17 +398,45 @@ class LowconProcessGroup(dist.ProcessGroup):
         return self._run([out, mine, staging], opts, body)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        return self._cpu_or("all_to_all_single", [output, input],
-                            lambda g: g.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts))
+        even = not output_split_sizes and not input_split_sizes
+        if even and self._where([output, input], "all_to_all_single") == "cpu-lowcon":
+            return self._alltoall_by_gather("all_to_all_single", [output], input)
+        g = self._fallback("all_to_all_single", [output, input])
+        return g.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
 
     def alltoall(self, outputs, inputs, opts=None):
-        return self._cpu_or("all_to_all", outputs + inputs, lambda g: g.alltoall(outputs, inputs, opts))
+        same = len({(t.numel(), t.dtype) for t in outputs + inputs}) == 1
+        if same and self._where(outputs + inputs, "all_to_all") == "cpu-lowcon":
+            return self._alltoall_by_gather("all_to_all", outputs, torch.cat([t.reshape(-1) for t in inputs]))
+        return self._fallback("all_to_all", outputs + inputs).alltoall(outputs, inputs, opts)
+
+    def _alltoall_by_gather(self, what, outputs, input):
+        """all-to-all with equal pieces on the host backend (Gloo has no all-to-all): an
+        all-gather of every rank's whole input, of which each rank keeps its pieces
+        (world x the bytes: for correctness, not speed)."""
+        w, r = self.size(), self.rank()
+        flat = input.contiguous().reshape(-1)
+        if flat.numel() % w:
+            raise InvalidArgument(f"rank {r}: {what}: {flat.numel()} elements do not split into {w} equal pieces")
+        n = flat.numel() // w
+        staging = torch.empty(w * flat.numel(), dtype=flat.dtype)
+        self._group.all_gather(*_byte_views(staging, flat))
+        mine = torch.cat([staging[p * flat.numel() + r * n:p * flat.numel() + (r + 1) * n] for p in range(w)])
+        if len(outputs) == 1:
+            outputs[0].copy_(mine.view_as(outputs[0]))
+        else:
+            for p, o in enumerate(outputs):
+                o.copy_(mine[p * n:(p + 1) * n].view_as(o))
+        return self._done
 
     def send(self, tensors, dst, tag=0):
-        return self._cpu_or("send", tensors, lambda g: g.send(tensors, dst, tag))
+        return self._fallback("send", tensors).send(tensors, dst, tag)
 
     def recv(self, tensors, src, tag=0):
-        return self._cpu_or("recv", tensors, lambda g: g.recv(tensors, src, tag))
+        return self._fallback("recv", tensors).recv(tensors, src, tag)
+
+    def recv_anysource(self, tensors, tag=0):
+        return self._fallback("recv (any source)", tensors).recv_anysource(tensors, tag)
 
     def _coalesced(self, outputs, inputs, opts, one):
         if len(outputs) != len(inputs):
@@ -365,9 +451,14 @@ class LowconProcessGroup(dist.ProcessGroup):
         self._group.abort()
 
 
-def _check_float(t, what):
-    if t.dtype not in _FLOAT:
-        raise InvalidArgument(f"{what}: dtype {t.dtype}: lowcon reduces float32, float16 and bfloat16")
+def _op_str(opts):
+    op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+    return str(op).split(".")[-1]
+
+
+def _as_lowcon(t):
+    """bool tensors as uint8 (what lowcon reduces); others as they are."""
+    return t.view(torch.uint8) if t.dtype == torch.bool else t
 
 
 def _byte_views(*tensors):
