@@ -64,7 +64,16 @@ unsafe fn reduce_part<T: Int>(src: impl Fn(u32) -> *const T, nsrc: u32, dst: *mu
 /// `own` and `dst` valid for `n` elements, `staged` for `(nsrc - 1) * stride`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn staged<T: Int>(own: *const u8, own_idx: u32, staged: *const u8, stride: u64, nsrc: u32, dst: *mut u8, n: u64, op: u32) {
+unsafe fn staged<T: Int>(
+    own: *const u8,
+    own_idx: u32,
+    staged: *const u8,
+    stride: u64,
+    nsrc: u32,
+    dst: *mut u8,
+    n: u64,
+    op: u32,
+) {
     let (own, staged) = (own.cast::<T>(), staged.cast::<T>());
     let src = |i: u32| {
         if i == own_idx {
