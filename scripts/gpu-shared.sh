@@ -151,6 +151,12 @@ for w in $worlds; do
       python3 -m torch.distributed.run --nproc-per-node "$w" --master-port "$port" "$pyt/gpu_pool_worker.py"
     st "w=$w python: the torch.distributed backend on CUDA tensors" "python-w$w.txt" 300 \
       env LOWCON_PYTEST_BACKEND=gpu LOWCON_PYTEST_WORLD="$w" python3 -m pytest -q -p no:cacheprovider "$pyt/test_torch_backend.py"
+    if [ "$w" = 2 ]; then
+      # NCCL refuses ranks sharing a GPU, so the fallback to NCCL is checked with one rank.
+      st "w=1 python: the torch.distributed backend's NCCL fallback on CUDA tensors (one rank)" "python-w1.txt" 120 \
+        env LOWCON_SHARE_GPU=0 LOWCON_PYTEST_BACKEND=gpu LOWCON_PYTEST_WORLD=1 \
+        python3 -m pytest -q -p no:cacheprovider "$pyt/test_torch_backend.py" -k ops
+    fi
     st "w=$w python: FSDP2 with lowcon's hooks against Gloo (torchrun)" "python-fsdp-w$w.txt" 300 \
       python3 -m torch.distributed.run --nproc-per-node "$w" --master-port $((port + 20)) "$pyt/gpu_fsdp_worker.py"
     if [ "$w" = 2 ]; then

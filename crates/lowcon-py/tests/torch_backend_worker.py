@@ -214,17 +214,18 @@ def fallback(r, w, seed):
     dist.all_to_all(outs, [f(r, 2, 1 + q) for q in range(w)])
     for p in range(w):
         check("all_to_all (list)", outs[p], f(p, 2, 1 + r))
-    # send/recv around a ring (even ranks send first, odd ones receive first).
-    got = poisoned((4,), torch.float32)
-    for step in ((0, 1) if r % 2 == 0 else (1, 0)):
+    # send/recv around a ring (even ranks send first, odd ones receive first); a rank
+    # alone has no peer (the one-rank run checks the NCCL fallback's set-up on one GPU).
+    got = poisoned((4,), torch.float32) if w > 1 else f(w - 1, 4, 9)
+    for step in ((0, 1) if r % 2 == 0 else (1, 0)) if w > 1 else ():
         if step == 0:
             dist.send(f(r, 4, 9), dst=(r + 1) % w)
         else:
             dist.recv(got, src=(r - 1) % w)
     check("send/recv ring", got, f((r - 1) % w, 4, 9))
-    if r == 0:
+    if r == 0 and w > 1:
         dist.send(f(0, 3, 10), dst=w - 1)
-    if r == w - 1:
+    if r == w - 1 and w > 1:
         got = poisoned((3,), torch.float32)
         dist.recv(got, src=0)
         check("send/recv", got, f(0, 3, 10))

@@ -452,8 +452,9 @@ class LowconProcessGroup(dist.ProcessGroup):
 
 
 def _op_str(opts):
+    """The reduce op's name (PRODUCT, PREMUL_SUM, ...), for the fallback's log line."""
     op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-    return str(op).split(".")[-1]
+    return str(getattr(op, "op", op)).split(".")[-1]
 
 
 def _as_lowcon(t):
