@@ -74,15 +74,7 @@ unsafe fn staged<T: Int>(
     n: u64,
     op: u32,
 ) {
-    let (own, staged) = (own.cast::<T>(), staged.cast::<T>());
-    let src = |i: u32| {
-        if i == own_idx {
-            own
-        } else {
-            let slot = if i < own_idx { i } else { i - 1 };
-            staged.wrapping_add((slot as u64 * stride) as usize)
-        }
-    };
+    let src = crate::reduce::staged_sources(own.cast::<T>(), own_idx, staged.cast::<T>(), stride);
     // SAFETY: forwarded from the caller.
     unsafe { reduce_part::<T>(src, nsrc, dst.cast::<T>(), n, op) };
 }

@@ -378,6 +378,25 @@ unsafe fn reduce_vec_any<T: Elem>(
     }
 }
 
+/// Where ce-reduce's source `i` is: `own` for `i == own_idx`, else the staged peer chunk,
+/// `stride` elements apart in rank order with this rank's place skipped.
+#[inline(always)]
+pub(crate) fn staged_sources<T>(
+    own: *const T,
+    own_idx: u32,
+    staged: *const T,
+    stride: u64,
+) -> impl Fn(u32) -> *const T {
+    move |i: u32| {
+        if i == own_idx {
+            own
+        } else {
+            let slot = if i < own_idx { i } else { i - 1 };
+            staged.wrapping_add((slot as u64 * stride) as usize)
+        }
+    }
+}
+
 /// ce-reduce's reduction: source `own_idx` is `own` (this rank's chunk, in place), the
 /// others are the staged peer chunks, `stride` elements apart in rank order with this
 /// rank's place skipped.
@@ -398,14 +417,7 @@ unsafe fn reduce_staged<T: Elem>(
     op: u32,
     vec_ok: u32,
 ) {
-    let src = |i: u32| {
-        if i == own_idx {
-            own
-        } else {
-            let slot = if i < own_idx { i } else { i - 1 };
-            staged.wrapping_add((slot as u64 * stride) as usize)
-        }
-    };
+    let src = staged_sources(own, own_idx, staged, stride);
     let (start, step) = grid_stride();
     // SAFETY: forwarded from the caller.
     unsafe { reduce_part::<T>(src, nsrc, dst, n, op, vec_ok != 0, start, step) };
