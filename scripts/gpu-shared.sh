@@ -125,6 +125,12 @@ for w in $worlds; do
         env DP_SCENARIO=coll-graph bash "$here/gpu-dead-peer.sh" "$CUDA_VISIBLE_DEVICES" "$w" "$m" "$L" "$out" 50
     done
     for m in kernel memop; do
+      st "w=$w coll-shrink: SIGKILL at call 20, the survivors shrink and pass the suite ($m)" "shrink-w$w.txt" 120 \
+        env DP_SCENARIO="coll-shrink --backend gpu" bash "$here/gpu-dead-peer.sh" "$CUDA_VISIBLE_DEVICES" "$w" "$m" "$L" "$out" 20
+    done
+    st "w=$w coll-shrink: 20 shrinks of a live group, no leak" "shrink-w$w.txt" 120 \
+      "${run[@]}" "$L" selftest coll-shrink --backend gpu --healthy 20
+    for m in kernel memop; do
       # Ranks by hand (no launcher): the library alone names the dead rank.
       st "w=$w coll-dead-peer SIGKILL mid-loop, no launcher ($m)" "dead-w$w.txt" 90 \
         bash "$here/gpu-dead-peer.sh" "$CUDA_VISIBLE_DEVICES" "$w" "$m" "$L" "$out"

@@ -9,7 +9,7 @@ use lowcon::{AllGatherAlgorithm, AllGatherOptions, DType, HostInput, SyncMethod}
 use crate::coll::{Case, Coll, GpuRunner, HostRunner, input_bytes};
 
 /// Whether `err` blames `victim` (directly, or through the group's recorded failure).
-fn blames(err: &lowcon::Error, victim: usize) -> bool {
+pub(crate) fn blames(err: &lowcon::Error, victim: usize) -> bool {
     match err {
         lowcon::Error::PeerGone { peer, .. } | lowcon::Error::PeerTimeout { peer, .. } => *peer == victim,
         lowcon::Error::GroupFailed(msg) => msg.contains(&format!("peer rank {victim} ")),

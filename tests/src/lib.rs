@@ -14,6 +14,7 @@ pub mod enqueue;
 pub mod gpu;
 pub mod gpu_ranks;
 pub mod ranks;
+pub mod shrink;
 
 use std::time::Instant;
 

@@ -466,7 +466,19 @@ static int dead_peer(lowconComm_t comm) {
   LC(lowconCommGetAsyncError(comm, &async));
   expect_code("lowconCommGetAsyncError", async, lowconRemoteError, needle);
   printf("rank %d: capi dead-peer ok: call %ld failed after %.0f ms: %s\n", g_rank, i, ms, lowconGetLastError(NULL));
+  /* The survivors shrink the communicator (the victim was the last rank: the others keep
+   * their numbers) and go on with checked collectives. */
+  lowconComm_t small = NULL;
+  int old_rank = g_rank, old_world = g_world;
+  LC(lowconCommShrink(comm, &small));
   LC(lowconCommDestroy(comm));
+  LC(lowconCommUserRank(small, &g_rank));
+  LC(lowconCommCount(small, &g_world));
+  CHECK(g_world == old_world - 1 && g_rank == old_rank, "after the shrink: rank %d of %d", g_rank, g_world);
+  check_all_gather(small, 77, lowconFloat32, 1001, NULL, 0, 0, 0);
+  check_int_reduce_scatter(small, 78, lowconInt32, lowconSum, 257, NULL, 0);
+  printf("rank %d: capi shrink ok: rank %d of %d, collectives checked\n", old_rank, g_rank, g_world);
+  LC(lowconCommDestroy(small));
   return g_failures == 0 ? 0 : 1;
 }
 

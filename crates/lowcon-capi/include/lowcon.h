@@ -215,6 +215,19 @@ lowconResult_t lowconCommReserveWorkspace(lowconComm_t comm, int channel, size_t
 // communicator's device.
 lowconResult_t lowconCommTrackReplay(lowconComm_t comm, void *stream);
 
+// Collective among the survivors of a failed communicator (every live rank calls it):
+// `*newcomm` becomes a communicator of the ranks still alive, renumbered in order of
+// their old ranks. The ranks agree through the store within the communicator's
+// timeout; a rank that arrives after the member list was made is left out
+// (`lowconInvalidUsage`, the message says so), and if the rank coordinating the
+// agreement dies the others get `lowconInvalidUsage` naming it and may call it again.
+// `comm` is failed: its calls in flight are discarded; destroy it. Its
+// `lowconMemAlloc` buffers must be allocated again from the new communicator.
+//
+// # Safety
+// `newcomm` points to writable storage.
+lowconResult_t lowconCommShrink(lowconComm_t comm, lowconComm_t *newcomm);
+
 // The number of ranks.
 //
 // # Safety

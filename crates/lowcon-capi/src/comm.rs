@@ -209,6 +209,30 @@ pub unsafe extern "C" fn lowconCommTrackReplay(comm: lowconComm_t, stream: *mut 
     })
 }
 
+/// Collective among the survivors of a failed communicator (every live rank calls it):
+/// `*newcomm` becomes a communicator of the ranks still alive, renumbered in order of
+/// their old ranks. The ranks agree through the store within the communicator's
+/// timeout; a rank that arrives after the member list was made is left out
+/// (`lowconInvalidUsage`, the message says so), and if the rank coordinating the
+/// agreement dies the others get `lowconInvalidUsage` naming it and may call it again.
+/// `comm` is failed: its calls in flight are discarded; destroy it. Its
+/// `lowconMemAlloc` buffers must be allocated again from the new communicator.
+///
+/// # Safety
+/// `newcomm` points to writable storage.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconCommShrink(comm: lowconComm_t, newcomm: *mut lowconComm_t) -> lowconResult_t {
+    guard(|| {
+        let c = lookup(comm)?;
+        out_ptr(newcomm, "newcomm")?;
+        let group = match &c.group {
+            Group::Gpu(g) => Group::Gpu(g.shrink()?),
+            Group::Host(g) => Group::Host(Box::new(g.shrink()?)),
+        };
+        write_out(newcomm, "newcomm", register(make_comm(group)))
+    })
+}
+
 /// The number of ranks.
 ///
 /// # Safety

@@ -159,6 +159,25 @@ enum Scenario {
         #[arg(long)]
         method: Option<String>,
     },
+    /// Shrinking after peers die: the victims (default: the last rank) SIGKILL
+    /// themselves at call `--kill-at`; every survivor must get an error naming one,
+    /// shrink, and pass the correctness suite on the new group. `--healthy N` instead
+    /// shrinks a live group N times and checks that nothing leaks.
+    CollShrink {
+        #[arg(long, default_value = "host")]
+        backend: String,
+        /// Comma-separated ranks that die.
+        #[arg(long, alias = "victim")]
+        victims: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        kill_at: usize,
+        #[arg(long, default_value_t = 10_000)]
+        timeout_ms: u64,
+        #[arg(long)]
+        method: Option<String>,
+        #[arg(long)]
+        healthy: Option<usize>,
+    },
     /// GPU collectives captured into CUDA graphs: eleven calls replayed with fresh data
     /// and eager calls between; two graphs on two streams; what a capture refuses. With
     /// `--kill-at`, rank `--victim` dies at that replay and the others must name it.
@@ -311,6 +330,21 @@ fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
                 methods(&method)?[0],
             ),
         ),
+        Scenario::CollShrink { backend, healthy: Some(n), .. } => {
+            ("coll-shrink", lowcon_tests::shrink::healthy_shrinks(n, backend == "gpu"))
+        }
+        Scenario::CollShrink { backend, victims, kill_at, timeout_ms, method, healthy: None } => {
+            let victims: Vec<usize> = match victims {
+                Some(v) => v.split(',').map(|x| x.trim().parse()).collect::<Result<_, _>>()?,
+                None => vec![world - 1],
+            };
+            let t = Duration::from_millis(timeout_ms);
+            let r = match backend.as_str() {
+                "gpu" => lowcon_tests::shrink::gpu_shrink(&victims, kill_at, t, methods(&method)?[0]),
+                _ => lowcon_tests::shrink::host_shrink(&victims, kill_at, t),
+            };
+            ("coll-shrink", r)
+        }
         Scenario::CollStress { backend, iters, streams, method } => (
             "coll-stress",
             match backend.as_str() {

@@ -95,14 +95,11 @@ fn collectives_refuse_bad_input_and_stay_usable() {
     assert!(text.contains("7 bad calls refused, group still works"), "{text}");
 }
 
-/// Ranks started by hand (no launcher): a store, then each rank with the torchrun
-/// environment. Rank `victim` SIGKILLs itself mid-loop; the library alone must make
-/// every survivor's next call fail naming it.
-#[test]
-fn a_rank_killed_mid_loop_is_named_by_every_survivor_without_the_launcher() {
+/// Ranks started by hand (no launcher, which would stop the job when one dies): a
+/// store, then `world` ranks of `lowcon selftest ARGS` with the torchrun environment.
+/// Returns each rank's output.
+fn ranks_by_hand(world: usize, args: &[&str]) -> Vec<std::process::Output> {
     use std::io::{BufRead, BufReader};
-    let world = 3;
-    let victim = 1;
     let mut store = Command::new(LOWCON)
         .args(["store", "serve", "--bind", "127.0.0.1:0"])
         .stdout(std::process::Stdio::piped())
@@ -114,7 +111,8 @@ fn a_rank_killed_mid_loop_is_named_by_every_survivor_without_the_launcher() {
     let ranks: Vec<_> = (0..world)
         .map(|r| {
             Command::new(LOWCON)
-                .args(["selftest", "coll-dead-peer", "--victim", &victim.to_string(), "--timeout-ms", "10000"])
+                .arg("selftest")
+                .args(args)
                 .env("RANK", r.to_string())
                 .env("WORLD_SIZE", world.to_string())
                 .env("LOCAL_RANK", r.to_string())
@@ -127,6 +125,15 @@ fn a_rank_killed_mid_loop_is_named_by_every_survivor_without_the_launcher() {
     let outs: Vec<_> = ranks.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
     let _ = store.kill();
     let _ = store.wait();
+    outs
+}
+
+/// Rank `victim` SIGKILLs itself mid-loop; the library alone must make every survivor's
+/// next call fail naming it.
+#[test]
+fn a_rank_killed_mid_loop_is_named_by_every_survivor_without_the_launcher() {
+    let (world, victim) = (3, 1);
+    let outs = ranks_by_hand(world, &["coll-dead-peer", "--victim", &victim.to_string(), "--timeout-ms", "10000"]);
     for (r, o) in outs.iter().enumerate() {
         let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
         if r == victim {
@@ -137,6 +144,40 @@ fn a_rank_killed_mid_loop_is_named_by_every_survivor_without_the_launcher() {
             assert!(text.contains(&format!("rank {r}: peer rank {victim} is gone")), "rank {r}: {text}");
         }
     }
+}
+
+/// The survivors of one or two SIGKILLed ranks shrink the group and pass the suite on
+/// it, renumbered in order, at 3, 4 and 8 ranks (the test's own messages say what each
+/// rank became and when).
+#[test]
+fn survivors_shrink_the_group_and_go_on() {
+    use std::os::unix::process::ExitStatusExt;
+    for (world, victims) in [(3, vec![1]), (4, vec![0, 2]), (8, vec![7]), (8, vec![3, 5])] {
+        let list = victims.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+        let outs =
+            ranks_by_hand(world, &["coll-shrink", "--victims", &list, "--kill-at", "20", "--timeout-ms", "10000"]);
+        for (r, o) in outs.iter().enumerate() {
+            let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+            if victims.contains(&r) {
+                assert_eq!(o.status.signal(), Some(9), "world {world}: victim {r}: {text}");
+                continue;
+            }
+            let new = (0..r).filter(|p| !victims.contains(p)).count();
+            let want = format!("rank {r} is rank {new} of {} after the shrink", world - victims.len());
+            assert!(
+                o.status.success() && text.contains(&want) && text.contains(" 0 wrong"),
+                "world {world}: rank {r}: {text}"
+            );
+        }
+    }
+}
+
+/// A live group shrunk 100 times (nobody dies): every new group works, and no file
+/// descriptor leaks.
+#[test]
+fn a_hundred_shrinks_of_a_live_group_leak_nothing() {
+    let text = expect_ok(3, &["coll-shrink", "--healthy", "100"]);
+    assert!(text.contains("100 shrinks of a live group of 3, each checked"), "{text}");
 }
 
 #[test]

@@ -23,48 +23,18 @@ mod wait;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, is_gpu, join, sync_method};
 use crate::channels::Channels;
 
 use call::{Raw, Which, options};
 use dlpack::Place;
 use errors::{invalid, to_py};
 use lowcon::cuda::Stream;
-use lowcon::{
-    DType, DeviceBuf, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions, HostInput, ReduceOp, SyncMethod,
-};
+use lowcon::{DType, DeviceBuf, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions, HostInput, ReduceOp};
 use pool::{Found, GroupPool};
-use wait::{interruptible, recv_or_signal};
-
-/// `"gpu"` or `"host"` as whether the group is on GPUs.
-fn is_gpu(backend: &str) -> PyResult<bool> {
-    match backend {
-        "gpu" => Ok(true),
-        "host" => Ok(false),
-        other => Err(invalid(format!("backend {other:?}: expected \"gpu\" or \"host\""))),
-    }
-}
-
-/// Makes a group with `make` on a thread of its own (the rendezvous) while this thread
-/// watches for signals. On Ctrl-C this returns at once, leaving that thread to finish by
-/// itself (it cannot be interrupted; it ends at the set-up timeout).
-fn join(py: Python<'_>, make: impl FnOnce() -> lowcon::Result<Backend> + Send + 'static) -> PyResult<Group> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("lowcon-init".into())
-        .spawn(move || {
-            let _ = tx.send(make());
-        })
-        .map_err(|e| PyRuntimeError::new_err(format!("lowcon: cannot start a thread: {e}")))?;
-    recv_or_signal(py, rx).map_err(|(e, _)| e)?.map(Group::wrap).map_err(to_py)
-}
-
-fn sync_method(s: &str) -> PyResult<SyncMethod> {
-    s.parse().map_err(to_py)
-}
+use wait::interruptible;
 
 /// A group of ranks: lowcon's collectives for this process.
 #[pyclass(module = "lowcon._native", frozen)]
@@ -551,6 +521,20 @@ impl Group {
     fn pool_trim(&self, py: Python<'_>) -> PyResult<usize> {
         let pool = self.pool.clone();
         self.with(|b| interruptible(py, || b.abort(), || pool.trim(b))?.map_err(to_py))
+    }
+
+    /// Collective among the survivors of a failed group: a new group of the ranks still
+    /// alive, renumbered in order (`GpuGroup::shrink`: a rank too late is left out and
+    /// told so). This group is failed: its calls in flight are discarded; close it.
+    fn shrink(&self, py: Python<'_>) -> PyResult<Group> {
+        let b = self.with(|b| {
+            py.detach(|| match b {
+                Backend::Gpu(g) => g.shrink().map(Backend::Gpu),
+                Backend::Host(g) => g.shrink().map(|h| Backend::Host(Box::new(h))),
+            })
+            .map_err(to_py)
+        })?;
+        Ok(Group::wrap(b))
     }
 
     /// Fails the group now: waits in flight give up, every later call raises.

@@ -111,7 +111,8 @@ def _by_hand(mode):
 
 def test_a_sigkilled_rank_is_named_without_a_launcher():
     """Ranks started by hand (a launcher would stop the job): rank 1 SIGKILLs itself and
-    rank 0 must raise lowcon.PeerError naming it, well within the timeout."""
+    rank 0 must raise lowcon.PeerError naming it, well within the timeout; then shrink the
+    group to itself and all-gather on it."""
     t0 = time.monotonic()
     store, ranks = _by_hand("dead")
     try:
@@ -120,6 +121,7 @@ def test_a_sigkilled_rank_is_named_without_a_launcher():
         assert ranks[1].returncode == -9, outs[1]
         assert ranks[0].returncode == 0, outs[0]
         assert "rank 0: dead ok: named rank 1" in outs[0], outs[0]
+        assert "shrank to rank 0 of 1" in outs[0] and "all-gathered" in outs[0], outs[0]
         assert took < 20, f"took {took:.1f} s"
     finally:
         for p in ranks:

@@ -172,7 +172,29 @@ def dead(g):
                 fail(f"check() does not name rank {victim}: {e2}")
         else:
             fail("check() passed after a peer died")
-        return f"named rank {victim} after {took * 1e3:.0f} ms: {e}"
+        # The survivors shrink the group (here to one rank) and go on.
+        rank, world = g.rank, g.world_size
+        t1 = time.monotonic()
+        small = g.shrink()
+        g.close()
+        shrunk = time.monotonic() - t1
+        if (small.rank, small.world_size) != (rank, world - 1):
+            fail(f"after the shrink: rank {small.rank} of {small.world_size}")
+        if BACKEND == "gpu":
+            x = torch.arange(5, dtype=torch.float32, device=f"cuda:{small.device}") + 10 * small.rank
+            o = torch.full((5 * small.world_size,), float("nan"), device=f"cuda:{small.device}")
+        else:
+            x = np.arange(5, dtype=np.float32) + 10 * small.rank
+            o = np.full(5 * small.world_size, np.nan, np.float32)
+        small.all_gather(o, x)
+        small.synchronize()
+        want = np.concatenate([np.arange(5, dtype=np.float32) + 10 * p for p in range(small.world_size)])
+        got = o.cpu().numpy() if BACKEND == "gpu" else o
+        if not np.array_equal(got, want):
+            fail(f"the shrunken group's all-gather: {got} != {want}")
+        small.close()
+        return (f"named rank {victim} after {took * 1e3:.0f} ms: {e}; shrank to rank {rank} of {world - 1} in "
+                f"{shrunk * 1e3:.0f} ms and all-gathered")
     fail("100000 calls succeeded although a peer died")
 
 

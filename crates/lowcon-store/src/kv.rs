@@ -47,6 +47,24 @@ impl Store for crate::StoreClient {
     }
 }
 
+impl Store for Box<dyn Store> {
+    fn set(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        (**self).set(key, value)
+    }
+    fn get_timeout(&mut self, key: &str, timeout: Duration) -> Result<Vec<u8>, StoreError> {
+        (**self).get_timeout(key, timeout)
+    }
+    fn add(&mut self, key: &str, delta: i64) -> Result<i64, StoreError> {
+        (**self).add(key, delta)
+    }
+    fn multi_get(&mut self, keys: &[&str], timeout: Duration) -> Result<Vec<Vec<u8>>, StoreError> {
+        (**self).multi_get(keys, timeout)
+    }
+    fn interrupter(&self) -> Option<StoreInterrupter> {
+        (**self).interrupter()
+    }
+}
+
 /// Blocks until `world` ranks have called the `generation`-th barrier named `name`.
 pub fn barrier(
     store: &mut dyn Store,

@@ -58,6 +58,10 @@ pub struct GpuGroup {
     _store_server: Option<Arc<lowcon_store::StoreServer>>,
     /// Some ranks share a GPU (`LOWCON_SHARE_GPU`).
     shares_gpu: bool,
+    /// What the group was made with (a shrink makes the next with the same), and the
+    /// shrink attempts so far (NOTE [shrink agreement]).
+    opts: GpuGroupOptions,
+    shrinks: std::sync::Mutex<u64>,
 }
 
 impl GpuGroup {
@@ -122,7 +126,39 @@ impl GpuGroup {
             coll: GpuColl::new(sync, ranks_on_gpu, info.sm_count)?,
             _store_server: None,
             shares_gpu,
+            opts: GpuGroupOptions { device: Some(index), share_gpu: Some(share), ..opts },
+            shrinks: Default::default(),
         })
+    }
+
+    /// Collective among the survivors of a failed group (every live rank calls it): the
+    /// ranks still alive agree through the store, within the group's timeout, and make a
+    /// new group of themselves, renumbered in order of their old ranks (NOTE [shrink
+    /// agreement]). A rank that arrives after the list was made is left out and gets an
+    /// error saying so; if the rank coordinating the agreement dies, the others get an
+    /// error naming it, and may call `shrink` again.
+    ///
+    /// This group is aborted: calls of it still in flight are discarded (their waits are
+    /// released, so they complete without their data), and it refuses further calls;
+    /// drop it to release its memory (its mappings of the dead peer's memory included).
+    /// The new group shares nothing with it but the store, which moves over: its pads,
+    /// epochs, workspaces and pool start fresh. Symmetric buffers of this group must be
+    /// allocated again from the new one. In torchrun mode (no `lowcon launch`), rank 0
+    /// hosts the store: if rank 0 died, there is no store to agree through.
+    pub fn shrink(&self) -> Result<GpuGroup> {
+        let attempt = {
+            let mut a = self.shrinks.lock().unwrap_or_else(|p| p.into_inner());
+            *a += 1;
+            *a - 1
+        };
+        let core = &self.sync().core;
+        let agreed = core.agree_on_survivors(attempt)?;
+        // Failed, not aborted: an abort would also break off the store, which moves on.
+        core.fail(crate::error::Error::GroupFailed(format!("rank {}: the group was shrunk", core.rank)));
+        let opts = GpuGroupOptions { name: agreed.name, ..self.opts.clone() };
+        let mut g = GpuGroup::new(core.take_store(), agreed.new_rank, agreed.members.len(), opts)?;
+        g._store_server = self._store_server.clone();
+        Ok(g)
     }
 
     /// Collective: creates the group from the `lowcon launch` or torchrun environment.

@@ -36,6 +36,9 @@ pub struct HostGroup {
     coll: HostColl,
     /// The store this rank hosts (torchrun mode), dropped last.
     _store_server: Option<Arc<lowcon_store::StoreServer>>,
+    /// What the group was made with, and the shrink attempts so far.
+    opts: HostGroupOptions,
+    shrinks: std::sync::Mutex<u64>,
 }
 
 impl HostGroup {
@@ -50,7 +53,23 @@ impl HostGroup {
             vec![("backend".into(), "host".into())],
             opts.timeout,
         )?;
-        Ok(Self { coll: HostColl::new(HostSync::new(core)?), _store_server: None })
+        Ok(Self { coll: HostColl::new(HostSync::new(core)?), _store_server: None, opts, shrinks: Default::default() })
+    }
+
+    /// Collective among the survivors: as [`crate::GpuGroup::shrink`], on the host backend.
+    pub fn shrink(&self) -> Result<HostGroup> {
+        let attempt = {
+            let mut a = self.shrinks.lock().unwrap_or_else(|p| p.into_inner());
+            *a += 1;
+            *a - 1
+        };
+        let agreed = self.core().agree_on_survivors(attempt)?;
+        // Failed, not aborted: an abort would also break off the store, which moves on.
+        self.core().fail(crate::error::Error::GroupFailed(format!("rank {}: the group was shrunk", self.core().rank)));
+        let opts = HostGroupOptions { name: agreed.name, ..self.opts.clone() };
+        let mut g = HostGroup::new(self.core().take_store(), agreed.new_rank, agreed.members.len(), opts)?;
+        g._store_server = self._store_server.clone();
+        Ok(g)
     }
 
     /// Collective: creates the group from the `lowcon launch` or torchrun environment.

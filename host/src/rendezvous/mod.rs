@@ -16,6 +16,7 @@ use lowcon_store::{Store, StoreClient};
 use crate::error::{Error, Result};
 
 mod fdpass;
+pub(crate) mod shrink;
 
 pub(crate) use fdpass::Mesh;
 
@@ -89,6 +90,30 @@ fn hostname() -> String {
 
 /// A group's store (any [`Store`]: lowcon's TCP store or a framework's) and how many
 /// times each barrier or all-gather name has been used, so names can repeat.
+/// What a shrunk group keeps of its store: nothing (its store went to the new group).
+struct Moved;
+
+impl Moved {
+    fn error() -> lowcon_store::StoreError {
+        lowcon_store::StoreError::Refused {
+            addr: "(none)".into(),
+            reason: "this group was shrunk: its store moved to the new group".into(),
+        }
+    }
+}
+
+impl Store for Moved {
+    fn set(&mut self, _: &str, _: &[u8]) -> std::result::Result<(), lowcon_store::StoreError> {
+        Err(Self::error())
+    }
+    fn get_timeout(&mut self, _: &str, _: Duration) -> std::result::Result<Vec<u8>, lowcon_store::StoreError> {
+        Err(Self::error())
+    }
+    fn add(&mut self, _: &str, _: i64) -> std::result::Result<i64, lowcon_store::StoreError> {
+        Err(Self::error())
+    }
+}
+
 pub(crate) struct StoreSlot {
     store: Box<dyn Store>,
     generations: std::collections::HashMap<String, u64>,
@@ -170,7 +195,7 @@ impl StoreSlot {
         Ok(lowcon_store::kv::barrier(self.store.as_mut(), name, generation, world, timeout)?)
     }
 
-    fn add(&mut self, key: &str, delta: i64) -> Result<i64> {
+    pub(crate) fn add(&mut self, key: &str, delta: i64) -> Result<i64> {
         Ok(self.store.add(key, delta)?)
     }
 
@@ -289,6 +314,12 @@ impl GroupCore {
 
     pub(crate) fn store(&self) -> MutexGuard<'_, StoreSlot> {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Hands the store over (to the group a shrink makes), leaving one that refuses
+    /// every call, saying why.
+    pub(crate) fn take_store(&self) -> Box<dyn Store> {
+        std::mem::replace(&mut self.store().store, Box::new(Moved))
     }
 
     /// Errors with [`Error::GroupFailed`] once the group has failed.

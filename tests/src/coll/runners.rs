@@ -104,7 +104,7 @@ impl GpuRunner {
 }
 
 /// Device memory for one GPU case: plain (cudarc) or symmetric.
-pub(crate) enum GpuMem {
+pub enum GpuMem {
     Plain(cudarc::driver::CudaSlice<u8>),
     Symmetric(lowcon::SymmetricBuffer),
 }
@@ -154,7 +154,7 @@ impl GpuRunner {
     }
 
     /// Enqueues `case` on `stream` over prepared buffers.
-    pub(super) fn enqueue(&self, case: &Case, stream: &Stream, inp: &GpuMem, out: &GpuMem) -> Result<(), String> {
+    pub(crate) fn enqueue(&self, case: &Case, stream: &Stream, inp: &GpuMem, out: &GpuMem) -> Result<(), String> {
         let world = self.g.world_size();
         let off = case.misalign * case.dtype.size();
         let ib = inp.buf(off, case.in_count(world), case.dtype)?;

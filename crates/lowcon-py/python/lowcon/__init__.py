@@ -297,6 +297,15 @@ class Group:
                 stream = torch.cuda.current_stream(self.device)
         self._g.synchronize(_stream_of(None, stream) if stream is not None else None)
 
+    def shrink(self):
+        """Collective among the survivors of a failed group (every live rank calls it): a new
+        Group of the ranks still alive, renumbered in order of their old ranks. The ranks agree
+        through the store within the group's timeout; one that arrives too late is left out and
+        gets lowcon.PeerError saying so. This group is failed (its calls in flight are
+        discarded) and should be closed; the pool's tensors of this group must be made again
+        from the new one (docs/faults.md, "Shrink")."""
+        return Group(self._g.shrink())
+
     def abort(self):
         """Fail the group now: waits in flight give up, every later call raises."""
         self._g.abort()

@@ -1,0 +1,207 @@
+//! Shrinking a group after peers die (`lowcon selftest coll-shrink`): the victims
+//! SIGKILL themselves before call `kill_at` of a loop of all-gathers; every survivor
+//! must get an error naming a victim, shrink, and run the correctness suite on the new
+//! group (fresh data, poisoned outputs, the CPU reference). It reports the time from the
+//! kill point to the error, to the new group, and to the first correct collective.
+//! `healthy_shrinks` instead shrinks a live group that many times (nobody dies) and
+//! checks that nothing leaks: open file descriptors, and on GPUs the device memory
+//! in use, before and after.
+
+use std::time::{Duration, Instant};
+
+use lowcon::{AllGatherOptions, DType, HostInput, SyncMethod};
+
+use crate::coll::{self, GpuRunner, HostRunner, Runner, input_bytes};
+
+fn e(err: impl std::fmt::Display) -> String {
+    err.to_string()
+}
+
+/// Open file descriptors of this process.
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+}
+
+/// What the survivors measured, as one line.
+fn report(rank: usize, new: (usize, usize), t: [Duration; 3], suite: &str) -> String {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    format!(
+        "rank {rank} is rank {} of {} after the shrink: error {:.0} ms, new group {:.0} ms, first correct \
+         collective {:.0} ms after the kill point; {suite}",
+        new.0,
+        new.1,
+        ms(t[0]),
+        ms(t[1]),
+        ms(t[2])
+    )
+}
+
+/// The victims' part, and the survivors' wait for their error: calls all-gathers
+/// (`call`) until one fails; the victims die at `kill_at`. Returns the error and the
+/// kill point's time.
+fn until_failure(
+    rank: usize,
+    victims: &[usize],
+    kill_at: usize,
+    mut call: impl FnMut() -> lowcon::Result<()>,
+) -> Result<(lowcon::Error, Instant), String> {
+    let mut since = Instant::now();
+    for i in 0..100_000 {
+        if i == kill_at {
+            if victims.contains(&rank) {
+                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+            }
+            since = Instant::now();
+        }
+        if let Err(err) = call() {
+            if i < kill_at {
+                return Err(format!("rank {rank}: call {i} failed before the kill point: {err}"));
+            }
+            return Ok((err, since));
+        }
+    }
+    Err(format!("rank {rank}: 100000 calls succeeded although ranks {victims:?} died"))
+}
+
+/// Host backend: victims die, the survivors shrink and run the suite.
+pub fn host_shrink(victims: &[usize], kill_at: usize, timeout: Duration) -> Result<String, String> {
+    let r = HostRunner::from_env(Some(timeout))?;
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let input = input_bytes(DType::F32, 7, rank, 0, 256);
+    let mut out = vec![0u8; input.len() * world];
+    let opts = AllGatherOptions::default();
+    let (err, since) = until_failure(rank, victims, kill_at, || {
+        r.g.all_gather(HostInput::Plain(&input), &mut out, DType::F32, &opts)
+    })?;
+    let failed = since.elapsed();
+    if !victims.iter().any(|v| crate::dead_peer::blames(&err, *v)) {
+        return Err(format!("rank {rank}: the error names none of {victims:?}: {err}"));
+    }
+    let g = r.g.shrink().map_err(|m| format!("rank {rank}: shrink: {m}"))?;
+    let shrunk = since.elapsed();
+    drop(r);
+    check_members(rank, world, victims, g.rank(), g.world_size())?;
+    let mut runner = HostRunner { g };
+    one_check(&mut runner, 0)?;
+    let first = since.elapsed();
+    let suite = coll::run_suite(&mut runner, &coll::suite(SyncMethod::Kernel, 1001))?;
+    Ok(report(rank, (runner.g.rank(), runner.g.world_size()), [failed, shrunk, first], &suite))
+}
+
+/// GPU backend: as [`host_shrink`].
+pub fn gpu_shrink(victims: &[usize], kill_at: usize, timeout: Duration, sync: SyncMethod) -> Result<String, String> {
+    let r = GpuRunner::from_env(Some(timeout))?;
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let case = coll::Case {
+        coll: coll::Coll::AllGather(lowcon::AllGatherAlgorithm::CePull),
+        dtype: DType::F32,
+        count: 4096,
+        symmetric: false,
+        misalign: 0,
+        sync,
+        channel: 0,
+    };
+    let (inp, out) = r.prepare(&case, &input_bytes(DType::F32, 7, rank, 0, case.count))?;
+    let (err, since) = until_failure(rank, victims, kill_at, || {
+        r.enqueue(&case, &r.stream, &inp, &out).map_err(lowcon::Error::InvalidArgument)?;
+        r.g.synchronize(&r.stream)
+    })?;
+    let failed = since.elapsed();
+    if !victims.iter().any(|v| crate::dead_peer::blames(&err, *v)) {
+        return Err(format!("rank {rank}: the error names none of {victims:?}: {err}"));
+    }
+    let g = r.g.shrink().map_err(|m| format!("rank {rank}: shrink: {m}"))?;
+    let shrunk = since.elapsed();
+    drop((inp, out));
+    let stream = g.device().stream(lowcon::cuda::StreamPriority::High).map_err(e)?;
+    drop(r);
+    check_members(rank, world, victims, g.rank(), g.world_size())?;
+    let mut runner = GpuRunner { g, stream };
+    one_check(&mut runner, 0)?;
+    let first = since.elapsed();
+    let suite = coll::run_suite(&mut runner, &coll::suite(sync, 1001))?;
+    Ok(report(rank, (runner.g.rank(), runner.g.world_size()), [failed, shrunk, first], &suite))
+}
+
+/// The new rank and world must be the survivors', renumbered in order.
+fn check_members(
+    rank: usize,
+    world: usize,
+    victims: &[usize],
+    new_rank: usize,
+    new_world: usize,
+) -> Result<(), String> {
+    let survivors: Vec<usize> = (0..world).filter(|p| !victims.contains(p)).collect();
+    let want = survivors.iter().position(|&p| p == rank);
+    if new_world != survivors.len() || Some(new_rank) != want {
+        return Err(format!(
+            "rank {rank}: the shrunken group has this rank as {new_rank} of {new_world}; survivors {survivors:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// Shrinks a live group `n` times (nobody dies), one checked all-gather on each new
+/// group, and compares open file descriptors (and on GPUs the device memory in use)
+/// before and after.
+pub fn healthy_shrinks(n: usize, gpu: bool) -> Result<String, String> {
+    let (rank, world, fds0, mem0);
+    if gpu {
+        let mut r = GpuRunner::from_env(None)?;
+        (rank, world) = (r.g.rank(), r.g.world_size());
+        fds0 = open_fds();
+        mem0 = used_device_memory()?;
+        for i in 0..n {
+            let g = r.g.shrink().map_err(|m| format!("rank {rank}: shrink {i}: {m}"))?;
+            let stream = g.device().stream(lowcon::cuda::StreamPriority::High).map_err(e)?;
+            r = GpuRunner { g, stream };
+            one_check(&mut r, i)?;
+        }
+        drop(r);
+    } else {
+        let mut r = HostRunner::from_env(None)?;
+        (rank, world) = (r.g.rank(), r.g.world_size());
+        fds0 = open_fds();
+        mem0 = 0;
+        for i in 0..n {
+            r = HostRunner { g: r.g.shrink().map_err(|m| format!("rank {rank}: shrink {i}: {m}"))? };
+            one_check(&mut r, i)?;
+        }
+        drop(r);
+    }
+    let (fds1, mem1) = (open_fds(), if gpu { used_device_memory()? } else { 0 });
+    // The first groups' one-time costs (the driver's handles, a lazily made thread pool)
+    // are not leaks: a few descriptors and 64 MiB of slack; per shrink, a leak would
+    // show n times over.
+    if fds1 > fds0 + 8 || mem1 > mem0 + (64 << 20) {
+        return Err(format!(
+            "rank {rank}: after {n} shrinks of {world} ranks: {fds0} -> {fds1} open file descriptors, device memory \
+             in use {} -> {} MiB",
+            mem0 >> 20,
+            mem1 >> 20
+        ));
+    }
+    Ok(format!(
+        "{n} shrinks of a live group of {world}, each checked; open file descriptors {fds0} -> {fds1}{}",
+        if gpu { format!(", device memory in use {} -> {} MiB", mem0 >> 20, mem1 >> 20) } else { String::new() }
+    ))
+}
+
+fn one_check(r: &mut dyn Runner, i: usize) -> Result<(), String> {
+    let case = coll::Case {
+        coll: coll::Coll::AllGather(lowcon::AllGatherAlgorithm::Auto),
+        dtype: DType::F32,
+        count: 1001,
+        symmetric: false,
+        misalign: 0,
+        sync: SyncMethod::Kernel,
+        channel: 0,
+    };
+    coll::check_case(r, &case, &format!("healthy-shrink-{i}")).map(drop)
+}
+
+/// Device memory in use (total minus free) on the current device.
+fn used_device_memory() -> Result<usize, String> {
+    let (free, total) = cudarc::driver::result::mem_get_info().map_err(e)?;
+    Ok(total - free)
+}
