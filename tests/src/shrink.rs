@@ -145,31 +145,36 @@ fn check_members(
 /// group, and compares open file descriptors (and on GPUs the device memory in use)
 /// before and after.
 pub fn healthy_shrinks(n: usize, gpu: bool) -> Result<String, String> {
-    let (rank, world, fds0, mem0);
+    let (rank, world, fds0, mem0, mem1);
     if gpu {
         let mut r = GpuRunner::from_env(None)?;
         (rank, world) = (r.g.rank(), r.g.world_size());
+        one_check(&mut r, n)?;
         fds0 = open_fds();
-        mem0 = used_device_memory()?;
+        mem0 = used_device_memory(&r)?;
         for i in 0..n {
             let g = r.g.shrink().map_err(|m| format!("rank {rank}: shrink {i}: {m}"))?;
             let stream = g.device().stream(lowcon::cuda::StreamPriority::High).map_err(e)?;
             r = GpuRunner { g, stream };
             one_check(&mut r, i)?;
         }
+        // Measured with the last group alive, as the first was (the device's context
+        // ends with the last group).
+        mem1 = used_device_memory(&r)?;
         drop(r);
     } else {
         let mut r = HostRunner::from_env(None)?;
         (rank, world) = (r.g.rank(), r.g.world_size());
+        one_check(&mut r, n)?;
         fds0 = open_fds();
-        mem0 = 0;
+        (mem0, mem1) = (0, 0);
         for i in 0..n {
             r = HostRunner { g: r.g.shrink().map_err(|m| format!("rank {rank}: shrink {i}: {m}"))? };
             one_check(&mut r, i)?;
         }
         drop(r);
     }
-    let (fds1, mem1) = (open_fds(), if gpu { used_device_memory()? } else { 0 });
+    let fds1 = open_fds();
     // The first groups' one-time costs (the driver's handles, a lazily made thread pool)
     // are not leaks: a few descriptors and 64 MiB of slack; per shrink, a leak would
     // show n times over.
@@ -200,8 +205,10 @@ fn one_check(r: &mut dyn Runner, i: usize) -> Result<(), String> {
     coll::check_case(r, &case, &format!("healthy-shrink-{i}")).map(drop)
 }
 
-/// Device memory in use (total minus free) on the current device.
-fn used_device_memory() -> Result<usize, String> {
-    let (free, total) = cudarc::driver::result::mem_get_info().map_err(e)?;
+/// Device memory in use (total minus free) on the runner's device, once every rank has
+/// got here (ranks sharing a GPU see each other's memory).
+fn used_device_memory(r: &GpuRunner) -> Result<usize, String> {
+    r.g.store_barrier("shrink-memory").map_err(e)?;
+    let (free, total) = r.g.device().memory_info().map_err(e)?;
     Ok(total - free)
 }
