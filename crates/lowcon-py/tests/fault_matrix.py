@@ -8,7 +8,9 @@ hang. Each cell starts real rank processes running faults.py.
 
 Outcomes per cell:
 - `named`: every survivor raised a lowcon error naming the victim; the detection time
-  is from the victim's exit (or stop, for `sigstop`) to the survivor's error;
+  is from the victim's exit (or stop, for `sigstop`) to the survivor's error; then,
+  where a group exists (not `init`), every survivor shrank it and all-gathered on the
+  new group ("then shrink", the time that took), else `FAILED (then shrink)`;
 - `launcher`: the launcher stopped the job first (torchrun and `lowcon launch` end the
   whole job when a rank fails: an exception or a signal), which it reports naming the
   failed rank; nothing hung;
@@ -110,7 +112,12 @@ def run_cell(backend, launcher, exit_, moment, sync, limit, timeout_s):
     survivors = [r for r in range(WORLD) if r != WORLD - 1]
     named = [re.search(rf"rank {r}: fault ok: detected (\d+) ms", out) for r in survivors]
     if all(named):
-        return "named", max(int(m.group(1)) for m in named), wall, out
+        if moment == "init":  # no group to shrink
+            return "named", max(int(m.group(1)) for m in named), wall, out
+        shrunk = [re.search(rf"rank {r}: then shrink ok: .* in (\d+) ms", out) for r in survivors]
+        if not all(shrunk):
+            return "FAILED (then shrink)", None, wall, out
+        return "named", (max(int(m.group(1)) for m in named), max(int(m.group(1)) for m in shrunk)), wall, out
     # A launcher ends the whole job when a rank fails (non-zero exit or a signal).
     # Both launchers then name the failed rank: `lowcon launch: rank 1 (pid ..) failed
     # first`, torchrun's `rank : 1 (local_rank: 1)` under "Root Cause".
@@ -136,13 +143,14 @@ def main():
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
     rows, bad = [], 0
-    print("| backend | launcher | sync | exit | moment | outcome | detected (ms) | wall (s) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| backend | launcher | sync | exit | moment | outcome | detected (ms) | then shrink (ms) | wall (s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for launcher in a.launchers.split(","):
         for sync in a.syncs.split(","):
             for moment in a.moments.split(","):
                 for exit_ in a.exits.split(","):
                     outcome, ms, wall, out = run_cell(a.backend, launcher, exit_, moment, sync, a.limit, a.timeout)
+                    ms, shrink_ms = ms if isinstance(ms, tuple) else (ms, None)
                     # Group creation is bounded by the set-up timeout, a stopped (late) peer by
                     # the group's timeout and the watchdog's rules, not by BOUND_MS alone.
                     if moment == "init":
@@ -155,7 +163,7 @@ def main():
                     if outcome == "named" and ms is not None and ms > bound:
                         outcome = f"SLOW (> {bound:.0f} ms)"
                     row = (f"| {a.backend} | {launcher} | {sync} | {exit_} | {moment} | {outcome} | "
-                           f"{'' if ms is None else ms} | {wall:.1f} |")
+                           f"{'' if ms is None else ms} | {'' if shrink_ms is None else shrink_ms} | {wall:.1f} |")
                     print(row, flush=True)
                     rows.append(row)
                     if outcome not in ("named", "launcher"):

@@ -5,7 +5,9 @@
 
 The last rank is the victim. At MOMENT it leaves by EXIT while every other rank, the
 survivors, keeps calling; each survivor must raise a lowcon error naming the victim,
-and prints `rank R: fault ok: detected <ms> ms after the exit: <error>`.
+and prints `rank R: fault ok: detected <ms> ms after the exit: <error>`; then, where its
+group exists, it shrinks the group to the survivors and all-gathers on it (`rank R: then
+shrink ok: ... in <ms> ms`).
 
 EXIT: os_exit (`os._exit(0)`), sys_exit (`sys.exit(0)`: interpreter teardown, the
 group's destructor runs), exception (an uncaught exception: teardown, exit status 1),
@@ -58,8 +60,9 @@ def leave():
     time.sleep(60)
 
 
-def verdict(err):
-    """A survivor's error: it must name the victim."""
+def verdict(err, g=None):
+    """A survivor's error: it must name the victim. Then, where the group exists, the
+    survivors shrink it (NOTE [shrink agreement]) and check an all-gather on the new one."""
     took = None
     for _ in range(100):  # the stamp lands a moment before the victim leaves
         if os.path.exists(STAMP):
@@ -71,7 +74,30 @@ def verdict(err):
         print(f"rank {RANK}: fault FAILED: the error does not name rank {VICTIM}: {type(err).__name__}: {msg}")
         sys.exit(2)
     print(f"rank {RANK}: fault ok: detected {took:.0f} ms after the exit: {type(err).__name__}: {msg}", flush=True)
+    if g is not None:
+        then_shrink(g)
     sys.exit(0)
+
+
+def then_shrink(g):
+    """The survivors shrink the group and all-gather on it (the matrix's "then shrink")."""
+    t0 = time.monotonic()
+    try:
+        small = g.shrink()
+        make = tensors(small, "f32")
+        x, out = make(8), make(8 * small.world_size)
+        small.all_gather(out, x)
+        small.synchronize()
+        mine = out[small.rank * 8:(small.rank + 1) * 8]
+        same = bool((mine == x).all())
+    except lowcon.Error as e:
+        print(f"rank {RANK}: then shrink FAILED: {type(e).__name__}: {e}", flush=True)
+        sys.exit(4)
+    if not same or small.world_size != WORLD - 1:
+        print(f"rank {RANK}: then shrink FAILED: rank {small.rank} of {small.world_size}, data ok {same}", flush=True)
+        sys.exit(4)
+    ms = (time.monotonic() - t0) * 1e3
+    print(f"rank {RANK}: then shrink ok: rank {small.rank} of {small.world_size} in {ms:.0f} ms", flush=True)
 
 
 def tensors(g, dtype):
@@ -156,4 +182,4 @@ try:
 except lowcon.Error as e:
     if RANK == VICTIM:
         raise
-    verdict(e)
+    verdict(e, globals().get("g"))
