@@ -63,8 +63,38 @@ fn until_failure(
     Err(format!("rank {rank}: 100000 calls succeeded although ranks {victims:?} died"))
 }
 
-/// Host backend: victims die, the survivors shrink and run the suite.
-pub fn host_shrink(victims: &[usize], kill_at: usize, timeout: Duration) -> Result<String, String> {
+/// Shrinks, retrying (a rank dying during a shrink makes an attempt fail: the others
+/// try again, and the dead rank has hung up by then). `dies`: this rank SIGKILLs itself
+/// `delay` after starting its first shrink.
+fn shrink_retrying<G>(
+    rank: usize,
+    shrink: impl Fn() -> lowcon::Result<G>,
+    dies: Option<Duration>,
+) -> Result<(G, usize), String> {
+    if let Some(delay) = dies {
+        std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+        });
+    }
+    let mut errors = Vec::new();
+    for attempt in 0..4 {
+        match shrink() {
+            Ok(g) => return Ok((g, attempt)),
+            Err(err) => errors.push(err.to_string()),
+        }
+    }
+    Err(format!("rank {rank}: four shrink attempts failed: {errors:?}"))
+}
+
+/// Host backend: victims die, the survivors shrink and run the suite; with `dier`, that
+/// rank dies during the shrink itself and the others retry.
+pub fn host_shrink(
+    victims: &[usize],
+    kill_at: usize,
+    timeout: Duration,
+    dier: Option<(usize, Duration)>,
+) -> Result<String, String> {
     let r = HostRunner::from_env(Some(timeout))?;
     let (rank, world) = (r.g.rank(), r.g.world_size());
     let input = input_bytes(DType::F32, 7, rank, 0, 256);
@@ -77,15 +107,30 @@ pub fn host_shrink(victims: &[usize], kill_at: usize, timeout: Duration) -> Resu
     if !victims.iter().any(|v| crate::dead_peer::blames(&err, *v)) {
         return Err(format!("rank {rank}: the error names none of {victims:?}: {err}"));
     }
-    let g = r.g.shrink().map_err(|m| format!("rank {rank}: shrink: {m}"))?;
-    let shrunk = since.elapsed();
+    let dies = dier.filter(|d| d.0 == rank).map(|d| d.1);
+    let (g, mut attempts) = shrink_retrying(rank, || r.g.shrink(), dies)?;
     drop(r);
-    check_members(rank, world, victims, g.rank(), g.world_size())?;
     let mut runner = HostRunner { g };
-    one_check(&mut runner, 0)?;
-    let first = since.elapsed();
+    // A rank that died just after a shrink completed is in the new group: its first
+    // collective names it, and the survivors shrink once more.
+    let mut rounds = 0;
+    while let Err(why) = one_check(&mut runner, rounds) {
+        if dier.is_none() || rounds == 2 {
+            return Err(format!("rank {rank}: the first collective of the shrunken group: {why}"));
+        }
+        let (g, a) = shrink_retrying(rank, || runner.g.shrink(), None)?;
+        runner = HostRunner { g };
+        (attempts, rounds) = (attempts + a, rounds + 1);
+    }
+    let (shrunk, first) = (since.elapsed(), since.elapsed());
+    let gone: Vec<usize> = victims.iter().copied().chain(dier.map(|d| d.0)).collect();
+    check_members(rank, world, &gone, runner.g.rank(), runner.g.world_size())?;
     let suite = coll::run_suite(&mut runner, &coll::suite(SyncMethod::Kernel, 1001))?;
-    Ok(report(rank, (runner.g.rank(), runner.g.world_size()), [failed, shrunk, first], &suite))
+    let retried = match (attempts, rounds) {
+        (0, 0) => String::new(),
+        (a, r) => format!(" ({a} failed shrink attempts, {r} shrinks more after a death in a new group)"),
+    };
+    Ok(report(rank, (runner.g.rank(), runner.g.world_size()), [failed, shrunk, first], &suite) + &retried)
 }
 
 /// GPU backend: as [`host_shrink`].

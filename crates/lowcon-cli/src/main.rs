@@ -177,6 +177,10 @@ enum Scenario {
         method: Option<String>,
         #[arg(long)]
         healthy: Option<usize>,
+        /// Host backend: this rank dies (SIGKILL) this many ms into its shrink
+        /// (`RANK:MS`); the others retry.
+        #[arg(long)]
+        die_in_shrink: Option<String>,
     },
     /// GPU collectives captured into CUDA graphs: eleven calls replayed with fresh data
     /// and eager calls between; two graphs on two streams; what a capture refuses. With
@@ -333,7 +337,14 @@ fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
         Scenario::CollShrink { backend, healthy: Some(n), .. } => {
             ("coll-shrink", lowcon_tests::shrink::healthy_shrinks(n, backend == "gpu"))
         }
-        Scenario::CollShrink { backend, victims, kill_at, timeout_ms, method, healthy: None } => {
+        Scenario::CollShrink { backend, victims, kill_at, timeout_ms, method, healthy: None, die_in_shrink } => {
+            let dier = match die_in_shrink {
+                Some(d) => {
+                    let (r, ms) = d.split_once(':').ok_or("--die-in-shrink RANK:MS")?;
+                    Some((r.parse::<usize>()?, Duration::from_millis(ms.parse()?)))
+                }
+                None => None,
+            };
             let victims: Vec<usize> = match victims {
                 Some(v) => v.split(',').map(|x| x.trim().parse()).collect::<Result<_, _>>()?,
                 None => vec![world - 1],
@@ -341,7 +352,7 @@ fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
             let t = Duration::from_millis(timeout_ms);
             let r = match backend.as_str() {
                 "gpu" => lowcon_tests::shrink::gpu_shrink(&victims, kill_at, t, methods(&method)?[0]),
-                _ => lowcon_tests::shrink::host_shrink(&victims, kill_at, t),
+                _ => lowcon_tests::shrink::host_shrink(&victims, kill_at, t, dier),
             };
             ("coll-shrink", r)
         }

@@ -99,6 +99,11 @@ fn collectives_refuse_bad_input_and_stay_usable() {
 /// store, then `world` ranks of `lowcon selftest ARGS` with the torchrun environment.
 /// Returns each rank's output.
 fn ranks_by_hand(world: usize, args: &[&str]) -> Vec<std::process::Output> {
+    ranks_by_hand_env(world, args, &[])
+}
+
+/// As [`ranks_by_hand`], with extra environment variables for every rank.
+fn ranks_by_hand_env(world: usize, args: &[&str], env: &[(&str, &str)]) -> Vec<std::process::Output> {
     use std::io::{BufRead, BufReader};
     let mut store = Command::new(LOWCON)
         .args(["store", "serve", "--bind", "127.0.0.1:0"])
@@ -119,6 +124,7 @@ fn ranks_by_hand(world: usize, args: &[&str]) -> Vec<std::process::Output> {
                 .env("MASTER_ADDR", "127.0.0.1")
                 .env("MASTER_PORT", "1")
                 .env("LOWCON_STORE_ADDR", &addr)
+                .envs(env.iter().copied())
                 .output_async()
         })
         .collect();
@@ -167,6 +173,34 @@ fn survivors_shrink_the_group_and_go_on() {
             assert!(
                 o.status.success() && text.contains(&want) && text.contains(" 0 wrong"),
                 "world {world}: rank {r}: {text}"
+            );
+        }
+    }
+}
+
+/// A rank dies during the shrink itself (0-3 ms into it, after the first death): the
+/// others' attempt fails or leaves it out, they try again, and end with a group of the
+/// ranks still alive. Ignored: in some runs the two survivors each end in a group of
+/// one (docs/faults.md, "Not yet done"); `cargo test -- --ignored` runs it.
+#[test]
+#[ignore = "a split outcome seen in some runs: docs/faults.md, Not yet done"]
+fn a_rank_dying_during_shrink_is_left_out_of_the_retried_shrink() {
+    use std::os::unix::process::ExitStatusExt;
+    for delay in ["0", "1", "3"] {
+        let dier = format!("1:{delay}");
+        let args =
+            ["coll-shrink", "--victims", "3", "--kill-at", "20", "--timeout-ms", "3000", "--die-in-shrink", &dier];
+        let outs = ranks_by_hand_env(4, &args, &[("LOWCON_SETUP_TIMEOUT_MS", "3000")]);
+        for (r, o) in outs.iter().enumerate() {
+            let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+            if r == 1 || r == 3 {
+                assert_eq!(o.status.signal(), Some(9), "delay {delay}: rank {r} should die: {text}");
+                continue;
+            }
+            let want = format!("rank {r} is rank {} of 2 after the shrink", r / 2);
+            assert!(
+                o.status.success() && text.contains(&want) && text.contains(" 0 wrong"),
+                "delay {delay}: rank {r}: {text}"
             );
         }
     }

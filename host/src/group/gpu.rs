@@ -138,13 +138,16 @@ impl GpuGroup {
     /// error saying so; if the rank coordinating the agreement dies, the others get an
     /// error naming it, and may call `shrink` again.
     ///
-    /// This group is aborted: calls of it still in flight are discarded (their waits are
-    /// released, so they complete without their data), and it refuses further calls;
-    /// drop it to release its memory (its mappings of the dead peer's memory included).
-    /// The new group shares nothing with it but the store, which moves over: its pads,
-    /// epochs, workspaces and pool start fresh. Symmetric buffers of this group must be
-    /// allocated again from the new one. In torchrun mode (no `lowcon launch`), rank 0
-    /// hosts the store: if rank 0 died, there is no store to agree through.
+    /// This group is failed (not aborted): calls of it still in flight are discarded
+    /// (their waits are released, so they complete without their data), and it refuses
+    /// further calls. Drop it to release its memory (its mappings of the dead peer's
+    /// memory included), but do not abort it: the new group shares its store connection,
+    /// which an abort breaks off. Nothing else is shared: the new group's pads, epochs,
+    /// workspaces and pool start fresh, and symmetric buffers of this group must be
+    /// allocated again from the new one. A new group counts once every member has made
+    /// it (a store barrier), else this attempt fails on every member. In torchrun mode
+    /// (no `lowcon launch`), rank 0 hosts the store: if rank 0 died, there is no store to
+    /// agree through.
     pub fn shrink(&self) -> Result<GpuGroup> {
         let attempt = {
             let mut a = self.shrinks.lock().unwrap_or_else(|p| p.into_inner());
@@ -156,8 +159,12 @@ impl GpuGroup {
         // Failed, not aborted: an abort would also break off the store, which moves on.
         core.fail(crate::error::Error::GroupFailed(format!("rank {}: the group was shrunk", core.rank)));
         let opts = GpuGroupOptions { name: agreed.name, ..self.opts.clone() };
-        let mut g = GpuGroup::new(core.take_store(), agreed.new_rank, agreed.members.len(), opts)?;
+        let mut g = GpuGroup::new(core.share_store(), agreed.new_rank, agreed.members.len(), opts)?;
         g._store_server = self._store_server.clone();
+        // Creation can end differently on different members (one that dies midway leaves
+        // some with a group and some with an error): the group counts only once every
+        // member has it, else every member fails this attempt and may shrink again.
+        g.store_barrier("shrink-created")?;
         Ok(g)
     }
 

@@ -67,8 +67,12 @@ impl HostGroup {
         // Failed, not aborted: an abort would also break off the store, which moves on.
         self.core().fail(crate::error::Error::GroupFailed(format!("rank {}: the group was shrunk", self.core().rank)));
         let opts = HostGroupOptions { name: agreed.name, ..self.opts.clone() };
-        let mut g = HostGroup::new(self.core().take_store(), agreed.new_rank, agreed.members.len(), opts)?;
+        let mut g = HostGroup::new(self.core().share_store(), agreed.new_rank, agreed.members.len(), opts)?;
         g._store_server = self._store_server.clone();
+        // Creation can end differently on different members (one that dies midway leaves
+        // some with a group and some with an error): the group counts only once every
+        // member has it, else every member fails this attempt and may shrink again.
+        g.store_barrier("shrink-created")?;
         Ok(g)
     }
 

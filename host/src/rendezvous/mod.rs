@@ -90,15 +90,12 @@ fn hostname() -> String {
 
 /// A group's store (any [`Store`]: lowcon's TCP store or a framework's) and how many
 /// times each barrier or all-gather name has been used, so names can repeat.
-/// What a shrunk group keeps of its store: nothing (its store went to the new group).
+/// A placeholder for the moment a store moves into a [`Shared`] one (never called).
 struct Moved;
 
 impl Moved {
     fn error() -> lowcon_store::StoreError {
-        lowcon_store::StoreError::Refused {
-            addr: "(none)".into(),
-            reason: "this group was shrunk: its store moved to the new group".into(),
-        }
+        lowcon_store::StoreError::Refused { addr: "(none)".into(), reason: "the store is being shared".into() }
     }
 }
 
@@ -114,14 +111,48 @@ impl Store for Moved {
     }
 }
 
+/// One store used by a group and the groups its shrinks make (`share_store`).
+#[derive(Clone)]
+struct Shared(Arc<Mutex<Box<dyn Store>>>);
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Box<dyn Store>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Store for Shared {
+    fn set(&mut self, key: &str, value: &[u8]) -> std::result::Result<(), lowcon_store::StoreError> {
+        self.lock().set(key, value)
+    }
+    fn get_timeout(&mut self, key: &str, timeout: Duration) -> std::result::Result<Vec<u8>, lowcon_store::StoreError> {
+        self.lock().get_timeout(key, timeout)
+    }
+    fn add(&mut self, key: &str, delta: i64) -> std::result::Result<i64, lowcon_store::StoreError> {
+        self.lock().add(key, delta)
+    }
+    fn multi_get(
+        &mut self,
+        keys: &[&str],
+        timeout: Duration,
+    ) -> std::result::Result<Vec<Vec<u8>>, lowcon_store::StoreError> {
+        self.lock().multi_get(keys, timeout)
+    }
+    fn interrupter(&self) -> Option<lowcon_store::StoreInterrupter> {
+        self.lock().interrupter()
+    }
+}
+
 pub(crate) struct StoreSlot {
     store: Box<dyn Store>,
+    /// The store once shared with a shrink's new group (`share_store`).
+    shared: Option<Shared>,
     generations: std::collections::HashMap<String, u64>,
 }
 
 impl StoreSlot {
     fn new(store: Box<dyn Store>) -> Self {
-        Self { store, generations: std::collections::HashMap::new() }
+        Self { store, shared: None, generations: std::collections::HashMap::new() }
     }
 
     fn next(&mut self, name: &str) -> u64 {
@@ -316,10 +347,22 @@ impl GroupCore {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Hands the store over (to the group a shrink makes), leaving one that refuses
-    /// every call, saying why.
-    pub(crate) fn take_store(&self) -> Box<dyn Store> {
-        std::mem::replace(&mut self.store().store, Box::new(Moved))
+    /// A handle on this group's store for the group a shrink makes: both then use one
+    /// connection (the old group is failed and barely uses it), and if making the new
+    /// group fails, this group still has the store to shrink again.
+    pub(crate) fn share_store(&self) -> Box<dyn Store> {
+        let mut slot = self.store();
+        let shared = match slot.shared.clone() {
+            Some(s) => s,
+            None => {
+                let inner = std::mem::replace(&mut slot.store, Box::new(Moved));
+                let s = Shared(Arc::new(Mutex::new(inner)));
+                slot.store = Box::new(s.clone());
+                slot.shared = Some(s.clone());
+                s
+            }
+        };
+        Box::new(shared)
     }
 
     /// Errors with [`Error::GroupFailed`] once the group has failed.

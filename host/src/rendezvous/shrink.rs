@@ -5,7 +5,9 @@
 //! NOTE [shrink agreement]: every survivor adds 1 to a counter under the old group's id
 //! and the attempt's number, and writes its rank under the number it drew. The first to
 //! arrive coordinates: it waits until every rank whose socket has not hung up has
-//! arrived (re-reading the hang-ups meanwhile), or until the group's timeout, then
+//! arrived (re-reading the hang-ups meanwhile), or for twice the group's timeout (a
+//! survivor may first wait out a timeout in a collective on another survivor that had
+//! already gone on to shrink), then
 //! writes the member list: the ranks that arrived, less those that hung up since. The
 //! list is final once written, so a rank that arrives later finds itself outside it and
 //! is told so ("left out"); the others wait for the list, within the timeout and a
@@ -53,12 +55,15 @@ impl GroupCore {
         let k = store.add(&format!("{prefix}/arrive"), 1)?;
         store.set(&format!("{prefix}/who/{k}"), rank.to_string().as_bytes())?;
         let list = format!("{prefix}/members");
+        // A survivor may first wait out a whole timeout in a collective on another
+        // survivor that already went on to shrink: the window allows for that.
+        let window = 2 * self.timeout;
         let members = if k == 1 {
             let start = Instant::now();
             let arrived = loop {
                 let alive = (0..world).filter(|&p| !hung_up(p)).count();
                 let arrived = store.add(&format!("{prefix}/arrive"), 0)?;
-                if arrived as usize >= alive || start.elapsed() > self.timeout {
+                if arrived as usize >= alive || start.elapsed() > window {
                     break arrived;
                 }
                 std::thread::sleep(Duration::from_millis(1));
@@ -79,7 +84,7 @@ impl GroupCore {
             store.set(&list, text.as_bytes())?;
             members
         } else {
-            match store.multi_get(&[&list], self.timeout + LIST_MARGIN) {
+            match store.multi_get(&[&list], window + LIST_MARGIN) {
                 Ok(v) => parse_members(&v[0])?,
                 Err(e) => {
                     let coordinator = store
@@ -89,7 +94,7 @@ impl GroupCore {
                     return Err(Error::Rendezvous(format!(
                         "rank {rank}: shrink attempt {attempt}: no member list within {:.1} s ({e}); the \
                          coordinating rank ({}) may have died: call shrink again",
-                        (self.timeout + LIST_MARGIN).as_secs_f64(),
+                        (window + LIST_MARGIN).as_secs_f64(),
                         coordinator.as_deref().unwrap_or("unknown")
                     )));
                 }
