@@ -116,6 +116,10 @@ def run_cell(backend, launcher, exit_, moment, sync, limit, timeout_s):
             return "named", max(int(m.group(1)) for m in named), wall, out
         shrunk = [re.search(rf"rank {r}: then shrink ok: .* in (\d+) ms", out) for r in survivors]
         if not all(shrunk):
+            # A launcher may end the job (a failed rank) while the survivors shrink.
+            stopped = re.search(rf"lowcon launch: rank {WORLD - 1} \(pid|Root Cause[\s\S]*rank\s*: {WORLD - 1} ", out)
+            if launcher != "hand" and exit_ in ("exception", "sigkill", "sigterm") and stopped:
+                return "launcher", None, wall, out
             return "FAILED (then shrink)", None, wall, out
         return "named", (max(int(m.group(1)) for m in named), max(int(m.group(1)) for m in shrunk)), wall, out
     # A launcher ends the whole job when a rank fails (non-zero exit or a signal).
