@@ -167,6 +167,22 @@ static const char *dname(lowconDataType_t d) {
   return d == lowconFloat32 ? "f32" : d == lowconInt32 ? "i32" : d == lowconUint8 ? "u8" : d == lowconInt64 ? "i64" : "bf16";
 }
 
+/* Poisons `out`, uploads `host_in` into `in`, runs one reduce-scatter of `n` elements per
+ * rank with `algo` and `sync`, and downloads the result into `host_out`. */
+static void reduce_scatter_once(lowconComm_t comm, void *in, void *out, const void *host_in, size_t in_bytes,
+                                void *host_out, size_t n, lowconDataType_t d, lowconRedOp_t op, const char *algo,
+                                int sync) {
+  size_t es = dsize(d);
+  poison(out, n * es);
+  put(in, host_in, in_bytes);
+  lowconCollOptions o;
+  LC(lowconCollOptionsInit(&o));
+  o.algorithm = algo;
+  o.sync = sync;
+  LC(lowconReduceScatterEx(in, out, n, d, op, comm, g_stream, &o));
+  get(host_out, out, n * es, comm);
+}
+
 /* Element i of rank p's integer input: spread over the type's range, so that sums wrap. */
 static int64_t int_value(unsigned seed, int p, size_t i, lowconDataType_t d) {
   int64_t v = value(seed, p, i, 95);
@@ -188,14 +204,7 @@ static void check_int_reduce_scatter(lowconComm_t comm, unsigned seed, lowconDat
     memcpy(host_in + i * es, &v, es); /* little-endian: the low bytes */
   }
   void *in = plain_alloc(in_bytes), *out = plain_alloc(n * es);
-  poison(out, n * es);
-  put(in, host_in, in_bytes);
-  lowconCollOptions o;
-  LC(lowconCollOptionsInit(&o));
-  o.algorithm = algo;
-  o.sync = sync;
-  LC(lowconReduceScatterEx(in, out, n, d, op, comm, g_stream, &o));
-  get(host_out, out, n * es, comm);
+  reduce_scatter_once(comm, in, out, host_in, in_bytes, host_out, n, d, op, algo, sync);
   size_t wrong = 0;
   for (size_t i = 0; i < n; i++) {
     size_t k = (size_t)g_rank * n + i;
@@ -271,14 +280,7 @@ static void check_reduce_scatter(lowconComm_t comm, unsigned seed, lowconDataTyp
   void *in = NULL, *out = plain_alloc(n * es);
   if (symmetric) LC(lowconMemAlloc(comm, in_bytes, &in));
   else in = plain_alloc(in_bytes);
-  poison(out, n * es);
-  put(in, host_in, in_bytes);
-  lowconCollOptions o;
-  LC(lowconCollOptionsInit(&o));
-  o.algorithm = algo;
-  o.sync = sync;
-  LC(lowconReduceScatterEx(in, out, n, d, op, comm, g_stream, &o));
-  get(host_out, out, n * es, comm);
+  reduce_scatter_once(comm, in, out, host_in, in_bytes, host_out, n, d, op, algo, sync);
   size_t wrong = 0;
   double worst = 0;
   for (size_t i = 0; i < n; i++) {
