@@ -81,7 +81,12 @@ fn shrink_retrying<G>(
     for attempt in 0..4 {
         match shrink() {
             Ok(g) => return Ok((g, attempt)),
-            Err(err) => errors.push(err.to_string()),
+            Err(err) => {
+                if lowcon::config::debug() {
+                    eprintln!("rank {rank}: shrink attempt {attempt} failed: {err}");
+                }
+                errors.push(err.to_string())
+            }
         }
     }
     Err(format!("rank {rank}: four shrink attempts failed: {errors:?}"))
@@ -94,6 +99,7 @@ pub fn host_shrink(
     kill_at: usize,
     timeout: Duration,
     dier: Option<(usize, Duration)>,
+    late: Option<(usize, Duration)>,
 ) -> Result<String, String> {
     let r = HostRunner::from_env(Some(timeout))?;
     let (rank, world) = (r.g.rank(), r.g.world_size());
@@ -106,6 +112,9 @@ pub fn host_shrink(
     let failed = since.elapsed();
     if !victims.iter().any(|v| crate::dead_peer::blames(&err, *v)) {
         return Err(format!("rank {rank}: the error names none of {victims:?}: {err}"));
+    }
+    if let Some((_, delay)) = late.filter(|l| l.0 == rank) {
+        return left_out(rank, delay, &r.g);
     }
     let dies = dier.filter(|d| d.0 == rank).map(|d| d.1);
     let (g, mut attempts) = shrink_retrying(rank, || r.g.shrink(), dies)?;
@@ -123,7 +132,7 @@ pub fn host_shrink(
         (attempts, rounds) = (attempts + a, rounds + 1);
     }
     let (shrunk, first) = (since.elapsed(), since.elapsed());
-    let gone: Vec<usize> = victims.iter().copied().chain(dier.map(|d| d.0)).collect();
+    let gone: Vec<usize> = victims.iter().copied().chain(dier.map(|d| d.0)).chain(late.map(|l| l.0)).collect();
     check_members(rank, world, &gone, runner.g.rank(), runner.g.world_size())?;
     let suite = coll::run_suite(&mut runner, &coll::suite(SyncMethod::Kernel, 1001))?;
     let retried = match (attempts, rounds) {
@@ -131,6 +140,33 @@ pub fn host_shrink(
         (a, r) => format!(" ({a} failed shrink attempts, {r} shrinks more after a death in a new group)"),
     };
     Ok(report(rank, (runner.g.rank(), runner.g.world_size()), [failed, shrunk, first], &suite) + &retried)
+}
+
+/// The late rank's part: it calls `shrink` `delay` late, past the agreement window, and
+/// must be told it was left out; calling it again must say so at once.
+fn left_out(rank: usize, delay: Duration, g: &lowcon::HostGroup) -> Result<String, String> {
+    std::thread::sleep(delay);
+    let first = match g.shrink() {
+        Ok(n) => return Err(format!("rank {rank}: a shrink {delay:?} late made a group of {}", n.world_size())),
+        Err(e) => e.to_string(),
+    };
+    let start = Instant::now();
+    let again = match g.shrink() {
+        Ok(n) => {
+            return Err(format!(
+                "rank {rank}: a second shrink after being left out made a group of {}",
+                n.world_size()
+            ));
+        }
+        Err(e) => e.to_string(),
+    };
+    if !first.contains("left out")
+        || !again.contains("left out of an earlier shrink")
+        || start.elapsed() > Duration::from_secs(1)
+    {
+        return Err(format!("rank {rank}: late shrink: first {first:?}, then after {:?}: {again:?}", start.elapsed()));
+    }
+    Ok(format!("rank {rank} was left out, as it should be: {first}; then: {again}"))
 }
 
 /// GPU backend: as [`host_shrink`].

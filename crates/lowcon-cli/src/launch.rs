@@ -9,6 +9,11 @@
 //! At the end every group gets a final SIGKILL, so background children a rank left
 //! behind in its group do not outlive the job. If the launcher itself is SIGKILLed,
 //! `PR_SET_PDEATHSIG` takes the ranks down with it.
+//!
+//! With `--keep-going` (for survivors that shrink the group after a peer died) a rank
+//! killed by a signal stops nobody: it is reported, and the job succeeds if every other
+//! rank exits 0 (at least one must). A rank that exits non-zero on its own still stops
+//! the job as above: it failed, it did not merely die.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
@@ -35,6 +40,8 @@ pub struct LaunchOptions {
     /// Place the ranks round-robin on this many GPUs (`LOWCON_DEVICE` = rank mod M), and
     /// let them share GPUs (`LOWCON_SHARE_GPU=1`) when there are more ranks than GPUs.
     pub gpus: Option<usize>,
+    /// A rank killed by a signal does not stop the others (NOTE [fail fast, no orphans]).
+    pub keep_going: bool,
     pub command: Vec<OsString>,
 }
 
@@ -190,6 +197,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, String> {
     let started = pids.iter().filter(|p| p.is_some()).count();
     let mut running = started;
     let mut first_failure: Option<(usize, String, i32)> = None;
+    let (mut lost, mut finished) = (Vec::new(), 0usize);
     let mut interrupted: Option<i32> = None;
     let mut kill_at: Option<Instant> = None;
     if let Some(e) = &spawn_error {
@@ -227,6 +235,16 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, String> {
                         continue;
                     }
                 };
+                finished += usize::from(status.success());
+                if opts.keep_going && status.signal().is_some() && first_failure.is_none() && interrupted.is_none() {
+                    let how = describe(&status);
+                    eprintln!(
+                        "lowcon launch: rank {rank} (pid {}) died: {how}; the others keep going (--keep-going)",
+                        pids[rank].unwrap_or(0)
+                    );
+                    lost.push(format!("rank {rank} ({how})"));
+                    continue;
+                }
                 if !status.success() && first_failure.is_none() && interrupted.is_none() {
                     let how = describe(&status);
                     eprintln!(
@@ -270,7 +288,16 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, String> {
             if code == 0 { 1 } else { code }
         }
         (None, None, Some(sig)) => 128 + sig,
-        (None, None, None) => 0,
+        (None, None, None) if lost.is_empty() => 0,
+        (None, None, None) => {
+            let ok = finished > 0;
+            eprintln!(
+                "lowcon launch: job {}: {} died, {finished} rank(s) finished",
+                if ok { "finished without them" } else { "failed" },
+                lost.join(", ")
+            );
+            if ok { 0 } else { 1 }
+        }
     })
 }
 

@@ -47,6 +47,11 @@ enum Command {
         /// timings.
         #[arg(long, value_name = "M|gpu")]
         gpus: Option<String>,
+        /// A rank killed by a signal does not stop the others (for survivors that shrink
+        /// the group and go on); the job succeeds if every other rank exits 0. A rank
+        /// that exits non-zero still stops the job.
+        #[arg(long)]
+        keep_going: bool,
         /// The command each rank runs, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<OsString>,
@@ -181,6 +186,10 @@ enum Scenario {
         /// (`RANK:MS`); the others retry.
         #[arg(long)]
         die_in_shrink: Option<String>,
+        /// Host backend: this rank calls shrink this many ms late (`RANK:MS`); past the
+        /// agreement window it must be told it was left out, and the others go on.
+        #[arg(long)]
+        late_in_shrink: Option<String>,
     },
     /// GPU collectives captured into CUDA graphs: eleven calls replayed with fresh data
     /// and eager calls between; two graphs on two streams; what a capture refuses. With
@@ -337,14 +346,23 @@ fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
         Scenario::CollShrink { backend, healthy: Some(n), .. } => {
             ("coll-shrink", lowcon_tests::shrink::healthy_shrinks(n, backend == "gpu"))
         }
-        Scenario::CollShrink { backend, victims, kill_at, timeout_ms, method, healthy: None, die_in_shrink } => {
-            let dier = match die_in_shrink {
-                Some(d) => {
-                    let (r, ms) = d.split_once(':').ok_or("--die-in-shrink RANK:MS")?;
-                    Some((r.parse::<usize>()?, Duration::from_millis(ms.parse()?)))
-                }
-                None => None,
+        Scenario::CollShrink {
+            backend,
+            victims,
+            kill_at,
+            timeout_ms,
+            method,
+            healthy: None,
+            die_in_shrink,
+            late_in_shrink,
+        } => {
+            let rank_ms = |d: Option<String>, flag: &str| -> Result<_, Box<dyn std::error::Error>> {
+                let Some(d) = d else { return Ok(None) };
+                let (r, ms) = d.split_once(':').ok_or(format!("{flag} RANK:MS"))?;
+                Ok(Some((r.parse::<usize>()?, Duration::from_millis(ms.parse()?))))
             };
+            let dier = rank_ms(die_in_shrink, "--die-in-shrink")?;
+            let late = rank_ms(late_in_shrink, "--late-in-shrink")?;
             let victims: Vec<usize> = match victims {
                 Some(v) => v.split(',').map(|x| x.trim().parse()).collect::<Result<_, _>>()?,
                 None => vec![world - 1],
@@ -352,7 +370,7 @@ fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
             let t = Duration::from_millis(timeout_ms);
             let r = match backend.as_str() {
                 "gpu" => lowcon_tests::shrink::gpu_shrink(&victims, kill_at, t, methods(&method)?[0]),
-                _ => lowcon_tests::shrink::host_shrink(&victims, kill_at, t, dier),
+                _ => lowcon_tests::shrink::host_shrink(&victims, kill_at, t, dier, late),
             };
             ("coll-shrink", r)
         }
@@ -427,32 +445,41 @@ fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
     let r: Result<i32, Box<dyn std::error::Error>> = match cli.command {
-        Command::Launch { nproc_per_node, master_addr, master_port, store_port, tee, grace_period, gpus, command } => {
-            (|| {
-                let nproc = parse_nproc("--nproc-per-node", &nproc_per_node)?;
-                let gpus = gpus.map(|m| parse_nproc("--gpus", &m)).transpose()?;
-                if let (Some(m), Ok(n)) = (gpus, lowcon::cuda::device_count())
-                    && m > n
-                    && n > 0
-                {
-                    return Err(format!("--gpus {m}: only {n} GPU(s) are visible").into());
-                }
-                if !(0.0..=3600.0).contains(&grace_period) {
-                    return Err(format!("--grace-period {grace_period} must be between 0 and 3600 seconds").into());
-                }
-                let opts = launch::LaunchOptions {
-                    nproc,
-                    master_addr,
-                    master_port,
-                    store_port,
-                    tee,
-                    grace: Duration::from_secs_f64(grace_period),
-                    gpus,
-                    command,
-                };
-                Ok(launch::launch(&opts)?)
-            })()
-        }
+        Command::Launch {
+            nproc_per_node,
+            master_addr,
+            master_port,
+            store_port,
+            tee,
+            grace_period,
+            gpus,
+            keep_going,
+            command,
+        } => (|| {
+            let nproc = parse_nproc("--nproc-per-node", &nproc_per_node)?;
+            let gpus = gpus.map(|m| parse_nproc("--gpus", &m)).transpose()?;
+            if let (Some(m), Ok(n)) = (gpus, lowcon::cuda::device_count())
+                && m > n
+                && n > 0
+            {
+                return Err(format!("--gpus {m}: only {n} GPU(s) are visible").into());
+            }
+            if !(0.0..=3600.0).contains(&grace_period) {
+                return Err(format!("--grace-period {grace_period} must be between 0 and 3600 seconds").into());
+            }
+            let opts = launch::LaunchOptions {
+                nproc,
+                master_addr,
+                master_port,
+                store_port,
+                tee,
+                grace: Duration::from_secs_f64(grace_period),
+                gpus,
+                keep_going,
+                command,
+            };
+            Ok(launch::launch(&opts)?)
+        })(),
         Command::Store(cmd) => store_cmd::run(cmd).map(|()| 0),
         Command::Selftest { scenario } => selftest(scenario),
         Command::Bench(b) => bench::run(*b).map(|()| 0),

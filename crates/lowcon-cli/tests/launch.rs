@@ -240,3 +240,28 @@ fn a_store_server_killed_mid_wait_gives_clients_an_error() {
     assert!(matches!(r, Err(StoreError::Disconnected { op: "get", .. })), "{r:?}");
     assert!(took < Duration::from_secs(10), "{took:?}");
 }
+
+/// `--keep-going`: a rank killed by a signal stops nobody; the others finish and the job
+/// succeeds. A rank that exits non-zero on its own still stops the job.
+#[test]
+fn keep_going_lets_the_others_finish_after_a_rank_is_killed() {
+    // Rank 1 SIGKILLs itself; the others outlive it and finish.
+    let script = "if [ $RANK = 1 ]; then kill -9 $$; fi; sleep 0.5; echo finished";
+    let (out, _) = launch(&["--nproc-per-node", "3", "--tee", "--keep-going"], script);
+    let (stdout, err) = (String::from_utf8_lossy(&out.stdout), stderr(&out));
+    assert!(out.status.success(), "{stdout}\n{err}");
+    assert!(stdout.contains("[rank 0] finished") && stdout.contains("[rank 2] finished"), "{stdout}\n{err}");
+    assert!(err.contains("rank 1 (pid") && err.contains("died: signal SIGKILL (9)"), "{err}");
+    assert!(err.contains("finished without them: rank 1 (signal SIGKILL (9)) died, 2 rank(s) finished"), "{err}");
+    // Without --keep-going the same job fails.
+    let (out, _) = launch(&["--nproc-per-node", "3"], script);
+    assert!(!out.status.success(), "{}", stderr(&out));
+    // A rank that exits 3 still stops the job, --keep-going or not.
+    let script = "if [ $RANK = 1 ]; then exit 3; fi; sleep 30";
+    let (out, took) = launch(&["--nproc-per-node", "3", "--keep-going", "--grace-period", "1"], script);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    // Every rank killed: nobody finished, the job failed.
+    let (out, _) = launch(&["--nproc-per-node", "2", "--keep-going"], "kill -9 $$");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+}

@@ -71,6 +71,18 @@ impl GpuGroup {
     /// rank allows it: [`GpuGroupOptions::share_gpu`]), every pair
     /// of GPUs can access each other.
     pub fn new(store: impl Store + 'static, rank: usize, world: usize, opts: GpuGroupOptions) -> Result<Self> {
+        Self::create(Box::new(store), rank, world, opts, &|_| false)
+    }
+
+    /// [`Self::new`], failing at once when a rank `gone` names has died (see
+    /// `GroupCore::new`).
+    fn create(
+        store: Box<dyn Store>,
+        rank: usize,
+        world: usize,
+        opts: GpuGroupOptions,
+        gone: &dyn Fn(usize) -> bool,
+    ) -> Result<Self> {
         let share = match opts.share_gpu {
             Some(s) => s,
             None => crate::config::share_gpu()?,
@@ -87,7 +99,7 @@ impl GpuGroup {
             ("device_index".to_string(), index.to_string()),
             ("share_gpu".to_string(), u8::from(share).to_string()),
         ];
-        let core = GroupCore::new(Box::new(store), rank, world, &opts.name, extra, opts.timeout)?;
+        let core = GroupCore::new(store, rank, world, &opts.name, extra, opts.timeout, gone)?;
         // Every rank evaluates the same checks on the same facts, so all fail together.
         let shared = check_placement(&core.infos)?;
         if !shared.is_empty() && rank == 0 {
@@ -107,12 +119,13 @@ impl GpuGroup {
         // Peer access is checked locally; the verdicts are shared so every rank fails
         // with the same message instead of some waiting for the others.
         let verdict = peer_access_verdict(&core, &device);
-        let verdicts = core.store().all_gather(
+        let verdicts = core.store().all_gather_watching(
             &format!("group/{}/peer-access", core.group_id),
             rank,
             world,
             verdict.as_bytes(),
             core.setup_timeout,
+            &|p| core.mesh.peer_hung_up(p),
         )?;
         if let Some(bad) = verdicts.iter().find(|v| !v.is_empty()) {
             return Err(Error::Rendezvous(String::from_utf8_lossy(bad).into_owned()));
@@ -159,12 +172,13 @@ impl GpuGroup {
         // Failed, not aborted: an abort would also break off the store, which moves on.
         core.fail(crate::error::Error::GroupFailed(format!("rank {}: the group was shrunk", core.rank)));
         let opts = GpuGroupOptions { name: agreed.name, ..self.opts.clone() };
-        let mut g = GpuGroup::new(core.share_store(), agreed.new_rank, agreed.members.len(), opts)?;
+        let gone = |q: usize| agreed.members[q] != core.rank && core.mesh.peer_hung_up(agreed.members[q]);
+        let mut g = GpuGroup::create(core.share_store(), agreed.new_rank, agreed.members.len(), opts, &gone)?;
         g._store_server = self._store_server.clone();
         // Creation can end differently on different members (one that dies midway leaves
         // some with a group and some with an error): the group counts only once every
         // member has it, else every member fails this attempt and may shrink again.
-        g.store_barrier("shrink-created")?;
+        g.sync().core.barrier_watching("shrink-created")?;
         Ok(g)
     }
 

@@ -45,13 +45,25 @@ impl HostGroup {
     /// Collective: creates the group, meeting through `store` (lowcon's store client or any
     /// [`Store`]) as rank `rank` of `world`.
     pub fn new(store: impl Store + 'static, rank: usize, world: usize, opts: HostGroupOptions) -> Result<Self> {
+        Self::create(Box::new(store), rank, world, opts, &|_| false)
+    }
+
+    /// [`Self::new`], failing at once when a rank `gone` names has died.
+    fn create(
+        store: Box<dyn Store>,
+        rank: usize,
+        world: usize,
+        opts: HostGroupOptions,
+        gone: &dyn Fn(usize) -> bool,
+    ) -> Result<Self> {
         let core = GroupCore::new(
-            Box::new(store),
+            store,
             rank,
             world,
             &opts.name,
             vec![("backend".into(), "host".into())],
             opts.timeout,
+            gone,
         )?;
         Ok(Self { coll: HostColl::new(HostSync::new(core)?), _store_server: None, opts, shrinks: Default::default() })
     }
@@ -67,12 +79,14 @@ impl HostGroup {
         // Failed, not aborted: an abort would also break off the store, which moves on.
         self.core().fail(crate::error::Error::GroupFailed(format!("rank {}: the group was shrunk", self.core().rank)));
         let opts = HostGroupOptions { name: agreed.name, ..self.opts.clone() };
-        let mut g = HostGroup::new(self.core().share_store(), agreed.new_rank, agreed.members.len(), opts)?;
+        let core = self.core();
+        let gone = |q: usize| agreed.members[q] != core.rank && core.mesh.peer_hung_up(agreed.members[q]);
+        let mut g = HostGroup::create(core.share_store(), agreed.new_rank, agreed.members.len(), opts, &gone)?;
         g._store_server = self._store_server.clone();
         // Creation can end differently on different members (one that dies midway leaves
         // some with a group and some with an error): the group counts only once every
         // member has it, else every member fails this attempt and may shrink again.
-        g.store_barrier("shrink-created")?;
+        g.core().barrier_watching("shrink-created")?;
         Ok(g)
     }
 

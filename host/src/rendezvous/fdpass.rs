@@ -48,6 +48,7 @@ impl Mesh {
         rank: usize,
         world: usize,
         timeout: Duration,
+        gone: &dyn Fn(usize) -> bool,
     ) -> Result<Self> {
         let deadline = Instant::now() + timeout;
         let mut peers: Vec<Option<UnixStream>> = (0..world).map(|_| None).collect();
@@ -58,6 +59,13 @@ impl Mesh {
             let mut s = loop {
                 match UnixStream::connect_addr(&addr) {
                     Ok(s) => break s,
+                    Err(e) if gone(p) => {
+                        return Err(Error::PeerGone {
+                            rank,
+                            peer: p,
+                            what: format!("waiting to connect to its socket @{name} ({e})"),
+                        });
+                    }
                     Err(e) if Instant::now() < deadline => {
                         let _ = e;
                         std::thread::sleep(Duration::from_millis(5));
@@ -104,6 +112,13 @@ impl Mesh {
                     pending -= 1;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if let Some(p) = (rank + 1..world).find(|&p| peers[p].is_none() && gone(p)) {
+                        return Err(Error::PeerGone {
+                            rank,
+                            peer: p,
+                            what: "waiting for it to connect to our socket".into(),
+                        });
+                    }
                     if Instant::now() >= deadline {
                         let missing: Vec<usize> = (rank + 1..world).filter(|p| peers[*p].is_none()).collect();
                         return Err(Error::PeerTimeout {

@@ -274,7 +274,9 @@ fn name_missing_ranks(e: lowcon_store::StoreError, name: &str, generation: u64, 
 
 impl GroupCore {
     /// Collective: exchanges `extra` facts, checks the world fits on one host, agrees on
-    /// a group id and connects the socket mesh.
+    /// a group id and connects the socket mesh. `gone` says whether a rank is known to
+    /// have died (a shrink's new group watches the old group's sockets): waits for it
+    /// then fail at once, naming it, instead of at the set-up timeout.
     pub(crate) fn new(
         store: Box<dyn Store>,
         rank: usize,
@@ -282,6 +284,7 @@ impl GroupCore {
         name: &str,
         extra: Vec<(String, String)>,
         timeout: Duration,
+        gone: &dyn Fn(usize) -> bool,
     ) -> Result<Self> {
         let setup = crate::config::setup_timeout().max(timeout);
         if world == 0 || rank >= world {
@@ -305,8 +308,11 @@ impl GroupCore {
         }
         me.fields.extend(extra);
         let key = format!("group/{name}/{seq}/hello");
-        let infos: Vec<PeerInfo> =
-            store.all_gather(&key, rank, world, &me.encode(), setup)?.iter().map(|b| PeerInfo::decode(b)).collect();
+        let infos: Vec<PeerInfo> = store
+            .all_gather_watching(&key, rank, world, &me.encode(), setup, gone)?
+            .iter()
+            .map(|b| PeerInfo::decode(b))
+            .collect();
         for (r, info) in infos.iter().enumerate() {
             if info.get("world") != world.to_string() {
                 return Err(Error::Rendezvous(format!(
@@ -325,8 +331,8 @@ impl GroupCore {
         }
         let group_id = format!("{}-{seq}", infos[0].get("group_id"));
         let listener = Mesh::listen(&group_id, rank)?;
-        store.barrier(&format!("group/{name}/{seq}/listening"), world, setup)?;
-        let mesh = Mesh::connect(listener, &group_id, rank, world, setup)?;
+        store.all_gather_watching(&format!("group/{name}/{seq}/listening"), rank, world, &[], setup, gone)?;
+        let mesh = Mesh::connect(listener, &group_id, rank, world, setup, gone)?;
         Ok(Self {
             rank,
             world,
@@ -479,6 +485,14 @@ impl GroupCore {
     pub(crate) fn barrier(&self, name: &str, timeout: Duration) -> Result<()> {
         let key = format!("group/{}/user/{name}", self.group_id);
         self.store().barrier(&key, self.world, timeout)
+    }
+
+    /// Collective: a store barrier (within the set-up timeout) that fails at once,
+    /// naming the rank, when a rank still missing has hung up its socket.
+    pub(crate) fn barrier_watching(&self, name: &str) -> Result<()> {
+        let gone = |p: usize| self.mesh.peer_hung_up(p);
+        let key = format!("group/{}/watched/{name}", self.group_id);
+        self.store().all_gather_watching(&key, self.rank, self.world, &[], self.setup_timeout, &gone).map(|_| ())
     }
 
     /// Collective: the next allocation's tag, after checking every rank asked for the

@@ -2,18 +2,28 @@
 //! is alive, and the caller makes a new group of them (`GpuGroup::shrink`,
 //! `HostGroup::shrink`).
 //!
-//! NOTE [shrink agreement]: every survivor adds 1 to a counter under the old group's id
-//! and the attempt's number, and writes its rank under the number it drew. The first to
-//! arrive coordinates: it waits until every rank whose socket has not hung up has
-//! arrived (re-reading the hang-ups meanwhile), or for twice the group's timeout (a
-//! survivor may first wait out a timeout in a collective on another survivor that had
-//! already gone on to shrink), then
-//! writes the member list: the ranks that arrived, less those that hung up since. The
-//! list is final once written, so a rank that arrives later finds itself outside it and
-//! is told so ("left out"); the others wait for the list, within the timeout and a
-//! margin. If the coordinator dies before writing it, they time out naming it; calling
-//! `shrink` again makes a new attempt (the next number: every survivor's count of
-//! attempts stays the same, since they all fail the same one).
+//! NOTE [shrink agreement]: every survivor first marks itself present (`here/<rank>`),
+//! then draws a number (`claim`); the first draws 1, coordinates, and publishes its rank
+//! (`coordinator`). It waits until every rank that has neither hung up its socket nor
+//! been left out before is present (re-reading the hang-ups meanwhile), or for twice the
+//! group's timeout (a survivor may first wait out a timeout in a collective on another
+//! survivor that had already gone on to shrink), then writes the member list: the ranks
+//! present, less those that hung up since. Each step is one store operation, and the
+//! coordinator never waits on a key another rank may have died before writing, so a rank
+//! killed between any two steps leaves nothing for the others to wait out. (An earlier
+//! design had each rank write its rank under the number it drew: one killed between
+//! the two made the coordinator fail the attempt after the set-up timeout while the
+//! others waited longer for the list, and their attempts drifted apart into groups of
+//! one.) Only `set`, `get` and `add` are used, so a framework's store serves too; flags
+//! are counters, read with `add(key, 0)`, which never blocks.
+//!
+//! The list is final once written, so a rank that arrives later finds itself outside it
+//! and is told so ("left out"); it marks itself so (`out/<rank>`, for the whole group),
+//! later attempts do not wait for it, and its later `shrink` calls fail the same way.
+//! The others wait for the list, and fail the attempt as soon as the coordinator hangs
+//! up without writing it (or after the window and a margin, if it died before
+//! publishing its rank); calling `shrink` again makes a new attempt (the next number:
+//! every survivor's count of attempts stays the same, since they all fail the same one).
 //!
 //! The new group meets under a name of its own (the old group's id and the attempt's
 //! number), so its store keys, signal pads and epochs share nothing with the old group's.
@@ -49,58 +59,85 @@ impl GroupCore {
     /// attempt `attempt` of this group.
     pub(crate) fn agree_on_survivors(&self, attempt: u64) -> Result<Agreed> {
         let (rank, world) = (self.rank, self.world);
-        let prefix = format!("group/{}/shrink/{attempt}", self.group_id);
+        let group = format!("group/{}/shrink", self.group_id);
+        let prefix = format!("{group}/{attempt}");
         let hung_up = |p: usize| p != rank && self.mesh.peer_hung_up(p);
         let mut store = self.store();
-        let k = store.add(&format!("{prefix}/arrive"), 1)?;
-        store.set(&format!("{prefix}/who/{k}"), rank.to_string().as_bytes())?;
-        let list = format!("{prefix}/members");
+        if store.add(&format!("{group}/out/{rank}"), 0)? > 0 {
+            return Err(Error::Rendezvous(format!(
+                "rank {rank}: left out of an earlier shrink of this group: the survivors went on without it"
+            )));
+        }
+        store.add(&format!("{prefix}/here/{rank}"), 1)?;
+        let coordinating = store.add(&format!("{prefix}/claim"), 1)? == 1;
+        let (coordinator_key, listed, list) =
+            (format!("{prefix}/coordinator"), format!("{prefix}/listed"), format!("{prefix}/members"));
         // A survivor may first wait out a whole timeout in a collective on another
         // survivor that already went on to shrink: the window allows for that.
         let window = 2 * self.timeout;
-        let members = if k == 1 {
-            let start = Instant::now();
-            let arrived = loop {
-                let alive = (0..world).filter(|&p| !hung_up(p)).count();
-                let arrived = store.add(&format!("{prefix}/arrive"), 0)?;
-                if arrived as usize >= alive || start.elapsed() > window {
-                    break arrived;
+        let start = Instant::now();
+        let members = if coordinating {
+            store.add(&coordinator_key, rank as i64 + 1)?;
+            let (mut present, mut out) = (vec![false; world], vec![false; world]);
+            loop {
+                let mut waiting = false;
+                for p in 0..world {
+                    if present[p] || out[p] || hung_up(p) {
+                        continue;
+                    }
+                    present[p] = store.add(&format!("{prefix}/here/{p}"), 0)? > 0;
+                    out[p] = !present[p] && store.add(&format!("{group}/out/{p}"), 0)? > 0;
+                    waiting |= !present[p] && !out[p];
+                }
+                if !waiting || start.elapsed() > window {
+                    break;
                 }
                 std::thread::sleep(Duration::from_millis(1));
-            };
-            let keys: Vec<String> = (1..=arrived).map(|i| format!("{prefix}/who/{i}")).collect();
-            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-            let who = store.multi_get(&keys, self.setup_timeout)?;
-            let mut members = Vec::new();
-            for w in who {
-                let p: usize = String::from_utf8_lossy(&w).parse().map_err(|_| bad_list("who"))?;
-                if !hung_up(p) {
-                    members.push(p);
-                }
             }
-            members.sort_unstable();
-            members.dedup();
+            let members: Vec<usize> = (0..world).filter(|&p| present[p] && !hung_up(p)).collect();
             let text = members.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
             store.set(&list, text.as_bytes())?;
+            store.add(&listed, 1)?;
+            crate::log::trace(
+                rank,
+                &format!(
+                    "shrink attempt {attempt} of group {}: coordinated in {:?}: members {text}",
+                    self.group_id,
+                    start.elapsed()
+                ),
+            );
             members
         } else {
-            match store.multi_get(&[&list], window + LIST_MARGIN) {
-                Ok(v) => parse_members(&v[0])?,
-                Err(e) => {
-                    let coordinator = store
-                        .multi_get(&[&format!("{prefix}/who/1")], Duration::from_millis(100))
-                        .ok()
-                        .map(|v| String::from_utf8_lossy(&v[0]).into_owned());
+            let mut coordinator = None;
+            loop {
+                if store.add(&listed, 0)? > 0 {
+                    let members = parse_members(&store.multi_get(&[&list], self.setup_timeout)?[0])?;
+                    crate::log::trace(rank, &format!("shrink attempt {attempt}: members {members:?}"));
+                    break members;
+                }
+                if coordinator.is_none() {
+                    coordinator = usize::try_from(store.add(&coordinator_key, 0)? - 1).ok();
+                }
+                let gone = coordinator.filter(|&c| hung_up(c));
+                let late = start.elapsed() > window + LIST_MARGIN;
+                if gone.is_some() || late {
+                    let why = match gone {
+                        Some(c) => format!("the coordinating rank {c} hung up before it wrote the member list"),
+                        None => format!(
+                            "no member list within {:.1} s (the coordinating rank, {}, may have died)",
+                            (window + LIST_MARGIN).as_secs_f64(),
+                            coordinator.map_or("unknown".to_string(), |c| c.to_string())
+                        ),
+                    };
                     return Err(Error::Rendezvous(format!(
-                        "rank {rank}: shrink attempt {attempt}: no member list within {:.1} s ({e}); the \
-                         coordinating rank ({}) may have died: call shrink again",
-                        (window + LIST_MARGIN).as_secs_f64(),
-                        coordinator.as_deref().unwrap_or("unknown")
+                        "rank {rank}: shrink attempt {attempt}: {why}: call shrink again"
                     )));
                 }
+                std::thread::sleep(Duration::from_millis(1));
             }
         };
         let Some(new_rank) = members.iter().position(|&p| p == rank) else {
+            store.add(&format!("{group}/out/{rank}"), 1)?;
             return Err(Error::Rendezvous(format!(
                 "rank {rank}: left out of the shrunken group: it arrived after the survivors' list was made \
                  (members, by old rank: {members:?})"

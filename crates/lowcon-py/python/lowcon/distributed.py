@@ -55,7 +55,7 @@ from . import Error, InvalidArgument, from_store
 from ._ops import reduce_op_name
 
 NAME = "lowcon"
-__all__ = ["NAME", "LowconProcessGroup", "register"]
+__all__ = ["NAME", "LowconProcessGroup", "register", "shrink_group"]
 
 _FLOAT = (torch.float32, torch.float16, torch.bfloat16)
 _INT = (torch.int32, torch.int64, torch.uint8)
@@ -115,7 +115,7 @@ class LowconWork(dist._Work):
 class LowconProcessGroup(dist.ProcessGroup):
     """A torch.distributed process group whose collectives run on lowcon."""
 
-    def __init__(self, store, rank, world_size, timeout, group_name=None):
+    def __init__(self, store, rank, world_size, timeout, group_name=None, group=None):
         super().__init__(rank, world_size)
         self._name = group_name or ""
         self._desc = ""
@@ -128,7 +128,10 @@ class LowconProcessGroup(dist.ProcessGroup):
                                                                                None)):
             secs = timeout.total_seconds()
         backend = "gpu" if torch.cuda.is_available() else "host"
-        self._group = from_store(store, rank, world_size, backend=backend, name="torch-backend", timeout=secs)
+        if group is not None:  # a shrunken group (shrink_group): lowcon has met already
+            self._group = group
+        else:
+            self._group = from_store(store, rank, world_size, backend=backend, name="torch-backend", timeout=secs)
         self._cpu = None
         self._store, self._timeout = store, timeout
         self._nccl = None  # made on the first CUDA call that falls back
@@ -486,8 +489,54 @@ def _as_one_buffer(tensors):
     return torch.empty(0, dtype=first.dtype, device=first.device).set_(base, offset, (total,), (1,))
 
 
-def _create(store, rank, world_size, timeout):
+# The shrunken lowcon group that the next process group made here adopts (shrink_group).
+_adopt = None
+
+
+def shrink_group(group=None):
+    """Collective among the survivors of a lowcon process group whose peer died (every
+    live rank calls it, after a collective raised lowcon.PeerGone or lowcon.PeerTimeout):
+    shrinks its lowcon group (`Group.shrink`: the live ranks agree through the store, a
+    rank too late is left out and told so) and returns a new torch.distributed process
+    group over the survivors, renumbered in order of their old ranks, that runs on the
+    shrunken lowcon group, so lowcon meets only once. torch registers it as any group
+    (`DeviceMesh.from_group(g, "cuda")`, `dist.get_process_group_ranks(g)`).
+
+    torch 2.11's own `dist.shrink_group` works only on C++ backends (NCCL); a Python
+    process group such as this one cannot take part, hence this function. The old group
+    stays registered, failed: use the new one. torch's store (the default group's) must
+    still answer, and under torchrun or `lowcon launch` it lives in rank 0's process
+    (`MASTER_PORT`): if rank 0 died, this raises the store's error, and there is no way
+    on but a restart. Collectives that fell back to NCCL or Gloo on the old group are
+    made again on the new one, on first use.
+    """
+    global _adopt
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if not isinstance(pg, LowconProcessGroup):
+        raise InvalidArgument(f"shrink_group: {type(pg).__name__} is not a lowcon process group")
+    new = pg.lowcon_group.shrink()
+    # Which of the old ranks survived: a first collective on the new group.
+    device = torch.device("cuda", new.device) if pg._gpu else torch.device("cpu")
+    mine = torch.tensor([pg.rank()], dtype=torch.int64, device=device)
+    ranks = torch.empty(new.world_size, dtype=torch.int64, device=device)
+    new.all_gather(ranks, mine)
+    survivors = [dist.get_global_rank(pg, int(r)) for r in ranks.tolist()]
+    _adopt = new
     try:
+        return dist.new_group(survivors, backend=NAME, timeout=pg._timeout, use_local_synchronization=True)
+    finally:
+        _adopt = None
+
+
+def _create(store, rank, world_size, timeout):
+    global _adopt
+    try:
+        if _adopt is not None:
+            group, _adopt = _adopt, None
+            if (group.rank, group.world_size) != (rank, world_size):
+                raise InvalidArgument(f"rank {rank}: torch made rank {rank} of {world_size} from a shrunken group "
+                                      f"of rank {group.rank} of {group.world_size}")
+            return LowconProcessGroup(store, rank, world_size, timeout, group=group)
         return LowconProcessGroup(store, rank, world_size, timeout)
     except Error:
         raise
