@@ -12,13 +12,16 @@
 #                   with both sync methods, bad input, dead peers: SIGKILL and a clean
 #                   exit with calls in flight), capi (the C check and its dead peers),
 #                   python (torch tensors, the pool and CuPy, a SIGKILLed rank, the
-#                   torch.distributed backend, FSDP2 with hooks against Gloo); default all
+#                   torch.distributed backend, FSDP2 with hooks against Gloo; at 2
+#                   ranks the fault matrix with its then-shrink column, at 3 the FSDP2
+#                   shrink example); default all
 #   SHARED_BUDGET   seconds for the whole run (default 560: one 10-minute device call;
 #                   all parts at every size take three: "rust capi" at 2 3 4 8, python
 #                   at 2 3 4, python at 8)
 #   STEPS_ONLY      an extended regex: only the steps whose names match run (e.g.
 #                   "coll-mapped|FSDP2"; set-up steps always run)
 #   SHARED_GPU      the GPU to share (default 0)
+#   SHRINKS         live shrinks in the leak check (default 20)
 #   SHARED_MPS=0    do not start MPS (time-sliced contexts: correct, about 200x slower
 #                   barriers)
 # Exit status 0 only if every step passed.
@@ -128,8 +131,8 @@ for w in $worlds; do
       st "w=$w coll-shrink: SIGKILL at call 20, the survivors shrink and pass the suite ($m)" "shrink-w$w.txt" 120 \
         env DP_SCENARIO="coll-shrink --backend gpu" bash "$here/gpu-dead-peer.sh" "$CUDA_VISIBLE_DEVICES" "$w" "$m" "$L" "$out" 20
     done
-    st "w=$w coll-shrink: 20 shrinks of a live group, no leak" "shrink-w$w.txt" 120 \
-      "${run[@]}" "$L" selftest coll-shrink --backend gpu --healthy 20
+    st "w=$w coll-shrink: ${SHRINKS:-20} shrinks of a live group, no leak" "shrink-w$w.txt" 240 \
+      "${run[@]}" "$L" selftest coll-shrink --backend gpu --healthy "${SHRINKS:-20}"
     for m in kernel memop; do
       # Ranks by hand (no launcher): the library alone names the dead rank.
       st "w=$w coll-dead-peer SIGKILL mid-loop, no launcher ($m)" "dead-w$w.txt" 90 \
@@ -168,6 +171,17 @@ for w in $worlds; do
     if [ "$w" = 2 ]; then
       st "w=$w python: a SIGKILLed rank named, ranks by hand" "python-w$w.txt" 120 \
         env LOWCON_PYTEST_BACKEND=gpu python3 -m pytest -q -p no:cacheprovider "$pyt/test_host.py" -k sigkilled
+      # The fault matrix is of 2 ranks; here they share the GPU. Signals, where a
+      # group exists, with the then-shrink column, by hand and under --keep-going.
+      st "w=$w python: fault matrix with then shrink (hand, keep-going; kernel, memop)" "faults-w$w.txt" 300 \
+        env LOWCON_SHARE_GPU=1 LOWCON_DEVICE=0 CUDA_DEVICE_MAX_CONNECTIONS=8 python3 "$pyt/fault_matrix.py" \
+        --backend gpu --launchers hand,keep-going --exits sigkill,sigterm,os_exit --moments ag,rs,pool,sync \
+        --syncs kernel,memop --timeout 10 --out "$out/faults-w$w"
+    fi
+    if [ "$w" = 3 ]; then
+      st "w=3 python: FSDP2 shrinks 3 -> 2, re-shards a checkpoint, ends at the no-death loss" \
+        "python-fsdp-shrink.txt" 300 env LOWCON_PYTEST_LAUNCH="--gpus 1" \
+        python3 -m pytest -q -s -p no:cacheprovider "$pyt/test_fsdp2_shrink.py"
     fi
   fi
 done

@@ -1,8 +1,8 @@
-"""The fault matrix: a peer leaves (five ways) at seven moments, under three launchers;
+"""The fault matrix: a peer leaves (five ways) at seven moments, under four launchers;
 every survivor must end with a lowcon error naming it, within a bound, and nothing may
 hang. Each cell starts real rank processes running faults.py.
 
-    python fault_matrix.py --backend gpu --launchers hand,launch,torchrun \\
+    python fault_matrix.py --backend gpu --launchers hand,launch,keep-going,torchrun \\
         --exits os_exit,sys_exit,exception,sigkill,sigterm --moments ag,rs,ll,pool,init,close,sync \\
         --syncs kernel,memop --out DIR
 
@@ -13,7 +13,9 @@ Outcomes per cell:
   new group ("then shrink", the time that took), else `FAILED (then shrink)`;
 - `launcher`: the launcher stopped the job first (torchrun and `lowcon launch` end the
   whole job when a rank fails: an exception or a signal), which it reports naming the
-  failed rank; nothing hung;
+  failed rank; nothing hung. `keep-going` (`lowcon launch --keep-going`) ends it only
+  for a rank that exits non-zero (`exception`): for a signal its cells must be `named`,
+  shrink included;
 - `HUNG`: a process was still running at the cell's limit (then killed);
 - `FAILED`: anything else (the output is kept in DIR).
 
@@ -39,6 +41,8 @@ WORLD = 2
 # A survivor's error is due within this bound of the victim's exit: the watchdog's 50 ms
 # grace, the sentinel's 100 ms, polling. Group creation waits out the group's timeout.
 BOUND_MS = 2000
+# How a launcher says it stopped the job for the victim (not `--keep-going`'s "died").
+STOPPED = rf"lowcon launch: rank {WORLD - 1} \(pid \d+\) failed first|Root Cause[\s\S]*rank\s*: {WORLD - 1} "
 
 
 def _start_store():
@@ -75,8 +79,9 @@ def run_cell(backend, launcher, exit_, moment, sync, limit, timeout_s):
             procs.append(subprocess.Popen(args, env=dict(base, RANK=str(r), LOCAL_RANK=str(r)),
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                           start_new_session=True))
-    elif launcher == "launch":
-        procs.append(subprocess.Popen([LOWCON, "launch", "--nproc-per-node", str(WORLD), "--tee", "--", *args],
+    elif launcher in ("launch", "keep-going"):
+        flags = ["--keep-going"] if launcher == "keep-going" else []
+        procs.append(subprocess.Popen([LOWCON, "launch", "--nproc-per-node", str(WORLD), "--tee", *flags, "--", *args],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       start_new_session=True))
     elif launcher == "torchrun":
@@ -117,7 +122,7 @@ def run_cell(backend, launcher, exit_, moment, sync, limit, timeout_s):
         shrunk = [re.search(rf"rank {r}: then shrink ok: .* in (\d+) ms", out) for r in survivors]
         if not all(shrunk):
             # A launcher may end the job (a failed rank) while the survivors shrink.
-            stopped = re.search(rf"lowcon launch: rank {WORLD - 1} \(pid|Root Cause[\s\S]*rank\s*: {WORLD - 1} ", out)
+            stopped = re.search(STOPPED, out)
             if launcher != "hand" and exit_ in ("exception", "sigkill", "sigterm") and stopped:
                 return "launcher", None, wall, out
             return "FAILED (then shrink)", None, wall, out
@@ -125,7 +130,7 @@ def run_cell(backend, launcher, exit_, moment, sync, limit, timeout_s):
     # A launcher ends the whole job when a rank fails (non-zero exit or a signal).
     # Both launchers then name the failed rank: `lowcon launch: rank 1 (pid ..) failed
     # first`, torchrun's `rank : 1 (local_rank: 1)` under "Root Cause".
-    blamed = re.search(rf"lowcon launch: rank {WORLD - 1} \(pid|Root Cause[\s\S]*rank\s*: {WORLD - 1} ", out)
+    blamed = re.search(STOPPED, out)
     if launcher != "hand" and exit_ in ("exception", "sigkill", "sigterm") and blamed and "fault FAILED" not in out:
         return "launcher", None, wall, out
     return "FAILED", None, wall, out

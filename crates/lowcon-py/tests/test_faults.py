@@ -3,6 +3,7 @@ ways at seven moments, ranks started by hand and under `lowcon launch`; every su
 raise a lowcon error naming it within the bound, and nothing may hang. torchrun cells
 and the GPU backend run on the GPU machine (scripts/gpu-faults.sh)."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,17 @@ def test_under_lowcon_launch():
     assert rc == 0, out
     # Clean exits are lowcon's to name; a failing rank makes the launcher end the job.
     assert out.count("| named |") >= 4, out
+
+
+def test_under_lowcon_launch_keep_going_the_survivors_shrink():
+    """`lowcon launch --keep-going`: a victim killed by a signal leaves the job running, so
+    the survivors must name it, shrink and all-gather on the new group in every cell."""
+    rc, out = matrix("--launchers", "keep-going", "--exits", "sigkill,sigterm", "--moments", "ag,rs,pool")
+    assert rc == 0, out
+    rows = [line for line in out.splitlines() if line.startswith("| host | keep-going")]
+    assert len(rows) == 6 and all("| named |" in r for r in rows), out
+    # The then-shrink column holds a time in every row.
+    assert all(re.search(r"\| named \| \d+ \| \d+ \|", r) for r in rows), out
 
 
 def test_a_stopped_peer_times_out_named():

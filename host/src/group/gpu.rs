@@ -148,8 +148,10 @@ impl GpuGroup {
     /// ranks still alive agree through the store, within the group's timeout, and make a
     /// new group of themselves, renumbered in order of their old ranks (NOTE [shrink
     /// agreement]). A rank that arrives after the list was made is left out and gets an
-    /// error saying so; if the rank coordinating the agreement dies, the others get an
-    /// error naming it, and may call `shrink` again.
+    /// error saying so (and on every later call). A rank that dies during the shrink
+    /// fails the attempt on every survivor at once, naming it: the coordinator
+    /// ([`Error::Rendezvous`]) or a member while the new group is made (its waits watch
+    /// the old group's sockets: [`Error::PeerGone`]); call `shrink` again.
     ///
     /// This group is failed (not aborted): calls of it still in flight are discarded
     /// (their waits are released, so they complete without their data), and it refuses
@@ -158,7 +160,7 @@ impl GpuGroup {
     /// which an abort breaks off. Nothing else is shared: the new group's pads, epochs,
     /// workspaces and pool start fresh, and symmetric buffers of this group must be
     /// allocated again from the new one. A new group counts once every member has made
-    /// it (a store barrier), else this attempt fails on every member. In torchrun mode
+    /// it (a watched store barrier), else this attempt fails on every member. In torchrun mode
     /// (no `lowcon launch`), rank 0 hosts the store: if rank 0 died, there is no store to
     /// agree through.
     pub fn shrink(&self) -> Result<GpuGroup> {
