@@ -175,7 +175,7 @@ for w in $worlds; do
       # group exists, with the then-shrink column, by hand and under --keep-going.
       st "w=$w python: fault matrix with then shrink (hand, keep-going; kernel, memop)" "faults-w$w.txt" 300 \
         env LOWCON_SHARE_GPU=1 LOWCON_DEVICE=0 CUDA_DEVICE_MAX_CONNECTIONS=8 python3 "$pyt/fault_matrix.py" \
-        --backend gpu --launchers hand,keep-going --exits sigkill,sigterm,os_exit --moments ag,rs,pool,sync \
+        --backend gpu --launchers hand,keep-going --exits sigkill,sigterm --moments ag,rs,pool \
         --syncs kernel,memop --timeout 10 --out "$out/faults-w$w"
     fi
     if [ "$w" = 3 ]; then

@@ -184,7 +184,7 @@ def main():
         shutil.rmtree(root, ignore_errors=True)
         os.makedirs(root)
 
-    dist.init_process_group("lowcon", device_id=device if gpu else None)
+    dist.init_process_group("lowcon")  # no device_id: torch binds only C++ backends to one
     pg = dist.group.WORLD
     model, opt = build(pg, device)
     dist.barrier()  # the checkpoint directory exists

@@ -40,6 +40,11 @@ def run(tmp_path, *args):
     return p.returncode, p.stdout + p.stderr
 
 
+def show(out):
+    """The lines that say what happened (seen with pytest -s; gpu-shared.sh keeps them)."""
+    print("\n".join(line for line in out.splitlines() if re.search(r"failed:|now rank|done:|lowcon launch:", line)))
+
+
 def final_loss(out):
     m = re.search(r"done: final loss ([0-9.]+) on (\d) ranks", out)
     assert m, out
@@ -48,6 +53,7 @@ def final_loss(out):
 
 def test_survivors_shrink_reshard_and_train_on_as_if_nobody_died(tmp_path):
     rc, out = run(tmp_path, "--die-rank", "1", "--die-step", "7")
+    show(out)
     assert rc == 0, out
     assert "rank 1 (pid" in out and "died: signal SIGKILL" in out, out
     for old, new in ((0, 0), (2, 1)):
@@ -58,6 +64,7 @@ def test_survivors_shrink_reshard_and_train_on_as_if_nobody_died(tmp_path):
     loss, world = final_loss(out)
     assert world == 2, out
     rc, ref_out = run(tmp_path, "--no-die")
+    show(ref_out)
     assert rc == 0, ref_out
     ref, ref_world = final_loss(ref_out)
     assert ref_world == 3, ref_out

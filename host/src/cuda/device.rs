@@ -1,6 +1,6 @@
 //! An open CUDA device: its primary context, plus the kernels loaded into it.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use cudarc::driver::{CudaContext, sys};
 
@@ -8,6 +8,12 @@ use super::{Kernels, Stream, StreamPriority, device_count, init};
 use crate::error::{Error, Result, drv};
 
 /// A CUDA device opened by index, with its primary context. Cheap to clone.
+///
+/// NOTE [one Device per index]: every `open` of an index while a handle to it is alive
+/// returns that handle's device, so groups on one GPU in a process (a shrink's new group
+/// beside the old one, the torch backend's group beside the FSDP2 hooks') share one
+/// loaded module: the PTX is JIT-compiled once, not once per group (tens of ms, and a
+/// module's device memory, per group).
 ///
 /// lowcon disables cudarc's per-allocation event tracking on the contexts it opens:
 /// collectives order their work explicitly (events, signals), and hidden cross-stream
@@ -48,12 +54,21 @@ impl Device {
         if index >= count {
             return Err(Error::NoSuchDevice { index, count });
         }
+        static OPEN: Mutex<Vec<(usize, Weak<DeviceInner>)>> = Mutex::new(Vec::new());
+        let mut open = OPEN.lock().unwrap_or_else(|p| p.into_inner());
+        open.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(inner) = open.iter().find(|(i, _)| *i == index).and_then(|(_, w)| w.upgrade()) {
+            return Ok(Self { inner });
+        }
         let ctx = CudaContext::new(index).map_err(drv("cuDevicePrimaryCtxRetain"))?;
-        // SAFETY: no allocation or stream exists on this context yet (we just retained
-        // it and nothing else in lowcon hands it out before this line); lowcon orders its
-        // work explicitly, so cudarc's implicit event tracking is not relied upon.
+        // SAFETY: no allocation or stream exists on this handle to the context yet (we
+        // just retained it, and `OPEN` hands out no other handle to this index while one
+        // lives); lowcon orders its work explicitly, so cudarc's implicit event tracking
+        // is not relied upon.
         unsafe { ctx.disable_event_tracking() };
-        Ok(Self { inner: Arc::new(DeviceInner { ctx, index, kernels: OnceLock::new() }) })
+        let inner = Arc::new(DeviceInner { ctx, index, kernels: OnceLock::new() });
+        open.push((index, Arc::downgrade(&inner)));
+        Ok(Self { inner })
     }
 
     /// The device index this handle was opened with.
