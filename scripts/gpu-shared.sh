@@ -21,7 +21,7 @@
 #   STEPS_ONLY      an extended regex: only the steps whose names match run (e.g.
 #                   "coll-mapped|FSDP2"; set-up steps always run)
 #   SHARED_GPU      the GPU to share (default 0)
-#   SHRINKS         live shrinks in the leak check (default 20)
+#   SHRINKS         live shrinks in the leak check (default 100)
 #   SHARED_MPS=0    do not start MPS (time-sliced contexts: correct, about 200x slower
 #                   barriers)
 # Exit status 0 only if every step passed.
@@ -131,8 +131,8 @@ for w in $worlds; do
       st "w=$w coll-shrink: SIGKILL at call 20, the survivors shrink and pass the suite ($m)" "shrink-w$w.txt" 120 \
         env DP_SCENARIO="coll-shrink --backend gpu" bash "$here/gpu-dead-peer.sh" "$CUDA_VISIBLE_DEVICES" "$w" "$m" "$L" "$out" 20
     done
-    st "w=$w coll-shrink: ${SHRINKS:-20} shrinks of a live group, no leak" "shrink-w$w.txt" 240 \
-      "${run[@]}" "$L" selftest coll-shrink --backend gpu --healthy "${SHRINKS:-20}"
+    st "w=$w coll-shrink: ${SHRINKS:-100} shrinks of a live group, no leak" "shrink-w$w.txt" 240 \
+      "${run[@]}" "$L" selftest coll-shrink --backend gpu --healthy "${SHRINKS:-100}"
     for m in kernel memop; do
       # Ranks by hand (no launcher): the library alone names the dead rank.
       st "w=$w coll-dead-peer SIGKILL mid-loop, no launcher ($m)" "dead-w$w.txt" 90 \
