@@ -5,6 +5,7 @@ hang. Each cell starts real rank processes running faults.py.
     python fault_matrix.py --backend gpu --launchers hand,launch,keep-going,torchrun \\
         --exits os_exit,sys_exit,exception,sigkill,sigterm --moments ag,rs,ll,pool,init,close,sync \\
         --syncs kernel,memop --out DIR
+    python fault_matrix.py --world 4 --victims 2 ...    # 4 ranks, the last 2 leave together
 
 Outcomes per cell:
 - `named`: every survivor raised a lowcon error naming the victim; the detection time
@@ -37,12 +38,17 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 WORKER = str(HERE / "faults.py")
 LOWCON = os.environ.get("LOWCON_BIN", str(REPO / "target" / "debug" / "lowcon"))
-WORLD = 2
+WORLD = 2  # --world
+VICTIMS = 1  # --victims: the last ones leave
 # A survivor's error is due within this bound of the victim's exit: the watchdog's 50 ms
 # grace, the sentinel's 100 ms, polling. Group creation waits out the group's timeout.
 BOUND_MS = 2000
-# How a launcher says it stopped the job for the victim (not `--keep-going`'s "died").
-STOPPED = rf"lowcon launch: rank {WORLD - 1} \(pid \d+\) failed first|Root Cause[\s\S]*rank\s*: {WORLD - 1} "
+
+
+def stopped(out):
+    """Whether a launcher says it stopped the job for a victim (not `--keep-going`'s "died")."""
+    v = "|".join(str(r) for r in range(WORLD - VICTIMS, WORLD))
+    return re.search(rf"lowcon launch: rank (?:{v}) \(pid \d+\) failed first|Root Cause[\s\S]*rank\s*: (?:{v}) ", out)
 
 
 def _start_store():
@@ -67,6 +73,7 @@ def run_cell(backend, launcher, exit_, moment, sync, limit, timeout_s):
     # Group creation waits for a missing rank up to the set-up timeout (default 300 s):
     # here the group's timeout, so that the init cells end in seconds.
     env = dict(os.environ, FAULT_DIR=fault_dir, LOWCON_SYNC=sync, FAULT_TIMEOUT=str(timeout_s),
+               FAULT_VICTIMS=str(VICTIMS),
                LOWCON_SETUP_TIMEOUT_MS=str(int(timeout_s * 1000)), PYTHONUNBUFFERED="1")
     args = [sys.executable, WORKER, backend, exit_, moment]
     t0 = time.monotonic()
@@ -93,12 +100,12 @@ def run_cell(backend, launcher, exit_, moment, sync, limit, timeout_s):
     else:
         raise ValueError(launcher)
     outs, hung = [], False
-    stopped = exit_ == "sigstop"
-    if stopped:
+    sigstop = exit_ == "sigstop"
+    if sigstop:
         assert launcher == "hand", "sigstop cells start their ranks by hand"
     for i, p in enumerate(procs):
-        if stopped and i == len(procs) - 1:
-            # The stopped victim never ends by itself: end it once the survivors have.
+        if sigstop and i >= len(procs) - VICTIMS:
+            # The stopped victims never end by themselves: end them once the survivors have.
             _kill_tree(p)
         try:
             out, _ = p.communicate(timeout=max(1.0, limit - (time.monotonic() - t0)))
@@ -114,7 +121,7 @@ def run_cell(backend, launcher, exit_, moment, sync, limit, timeout_s):
     out = "\n".join(outs)
     if hung:
         return "HUNG", None, wall, out
-    survivors = [r for r in range(WORLD) if r != WORLD - 1]
+    survivors = list(range(WORLD - VICTIMS))
     named = [re.search(rf"rank {r}: fault ok: detected (\d+) ms", out) for r in survivors]
     if all(named):
         if moment == "init":  # no group to shrink
@@ -122,16 +129,14 @@ def run_cell(backend, launcher, exit_, moment, sync, limit, timeout_s):
         shrunk = [re.search(rf"rank {r}: then shrink ok: .* in (\d+) ms", out) for r in survivors]
         if not all(shrunk):
             # A launcher may end the job (a failed rank) while the survivors shrink.
-            stopped = re.search(STOPPED, out)
-            if launcher != "hand" and exit_ in ("exception", "sigkill", "sigterm") and stopped:
+            if launcher != "hand" and exit_ in ("exception", "sigkill", "sigterm") and stopped(out):
                 return "launcher", None, wall, out
             return "FAILED (then shrink)", None, wall, out
         return "named", (max(int(m.group(1)) for m in named), max(int(m.group(1)) for m in shrunk)), wall, out
     # A launcher ends the whole job when a rank fails (non-zero exit or a signal).
     # Both launchers then name the failed rank: `lowcon launch: rank 1 (pid ..) failed
     # first`, torchrun's `rank : 1 (local_rank: 1)` under "Root Cause".
-    blamed = re.search(STOPPED, out)
-    if launcher != "hand" and exit_ in ("exception", "sigkill", "sigterm") and blamed and "fault FAILED" not in out:
+    if launcher != "hand" and exit_ in ("exception", "sigkill", "sigterm") and stopped(out) and "fault FAILED" not in out:
         return "launcher", None, wall, out
     return "FAILED", None, wall, out
 
@@ -147,13 +152,20 @@ def main():
     ap.add_argument("--limit", type=float, default=40.0, help="seconds a cell may take before it counts as hung")
     ap.add_argument("--timeout", type=float, default=5.0, help="the group's timeout in seconds")
     ap.add_argument("--out", default=None, help="folder for the table and the outputs of failed cells")
+    ap.add_argument("--world", type=int, default=2, help="ranks per cell")
+    ap.add_argument("--victims", type=int, default=1, help="how many of them (the last ones) leave")
     a = ap.parse_args()
+    global WORLD, VICTIMS
+    WORLD, VICTIMS = a.world, a.victims
+    if not 0 < VICTIMS < WORLD:
+        ap.error(f"--victims {VICTIMS}: between 1 and {WORLD - 1} of --world {WORLD}")
     out_dir = Path(a.out) if a.out else None
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
     rows, bad = [], 0
-    print("| backend | launcher | sync | exit | moment | outcome | detected (ms) | then shrink (ms) | wall (s) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| backend | ranks → survivors | launcher | sync | exit | moment | outcome | detected (ms) | then shrink (ms) "
+          "| wall (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for launcher in a.launchers.split(","):
         for sync in a.syncs.split(","):
             for moment in a.moments.split(","):
@@ -171,7 +183,8 @@ def main():
                         bound = BOUND_MS
                     if outcome == "named" and ms is not None and ms > bound:
                         outcome = f"SLOW (> {bound:.0f} ms)"
-                    row = (f"| {a.backend} | {launcher} | {sync} | {exit_} | {moment} | {outcome} | "
+                    row = (f"| {a.backend} | {WORLD} → {WORLD - VICTIMS} | {launcher} | {sync} | {exit_} | {moment} | "
+                           f"{outcome} | "
                            f"{'' if ms is None else ms} | {'' if shrink_ms is None else shrink_ms} | {wall:.1f} |")
                     print(row, flush=True)
                     rows.append(row)

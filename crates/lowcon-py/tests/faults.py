@@ -3,11 +3,14 @@
 
     python faults.py BACKEND EXIT MOMENT      # BACKEND: gpu | host
 
-The last rank is the victim. At MOMENT it leaves by EXIT while every other rank, the
-survivors, keeps calling; each survivor must raise a lowcon error naming the victim,
-and prints `rank R: fault ok: detected <ms> ms after the exit: <error>`; then, where its
-group exists, it shrinks the group to the survivors and all-gathers on it (`rank R: then
-shrink ok: ... in <ms> ms`).
+The last rank is the victim (the last FAULT_VICTIMS ranks, default 1). At MOMENT it
+leaves by EXIT while every other rank, the survivors, keeps calling; each survivor must
+raise a lowcon error naming a victim, and prints `rank R: fault ok: detected <ms> ms
+after the exit: <error>`; then, where its group exists, it shrinks the group to the
+survivors and checks collectives on it (`rank R: then shrink ok: ... in <ms> ms`): an
+all-gather, and a reduce-scatter with SUM and with MAX, of fresh random data, outputs
+poisoned first, against numpy's result from every rank's data (exact for the
+all-gather and MAX; SUM within 1e-5 relative, in f32).
 
 EXIT: os_exit (`os._exit(0)`), sys_exit (`sys.exit(0)`: interpreter teardown, the
 group's destructor runs), exception (an uncaught exception: teardown, exit status 1),
@@ -37,7 +40,8 @@ import lowcon
 
 BACKEND, EXIT, MOMENT = sys.argv[1:4]
 RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-VICTIM = WORLD - 1
+VICTIMS = list(range(WORLD - int(os.environ.get("FAULT_VICTIMS", "1")), WORLD))
+VICTIM = VICTIMS[0]  # the one whose leaving the calls below arrange; the others leave with it
 SYNC = os.environ.get("LOWCON_SYNC", "kernel")
 STAMP = os.path.join(os.environ.get("FAULT_DIR", "."), "victim-exit-time")
 LEAVE_AT = 200  # the call before which the victim leaves
@@ -70,8 +74,8 @@ def verdict(err, g=None):
             break
         time.sleep(0.01)
     msg = str(err)
-    if f"rank {VICTIM}" not in msg:
-        print(f"rank {RANK}: fault FAILED: the error does not name rank {VICTIM}: {type(err).__name__}: {msg}")
+    if not any(f"rank {v}" in msg for v in VICTIMS):
+        print(f"rank {RANK}: fault FAILED: the error names none of ranks {VICTIMS}: {type(err).__name__}: {msg}")
         sys.exit(2)
     print(f"rank {RANK}: fault ok: detected {took:.0f} ms after the exit: {type(err).__name__}: {msg}", flush=True)
     if g is not None:
@@ -80,24 +84,50 @@ def verdict(err, g=None):
 
 
 def then_shrink(g):
-    """The survivors shrink the group and all-gather on it (the matrix's "then shrink")."""
+    """The survivors shrink the group and check collectives on it (the matrix's "then
+    shrink"): the time is to the end of the first, an all-gather."""
+    import numpy as np
+
     t0 = time.monotonic()
     try:
         small = g.shrink()
-        make = tensors(small, "f32")
-        x, out = make(8), make(8 * small.world_size)
-        small.all_gather(out, x)
+        w, me, n = small.world_size, small.rank, 4096
+        data = [np.random.default_rng(1000 + r).standard_normal(n * w).astype(np.float32) for r in range(w)]
+        poison = np.full(n * w, np.nan, np.float32)
+        out = to_lowcon(small, poison)
+        small.all_gather(out, to_lowcon(small, data[me][:n]))
         small.synchronize()
-        mine = out[small.rank * 8:(small.rank + 1) * 8]
-        same = bool((mine == x).all())
+        ms = (time.monotonic() - t0) * 1e3
+        wrong = [] if np.array_equal(to_numpy(out), np.concatenate([d[:n] for d in data])) else ["all-gather"]
+        for op in ("sum", "max"):
+            out = to_lowcon(small, poison[:n])
+            small.reduce_scatter(out, to_lowcon(small, data[me]), op)
+            small.synchronize()
+            parts = np.stack([d[me * n:(me + 1) * n] for d in data])
+            want = parts.sum(0) if op == "sum" else parts.max(0)
+            if not np.allclose(to_numpy(out), want, rtol=1e-5, atol=1e-5 * w):
+                wrong.append(f"reduce-scatter {op}")
     except lowcon.Error as e:
         print(f"rank {RANK}: then shrink FAILED: {type(e).__name__}: {e}", flush=True)
         sys.exit(4)
-    if not same or small.world_size != WORLD - 1:
-        print(f"rank {RANK}: then shrink FAILED: rank {small.rank} of {small.world_size}, data ok {same}", flush=True)
+    if wrong or w != WORLD - len(VICTIMS) or me != RANK:
+        print(f"rank {RANK}: then shrink FAILED: rank {me} of {w}, wrong: {wrong}", flush=True)
         sys.exit(4)
-    ms = (time.monotonic() - t0) * 1e3
-    print(f"rank {RANK}: then shrink ok: rank {small.rank} of {small.world_size} in {ms:.0f} ms", flush=True)
+    print(f"rank {RANK}: then shrink ok: rank {me} of {w} in {ms:.0f} ms (all-gather, reduce-scatter sum and max "
+          "checked)", flush=True)
+
+
+def to_lowcon(g, a):
+    """A copy of numpy array `a` where the group's collectives take it."""
+    if BACKEND == "gpu":
+        import torch
+
+        return torch.from_numpy(a.copy()).to(f"cuda:{g.device}")
+    return a.copy()
+
+
+def to_numpy(t):
+    return t.cpu().numpy() if BACKEND == "gpu" else t
 
 
 def tensors(g, dtype):
@@ -123,9 +153,9 @@ def calls(g):
         opts["sync"] = SYNC
     make = tensors(g, dtype)
     a, full = make(n), make(n * w)
-    r_in, r_out = make(n), make(n // w)
+    r_in, r_out = make((n // w) * w), make(n // w)
     for i in range(100000):
-        if RANK == VICTIM and i == LEAVE_AT:
+        if RANK in VICTIMS and i == LEAVE_AT:
             if MOMENT == "close":
                 g.close()  # with this rank's calls still in flight
             if MOMENT == "sync":
@@ -151,7 +181,7 @@ def pool(g):
     for i in range(1000):
         mb = 1 << min(i, 10)  # MiB, then 1 GiB at most per block (GPU), far less on the host
         n = (mb << 18) if BACKEND == "gpu" else (mb << 12)
-        if RANK == VICTIM and i == 3:
+        if RANK in VICTIMS and i == 3:
             leave()
         held.append(g.empty(n, "float32", framework=fw))
         if len(held) > 4:
@@ -168,7 +198,7 @@ if BACKEND == "gpu":
     import torch
 
     torch.cuda.set_device(lowcon.device_index())
-if MOMENT == "init" and RANK == VICTIM:
+if MOMENT == "init" and RANK in VICTIMS:
     leave()
 try:
     g = lowcon.init(BACKEND, timeout=timeout)
@@ -180,6 +210,6 @@ try:
     else:
         calls(g)
 except lowcon.Error as e:
-    if RANK == VICTIM:
+    if RANK in VICTIMS:
         raise
     verdict(e, globals().get("g"))

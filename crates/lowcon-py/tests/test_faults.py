@@ -34,12 +34,26 @@ def test_under_lowcon_launch():
     assert out.count("| named |") >= 4, out
 
 
+@pytest.mark.parametrize("world,victims", [(3, 1), (4, 2), (8, 1), (8, 2)])
+def test_one_or_two_victims_at_every_moment_then_the_survivors_shrink_and_check(world, victims):
+    """3, 4 and 8 ranks, the last one or two leaving together at every moment: each
+    survivor names a victim, and (where a group exists) shrinks to the others and checks
+    an all-gather and reduce-scatters (SUM, MAX) of fresh data against numpy."""
+    rc, out = matrix("--launchers", "hand", "--exits", "sigkill,exception", "--world", str(world),
+                     "--victims", str(victims))
+    assert rc == 0, out
+    rows = [line for line in out.splitlines() if line.startswith(f"| host | {world} → {world - victims} |")]
+    assert len(rows) == 14 and all("| named |" in r for r in rows), out
+    shrunk = [r for r in rows if "| init |" not in r]
+    assert len(shrunk) == 12 and all(re.search(r"\| named \| \d+ \| \d+ \|", r) for r in shrunk), out
+
+
 def test_under_lowcon_launch_keep_going_the_survivors_shrink():
     """`lowcon launch --keep-going`: a victim killed by a signal leaves the job running, so
     the survivors must name it, shrink and all-gather on the new group in every cell."""
     rc, out = matrix("--launchers", "keep-going", "--exits", "sigkill,sigterm", "--moments", "ag,rs,pool")
     assert rc == 0, out
-    rows = [line for line in out.splitlines() if line.startswith("| host | keep-going")]
+    rows = [line for line in out.splitlines() if line.startswith("| host | 2 → 1 | keep-going")]
     assert len(rows) == 6 and all("| named |" in r for r in rows), out
     # The then-shrink column holds a time in every row.
     assert all(re.search(r"\| named \| \d+ \| \d+ \|", r) for r in rows), out

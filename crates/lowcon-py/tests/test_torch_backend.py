@@ -65,3 +65,19 @@ def test_registration_is_idempotent_and_named():
     lowcon.distributed.register()
     assert "lowcon" in dist.Backend.backend_list
     assert dist.Backend.backend_capability["lowcon"] == ["cuda", "cpu"]
+
+
+def test_shrink_group_refuses_a_group_that_is_not_lowcons():
+    """lowcon.distributed.shrink_group takes lowcon process groups only, saying so (the
+    3-rank shrink itself runs in test_fsdp2_shrink.py)."""
+    import torch.distributed as dist
+
+    import lowcon
+    import lowcon.distributed
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with pytest.raises(lowcon.InvalidArgument, match="ProcessGroup is not a lowcon process group"):
+            lowcon.distributed.shrink_group()
+    finally:
+        dist.destroy_process_group()
