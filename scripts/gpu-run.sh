@@ -37,8 +37,11 @@ done
 # "--profile"), overlap (the saturated interference benchmark at 2 GPUs: lowcon, NCCL,
 # NCCL copy-engine and a null copy; LOWCON_OVERLAP_ARGS adds flags, e.g. "--trials 9"),
 # graph (CUDA graphs: coll-graph on every GPU count, and replayed latency 8K..1M against
-# NCCL's captured calls, with the host cost per call eager and replayed).
-# Default: all but fsdp2 and overlap.
+# NCCL's captured calls, with the host cost per call eager and replayed), shrink (2 GPUs:
+# the survivor of a SIGKILL shrinks to a group of 1 and passes the suite, both syncs;
+# 100 live shrinks with the memory check; the fault matrix's then-shrink column by hand
+# and under --keep-going; the FSDP2 shrink example at 2 ranks -> 1).
+# Default: all but fsdp2, overlap and shrink.
 parts=${LOWCON_BUNDLE_PARTS:-single never capi base coll bench python graph}
 has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
 L="$here/lowcon"
@@ -171,6 +174,26 @@ if [ "$ngpu" -ge 2 ] && has graph; then
   step "bench reduce-scatter --graph 8K..1M, NCCL captured alongside" bench-graph.txt "${b[@]}" reduce-scatter "${g[@]}" \
     --algorithms auto,ll,sm-direct,ce-reduce --json "$out/graph-reduce-scatter.json"
 fi
+repo=$(cd "$here/.." && pwd)
+pyt="$repo/crates/lowcon-py/tests"
+if [ "$ngpu" -ge 2 ] && has shrink; then
+  vis=0,1
+  for m in kernel memop; do
+    step "w=2 coll-shrink: SIGKILL at call 20, the survivor shrinks to 1 and passes the suite ($m)" shrink.txt \
+      env DP_SCENARIO="coll-shrink --backend gpu" bash "$here/gpu-dead-peer.sh" "$vis" 2 "$m" "$L" "$out" 20
+  done
+  step "w=2 coll-shrink: 100 shrinks of a live group, no leak" shrink.txt env "CUDA_VISIBLE_DEVICES=$vis" \
+    timeout 240 "$L" launch --nproc-per-node 2 --tee -- "$L" selftest coll-shrink --backend gpu --healthy 100
+  step "python: install the wheel (shrink)" shrink.txt python3 -m pip install -q --no-deps --force-reinstall \
+    "$here"/wheels/lowcon-*.whl
+  step "w=2 python: fault matrix with then shrink (hand, keep-going; kernel, memop)" shrink.txt \
+    env "CUDA_VISIBLE_DEVICES=$vis" LOWCON_BIN="$L" timeout 400 python3 "$pyt/fault_matrix.py" --backend gpu \
+    --launchers hand,keep-going --exits sigkill,sigterm --moments ag,rs,pool --syncs kernel,memop --timeout 10 \
+    --out "$out/faults-shrink"
+  step "w=2 python: FSDP2 shrinks 2 -> 1, re-shards a checkpoint, ends at the no-death loss" shrink.txt \
+    env "CUDA_VISIBLE_DEVICES=$vis" LOWCON_BIN="$L" LOWCON_PYTEST_SHRINK_WORLD=2 timeout 300 \
+    python3 -m pytest -q -s -p no:cacheprovider "$pyt/test_fsdp2_shrink.py"
+fi
 if [ "$ngpu" -ge 2 ] && has benchrs; then # reduce-scatter sweep and small all-gathers only
   vis=$(seq -s, 0 $((ngpu - 1)))
   b=(env "CUDA_VISIBLE_DEVICES=$vis" timeout 300 "$L" launch --nproc-per-node "$ngpu" -- "$L" bench)
@@ -203,9 +226,7 @@ if [ "$ngpu" -ge 2 ] && has base; then
   step "w=$ngpu IPC handles: gpu-memory-release" multi-ipc.txt "${ipc[@]}" gpu-memory-release
 fi
 # The Python package (python) and the FSDP2 end-to-end benchmark (fsdp2): the wheel
-# from bundle/wheels, the tests from the repository beside the bundle.
-repo=$(cd "$here/.." && pwd)
-pyt="$repo/crates/lowcon-py/tests"
+# from bundle/wheels, the tests from the repository beside the bundle (pyt, above).
 if [ "$ngpu" -ge 2 ] && { has python || has fsdp2; }; then
   step "python: install the wheel (and pytest from bundle/pywheels)" python.txt \
     bash -c "python3 -m pip install -q --no-deps --force-reinstall $here/wheels/lowcon-*.whl && { python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q --no-index --find-links $here/pywheels pytest; }"

@@ -213,8 +213,10 @@ pub unsafe extern "C" fn lowconCommTrackReplay(comm: lowconComm_t, stream: *mut 
 /// `*newcomm` becomes a communicator of the ranks still alive, renumbered in order of
 /// their old ranks. The ranks agree through the store within the communicator's
 /// timeout; a rank that arrives after the member list was made is left out
-/// (`lowconInvalidUsage`, the message says so), and if the rank coordinating the
-/// agreement dies the others get `lowconInvalidUsage` naming it and may call it again.
+/// (`lowconInvalidUsage`, the message says so, again on every later call). A rank that
+/// dies during the shrink fails it on every survivor at once, naming it: the coordinator
+/// (`lowconInvalidUsage`) or a member while the new communicator is made
+/// (`lowconRemoteError`); call it again.
 /// `comm` is failed: its calls in flight are discarded; destroy it. Its
 /// `lowconMemAlloc` buffers must be allocated again from the new communicator.
 ///

@@ -5,7 +5,8 @@ train on. The re-sharded state must hash as the checkpoint did, and the run must
 where the same run with nobody dying ends (the global batch does not depend on the
 world size; only the order of floating-point sums does). Skipped where torch is not
 installed. On a GPU machine it runs on the GPU backend: LOWCON_PYTEST_LAUNCH="--gpus 1"
-adds launcher arguments (there: 3 ranks sharing one GPU, gpu-shared.sh)."""
+adds launcher arguments (there: 3 ranks sharing one GPU, gpu-shared.sh), and
+LOWCON_PYTEST_SHRINK_WORLD=2 runs 2 ranks -> 1 (one per GPU on 2 GPUs, gpu-run.sh)."""
 
 import os
 import re
@@ -21,6 +22,7 @@ pytest.importorskip("torch")
 HERE = Path(__file__).resolve().parent
 EXAMPLE = str(HERE.parent / "examples" / "fsdp2_shrink.py")
 LOWCON = os.environ.get("LOWCON_BIN", str(HERE.parents[2] / "target" / "debug" / "lowcon"))
+WORLD = int(os.environ.get("LOWCON_PYTEST_SHRINK_WORLD", "3"))
 
 
 def free_port():
@@ -32,7 +34,7 @@ def free_port():
 def run(tmp_path, *args):
     port = free_port()
     p = subprocess.run(
-        [LOWCON, "launch", "--nproc-per-node", "3", "--keep-going", "--tee", "--master-port", str(port),
+        [LOWCON, "launch", "--nproc-per-node", str(WORLD), "--keep-going", "--tee", "--master-port", str(port),
          *os.environ.get("LOWCON_PYTEST_LAUNCH", "").split(), "--",
          sys.executable, EXAMPLE, "--steps", "12", "--ckpt", str(tmp_path / str(port)), *args],
         capture_output=True, text=True, timeout=300,
@@ -56,18 +58,19 @@ def test_survivors_shrink_reshard_and_train_on_as_if_nobody_died(tmp_path):
     show(out)
     assert rc == 0, out
     assert "rank 1 (pid" in out and "died: signal SIGKILL" in out, out
-    for old, new in ((0, 0), (2, 1)):
+    survivors = [r for r in range(WORLD) if r != 1]
+    for new, old in enumerate(survivors):
         assert f"rank {old}: step 7 failed: rank {old}: peer rank 1 is gone" in out, out
-        line = re.search(rf"rank {old}: now rank {new} of 2: shrunk in \d+ ms, re-sharded the step 5 checkpoint.*"
-                         r"\(hash [0-9a-f]+ matches\)", out)
+        line = re.search(rf"rank {old}: now rank {new} of {WORLD - 1}: shrunk in \d+ ms, re-sharded the step 5 "
+                         r"checkpoint.*\(hash [0-9a-f]+ matches\)", out)
         assert line, out
     loss, world = final_loss(out)
-    assert world == 2, out
+    assert world == WORLD - 1, out
     rc, ref_out = run(tmp_path, "--no-die")
     show(ref_out)
     assert rc == 0, ref_out
     ref, ref_world = final_loss(ref_out)
-    assert ref_world == 3, ref_out
+    assert ref_world == WORLD, ref_out
     # Same data, same state after the re-shard: only the sums' order differs (f32).
     assert abs(loss - ref) <= 1e-4 * abs(ref), (loss, ref, out)
 

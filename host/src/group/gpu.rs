@@ -164,17 +164,10 @@ impl GpuGroup {
     /// (no `lowcon launch`), rank 0 hosts the store: if rank 0 died, there is no store to
     /// agree through.
     pub fn shrink(&self) -> Result<GpuGroup> {
-        let attempt = {
-            let mut a = self.shrinks.lock().unwrap_or_else(|p| p.into_inner());
-            *a += 1;
-            *a - 1
-        };
         let core = &self.sync().core;
-        let agreed = core.agree_on_survivors(attempt)?;
-        // Failed, not aborted: an abort would also break off the store, which moves on.
-        core.fail(crate::error::Error::GroupFailed(format!("rank {}: the group was shrunk", core.rank)));
-        let opts = GpuGroupOptions { name: agreed.name, ..self.opts.clone() };
-        let gone = |q: usize| agreed.members[q] != core.rank && core.mesh.peer_hung_up(agreed.members[q]);
+        let agreed = core.begin_shrink(&self.shrinks)?;
+        let opts = GpuGroupOptions { name: agreed.name.clone(), ..self.opts.clone() };
+        let gone = |q: usize| agreed.gone(core, q);
         let mut g = GpuGroup::create(core.share_store(), agreed.new_rank, agreed.members.len(), opts, &gone)?;
         g._store_server = self._store_server.clone();
         // Creation can end differently on different members (one that dies midway leaves

@@ -70,17 +70,10 @@ impl HostGroup {
 
     /// Collective among the survivors: as [`crate::GpuGroup::shrink`], on the host backend.
     pub fn shrink(&self) -> Result<HostGroup> {
-        let attempt = {
-            let mut a = self.shrinks.lock().unwrap_or_else(|p| p.into_inner());
-            *a += 1;
-            *a - 1
-        };
-        let agreed = self.core().agree_on_survivors(attempt)?;
-        // Failed, not aborted: an abort would also break off the store, which moves on.
-        self.core().fail(crate::error::Error::GroupFailed(format!("rank {}: the group was shrunk", self.core().rank)));
-        let opts = HostGroupOptions { name: agreed.name, ..self.opts.clone() };
         let core = self.core();
-        let gone = |q: usize| agreed.members[q] != core.rank && core.mesh.peer_hung_up(agreed.members[q]);
+        let agreed = core.begin_shrink(&self.shrinks)?;
+        let opts = HostGroupOptions { name: agreed.name.clone(), ..self.opts.clone() };
+        let gone = |q: usize| agreed.gone(core, q);
         let mut g = HostGroup::create(core.share_store(), agreed.new_rank, agreed.members.len(), opts, &gone)?;
         g._store_server = self._store_server.clone();
         // Creation can end differently on different members (one that dies midway leaves

@@ -54,7 +54,29 @@ fn bad_list(s: &str) -> Error {
     Error::Rendezvous(format!("shrink: a malformed member list in the store: {s:?}"))
 }
 
+impl Agreed {
+    /// Whether member `q` of the new group (its new rank) is known to have died: the
+    /// old group's socket to it hung up. The new group's creation watches this.
+    pub(crate) fn gone(&self, old: &GroupCore, q: usize) -> bool {
+        self.members[q] != old.rank && old.mesh.peer_hung_up(self.members[q])
+    }
+}
+
 impl GroupCore {
+    /// Collective among the survivors, both backends' first half of `shrink`: the next
+    /// attempt's agreement (`attempts` counts them), then this group failed, not aborted
+    /// (an abort would also break off the store, which the new group shares).
+    pub(crate) fn begin_shrink(&self, attempts: &std::sync::Mutex<u64>) -> Result<Agreed> {
+        let attempt = {
+            let mut a = attempts.lock().unwrap_or_else(|p| p.into_inner());
+            *a += 1;
+            *a - 1
+        };
+        let agreed = self.agree_on_survivors(attempt)?;
+        self.fail(Error::GroupFailed(format!("rank {}: the group was shrunk", self.rank)));
+        Ok(agreed)
+    }
+
     /// Collective among the survivors: agrees on who is alive (NOTE [shrink agreement]),
     /// attempt `attempt` of this group.
     pub(crate) fn agree_on_survivors(&self, attempt: u64) -> Result<Agreed> {

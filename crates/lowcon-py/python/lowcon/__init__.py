@@ -301,7 +301,10 @@ class Group:
         """Collective among the survivors of a failed group (every live rank calls it): a new
         Group of the ranks still alive, renumbered in order of their old ranks. The ranks agree
         through the store within the group's timeout; one that arrives too late is left out and
-        gets lowcon.Error saying so. This group is failed (its calls in flight are
+        gets lowcon.Error saying so (again on every later call). A rank that dies during the
+        shrink makes it raise on every survivor at once, naming it: call shrink() again. With
+        the torch backend, lowcon.distributed.shrink_group() also makes the torch process
+        group of the survivors. This group is failed (its calls in flight are
         discarded) and should be closed; the pool's tensors of this group must be made again
         from the new one (docs/faults.md, "Shrink")."""
         return Group(self._g.shrink())
