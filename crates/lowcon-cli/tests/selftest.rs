@@ -180,17 +180,19 @@ fn survivors_shrink_the_group_and_go_on() {
 
 /// A rank dies during the shrink itself (0-3 ms into it, after the first death): the
 /// others' attempt fails or leaves it out, they try again, and end with a group of the
-/// ranks still alive, well within the set-up timeout (3 s here: every wait of the
-/// agreement and of the new group's creation watches the sockets, so none waits it out;
-/// an earlier agreement could, and then split the survivors into groups of one).
+/// ranks still alive, well within the set-up timeout (5 s here, and 3 s is the bound:
+/// every wait of the agreement and of the new group's creation watches the sockets, so
+/// none waits it out; an earlier agreement could, and then split the survivors into
+/// groups of one). Timeouts are generous because cargo runs tests side by side on CI's
+/// two cores: a live rank starved for a moment must not look late.
 #[test]
 fn a_rank_dying_during_shrink_is_left_out_of_the_retried_shrink() {
     use std::os::unix::process::ExitStatusExt;
     for delay in ["0", "1", "2", "3", "0", "1"] {
         let dier = format!("1:{delay}");
         let args =
-            ["coll-shrink", "--victims", "3", "--kill-at", "20", "--timeout-ms", "3000", "--die-in-shrink", &dier];
-        let outs = ranks_by_hand_env(4, &args, &[("LOWCON_SETUP_TIMEOUT_MS", "3000")]);
+            ["coll-shrink", "--victims", "3", "--kill-at", "20", "--timeout-ms", "5000", "--die-in-shrink", &dier];
+        let outs = ranks_by_hand_env(4, &args, &[("LOWCON_SETUP_TIMEOUT_MS", "5000")]);
         for (r, o) in outs.iter().enumerate() {
             let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
             if r == 1 || r == 3 {
@@ -203,7 +205,7 @@ fn a_rank_dying_during_shrink_is_left_out_of_the_retried_shrink() {
                 "delay {delay}: rank {r}: {text}"
             );
             let ms = new_group_ms(&text);
-            assert!(ms < 2000, "delay {delay}: rank {r}: the new group took {ms} ms (a wait ran out?): {text}");
+            assert!(ms < 3000, "delay {delay}: rank {r}: the new group took {ms} ms (a wait ran out?): {text}");
         }
     }
 }
@@ -214,14 +216,14 @@ fn new_group_ms(text: &str) -> u64 {
     text[at..].split(' ').next().and_then(|n| n.parse().ok()).expect("a time in ms")
 }
 
-/// A live rank calls shrink after the agreement window (2 x 500 ms here): it is told it
-/// was left out, its next shrink says so at once, and the others go on without it.
+/// A live rank calls shrink after the agreement window (2 x 2 s here): it is told it was
+/// left out, its next shrink says so at once, and the others go on without it.
 #[test]
 fn a_rank_late_to_shrink_is_left_out_and_told_so() {
     use std::os::unix::process::ExitStatusExt;
     let args =
-        ["coll-shrink", "--victims", "3", "--kill-at", "20", "--timeout-ms", "500", "--late-in-shrink", "2:2000"];
-    let outs = ranks_by_hand_env(4, &args, &[("LOWCON_SETUP_TIMEOUT_MS", "3000")]);
+        ["coll-shrink", "--victims", "3", "--kill-at", "20", "--timeout-ms", "2000", "--late-in-shrink", "2:6000"];
+    let outs = ranks_by_hand_env(4, &args, &[("LOWCON_SETUP_TIMEOUT_MS", "5000")]);
     for (r, o) in outs.iter().enumerate() {
         let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
         match r {
