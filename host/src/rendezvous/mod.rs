@@ -88,29 +88,6 @@ fn hostname() -> String {
     nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-/// A group's store (any [`Store`]: lowcon's TCP store or a framework's) and how many
-/// times each barrier or all-gather name has been used, so names can repeat.
-/// A placeholder for the moment a store moves into a [`Shared`] one (never called).
-struct Moved;
-
-impl Moved {
-    fn error() -> lowcon_store::StoreError {
-        lowcon_store::StoreError::Refused { addr: "(none)".into(), reason: "the store is being shared".into() }
-    }
-}
-
-impl Store for Moved {
-    fn set(&mut self, _: &str, _: &[u8]) -> std::result::Result<(), lowcon_store::StoreError> {
-        Err(Self::error())
-    }
-    fn get_timeout(&mut self, _: &str, _: Duration) -> std::result::Result<Vec<u8>, lowcon_store::StoreError> {
-        Err(Self::error())
-    }
-    fn add(&mut self, _: &str, _: i64) -> std::result::Result<i64, lowcon_store::StoreError> {
-        Err(Self::error())
-    }
-}
-
 /// One store used by a group and the groups its shrinks make (`share_store`).
 #[derive(Clone)]
 struct Shared(Arc<Mutex<Box<dyn Store>>>);
@@ -143,16 +120,17 @@ impl Store for Shared {
     }
 }
 
+/// A group's store (any [`Store`]: lowcon's TCP store or a framework's), shareable with
+/// the groups its shrinks make, and how many times each barrier or all-gather name has
+/// been used, so names can repeat.
 pub(crate) struct StoreSlot {
-    store: Box<dyn Store>,
-    /// The store once shared with a shrink's new group (`share_store`).
-    shared: Option<Shared>,
+    store: Shared,
     generations: std::collections::HashMap<String, u64>,
 }
 
 impl StoreSlot {
     fn new(store: Box<dyn Store>) -> Self {
-        Self { store, shared: None, generations: std::collections::HashMap::new() }
+        Self { store: Shared(Arc::new(Mutex::new(store))), generations: std::collections::HashMap::new() }
     }
 
     fn next(&mut self, name: &str) -> u64 {
@@ -223,7 +201,7 @@ impl StoreSlot {
     /// A barrier of `world` ranks.
     pub(crate) fn barrier(&mut self, name: &str, world: usize, timeout: Duration) -> Result<()> {
         let generation = self.next(name);
-        Ok(lowcon_store::kv::barrier(self.store.as_mut(), name, generation, world, timeout)?)
+        Ok(lowcon_store::kv::barrier(&mut self.store, name, generation, world, timeout)?)
     }
 
     pub(crate) fn add(&mut self, key: &str, delta: i64) -> Result<i64> {
@@ -357,18 +335,7 @@ impl GroupCore {
     /// connection (the old group is failed and barely uses it), and if making the new
     /// group fails, this group still has the store to shrink again.
     pub(crate) fn share_store(&self) -> Box<dyn Store> {
-        let mut slot = self.store();
-        let shared = match slot.shared.clone() {
-            Some(s) => s,
-            None => {
-                let inner = std::mem::replace(&mut slot.store, Box::new(Moved));
-                let s = Shared(Arc::new(Mutex::new(inner)));
-                slot.store = Box::new(s.clone());
-                slot.shared = Some(s.clone());
-                s
-            }
-        };
-        Box::new(shared)
+        Box::new(self.store().store.clone())
     }
 
     /// Errors with [`Error::GroupFailed`] once the group has failed.
