@@ -84,6 +84,64 @@ pub unsafe fn atom_add_relaxed_gpu_u32(p: *mut u32, v: u32) -> u32 {
     old
 }
 
+/// `st.release.sys.u8`: as [`st_release_sys_u32`], for one byte (the bf16 wire's piece
+/// words hold one byte per source rank, written by different GPUs).
+///
+/// # Safety
+/// `p` must be a valid address writable by this thread.
+#[inline(always)]
+pub unsafe fn st_release_sys_u8(p: *mut u8, v: u8) {
+    let v = v as u32;
+    // SAFETY: the caller guarantees `p` is valid.
+    unsafe { asm!("st.release.sys.u8 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack)) };
+}
+
+/// `st.relaxed.sys.u32`: a strong store other agents observe, ordering nothing by
+/// itself (a later fence or release orders it).
+///
+/// # Safety
+/// `p` must be a valid, 4-byte-aligned address writable by this thread.
+#[inline(always)]
+pub unsafe fn st_relaxed_sys_u32(p: *mut u32, v: u32) {
+    // SAFETY: the caller guarantees `p` is valid and aligned.
+    unsafe { asm!("st.relaxed.sys.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack)) };
+}
+
+/// `red.relaxed.gpu.or.b32`: an atomic OR at GPU scope, returning nothing.
+///
+/// # Safety
+/// `p` must be a valid, 4-byte-aligned address writable by this thread.
+#[inline(always)]
+pub unsafe fn red_or_relaxed_gpu_u32(p: *mut u32, v: u32) {
+    // SAFETY: the caller guarantees `p` is valid and aligned.
+    unsafe { asm!("red.relaxed.gpu.or.b32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack)) };
+}
+
+/// `atom.relaxed.gpu.exch.b32`: swaps in `v` at GPU scope, returning the old value.
+///
+/// # Safety
+/// `p` must be a valid, 4-byte-aligned address writable by this thread.
+#[inline(always)]
+pub unsafe fn atom_exch_relaxed_gpu_u32(p: *mut u32, v: u32) -> u32 {
+    let old: u32;
+    // SAFETY: the caller guarantees `p` is valid and aligned.
+    unsafe {
+        asm!("atom.relaxed.gpu.exch.b32 {o}, [{p}], {v};", o = out(reg32) old, p = in(reg64) p, v = in(reg32) v, options(nostack))
+    };
+    old
+}
+
+/// `red.relaxed.gpu.add.u64`: an atomic add at GPU scope, returning nothing (counters the
+/// host copies out on a side stream).
+///
+/// # Safety
+/// `p` must be a valid, 8-byte-aligned address writable by this thread.
+#[inline(always)]
+pub unsafe fn red_add_relaxed_gpu_u64(p: *mut u64, v: u64) {
+    // SAFETY: the caller guarantees `p` is valid and aligned.
+    unsafe { asm!("red.relaxed.gpu.add.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack)) };
+}
+
 /// `atom.acq_rel.sys.cas.b32`: compare-and-swap at system scope. Returns the old value;
 /// the swap happened iff it equals `expected`.
 ///

@@ -24,6 +24,7 @@ mod reduce;
 mod sync;
 mod test_kernels;
 mod tma;
+mod wire;
 
 /// Kernels cannot unwind. A panic (an out-of-range slice index, say) traps the context;
 /// kernels are written so that their inputs are checked on the host and they do not

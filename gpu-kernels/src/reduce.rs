@@ -214,7 +214,7 @@ unsafe fn reduce_part<T: Elem>(
 /// # Safety
 /// `p` is a 16-byte-aligned address of global (device or mapped peer) memory.
 #[inline(always)]
-unsafe fn ld_v16(p: *const V16) -> V16 {
+pub(crate) unsafe fn ld_v16(p: *const V16) -> V16 {
     let (a, b, c, d): (u32, u32, u32, u32);
     // SAFETY: the caller's contract; reads 16 bytes, writes nothing.
     unsafe {

@@ -27,7 +27,7 @@ pub mod rendezvous;
 pub mod sync;
 
 pub use coll::{
-    AllGatherAlgorithm, AllGatherOptions, CollOptions, DType, DeviceBuf, Element, HostInput, ReduceOp,
+    AllGatherAlgorithm, AllGatherOptions, CollOptions, CollStats, DType, DeviceBuf, Element, HostInput, ReduceOp,
     ReduceScatterAlgorithm, ReduceScatterOptions,
 };
 pub use error::{Error, Result};

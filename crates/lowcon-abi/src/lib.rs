@@ -126,13 +126,25 @@ pub mod kernel_names {
     pub const LL_ALLGATHER: &str = "lowcon_ll_allgather";
     /// `ll_rs_<dtype>(...)`: one round of the LL reduce-scatter.
     pub const LL_RS: [&str; 3] = ["lowcon_ll_rs_f32", "lowcon_ll_rs_f16", "lowcon_ll_rs_bf16"];
+    /// `wire_pack(...)`: the bf16 wire's pack of one piece (top and bottom halves of
+    /// every f32 a rank sends, an inexact flag per destination, then the piece signal).
+    pub const WIRE_PACK: &str = "lowcon_wire_pack";
+    /// `wire_reduce_<own>(...)`: the bf16 wire's reduction of one piece, this rank's own
+    /// chunk in f32 (the split wire) or bf16 (a bf16 input with an f32 output); the
+    /// output is f32.
+    pub const WIRE_REDUCE: [&str; 2] = ["lowcon_wire_reduce_f32", "lowcon_wire_reduce_bf16"];
+    /// `wire_wait(...)`: kernel sync's wait for a piece's signals (one thread per word).
+    pub const WIRE_WAIT: &str = "lowcon_wire_wait";
     /// Threads per CTA of the collective kernels (one-shot all-gather, reductions).
     /// The build declares it in their PTX (`.maxntid`), so `ptxas` keeps each thread
     /// within the registers a CTA of this size may use.
     pub const COLL_THREADS: u32 = 512;
     /// The kernels launched with [`COLL_THREADS`] threads.
-    pub const COLL: [&str; 13] = [
+    pub const COLL: [&str; 16] = [
         ALLGATHER_ONESHOT,
+        WIRE_PACK,
+        WIRE_REDUCE[0],
+        WIRE_REDUCE[1],
         REDUCE_INT,
         RS_DIRECT_INT,
         REDUCE[0],
@@ -173,6 +185,10 @@ pub mod kernel_names {
         LL_RS[0],
         LL_RS[1],
         LL_RS[2],
+        WIRE_PACK,
+        WIRE_REDUCE[0],
+        WIRE_REDUCE[1],
+        WIRE_WAIT,
     ];
 }
 
@@ -329,6 +345,19 @@ mod tests {
                 }
             }
         }
+        // The piece words follow: ranks 0-3 share one word, rank 4 has the next.
+        for c in 0..pad::CHANNELS {
+            for piece in 0..pad::WIRE_PIECES {
+                let a = pad::piece_slot(c, piece, 0, world) as usize;
+                assert_eq!(pad::piece_slot(c, piece, 3, world) as usize, a);
+                let b = pad::piece_slot(c, piece, 4, world) as usize;
+                assert_eq!(b, a + 1);
+                for s in [a, b] {
+                    assert!(!seen[s], "piece word {s} used twice");
+                    seen[s] = true;
+                }
+            }
+        }
         assert!(seen.iter().all(|&b| b));
     }
 
@@ -340,8 +369,44 @@ mod tests {
             for c in 0..pad::CHANNELS {
                 assert_eq!(pad::ll_seq_offset(world, c) % 8, 0, "world {world} channel {c}");
             }
-            assert_eq!(pad::ll_seq_offset(world, pad::CHANNELS - 1) + 8, pad::buffer_bytes(world));
+            assert_eq!(pad::ll_seq_offset(world, pad::CHANNELS - 1) + 8, pad::wire_flag_offset(world, 0, 0, 0));
+            // The wire flags, their scratch and the statistics follow, in that order.
+            let last_flag = pad::wire_flag_offset(world, pad::CHANNELS - 1, pad::WIRE_PIECES - 1, world - 1) + 4;
+            assert_eq!(last_flag, pad::wire_or_offset(world, 0));
+            let scratch_end = pad::wire_or_offset(world, pad::CHANNELS);
+            assert_eq!(pad::wire_or_offset(world, pad::CHANNELS - 1) + 4 * world as usize, scratch_end);
+            assert!(pad::stats_offset(world) >= pad::wire_or_offset(world, pad::CHANNELS));
+            assert_eq!(pad::stats_offset(world) % 8, 0);
+            assert_eq!(pad::stats_offset(world) + 8 * pad::STATS, pad::buffer_bytes(world));
         }
+    }
+
+    #[test]
+    fn piece_masks_wait_for_every_other_rank_and_nothing_less() {
+        for world in 1..=16u32 {
+            for rank in 0..world {
+                let mut bytes = 0;
+                for word in 0..pad::piece_words(world) {
+                    let mask = pad::piece_mask(world, rank, word);
+                    assert!(mask < 1 << 31, "world {world}");
+                    bytes += mask.count_ones();
+                    // Every value with a byte of the mask still 0 is below it, as
+                    // cuStreamWaitValue32(GEQ) compares (cyclic, as i32).
+                    for missing in 0..pad::RANKS_PER_WORD {
+                        let bit = 1u32 << (8 * missing);
+                        if mask & bit != 0 {
+                            let partial = mask & !bit;
+                            assert!((partial.wrapping_sub(mask) as i32) < 0, "world {world} rank {rank}");
+                        }
+                    }
+                    assert_eq!(mask.wrapping_sub(mask) as i32, 0);
+                }
+                assert_eq!(bytes, world - 1, "world {world} rank {rank}: one byte per other rank");
+            }
+        }
+        assert_eq!(pad::piece_mask(2, 0, 0), 0x100);
+        assert_eq!(pad::piece_mask(4, 2, 0), 0x0100_0101);
+        assert_eq!(pad::piece_mask(8, 5, 1), 0x0101_0001);
     }
 
     #[test]
@@ -375,6 +440,12 @@ mod tests {
 /// epochs: a signal writes [`GRAPH_SET`](pad::GRAPH_SET), the waiter resets its slot to 0 after its
 /// wait, and a captured call's entry barrier uses [`GRAPH_ENTRY`](pad::GRAPH_ENTRY), its exit barrier
 /// [`GRAPH_EXIT`](pad::GRAPH_EXIT) (NOTE [graph flags] in `host/src/sync/gpu/graph.rs`).
+///
+/// After the slots come the piece words of the bf16-wire reduce-scatter (NOTE [bf16
+/// wire] in `host/src/coll/wire.rs`): per channel and piece, one byte per source rank
+/// ([`piece_slot`](pad::piece_slot)), set to 1 by the source once its pack of the piece
+/// is done and reset to 0 by this rank's reduction of it. Host pads (memop waits) and
+/// device pads (kernel waits) share this layout, up to [`bytes`](pad::bytes).
 pub mod pad {
     /// Channels per group: independent sync streams (e.g. one per CUDA stream).
     pub const CHANNELS: u32 = 16;
@@ -390,6 +461,10 @@ pub mod pad {
     pub const GRAPH_EXIT: u32 = 3;
     /// The value a graph signal writes (a graph slot at rest holds 0).
     pub const GRAPH_SET: u32 = 1;
+    /// Most pieces of one bf16-wire reduce-scatter (each has its piece words and flags).
+    pub const WIRE_PIECES: u32 = 64;
+    /// Source ranks per piece word (one byte each).
+    pub const RANKS_PER_WORD: u32 = 4;
 
     /// Index (in `u32`s) of the slot in which peer `from` signals on `(channel, kind)`.
     #[inline(always)]
@@ -397,9 +472,44 @@ pub mod pad {
         (channel * KINDS + kind) * world + from
     }
 
-    /// Bytes of one rank's pad (the epoch slots) for a world of `world` ranks.
+    /// Epoch slots of one rank's pad.
+    pub const fn slots(world: u32) -> u32 {
+        CHANNELS * KINDS * world
+    }
+
+    /// Piece words per piece: one byte per rank, [`RANKS_PER_WORD`] ranks a word.
+    pub const fn piece_words(world: u32) -> u32 {
+        world.div_ceil(RANKS_PER_WORD)
+    }
+
+    /// Index (in `u32`s) of the piece word in which rank `from` signals piece `piece` of
+    /// a bf16-wire call on `channel`: its byte is `from % RANKS_PER_WORD`.
+    #[inline(always)]
+    pub const fn piece_slot(channel: u32, piece: u32, from: u32, world: u32) -> u32 {
+        slots(world) + (channel * WIRE_PIECES + piece) * piece_words(world) + from / RANKS_PER_WORD
+    }
+
+    /// The value piece word `word` holds once every rank but `rank` signalled: a byte of
+    /// 1 per such source. Bytes only ever go from 0 to 1, so every earlier value is
+    /// below it, and `cuStreamWaitValue32(GEQ)`'s cyclic comparison (as `i32`) waits
+    /// for exactly this (the mask is below 2³¹).
+    pub const fn piece_mask(world: u32, rank: u32, word: u32) -> u32 {
+        let mut mask = 0;
+        let mut b = 0;
+        while b < RANKS_PER_WORD {
+            let from = word * RANKS_PER_WORD + b;
+            if from < world && from != rank {
+                mask |= 1 << (8 * b);
+            }
+            b += 1;
+        }
+        mask
+    }
+
+    /// Bytes of one rank's pad (the epoch slots and the piece words) for a world of
+    /// `world` ranks: all a host pad holds.
     pub const fn bytes(world: u32) -> usize {
-        (CHANNELS * KINDS * world) as usize * 4
+        (slots(world) + CHANNELS * WIRE_PIECES * piece_words(world)) as usize * 4
     }
 
     /// Byte offset, in a rank's pad buffer, of the per-channel staging word that
@@ -422,9 +532,32 @@ pub mod pad {
         (bytes(world) + 2 * CHANNELS as usize * 4).next_multiple_of(8) + channel as usize * 8
     }
 
-    /// Bytes of one rank's whole pad buffer: slots, staging words, counters and LL
-    /// round counters.
+    /// Byte offset, in a rank's (device) pad buffer, of the inexact flag that rank `from`
+    /// writes for piece `piece` of a bf16-wire call on `channel`: 1 when the piece of the
+    /// chunk it sends this rank has a nonzero low half (this rank must read it), else 0.
+    pub const fn wire_flag_offset(world: u32, channel: u32, piece: u32, from: u32) -> usize {
+        ll_seq_offset(world, CHANNELS) + (((channel * WIRE_PIECES + piece) * world + from) * 4) as usize
+    }
+
+    /// Byte offset, in a rank's pad buffer, of the scratch words of a bf16-wire pack on
+    /// `channel` (one per destination rank): the CTAs OR into them whether they found an
+    /// inexact value, the last CTA turns them into flags and zeroes them.
+    pub const fn wire_or_offset(world: u32, channel: u32) -> usize {
+        wire_flag_offset(world, CHANNELS, 0, 0) + (channel * world * 4) as usize
+    }
+
+    /// Byte offset, in a rank's pad buffer, of its counters (`u64`s, 8-aligned): the
+    /// bf16-wire pieces whose low half this rank read from a peer, then their bytes.
+    pub const fn stats_offset(world: u32) -> usize {
+        wire_or_offset(world, CHANNELS).next_multiple_of(8)
+    }
+
+    /// The counters at [`stats_offset`]: fallback pieces, fallback bytes.
+    pub const STATS: usize = 2;
+
+    /// Bytes of one rank's whole pad buffer: slots, piece words, staging words,
+    /// counters, LL round counters, bf16-wire flags and scratch, and the statistics.
     pub const fn buffer_bytes(world: u32) -> usize {
-        ll_seq_offset(world, CHANNELS)
+        stats_offset(world) + STATS * 8
     }
 }

@@ -25,6 +25,7 @@ pub(crate) fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
         channel: channel.unwrap_or(u32::MAX),
         allow_staging,
         map_ordinary,
+        wire: None,
     })
 }
 

@@ -1,6 +1,7 @@
 //! Argument checks shared by both backends, and the workspace layout helpers (alignment,
 //! growth, rotated peer order, staging slots).
 
+use super::wire::Plan;
 use super::{DType, ReduceOp, ReduceScatterAlgorithm};
 use crate::error::{Error, Result};
 
@@ -30,19 +31,17 @@ pub(crate) fn check_all_gather(
     Ok(input.0 * input.1.size())
 }
 
-/// Checks a reduce-scatter's sizes and dtype; returns the output chunk bytes.
+/// Checks a reduce-scatter's sizes, dtypes and wire (NOTE [bf16 wire]); returns the
+/// bytes of one input chunk (this rank's share of the input, in the input's type) and
+/// what crosses the peer links.
 pub(crate) fn check_reduce_scatter(
     rank: usize,
     world: usize,
     input: (usize, DType),
     output: (usize, DType),
-) -> Result<usize> {
-    if input.1 != output.1 {
-        return Err(Error::InvalidArgument(format!(
-            "rank {rank}: reduce-scatter input is {} but output is {}",
-            input.1, output.1
-        )));
-    }
+    wire: Option<DType>,
+) -> Result<(usize, Plan)> {
+    let plan = super::wire::plan(rank, input.1, output.1, wire)?;
     let want = output.0.checked_mul(world).ok_or_else(|| Error::InvalidArgument("size overflow".into()))?;
     if input.0 != want {
         return Err(Error::InvalidArgument(format!(
@@ -51,7 +50,17 @@ pub(crate) fn check_reduce_scatter(
             input.0, output.0
         )));
     }
-    Ok(output.0 * output.1.size())
+    Ok((output.0 * input.1.size(), plan))
+}
+
+/// Refuses a wire on an all-gather (it sends its input as it is).
+pub(crate) fn no_wire(rank: usize, wire: Option<DType>, dtype: DType) -> Result<()> {
+    match wire {
+        Some(w) if w != dtype => Err(Error::InvalidArgument(format!(
+            "rank {rank}: all-gather of {dtype} with wire {w}: a wire applies to reduce-scatters only"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The algorithm an integer reduce-scatter runs (`auto`: `ce-reduce`), or the refusal:
@@ -141,10 +150,20 @@ mod tests {
         assert_eq!(check_all_gather(1, 4, (10, DType::F32), (40, DType::F32)).unwrap(), 40);
         let e = check_all_gather(1, 4, (10, DType::F32), (39, DType::F32)).unwrap_err().to_string();
         assert!(e.contains("rank 1") && e.contains("39 elements") && e.contains("needs 40"), "{e}");
-        assert_eq!(check_reduce_scatter(2, 3, (9, DType::U8), (3, DType::U8)).unwrap(), 3);
-        assert_eq!(check_reduce_scatter(2, 3, (9, DType::I64), (3, DType::I64)).unwrap(), 24);
-        let e = check_reduce_scatter(2, 3, (10, DType::F32), (3, DType::F32)).unwrap_err().to_string();
+        assert_eq!(check_reduce_scatter(2, 3, (9, DType::U8), (3, DType::U8), None).unwrap(), (3, Plan::Same));
+        assert_eq!(check_reduce_scatter(2, 3, (9, DType::I64), (3, DType::I64), None).unwrap(), (24, Plan::Same));
+        let e = check_reduce_scatter(2, 3, (10, DType::F32), (3, DType::F32), None).unwrap_err().to_string();
         assert!(e.contains("rank 2") && e.contains("needs 9"), "{e}");
+        // A bf16 input into an f32 output: the chunk is counted in the input's bytes.
+        assert_eq!(check_reduce_scatter(0, 2, (8, DType::Bf16), (4, DType::F32), None).unwrap(), (8, Plan::Bf16In));
+        let split = check_reduce_scatter(0, 2, (8, DType::F32), (4, DType::F32), Some(DType::Bf16)).unwrap();
+        assert_eq!(split, (16, Plan::Split));
+        let e = check_reduce_scatter(1, 2, (8, DType::F32), (4, DType::Bf16), None).unwrap_err().to_string();
+        assert!(e.contains("rank 1: reduce-scatter of f32 into bf16"), "{e}");
+        no_wire(0, None, DType::F32).unwrap();
+        no_wire(0, Some(DType::F32), DType::F32).unwrap();
+        let e = no_wire(2, Some(DType::Bf16), DType::F32).unwrap_err().to_string();
+        assert!(e.contains("rank 2: all-gather of f32 with wire bf16"), "{e}");
         let e = check_all_gather(0, 2, (1, DType::F32), (2, DType::Bf16)).unwrap_err().to_string();
         assert!(e.contains("input is f32 but output is bf16"), "{e}");
         let push = ReduceScatterAlgorithm::TmaPushReduce;

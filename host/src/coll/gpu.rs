@@ -27,19 +27,22 @@ mod ll;
 mod mapped;
 mod push;
 mod steps;
+mod wire_steps;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::check::{
-    align256, check_all_gather, check_push_op, check_reduce_scatter, grow_to, int_algorithm, rotated, staged_slot,
+    align256, check_all_gather, check_push_op, check_reduce_scatter, grow_to, int_algorithm, no_wire, rotated,
+    staged_slot,
 };
 use super::device_buf::DeviceBuf;
 use super::select::{
     DEFAULT_REDUCE_CTAS, DEFAULT_TMA_CTAS, STAGING_DEPTH, choose_all_gather, choose_reduce_scatter, default_pieces,
     oneshot_ctas, piece_elems, tma_ring, tma_split,
 };
+use super::wire::{self, Counters, Moved, Plan};
 use super::{AllGatherAlgorithm, AllGatherOptions, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
-use crate::cuda::kernels::TmaArgs;
+use crate::cuda::kernels::{TmaArgs, WireReduceArgs};
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
@@ -59,6 +62,8 @@ pub(crate) struct GpuColl {
     cta_cap: Option<u32>,
     /// Ordinary inputs that peers read in place (`map_ordinary`).
     maps: Box<PeerMaps>,
+    /// Bytes moved to and from peers (NOTE [bf16 wire]).
+    counters: Counters,
 }
 
 /// Per-channel state of a group's collectives.
@@ -67,6 +72,8 @@ struct ChannelState {
     workspace: Option<SymmetricBuffer>,
     copy: Option<Stream>,
     events: Vec<Event>,
+    /// The stream of the bf16 wire's packs (first split-wire call on the channel).
+    pack: Option<Stream>,
     /// The LL buffer (first LL call on the channel; `coll::gpu::ll`).
     ll: Option<SymmetricBuffer>,
     /// A call on the channel was captured into a graph: its workspace is kept, not
@@ -105,6 +112,11 @@ unsafe fn ce_copy(stream: &Stream, dst: u64, src: u64, bytes: usize) -> Result<(
     unsafe { raw::mem_op::copy(stream.raw(), dst, src, bytes) }
 }
 
+/// Whether two byte ranges (address, length) share a byte.
+fn overlaps(a: (u64, usize), b: (u64, usize)) -> bool {
+    a.0 < b.0 + b.1 as u64 && b.0 < a.0 + a.1 as u64
+}
+
 fn refuse_staging(rank: usize, algorithm: &str, what: &str) -> Error {
     Error::InvalidArgument(format!(
         "rank {rank}: {algorithm} needs a symmetric {what} (DeviceBuf::symmetric), the {what} is ordinary device \
@@ -119,7 +131,7 @@ impl GpuColl {
         let channels = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(ChannelState::default())).collect();
         let cta_cap = crate::coll::select::shared_cta_cap(ranks_on_gpu, sm_count);
         let maps = Box::new(PeerMaps::new(&sync.core, &sync.device)?);
-        Ok(Self { channels, sync, cta_cap, maps })
+        Ok(Self { channels, sync, cta_cap, maps, counters: Counters::default() })
     }
 
     /// Bytes of this rank's workspaces and LL buffers, over every channel (what the
@@ -131,6 +143,18 @@ impl GpuColl {
                 + st.kept.iter().map(SymmetricBuffer::len).sum::<usize>()
         };
         self.channels.iter().filter_map(|c| c.try_lock().ok().map(|st| held(&st))).sum()
+    }
+
+    /// Counts what a call moves to and from peers, as it is enqueued (a captured call
+    /// counts once, when captured; NOTE [bf16 wire]).
+    pub(super) fn count(&self, moved: Moved) {
+        self.counters.add(moved);
+    }
+
+    /// The counters: the host's, plus the fallbacks the GPU counted (read from the pad
+    /// on the side stream, bounded).
+    pub(crate) fn stats(&self) -> Result<super::CollStats> {
+        Ok(self.counters.read(self.sync.read_stats()?))
     }
 
     /// A kernel's CTA count, within the shared-GPU cap (NOTE [shared CTAs]).
@@ -245,6 +269,7 @@ impl GpuColl {
         opts.check(rank)?;
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
+        no_wire(rank, opts.wire, input.dtype)?;
         let shard = check_all_gather(rank, world, (input.count, input.dtype), (output.count, output.dtype))?;
         if shard == 0 {
             return Ok(());
@@ -254,7 +279,10 @@ impl GpuColl {
             a => a,
         };
         if algorithm == AllGatherAlgorithm::Ll {
-            return self.ll_all_gather(&input, &output, stream, opts, shard, mode);
+            self.ll_all_gather(&input, &output, stream, opts, shard, mode)?;
+            // Every 8 bytes travel as a 16-byte line (NOTE [LL protocol]).
+            self.count(Moved::AllGather(2 * (world - 1) * shard));
+            return Ok(());
         }
         // In place (FSDP's habit): the input is this rank's slot of a symmetric output.
         // Peers' shards are then at their own slots, not at this input's offset, so the
@@ -371,6 +399,7 @@ impl GpuColl {
                 }
             }
         }
+        self.count(Moved::AllGather((world - 1) * shard));
         // Registered before the channel is released, so that no other user of the
         // channel can retire the workspace ahead of this call's sequence number.
         self.finish(stream, mode, peers.as_ref())?;
@@ -395,23 +424,35 @@ impl GpuColl {
         opts.check(rank)?;
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
-        let chunk = check_reduce_scatter(rank, world, (input.count, input.dtype), (output.count, output.dtype))?;
+        let (chunk, plan) =
+            check_reduce_scatter(rank, world, (input.count, input.dtype), (output.count, output.dtype), opts.wire)?;
         let dt = input.dtype.kernel_index()?;
         if chunk == 0 {
             return Ok(());
         }
         let algorithm = match int_algorithm(rank, input.dtype, opts.algorithm, op)? {
-            ReduceScatterAlgorithm::Auto => choose_reduce_scatter(chunk, world),
-            a => a,
+            ReduceScatterAlgorithm::Auto if plan == Plan::Same => choose_reduce_scatter(chunk, world),
+            a => wire::algorithm(rank, plan, a, input.dtype, output.dtype)?,
         };
         check_push_op(rank, algorithm, op)?;
+        if plan == Plan::Bf16In && overlaps((input.ptr, input.bytes()), (output.ptr, output.bytes())) {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank}: a reduce-scatter of bf16 into f32 cannot run in place: its f32 output would overwrite \
+                 the input that peers read"
+            )));
+        }
         match algorithm {
             ReduceScatterAlgorithm::TmaPushReduce => {
-                return self.push_reduce(input, output, stream, opts, chunk, dt, mode);
+                self.push_reduce(input, output, stream, opts, chunk, dt, mode)?;
+                self.count(Moved::ReduceScatter((world - 1) * chunk));
+                return Ok(());
             }
             ReduceScatterAlgorithm::Ll => {
-                return self.ll_reduce_scatter(&input, &output, op, stream, opts, chunk, dt, mode);
+                self.ll_reduce_scatter(&input, &output, op, stream, opts, chunk, dt, mode)?;
+                self.count(Moved::ReduceScatter(2 * (world - 1) * chunk));
+                return Ok(());
             }
+            _ if plan == Plan::Split => return self.wire_reduce_scatter(&input, &output, op, stream, opts, mode),
             _ => {}
         }
         let mapped = opts.map_ordinary
@@ -423,6 +464,7 @@ impl GpuColl {
             return Err(refuse_staging(rank, algorithm.name(), "input"));
         }
         let esize = input.dtype.size();
+        let out_size = output.dtype.size();
         let n = output.count;
         let tma = matches!(algorithm, ReduceScatterAlgorithm::TmaReduce | ReduceScatterAlgorithm::TmaReduceEvict);
         let ctas = self.ctas(opts.ctas.unwrap_or(if tma { DEFAULT_TMA_CTAS } else { DEFAULT_REDUCE_CTAS }));
@@ -480,22 +522,28 @@ impl GpuColl {
                         copy.record(&copied[i])?;
                         stream.wait(&copied[i])?;
                         let own = input.ptr + (rank * chunk + first * esize) as u64;
-                        let dst = out + (first * esize) as u64;
+                        let dst = out + (first * out_size) as u64;
                         let vec_ok = own.is_multiple_of(16) && dst.is_multiple_of(16);
-                        kernels.reduce(
-                            stream,
-                            dt,
-                            ctas,
-                            own,
-                            rank as u32,
-                            slots,
-                            pe as u64,
-                            world as u32,
-                            dst,
-                            len as u64,
-                            op.code(),
-                            vec_ok,
-                        )?;
+                        if plan == Plan::Bf16In {
+                            // bf16 pieces accumulated in f32 and written as f32.
+                            let a = WireReduceArgs::bf16_in(own, slots, pe, len, dst, (rank, world), op, vec_ok);
+                            kernels.wire_reduce(stream, ctas, &a)?;
+                        } else {
+                            kernels.reduce(
+                                stream,
+                                dt,
+                                ctas,
+                                own,
+                                rank as u32,
+                                slots,
+                                pe as u64,
+                                world as u32,
+                                dst,
+                                len as u64,
+                                op.code(),
+                                vec_ok,
+                            )?;
+                        }
                         stream.record(&reduced[i])?;
                     }
                     self.exit(stream, ch, opts.sync, mode)?;
@@ -546,6 +594,7 @@ impl GpuColl {
                 }
             }
         }
+        self.count(Moved::ReduceScatter((world - 1) * chunk));
         // Registered before the channel is released, so that no other user of the
         // channel can retire the workspace ahead of this call's sequence number.
         self.finish(stream, mode, peers.as_ref())?;

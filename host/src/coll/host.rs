@@ -11,14 +11,16 @@
 //! barriers and which rank reads or writes which buffer.
 
 mod ll;
+mod wire_steps;
 
 use std::borrow::Cow;
 
 use std::sync::Mutex;
 
-use super::check::{check_all_gather, check_push_op, check_reduce_scatter, grow_to, int_algorithm, rotated};
-use super::reference::reduce_into;
+use super::check::{check_all_gather, check_push_op, check_reduce_scatter, grow_to, int_algorithm, no_wire, rotated};
+use super::reference::{reduce_into, reduce_into_as};
 use super::select::{choose_all_gather, choose_reduce_scatter, default_pieces, piece_elems, tma_ring, tma_split};
+use super::wire::{self, Counters, Moved, Plan};
 use super::{AllGatherAlgorithm, AllGatherOptions, DType, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
 use crate::error::{Error, Result};
 use crate::memory::host::{HostBuffer, alloc};
@@ -103,13 +105,20 @@ pub(crate) struct HostColl {
     pub(crate) sync: HostSync,
     workspaces: Vec<Mutex<Option<HostBuffer>>>,
     ll: Vec<Mutex<ll::LlState>>,
+    /// Bytes moved to and from peers (NOTE [bf16 wire]).
+    counters: Counters,
 }
 
 impl HostColl {
     pub(crate) fn new(sync: HostSync) -> Self {
         let workspaces = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(None)).collect();
         let ll = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::default()).collect();
-        Self { sync, workspaces, ll }
+        Self { sync, workspaces, ll, counters: Counters::default() }
+    }
+
+    /// The counters (NOTE [bf16 wire]).
+    pub(crate) fn stats(&self) -> super::CollStats {
+        self.counters.read((0, 0))
     }
 
     /// Runs `f` with the channel's workspace grown to at least `need` bytes (collective
@@ -156,6 +165,7 @@ impl HostColl {
         input.check(rank)?;
         let n_in = elems(rank, "all-gather input", input.len(), dtype)?;
         let n_out = elems(rank, "all-gather output", output.len(), dtype)?;
+        no_wire(rank, opts.wire, dtype)?;
         let shard = check_all_gather(rank, world, (n_in, dtype), (n_out, dtype))?;
         if shard == 0 {
             return Ok(());
@@ -165,7 +175,9 @@ impl HostColl {
             a => a,
         };
         if algorithm == AllGatherAlgorithm::Ll {
-            return self.ll_all_gather(input, output, opts.channel, shard);
+            self.ll_all_gather(input, output, opts.channel, shard)?;
+            self.counters.add(Moved::AllGather(2 * (world - 1) * shard));
+            return Ok(());
         }
         // In place: the input is this rank's slot of the output, in a symmetric buffer.
         // Peers' shards are then at their own slots of that buffer (not at this input's
@@ -232,17 +244,21 @@ impl HostColl {
                     Ok(())
                 }
             }
-        })
+        })?;
+        self.counters.add(Moved::AllGather((world - 1) * shard));
+        Ok(())
     }
 
-    /// Reduce-scatter: `output` (`n` elements) receives `op` over all ranks of their
-    /// input chunk `rank` (`input[rank * n .. (rank + 1) * n]`). f32, f16 and bf16,
-    /// accumulated in f32 in rank order. Synchronous.
+    /// Reduce-scatter: `output` (`n` elements of `dtypes.1`) receives `op` over all ranks
+    /// of their input chunk `rank` (`input[rank * n .. (rank + 1) * n]`, of `dtypes.0`).
+    /// f32, f16 and bf16, accumulated in f32 in rank order; a bf16 input may reduce into
+    /// an f32 output, and f32 may cross over a bf16 wire (NOTE [bf16 wire]).
+    /// Synchronous.
     pub(crate) fn reduce_scatter(
         &self,
         input: HostInput<'_>,
         output: &mut [u8],
-        dtype: DType,
+        (dtype, out_dtype): (DType, DType),
         op: ReduceOp,
         opts: &ReduceScatterOptions,
     ) -> Result<()> {
@@ -251,21 +267,28 @@ impl HostColl {
         opts.check(rank)?;
         input.check(rank)?;
         let n_in = elems(rank, "reduce-scatter input", input.len(), dtype)?;
-        let n_out = elems(rank, "reduce-scatter output", output.len(), dtype)?;
-        let chunk = check_reduce_scatter(rank, world, (n_in, dtype), (n_out, dtype))?;
+        let n_out = elems(rank, "reduce-scatter output", output.len(), out_dtype)?;
+        let (chunk, plan) = check_reduce_scatter(rank, world, (n_in, dtype), (n_out, out_dtype), opts.wire)?;
         if chunk == 0 {
             return Ok(());
         }
         let algorithm = match int_algorithm(rank, dtype, opts.algorithm, op)? {
-            ReduceScatterAlgorithm::Auto => choose_reduce_scatter(chunk, world),
-            a => a,
+            ReduceScatterAlgorithm::Auto if plan == Plan::Same => choose_reduce_scatter(chunk, world),
+            a => wire::algorithm(rank, plan, a, dtype, out_dtype)?,
         };
         check_push_op(rank, algorithm, op)?;
         match algorithm {
-            ReduceScatterAlgorithm::TmaPushReduce => return self.push_reduce(input, output, dtype, opts, chunk),
-            ReduceScatterAlgorithm::Ll => {
-                return self.ll_reduce_scatter(input, output, dtype, op, opts.channel, chunk);
+            ReduceScatterAlgorithm::TmaPushReduce => {
+                self.push_reduce(input, output, dtype, opts, chunk)?;
+                self.counters.add(Moved::ReduceScatter((world - 1) * chunk));
+                return Ok(());
             }
+            ReduceScatterAlgorithm::Ll => {
+                self.ll_reduce_scatter(input, output, dtype, op, opts.channel, chunk)?;
+                self.counters.add(Moved::ReduceScatter(2 * (world - 1) * chunk));
+                return Ok(());
+            }
+            _ if plan == Plan::Split => return self.wire_reduce_scatter(input, output, op, opts, n_out),
             _ => {}
         }
         let plain = matches!(input, HostInput::Plain(_));
@@ -299,16 +322,20 @@ impl HostColl {
             ranges.extend((head + body < n_out).then_some((head + body, n_out - head - body)));
             self.sync.barrier(ch)?;
             let mut staged = vec![vec![0u8; piece.max(head).max(n_out - head - body) * es]; world];
+            let os = out_dtype.size();
             for (start, len) in ranges {
                 let bytes = len * es;
                 for p in rotated(rank, world) {
                     src.buf.read(p, off + start * es, &mut staged[p][..bytes])?;
                 }
                 let srcs: Vec<&[u8]> = staged.iter().map(|s| &s[..bytes]).collect();
-                reduce_into(dtype, op, world, &srcs, &mut output[start * es..start * es + bytes]);
+                let out = &mut output[start * os..(start + len) * os];
+                reduce_into_as(dtype, out_dtype, op, world, &srcs, out);
             }
             self.sync.barrier(ch)
-        })
+        })?;
+        self.counters.add(Moved::ReduceScatter((world - 1) * chunk));
+        Ok(())
     }
 
     /// tma-push-reduce's schedule (NOTE [tma-push-reduce] in `gpu-kernels/src/push.rs`):

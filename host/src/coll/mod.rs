@@ -34,6 +34,7 @@ pub(crate) mod gpu;
 pub(crate) mod host;
 mod reference;
 mod select;
+pub(crate) mod wire;
 
 use std::fmt;
 use std::str::FromStr;
@@ -50,6 +51,7 @@ pub use select::{
     DEFAULT_REDUCE_CTAS, DEFAULT_TMA_CTAS, LL_MAX_CHUNK_2, LL_MAX_SHARD_2, ONESHOT_MAX_SHARD, choose_all_gather,
     choose_reduce_scatter,
 };
+pub use wire::CollStats;
 
 /// Element type of a collective's buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -321,6 +323,14 @@ pub struct CollOptions<A> {
     /// refuses it without `allow_staging`. Saves the staging copy and the workspace it
     /// needs; other algorithms (and the host backend) stage as before.
     pub map_ordinary: bool,
+    /// Reduce-scatter: the element type that crosses the peer links, when it differs
+    /// from the input's (NOTE [bf16 wire] in `coll::wire`). `Some(DType::Bf16)` with an
+    /// f32 input and output sends the top half of each f32 through the copy engines and
+    /// reads the bottom half only for pieces where it is nonzero: the result is the f32
+    /// reduce-scatter's, bit for bit, for every input (ce-reduce or auto only). A bf16
+    /// input with an f32 output needs no wire (its input is bf16). `None`: the input's
+    /// type. All-gathers refuse a wire.
+    pub wire: Option<DType>,
 }
 
 impl<A: Default> Default for CollOptions<A> {
@@ -333,6 +343,7 @@ impl<A: Default> Default for CollOptions<A> {
             channel: 0,
             allow_staging: true,
             map_ordinary: false,
+            wire: None,
         }
     }
 }

@@ -52,13 +52,26 @@ fn int_into<const N: usize, T: Copy + Ord>(
 /// their own type, sums wrapping. Every source and `out` hold the same whole number of
 /// `dtype` elements.
 pub(crate) fn reduce_into(dtype: DType, op: ReduceOp, world: usize, srcs: &[&[u8]], out: &mut [u8]) {
+    reduce_into_as(dtype, dtype, op, world, srcs, out)
+}
+
+/// As [`reduce_into`], with sources of `dtype` and an output of `out_dtype` (a float
+/// type: the f32 accumulator is rounded to it once).
+pub(crate) fn reduce_into_as(
+    dtype: DType,
+    out_dtype: DType,
+    op: ReduceOp,
+    world: usize,
+    srcs: &[&[u8]],
+    out: &mut [u8],
+) {
     match dtype {
         DType::I32 => return int_into(srcs, out, op, i32::from_le_bytes, i32::to_le_bytes, i32::wrapping_add),
         DType::I64 => return int_into(srcs, out, op, i64::from_le_bytes, i64::to_le_bytes, i64::wrapping_add),
         DType::U8 => return int_into(srcs, out, op, u8::from_le_bytes, u8::to_le_bytes, u8::wrapping_add),
         _ => {}
     }
-    let n = out.len() / dtype.size();
+    let n = out.len() / out_dtype.size();
     for i in 0..n {
         let mut acc = load(dtype, srcs[0], i);
         for s in &srcs[1..] {
@@ -72,7 +85,7 @@ pub(crate) fn reduce_into(dtype: DType, op: ReduceOp, world: usize, srcs: &[&[u8
         if op == ReduceOp::Avg {
             acc /= world as f32;
         }
-        store(dtype, out, i, acc);
+        store(out_dtype, out, i, acc);
     }
 }
 

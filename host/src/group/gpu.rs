@@ -10,7 +10,7 @@ use std::time::Duration;
 use lowcon_store::Store;
 
 use crate::coll::gpu::GpuColl;
-use crate::coll::{AllGatherOptions, DeviceBuf, ReduceOp, ReduceScatterOptions};
+use crate::coll::{AllGatherOptions, CollStats, DeviceBuf, ReduceOp, ReduceScatterOptions};
 use crate::cuda::{Device, Graph, Stream, raw};
 use crate::error::{Error, Result};
 use crate::memory::{HandleKind, SymmetricBuffer};
@@ -347,6 +347,14 @@ impl GpuGroup {
         opts: &ReduceScatterOptions,
     ) -> Result<()> {
         self.coll.reduce_scatter(input, output, op, stream, opts)
+    }
+
+    /// The bytes this rank's calls moved to and from peers since the group was made
+    /// (NOTE [bf16 wire] in `coll::wire`): counted on the host as calls are enqueued,
+    /// and, for the bf16 wire's fallbacks, on the GPU as its reductions run (read here
+    /// on a side stream, bounded: synchronise first for the calls just enqueued).
+    pub fn stats(&self) -> Result<CollStats> {
+        self.coll.stats()
     }
 
     /// Bytes this rank's collectives hold in workspaces and LL buffers (symmetric memory

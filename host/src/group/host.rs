@@ -10,7 +10,7 @@ use std::time::Duration;
 use lowcon_store::Store;
 
 use crate::coll::host::HostColl;
-use crate::coll::{AllGatherOptions, DType, HostInput, ReduceOp, ReduceScatterOptions};
+use crate::coll::{AllGatherOptions, CollStats, DType, HostInput, ReduceOp, ReduceScatterOptions};
 use crate::error::Result;
 use crate::memory::HostBuffer;
 use crate::rendezvous::GroupCore;
@@ -192,6 +192,27 @@ impl HostGroup {
         op: ReduceOp,
         opts: &ReduceScatterOptions,
     ) -> Result<()> {
-        self.coll.reduce_scatter(input, output, dtype, op, opts)
+        self.coll.reduce_scatter(input, output, (dtype, dtype), op, opts)
+    }
+
+    /// As [`HostGroup::reduce_scatter`], with an input of `input_dtype` and an output of
+    /// `output_dtype`: a bf16 input may reduce into an f32 output (accumulated in f32,
+    /// rounded once). With `opts.wire = Some(DType::Bf16)`, f32 crosses as its top halves
+    /// (NOTE [bf16 wire]; the result is the f32 call's, bit for bit).
+    pub fn reduce_scatter_typed(
+        &self,
+        input: HostInput<'_>,
+        output: &mut [u8],
+        (input_dtype, output_dtype): (DType, DType),
+        op: ReduceOp,
+        opts: &ReduceScatterOptions,
+    ) -> Result<()> {
+        self.coll.reduce_scatter(input, output, (input_dtype, output_dtype), op, opts)
+    }
+
+    /// The bytes this rank's calls moved to and from peers since the group was made
+    /// (NOTE [bf16 wire]).
+    pub fn stats(&self) -> CollStats {
+        self.coll.stats()
     }
 }

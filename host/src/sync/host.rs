@@ -23,7 +23,9 @@ pub(crate) struct HostSync {
 impl HostSync {
     /// Collective: allocates the pads.
     pub(crate) fn new(core: GroupCore) -> Result<Self> {
-        let pads = alloc(&core, pad::bytes(core.world as u32))?;
+        // The whole pad buffer's layout, though only the slots, the piece words and the
+        // bf16 wire's flags are used here.
+        let pads = alloc(&core, pad::buffer_bytes(core.world as u32))?;
         Ok(Self { epochs: Mutex::new(Epochs::new(core.world)), core, pads })
     }
 
@@ -51,6 +53,55 @@ impl HostSync {
             |seen| format!("its {what} on channel {channel} (epoch {epoch}, saw {seen})"),
             || slot.load(Ordering::Relaxed),
         )
+    }
+
+    /// The `u32` at byte `offset` of `owner`'s pad.
+    fn word(&self, owner: usize, offset: usize) -> &AtomicU32 {
+        assert!(offset + 4 <= self.pads.len() && offset.is_multiple_of(4), "pad word {offset} out of range");
+        // SAFETY: in bounds and aligned (checked; page-aligned base), the mapping lives as
+        // long as `self`, and pad words are only ever accessed atomically.
+        unsafe { AtomicU32::from_ptr(self.pads.peer_ptr(owner).add(offset).cast::<u32>()) }
+    }
+
+    /// The bf16 wire's signal of `piece` on `channel` to `peer`, after its inexact
+    /// `flag` (NOTE [bf16 wire]): the flag into `peer`'s pad, then this rank's byte of
+    /// `peer`'s piece word, with release ordering (the packed planes before it).
+    pub(crate) fn signal_piece(&self, peer: usize, channel: u32, piece: u32, flag: bool) {
+        let (rank, world) = (self.core.rank as u32, self.core.world as u32);
+        let fo = pad::wire_flag_offset(world, channel, piece, rank);
+        self.word(peer, fo).store(u32::from(flag), Ordering::Relaxed);
+        let word = pad::piece_slot(channel, piece, rank, world) as usize * 4;
+        let byte = 1u32 << (8 * (rank % pad::RANKS_PER_WORD));
+        self.word(peer, word).fetch_or(byte, Ordering::Release);
+    }
+
+    /// Waits for every peer's signal of `piece` on `channel` (peer by peer, each wait
+    /// bounded and watching that peer's socket), then returns their inexact flags, by
+    /// rank, and resets this rank's piece words (NOTE [bf16 wire]).
+    pub(crate) fn wait_piece(&self, channel: u32, piece: u32) -> Result<Vec<bool>> {
+        let (rank, world) = (self.core.rank, self.core.world as u32);
+        for p in (0..self.core.world).filter(|&p| p != rank) {
+            let word = self.word(rank, pad::piece_slot(channel, piece, p as u32, world) as usize * 4);
+            let byte = 1u32 << (8 * (p as u32 % pad::RANKS_PER_WORD));
+            self.core.spin_until(
+                p,
+                || (word.load(Ordering::Acquire) & byte != 0).then_some(()),
+                |seen| format!("its signal of bf16-wire piece {piece} on channel {channel} (word {seen:#x})"),
+                || word.load(Ordering::Relaxed),
+            )?;
+        }
+        let flags = (0..self.core.world)
+            .map(|p| {
+                p != rank
+                    && self.word(rank, pad::wire_flag_offset(world, channel, piece, p as u32)).load(Ordering::Relaxed)
+                        != 0
+            })
+            .collect();
+        for w in 0..pad::piece_words(world) {
+            let slot = pad::piece_slot(channel, piece, w * pad::RANKS_PER_WORD, world) as usize;
+            self.word(rank, slot * 4).store(0, Ordering::Release);
+        }
+        Ok(flags)
     }
 
     /// Collective: returns once every rank reached the barrier on `channel`. Everything

@@ -55,7 +55,7 @@ impl GpuColl {
         let (bytes, symm) = if gather {
             (check_all_gather(rank, world, ins, outs)?, output.symm)
         } else {
-            (check_reduce_scatter(rank, world, ins, outs)?, input.symm)
+            (check_reduce_scatter(rank, world, ins, outs, None)?.0, input.symm)
         };
         let Some((buf, off)) = symm else {
             return Err(if gather {

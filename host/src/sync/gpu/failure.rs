@@ -170,6 +170,14 @@ impl GpuSync {
                 };
             }
         }
+        if let Some((channel, peer)) = self.wire_missing(&host, &dev) {
+            return Error::PeerTimeout {
+                rank: self.core.rank,
+                peer,
+                what: format!("its signal of a bf16-wire piece on channel {channel}"),
+                secs,
+            };
+        }
         if self.replay_in_flight() {
             return self.graph_timeout(&host, &dev, "");
         }
@@ -205,6 +213,7 @@ impl GpuSync {
         let awaited = self.awaited();
         let behind =
             awaited.iter().find(|a| self.memop_last(a.channel, a.kind) && !epoch_reached(host[a.slot], a.epoch));
+        let wire = self.wire_missing(&host, &[]);
         match behind {
             Some(a) => Error::PeerTimeout {
                 rank: self.core.rank,
@@ -215,6 +224,15 @@ impl GpuSync {
                 ),
                 secs,
             },
+            None if wire.is_some() => {
+                let (channel, peer) = wire.expect("checked");
+                Error::PeerTimeout {
+                    rank: self.core.rank,
+                    peer,
+                    what: format!("its signal of a bf16-wire piece on channel {channel} (in the host pad; {why})"),
+                    secs,
+                }
+            }
             None if self.replay_in_flight() => {
                 self.graph_timeout(&host, &vec![0; host.len()], &format!("; from the host pad: {why}"))
             }
@@ -235,7 +253,7 @@ impl GpuSync {
     pub(crate) const SIDE_LIMIT: Duration = Duration::from_secs(2);
 
     /// Waits, at most [`Self::SIDE_LIMIT`], for what was enqueued on the side stream.
-    fn side_wait(&self, what: &str) -> Result<()> {
+    pub(crate) fn side_wait(&self, what: &str) -> Result<()> {
         let _step = self.watch_step.enter(Step::SideWait);
         let done = self.side.event(false)?;
         self.side.record(&done)?;
@@ -287,7 +305,7 @@ impl GpuSync {
         for a in &awaited {
             self.host_pad.release(a.slot, a.epoch);
         }
-        awaited.len() + self.release_graph_flags()
+        awaited.len() + self.release_graph_flags() + self.release_piece_words()
     }
 }
 

@@ -65,6 +65,19 @@ impl HostPad {
         Ok(me)
     }
 
+    /// Every rank's host pad as this GPU addresses it (for a device array of them).
+    pub(crate) fn dev_ptrs(&self) -> &[sys::CUdeviceptr] {
+        &self.dev
+    }
+
+    /// Sets piece word `slot` of this rank's pad to `mask` (every awaited byte) unless
+    /// it holds it already; returns whether it did (NOTE [bf16 wire]: a released wait's
+    /// reduction resets the word, and the next call's wait on it needs it set again).
+    pub(crate) fn release_piece(&self, slot: usize, mask: u32) -> bool {
+        let s = self.own(slot);
+        s.swap(mask, Ordering::AcqRel) != mask
+    }
+
     /// The device address of `slot` in `owner`'s host pad.
     pub(crate) fn slot_dev(&self, owner: usize, slot: u32) -> sys::CUdeviceptr {
         self.dev[owner] + 4 * slot as u64

@@ -8,6 +8,7 @@ pub(crate) mod failure;
 pub(crate) mod graph;
 pub(crate) mod host_pad;
 pub(crate) mod inflight;
+pub(crate) mod pieces;
 pub(crate) mod sentinel;
 pub(crate) mod watchdog;
 
@@ -76,6 +77,14 @@ pub(crate) struct GpuSync {
     graph_channels: std::sync::atomic::AtomicU32,
     /// One past the sequence number of the last registered replay (0: none yet).
     graph_last: std::sync::atomic::AtomicU64,
+    /// Every rank's host pad as this GPU addresses it: where memop-sync piece signals
+    /// of the bf16 wire go (NOTE [bf16 wire]).
+    host_pads: cudarc::driver::CudaSlice<u64>,
+    /// Channels on which bf16-wire calls ran (bit per channel): their piece words are
+    /// released when the group fails.
+    wire_channels: std::sync::atomic::AtomicU32,
+    /// Where `read_stats` copies this rank's counters.
+    stats_mirror: Pinned,
     pub(crate) core: GroupCore,
 }
 
@@ -88,7 +97,10 @@ impl GpuSync {
         let host_pad = HostPad::new(&core, &device, Drain::new(&core))?;
         let err = HostRecord::new(&device, Drain::new(&core))?;
         let pad_mirror = Pinned::new(&device, pad::bytes(world), Drain::new(&core))?;
+        let stats_mirror = Pinned::new(&device, pad::STATS * 8, Drain::new(&core))?;
         let side = device.stream(StreamPriority::High)?;
+        let host_pads = side.upload(host_pad.dev_ptrs())?;
+        side.synchronize()?;
         let core_timeout = core.timeout;
         Ok(Self {
             epochs: Mutex::new(Epochs::new(core.world)),
@@ -112,6 +124,9 @@ impl GpuSync {
             memop_last: (0..pad::CHANNELS * pad::KINDS).map(|_| AtomicBool::new(false)).collect(),
             graph_channels: Default::default(),
             graph_last: Default::default(),
+            host_pads,
+            wire_channels: Default::default(),
+            stats_mirror,
         })
     }
 

@@ -1,0 +1,145 @@
+//! The split bf16 wire on GPUs (NOTE [bf16 wire] in `coll::wire`): f32 in and out, the
+//! top halves through the copy engines, the bottom halves read only where a piece is
+//! flagged inexact.
+//!
+//! Per piece `i` of the chunk, on three streams forked from the caller's:
+//! - pack stream: `wire_pack(i)` splits every chunk this rank sends and, from its last
+//!   CTA, signals each destination;
+//! - copy stream: wait for `i`'s staging slot (the reduction of piece `i - 3`), wait for
+//!   every peer's signal of `i`, copy each peer's top halves of `i` into the slot;
+//! - caller's stream: wait for the copies, `wire_reduce(i)`.
+//!
+//! Then the caller's stream joins the pack stream and passes the exit barrier (peers
+//! may pack into their workspaces again once every rank has read them). No entry
+//! barrier: peers never read this rank's input, only what it packed and signalled.
+
+use super::{GpuColl, ce_copy};
+use crate::coll::device_buf::DeviceBuf;
+use crate::coll::select::DEFAULT_REDUCE_CTAS;
+use crate::coll::wire::{Layout, Moved, pieces};
+use crate::coll::{ReduceOp, ReduceScatterOptions};
+use crate::cuda::kernels::{WirePackArgs, WireReduceArgs};
+use crate::cuda::{Stream, StreamPriority};
+use crate::error::Result;
+use crate::sync::gpu::graph::Mode;
+use lowcon_abi::pad;
+
+impl GpuColl {
+    /// The split-wire reduce-scatter (see the module docs): `input` and `output` are
+    /// f32, checked by the caller; `output.count` elements per chunk.
+    pub(super) fn wire_reduce_scatter(
+        &self,
+        input: &DeviceBuf<'_>,
+        output: &DeviceBuf<'_>,
+        op: ReduceOp,
+        stream: &Stream,
+        opts: &ReduceScatterOptions,
+        mode: Mode,
+    ) -> Result<()> {
+        let (rank, world) = (self.sync.core.rank, self.sync.core.world);
+        let n = output.count;
+        let (pe, count) = pieces(rank, n, opts.pipeline)?;
+        let layout = Layout::new(world, n, pe, true);
+        let ctas = self.ctas(opts.ctas.unwrap_or(DEFAULT_REDUCE_CTAS));
+        let ch = opts.channel;
+        let mut st = self.channel(ch);
+        // Events: the fork, the pack stream's join, then per piece copied and reduced.
+        self.prepare(&mut st, ch, mode, layout.bytes, 2 + 2 * count)?;
+        if st.pack.is_none() {
+            st.pack = Some(self.sync.device.stream(StreamPriority::High)?);
+        }
+        self.sync.mark_wire_channel(ch);
+        if mode == Mode::Captured {
+            self.sync.mark_graph_channel(ch);
+        }
+        let ws = st.workspace.as_ref().expect("prepared");
+        let (copy, pack) = (st.copy.as_ref().expect("prepared"), st.pack.as_ref().expect("made"));
+        let (fork, rest) = st.events.split_first().expect("prepared");
+        let (packed, rest) = rest.split_first().expect("prepared");
+        let (copied, reduced) = rest.split_at(count);
+        let kernels = self.sync.device.kernels()?;
+        let (r32, w32) = (rank as u32, world as u32);
+        let pads = self.sync.pads.local_ptr();
+        let (src, out) = (input.ptr, output.ptr);
+        // Every chunk's pieces keep 16-byte alignment when the input and the chunk do.
+        let pack_vec = src.is_multiple_of(16) && n.is_multiple_of(4);
+        let own_vec = (src + (rank * n * 4) as u64).is_multiple_of(16) && out.is_multiple_of(16);
+        // SAFETY: (the whole block) the input and output are checked device buffers of
+        // this rank (f32, `world * n` and `n` elements); the workspace holds `layout`
+        // on every rank (prepared); the pads, counters and error record are the group's.
+        // The copy stream refills a staging slot only after the reduction that read it,
+        // and peers read this rank's planes only after its signal of the piece and
+        // before their exit signal (module docs).
+        unsafe {
+            stream.record(fork)?;
+            pack.wait(fork)?;
+            copy.wait(fork)?;
+            for i in 0..count {
+                let first = i * pe;
+                let a = WirePackArgs {
+                    src,
+                    n: n as u64,
+                    first: first as u64,
+                    len: pe.min(n - first) as u64,
+                    hi: ws.local_ptr() + layout.hi as u64,
+                    lo: ws.local_ptr() + layout.lo as u64,
+                    stride: layout.stride as u64,
+                    rank: r32,
+                    world: w32,
+                    channel: ch,
+                    piece: i as u32,
+                    pads: crate::cuda::device_ptr(self.sync.pads.device_peer_ptrs()),
+                    sig: self.sync.piece_pads(opts.sync),
+                    scratch: pads + pad::wire_or_offset(w32, ch) as u64,
+                    counter: pads + pad::counter_offset(w32, ch) as u64,
+                    vec_ok: pack_vec,
+                };
+                kernels.wire_pack(pack, ctas, &a)?;
+            }
+            pack.record(packed)?;
+            for i in 0..count {
+                let first = i * pe;
+                let len = pe.min(n - first);
+                if i >= crate::coll::select::STAGING_DEPTH {
+                    copy.wait(&reduced[i - crate::coll::select::STAGING_DEPTH])?;
+                }
+                self.sync.wait_piece(copy, opts.sync, ch, i as u32)?;
+                for p in super::rotated(rank, world).filter(|&p| p != rank) {
+                    let from = ws.peer_ptr(p) + layout.slot(layout.hi, rank, p, first) as u64;
+                    let to = ws.local_ptr() + layout.stage(world, pe, i, super::staged_slot(p, rank)) as u64;
+                    ce_copy(copy, to, from, len * 2)?;
+                }
+                copy.record(&copied[i])?;
+                stream.wait(&copied[i])?;
+                let a = WireReduceArgs {
+                    own: src + ((rank * n + first) * 4) as u64,
+                    own_bf16: false,
+                    staged: ws.local_ptr() + layout.stage(world, pe, i, 0) as u64,
+                    pe: pe as u64,
+                    len: len as u64,
+                    dst: out + (first * 4) as u64,
+                    rank: r32,
+                    world: w32,
+                    op: op.code(),
+                    vec_ok: own_vec,
+                    lo_bases: crate::cuda::device_ptr(ws.device_peer_ptrs()),
+                    lo_off: layout.lo as u64,
+                    stride: layout.stride as u64,
+                    first: first as u64,
+                    flags: pads + pad::wire_flag_offset(w32, ch, i as u32, 0) as u64,
+                    reset: self.sync.piece_word(opts.sync, ch, i as u32),
+                    stats: pads + pad::stats_offset(w32) as u64,
+                };
+                kernels.wire_reduce(stream, ctas, &a)?;
+                stream.record(&reduced[i])?;
+            }
+            stream.wait(packed)?;
+            self.exit(stream, ch, opts.sync, mode)?;
+        }
+        self.count(Moved::Wire((world - 1) * n * 2, (world - 1) * count));
+        // Registered before the channel is released (as every call).
+        self.finish(stream, mode, None)?;
+        drop(st);
+        Ok(())
+    }
+}

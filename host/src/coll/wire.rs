@@ -1,0 +1,341 @@
+//! What a reduce-scatter sends over the peer links, when that differs from its input:
+//! the bf16 wire. Shared by both backends: the plan a call's dtypes and options make,
+//! its refusals, the workspace layout, and the counters.
+//!
+//! NOTE [bf16 wire]: FSDP2's usual mixed precision reduces fp32 gradients that are
+//! bf16 values upcast (`param_dtype=bf16`, `reduce_dtype=fp32`), so half of every fp32
+//! byte a reduce-scatter sends is zeros. The wire sends the top halves alone and stays
+//! exact for every input, with three plans (`Plan`):
+//!
+//! - **`Same`**: the input's own type crosses the links (every call without a wire).
+//! - **`Bf16In`**: a bf16 input with an f32 output (callers holding bf16 gradients): the
+//!   bf16 input is the wire. `ce-reduce` copies peers' bf16 pieces as usual and
+//!   accumulates them in f32, in rank order, writing f32.
+//! - **`Split`**: f32 in and out, `wire = bf16`. Each rank *packs* its input: the top 16
+//!   bits of each f32 of every chunk it sends go to the *high plane* of its symmetric
+//!   workspace, the bottom 16 bits to the *low plane*. The high half is the bf16 value
+//!   itself whenever the f32 is bf16-exact. Per piece (the `pipeline` pieces of
+//!   ce-reduce) and destination, the pack writes one *inexact* flag, set if any bottom
+//!   half is nonzero, into the destination's device pad. The copy engines move only the
+//!   high plane, into the receiver's staging ring; the receiver's reduction joins each
+//!   staged high half with the sender's low half, read over NVLink only for flagged
+//!   pieces (else zero, which the flag proves exact), and adds the sources in rank
+//!   order in f32. So the result equals the f32 reduce-scatter's bit for bit, for every
+//!   input: NaN, infinities, denormals and values past bf16's range included. Copy sizes
+//!   are fixed when the call is enqueued, so the call can be captured in a CUDA graph.
+//!
+//! **Signals per piece.** A piece is copied once its sender packed it: a cross-rank
+//! signal per piece, which the plain ce-reduce (its peers' inputs ready at the entry
+//! barrier) has no need of. The pack kernel's last CTA (found with the channel's CTA
+//! counter) writes the flags, fences at system scope, and sets its own byte of the
+//! destination's *piece word* (`lowcon_abi::pad::piece_slot`: one byte per source,
+//! four sources a word) with `st.release.sys.u8`. The receiver's copy stream waits
+//! until the word holds a byte of 1 for every other rank (`pad::piece_mask`):
+//! - memop sync: `cuStreamWaitValue32(GEQ, mask)` on its host pad, one wait per piece
+//!   up to 4 ranks (two at 5 to 8): the signal costs no graph node at all (it is part of
+//!   the pack kernel), where a memop write would cost ~1.3 µs of host time per replay;
+//! - kernel sync: a one-thread wait kernel on its device pad, bounded like every wait.
+//!
+//! The receiver's reduction of the piece resets the word to 0 (its wait saw it).
+//! - *No reset erases a signal*: a sender writes its byte of piece `i` again only in its
+//!   next wire call on the channel, after the exit barrier of this one, which needs this
+//!   rank's exit signal, which comes after its reductions (stream order, and a
+//!   system-scope fence after the reset).
+//! - *No entry barrier*: peers never read the caller's input (only the workspace it
+//!   packed into), so only the pieces need ordering; the workspace is free again for
+//!   the next call's pack once every peer passed this call's exit barrier.
+//! - *Graph flags stay sound*: a captured wire call has an exit barrier and no entry
+//!   barrier, so `GRAPH_EXIT` could come twice in a row on a channel; the argument of
+//!   NOTE [graph flags] still holds, because a peer's next exit signal needs this rank's
+//!   piece signals of the next call, which come after this rank's reset of its exit slot.
+//!
+//! **Streams.** The packs run on the channel's pack stream, the copies on its copy
+//! stream, the reductions on the caller's: pack `i + 1`, the copies of piece `i` and
+//! the reduction of piece `i - 1` overlap. Every stream forks from and joins back into
+//! the caller's with events.
+//!
+//! **Counted.** Every group counts the bytes its calls moved to or from peers
+//! ([`CollStats`]): top halves (`wire_bytes`) on the host as calls are enqueued, and the
+//! fallbacks (bottom halves read for flagged pieces) on the device as reductions run.
+//! Gradients accumulated in fp32 over several backward passes are not bf16-exact, so
+//! there the fallback is the normal case (`lowcon.fsdp` sends f32 then).
+
+use super::{DType, ReduceScatterAlgorithm};
+use crate::error::{Error, Result};
+
+/// What crosses the peer links in one reduce-scatter (NOTE [bf16 wire]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// The input's own type.
+    Same,
+    /// A bf16 input reduced into an f32 output.
+    Bf16In,
+    /// f32 in and out, split into top halves (the wire) and bottom halves (fallback).
+    Split,
+}
+
+/// The plan for a reduce-scatter of `input` into `output` with `wire` (None: the
+/// input's type), or the refusal naming the dtypes.
+pub(crate) fn plan(rank: usize, input: DType, output: DType, wire: Option<DType>) -> Result<Plan> {
+    let refuse = |why: &str| {
+        let w = wire.map_or("none".to_string(), |w| w.to_string());
+        Err(Error::InvalidArgument(format!(
+            "rank {rank}: reduce-scatter of {input} into {output} with wire {w}: {why}"
+        )))
+    };
+    if let Some(w) = wire
+        && (w.is_int() || input.is_int())
+    {
+        return refuse("a wire applies to float reduce-scatters only");
+    }
+    match (input, output, wire) {
+        (i, o, None) if i == o => Ok(Plan::Same),
+        (i, o, Some(w)) if i == o && w == i => Ok(Plan::Same),
+        (DType::F32, DType::F32, Some(DType::Bf16)) => Ok(Plan::Split),
+        (DType::Bf16, DType::F32, None | Some(DType::Bf16)) => Ok(Plan::Bf16In),
+        (i, o, _) if i != o => refuse(
+            "the output must have the input's type, or be f32 for a bf16 input (which then crosses the links \
+             as bf16)",
+        ),
+        (_, _, Some(w)) if w.size() > input.size() => refuse("the wire is wider than the input"),
+        (DType::F32, _, Some(DType::F16)) => {
+            refuse("only bf16, the top half of an f32, can carry f32 exactly (f16 has another exponent)")
+        }
+        _ => refuse("bf16 is the only wire, for f32 inputs"),
+    }
+}
+
+/// Refuses an algorithm that cannot send `plan`'s wire (naming it); returns the
+/// algorithm to run (`auto` becomes `ce-reduce`).
+pub(crate) fn algorithm(
+    rank: usize,
+    plan: Plan,
+    algorithm: ReduceScatterAlgorithm,
+    input: DType,
+    output: DType,
+) -> Result<ReduceScatterAlgorithm> {
+    match (plan, algorithm) {
+        (Plan::Same, a) => Ok(a),
+        (_, ReduceScatterAlgorithm::Auto | ReduceScatterAlgorithm::CeReduce) => Ok(ReduceScatterAlgorithm::CeReduce),
+        (_, a) => Err(Error::InvalidArgument(format!(
+            "rank {rank}: reduce-scatter of {input} into {output} over a bf16 wire runs on ce-reduce (or auto), not \
+             {a}"
+        ))),
+    }
+}
+
+/// Where a split-wire call's regions are in the channel's workspace (byte offsets, the
+/// same on every rank, since every rank makes the same call).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// The high plane: `world - 1` chunk slots (the rank's own chunk has none), each
+    /// `stride` elements of 2 bytes.
+    pub(crate) hi: usize,
+    /// The low plane, laid out as the high one.
+    pub(crate) lo: usize,
+    /// Elements between two chunk slots of a plane (256-byte aligned).
+    pub(crate) stride: usize,
+    /// The staging ring: `STAGING_DEPTH` x (`world - 1`) slots of `pe` bf16 elements.
+    pub(crate) staging: usize,
+    /// Bytes in all.
+    pub(crate) bytes: usize,
+}
+
+impl Layout {
+    /// The layout for chunks of `n` elements in pieces of `pe` (a `Bf16In` call needs
+    /// only the staging ring: `split == false`).
+    pub(crate) fn new(world: usize, n: usize, pe: usize, split: bool) -> Self {
+        let stride = super::check::align256(n * 2) / 2;
+        let plane = if split { (world - 1) * stride * 2 } else { 0 };
+        let staging = 2 * plane;
+        let bytes = staging + super::select::STAGING_DEPTH * (world - 1) * pe * 2;
+        Self { hi: 0, lo: plane, stride, staging, bytes }
+    }
+
+    /// Byte offset of destination `q`'s chunk slot, element `first`, in rank `rank`'s
+    /// plane starting at `plane`.
+    pub(crate) fn slot(&self, plane: usize, q: usize, rank: usize, first: usize) -> usize {
+        plane + 2 * (super::check::staged_slot(q, rank) * self.stride + first)
+    }
+
+    /// Byte offset of staging slot `(piece % depth, peer slot k)` for pieces of `pe`.
+    pub(crate) fn stage(&self, world: usize, pe: usize, piece: usize, k: usize) -> usize {
+        let ring = piece % super::select::STAGING_DEPTH;
+        self.staging + 2 * pe * (ring * (world - 1) + k)
+    }
+}
+
+/// The pieces of a wire call of `n` elements per chunk: `pipeline` as given (at most
+/// `pad::WIRE_PIECES`, each with its own signal words) or the ce-reduce default (one per
+/// 16 MiB of the f32 chunk). Returns (elements per piece, pieces).
+pub(crate) fn pieces(rank: usize, n: usize, pipeline: Option<u32>) -> Result<(usize, usize)> {
+    let max = lowcon_abi::pad::WIRE_PIECES;
+    let want = match pipeline {
+        Some(p) if p > max => {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank}: pipeline {p}: a bf16-wire reduce-scatter has at most {max} pieces"
+            )));
+        }
+        Some(p) => p,
+        None => super::select::default_pieces(n * 4).min(max),
+    };
+    let pe = super::select::piece_elems(n, want);
+    Ok((pe, n.div_ceil(pe)))
+}
+
+/// A group's counters of the bytes its calls moved to or from peers, since it was made
+/// (NOTE [bf16 wire]): what this rank's copies and kernels read from or wrote to other
+/// ranks' memory, per kind of call. Eager calls count as they are enqueued; a call
+/// captured into a CUDA graph counts once, when captured, not per replay, except the
+/// fallbacks, which the GPU counts as they run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CollStats {
+    /// All-gathers.
+    pub all_gather_bytes: u64,
+    /// Reduce-scatters that send their input's type (a bf16 input into an f32 output
+    /// included: its wire is its input).
+    pub reduce_scatter_bytes: u64,
+    /// Split-wire reduce-scatters (f32 over a bf16 wire): the top halves.
+    pub wire_bytes: u64,
+    /// Split-wire reduce-scatters: the bottom halves read for pieces flagged inexact.
+    pub fallback_bytes: u64,
+    /// Split-wire pieces this rank received (pieces x peers).
+    pub wire_pieces: u64,
+    /// Of those, the pieces whose bottom halves it had to read.
+    pub fallback_pieces: u64,
+}
+
+impl CollStats {
+    /// Every byte moved to or from peers.
+    pub fn total_bytes(&self) -> u64 {
+        self.all_gather_bytes + self.reduce_scatter_bytes + self.wire_bytes + self.fallback_bytes
+    }
+}
+
+/// The host-side counters of a group (the device adds the fallbacks on GPUs).
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    all_gather: std::sync::atomic::AtomicU64,
+    reduce_scatter: std::sync::atomic::AtomicU64,
+    wire: std::sync::atomic::AtomicU64,
+    wire_pieces: std::sync::atomic::AtomicU64,
+    fallback: std::sync::atomic::AtomicU64,
+    fallback_pieces: std::sync::atomic::AtomicU64,
+}
+
+/// What one call adds to the counters.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Moved {
+    AllGather(usize),
+    ReduceScatter(usize),
+    /// Top-half bytes and pieces (x peers) of a split-wire call.
+    Wire(usize, usize),
+    /// Bottom-half bytes and pieces read (host backend; GPUs count them on the device).
+    Fallback(usize, usize),
+}
+
+impl Counters {
+    pub(crate) fn add(&self, m: Moved) {
+        use std::sync::atomic::Ordering::Relaxed;
+        match m {
+            Moved::AllGather(b) => self.all_gather.fetch_add(b as u64, Relaxed),
+            Moved::ReduceScatter(b) => self.reduce_scatter.fetch_add(b as u64, Relaxed),
+            Moved::Wire(b, p) => {
+                self.wire_pieces.fetch_add(p as u64, Relaxed);
+                self.wire.fetch_add(b as u64, Relaxed)
+            }
+            Moved::Fallback(b, p) => {
+                self.fallback_pieces.fetch_add(p as u64, Relaxed);
+                self.fallback.fetch_add(b as u64, Relaxed)
+            }
+        };
+    }
+
+    /// The counts so far, with `device`'s (fallback pieces, bytes) added.
+    pub(crate) fn read(&self, device: (u64, u64)) -> CollStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        CollStats {
+            all_gather_bytes: self.all_gather.load(Relaxed),
+            reduce_scatter_bytes: self.reduce_scatter.load(Relaxed),
+            wire_bytes: self.wire.load(Relaxed),
+            fallback_bytes: self.fallback.load(Relaxed) + device.1,
+            wire_pieces: self.wire_pieces.load(Relaxed),
+            fallback_pieces: self.fallback_pieces.load(Relaxed) + device.0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use DType::*;
+
+    #[test]
+    fn plans_and_refusals_name_the_dtypes() {
+        assert_eq!(plan(0, F32, F32, None).unwrap(), Plan::Same);
+        assert_eq!(plan(0, Bf16, Bf16, Some(Bf16)).unwrap(), Plan::Same);
+        assert_eq!(plan(0, F32, F32, Some(F32)).unwrap(), Plan::Same);
+        assert_eq!(plan(0, F32, F32, Some(Bf16)).unwrap(), Plan::Split);
+        assert_eq!(plan(0, Bf16, F32, None).unwrap(), Plan::Bf16In);
+        assert_eq!(plan(0, Bf16, F32, Some(Bf16)).unwrap(), Plan::Bf16In);
+        for (i, o, w, what) in [
+            (I32, I32, Some(Bf16), "float reduce-scatters only"),
+            (I32, I32, Some(I32), "float reduce-scatters only"),
+            (F32, F32, Some(I32), "float reduce-scatters only"),
+            (Bf16, Bf16, Some(F32), "wider than the input"),
+            (F16, F16, Some(F32), "wider than the input"),
+            (F32, F32, Some(F16), "only bf16"),
+            (F16, F16, Some(Bf16), "bf16 is the only wire"),
+            (Bf16, Bf16, Some(F16), "bf16 is the only wire"),
+            (F32, Bf16, None, "the output must have the input's type"),
+            (F16, F32, None, "the output must have the input's type"),
+            (Bf16, F32, Some(F32), "the output must have the input's type"),
+            (Bf16, F16, None, "the output must have the input's type"),
+        ] {
+            let e = plan(3, i, o, w).unwrap_err().to_string();
+            let wn = w.map_or("none".to_string(), |w| w.to_string());
+            assert!(e.contains(&format!("rank 3: reduce-scatter of {i} into {o} with wire {wn}")), "{e}");
+            assert!(e.contains(what), "{i} {o} {w:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_wire_runs_on_ce_reduce_and_the_others_refuse_by_name() {
+        use ReduceScatterAlgorithm as A;
+        assert_eq!(algorithm(0, Plan::Same, A::Ll, F32, F32).unwrap(), A::Ll);
+        for p in [Plan::Split, Plan::Bf16In] {
+            assert_eq!(algorithm(0, p, A::Auto, F32, F32).unwrap(), A::CeReduce);
+            assert_eq!(algorithm(0, p, A::CeReduce, F32, F32).unwrap(), A::CeReduce);
+            for a in [A::SmDirect, A::TmaReduce, A::TmaReduceEvict, A::TmaPushReduce, A::Ll] {
+                let e = algorithm(1, p, a, Bf16, F32).unwrap_err().to_string();
+                assert!(e.contains("rank 1") && e.contains(a.name()) && e.contains("bf16 into f32"), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn layout_keeps_slots_apart_and_aligned() {
+        for world in [2usize, 3, 8] {
+            for n in [1usize, 7, 1003, 65_541] {
+                let (pe, pieces) = pieces(0, n, Some(3)).unwrap();
+                assert!(pieces <= 3 && pe * pieces >= n && pe % 64 == 0);
+                let l = Layout::new(world, n, pe, true);
+                assert_eq!(l.stride % 128, 0);
+                assert!(l.stride >= n);
+                assert_eq!(l.lo, (world - 1) * l.stride * 2);
+                assert_eq!(l.staging, 2 * l.lo);
+                // The last slot of the low plane ends before the staging ring.
+                assert!(l.slot(l.lo, world - 1, 0, 0) + 2 * l.stride <= l.staging);
+                assert_eq!(l.slot(l.hi, 2, 1, 3), 2 * (l.stride + 3), "rank 1 keeps no slot for itself");
+                let last = l.stage(world, pe, 5, world - 2) + 2 * pe;
+                assert_eq!(last, l.bytes);
+                assert_eq!(l.stage(world, pe, 5, 0) % 16, 0);
+                let plain = Layout::new(world, n, pe, false);
+                assert_eq!(plain.staging, 0);
+            }
+        }
+        let e = pieces(2, 100, Some(65)).unwrap_err().to_string();
+        assert!(e.contains("rank 2: pipeline 65") && e.contains("at most 64"), "{e}");
+        assert_eq!(pieces(0, 1 << 25, None).unwrap().1, 8, "128 MiB of f32: one piece per 16 MiB");
+    }
+}
