@@ -158,6 +158,22 @@ enum Scenario {
         #[arg(long)]
         method: Option<String>,
     },
+    /// The bf16 wire of reduce-scatter (NOTE [bf16 wire]): f32 over bf16 and bf16 into
+    /// f32, every op, exact and inexact data, bit for bit against the f32 path, with the
+    /// counters checked; on GPUs also captured in a CUDA graph.
+    CollWire {
+        /// `host` or `gpu`.
+        #[arg(long, default_value = "host")]
+        backend: String,
+        /// Elements per rank of the largest case.
+        #[arg(long, default_value_t = 300_001)]
+        large: usize,
+        /// GPU: graph replays (0: no graph).
+        #[arg(long, default_value_t = 20)]
+        replays: usize,
+        #[arg(long)]
+        method: Option<String>,
+    },
     /// GPU collectives with `map_ordinary`: peers read ordinary (cuMemAlloc) inputs in
     /// place; differing sizes and unshareable memory refused on every rank.
     CollMapped {
@@ -323,6 +339,21 @@ fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
                     let suite = coll::run_suite(&mut r, &coll::suite(lowcon::SyncMethod::Kernel, large))?;
                     Ok(format!("{suite}; {}", coll::run_in_place_suite(&mut r, lowcon::SyncMethod::Kernel)?))
                 }),
+            },
+        ),
+        Scenario::CollWire { backend, large, replays, method } => (
+            "coll-wire",
+            match backend.as_str() {
+                "gpu" => per_method(&method, |m| {
+                    let mut r = coll::GpuRunner::from_env(None)?;
+                    let suite = coll::wire_suite(&mut r, m, large)?;
+                    if replays == 0 {
+                        return Ok(suite);
+                    }
+                    Ok(format!("{suite}; {}", coll::gpu_wire_graph(&mut r, m, replays)?))
+                }),
+                _ => coll::HostRunner::from_env(None)
+                    .and_then(|mut r| coll::wire_suite(&mut r, lowcon::SyncMethod::Kernel, large)),
             },
         ),
         Scenario::CollMapped { method } => (

@@ -82,6 +82,14 @@ fn collectives_match_the_cpu_reference_at_2_3_4_ranks() {
 }
 
 #[test]
+fn the_bf16_wire_matches_the_f32_path_bit_for_bit_at_2_3_4_ranks() {
+    for n in [2, 3, 4] {
+        let text = expect_ok(n, &["coll-wire", "--large", "200003"]);
+        assert!(text.contains("bit-exact against the f32 path") && text.contains("refusals"), "{text}");
+    }
+}
+
+#[test]
 fn collectives_back_to_back_on_two_threads_1000_calls() {
     for n in [2, 4] {
         let text = expect_ok(n, &["coll-stress", "--iters", "1000", "--streams", "2"]);

@@ -356,6 +356,7 @@ mod graph;
 mod mapped;
 mod runners;
 mod suite;
+mod wire;
 
 pub use bad_input::{gpu_bad_input, host_bad_input};
 pub use graph::{gpu_graph, graph_dead_peer};
@@ -363,3 +364,4 @@ pub use mapped::gpu_mapped;
 use runners::GpuMem;
 pub use runners::{GpuRunner, HostRunner};
 pub use suite::{gpu_stress, host_stress, run_suite, suite};
+pub use wire::{Typed, WireRunner, gpu_wire_graph, wire_suite};

@@ -1,0 +1,504 @@
+//! The bf16 wire (NOTE [bf16 wire] in `lowcon::coll::wire`), checked on both backends.
+//!
+//! Every case runs the same data twice, through the wire and through lowcon's f32
+//! `ce-reduce`, and the two outputs must be equal bit for bit; bf16-exact cases are
+//! also held to the float64 CPU reference with the f32 tolerance (`tolerance`). Inputs
+//! are fresh pseudo-random data per case, outputs are poisoned (0xFF bytes: a NaN), and
+//! the group's counters must show exactly the bytes and the fallback pieces the data
+//! calls for (computed here from the inputs):
+//! - f32 over the bf16 wire, bf16-exact data: every operator, 1 element, odd counts,
+//!   counts not a multiple of 16 bytes, a larger size, plain and symmetric buffers,
+//!   misaligned ones, the default pieces and 3 pieces: no fallback;
+//! - a bf16 input into an f32 output, against the f32 call on the same values upcast;
+//! - inputs that are not bf16-exact: random f32 (every piece falls back), one inexact
+//!   element on one rank (one piece on one rank), and NaN, infinities, denormals,
+//!   -0.0 and values past bf16's range beside exact ones;
+//! - refusals, each followed by a good call (the group stays usable).
+//!
+//! `gpu_wire_graph` captures wire calls into a CUDA graph and checks its replays.
+
+use lowcon::CollStats;
+use lowcon::cuda::Graph;
+
+use super::runners::GpuMem;
+use super::*;
+
+/// One reduce-scatter with its own input and output types and wire.
+#[derive(Clone, Copy, Debug)]
+pub struct Typed {
+    /// Algorithm.
+    pub algorithm: ReduceScatterAlgorithm,
+    /// Operator.
+    pub op: ReduceOp,
+    /// Input element type.
+    pub input: DType,
+    /// Output element type.
+    pub output: DType,
+    /// The wire (`None`: the input's type).
+    pub wire: Option<DType>,
+    /// Output elements per rank.
+    pub count: usize,
+    /// Symmetric buffers (else ordinary memory).
+    pub symmetric: bool,
+    /// Shift both buffers by this many elements.
+    pub misalign: usize,
+    /// Sync method (GPU).
+    pub sync: SyncMethod,
+    /// Channel.
+    pub channel: u32,
+    /// Pieces (`None`: the default).
+    pub pipeline: Option<u32>,
+}
+
+impl Typed {
+    fn name(&self) -> String {
+        let w = self.wire.map_or(String::new(), |w| format!(" wire {w}"));
+        let p = self.pipeline.map_or(String::new(), |p| format!(" {p} pieces"));
+        format!(
+            "reduce-scatter/{}/{} {} -> {}{w} x{}{p} {}{} {:?}",
+            self.algorithm,
+            self.op,
+            self.input,
+            self.output,
+            self.count,
+            if self.symmetric { "symmetric" } else { "plain" },
+            if self.misalign > 0 { format!(" +{}", self.misalign) } else { String::new() },
+            self.sync
+        )
+    }
+
+    fn opts(&self) -> ReduceScatterOptions {
+        ReduceScatterOptions {
+            algorithm: self.algorithm,
+            sync: self.sync,
+            channel: self.channel,
+            pipeline: self.pipeline,
+            wire: self.wire,
+            ..Default::default()
+        }
+    }
+
+    /// The same call on lowcon's f32 path: f32 in and out, no wire, ce-reduce.
+    fn f32_twin(&self) -> Self {
+        Self { algorithm: ReduceScatterAlgorithm::CeReduce, input: DType::F32, output: DType::F32, wire: None, ..*self }
+    }
+}
+
+/// A backend that runs [`Typed`] calls and reads the group's counters.
+pub trait WireRunner: Runner {
+    /// Runs `c` with this rank's `input` bytes into a poisoned output; returns it.
+    fn run_typed(&mut self, c: &Typed, input: &[u8]) -> Result<Vec<u8>, String>;
+    /// The group's counters.
+    fn stats(&self) -> Result<CollStats, String>;
+}
+
+impl WireRunner for HostRunner {
+    fn run_typed(&mut self, c: &Typed, input: &[u8]) -> Result<Vec<u8>, String> {
+        let rank = self.g.rank();
+        let off = c.misalign * c.input.size();
+        let out_len = c.count * c.output.size();
+        let sym;
+        let mut plain = vec![0u8; off + input.len()];
+        let inp = if c.symmetric {
+            sym = self.g.alloc(off + input.len() + 1).map_err(e)?;
+            sym.write(rank, off, input).map_err(e)?;
+            HostInput::Symmetric { buf: &sym, offset: off, len: input.len() }
+        } else {
+            plain[off..].copy_from_slice(input);
+            HostInput::Plain(&plain[off..])
+        };
+        let oo = c.misalign * c.output.size();
+        let mut out = vec![0xFFu8; oo + out_len];
+        self.g.reduce_scatter_typed(inp, &mut out[oo..], (c.input, c.output), c.op, &c.opts()).map_err(e)?;
+        Ok(out.split_off(oo))
+    }
+    fn stats(&self) -> Result<CollStats, String> {
+        Ok(self.g.stats())
+    }
+}
+
+impl WireRunner for GpuRunner {
+    fn run_typed(&mut self, c: &Typed, input: &[u8]) -> Result<Vec<u8>, String> {
+        let world = self.g.world_size();
+        let (io, oo) = (c.misalign * c.input.size(), c.misalign * c.output.size());
+        let out_len = c.count * c.output.size();
+        let inp = GpuMem::new(&self.g, &self.stream, c.symmetric, io + input.len() + 16)?;
+        let out = GpuMem::new(&self.g, &self.stream, c.symmetric, oo + out_len + 16)?;
+        // SAFETY: both buffers are live and sized above; the copies are synchronous.
+        unsafe {
+            raw::mem_op::copy_from_host(self.stream.raw(), inp.ptr() + io as u64, input).map_err(e)?;
+            raw::mem_op::fill(self.stream.raw(), out.ptr(), 0xFF, oo + out_len + 16).map_err(e)?;
+        }
+        self.stream.synchronize().map_err(e)?;
+        let ib = inp.buf(io, c.count * world, c.input)?;
+        let ob = out.buf(oo, c.count, c.output)?;
+        self.g.reduce_scatter(ib, ob, c.op, &self.stream, &c.opts()).map_err(e)?;
+        self.g.synchronize(&self.stream).map_err(e)?;
+        let mut got = vec![0u8; out_len];
+        // SAFETY: `out` holds `oo + out_len` bytes; synchronous copy.
+        unsafe { raw::mem_op::copy_to_host(self.stream.raw(), &mut got, out.ptr() + oo as u64) }.map_err(e)?;
+        Ok(got)
+    }
+    fn stats(&self) -> Result<CollStats, String> {
+        self.g.stats().map_err(e)
+    }
+}
+
+/// How a case's f32 inputs are made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Data {
+    /// bf16 values, as f32 (exact on the wire).
+    Exact,
+    /// Full f32 values in [-1, 1) (almost every one inexact).
+    Random,
+    /// Exact, but for one element of rank `world - 1`'s chunk for rank 0.
+    OneInexact,
+    /// Exact, with special values at some positions on every rank.
+    Special,
+}
+
+/// The special values (as bits): NaNs with and without a low half, infinities,
+/// denormals (an f32 one and a bf16 one), -0.0, f32::MAX, bf16's largest finite value,
+/// a value past it.
+const SPECIAL: [u32; 11] = [
+    0x7fc0_0001, 0x7fc0_0000, 0x7f80_0000, 0xff80_0000, 0x0000_0001, 0x0001_0000, 0x8000_0000, 0x7f7f_ffff,
+    0x7f7f_0000, 0x7f7f_8000, 0xc2f6_e979,
+];
+
+/// Element `i` of rank `rank`'s f32 input for `seed` (bits).
+fn f32_bits(data: Data, seed: u64, rank: usize, world: usize, count: usize, i: usize) -> u32 {
+    let exact = || {
+        let b = input_bytes(DType::Bf16, seed, rank, i, 1);
+        (u16::from_le_bytes([b[0], b[1]]) as u32) << 16
+    };
+    match data {
+        Data::Exact => exact(),
+        Data::Random => u32::from_le_bytes(input_bytes(DType::F32, seed, rank, i, 1).try_into().expect("4")),
+        Data::OneInexact if rank == world - 1 && i == count / 2 => exact() | 0x0001,
+        Data::OneInexact => exact(),
+        Data::Special if (i * 7 + rank) % 13 == 0 => SPECIAL[(i / 13 + rank) % SPECIAL.len()],
+        Data::Special => exact(),
+    }
+}
+
+/// Rank `rank`'s whole f32 input for a case of `count` elements per chunk.
+fn f32_input(data: Data, seed: u64, rank: usize, world: usize, count: usize) -> Vec<u32> {
+    (0..world * count).map(|i| f32_bits(data, seed, rank, world, count, i)).collect()
+}
+
+fn to_bytes(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// The pieces a wire call of `count` elements splits into (as the library does).
+fn piece_count(count: usize, pipeline: Option<u32>) -> (usize, usize) {
+    let pieces = pipeline.unwrap_or_else(|| if count * 4 < (1 << 20) { 1 } else { (count * 4).div_ceil(16 << 20).clamp(2, 16) as u32 });
+    let pe = count.div_ceil(pieces as usize).div_ceil(64) * 64;
+    (pe, count.div_ceil(pe))
+}
+
+/// The fallback pieces and bytes rank `rank` must read: per piece and peer, whether any
+/// element of the peer's chunk `rank` has a nonzero bottom half.
+fn expected_fallbacks(inputs: &[Vec<u32>], rank: usize, count: usize, pipeline: Option<u32>) -> (u64, u64) {
+    let (pe, pieces) = piece_count(count, pipeline);
+    let (mut n, mut bytes) = (0, 0);
+    for (p, inp) in inputs.iter().enumerate().filter(|&(p, _)| p != rank) {
+        let _ = p;
+        for i in 0..pieces {
+            let (first, len) = (i * pe, pe.min(count - i * pe));
+            if inp[rank * count + first..rank * count + first + len].iter().any(|w| w & 0xffff != 0) {
+                n += 1;
+                bytes += 2 * len as u64;
+            }
+        }
+    }
+    (n, bytes)
+}
+
+/// Checks `got` (f32) against the float64 reference of `inputs`' chunk `rank` with the
+/// f32 tolerance; returns a description of the first failure.
+fn check_reference(inputs: &[Vec<u32>], rank: usize, op: ReduceOp, count: usize, got: &[u8]) -> Option<String> {
+    let world = inputs.len();
+    let (rel, abs) = tolerance(DType::F32);
+    for k in 0..count {
+        let vals = inputs.iter().map(|v| f32::from_bits(v[rank * count + k]) as f64);
+        let want = match op {
+            ReduceOp::Sum => vals.sum::<f64>(),
+            ReduceOp::Avg => vals.sum::<f64>() / world as f64,
+            ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
+            ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
+        };
+        let have = f32::from_le_bytes(got[4 * k..4 * k + 4].try_into().expect("4")) as f64;
+        if (have - want).abs() > rel * want.abs() + abs || have.is_nan() {
+            return Some(format!("element {k}: got {have}, want {want} (f64 reference)"));
+        }
+    }
+    None
+}
+
+/// The first element where two outputs differ, bit for bit.
+fn first_difference(a: &[u8], b: &[u8], size: usize) -> Option<String> {
+    a.chunks_exact(size).zip(b.chunks_exact(size)).position(|(x, y)| x != y).map(|k| {
+        format!("element {k}: wire {:02x?}, f32 path {:02x?}", &a[k * size..(k + 1) * size], &b[k * size..(k + 1) * size])
+    })
+}
+
+fn delta(a: &CollStats, b: &CollStats) -> CollStats {
+    CollStats {
+        all_gather_bytes: b.all_gather_bytes - a.all_gather_bytes,
+        reduce_scatter_bytes: b.reduce_scatter_bytes - a.reduce_scatter_bytes,
+        wire_bytes: b.wire_bytes - a.wire_bytes,
+        fallback_bytes: b.fallback_bytes - a.fallback_bytes,
+        wire_pieces: b.wire_pieces - a.wire_pieces,
+        fallback_pieces: b.fallback_pieces - a.fallback_pieces,
+    }
+}
+
+/// Runs one split-wire case on `data` and its f32 twin; checks bits, the reference (for
+/// exact data) and the counters. Returns the fallback pieces this rank read.
+fn split_case(r: &mut dyn WireRunner, c: &Typed, data: Data, tag: &str) -> Result<u64, String> {
+    let (rank, world) = (r.rank(), r.world());
+    let seed = r.shared_seed(tag)?;
+    let inputs: Vec<Vec<u32>> = (0..world).map(|p| f32_input(data, seed, p, world, c.count)).collect();
+    let mine = to_bytes(&inputs[rank]);
+    let before = r.stats()?;
+    let got = r.run_typed(c, &mine).map_err(|m| format!("rank {rank}: {}: {m}", c.name()))?;
+    let d = delta(&before, &r.stats()?);
+    let want = r.run_typed(&c.f32_twin(), &mine).map_err(|m| format!("rank {rank}: {} (f32): {m}", c.name()))?;
+    if let Some(first) = first_difference(&got, &want, 4) {
+        return Err(format!("rank {rank}: {} on {data:?} data: not the f32 result; first: {first}", c.name()));
+    }
+    if data == Data::Exact
+        && let Some(first) = check_reference(&inputs, rank, c.op, c.count, &got)
+    {
+        return Err(format!("rank {rank}: {}: {first}", c.name()));
+    }
+    let (_, pieces) = piece_count(c.count, c.pipeline);
+    let (fb, fb_bytes) = expected_fallbacks(&inputs, rank, c.count, c.pipeline);
+    let want_stats = CollStats {
+        wire_bytes: ((world - 1) * c.count * 2) as u64,
+        wire_pieces: ((world - 1) * pieces) as u64,
+        fallback_pieces: fb,
+        fallback_bytes: fb_bytes,
+        ..Default::default()
+    };
+    if d != want_stats {
+        return Err(format!("rank {rank}: {} on {data:?} data: counters moved by {d:?}, want {want_stats:?}", c.name()));
+    }
+    Ok(fb)
+}
+
+/// The wire suite (module docs) on one backend and sync method; `large` is the big count.
+pub fn wire_suite(r: &mut dyn WireRunner, sync: SyncMethod, large: usize) -> Result<String, String> {
+    let (rank, world) = (r.rank(), r.world());
+    let base = Typed {
+        algorithm: ReduceScatterAlgorithm::CeReduce,
+        op: ReduceOp::Sum,
+        input: DType::F32,
+        output: DType::F32,
+        wire: Some(DType::Bf16),
+        count: 1,
+        symmetric: false,
+        misalign: 0,
+        sync,
+        channel: 0,
+        pipeline: None,
+    };
+    let counts = [1usize, 7, 1003, 65_541, large];
+    let mut cases = 0;
+    // f32 over the bf16 wire, exact data.
+    for (o, op) in ReduceOp::ALL.into_iter().enumerate() {
+        for (k, &count) in counts.iter().enumerate() {
+            if count == large && op != ReduceOp::Sum {
+                continue;
+            }
+            let c = Typed {
+                op,
+                count,
+                symmetric: k % 2 == 1,
+                misalign: if k == 2 { 1 } else { 0 },
+                pipeline: if (k + o) % 2 == 0 { None } else { Some(3) },
+                algorithm: if k == 0 { ReduceScatterAlgorithm::Auto } else { ReduceScatterAlgorithm::CeReduce },
+                ..base
+            };
+            split_case(r, &c, Data::Exact, &format!("wire/exact/{o}/{k}"))?;
+            cases += 1;
+        }
+    }
+    // A bf16 input into an f32 output, against the f32 call on the same values.
+    for (o, op) in ReduceOp::ALL.into_iter().enumerate() {
+        for (k, &count) in counts[..4].iter().enumerate() {
+            let c = Typed {
+                op,
+                count,
+                input: DType::Bf16,
+                wire: if k % 2 == 0 { None } else { Some(DType::Bf16) },
+                symmetric: k % 2 == 0,
+                misalign: if k == 3 { 3 } else { 0 },
+                ..base
+            };
+            let seed = r.shared_seed(&format!("wire/bf16-in/{o}/{k}"))?;
+            let bf = input_bytes(DType::Bf16, seed, rank, 0, count * world);
+            let up: Vec<u8> =
+                bf.chunks_exact(2).flat_map(|h| ((u16::from_le_bytes([h[0], h[1]]) as u32) << 16).to_le_bytes()).collect();
+            let before = r.stats()?;
+            let got = r.run_typed(&c, &bf).map_err(|m| format!("rank {rank}: {}: {m}", c.name()))?;
+            let d = delta(&before, &r.stats()?);
+            let want = r.run_typed(&c.f32_twin(), &up).map_err(|m| format!("rank {rank}: {} (f32): {m}", c.name()))?;
+            if let Some(first) = first_difference(&got, &want, 4) {
+                return Err(format!("rank {rank}: {}: not the f32 result; first: {first}", c.name()));
+            }
+            let inputs: Vec<Vec<u32>> = (0..world)
+                .map(|p| {
+                    input_bytes(DType::Bf16, seed, p, 0, count * world)
+                        .chunks_exact(2)
+                        .map(|h| (u16::from_le_bytes([h[0], h[1]]) as u32) << 16)
+                        .collect()
+                })
+                .collect();
+            if let Some(first) = check_reference(&inputs, rank, op, count, &got) {
+                return Err(format!("rank {rank}: {}: {first}", c.name()));
+            }
+            let bytes = ((world - 1) * count * 2) as u64;
+            if d.reduce_scatter_bytes != bytes || d.wire_bytes != 0 || d.fallback_pieces != 0 {
+                return Err(format!("rank {rank}: {}: counters moved by {d:?}, want {bytes} reduce-scatter bytes", c.name()));
+            }
+            cases += 1;
+        }
+    }
+    // Inputs that are not bf16-exact: the result is still the f32 one, bit for bit.
+    let mut fallbacks = 0;
+    for (k, (data, op, count, pipeline)) in [
+        (Data::Random, ReduceOp::Sum, 65_541, Some(4)),
+        (Data::Random, ReduceOp::Max, 1003, None),
+        (Data::OneInexact, ReduceOp::Sum, 65_541, Some(4)),
+        (Data::OneInexact, ReduceOp::Avg, 7, None),
+        (Data::Special, ReduceOp::Sum, 1003, Some(2)),
+        (Data::Special, ReduceOp::Min, 65_541, Some(5)),
+        (Data::Special, ReduceOp::Max, 4099, None),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let c = Typed { op, count, pipeline, symmetric: k % 2 == 0, ..base };
+        fallbacks += split_case(r, &c, data, &format!("wire/inexact/{k}"))?;
+        cases += 1;
+    }
+    let refused = refusals(r, &base)?;
+    Ok(format!("{sync:?}: {cases} wire cases bit-exact against the f32 path, {fallbacks} fallback pieces read; {refused}"))
+}
+
+/// What a wire call refuses (each named), each followed by a good call.
+fn refusals(r: &mut dyn WireRunner, base: &Typed) -> Result<String, String> {
+    let (rank, world) = (r.rank(), r.world());
+    let bad = [
+        (Typed { algorithm: ReduceScatterAlgorithm::SmDirect, ..*base }, "runs on ce-reduce"),
+        (Typed { algorithm: ReduceScatterAlgorithm::Ll, ..*base }, "runs on ce-reduce"),
+        (Typed { wire: Some(DType::F16), ..*base }, "only bf16"),
+        (Typed { input: DType::Bf16, output: DType::Bf16, wire: Some(DType::F32), ..*base }, "wider than the input"),
+        (Typed { input: DType::I32, output: DType::I32, wire: Some(DType::Bf16), ..*base }, "float reduce-scatters"),
+        (Typed { input: DType::F32, output: DType::Bf16, wire: None, ..*base }, "the output must have"),
+        (Typed { pipeline: Some(65), ..*base }, "at most 64 pieces"),
+    ];
+    for (c, what) in &bad {
+        let c = Typed { count: 1003, ..*c };
+        let input = vec![0x11u8; c.count * world * c.input.size()];
+        match r.run_typed(&c, &input) {
+            Ok(_) => return Err(format!("rank {rank}: {} was not refused", c.name())),
+            Err(m) if m.contains(what) && m.contains(&format!("rank {rank}")) => {}
+            Err(m) => return Err(format!("rank {rank}: {}: refused with {m:?}, which does not say {what:?}", c.name())),
+        }
+        let ok = Typed { count: 1003, ..*base };
+        split_case(r, &ok, Data::Exact, "wire/after-refusal")?;
+    }
+    Ok(format!("{} refusals, each followed by a good call", bad.len()))
+}
+
+/// Wire calls captured into a CUDA graph: a split call (exact data, then random data,
+/// whose pieces all fall back, counted by the device on every replay) and a bf16-input
+/// call, replayed `replays` times with fresh data and poisoned outputs, each output
+/// checked bit for bit against the eager f32 ce-reduce of the same data.
+pub fn gpu_wire_graph(r: &mut GpuRunner, sync: SyncMethod, replays: usize) -> Result<String, String> {
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let ch = 6;
+    r.g.reserve_workspace(ch, 64 << 20).map_err(e)?;
+    let split = Typed {
+        algorithm: ReduceScatterAlgorithm::CeReduce,
+        op: ReduceOp::Sum,
+        input: DType::F32,
+        output: DType::F32,
+        wire: Some(DType::Bf16),
+        count: 100_003,
+        symmetric: false,
+        misalign: 0,
+        sync,
+        channel: ch,
+        pipeline: Some(4),
+    };
+    let bf16_in = Typed { input: DType::Bf16, wire: None, count: 50_001, op: ReduceOp::Avg, pipeline: None, ..split };
+    let calls = [split, bf16_in];
+    let bufs = calls
+        .iter()
+        .map(|c| {
+            Ok((
+                GpuMem::new(&r.g, &r.stream, false, c.count * world * c.input.size())?,
+                GpuMem::new(&r.g, &r.stream, false, c.count * c.output.size())?,
+            ))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    r.stream.begin_capture().map_err(e)?;
+    let mut res = Ok(());
+    for (c, (inp, out)) in calls.iter().zip(&bufs) {
+        res = res.and_then(|()| {
+            let ib = inp.buf(0, c.count * world, c.input)?;
+            let ob = out.buf(0, c.count, c.output)?;
+            r.g.reduce_scatter(ib, ob, c.op, &r.stream, &c.opts()).map_err(|m| format!("{}: {m}", c.name()))
+        });
+    }
+    let graph: Result<Graph, String> = r.stream.end_capture().map_err(e);
+    res.map_err(|m| format!("rank {rank}: capture: {m}"))?;
+    let graph = graph?;
+    let (pieces, mut checked) = (piece_count(split.count, split.pipeline).1, 0);
+    for i in 0..replays {
+        let data = if i % 2 == 0 { Data::Exact } else { Data::Random };
+        let seed = r.shared_seed(&format!("wire-graph/{i}"))?;
+        let inputs: Vec<Vec<u8>> = vec![
+            to_bytes(&f32_input(data, seed, rank, world, split.count)),
+            input_bytes(DType::Bf16, seed, rank, 0, bf16_in.count * world),
+        ];
+        for ((c, (inp, out)), input) in calls.iter().zip(&bufs).zip(&inputs) {
+            // SAFETY: the buffers hold these sizes (allocated above); synchronous copies.
+            unsafe {
+                raw::mem_op::copy_from_host(r.stream.raw(), inp.ptr(), input).map_err(e)?;
+                raw::mem_op::fill(r.stream.raw(), out.ptr(), 0xFF, c.count * 4).map_err(e)?;
+            }
+        }
+        let before = r.stats()?;
+        r.g.replay(&graph).map_err(|m| format!("rank {rank}: replay {i}: {m}"))?;
+        r.g.synchronize(&r.stream).map_err(|m| format!("rank {rank}: replay {i}: {m}"))?;
+        let d = delta(&before, &r.stats()?);
+        let want_fb = if data == Data::Random { ((world - 1) * pieces) as u64 } else { 0 };
+        if d.fallback_pieces != want_fb || d.wire_pieces != 0 {
+            return Err(format!(
+                "rank {rank}: replay {i} ({data:?} data): counters moved by {d:?}; want {want_fb} fallback pieces, \
+                 counted by the device, and no host counts (a replay is not enqueued)"
+            ));
+        }
+        for ((c, (_, out)), input) in calls.iter().zip(&bufs).zip(&inputs) {
+            let mut got = vec![0u8; c.count * 4];
+            // SAFETY: `out` holds this many bytes; synchronous copy.
+            unsafe { raw::mem_op::copy_to_host(r.stream.raw(), &mut got, out.ptr()) }.map_err(e)?;
+            let f32_in: Vec<u8> = if c.input == DType::Bf16 {
+                input.chunks_exact(2).flat_map(|h| ((u16::from_le_bytes([h[0], h[1]]) as u32) << 16).to_le_bytes()).collect()
+            } else {
+                input.clone()
+            };
+            let want = r.run_typed(&Typed { channel: 0, ..c.f32_twin() }, &f32_in)?;
+            if let Some(first) = first_difference(&got, &want, 4) {
+                return Err(format!("rank {rank}: replay {i}: {}: not the f32 result; first: {first}", c.name()));
+            }
+            checked += c.count;
+        }
+    }
+    Ok(format!("{sync:?}: 2 captured wire calls replayed {replays} times, {checked} elements bit-exact"))
+}
