@@ -16,7 +16,10 @@
 #define LOWCON_H
 
 #include <stddef.h>
-/* The types below use int, size_t and void * only. */
+/* The types below use int, unsigned int, unsigned long long, size_t and void * only. */
+
+// `lowconCollOptions.magic` once `lowconCollOptionsInit` filled the struct.
+#define lowconCollOptionsMagic 1279479632
 
 // Result codes (the values of NCCL's `ncclResult_t` where the meaning is the same).
 typedef enum {
@@ -52,10 +55,28 @@ typedef int lowconBackend_t;
 // How the GPU backend synchronises (`lowconSyncKernel`, `lowconSyncMemop`).
 typedef int lowconSync_t;
 
+// An element type (`lowconFloat32`, ...).
+typedef int lowconDataType_t;
+
 // Per-call options of `lowconAllGatherEx` / `lowconReduceScatterEx`. Fill with
-// `lowconCollOptionsInit` first, then change what you need. Every rank must pass the
-// same options.
+// `lowconCollOptionsInit` first (a macro that passes `sizeof` the struct as this
+// header declares it), then change what you need. Every rank must pass the same
+// options.
+//
+// ABI: the struct begins with its size and a magic number (as NCCL's `ncclConfig_t`
+// does). A library reads only the fields inside `size` and takes the defaults for
+// the rest, so a program built against an older `lowcon.h` keeps working with a newer
+// library; a `size` larger than the library knows (a newer header) is refused, as is
+// a struct `lowconCollOptionsInit` did not fill. Fields are only ever added at the
+// end. (Before 0.2.0 the struct had neither field: such programs must be rebuilt.)
 typedef struct {
+  // Bytes of the struct as the caller's header declares it (set by
+  // `lowconCollOptionsInit`).
+  size_t size;
+  // `lowconCollOptionsMagic` (set by `lowconCollOptionsInit`).
+  unsigned int magic;
+  // The version of the library that filled the struct (`lowconGetVersion`'s number).
+  unsigned int version;
   // Algorithm name: NULL or "auto" for automatic; all-gather "ce-pull", "ce-push",
   // "sm-oneshot", "ll"; reduce-scatter "ce-reduce", "sm-direct", "tma-reduce",
   // "tma-reduce-evict", "tma-push-reduce" (sum only, not deterministic), "ll".
@@ -78,10 +99,41 @@ typedef struct {
   // stream-ordered memory), every rank stages the call, or, with `allow_staging`
   // zero, refuses it. Zero (the default): staged.
   int map_ordinary;
+  // Reduce-scatter (since 0.2.0): the type that crosses the peer links, when it differs
+  // from `datatype`. `lowconBfloat16` with `lowconFloat32` data sends the top half of
+  // each float through the copy engines and reads the bottom half only for pieces
+  // where it is nonzero: the result equals the float reduce-scatter's bit for bit
+  // ("ce-reduce" or automatic only). `lowconTypeDefault` (the default): `datatype`.
+  // Refused on all-gathers, integers, and any wire but bf16 for f32.
+  lowconDataType_t wire;
+  // Reduce-scatter (since 0.2.0): the type of `recvbuff`. `lowconFloat32` with
+  // `lowconBfloat16` data reduces bf16 in f32 and writes f32 (bf16 crosses the
+  // links). `lowconTypeDefault` (the default): `datatype`; nothing else is accepted.
+  lowconDataType_t recv_type;
 } lowconCollOptions;
 
-// An element type (`lowconFloat32`, ...).
-typedef int lowconDataType_t;
+// The bytes moved to and from peers by a communicator's calls since it was made
+// (`lowconCommGetStats`): what this rank's copies and kernels read from or wrote to
+// other ranks' memory. Calls count as they are enqueued (a call captured into a CUDA
+// graph counts once, not per replay), except the bf16 wire's fallbacks, which the GPU
+// counts as its reductions run.
+typedef struct {
+  // Set to `sizeof(lowconCollStats)` before the call: the library writes the fields
+  // inside it.
+  size_t size;
+  // All-gathers.
+  unsigned long long all_gather_bytes;
+  // Reduce-scatters that send their data's type.
+  unsigned long long reduce_scatter_bytes;
+  // Float reduce-scatters over the bf16 wire: the top halves.
+  unsigned long long wire_bytes;
+  // The bottom halves read for pieces that were not bf16-exact.
+  unsigned long long fallback_bytes;
+  // Wire pieces received (pieces x peers).
+  unsigned long long wire_pieces;
+  // Of those, the pieces whose bottom halves were read.
+  unsigned long long fallback_pieces;
+} lowconCollStats;
 
 // A reduction operator (`lowconSum`, ...). Float reductions accumulate in f32 in rank
 // order; integer ones run in the type (no `lowconAvg`).
@@ -130,6 +182,9 @@ typedef int lowconRedOp_t;
 
 // Stream memory operations: no SM at all.
 #define lowconSyncMemop 1
+
+// `lowconCollOptions.wire` and `.recv_type`: the send type (`datatype`).
+#define lowconTypeDefault -1
 
 #ifdef __cplusplus
 extern "C" {
@@ -266,12 +321,25 @@ lowconResult_t lowconMemAlloc(lowconComm_t comm, size_t size, void **ptr);
 // No collective that uses the buffer may still be enqueued on another thread.
 lowconResult_t lowconMemFree(lowconComm_t comm, void *ptr);
 
-// Fills `opts` with the defaults: automatic algorithm, kernel sync, default CTAs and
-// pipeline, channel 0, staging allowed.
+// Fills the first `size` bytes of `opts` with the defaults (automatic algorithm, kernel
+// sync, default CTAs and pipeline, channel 0, staging allowed, no wire, the send type
+// as the receive type) and sets `opts->size = size`, `opts->magic`. Call it through
+// the `lowconCollOptionsInit(opts)` macro, which passes `sizeof(*(opts))`: a program
+// built against an older header then gets a struct of its own size. `size` below the
+// smallest version of the struct, or above what this library knows, is refused.
 //
 // # Safety
-// `opts` points to writable storage.
-lowconResult_t lowconCollOptionsInit(lowconCollOptions *opts);
+// `opts` points to `size` writable bytes.
+lowconResult_t lowconCollOptionsInitSized(lowconCollOptions *opts, size_t size);
+
+// The bytes this communicator's calls moved to and from peers since it was made
+// (`lowconCollStats`). Set `stats->size = sizeof(lowconCollStats)` first; the fields
+// inside it are written. On the GPU backend the bf16 wire's fallbacks are the
+// reductions run so far: synchronise the stream first for the calls just enqueued.
+//
+// # Safety
+// `stats` points to `stats->size` writable bytes.
+lowconResult_t lowconCommGetStats(lowconComm_t comm, lowconCollStats *stats);
 
 // All-gather: `recvbuff[p * sendcount ..]` receives rank `p`'s `sendbuff`
 // (`sendcount` elements), on every rank. In place when `sendbuff` is
@@ -354,3 +422,7 @@ lowconResult_t lowconGetVersion(int *version);
 #endif  // __cplusplus
 
 #endif  /* LOWCON_H */
+
+/* Fills `opts` (a lowconCollOptions *) with the defaults, telling the library the size
+ * of the struct as this header declares it (see lowconCollOptionsInitSized). */
+#define lowconCollOptionsInit(opts) lowconCollOptionsInitSized((opts), sizeof(*(opts)))

@@ -45,6 +45,28 @@ unsafe fn collective(
         return Err(invalid(format!("rank {}: recvbuff is NULL", c.rank())));
     }
     let dt = dtype(datatype)?;
+    // The options first: the receive type decides the output's size.
+    let (ag, rs, recv_type) = match which {
+        Which::AllGather => {
+            let (o, recv) = options::<AllGatherAlgorithm>(opts)?;
+            (Some(o), None, recv)
+        }
+        Which::ReduceScatter(_) => {
+            let (o, recv) = options::<ReduceScatterAlgorithm>(opts)?;
+            (None, Some(o), recv)
+        }
+    };
+    let rdt = match (&which, recv_type) {
+        (_, None) => dt,
+        (Which::ReduceScatter(_), Some(r)) => r,
+        (Which::AllGather, Some(r)) if r == dt => dt,
+        (Which::AllGather, Some(r)) => {
+            return Err(invalid(format!(
+                "rank {}: an all-gather of {dt} receives {dt}, not {r} (recv_type is for reduce-scatters)",
+                c.rank()
+            )));
+        }
+    };
     let world = c.world();
     let big = count.checked_mul(world).ok_or_else(|| invalid(format!("count {count} x {world} ranks overflows")))?;
     // All-gather: send `count`, receive `world * count`; reduce-scatter the reverse.
@@ -58,16 +80,15 @@ unsafe fn collective(
             // SAFETY: forwarded from the caller (a live stream of this device, or NULL).
             let s = unsafe { Stream::wrap_borrowed(g.device(), stream.cast()) }?;
             let input = gpu_buf(&mem, send, n_send, dt)?;
-            let output = gpu_buf(&mem, recv, n_recv, dt)?;
-            match which {
-                Which::AllGather => g.all_gather(input, output, &s, &options::<AllGatherAlgorithm>(opts)?)?,
-                Which::ReduceScatter(op) => {
-                    g.reduce_scatter(input, output, op, &s, &options::<ReduceScatterAlgorithm>(opts)?)?
-                }
+            let output = gpu_buf(&mem, recv, n_recv, rdt)?;
+            match (which, ag, rs) {
+                (Which::ReduceScatter(op), _, Some(o)) => g.reduce_scatter(input, output, op, &s, &o)?,
+                (_, Some(o), _) => g.all_gather(input, output, &s, &o)?,
+                _ => unreachable!("options parsed for the call"),
             }
         }
         Group::Host(g) => {
-            let (sb, rb) = (n_send * dt.size(), n_recv * dt.size());
+            let (sb, rb) = (n_send * dt.size(), n_recv * rdt.size());
             let (s0, r0) = (send as usize, recv as usize);
             // The input is copied when it overlaps the output (in-place calls): a shared
             // and a mutable Rust slice must not alias.
@@ -87,11 +108,10 @@ unsafe fn collective(
             // aliases it (an overlapping input was copied, a symmetric one is read
             // through raw pointers).
             let output = unsafe { std::slice::from_raw_parts_mut(recv.cast::<u8>(), rb) };
-            match which {
-                Which::AllGather => g.all_gather(input, output, dt, &options::<AllGatherAlgorithm>(opts)?)?,
-                Which::ReduceScatter(op) => {
-                    g.reduce_scatter(input, output, dt, op, &options::<ReduceScatterAlgorithm>(opts)?)?
-                }
+            match (which, ag, rs) {
+                (Which::ReduceScatter(op), _, Some(o)) => g.reduce_scatter_typed(input, output, (dt, rdt), op, &o)?,
+                (_, Some(o), _) => g.all_gather(input, output, dt, &o)?,
+                _ => unreachable!("options parsed for the call"),
             }
         }
     }

@@ -314,23 +314,65 @@ pub unsafe extern "C" fn lowconMemFree(comm: lowconComm_t, ptr: *mut c_void) -> 
     })
 }
 
-/// Fills `opts` with the defaults: automatic algorithm, kernel sync, default CTAs and
-/// pipeline, channel 0, staging allowed.
+/// Fills the first `size` bytes of `opts` with the defaults (automatic algorithm, kernel
+/// sync, default CTAs and pipeline, channel 0, staging allowed, no wire, the send type
+/// as the receive type) and sets `opts->size = size`, `opts->magic`. Call it through
+/// the `lowconCollOptionsInit(opts)` macro, which passes `sizeof(*(opts))`: a program
+/// built against an older header then gets a struct of its own size. `size` below the
+/// smallest version of the struct, or above what this library knows, is refused.
 ///
 /// # Safety
-/// `opts` points to writable storage.
+/// `opts` points to `size` writable bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn lowconCollOptionsInit(opts: *mut lowconCollOptions) -> lowconResult_t {
+pub unsafe extern "C" fn lowconCollOptionsInitSized(opts: *mut lowconCollOptions, size: usize) -> lowconResult_t {
     guard(|| {
-        let d = lowconCollOptions {
-            algorithm: std::ptr::null(),
-            sync: lowconSyncKernel,
-            ctas: 0,
-            pipeline: 0,
-            channel: 0,
-            allow_staging: 1,
-            map_ordinary: 0,
+        let p = out_ptr(opts, "opts")?;
+        check_options_size(size)?;
+        let d = default_options(size);
+        // SAFETY: the caller's struct holds `size` bytes (contract), no more than `d`.
+        unsafe { std::ptr::copy_nonoverlapping(std::ptr::addr_of!(d).cast::<u8>(), p.cast::<u8>(), size) };
+        Ok(())
+    })
+}
+
+/// The bytes this communicator's calls moved to and from peers since it was made
+/// (`lowconCollStats`). Set `stats->size = sizeof(lowconCollStats)` first; the fields
+/// inside it are written. On the GPU backend the bf16 wire's fallbacks are the
+/// reductions run so far: synchronise the stream first for the calls just enqueued.
+///
+/// # Safety
+/// `stats` points to `stats->size` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconCommGetStats(comm: lowconComm_t, stats: *mut lowconCollStats) -> lowconResult_t {
+    guard(|| {
+        let c = lookup(comm)?;
+        let p = out_ptr(stats, "stats")?;
+        // SAFETY: non-null; every version of the struct starts with `size`.
+        let size = unsafe { std::ptr::addr_of!((*p).size).read_unaligned() };
+        let min = std::mem::size_of::<usize>() + std::mem::size_of::<c_ulonglong>();
+        let ours = std::mem::size_of::<lowconCollStats>();
+        if !(min..=ours).contains(&size) {
+            return Err(invalid(format!(
+                "rank {}: lowconCollStats.size is {size}: set it to sizeof(lowconCollStats) ({ours} in this \
+                 library's header)",
+                c.rank()
+            )));
+        }
+        let s = match &c.group {
+            Group::Gpu(g) => g.stats()?,
+            Group::Host(g) => g.stats(),
         };
-        write_out(opts, "opts", d)
+        let out = lowconCollStats {
+            size,
+            all_gather_bytes: s.all_gather_bytes,
+            reduce_scatter_bytes: s.reduce_scatter_bytes,
+            wire_bytes: s.wire_bytes,
+            fallback_bytes: s.fallback_bytes,
+            wire_pieces: s.wire_pieces,
+            fallback_pieces: s.fallback_pieces,
+        };
+        // SAFETY: the caller's struct holds `size` bytes (contract), no more than `out`.
+        unsafe { std::ptr::copy_nonoverlapping(std::ptr::addr_of!(out).cast::<u8>(), p.cast::<u8>(), size) };
+        Ok(())
     })
 }

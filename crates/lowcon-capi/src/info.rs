@@ -34,11 +34,11 @@ pub extern "C" fn lowconGetLastError(comm: lowconComm_t) -> *const c_char {
 /// `version` points to writable storage.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lowconGetVersion(version: *mut c_int) -> lowconResult_t {
-    guard(|| {
-        let v = |s: &str| s.parse::<c_int>().unwrap_or(0);
-        let n = v(env!("CARGO_PKG_VERSION_MAJOR")) * 10000
-            + v(env!("CARGO_PKG_VERSION_MINOR")) * 100
-            + v(env!("CARGO_PKG_VERSION_PATCH"));
-        write_out(version, "version", n)
-    })
+    guard(|| write_out(version, "version", self::version()))
+}
+
+/// This library's version as MAJOR * 10000 + MINOR * 100 + PATCH.
+pub(crate) fn version() -> c_int {
+    let v = |s: &str| s.parse::<c_int>().unwrap_or(0);
+    v(env!("CARGO_PKG_VERSION_MAJOR")) * 10000 + v(env!("CARGO_PKG_VERSION_MINOR")) * 100 + v(env!("CARGO_PKG_VERSION_PATCH"))
 }

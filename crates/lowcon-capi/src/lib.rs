@@ -20,7 +20,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_ulonglong, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -119,12 +119,33 @@ pub struct lowconComm {
 /// never dereferenced.
 pub type lowconComm_t = *mut lowconComm;
 
+/// `lowconCollOptions.magic` once `lowconCollOptionsInit` filled the struct.
+pub const lowconCollOptionsMagic: c_uint = 0x4C43_4F50;
+
+/// `lowconCollOptions.wire` and `.recv_type`: the send type (`datatype`).
+pub const lowconTypeDefault: lowconDataType_t = -1;
+
 /// Per-call options of `lowconAllGatherEx` / `lowconReduceScatterEx`. Fill with
-/// `lowconCollOptionsInit` first, then change what you need. Every rank must pass the
-/// same options.
+/// `lowconCollOptionsInit` first (a macro that passes `sizeof` the struct as this
+/// header declares it), then change what you need. Every rank must pass the same
+/// options.
+///
+/// ABI: the struct begins with its size and a magic number (as NCCL's `ncclConfig_t`
+/// does). A library reads only the fields inside `size` and takes the defaults for
+/// the rest, so a program built against an older `lowcon.h` keeps working with a newer
+/// library; a `size` larger than the library knows (a newer header) is refused, as is
+/// a struct `lowconCollOptionsInit` did not fill. Fields are only ever added at the
+/// end. (Before 0.2.0 the struct had neither field: such programs must be rebuilt.)
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct lowconCollOptions {
+    /// Bytes of the struct as the caller's header declares it (set by
+    /// `lowconCollOptionsInit`).
+    pub size: usize,
+    /// `lowconCollOptionsMagic` (set by `lowconCollOptionsInit`).
+    pub magic: c_uint,
+    /// The version of the library that filled the struct (`lowconGetVersion`'s number).
+    pub version: c_uint,
     /// Algorithm name: NULL or "auto" for automatic; all-gather "ce-pull", "ce-push",
     /// "sm-oneshot", "ll"; reduce-scatter "ce-reduce", "sm-direct", "tma-reduce",
     /// "tma-reduce-evict", "tma-push-reduce" (sum only, not deterministic), "ll".
@@ -147,6 +168,46 @@ pub struct lowconCollOptions {
     /// stream-ordered memory), every rank stages the call, or, with `allow_staging`
     /// zero, refuses it. Zero (the default): staged.
     pub map_ordinary: c_int,
+    /// Reduce-scatter (since 0.2.0): the type that crosses the peer links, when it differs
+    /// from `datatype`. `lowconBfloat16` with `lowconFloat32` data sends the top half of
+    /// each float through the copy engines and reads the bottom half only for pieces
+    /// where it is nonzero: the result equals the float reduce-scatter's bit for bit
+    /// ("ce-reduce" or automatic only). `lowconTypeDefault` (the default): `datatype`.
+    /// Refused on all-gathers, integers, and any wire but bf16 for f32.
+    pub wire: lowconDataType_t,
+    /// Reduce-scatter (since 0.2.0): the type of `recvbuff`. `lowconFloat32` with
+    /// `lowconBfloat16` data reduces bf16 in f32 and writes f32 (bf16 crosses the
+    /// links). `lowconTypeDefault` (the default): `datatype`; nothing else is accepted.
+    pub recv_type: lowconDataType_t,
+}
+
+/// The size of a `lowconCollOptions` before `wire` was added (the smallest `size`
+/// accepted).
+const OPTIONS_MIN: usize = std::mem::offset_of!(lowconCollOptions, wire);
+
+/// The bytes moved to and from peers by a communicator's calls since it was made
+/// (`lowconCommGetStats`): what this rank's copies and kernels read from or wrote to
+/// other ranks' memory. Calls count as they are enqueued (a call captured into a CUDA
+/// graph counts once, not per replay), except the bf16 wire's fallbacks, which the GPU
+/// counts as its reductions run.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct lowconCollStats {
+    /// Set to `sizeof(lowconCollStats)` before the call: the library writes the fields
+    /// inside it.
+    pub size: usize,
+    /// All-gathers.
+    pub all_gather_bytes: c_ulonglong,
+    /// Reduce-scatters that send their data's type.
+    pub reduce_scatter_bytes: c_ulonglong,
+    /// Float reduce-scatters over the bf16 wire: the top halves.
+    pub wire_bytes: c_ulonglong,
+    /// The bottom halves read for pieces that were not bf16-exact.
+    pub fallback_bytes: c_ulonglong,
+    /// Wire pieces received (pieces x peers).
+    pub wire_pieces: c_ulonglong,
+    /// Of those, the pieces whose bottom halves were read.
+    pub fallback_pieces: c_ulonglong,
 }
 
 enum Group {
@@ -336,14 +397,80 @@ fn write_out<T>(p: *mut T, what: &str, v: T) -> R<()> {
     Ok(())
 }
 
-/// Options as the library takes them, from C's (NULL: defaults).
-fn options<A: std::str::FromStr<Err = Error> + Default>(o: *const lowconCollOptions) -> R<lowcon::CollOptions<A>> {
-    let mut out = lowcon::CollOptions::<A>::default();
+/// The options as the caller passed them: the fields inside its `size`, the defaults
+/// after (`lowconCollOptions`'s ABI note). NULL: the defaults.
+fn read_options(o: *const lowconCollOptions) -> R<lowconCollOptions> {
+    let mut out = default_options(std::mem::size_of::<lowconCollOptions>());
     if o.is_null() {
         return Ok(out);
     }
-    // SAFETY: non-null; the caller passes a valid lowconCollOptions.
-    let o = unsafe { &*o };
+    // SAFETY: non-null; every version of the struct starts with `size` and `magic`
+    // (since 0.2.0), which the caller's struct holds (its contract).
+    let (size, magic) = unsafe {
+        (
+            std::ptr::addr_of!((*o).size).read_unaligned(),
+            std::ptr::addr_of!((*o).magic).read_unaligned(),
+        )
+    };
+    if magic != lowconCollOptionsMagic {
+        return Err(invalid(format!(
+            "lowconCollOptions at {o:p} has magic {magic:#x}, not {lowconCollOptionsMagic:#x}: fill it with \
+             lowconCollOptionsInit first (a program built against a lowcon.h older than 0.2.0 must be rebuilt)"
+        )));
+    }
+    check_options_size(size)?;
+    // SAFETY: the caller's struct holds `size` bytes (it says so, and Init wrote them),
+    // no more than ours (checked); a byte copy over our defaults.
+    unsafe { std::ptr::copy_nonoverlapping(o.cast::<u8>(), std::ptr::addr_of_mut!(out).cast::<u8>(), size) };
+    Ok(out)
+}
+
+fn check_options_size(size: usize) -> R<()> {
+    let ours = std::mem::size_of::<lowconCollOptions>();
+    if size < OPTIONS_MIN {
+        return Err(invalid(format!(
+            "lowconCollOptions.size is {size}, below the smallest the ABI has ({OPTIONS_MIN}): fill it with \
+             lowconCollOptionsInit"
+        )));
+    }
+    if size > ours {
+        return Err(invalid(format!(
+            "lowconCollOptions.size is {size}, but this library knows {ours} bytes of it: the program was built \
+             against a newer lowcon.h than this library"
+        )));
+    }
+    Ok(())
+}
+
+/// The defaults, with `size` as given.
+fn default_options(size: usize) -> lowconCollOptions {
+    lowconCollOptions {
+        size,
+        magic: lowconCollOptionsMagic,
+        version: info::version() as c_uint,
+        algorithm: std::ptr::null(),
+        sync: lowconSyncKernel,
+        ctas: 0,
+        pipeline: 0,
+        channel: 0,
+        allow_staging: 1,
+        map_ordinary: 0,
+        wire: lowconTypeDefault,
+        recv_type: lowconTypeDefault,
+    }
+}
+
+/// A data-type field that may be `lowconTypeDefault`.
+fn optional_dtype(d: lowconDataType_t) -> R<Option<DType>> {
+    if d == lowconTypeDefault { Ok(None) } else { dtype(d).map(Some) }
+}
+
+/// Options as the library takes them, from C's (NULL: defaults), and the receive type.
+fn options<A: std::str::FromStr<Err = Error> + Default>(
+    o: *const lowconCollOptions,
+) -> R<(lowcon::CollOptions<A>, Option<DType>)> {
+    let o = read_options(o)?;
+    let mut out = lowcon::CollOptions::<A>::default();
     if !o.algorithm.is_null() {
         // SAFETY: the caller passes a NUL-terminated string.
         let name = unsafe { CStr::from_ptr(o.algorithm) }.to_str().map_err(|_| invalid("algorithm is not UTF-8"))?;
@@ -362,7 +489,9 @@ fn options<A: std::str::FromStr<Err = Error> + Default>(o: *const lowconCollOpti
     out.channel = nonneg(o.channel, "channel")?;
     out.allow_staging = o.allow_staging != 0;
     out.map_ordinary = o.map_ordinary != 0;
-    Ok(out)
+    out.wire = optional_dtype(o.wire).map_err(|f| invalid(format!("wire: {}", f.1)))?;
+    let recv = optional_dtype(o.recv_type).map_err(|f| invalid(format!("recv_type: {}", f.1)))?;
+    Ok((out, recv))
 }
 
 fn make_comm(group: Group) -> Comm {
