@@ -15,6 +15,7 @@ pub(crate) fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
     channel: Option<u32>,
     allow_staging: bool,
     map_ordinary: bool,
+    wire: Option<&str>,
 ) -> PyResult<CollOptions<A>> {
     Ok(CollOptions {
         algorithm: algorithm.parse().map_err(to_py)?,
@@ -25,7 +26,7 @@ pub(crate) fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
         channel: channel.unwrap_or(u32::MAX),
         allow_staging,
         map_ordinary,
-        wire: None,
+        wire: wire.map(str::parse::<DType>).transpose().map_err(to_py)?,
     })
 }
 

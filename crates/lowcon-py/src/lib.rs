@@ -196,7 +196,7 @@ impl Group {
                             )));
                         }
                     }
-                    if o.dtype != i.dtype {
+                    if o.dtype != i.dtype && !matches!(which, Which::ReduceScatter(..)) {
                         return Err(invalid(format!("rank {rank}: input is {} but output is {}", i.dtype, o.dtype)));
                     }
                     let (ib, ob) = (inp.bytes(), out.bytes());
@@ -218,13 +218,15 @@ impl Group {
                         Some(Found::Host(buf, offset)) => HostInput::Symmetric { buf, offset: *offset, len: ib },
                         _ => HostInput::Plain(copied.as_deref().unwrap_or(input_bytes)),
                     };
-                    let dtype = o.dtype;
+                    let (dtype, in_dtype) = (o.dtype, i.dtype);
                     interruptible(
                         py,
                         || b.abort(),
                         move || match &which {
                             Which::AllGather(opts) => g.all_gather(input, output_bytes, dtype, opts),
-                            Which::ReduceScatter(op, opts) => g.reduce_scatter(input, output_bytes, dtype, *op, opts),
+                            Which::ReduceScatter(op, opts) => {
+                                g.reduce_scatter_typed(input, output_bytes, (in_dtype, dtype), *op, opts)
+                            }
                             Which::Traffic(..) => unreachable!("refused above"),
                         },
                     )?
@@ -331,13 +333,14 @@ impl Group {
         stream: Option<isize>,
         on_current: bool,
     ) -> PyResult<()> {
-        let opts = options(algorithm, sync, ctas, pipeline, channel, allow_staging, map_ordinary)?;
+        let opts = options(algorithm, sync, ctas, pipeline, channel, allow_staging, map_ordinary, None)?;
         self.collective(py, output, input, Which::AllGather(opts), stream, on_current)
     }
 
     /// Reduce-scatter into `output` from `input` (world x output elements), with `op`
-    /// ("sum", "avg", "min", "max").
-    #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = false, stream = None, on_current = false))]
+    /// ("sum", "avg", "min", "max"). `wire`: "bf16" sends an f32 input's top halves
+    /// (NOTE [bf16 wire]); a bf16 input may reduce into an f32 output.
+    #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = false, wire = None, stream = None, on_current = false))]
     #[allow(clippy::too_many_arguments)]
     fn reduce_scatter<'py>(
         &self,
@@ -352,11 +355,12 @@ impl Group {
         channel: Option<u32>,
         allow_staging: bool,
         map_ordinary: bool,
+        wire: Option<&str>,
         stream: Option<isize>,
         on_current: bool,
     ) -> PyResult<()> {
         let op: ReduceOp = op.parse().map_err(to_py)?;
-        let opts = options(algorithm, sync, ctas, pipeline, channel, allow_staging, map_ordinary)?;
+        let opts = options(algorithm, sync, ctas, pipeline, channel, allow_staging, map_ordinary, wire)?;
         self.collective(py, output, input, Which::ReduceScatter(op, opts), stream, on_current)
     }
 
@@ -468,6 +472,23 @@ impl Group {
         d.set_item("workspace_bytes", ws)?;
         let mapped = self.with(|b| Ok(if let Backend::Gpu(g) = b { g.mapped_allocations() } else { 0 })).unwrap_or(0);
         d.set_item("mapped_allocations", mapped)?;
+        Ok(d)
+    }
+
+    /// The bytes this rank's calls moved to and from peers (NOTE [bf16 wire]): a dict.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let s = self.with(|b| match b {
+            Backend::Gpu(g) => py.detach(|| g.stats()).map_err(to_py),
+            Backend::Host(g) => Ok(g.stats()),
+        })?;
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("all_gather_bytes", s.all_gather_bytes)?;
+        d.set_item("reduce_scatter_bytes", s.reduce_scatter_bytes)?;
+        d.set_item("wire_bytes", s.wire_bytes)?;
+        d.set_item("fallback_bytes", s.fallback_bytes)?;
+        d.set_item("wire_pieces", s.wire_pieces)?;
+        d.set_item("fallback_pieces", s.fallback_pieces)?;
+        d.set_item("total_bytes", s.total_bytes())?;
         Ok(d)
     }
 

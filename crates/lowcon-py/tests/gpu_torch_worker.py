@@ -72,6 +72,37 @@ with torch.cuda.stream(side):
 if not torch.equal(out.cpu(), torch.cat([data(seed, p, n, torch.float32) for p in range(w)])):
     fail("in-place all-gather on a side stream")
 checks += 1
+# The bf16 wire (NOTE [bf16 wire]): float32 in torch's own memory over bf16, bit for bit
+# against the float32 call, bf16-exact (no fallback) and with one inexact value per chunk
+# (a fallback piece per peer, counted by the GPU); a bfloat16 input into a float32 output.
+for sync in ("kernel", "memop"):
+    for n, inexact in ((1, False), (70001, True), (1 << 20, False), (1 << 20, True)):
+        seed += 1
+        inp = data(seed, r, n * w, torch.float32).to(dev) / 64
+        if inexact:
+            inp[::n] += 2.0 ** -20
+        got = torch.full((n,), float("nan"), device=dev)
+        before = g.stats()
+        g.reduce_scatter(got, inp, "avg", wire=torch.bfloat16, sync=sync)
+        g.synchronize()
+        after = g.stats()
+        want = torch.full((n,), float("nan"), device=dev)
+        g.reduce_scatter(want, inp, "avg", algorithm="ce-reduce", sync=sync)
+        g.synchronize()
+        if not torch.equal(got.view(torch.int32), want.view(torch.int32)):
+            fail(f"wire bf16 n={n} inexact={inexact} {sync}: not the float32 result bit for bit")
+        moved = {k: after[k] - before[k] for k in after}
+        if moved["wire_bytes"] != (w - 1) * n * 2 or moved["fallback_pieces"] != ((w - 1) if inexact else 0):
+            fail(f"wire bf16 n={n} inexact={inexact} {sync}: counters moved by {moved}")
+        checks += 1
+        bf = data(seed, r, n * w, torch.bfloat16).to(dev)
+        out32 = torch.full((n,), float("nan"), device=dev)
+        g.reduce_scatter(out32, bf, "sum", sync=sync)
+        g.synchronize()
+        ref = torch.stack([data(seed, p, n * w, torch.float32)[r * n:(r + 1) * n] for p in range(w)]).sum(0)
+        if not torch.equal(out32.cpu(), ref):
+            fail(f"bfloat16 into float32 n={n} {sync}")
+        checks += 1
 # CUDA graphs (NOTE [graph flags]): an FSDP-like layer loop (all-gather the weight
 # shards from the pool, GEMM, reduce-scatter the product; 12 layers, kernel and memop sync
 # alternating) captured with torch.cuda.graph, replayed with fresh data before every

@@ -53,6 +53,14 @@ def test_torch_tensors_take_the_fast_path_and_match_torch():
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
+def test_the_bf16_wire_is_bit_exact_and_counted(ranks):
+    rc, out = launch(ranks, "wire", "host")
+    assert rc == 0, out
+    for r in range(ranks):
+        assert f"rank {r}: wire ok" in out, out
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
 def test_bad_input_raises_naming_rank_and_sizes(ranks):
     rc, out = launch(ranks, "bad", "host")
     assert rc == 0, out

@@ -67,6 +67,24 @@ def main():
                     tol = 1e-6 if op == "avg" else 0.0
                     if not torch.allclose(rout.float(), ref, rtol=tol, atol=0.0):
                         fail(f"reduce-scatter {op} {dtype} n={n} pool={pool}: {rout[:8]} != {ref[:8]}")
+    # The bf16 wire: float32 over bf16 equals the float32 call bit for bit; a bfloat16
+    # input reduces into a float32 output exactly (small integers).
+    for n in (1, 7, 4096 + 3):
+        seed += 1
+        inp = data(seed, r, w * n, torch.float32) / 8
+        inp[n // 2] += 2.0 ** -20  # one inexact value: its piece falls back
+        got, want = torch.full((n,), float("nan")), torch.full((n,), float("nan"))
+        g.reduce_scatter(got, inp, "sum", wire="bf16")
+        g.reduce_scatter(want, inp, "sum", algorithm="ce-reduce")
+        if not torch.equal(got.view(torch.int32), want.view(torch.int32)):
+            fail(f"wire bf16 n={n}: not the float32 result bit for bit")
+        out32 = torch.full((n,), float("nan"))
+        g.reduce_scatter(out32, data(seed, r, w * n, torch.bfloat16), "sum")
+        ref = torch.stack([data(seed, p, w * n, torch.float32) for p in range(w)]).sum(0)[r * n:(r + 1) * n]
+        if not torch.equal(out32, ref):
+            fail(f"bfloat16 into float32 n={n}: {out32[:4]} != {ref[:4]}")
+    if g.stats()["wire_bytes"] != 2 * (w - 1) * (1 + 7 + 4096 + 3):
+        fail(f"stats after the wire calls: {g.stats()}")
     # Bad input names the tensor and what is wrong; the group still works after.
     x = torch.ones(w * 8)
     checks = [

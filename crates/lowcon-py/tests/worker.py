@@ -88,6 +88,52 @@ def check(g):
     return f"{checks} checks, {w} ranks"
 
 
+def wire(g):
+    """The bf16 wire from Python: f32 over bf16, bit for bit against the f32 call on the same
+    data, with the counters checked (stats()), for bf16-exact data (no fallback) and data
+    with one inexact value per chunk (a fallback piece per peer); its refusals."""
+    r, w = g.rank, g.world_size
+    checks = 0
+    for k, (n, inexact, op) in enumerate([(1, False, "sum"), (1023, False, "avg"), (70001, True, "max"),
+                                          (4099, True, "sum")]):
+        base = data(100 + k, r, n * w, np.float32)
+        # bf16-exact: odd integers times 2^-5; one value per chunk not so with `inexact`.
+        inp = (base / np.float32(32)).astype(np.float32)
+        if inexact:
+            inp[::n] += np.float32(2.0 ** -20)
+        before = g.stats()
+        got = np.full(n, np.nan, np.float32)
+        g.reduce_scatter(got, inp, op, wire="bf16")
+        after = g.stats()
+        want = np.full(n, np.nan, np.float32)
+        g.reduce_scatter(want, inp, op, algorithm="ce-reduce")
+        if got.tobytes() != want.tobytes():
+            bad = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
+            fail(f"wire bf16 n={n} {op}: {bad.size} elements differ from the f32 call, first at {bad[0]}")
+        moved = {key: after[key] - before[key] for key in after}
+        peers = w - 1
+        if moved["wire_bytes"] != peers * n * 2 or moved["fallback_pieces"] != (peers if inexact else 0):
+            fail(f"wire bf16 n={n} inexact={inexact}: counters moved by {moved}")
+        checks += 1
+    for kwargs, what in [(dict(wire="f16"), "only bf16"), (dict(wire="bf16", algorithm="sm-direct"), "ce-reduce"),
+                         (dict(wire="bf16", algorithm="ll"), "ce-reduce")]:
+        try:
+            g.reduce_scatter(np.zeros(8, np.float32), np.zeros(8 * w, np.float32), "sum", **kwargs)
+        except lowcon.InvalidArgument as e:
+            if what not in str(e) or f"rank {r}" not in str(e):
+                fail(f"{kwargs}: refused with {e!r}, not naming {what!r}")
+        else:
+            fail(f"{kwargs} was not refused")
+        checks += 1
+    try:
+        g.all_gather(np.zeros(8 * w, np.float32), np.zeros(8, np.float32), wire="bf16")
+    except TypeError:
+        checks += 1  # all_gather takes no wire at all
+    else:
+        fail("all_gather took a wire")
+    return f"{checks} checks, {w} ranks"
+
+
 def bad(g):
     r, w = g.rank, g.world_size
     cases = [
@@ -365,7 +411,7 @@ def sigint(g):
 
 g = lowcon.init(BACKEND, timeout=20)
 result = {"check": check, "bad": bad, "dead": dead, "sigint": sigint, "pool": pool,
-          "twogroups": twogroups, "pystore": pystore}[MODE](g)
+          "twogroups": twogroups, "pystore": pystore, "wire": wire}[MODE](g)
 print(f"rank {g.rank}: {MODE} ok: {result}", flush=True)
 if MODE not in ("dead", "sigint", "pool"):
     g.close()

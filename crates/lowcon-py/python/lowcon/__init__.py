@@ -167,13 +167,31 @@ class Group:
         Options: algorithm ("auto", "ce-reduce", "sm-direct", "tma-reduce", "tma-reduce-evict",
         "tma-push-reduce": sum only, not deterministic; "ll": small messages),
         sync, ctas, pipeline, channel, allow_staging, map_ordinary (as for `all_gather`;
-        ce-reduce).
+        ce-reduce), wire.
+
+        The bf16 wire: with float32 `input` and `output`, `wire="bf16"` (or torch.bfloat16)
+        sends the top half of each float through the copy engines and reads the bottom
+        half only for pieces where it is nonzero, so the result is the float32 one bit for
+        bit, with half the bytes when the values are bf16-exact (gradients upcast from
+        bf16); ce-reduce or auto. A bfloat16 `input` may reduce into a float32 `output`
+        (no wire needed: bf16 crosses). `stats()` counts the bytes and the fallbacks.
         """
+        if options.get("wire") is not None:
+            options["wire"] = _dtype_name(options["wire"])
         fast = _torch_current(output) if stream is None else None
         if fast is not None:
             self._g.reduce_scatter(output, input, op, stream=fast[0], on_current=True, **options)
         else:
             self._g.reduce_scatter(output, input, op, stream=_stream_of(output, stream), **options)
+
+    def stats(self):
+        """The bytes this rank's calls moved to and from peers since the group was made, as a
+        dict: all_gather_bytes, reduce_scatter_bytes, wire_bytes (the bf16 wire's top halves),
+        fallback_bytes and fallback_pieces (bottom halves read where a piece was not
+        bf16-exact), wire_pieces, total_bytes. Calls count as they are enqueued (a captured
+        call once, not per replay); the fallbacks are counted by the GPU as its reductions run,
+        so synchronize first for the calls just enqueued."""
+        return self._g.stats()
 
     def release_mappings(self):
         """Closes the peers' allocations that `map_ordinary` calls (lowcon.fsdp's torch
