@@ -170,6 +170,11 @@ for w in $worlds; do
     fi
     st "w=$w python: FSDP2 with lowcon's hooks against Gloo (torchrun)" "python-fsdp-w$w.txt" 300 \
       python3 -m torch.distributed.run --nproc-per-node "$w" --master-port $((port + 20)) "$pyt/gpu_fsdp_worker.py"
+    if [ "$w" = 2 ] || [ "$w" = 4 ]; then
+      st "w=$w python: FSDP2 over the bf16 wire, bit-exact vs fp32, with and without accumulation" \
+        "python-fsdp-wire-w$w.txt" 300 env LOWCON_PYTEST_BACKEND=gpu LOWCON_PYTEST_LAUNCH="--gpus 1" \
+        LOWCON_PYTEST_WIRE_WORLDS="$w" python3 -m pytest -q -s -p no:cacheprovider "$pyt/test_fsdp2_wire.py"
+    fi
     if [ "$w" = 2 ]; then
       st "w=$w python: a SIGKILLed rank named, ranks by hand" "python-w$w.txt" 120 \
         env LOWCON_PYTEST_BACKEND=gpu python3 -m pytest -q -p no:cacheprovider "$pyt/test_host.py" -k sigkilled

@@ -88,6 +88,25 @@ def ops():
                 red2 = {"sum": every2.sum(0), "min": every2.min(0).values, "max": every2.max(0).values,
                         "avg": every2.mean(0)}[name]
                 check(f"all_reduce non-contiguous {name} {dtype}", odd, red2, tol)
+    # The bf16 wire, opted in on the group: float32 reduce_scatter_tensor bit for bit as
+    # without it, the top halves counted.
+    pg = dist.group.WORLD
+    for n in (1, 3000):
+        seed += 1
+        x = data(seed, r, (w * n,), torch.float32) / 8
+        x[n // 2] += 2.0 ** -20  # one value that is not bf16-exact: its piece falls back
+        pg.reduce_scatter_wire = "bf16"
+        before = pg.lowcon_group.stats()
+        got = poisoned((n,), torch.float32)
+        dist.reduce_scatter_tensor(got, x, op=dist.ReduceOp.AVG)
+        moved = pg.lowcon_group.stats()["wire_bytes"] - before["wire_bytes"]
+        pg.reduce_scatter_wire = None
+        want = poisoned((n,), torch.float32)
+        dist.reduce_scatter_tensor(want, x, op=dist.ReduceOp.AVG)
+        if DEV.type == "cuda":
+            torch.cuda.synchronize()
+        if not torch.equal(got.view(torch.int32), want.view(torch.int32)) or moved != (w - 1) * n * 2:
+            fail(f"reduce_scatter_tensor over the bf16 wire, n={n}: {got[:4]} vs {want[:4]}, {moved} wire bytes")
     # Bytes of any dtype, the list forms, broadcast, scatter.
     seed += 1
     outs = [torch.full((3,), -1, dtype=torch.int64, device=DEV) for _ in range(w)]

@@ -33,6 +33,13 @@ one line naming it and where it went. LOWCON_TORCH_FALLBACK=0 turns the fallback
 those calls raise NotImplementedError naming the operation instead. NCCL refuses ranks
 sharing a GPU (LOWCON_SHARE_GPU=1), so there the CUDA fallback fails as NCCL says.
 
+The bf16 wire (NOTE [bf16 wire]) is an opt-in here: with LOWCON_TORCH_WIRE=bf16 in the
+environment when the group is made, or `pg.reduce_scatter_wire = "bf16"`, float32
+reduce_scatter_tensor calls send the top half of each float and read the bottom halves
+only where a piece is not bf16-exact: the result is the float32 one bit for bit, with half
+the bytes for bf16 values upcast (FSDP2's default reduce-scatter with bf16 parameters and
+an fp32 reduce). The default (None) sends float32.
+
 Streams: a call with async_op=False runs on the caller's current stream. With
 async_op=True it runs on the group's own stream, after the current stream's work, and
 the returned Work's wait() makes the then-current stream wait for it (as NCCL's does),
@@ -142,6 +149,10 @@ class LowconProcessGroup(dist.ProcessGroup):
             self._cpu = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, world_size, timeout)
         self._streams = {}
         self._gpu = backend == "gpu"
+        wire = os.environ.get("LOWCON_TORCH_WIRE") or None
+        if wire not in (None, "bf16"):
+            raise InvalidArgument(f"rank {rank}: LOWCON_TORCH_WIRE={wire!r}: expected bf16 or nothing")
+        self.reduce_scatter_wire = wire
         self._done = LowconWork(self)  # what synchronous calls return: complete, but wait() still checks
 
     # -- identity -------------------------------------------------------------------------
@@ -286,6 +297,9 @@ class LowconProcessGroup(dist.ProcessGroup):
             what = f"reduce_scatter_tensor ({_op_str(opts)}, {output.dtype})"
             return self._fallback(what, [output])._reduce_scatter_base(output, input, opts)
         output, input = _as_lowcon(output), _as_lowcon(input)
+        if self.reduce_scatter_wire == "bf16" and input.dtype == torch.float32 and output.dtype == torch.float32:
+            return self._run([output, input], opts,
+                             lambda: self._group.reduce_scatter(output, input, op, wire="bf16", algorithm="ce-reduce"))
         return self._run([output, input], opts, lambda: self._group.reduce_scatter(output, input, op))
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):

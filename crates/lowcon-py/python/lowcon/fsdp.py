@@ -19,6 +19,17 @@ own: NOTE [FSDP2 pool size]). lowcon's collectives run on FSDP2's own streams, o
 channel per kind of hook. The hooks are per FSDP module (they do not recurse): `install`
 sets them on every one.
 
+The bf16 wire (NOTE [bf16 wire]): with FSDP2's usual mixed precision (`param_dtype=bf16`,
+`reduce_dtype=fp32`) the reduce-scatter's fp32 input holds bf16 gradients upcast, so half
+its bytes are zeros. `install` then sends only the top halves (`wire="bf16"`, ce-reduce):
+the result is the fp32 one bit for bit, and a piece that is not bf16-exact falls back to
+reading its bottom halves. Gradients accumulated in fp32 over several backward passes
+(`set_requires_gradient_sync(False)`) are not bf16-exact, so for a reduce of accumulated
+gradients the hooks send fp32 instead: `install` wraps each parameter group's
+`post_backward` to see whether it holds accumulated gradients before it reduces. It prints
+one line saying what it chose (`reduce_scatter_wire="auto"`, the default; "bf16": always
+for fp32 inputs; None: never).
+
 Reduce-scatter ops: FSDP2 passes SUM, AVG, or PREMUL_SUM(1/f) after
 `set_gradient_divide_factor(f)`. torch does not expose PREMUL_SUM's factor in Python, so
 give the same factor to `install(..., gradient_divide_factor=f)`, which sets it on the
@@ -130,10 +141,19 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
 
     _CHANNEL = "fsdp/reduce-scatter"
 
-    def __init__(self, group, algorithm="auto", sync="kernel", gradient_divide_factor=None, memory="torch", **options):
+    def __init__(self, group, algorithm="auto", sync="kernel", gradient_divide_factor=None, memory="torch",
+                 wire=None, **options):
+        if wire not in _WIRES:
+            raise InvalidArgument(f"rank {group.rank}: wire {wire!r}: expected \"auto\", \"bf16\" or None")
         super().__init__(group, algorithm, sync, memory, **options)
         self.gradient_divide_factor = gradient_divide_factor
+        self.wire = wire
+        # Set by install's post_backward wrapper for the reduce in progress ("auto"):
+        # whether that parameter group's fp32 gradients are bf16 values upcast.
+        self._exact = False
         self._pending_input = None  # (numel, dtype) of the last input handed out
+        self.wire_calls = 0  # reduce-scatters sent over the bf16 wire
+        self.plain_calls = 0  # and not
 
     def allocate(self, size, *, dtype, device):
         """The input (torch's memory by default, the pool with memory="pool"); the output
@@ -168,10 +188,51 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
             # 26%; tied at 4096 tokens), though alone it loses to sm-direct below 64 MiB.
             # Measured at 2 ranks only, so only there.
             options = dict(options, algorithm="ce-reduce")
+        if input_tensor.dtype == torch.float32 and (self.wire == "bf16" or (self.wire == "auto" and self._exact)):
+            # NOTE [bf16 wire]: the top halves through the copy engines, exact for any data.
+            options = dict(options, wire="bf16", algorithm="ce-reduce")
+            self.wire_calls += 1
+        else:
+            self.plain_calls += 1
         self.group.reduce_scatter(output_tensor, input_tensor, name, **options)
         if scale is not None:
             output_tensor.mul_(scale)
         return None
+
+
+_WIRES = (None, "auto", "bf16")
+
+
+def _bf16_params_fp32_reduce(module):
+    """Whether an FSDP module's parameter group reduces fp32 gradients of bf16 parameters
+    (FSDP2's mixed precision with param_dtype=bf16, reduce_dtype=fp32)."""
+    pg = module._get_fsdp_state()._fsdp_param_group
+    mp = getattr(pg, "mp_policy", None) if pg is not None else None
+    return mp is not None and mp.param_dtype == torch.bfloat16 and mp.reduce_dtype == torch.float32
+
+
+def _watch_accumulation(pg):
+    """Wraps the parameter group's post_backward (which reduces, through the group's
+    reduce-scatter hook, `_reduce_scatter_comm` in torch 2.11): the reduce it makes sends
+    bf16 only if no gradient of the group accumulated in fp32 over an earlier backward
+    without sync (torch 2.11's `unsharded_accumulated_grad`). Whatever lowcon hook the group
+    holds when it reduces is told."""
+    if getattr(pg, "_lowcon_wire_watched", False):
+        return
+    original = pg.post_backward
+
+    def post_backward(*args, **kwargs):
+        hook = getattr(pg, "_reduce_scatter_comm", None)
+        if not isinstance(hook, LowconReduceScatter):
+            return original(*args, **kwargs)
+        hook._exact = not any(getattr(fp, "unsharded_accumulated_grad", None) is not None for fp in pg.fsdp_params)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            hook._exact = False
+
+    pg.post_backward = post_backward
+    pg._lowcon_wire_watched = True
 
 
 def install(
@@ -186,6 +247,7 @@ def install(
     reduce_scatter_options=None,
     all_gather_memory="torch",
     reduce_scatter_memory="torch",
+    reduce_scatter_wire="auto",
 ):
     """Set lowcon's all-gather and reduce-scatter on every FSDP module of `model` (after
     `fully_shard`, before the first forward). Returns the number of modules set.
@@ -199,21 +261,42 @@ def install(
     model"; with an allocator whose memory cannot be shared, such as expandable
     segments, every call stages instead) or "pool" (the all-gather outputs and the
     reduce-scatter inputs in lowcon's symmetric pool, memory of its own). Neither stages
-    a copy with ce-pull and ce-reduce.
+    a copy with ce-pull and ce-reduce. reduce_scatter_wire: "auto" (the bf16 wire for the
+    modules with param_dtype=bf16 and reduce_dtype=fp32, except for a reduce of gradients
+    accumulated without sync), "bf16" (every fp32 reduce-scatter) or None (see the module
+    docs); one line says what was chosen.
     """
     from torch.distributed.fsdp import FSDPModule
 
+    if reduce_scatter_wire not in _WIRES:
+        raise InvalidArgument(f"rank {group.rank}: reduce_scatter_wire {reduce_scatter_wire!r}: expected "
+                              "\"auto\", \"bf16\" or None")
     ag = LowconAllGather(group, all_gather, sync, all_gather_memory, **(all_gather_options or {}))
     rs = LowconReduceScatter(group, reduce_scatter, sync, gradient_divide_factor, reduce_scatter_memory,
-                             **(reduce_scatter_options or {}))
-    n = 0
+                             wire=reduce_scatter_wire, **(reduce_scatter_options or {}))
+    n, wired = 0, 0
     for m in model.modules():
         if isinstance(m, FSDPModule):
             m.set_custom_all_gather(ag)
             m.set_custom_reduce_scatter(rs)
             if gradient_divide_factor is not None:
                 m.set_gradient_divide_factor(gradient_divide_factor)
+            pg = m._get_fsdp_state()._fsdp_param_group
+            if reduce_scatter_wire == "auto" and pg is not None and _bf16_params_fp32_reduce(m):
+                _watch_accumulation(pg)
+                wired += 1
             n += 1
     if n == 0:
         raise InvalidArgument("install: the model has no FSDP modules: call fully_shard on it first")
+    if group.rank == 0:
+        if reduce_scatter_wire == "auto":
+            what = (f"{wired} of {n} modules (bf16 parameters, fp32 reduce) send bf16 over the wire, fp32-exact; "
+                    "fp32 for gradients accumulated without sync" if wired else
+                    f"fp32 reduce-scatters keep fp32 on the wire (no module of {n} has bf16 parameters with an "
+                    "fp32 reduce)")
+        elif reduce_scatter_wire == "bf16":
+            what = f"every fp32 reduce-scatter of {n} modules sends bf16 over the wire, fp32-exact"
+        else:
+            what = "the bf16 wire is off (reduce_scatter_wire=None)"
+        print(f"lowcon.fsdp: {what}", flush=True)
     return n
