@@ -8,11 +8,13 @@ before anything replaces them.
 
 Modes (`--modes`, comma separated):
 - `nccl`, `nccl-b`: FSDP2's defaults (NCCL). `nccl-b` is the A/A twin: the noise floor.
-- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,ctas=N,rs_ctas=N,mem=M,agmem=M,rsmem=M`:
+- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,ctas=N,rs_ctas=N,mem=M,agmem=M,rsmem=M,wire=W`:
   lowcon's hooks (`lowcon.fsdp`), with options (`agmem`/`rsmem`, or `mem` for both:
   "torch", the default, or "pool": where the all-gather outputs and reduce-scatter
-  inputs live; with "torch" peers read them in place through IPC mappings); several variants may run
-  side by side, paired.
+  inputs live; with "torch" peers read them in place through IPC mappings; `wire`:
+  "auto", the default as in `lowcon.fsdp.install` (the bf16 wire for bf16 parameters
+  with an fp32 reduce, except for accumulated gradients), "bf16" or "fp32"); several
+  variants may run side by side, paired.
 - `nccl-ce`: PyTorch #176613's copy-engine all-gather from 2.11's public pieces (a
   zero-CTA NCCL group over torch's NCCL symmetric memory), FSDP2's default
   reduce-scatter.
@@ -177,6 +179,15 @@ class Switch:
         if not self.groups:
             raise ValueError("the model has no FSDP modules")
         self.defaults = {id(pg): (pg._all_gather_comm, pg._reduce_scatter_comm) for _, pg in self.groups}
+        try:
+            # wire="auto" tells the bf16 wire's hook whether a group's gradients accumulated,
+            # as lowcon.fsdp.install does (a no-op for other hooks).
+            import lowcon.fsdp
+
+            for _, pg in self.groups:
+                lowcon.fsdp._watch_accumulation(pg)
+        except ImportError:
+            pass
         self.current: Optional[str] = None
 
     def set(self, mode: Mode, wrap: Any = None) -> None:
@@ -227,11 +238,15 @@ def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
     rs_opts = {"ctas": int(opts["rs_ctas"])} if "rs_ctas" in opts else {}
     mem = opts.get("mem", "torch")  # both at once (lowcon.fsdp's default); agmem / rsmem override
     agmem, rsmem = opts.get("agmem", mem), opts.get("rsmem", mem)
+    wire = opts.get("wire", "auto")
+    if wire not in ("auto", "bf16", "fp32"):
+        raise ValueError(f"mode {name!r}: wire {wire!r}: expected auto, bf16 or fp32")
     ag = lowcon.fsdp.LowconAllGather(group, opts.get("ag", "auto"), sync, agmem, **ag_opts)
-    rs = lowcon.fsdp.LowconReduceScatter(group, opts.get("rs", "auto"), sync, None, rsmem, **rs_opts)
+    rs = lowcon.fsdp.LowconReduceScatter(group, opts.get("rs", "auto"), sync, None, rsmem,
+                                         wire=None if wire == "fp32" else wire, **rs_opts)
     notes = {"lowcon": getattr(lowcon, "__version__", "?"), "all_gather": opts.get("ag", "auto"),
              "reduce_scatter": opts.get("rs", "auto"), "sync": sync, "all_gather_memory": agmem,
-             "reduce_scatter_memory": rsmem, **{k: opts[k] for k in ("ctas", "rs_ctas") if k in opts}}
+             "reduce_scatter_memory": rsmem, "wire": wire, **{k: opts[k] for k in ("ctas", "rs_ctas") if k in opts}}
     return Mode(name, ag, rs, notes, pool=group)
 
 

@@ -45,7 +45,7 @@ DEFAULT_MODES = "nccl,nccl-b,lowcon,nccl-ce,nocomm"
 DEFAULT_SWEEP = "2048x8:256,1024,4096,16384;4096x12:256,1024,4096,16384;8192x4:256,1024,4096,16384"
 
 
-LOWCON_KEYS = ("ag", "rs", "sync", "ctas", "rs_ctas", "mem", "agmem", "rsmem")
+LOWCON_KEYS = ("ag", "rs", "sync", "ctas", "rs_ctas", "mem", "agmem", "rsmem", "wire")
 KINDS = ("nccl", "nccl-b", "lowcon", "nccl-ce", "floor", "lowcon-pg", "nocomm", "nocomm-torch")
 NEEDS_NCCL = ("nccl", "nccl-b", "nccl-ce")
 
@@ -143,6 +143,9 @@ def report(paths: List[str], plot: Optional[str] = None) -> int:
         print(st.format_rows(docs))
     if plot:
         print(write_plot(docs, plot))
+    text = st.format_bytes(docs)
+    if text:
+        print(text)
     for d in docs:
         for m, missed in d.get("missed", {}).items():
             for line in missed:
@@ -334,6 +337,8 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         growth = st.pool_growth(pool_after[len(modes) - 1:])
         doc["pool_growth"] = {m.name: growth for m in pools if growth}
         doc["pool_bytes"] = pool_after[-1]
+    if pools:
+        doc["bytes_per_step"] = counted_bytes(modes, step, batch, device)
     if args.profile:
         doc["profile"] = profile(modes, step, batch, clock, device, args, rank, cfg, reduce_dtype)
     st.analyse(doc, world_for)
@@ -343,6 +348,33 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         doc["mfu_nccl"] = fm.mfu(fm.step_flops(cfg, world), doc["stats"]["nccl"]["median_ms"] / 1e3, world)
     del built, records
     return doc
+
+
+def counted_bytes(modes: List[Any], step: Any, batch: Any, device: Any) -> Dict[str, Dict[str, int]]:
+    """The bytes one step of each lowcon mode moved to and from peers, as the group counts
+    them (`Group.stats()`: the bf16 wire's top halves and fallbacks apart), from one untimed
+    step per mode after the timed rounds (the modes share the group, so they are counted
+    one at a time); the max over ranks."""
+    import torch
+    import torch.distributed as dist
+
+    out: Dict[str, Dict[str, int]] = {}
+    cuda = device.type == "cuda"
+    for m in modes:
+        if m.pool is None or not hasattr(m.pool, "stats"):
+            continue
+        if cuda:
+            torch.cuda.synchronize(device)
+        before = m.pool.stats()
+        step(m, batch(0))
+        if cuda:
+            torch.cuda.synchronize(device)
+        after = m.pool.stats()
+        keys = sorted(after)
+        t = torch.tensor([float(after[k] - before[k]) for k in keys], dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        out[m.name] = {k: int(v) for k, v in zip(keys, t.tolist())}
+    return out
 
 
 def profile(modes: List[Any], step: Any, batch: Any, clock: Any, device: Any, args: argparse.Namespace,
@@ -488,6 +520,8 @@ def worker(args: argparse.Namespace) -> int:
                     os.replace(json_path + ".tmp", json_path)
     if rank == 0:
         print(st.format_memory(doc["configs"]) if args.memory_only else st.format_rows(doc["configs"]), flush=True)
+        if st.format_bytes(doc["configs"]):
+            print(st.format_bytes(doc["configs"]), flush=True)
     dist.barrier()
     if group is not None:
         group.close()

@@ -284,6 +284,28 @@ def format_rows(docs: Sequence[Dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def format_bytes(docs: Sequence[Dict[str, Any]]) -> str:
+    """Bytes per step to and from peers, per rank, as lowcon's counters saw them
+    (`bytes_per_step`): every byte, the bf16 wire's top halves, its fallbacks."""
+    head = ("shape", "tok/rank", "rdtype", "mode", "GB/step", "all-gather GB", "reduce-scatter GB", "wire GB",
+            "fallback GB", "fallback pieces")
+    lines = []
+    for d in docs:
+        for m, b in d.get("bytes_per_step", {}).items():
+            gb = lambda k: f"{b.get(k, 0) / 1e9:.3f}"  # noqa: E731
+            pieces = f"{b.get('fallback_pieces', 0)} / {b.get('wire_pieces', 0)}"
+            lines.append((d["shape"], str(d["tokens_per_rank"]), d["reduce_dtype"], m, gb("total_bytes"),
+                          gb("all_gather_bytes"), gb("reduce_scatter_bytes"), gb("wire_bytes"), gb("fallback_bytes"),
+                          pieces))
+    if not lines:
+        return ""
+    widths = [max(len(h), *(len(str(l[i])) for l in lines)) for i, h in enumerate(head)]
+    out = ["bytes per step to and from peers, one rank (lowcon's counters):",
+           "  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
+    out.extend("  ".join(str(c).ljust(w) for c, w in zip(l, widths)) for l in lines)
+    return "\n".join(out)
+
+
 TORCH_MEMORY = "nocomm-torch"  # no communication, buffers from torch: NCCL's memory without NCCL
 
 

@@ -283,6 +283,19 @@ def test_modes_and_arguments():
             fp.parse_args(bad)
 
 
+def test_wire_modes_and_the_bytes_table():
+    assert fp.parse_mode("lowcon@wire=bf16") == ("lowcon@wire=bf16", "lowcon", {"wire": "bf16"})
+    a = fp.parse_args(["--modes", "nccl,lowcon@wire=bf16,lowcon@wire=fp32"])
+    assert [s[0] for s in a.mode_specs] == ["nccl", "lowcon@wire=bf16", "lowcon@wire=fp32"]
+    docs = [{"shape": "4096x12", "tokens_per_rank": 1024, "reduce_dtype": "fp32",
+             "bytes_per_step": {"lowcon@wire=bf16": {"total_bytes": 7_700_000_000, "all_gather_bytes": 5_130_000_000,
+                                                     "reduce_scatter_bytes": 0, "wire_bytes": 2_570_000_000,
+                                                     "fallback_bytes": 0, "wire_pieces": 96, "fallback_pieces": 0}}}]
+    text = st.format_bytes(docs)
+    assert "lowcon@wire=bf16" in text and "7.700" in text and "2.570" in text and "0 / 96" in text, text
+    assert st.format_bytes([{"shape": "x", "tokens_per_rank": 1, "reduce_dtype": "fp32"}]) == ""
+
+
 def test_memory_table():
     docs = [{"shape": "4096x12", "tokens_per_rank": 1024, "reduce_dtype": "fp32",
              "memory": {"nocomm-torch": 20 * 2**30, "lowcon": 20.8 * 2**30, "lowcon@x": 22 * 2**30},

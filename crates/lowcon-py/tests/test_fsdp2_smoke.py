@@ -28,7 +28,8 @@ def test_fsdp2_paired_on_the_host_backend(tmp_path):
     p = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
          str(BENCH), "--cpu", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "2", "--warmup", "1",
-         "--modes", "nccl,nccl-b,lowcon,lowcon@mem=pool,lowcon@agmem=pool,floor,lowcon-pg,nocomm", "--method", "models", "--out", str(tmp_path)],
+         "--modes", "nccl,nccl-b,lowcon,lowcon@mem=pool,lowcon@agmem=pool,lowcon@wire=fp32,lowcon@wire=bf16,floor,"
+         "lowcon-pg,nocomm", "--method", "models", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=300,
     )
     out = p.stdout + p.stderr
@@ -38,8 +39,18 @@ def test_fsdp2_paired_on_the_host_backend(tmp_path):
     assert "host backend" in doc["skipped"]["floor"], doc["skipped"]
     (cfg,) = doc["configs"]
     checks = {m: v["check"] for m, v in cfg["losses"]["modes"].items()}
-    for m in ("lowcon", "lowcon@mem=pool", "lowcon@agmem=pool", "lowcon-pg"):
+    for m in ("lowcon", "lowcon@mem=pool", "lowcon@agmem=pool", "lowcon@wire=fp32", "lowcon@wire=bf16", "lowcon-pg"):
         assert checks.get(m) == "ok", (m, checks, cfg["loss_curves"])
+    # Bytes per step, counted: the bf16 wire sends half the fp32 reduce-scatter's bytes,
+    # none falling back (bf16 gradients upcast); the default (auto) is the wire.
+    b = cfg["bytes_per_step"]
+    fp32, bf16 = b["lowcon@wire=fp32"], b["lowcon@wire=bf16"]
+    assert fp32["wire_bytes"] == 0 and fp32["reduce_scatter_bytes"] > 0, b
+    assert bf16["reduce_scatter_bytes"] == 0 and 2 * bf16["wire_bytes"] == fp32["reduce_scatter_bytes"], b
+    assert bf16["fallback_pieces"] == 0 and bf16["wire_pieces"] > 0, b
+    assert b["lowcon"]["wire_bytes"] == bf16["wire_bytes"], b
+    assert bf16["all_gather_bytes"] == fp32["all_gather_bytes"] > 0, b
+    assert "bytes per step to and from peers" in out, out
     # Every configuration ends with the pool trimmed: everything lowcon's pool modes
     # allocated was free again, so all of it went back.
     assert cfg["pool_trimmed_bytes"] > 0, cfg.get("pool_trimmed_bytes")
