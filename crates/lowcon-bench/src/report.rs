@@ -42,6 +42,13 @@ pub struct SweepRow {
     /// or its share of one replay's launch.
     #[serde(default)]
     pub host_us: Option<f64>,
+    /// Reduce-scatter: the type on the peer links when it is not `dtype` (the bf16 wire,
+    /// or NCCL's bf16 row beside an f32 sweep).
+    #[serde(default)]
+    pub wire: Option<String>,
+    /// busbw on the bytes that crossed (`busbw_gbs` is on the `size` bytes asked for).
+    #[serde(default)]
+    pub wire_busbw_gbs: Option<f64>,
 }
 
 impl SweepRow {
@@ -52,7 +59,8 @@ impl SweepRow {
             "lowcon" => {
                 let c = self.ctas.map(|c| format!(" ctas={c}")).unwrap_or_default();
                 let p = self.pipeline.map(|p| format!(" pieces={p}")).unwrap_or_default();
-                format!("lowcon {} {}{c}{p}{g}", self.algorithm, self.sync)
+                let w = self.wire.as_ref().map(|w| format!(" wire={w}")).unwrap_or_default();
+                format!("lowcon {} {}{c}{p}{w}{g}", self.algorithm, self.sync)
             }
             other => format!("{other}{g}"),
         }
@@ -247,8 +255,8 @@ pub fn write_saturated(out: &Output, rows: &[SaturatedRow]) -> Res<()> {
 /// Prints the column names of the sweep table.
 pub fn print_sweep_columns() {
     println!(
-        "{:>12} {:>12} {:>12}  {:<34} {:>10} {:>10} {:>10} {:>8} {:>9}",
-        "size/rank", "total", "count", "implementation", "time(us)", "algbw", "busbw", "#wrong", "host(us)"
+        "{:>12} {:>12} {:>12}  {:<34} {:>10} {:>10} {:>10} {:>8} {:>9} {:>10}",
+        "size/rank", "total", "count", "implementation", "time(us)", "algbw", "busbw", "#wrong", "host(us)", "wire busbw"
     );
 }
 
@@ -256,7 +264,7 @@ pub fn print_sweep_columns() {
 pub fn print_sweep_row(r: &SweepRow) {
     let wrong = r.wrong.map_or("-".to_string(), |w| w.to_string());
     println!(
-        "{:>12} {:>12} {:>12}  {:<34} {:>10.1} {:>10.2} {:>10.2} {:>8} {:>9}",
+        "{:>12} {:>12} {:>12}  {:<34} {:>10.1} {:>10.2} {:>10.2} {:>8} {:>9} {:>10}",
         r.size,
         r.total,
         r.count,
@@ -265,7 +273,8 @@ pub fn print_sweep_row(r: &SweepRow) {
         r.algbw_gbs,
         r.busbw_gbs,
         wrong,
-        r.host_us.map_or("-".to_string(), |h| format!("{h:.2}"))
+        r.host_us.map_or("-".to_string(), |h| format!("{h:.2}")),
+        r.wire_busbw_gbs.map_or("-".to_string(), |b| format!("{b:.2}"))
     );
 }
 
@@ -417,6 +426,8 @@ pub(crate) mod tests {
             wrong: Some(0),
             graph: false,
             host_us: None,
+            wire: None,
+            wire_busbw_gbs: None,
         }
     }
 

@@ -75,6 +75,11 @@ pub struct SweepOptions {
     /// are captured the same way), and report the host time per call, eager against
     /// replayed.
     pub graph: bool,
+    /// Reduce-scatter: the bf16 wire (NOTE [bf16 wire]); the data are bf16-exact f32
+    /// unless `inexact`.
+    pub wire: Option<DType>,
+    /// With `wire`: data whose every bottom half is nonzero (every piece falls back).
+    pub inexact: bool,
 }
 
 /// Runs the sweep `a` asks for (on GPUs or the host backend) as one rank: prints the
@@ -170,7 +175,19 @@ fn row(
         wrong,
         graph: a.graph,
         host_us: None,
+        wire: None,
+        wire_busbw_gbs: None,
     }
+}
+
+/// A row's bytes on the wire: with `wire`, busbw also on the bytes that crossed (the
+/// wire type's share of `size`, the f32 bytes asked for).
+fn with_wire(mut r: SweepRow, wire: Option<DType>, dtype: DType) -> SweepRow {
+    if let Some(w) = wire {
+        r.wire = Some(w.name().into());
+        r.wire_busbw_gbs = Some(r.busbw_gbs * w.size() as f64 / dtype.size() as f64);
+    }
+    r
 }
 
 /// Prints the table header (rank 0).
@@ -209,6 +226,12 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
     // Symmetric (or ordinary) buffers for the largest size, filled with a harmless
     // pattern (bf16/f32 0x3c3c... is a small normal number).
     let bufs = Buffers::new(&runner, a.staged, in_max, out_max)?;
+    if a.wire.is_some() && !a.inexact {
+        // f32 values that are bf16-exact (0x3c3c0000: 0.0115), as FSDP2's upcast
+        // gradients: the wire sends their top halves, nothing falls back. (`--inexact`
+        // keeps the 0x3c3c3c3c fill, whose every bottom half is nonzero.)
+        bufs.input.fill_words(&runner, 0x3c3c_0000, in_max)?;
+    }
     let algos: Vec<String> = a.algorithms.clone();
     for algo in &algos {
         for &m in &a.methods {
@@ -241,6 +264,8 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                                         algorithm: algo.parse()?,
                                         sync: m,
                                         ctas,
+                                        pipeline,
+                                        wire: a.wire,
                                         ..Default::default()
                                     };
                                     runner.g.reduce_scatter(ib, ob, a.op, s, &opts)
@@ -277,6 +302,7 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                             wrong.map(|_| mx[1] as u64),
                         );
                         r.pipeline = pipeline;
+                        let r = with_wire(r, a.wire, a.dtype);
                         let rows_here = host_split(r, a.graph, &mx[2..4]);
                         for r in rows_here {
                             if rank == 0 {
@@ -421,6 +447,14 @@ impl Mem {
             Mem::Plain(s) => lowcon::cuda::device_ptr(s),
         }
     }
+    /// Fills the first `bytes` with the 32-bit `word` (synchronously).
+    fn fill_words(&self, r: &GpuRunner, word: u32, bytes: usize) -> Res<()> {
+        let host: Vec<u8> = std::iter::repeat_n(word.to_le_bytes(), bytes / 4).flatten().collect();
+        // SAFETY: the allocation holds `bytes` (the sweep's maximum); synchronous copy.
+        unsafe { raw::mem_op::copy_from_host(r.stream.raw(), self.ptr(), &host)? };
+        r.stream.synchronize()?;
+        Ok(())
+    }
     fn buf(&self, count: usize, dtype: DType) -> lowcon::Result<DeviceBuf<'_>> {
         match self {
             Mem::Sym(b) => DeviceBuf::symmetric(b, 0, count, dtype),
@@ -471,29 +505,40 @@ fn nccl_rows(r: &GpuRunner, a: &SweepOptions, sizes: &[usize], in_max: usize, ou
             let plain_out = r.stream.alloc_zeros::<u8>(if ce { 1 } else { out_max })?;
             let sp = send.as_ref().map_or(lowcon::cuda::device_ptr(&plain_in), |m| m.ptr());
             let rp = recv.as_ref().map_or(lowcon::cuda::device_ptr(&plain_out), |m| m.ptr());
-            for &size in sizes {
-                let count = size / a.dtype.size();
-                let mut call = |s: &Stream| -> Result<(), String> {
-                    // SAFETY: both buffers hold the sweep's maximum sizes.
-                    unsafe {
-                        match a.kind {
-                            Kind::AllGather => comm.all_gather(sp, rp, size, s.raw() as _),
-                            Kind::ReduceScatter => comm.reduce_scatter(sp, rp, count, a.dtype, a.op, s.raw() as _),
+            // With a wire, NCCL reduces the f32 data and, beside it, the same element
+            // count in the wire's type (what NCCL's users send to halve the bytes).
+            let dtypes: Vec<DType> = std::iter::once(a.dtype).chain(a.wire.filter(|&w| w != a.dtype)).collect();
+            for &dt in &dtypes {
+                for &size in sizes {
+                    let count = size / a.dtype.size();
+                    let mut call = |s: &Stream| -> Result<(), String> {
+                        // SAFETY: both buffers hold the sweep's maximum sizes.
+                        unsafe {
+                            match a.kind {
+                                Kind::AllGather => comm.all_gather(sp, rp, size, s.raw() as _),
+                                Kind::ReduceScatter => comm.reduce_scatter(sp, rp, count, dt, a.op, s.raw() as _),
+                            }
                         }
+                    };
+                    let t = time_calls(&r.g, &r.stream, a, &mut call)?;
+                    let stats = r.g.all_gather_bytes(
+                        &format!("sweep/{mode}/{dt}/{size}"),
+                        &[t.us, t.host_eager, t.host_replay].map(f64::to_le_bytes).concat(),
+                    )?;
+                    let mx = max_over_ranks(stats, 3);
+                    let name = if dt == a.dtype { mode.to_string() } else { format!("{mode} {dt}") };
+                    let mut r = row(a, world, &name, mode, "-", None, size, mx[0], None);
+                    if a.wire.is_some() {
+                        // busbw on the f32 bytes (`size`), and on the bytes NCCL sent.
+                        r = with_wire(r, Some(dt), a.dtype);
+                        r.dtype = dt.name().into();
                     }
-                };
-                let t = time_calls(&r.g, &r.stream, a, &mut call)?;
-                let stats = r.g.all_gather_bytes(
-                    &format!("sweep/{mode}/{size}"),
-                    &[t.us, t.host_eager, t.host_replay].map(f64::to_le_bytes).concat(),
-                )?;
-                let mx = max_over_ranks(stats, 3);
-                let r = row(a, world, mode, mode, "-", None, size, mx[0], None);
-                for r in host_split(r, a.graph, &mx[1..3]) {
-                    if rank == 0 {
-                        report::print_sweep_row(&r);
+                    for r in host_split(r, a.graph, &mx[1..3]) {
+                        if rank == 0 {
+                            report::print_sweep_row(&r);
+                        }
+                        out.push(r);
                     }
-                    out.push(r);
                 }
             }
             r.stream.synchronize()?;
@@ -531,7 +576,11 @@ pub fn host(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                 Kind::AllGather => (count, count * world),
                 Kind::ReduceScatter => (count * world, count),
             };
-            let input = vec![0x3cu8; ic * a.dtype.size()];
+            let mut input = vec![0x3cu8; ic * a.dtype.size()];
+            if a.wire.is_some() && !a.inexact {
+                // bf16-exact f32s (see `gpu`).
+                input.chunks_exact_mut(4).for_each(|w| w.copy_from_slice(&0x3c3c_0000u32.to_le_bytes()));
+            }
             let mut out = vec![0u8; oc * a.dtype.size()];
             let mut call = || -> lowcon::Result<()> {
                 match a.kind {
@@ -543,6 +592,7 @@ pub fn host(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                     Kind::ReduceScatter => {
                         let o = ReduceScatterOptions {
                             algorithm: algo.parse::<ReduceScatterAlgorithm>()?,
+                            wire: a.wire,
                             ..Default::default()
                         };
                         runner.g.reduce_scatter(HostInput::Plain(&input), &mut out, a.dtype, a.op, &o)
@@ -574,6 +624,7 @@ pub fn host(a: &SweepOptions) -> Res<Vec<SweepRow>> {
             )?;
             let mx = max_over_ranks(stats, 2);
             let r = row(a, world, "lowcon", algo, "host", None, size, mx[0], wrong.map(|_| mx[1] as u64));
+            let r = with_wire(r, a.wire, a.dtype);
             if rank == 0 {
                 report::print_sweep_row(&r);
             }

@@ -97,6 +97,15 @@ pub struct SweepFlags {
     /// `gpu`, or `host` for the CPU backend.
     #[arg(long, default_value = "gpu")]
     backend: String,
+    /// Reduce-scatter: the type on the peer links (`bf16` with `--dtype f32`: the bf16
+    /// wire, NOTE [bf16 wire]). Rows then show busbw on the f32 bytes and on the wire's,
+    /// and NCCL runs f32 and bf16.
+    #[arg(long)]
+    wire: Option<String>,
+    /// With `--wire`: data whose bottom halves are not zero, so every piece falls back
+    /// (default: bf16-exact data, as FSDP2's upcast gradients).
+    #[arg(long)]
+    inexact: bool,
     #[command(flatten)]
     out: OutputFlags,
 }
@@ -154,6 +163,16 @@ impl SweepFlags {
         if self.min == 0 || self.min > self.max {
             return Err(format!("sizes: -b {} must be at least 1 and at most -e {}", self.min, self.max));
         }
+        let wire = self.wire.as_deref().map(str::parse::<lowcon::DType>).transpose().map_err(|e| e.to_string())?;
+        if wire.is_some() && kind != Kind::ReduceScatter {
+            return Err("--wire: reduce-scatter only".into());
+        }
+        if wire.is_some() && self.check {
+            return Err("--wire with --check: the wire is checked bit for bit by `lowcon selftest coll-wire`".into());
+        }
+        if self.inexact && wire.is_none() {
+            return Err("--inexact: with --wire only".into());
+        }
         Ok(SweepOptions {
             kind,
             min_bytes: self.min,
@@ -173,6 +192,8 @@ impl SweepFlags {
             staged: self.staged,
             graph: self.graph,
             backend_host: self.backend == "host",
+            wire,
+            inexact: self.inexact,
         })
     }
 }
@@ -396,6 +417,8 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             staged: false,
             graph: false,
             backend: "gpu".into(),
+            wire: None,
+            inexact: false,
             out: OutputFlags::default(),
         };
         flags.options(kind)

@@ -27,50 +27,46 @@ impl HostColl {
         let (pe, count) = pieces(rank, n, opts.pipeline)?;
         let layout = Layout::new(world, n, pe, true);
         let ch = opts.channel;
-        let word = |b: &[u8], i: usize| u32::from_le_bytes(b[4 * i..4 * i + 4].try_into().expect("4 bytes"));
         let mut fallback = (0, 0);
         self.with_workspace(ch, layout.bytes, |ws| {
             let ws = ws.expect("workspace sized for the planes");
             let local = input.local(rank)?;
+            let words: Vec<u32> = local.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let (mut hi, mut lo) = (vec![0u16; pe], vec![0u16; pe]);
             for i in 0..count {
                 let (first, len) = (i * pe, pe.min(n - i * pe));
                 for q in (0..world).filter(|&q| q != rank) {
-                    let (mut hi, mut lo) = (vec![0u8; 2 * len], vec![0u8; 2 * len]);
-                    let mut inexact = false;
-                    for k in 0..len {
-                        let w = word(&local, q * n + first + k);
-                        hi[2 * k..2 * k + 2].copy_from_slice(&((w >> 16) as u16).to_le_bytes());
-                        lo[2 * k..2 * k + 2].copy_from_slice(&(w as u16).to_le_bytes());
-                        inexact |= w & 0xffff != 0;
+                    let src = &words[q * n + first..q * n + first + len];
+                    let mut any = 0;
+                    for ((h, l), &w) in hi.iter_mut().zip(lo.iter_mut()).zip(src) {
+                        (*h, *l) = ((w >> 16) as u16, w as u16);
+                        any |= w & 0xffff;
                     }
-                    ws.write(rank, layout.slot(layout.hi, q, rank, first), &hi)?;
-                    ws.write(rank, layout.slot(layout.lo, q, rank, first), &lo)?;
-                    self.sync.signal_piece(q, ch, i as u32, inexact);
+                    ws.write(rank, layout.slot(layout.hi, q, rank, first), bytemuck::cast_slice(&hi[..len]))?;
+                    ws.write(rank, layout.slot(layout.lo, q, rank, first), bytemuck::cast_slice(&lo[..len]))?;
+                    self.sync.signal_piece(q, ch, i as u32, any != 0);
                 }
             }
+            let mut joined = vec![vec![0u32; pe]; world];
             for i in 0..count {
                 let (first, len) = (i * pe, pe.min(n - i * pe));
                 let flags = self.sync.wait_piece(ch, i as u32)?;
-                let mut srcs = Vec::with_capacity(world);
-                for p in 0..world {
+                for (p, dst) in joined.iter_mut().enumerate() {
                     if p == rank {
-                        srcs.push(local[4 * (rank * n + first)..4 * (rank * n + first + len)].to_vec());
+                        dst[..len].copy_from_slice(&words[rank * n + first..rank * n + first + len]);
                         continue;
                     }
-                    let (mut hi, mut lo) = (vec![0u8; 2 * len], vec![0u8; 2 * len]);
-                    ws.read(p, layout.slot(layout.hi, rank, p, first), &mut hi)?;
+                    ws.read(p, layout.slot(layout.hi, rank, p, first), bytemuck::cast_slice_mut(&mut hi[..len]))?;
+                    lo[..len].fill(0);
                     if flags[p] {
-                        ws.read(p, layout.slot(layout.lo, rank, p, first), &mut lo)?;
+                        ws.read(p, layout.slot(layout.lo, rank, p, first), bytemuck::cast_slice_mut(&mut lo[..len]))?;
                         fallback = (fallback.0 + 2 * len, fallback.1 + 1);
                     }
-                    let joined = hi.chunks_exact(2).zip(lo.chunks_exact(2)).flat_map(|(h, l)| {
-                        (u32::from(u16::from_le_bytes([h[0], h[1]])) << 16
-                            | u32::from(u16::from_le_bytes([l[0], l[1]])))
-                        .to_le_bytes()
-                    });
-                    srcs.push(joined.collect());
+                    for ((d, &h), &l) in dst.iter_mut().zip(&hi[..len]).zip(&lo[..len]) {
+                        *d = u32::from(h) << 16 | u32::from(l);
+                    }
                 }
-                let srcs: Vec<&[u8]> = srcs.iter().map(Vec::as_slice).collect();
+                let srcs: Vec<&[u8]> = joined.iter().map(|v| bytemuck::cast_slice(&v[..len])).collect();
                 reduce_into(DType::F32, op, world, &srcs, &mut output[4 * first..4 * (first + len)]);
             }
             // Peers may pack into their planes again once every rank has read them.
