@@ -256,7 +256,16 @@ pub fn write_saturated(out: &Output, rows: &[SaturatedRow]) -> Res<()> {
 pub fn print_sweep_columns() {
     println!(
         "{:>12} {:>12} {:>12}  {:<34} {:>10} {:>10} {:>10} {:>8} {:>9} {:>10}",
-        "size/rank", "total", "count", "implementation", "time(us)", "algbw", "busbw", "#wrong", "host(us)", "wire busbw"
+        "size/rank",
+        "total",
+        "count",
+        "implementation",
+        "time(us)",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "host(us)",
+        "wire busbw"
     );
 }
 

@@ -40,5 +40,7 @@ pub unsafe extern "C" fn lowconGetVersion(version: *mut c_int) -> lowconResult_t
 /// This library's version as MAJOR * 10000 + MINOR * 100 + PATCH.
 pub(crate) fn version() -> c_int {
     let v = |s: &str| s.parse::<c_int>().unwrap_or(0);
-    v(env!("CARGO_PKG_VERSION_MAJOR")) * 10000 + v(env!("CARGO_PKG_VERSION_MINOR")) * 100 + v(env!("CARGO_PKG_VERSION_PATCH"))
+    v(env!("CARGO_PKG_VERSION_MAJOR")) * 10000
+        + v(env!("CARGO_PKG_VERSION_MINOR")) * 100
+        + v(env!("CARGO_PKG_VERSION_PATCH"))
 }

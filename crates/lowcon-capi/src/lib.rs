@@ -406,12 +406,8 @@ fn read_options(o: *const lowconCollOptions) -> R<lowconCollOptions> {
     }
     // SAFETY: non-null; every version of the struct starts with `size` and `magic`
     // (since 0.2.0), which the caller's struct holds (its contract).
-    let (size, magic) = unsafe {
-        (
-            std::ptr::addr_of!((*o).size).read_unaligned(),
-            std::ptr::addr_of!((*o).magic).read_unaligned(),
-        )
-    };
+    let (size, magic) =
+        unsafe { (std::ptr::addr_of!((*o).size).read_unaligned(), std::ptr::addr_of!((*o).magic).read_unaligned()) };
     if magic != lowconCollOptionsMagic {
         return Err(invalid(format!(
             "lowconCollOptions at {o:p} has magic {magic:#x}, not {lowconCollOptionsMagic:#x}: fill it with \

@@ -306,6 +306,41 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 2000)]
         hold_ms: u64,
     },
+    /// The bf16 wire's pack and reduction kernels on ONE GPU (one process, no
+    /// launcher), alone and beside a saturated GEMM, at several CTA counts: µs, GB/s,
+    /// GEMM slowdown and bandwidth kept (a collective at one rank packs nothing).
+    WireKernels {
+        /// f32 elements per chunk (one launch's piece).
+        #[arg(long, default_value = "16M", value_parser = parse_size)]
+        elems: usize,
+        /// The world the buffers play.
+        #[arg(long, default_value_t = 2)]
+        world: usize,
+        /// CTA counts, comma-separated.
+        #[arg(long, default_value = "4,8,16")]
+        ctas: String,
+        /// Launches per timed batch (alone).
+        #[arg(short = 'n', long, default_value_t = 20)]
+        iters: usize,
+        /// Timed batches (alone; the median counts).
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        /// Interleaved pairs beside the GEMM (0: alone only).
+        #[arg(long, default_value_t = 3)]
+        trials: usize,
+        /// GEMM size (m = n = k, bf16).
+        #[arg(long, default_value_t = 8192)]
+        m: usize,
+        /// GEMMs per window.
+        #[arg(long, default_value_t = 20)]
+        gemms: usize,
+        /// Data whose bottom halves are nonzero: the reduction reads them (the fallback).
+        #[arg(long)]
+        inexact: bool,
+        /// Write the rows as JSON lines to FILE.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+    },
     /// Barrier latency, kernel vs stream-memop.
     Barrier {
         /// Timed barriers per method.
@@ -337,6 +372,25 @@ pub fn run(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
             lowcon_bench::queue::run(calls, shard, std::time::Duration::from_millis(hold_ms))
         }
         BenchCommand::Barrier { iters, warmup, json } => lowcon_bench::barrier::run(iters.max(1), warmup, json),
+        BenchCommand::WireKernels { elems, world, ctas, iters, reps, trials, m, gemms, inexact, json } => {
+            let ctas = ctas
+                .split(',')
+                .map(|c| c.trim().parse::<u32>().map_err(|e| format!("ctas {c:?}: {e}")))
+                .collect::<Result<Vec<_>, _>>()?;
+            let a = lowcon_bench::wire_kernels::WireKernelOptions {
+                elems,
+                world,
+                ctas,
+                iters,
+                reps,
+                trials,
+                m,
+                gemms,
+                inexact,
+                json,
+            };
+            lowcon_bench::wire_kernels::run(&a).map(|_| ())
+        }
         BenchCommand::AllGather(f) => sweep(&f, Kind::AllGather),
         BenchCommand::ReduceScatter(f) => sweep(&f, Kind::ReduceScatter),
         BenchCommand::Overlap(f) => overlap(&f),

@@ -7,6 +7,7 @@ use crate::dlpack::View;
 use crate::errors::to_py;
 use lowcon::{AllGatherAlgorithm, CollOptions, DType, ReduceOp, ReduceScatterAlgorithm};
 
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
     algorithm: &str,
     sync: &str,

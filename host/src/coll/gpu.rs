@@ -40,7 +40,7 @@ use super::select::{
     DEFAULT_REDUCE_CTAS, DEFAULT_TMA_CTAS, STAGING_DEPTH, choose_all_gather, choose_reduce_scatter, default_pieces,
     oneshot_ctas, piece_elems, tma_ring, tma_split,
 };
-use super::wire::{self, Counters, Moved, Plan};
+use super::wire::{self, Moved, Plan};
 use super::{AllGatherAlgorithm, AllGatherOptions, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
 use crate::cuda::kernels::{TmaArgs, WireReduceArgs};
 use crate::cuda::{Event, Stream, StreamPriority, raw};
@@ -62,8 +62,6 @@ pub(crate) struct GpuColl {
     cta_cap: Option<u32>,
     /// Ordinary inputs that peers read in place (`map_ordinary`).
     maps: Box<PeerMaps>,
-    /// Bytes moved to and from peers (NOTE [bf16 wire]).
-    counters: Counters,
 }
 
 /// Per-channel state of a group's collectives.
@@ -131,7 +129,7 @@ impl GpuColl {
         let channels = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(ChannelState::default())).collect();
         let cta_cap = crate::coll::select::shared_cta_cap(ranks_on_gpu, sm_count);
         let maps = Box::new(PeerMaps::new(&sync.core, &sync.device)?);
-        Ok(Self { channels, sync, cta_cap, maps, counters: Counters::default() })
+        Ok(Self { channels, sync, cta_cap, maps })
     }
 
     /// Bytes of this rank's workspaces and LL buffers, over every channel (what the
@@ -148,13 +146,13 @@ impl GpuColl {
     /// Counts what a call moves to and from peers, as it is enqueued (a captured call
     /// counts once, when captured; NOTE [bf16 wire]).
     pub(super) fn count(&self, moved: Moved) {
-        self.counters.add(moved);
+        self.sync.counters.add(moved);
     }
 
     /// The counters: the host's, plus the fallbacks the GPU counted (read from the pad
     /// on the side stream, bounded).
     pub(crate) fn stats(&self) -> Result<super::CollStats> {
-        Ok(self.counters.read(self.sync.read_stats()?))
+        Ok(self.sync.counters.read(self.sync.read_stats()?))
     }
 
     /// A kernel's CTA count, within the shared-GPU cap (NOTE [shared CTAs]).

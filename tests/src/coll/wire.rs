@@ -161,8 +161,17 @@ enum Data {
 /// denormals (an f32 one and a bf16 one), -0.0, f32::MAX, bf16's largest finite value,
 /// a value past it.
 const SPECIAL: [u32; 11] = [
-    0x7fc0_0001, 0x7fc0_0000, 0x7f80_0000, 0xff80_0000, 0x0000_0001, 0x0001_0000, 0x8000_0000, 0x7f7f_ffff,
-    0x7f7f_0000, 0x7f7f_8000, 0xc2f6_e979,
+    0x7fc0_0001,
+    0x7fc0_0000,
+    0x7f80_0000,
+    0xff80_0000,
+    0x0000_0001,
+    0x0001_0000,
+    0x8000_0000,
+    0x7f7f_ffff,
+    0x7f7f_0000,
+    0x7f7f_8000,
+    0xc2f6_e979,
 ];
 
 /// Element `i` of rank `rank`'s f32 input for `seed` (bits).
@@ -176,7 +185,7 @@ fn f32_bits(data: Data, seed: u64, rank: usize, world: usize, count: usize, i: u
         Data::Random => u32::from_le_bytes(input_bytes(DType::F32, seed, rank, i, 1).try_into().expect("4")),
         Data::OneInexact if rank == world - 1 && i == count / 2 => exact() | 0x0001,
         Data::OneInexact => exact(),
-        Data::Special if (i * 7 + rank) % 13 == 0 => SPECIAL[(i / 13 + rank) % SPECIAL.len()],
+        Data::Special if (i * 7 + rank).is_multiple_of(13) => SPECIAL[(i / 13 + rank) % SPECIAL.len()],
         Data::Special => exact(),
     }
 }
@@ -192,7 +201,8 @@ fn to_bytes(words: &[u32]) -> Vec<u8> {
 
 /// The pieces a wire call of `count` elements splits into (as the library does).
 fn piece_count(count: usize, pipeline: Option<u32>) -> (usize, usize) {
-    let pieces = pipeline.unwrap_or_else(|| if count * 4 < (1 << 20) { 1 } else { (count * 4).div_ceil(16 << 20).clamp(2, 16) as u32 });
+    let pieces = pipeline
+        .unwrap_or_else(|| if count * 4 < (1 << 20) { 1 } else { (count * 4).div_ceil(16 << 20).clamp(2, 16) as u32 });
     let pe = count.div_ceil(pieces as usize).div_ceil(64) * 64;
     (pe, count.div_ceil(pe))
 }
@@ -239,7 +249,11 @@ fn check_reference(inputs: &[Vec<u32>], rank: usize, op: ReduceOp, count: usize,
 /// The first element where two outputs differ, bit for bit.
 fn first_difference(a: &[u8], b: &[u8], size: usize) -> Option<String> {
     a.chunks_exact(size).zip(b.chunks_exact(size)).position(|(x, y)| x != y).map(|k| {
-        format!("element {k}: wire {:02x?}, f32 path {:02x?}", &a[k * size..(k + 1) * size], &b[k * size..(k + 1) * size])
+        format!(
+            "element {k}: wire {:02x?}, f32 path {:02x?}",
+            &a[k * size..(k + 1) * size],
+            &b[k * size..(k + 1) * size]
+        )
     })
 }
 
@@ -283,7 +297,10 @@ fn split_case(r: &mut dyn WireRunner, c: &Typed, data: Data, tag: &str) -> Resul
         ..Default::default()
     };
     if d != want_stats {
-        return Err(format!("rank {rank}: {} on {data:?} data: counters moved by {d:?}, want {want_stats:?}", c.name()));
+        return Err(format!(
+            "rank {rank}: {} on {data:?} data: counters moved by {d:?}, want {want_stats:?}",
+            c.name()
+        ));
     }
     Ok(fb)
 }
@@ -339,8 +356,10 @@ pub fn wire_suite(r: &mut dyn WireRunner, sync: SyncMethod, large: usize) -> Res
             };
             let seed = r.shared_seed(&format!("wire/bf16-in/{o}/{k}"))?;
             let bf = input_bytes(DType::Bf16, seed, rank, 0, count * world);
-            let up: Vec<u8> =
-                bf.chunks_exact(2).flat_map(|h| ((u16::from_le_bytes([h[0], h[1]]) as u32) << 16).to_le_bytes()).collect();
+            let up: Vec<u8> = bf
+                .chunks_exact(2)
+                .flat_map(|h| ((u16::from_le_bytes([h[0], h[1]]) as u32) << 16).to_le_bytes())
+                .collect();
             let before = r.stats()?;
             let got = r.run_typed(&c, &bf).map_err(|m| format!("rank {rank}: {}: {m}", c.name()))?;
             let d = delta(&before, &r.stats()?);
@@ -361,7 +380,10 @@ pub fn wire_suite(r: &mut dyn WireRunner, sync: SyncMethod, large: usize) -> Res
             }
             let bytes = ((world - 1) * count * 2) as u64;
             if d.reduce_scatter_bytes != bytes || d.wire_bytes != 0 || d.fallback_pieces != 0 {
-                return Err(format!("rank {rank}: {}: counters moved by {d:?}, want {bytes} reduce-scatter bytes", c.name()));
+                return Err(format!(
+                    "rank {rank}: {}: counters moved by {d:?}, want {bytes} reduce-scatter bytes",
+                    c.name()
+                ));
             }
             cases += 1;
         }
@@ -385,7 +407,9 @@ pub fn wire_suite(r: &mut dyn WireRunner, sync: SyncMethod, large: usize) -> Res
         cases += 1;
     }
     let refused = refusals(r, &base)?;
-    Ok(format!("{sync:?}: {cases} wire cases bit-exact against the f32 path, {fallbacks} fallback pieces read; {refused}"))
+    Ok(format!(
+        "{sync:?}: {cases} wire cases bit-exact against the f32 path, {fallbacks} fallback pieces read; {refused}"
+    ))
 }
 
 /// What a wire call refuses (each named), each followed by a good call.
@@ -406,7 +430,9 @@ fn refusals(r: &mut dyn WireRunner, base: &Typed) -> Result<String, String> {
         match r.run_typed(&c, &input) {
             Ok(_) => return Err(format!("rank {rank}: {} was not refused", c.name())),
             Err(m) if m.contains(what) && m.contains(&format!("rank {rank}")) => {}
-            Err(m) => return Err(format!("rank {rank}: {}: refused with {m:?}, which does not say {what:?}", c.name())),
+            Err(m) => {
+                return Err(format!("rank {rank}: {}: refused with {m:?}, which does not say {what:?}", c.name()));
+            }
         }
         let ok = Typed { count: 1003, ..*base };
         split_case(r, &ok, Data::Exact, "wire/after-refusal")?;
@@ -489,7 +515,10 @@ pub fn gpu_wire_graph(r: &mut GpuRunner, sync: SyncMethod, replays: usize) -> Re
             // SAFETY: `out` holds this many bytes; synchronous copy.
             unsafe { raw::mem_op::copy_to_host(r.stream.raw(), &mut got, out.ptr()) }.map_err(e)?;
             let f32_in: Vec<u8> = if c.input == DType::Bf16 {
-                input.chunks_exact(2).flat_map(|h| ((u16::from_le_bytes([h[0], h[1]]) as u32) << 16).to_le_bytes()).collect()
+                input
+                    .chunks_exact(2)
+                    .flat_map(|h| ((u16::from_le_bytes([h[0], h[1]]) as u32) << 16).to_le_bytes())
+                    .collect()
             } else {
                 input.clone()
             };
