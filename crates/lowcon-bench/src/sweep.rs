@@ -11,15 +11,18 @@
 
 use std::time::Instant;
 
-use lowcon::cuda::{Stream, StreamPriority, raw};
+use lowcon::cuda::{Stream, StreamPriority};
 use lowcon::{
-    AllGatherAlgorithm, AllGatherOptions, DType, DeviceBuf, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions,
-    HostInput, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions, SymmetricBuffer, SyncMethod,
+    AllGatherAlgorithm, AllGatherOptions, DType, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions, HostInput,
+    ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions, SyncMethod,
 };
 use lowcon_tests::coll::{Case, Coll, GpuRunner, count_wrong};
 
 use crate::report::{self, Output, SweepRow};
+
+mod buffers;
 use crate::{Res, nccl};
+use buffers::Buffers;
 
 /// Which collective a sweep runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -420,60 +423,6 @@ fn time_calls(
         per_call.push(e0.elapsed_ms(&e1)? as f64 * 1e3 / iters as f64);
     }
     Ok(Timed { us: median(per_call), host_eager, host_replay: median(host) })
-}
-
-/// lowcon's benchmark buffers: symmetric, or ordinary device memory with `--staged`.
-struct Buffers {
-    input: Mem,
-    output: Mem,
-}
-
-enum Mem {
-    Sym(SymmetricBuffer),
-    Plain(cudarc::driver::CudaSlice<u8>),
-}
-
-impl Mem {
-    fn new(r: &GpuRunner, staged: bool, bytes: usize) -> Res<Self> {
-        let m = if staged { Mem::Plain(r.stream.alloc_zeros::<u8>(bytes)?) } else { Mem::Sym(r.g.alloc(bytes)?) };
-        // SAFETY: fills the whole live allocation on the runner's stream (synchronised next).
-        unsafe { raw::mem_op::fill(r.stream.raw(), m.ptr(), 0x3c, bytes)? };
-        r.stream.synchronize()?;
-        Ok(m)
-    }
-    fn ptr(&self) -> u64 {
-        match self {
-            Mem::Sym(b) => b.local_ptr(),
-            Mem::Plain(s) => lowcon::cuda::device_ptr(s),
-        }
-    }
-    /// Fills the first `bytes` with the 32-bit `word` (synchronously).
-    fn fill_words(&self, r: &GpuRunner, word: u32, bytes: usize) -> Res<()> {
-        let host: Vec<u8> = std::iter::repeat_n(word.to_le_bytes(), bytes / 4).flatten().collect();
-        // SAFETY: the allocation holds `bytes` (the sweep's maximum); synchronous copy.
-        unsafe { raw::mem_op::copy_from_host(r.stream.raw(), self.ptr(), &host)? };
-        r.stream.synchronize()?;
-        Ok(())
-    }
-    fn buf(&self, count: usize, dtype: DType) -> lowcon::Result<DeviceBuf<'_>> {
-        match self {
-            Mem::Sym(b) => DeviceBuf::symmetric(b, 0, count, dtype),
-            // SAFETY: callers ask for at most the allocated size (the sweep's maximum).
-            Mem::Plain(s) => Ok(unsafe { DeviceBuf::from_raw(lowcon::cuda::device_ptr(s), count, dtype) }),
-        }
-    }
-}
-
-impl Buffers {
-    fn new(r: &GpuRunner, staged: bool, in_bytes: usize, out_bytes: usize) -> Res<Self> {
-        Ok(Self { input: Mem::new(r, staged, in_bytes)?, output: Mem::new(r, staged, out_bytes)? })
-    }
-    fn input(&self, count: usize, dtype: DType) -> lowcon::Result<DeviceBuf<'_>> {
-        self.input.buf(count, dtype)
-    }
-    fn output(&self, count: usize, dtype: DType) -> lowcon::Result<DeviceBuf<'_>> {
-        self.output.buf(count, dtype)
-    }
 }
 
 /// NCCL's rows: default mode, then copy-engine mode where this NCCL supports it.

@@ -426,3 +426,27 @@ def kernel_table(prof: Any, limit: int = 25) -> List[Dict[str, Any]]:
     rows = [{"name": k, "calls": int(v[0]), "device_us": float(v[1])} for k, v in acc.items()]
     rows.sort(key=lambda r: -r["device_us"])
     return rows[:limit]
+
+
+def counted_bytes(modes: List[Any], step: Any, batch: Any, device: Any) -> Dict[str, Dict[str, int]]:
+    """The bytes one step of each lowcon mode moved to and from peers, as the group counts
+    them (`Group.stats()`: the bf16 wire's top halves and fallbacks apart), from one untimed
+    step per mode after the timed rounds (the modes share the group, so they are counted
+    one at a time); the max over ranks."""
+    out: Dict[str, Dict[str, int]] = {}
+    cuda = device.type == "cuda"
+    for m in modes:
+        if m.pool is None or not hasattr(m.pool, "stats"):
+            continue
+        if cuda:
+            torch.cuda.synchronize(device)
+        before = m.pool.stats()
+        step(m, batch(0))
+        if cuda:
+            torch.cuda.synchronize(device)
+        after = m.pool.stats()
+        keys = sorted(after)
+        t = torch.tensor([float(after[k] - before[k]) for k in keys], dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        out[m.name] = {k: int(v) for k, v in zip(keys, t.tolist())}
+    return out

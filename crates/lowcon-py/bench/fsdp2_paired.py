@@ -293,6 +293,8 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         memory[m.name] = state[m.name] + transient[m.name] + pool
     mem_t = torch.tensor([memory[n] for n in names], dtype=torch.float64, device=device)
     dist.all_reduce(mem_t, op=dist.ReduceOp.MAX)
+    # Counted after the measured rounds (and their memory), in both kinds of run.
+    bytes_per_step = fmodes.counted_bytes(modes, step, batch, device) if pools else {}
     if args.memory_only:
         # Ranks sharing a GPU: their times mean nothing, so only memory is reported.
         sym = {m.name: m.pool_bytes() for m in modes if m.pool is not None}
@@ -303,6 +305,7 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
                 "tokens_per_rank": cfg.tokens_per_rank, "reduce_dtype": reduce_dtype, "method": method,
                 "modes": names, "memory_only": True, "memory": dict(zip(names, mem_t.tolist())),
                 "symmetric": {n: v for n, v in zip(names, sym_t.tolist()) if n in sym},
+                "bytes_per_step": bytes_per_step,
                 "pool_growth": st.pool_growth(pool_after[len(modes) - 1:]) if pools else None}
 
     doc: Dict[str, Any] = {
@@ -338,7 +341,7 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         doc["pool_growth"] = {m.name: growth for m in pools if growth}
         doc["pool_bytes"] = pool_after[-1]
     if pools:
-        doc["bytes_per_step"] = counted_bytes(modes, step, batch, device)
+        doc["bytes_per_step"] = bytes_per_step
     if args.profile:
         doc["profile"] = profile(modes, step, batch, clock, device, args, rank, cfg, reduce_dtype)
     st.analyse(doc, world_for)
@@ -348,33 +351,6 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         doc["mfu_nccl"] = fm.mfu(fm.step_flops(cfg, world), doc["stats"]["nccl"]["median_ms"] / 1e3, world)
     del built, records
     return doc
-
-
-def counted_bytes(modes: List[Any], step: Any, batch: Any, device: Any) -> Dict[str, Dict[str, int]]:
-    """The bytes one step of each lowcon mode moved to and from peers, as the group counts
-    them (`Group.stats()`: the bf16 wire's top halves and fallbacks apart), from one untimed
-    step per mode after the timed rounds (the modes share the group, so they are counted
-    one at a time); the max over ranks."""
-    import torch
-    import torch.distributed as dist
-
-    out: Dict[str, Dict[str, int]] = {}
-    cuda = device.type == "cuda"
-    for m in modes:
-        if m.pool is None or not hasattr(m.pool, "stats"):
-            continue
-        if cuda:
-            torch.cuda.synchronize(device)
-        before = m.pool.stats()
-        step(m, batch(0))
-        if cuda:
-            torch.cuda.synchronize(device)
-        after = m.pool.stats()
-        keys = sorted(after)
-        t = torch.tensor([float(after[k] - before[k]) for k in keys], dtype=torch.float64, device=device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        out[m.name] = {k: int(v) for k, v in zip(keys, t.tolist())}
-    return out
 
 
 def profile(modes: List[Any], step: Any, batch: Any, clock: Any, device: Any, args: argparse.Namespace,

@@ -73,6 +73,8 @@ def test_fsdp2_memory_only_needs_no_nccl(tmp_path):
     # the default's reading includes the pool mode's segments: measure the two in separate
     # processes, as the bench README says.)
     assert cfg["symmetric"]["lowcon@mem=pool"] > 0 and "vs nocomm-torch" in out and "median ms" not in out, out
+    # Bytes per step are counted in memory-only runs too (the default sends bf16 on the wire).
+    assert cfg["bytes_per_step"]["lowcon"]["wire_bytes"] > 0, cfg["bytes_per_step"]
 
 
 class _RecordingGroup:

@@ -40,7 +40,7 @@ use super::select::{
     DEFAULT_REDUCE_CTAS, DEFAULT_TMA_CTAS, STAGING_DEPTH, choose_all_gather, choose_reduce_scatter, default_pieces,
     oneshot_ctas, piece_elems, tma_ring, tma_split,
 };
-use super::wire::{self, Moved, Plan};
+use super::wire::{self, Counters, Moved, Plan};
 use super::{AllGatherAlgorithm, AllGatherOptions, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
 use crate::cuda::kernels::{TmaArgs, WireReduceArgs};
 use crate::cuda::{Event, Stream, StreamPriority, raw};
@@ -55,13 +55,16 @@ use crate::sync::gpu::graph::Mode;
 /// channel a workspace, a copy stream and events.
 pub(crate) struct GpuColl {
     // Before `sync`: workspaces are released while the group's core is still up.
-    channels: Vec<Mutex<ChannelState>>,
+    channels: Box<[Mutex<ChannelState>]>,
     pub(crate) sync: Arc<GpuSync>,
     /// Ranks sharing this GPU (shared mode): the most CTAs any collective kernel gets
     /// (NOTE [shared CTAs]).
     cta_cap: Option<u32>,
     /// Ordinary inputs that peers read in place (`map_ordinary`).
     maps: Box<PeerMaps>,
+    /// Bytes moved to and from peers, as enqueued (NOTE [bf16 wire]; the device counts
+    /// the fallbacks).
+    counters: Box<Counters>,
 }
 
 /// Per-channel state of a group's collectives.
@@ -110,11 +113,6 @@ unsafe fn ce_copy(stream: &Stream, dst: u64, src: u64, bytes: usize) -> Result<(
     unsafe { raw::mem_op::copy(stream.raw(), dst, src, bytes) }
 }
 
-/// Whether two byte ranges (address, length) share a byte.
-fn overlaps(a: (u64, usize), b: (u64, usize)) -> bool {
-    a.0 < b.0 + b.1 as u64 && b.0 < a.0 + a.1 as u64
-}
-
 fn refuse_staging(rank: usize, algorithm: &str, what: &str) -> Error {
     Error::InvalidArgument(format!(
         "rank {rank}: {algorithm} needs a symmetric {what} (DeviceBuf::symmetric), the {what} is ordinary device \
@@ -129,7 +127,7 @@ impl GpuColl {
         let channels = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(ChannelState::default())).collect();
         let cta_cap = crate::coll::select::shared_cta_cap(ranks_on_gpu, sm_count);
         let maps = Box::new(PeerMaps::new(&sync.core, &sync.device)?);
-        Ok(Self { channels, sync, cta_cap, maps })
+        Ok(Self { channels, sync, cta_cap, maps, counters: Box::default() })
     }
 
     /// Bytes of this rank's workspaces and LL buffers, over every channel (what the
@@ -141,18 +139,6 @@ impl GpuColl {
                 + st.kept.iter().map(SymmetricBuffer::len).sum::<usize>()
         };
         self.channels.iter().filter_map(|c| c.try_lock().ok().map(|st| held(&st))).sum()
-    }
-
-    /// Counts what a call moves to and from peers, as it is enqueued (a captured call
-    /// counts once, when captured; NOTE [bf16 wire]).
-    pub(super) fn count(&self, moved: Moved) {
-        self.sync.counters.add(moved);
-    }
-
-    /// The counters: the host's, plus the fallbacks the GPU counted (read from the pad
-    /// on the side stream, bounded).
-    pub(crate) fn stats(&self) -> Result<super::CollStats> {
-        Ok(self.sync.counters.read(self.sync.read_stats()?))
     }
 
     /// A kernel's CTA count, within the shared-GPU cap (NOTE [shared CTAs]).
@@ -433,12 +419,7 @@ impl GpuColl {
             a => wire::algorithm(rank, plan, a, input.dtype, output.dtype)?,
         };
         check_push_op(rank, algorithm, op)?;
-        if plan == Plan::Bf16In && overlaps((input.ptr, input.bytes()), (output.ptr, output.bytes())) {
-            return Err(Error::InvalidArgument(format!(
-                "rank {rank}: a reduce-scatter of bf16 into f32 cannot run in place: its f32 output would overwrite \
-                 the input that peers read"
-            )));
-        }
+        wire_steps::refuse_bf16_in_place(rank, plan, &input, &output)?;
         match algorithm {
             ReduceScatterAlgorithm::TmaPushReduce => {
                 self.push_reduce(input, output, stream, opts, chunk, dt, mode)?;
@@ -524,7 +505,7 @@ impl GpuColl {
                         let vec_ok = own.is_multiple_of(16) && dst.is_multiple_of(16);
                         if plan == Plan::Bf16In {
                             // bf16 pieces accumulated in f32 and written as f32.
-                            let a = WireReduceArgs::bf16_in(own, slots, pe, len, dst, (rank, world), op, vec_ok);
+                            let a = WireReduceArgs::bf16_in(own, slots, pe, len, dst, (rank, world), op.code(), vec_ok);
                             kernels.wire_reduce(stream, ctas, &a)?;
                         } else {
                             kernels.reduce(

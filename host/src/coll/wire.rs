@@ -145,7 +145,7 @@ impl Layout {
     /// The layout for chunks of `n` elements in pieces of `pe` (a `Bf16In` call needs
     /// only the staging ring: `split == false`).
     pub(crate) fn new(world: usize, n: usize, pe: usize, split: bool) -> Self {
-        let stride = super::check::align256(n * 2) / 2;
+        let stride = (n * 2).div_ceil(256) * 256 / 2;
         let plane = if split { (world - 1) * stride * 2 } else { 0 };
         let staging = 2 * plane;
         let bytes = staging + super::select::STAGING_DEPTH * (world - 1) * pe * 2;
@@ -155,7 +155,9 @@ impl Layout {
     /// Byte offset of destination `q`'s chunk slot, element `first`, in rank `rank`'s
     /// plane starting at `plane`.
     pub(crate) fn slot(&self, plane: usize, q: usize, rank: usize, first: usize) -> usize {
-        plane + 2 * (super::check::staged_slot(q, rank) * self.stride + first)
+        // Slots skip the owner's own chunk (as `check::staged_slot`).
+        let slot = if q < rank { q } else { q - 1 };
+        plane + 2 * (slot * self.stride + first)
     }
 
     /// Byte offset of staging slot `(piece % depth, peer slot k)` for pieces of `pe`.

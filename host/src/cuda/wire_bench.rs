@@ -1,5 +1,5 @@
 //! [`WireKernels`]: the bf16 wire's pack and reduction kernels on one GPU, with no group,
-//! for `lowcon bench wire-kernels` (NOTE [bf16 wire] in `crate::coll::wire`). A
+//! for `lowcon bench wire-kernels` (NOTE [bf16 wire] in `host/src/coll/wire.rs`). A
 //! collective at one rank packs nothing, and on GPUs shared by ranks the kernels' times
 //! are not their own, so the kernels are timed here alone: a world of `world` ranks is
 //! played by buffers of this GPU (every "peer" pointer is a local buffer), so the pack
@@ -11,7 +11,6 @@ use lowcon_abi::pad;
 
 use super::kernels::{WirePackArgs, WireReduceArgs};
 use super::{Device, Stream, device_ptr, raw};
-use crate::coll::ReduceOp;
 use crate::error::{Error, Result};
 
 /// Buffers and arguments of one pack and one reduction of `n` elements per chunk (one
@@ -126,7 +125,7 @@ impl WireKernels {
             dst: device_ptr(&self.output),
             rank: 0,
             world: w,
-            op: ReduceOp::Sum.code(),
+            op: lowcon_abi::reduce_op::SUM,
             vec_ok: true,
             lo_bases: device_ptr(&self.plane_table),
             lo_off: (2 * (self.world - 1) * self.stride()) as u64,

@@ -25,6 +25,18 @@ use crate::sync::gpu::graph::Mode;
 use lowcon_abi::pad;
 
 impl GpuColl {
+    /// Counts what a call moves to and from peers, as it is enqueued (a captured call
+    /// counts once, when captured; NOTE [bf16 wire]).
+    pub(super) fn count(&self, moved: Moved) {
+        self.counters.add(moved);
+    }
+
+    /// The counters: the host's, plus the fallbacks the GPU counted (read from the pad
+    /// on the side stream, bounded).
+    pub(crate) fn stats(&self) -> Result<crate::coll::CollStats> {
+        Ok(self.counters.read(self.sync.read_stats()?))
+    }
+
     /// The split-wire reduce-scatter (see the module docs): `input` and `output` are
     /// f32, checked by the caller; `output.count` elements per chunk.
     pub(super) fn wire_reduce_scatter(
@@ -142,4 +154,26 @@ impl GpuColl {
         drop(st);
         Ok(())
     }
+}
+
+/// Whether two byte ranges (address, length) share a byte.
+fn overlaps(a: (u64, usize), b: (u64, usize)) -> bool {
+    a.0 < b.0 + b.1 as u64 && b.0 < a.0 + a.1 as u64
+}
+
+/// Refuses a bf16 input reduced into an f32 output in place: the output, twice the
+/// bytes of this rank's chunk, would overwrite input that peers read.
+pub(super) fn refuse_bf16_in_place(
+    rank: usize,
+    plan: crate::coll::wire::Plan,
+    input: &DeviceBuf<'_>,
+    output: &DeviceBuf<'_>,
+) -> Result<()> {
+    if plan == crate::coll::wire::Plan::Bf16In && overlaps((input.ptr, input.bytes()), (output.ptr, output.bytes())) {
+        return Err(crate::error::Error::InvalidArgument(format!(
+            "rank {rank}: a reduce-scatter of bf16 into f32 cannot run in place: its f32 output would overwrite \
+             the input that peers read"
+        )));
+    }
+    Ok(())
 }

@@ -85,9 +85,6 @@ pub(crate) struct GpuSync {
     wire_channels: std::sync::atomic::AtomicU32,
     /// Where `read_stats` copies this rank's counters.
     stats_mirror: Pinned,
-    /// The bytes the group's collectives moved to and from peers, as enqueued (NOTE
-    /// [bf16 wire]; the device counts the fallbacks, `read_stats`).
-    pub(crate) counters: crate::coll::wire::Counters,
     pub(crate) core: GroupCore,
 }
 
@@ -130,7 +127,6 @@ impl GpuSync {
             host_pads,
             wire_channels: Default::default(),
             stats_mirror,
-            counters: Default::default(),
         })
     }
 

@@ -1,4 +1,4 @@
-//! The per-piece signals of the bf16 wire (NOTE [bf16 wire] in `crate::coll::wire`):
+//! The per-piece signals of the bf16 wire (NOTE [bf16 wire] in `host/src/coll/wire.rs`):
 //! where they land, how a copy stream waits for them, how a failed group releases
 //! those waits, how a stuck one is named, and the counters the reductions keep.
 //!
