@@ -27,8 +27,9 @@ fn a_host_backend_sweep_prints_the_table_writes_its_files_and_plots() {
     // Sizes 1K, 4K, 16K for each named reduce-scatter algorithm, none wrong.
     let rows: Vec<&str> = stdout.lines().filter(|l| l.contains("  lowcon ")).collect();
     assert_eq!(rows.len(), 3 * lowcon::ReduceScatterAlgorithm::NAMED.len(), "{stdout}");
-    // The last two columns: #wrong (0) and host(us) (only with --graph).
-    assert!(rows.iter().all(|l| l.split_whitespace().rev().take(2).eq(["-", "0"])), "{stdout}");
+    // The last three columns: #wrong (0), host(us) (only with --graph) and wire busbw
+    // (only with --wire).
+    assert!(rows.iter().all(|l| l.split_whitespace().rev().take(3).eq(["-", "-", "0"])), "{stdout}");
     assert_eq!(std::fs::read_to_string(&json).unwrap().lines().count(), rows.len());
     assert_eq!(std::fs::read_to_string(&csv).unwrap().lines().count(), rows.len() + 1);
     assert!(std::fs::metadata(&png).unwrap().len() > 0);
@@ -42,11 +43,30 @@ fn a_host_backend_sweep_prints_the_table_writes_its_files_and_plots() {
 }
 
 #[test]
+fn a_sweep_over_the_bf16_wire_shows_busbw_on_both_byte_counts() {
+    let out = Command::new(LOWCON)
+        .args(["launch", "--nproc-per-node", "2", "--", LOWCON, "bench", "reduce-scatter", "--backend", "host"])
+        .args(["-b", "64K", "-e", "64K", "-n", "2", "-w", "1", "--reps", "1", "--dtype", "f32", "--wire", "bf16"])
+        .args(["--algorithms", "ce-reduce"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let row = stdout.lines().find(|l| l.contains("lowcon ce-reduce host wire=bf16")).expect("the wire's row");
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    let (busbw, wire): (f64, f64) = (cols[cols.len() - 4].parse().unwrap(), cols[cols.len() - 1].parse().unwrap());
+    assert!(busbw > 0.0 && (wire - busbw / 2.0).abs() <= 0.01, "busbw {busbw}, wire busbw {wire}: {row}");
+}
+
+#[test]
 fn bad_bench_arguments_are_clear_errors() {
     for (args, want) in [
         (&["bench", "all-gather", "--sync", "nope"][..], "sync method \"nope\""),
         (&["bench", "all-gather", "-b", "1M", "-e", "64K"][..], "must be at least 1 and at most -e"),
         (&["bench", "all-gather", "--backend", "host", "--graph"][..], "the host backend has no CUDA graphs"),
+        (&["bench", "all-gather", "--wire", "bf16"][..], "--wire: reduce-scatter only"),
+        (&["bench", "reduce-scatter", "--wire", "bf16", "--check"][..], "selftest coll-wire"),
+        (&["bench", "reduce-scatter", "--inexact"][..], "--inexact: with --wire only"),
         (
             &["bench", "overlap", "--collective", "bogus"][..],
             "collective \"bogus\": expected all-gather or reduce-scatter",
