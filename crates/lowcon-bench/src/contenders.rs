@@ -20,6 +20,9 @@ pub(crate) enum Impl {
     },
     Nccl {
         ce: bool,
+        /// The reduce-scatter's element type: bf16 by default; beside a wire sweep f32
+        /// and bf16 (the same element count: half the bytes).
+        dtype: DType,
     },
     Null,
     /// The null's peer copies plus a same-device copy of the shard: does a plain local
@@ -51,13 +54,15 @@ pub(crate) fn ctas_of(
             _ if *method == SyncMethod::StreamMemop => (Some(0), "memop".into()),
             _ => (Some(1), "barrier".into()),
         },
-        Impl::Nccl { ce: true } if kind == Kind::AllGather => (Some(0), "ce".into()),
+        Impl::Nccl { ce: true, .. } if kind == Kind::AllGather => (Some(0), "ce".into()),
         Impl::Nccl { .. } => (nccl_ctas.0, nccl_ctas.1.to_string()),
     }
 }
 
 /// A closure that enqueues one call of `im` on a stream.
 #[allow(clippy::too_many_arguments)]
+/// With `wire` (reduce-scatter), lowcon's calls reduce f32 (`shard / 4` elements per
+/// rank) over that wire (NOTE [bf16 wire]), and NCCL's the same element count.
 pub(crate) fn caller<'a>(
     g: &'a GpuGroup,
     kind: Kind,
@@ -66,12 +71,13 @@ pub(crate) fn caller<'a>(
     buf_a: &'a SymmetricBuffer,
     buf_b: &'a SymmetricBuffer,
     comms: &'a [NcclComm],
-    ctas: Option<u32>,
+    (ctas, wire): (Option<u32>, Option<DType>),
 ) -> Res<Caller<'a>> {
     let (world, rank) = (g.world_size(), g.rank());
+    let dt = if wire.is_some() && kind == Kind::ReduceScatter { DType::F32 } else { DType::Bf16 };
     let (in_n, out_n) = match kind {
         Kind::AllGather => (shard / 2, world * shard / 2),
-        Kind::ReduceScatter => (world * shard / 2, shard / 2),
+        Kind::ReduceScatter => (world * shard / dt.size(), shard / dt.size()),
     };
     Ok(match im {
         Impl::Lowcon { algo, method } => {
@@ -86,26 +92,25 @@ pub(crate) fn caller<'a>(
                     })
                 }
                 Kind::ReduceScatter => {
-                    let o = ReduceScatterOptions { algorithm: algo.parse()?, sync, ctas, ..Default::default() };
+                    let o = ReduceScatterOptions { algorithm: algo.parse()?, sync, ctas, wire, ..Default::default() };
                     Box::new(move |s: &Stream| {
-                        let ib = DeviceBuf::symmetric(buf_a, 0, in_n, DType::Bf16)?;
-                        let ob = DeviceBuf::symmetric(buf_b, 0, out_n, DType::Bf16)?;
+                        let ib = DeviceBuf::symmetric(buf_a, 0, in_n, dt)?;
+                        let ob = DeviceBuf::symmetric(buf_b, 0, out_n, dt)?;
                         Ok(g.reduce_scatter(ib, ob, ReduceOp::Sum, s, &o)?)
                     })
                 }
             }
         }
-        Impl::Nccl { ce } => {
+        Impl::Nccl { ce, dtype } => {
             let (c, _, w) = comms.iter().find(|(_, x, _)| x == ce).ok_or("NCCL communicator missing")?;
+            let (dtype, count) = (*dtype, out_n);
             let (pi, po) = w.as_ref().map_or((buf_a.local_ptr(), buf_b.local_ptr()), |(i, o)| (i.ptr(), o.ptr()));
             Box::new(move |s: &Stream| {
                 // SAFETY: both buffers hold world × max shard bytes, at least what one call uses.
                 unsafe {
                     match kind {
                         Kind::AllGather => c.all_gather(pi, po, shard, s.raw() as _)?,
-                        Kind::ReduceScatter => {
-                            c.reduce_scatter(pi, po, shard / 2, DType::Bf16, ReduceOp::Sum, s.raw() as _)?
-                        }
+                        Kind::ReduceScatter => c.reduce_scatter(pi, po, count, dtype, ReduceOp::Sum, s.raw() as _)?,
                     }
                 }
                 Ok(())
@@ -146,9 +151,12 @@ mod tests {
         assert_eq!(tma, (Some(lowcon::coll::DEFAULT_TMA_CTAS), "option".into()));
         let tma = ctas_of(&lowcon("tma-reduce-evict", SyncMethod::StreamMemop), rs, Some(4), n);
         assert_eq!(tma, (Some(4), "option".into()));
-        assert_eq!(ctas_of(&Impl::Nccl { ce: false }, ag, None, n), (Some(24), "debug".into()));
-        assert_eq!(ctas_of(&Impl::Nccl { ce: true }, ag, None, n), (Some(0), "ce".into()));
-        assert_eq!(ctas_of(&Impl::Nccl { ce: true }, rs, None, (None, "unknown")), (None, "unknown".into()));
+        assert_eq!(ctas_of(&Impl::Nccl { ce: false, dtype: DType::Bf16 }, ag, None, n), (Some(24), "debug".into()));
+        assert_eq!(ctas_of(&Impl::Nccl { ce: true, dtype: DType::Bf16 }, ag, None, n), (Some(0), "ce".into()));
+        assert_eq!(
+            ctas_of(&Impl::Nccl { ce: true, dtype: DType::Bf16 }, rs, None, (None, "unknown")),
+            (None, "unknown".into())
+        );
         assert_eq!(ctas_of(&Impl::Null, rs, None, n), (Some(0), "none".into()));
         assert_eq!(ctas_of(&Impl::NullLocal, ag, None, n), (None, "memcpy".into()));
     }

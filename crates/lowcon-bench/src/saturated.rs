@@ -103,6 +103,11 @@ pub struct SaturatedOptions {
     pub null_local: bool,
     /// Untimed GEMMs before each GEMM window, in ms (NOTE [window prelude]; 0 for none).
     pub prelude_ms: f64,
+    /// Reduce-scatter over the bf16 wire (NOTE [bf16 wire]): lowcon's calls reduce f32
+    /// (`shard` bytes of f32 per rank, bf16-exact values) over it, NCCL reduces the same
+    /// element count in f32 and in bf16. busbw counts the f32 bytes; the wire (and NCCL's
+    /// bf16) carries half.
+    pub wire: Option<lowcon::DType>,
 }
 
 /// Above this many calls per window the run prints a note on the driver's queue depth
@@ -395,6 +400,10 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
     unsafe {
         raw::mem_op::fill(compute.raw(), buf_a.local_ptr(), 0x3c, world * max_shard)?;
         raw::mem_op::fill(compute.raw(), buf_b.local_ptr(), 0x3c, world * max_shard)?;
+        if a.wire.is_some() {
+            // bf16-exact f32s (0x3c3c0000), as FSDP2's upcast gradients: nothing falls back.
+            raw::mem_op::fill_u32(compute.raw(), buf_a.local_ptr(), 0x3c3c_0000, world * max_shard / 4)?;
+        }
     }
     compute.synchronize()?;
     // NCCL: a default communicator and, on 2.28+, a copy-engine one of its own (zero-CTA
@@ -452,6 +461,12 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
             a.trials,
             a.trials
         );
+        if let Some(w) = a.wire {
+            println!(
+                "# reduce-scatter over the {w} wire: lowcon reduces f32 values that are {w}-exact, sending {w}; NCCL \
+                 reduces the same elements in f32 and in {w}; bw counts the f32 bytes (the shard), the {w} rows carry half"
+            );
+        }
         if nvml.is_some() {
             match energy_update_ms {
                 Some(u) => println!(
@@ -496,7 +511,13 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
                 impls.extend(a.methods.iter().map(|&method| Impl::Lowcon { algo: algo.clone(), method }));
             }
         }
-        impls.extend(comms.iter().map(|(_, ce, _)| Impl::Nccl { ce: *ce }));
+        let nccl_types = match (kind, a.wire) {
+            (Kind::ReduceScatter, Some(w)) => vec![lowcon::DType::F32, w],
+            _ => vec![lowcon::DType::Bf16],
+        };
+        for (_, ce, _) in &comms {
+            impls.extend(nccl_types.iter().map(|&dtype| Impl::Nccl { ce: *ce, dtype }));
+        }
         if a.null {
             impls.push(Impl::Null);
         }
@@ -511,15 +532,25 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
                     for im in &impls {
                         let name = match im {
                             Impl::Lowcon { algo, method } => {
-                                format!("lowcon {algo} {}", crate::sweep::method_name(*method))
+                                let w = match (kind, a.wire) {
+                                    (Kind::ReduceScatter, Some(w)) => format!(" f32 wire={w}"),
+                                    _ => String::new(),
+                                };
+                                format!("lowcon {algo} {}{w}", crate::sweep::method_name(*method))
                             }
-                            Impl::Nccl { ce } => (if *ce { "nccl-ce" } else { "nccl" }).to_string(),
+                            Impl::Nccl { ce, dtype } => {
+                                let n = if *ce { "nccl-ce" } else { "nccl" };
+                                match (kind, a.wire) {
+                                    (Kind::ReduceScatter, Some(_)) => format!("{n} {dtype}"),
+                                    _ => n.to_string(),
+                                }
+                            }
                             Impl::Null => "null (copies, no sync)".to_string(),
                             Impl::NullLocal => "null+local (no sync)".to_string(),
                         };
                         let key =
                             format!("sat/{}/{shard}/{prio_name}/{}/{name}", kind.name(), enq.name()).replace(' ', "_");
-                        let mut coll = caller(&g, kind, im, shard, &buf_a, &buf_b, &comms, a.ctas)?;
+                        let mut coll = caller(&g, kind, im, shard, &buf_a, &buf_b, &comms, (a.ctas, a.wire))?;
                         let res = measure(&mut setup, &comm, enq, &key, shard, &mut *coll);
                         let (calls, call_ms, f) = match res {
                             Ok(x) => x,

@@ -110,7 +110,7 @@ pub struct SweepFlags {
     out: OutputFlags,
 }
 
-fn parse_size(s: &str) -> Result<usize, String> {
+pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
     let s = s.trim();
     let (num, mult) = match s.chars().last() {
         Some('K' | 'k') => (&s[..s.len() - 1], 1usize << 10),
@@ -260,6 +260,11 @@ pub struct OverlapFlags {
     /// so both start from a busy GPU; the overlapped collectives start at its end. 0: none.
     #[arg(long, default_value_t = 15.0)]
     prelude_ms: f64,
+    /// Reduce-scatter over the bf16 wire (saturated mode): lowcon reduces f32 (`--shard`
+    /// bytes of f32 per rank) sending bf16, NCCL reduces the same elements in f32 and in
+    /// bf16; busbw counts the f32 bytes.
+    #[arg(long)]
+    wire: Option<String>,
     #[command(flatten)]
     out: OutputFlags,
 }
@@ -309,38 +314,7 @@ pub enum BenchCommand {
     /// The bf16 wire's pack and reduction kernels on ONE GPU (one process, no
     /// launcher), alone and beside a saturated GEMM, at several CTA counts: µs, GB/s,
     /// GEMM slowdown and bandwidth kept (a collective at one rank packs nothing).
-    WireKernels {
-        /// f32 elements per chunk (one launch's piece).
-        #[arg(long, default_value = "16M", value_parser = parse_size)]
-        elems: usize,
-        /// The world the buffers play.
-        #[arg(long, default_value_t = 2)]
-        world: usize,
-        /// CTA counts, comma-separated.
-        #[arg(long, default_value = "4,8,16")]
-        ctas: String,
-        /// Launches per timed batch (alone).
-        #[arg(short = 'n', long, default_value_t = 20)]
-        iters: usize,
-        /// Timed batches (alone; the median counts).
-        #[arg(long, default_value_t = 5)]
-        reps: usize,
-        /// Interleaved pairs beside the GEMM (0: alone only).
-        #[arg(long, default_value_t = 3)]
-        trials: usize,
-        /// GEMM size (m = n = k, bf16).
-        #[arg(long, default_value_t = 8192)]
-        m: usize,
-        /// GEMMs per window.
-        #[arg(long, default_value_t = 20)]
-        gemms: usize,
-        /// Data whose bottom halves are nonzero: the reduction reads them (the fallback).
-        #[arg(long)]
-        inexact: bool,
-        /// Write the rows as JSON lines to FILE.
-        #[arg(long, value_name = "FILE")]
-        json: Option<PathBuf>,
-    },
+    WireKernels(crate::wire_kernels::WireKernelFlags),
     /// Barrier latency, kernel vs stream-memop.
     Barrier {
         /// Timed barriers per method.
@@ -372,25 +346,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
             lowcon_bench::queue::run(calls, shard, std::time::Duration::from_millis(hold_ms))
         }
         BenchCommand::Barrier { iters, warmup, json } => lowcon_bench::barrier::run(iters.max(1), warmup, json),
-        BenchCommand::WireKernels { elems, world, ctas, iters, reps, trials, m, gemms, inexact, json } => {
-            let ctas = ctas
-                .split(',')
-                .map(|c| c.trim().parse::<u32>().map_err(|e| format!("ctas {c:?}: {e}")))
-                .collect::<Result<Vec<_>, _>>()?;
-            let a = lowcon_bench::wire_kernels::WireKernelOptions {
-                elems,
-                world,
-                ctas,
-                iters,
-                reps,
-                trials,
-                m,
-                gemms,
-                inexact,
-                json,
-            };
-            lowcon_bench::wire_kernels::run(&a).map(|_| ())
-        }
+        BenchCommand::WireKernels(f) => crate::wire_kernels::run(&f),
         BenchCommand::AllGather(f) => sweep(&f, Kind::AllGather),
         BenchCommand::ReduceScatter(f) => sweep(&f, Kind::ReduceScatter),
         BenchCommand::Overlap(f) => overlap(&f),
@@ -442,6 +398,13 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
     let shards = list(&f.shard, Vec::new, parse_size)?;
     if shards.is_empty() || shards.iter().any(|&s| s == 0 || s % 2 != 0) {
         return Err(format!("--shard {:?}: sizes must be even and at least 2 bytes (bf16)", f.shard).into());
+    }
+    let wire = f.wire.as_deref().map(str::parse::<lowcon::DType>).transpose()?;
+    if wire.is_some() && !saturated {
+        return Err("--wire: the saturated mode only (--mode saturated)".into());
+    }
+    if wire.is_some() && shards.iter().any(|&s| s % 4 != 0) {
+        return Err(format!("--wire: --shard {:?} must be a multiple of 4 bytes (f32)", f.shard).into());
     }
     let mut kinds = Vec::new();
     for c in f.collective.split(',') {
@@ -513,6 +476,7 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             null: !f.no_null,
             null_local: f.null_local,
             prelude_ms: f.prelude_ms,
+            wire,
         };
         let rows = lowcon_bench::saturated::run(&a)?;
         return report::write_saturated(&(&f.out).into(), &rows);

@@ -3,6 +3,7 @@
 mod bench;
 mod launch;
 mod store_cmd;
+mod wire_kernels;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

@@ -491,6 +491,15 @@ pub mod mem_op {
         check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(dst, value, bytes, stream) })
     }
 
+    /// Enqueues a fill of `words` 32-bit words at `dst` with `value`.
+    ///
+    /// # Safety
+    /// `dst` is valid, 4-byte-aligned device memory for `words` words when it runs.
+    pub unsafe fn fill_u32(stream: sys::CUstream, dst: sys::CUdeviceptr, value: u32, words: usize) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        check("cuMemsetD32Async", unsafe { sys::cuMemsetD32Async(dst, value, words, stream) })
+    }
+
     /// Enqueues a device-to-device copy of `bytes` (the copy engine for peer memory).
     ///
     /// # Safety
