@@ -30,22 +30,13 @@ impl Runner for HostRunner {
         seed_of_rank0(|mine| self.g.all_gather_bytes(name, mine))
     }
     fn run(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String> {
-        let (rank, world) = (self.rank(), self.world());
+        let world = self.world();
         let s = case.dtype.size();
         let off = case.misalign * s;
         let out_len = case.out_count(world) * s;
-        let sym;
-        let mut plain = vec![0u8; off + input.len()];
-        let inp = if case.symmetric {
-            sym = self.g.alloc(off + input.len() + 1).map_err(e)?;
-            sym.write(rank, off, input).map_err(e)?;
-            HostInput::Symmetric { buf: &sym, offset: off, len: input.len() }
-        } else {
-            plain[off..].copy_from_slice(input);
-            HostInput::Plain(&plain[off..])
-        };
+        let inp = HostIn::new(&self.g, case.symmetric, off, input)?;
         let mut out = vec![0xFFu8; off + out_len];
-        host_call(&self.g, case, inp, &mut out[off..]).map_err(e)?;
+        host_call(&self.g, case, inp.input(), &mut out[off..]).map_err(e)?;
         Ok(out.split_off(off))
     }
     fn run_in_place(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String> {
@@ -79,6 +70,34 @@ impl Runner for HostRunner {
         // Peers may still read this rank's slot until they pass the call's last barrier.
         self.g.barrier(0).map_err(e)?;
         Ok(got)
+    }
+}
+
+/// A host-backend case's input: in a symmetric buffer or ordinary memory, at `off` bytes
+/// (a misaligned sub-slice when `off` is not a multiple of the element size).
+pub(crate) enum HostIn {
+    Symmetric(lowcon::HostBuffer, usize, usize),
+    Plain(Vec<u8>, usize),
+}
+
+impl HostIn {
+    pub(crate) fn new(g: &HostGroup, symmetric: bool, off: usize, input: &[u8]) -> Result<Self, String> {
+        Ok(if symmetric {
+            let sym = g.alloc(off + input.len() + 1).map_err(e)?;
+            sym.write(g.rank(), off, input).map_err(e)?;
+            HostIn::Symmetric(sym, off, input.len())
+        } else {
+            let mut plain = vec![0u8; off + input.len()];
+            plain[off..].copy_from_slice(input);
+            HostIn::Plain(plain, off)
+        })
+    }
+
+    pub(crate) fn input(&self) -> HostInput<'_> {
+        match self {
+            HostIn::Symmetric(buf, offset, len) => HostInput::Symmetric { buf, offset: *offset, len: *len },
+            HostIn::Plain(v, off) => HostInput::Plain(&v[*off..]),
+        }
     }
 }
 

@@ -20,7 +20,7 @@
 use lowcon::CollStats;
 use lowcon::cuda::Graph;
 
-use super::runners::GpuMem;
+use super::runners::{GpuMem, HostIn};
 use super::*;
 
 /// One reduce-scatter with its own input and output types and wire.
@@ -94,22 +94,10 @@ pub trait WireRunner: Runner {
 
 impl WireRunner for HostRunner {
     fn run_typed(&mut self, c: &Typed, input: &[u8]) -> Result<Vec<u8>, String> {
-        let rank = self.g.rank();
-        let off = c.misalign * c.input.size();
-        let out_len = c.count * c.output.size();
-        let sym;
-        let mut plain = vec![0u8; off + input.len()];
-        let inp = if c.symmetric {
-            sym = self.g.alloc(off + input.len() + 1).map_err(e)?;
-            sym.write(rank, off, input).map_err(e)?;
-            HostInput::Symmetric { buf: &sym, offset: off, len: input.len() }
-        } else {
-            plain[off..].copy_from_slice(input);
-            HostInput::Plain(&plain[off..])
-        };
+        let inp = HostIn::new(&self.g, c.symmetric, c.misalign * c.input.size(), input)?;
         let oo = c.misalign * c.output.size();
-        let mut out = vec![0xFFu8; oo + out_len];
-        self.g.reduce_scatter_typed(inp, &mut out[oo..], (c.input, c.output), c.op, &c.opts()).map_err(e)?;
+        let mut out = vec![0xFFu8; oo + c.count * c.output.size()];
+        self.g.reduce_scatter_typed(inp.input(), &mut out[oo..], (c.input, c.output), c.op, &c.opts()).map_err(e)?;
         Ok(out.split_off(oo))
     }
     fn stats(&self) -> Result<CollStats, String> {
