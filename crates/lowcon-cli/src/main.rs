@@ -348,6 +348,7 @@ fn selftest(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
                 "gpu" => per_method(&method, |m| {
                     let mut r = coll::GpuRunner::from_env(None)?;
                     let suite = coll::wire_suite(&mut r, m, large)?;
+                    let suite = format!("{suite}; {}", coll::gpu_wire_in_place(&mut r, m)?);
                     if replays == 0 {
                         return Ok(suite);
                     }

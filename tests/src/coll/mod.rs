@@ -364,4 +364,4 @@ pub use mapped::gpu_mapped;
 use runners::GpuMem;
 pub use runners::{GpuRunner, HostRunner};
 pub use suite::{gpu_stress, host_stress, run_suite, suite};
-pub use wire::{Typed, WireRunner, gpu_wire_graph, wire_suite};
+pub use wire::{Typed, WireRunner, gpu_wire_graph, gpu_wire_in_place, wire_suite};

@@ -428,6 +428,53 @@ fn refusals(r: &mut dyn WireRunner, base: &Typed) -> Result<String, String> {
     Ok(format!("{} refusals, each followed by a good call", bad.len()))
 }
 
+/// In place on GPUs (the output is this rank's chunk of the input, as NCCL allows): the
+/// split wire against the f32 call in place, bit for bit, and the bf16-input call's
+/// refusal (its f32 output would overwrite the input peers read).
+pub fn gpu_wire_in_place(r: &mut GpuRunner, sync: SyncMethod) -> Result<String, String> {
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let mut runs = Vec::new();
+    for (k, count) in [1003usize, 65_541].into_iter().enumerate() {
+        let seed = r.shared_seed(&format!("wire-in-place/{k}"))?;
+        let input = to_bytes(&f32_input(Data::Special, seed, rank, world, count));
+        for wire in [Some(DType::Bf16), None] {
+            let buf = GpuMem::new(&r.g, &r.stream, k == 1, input.len())?;
+            // SAFETY: `buf` holds the input's bytes; synchronous copy.
+            unsafe { raw::mem_op::copy_from_host(r.stream.raw(), buf.ptr(), &input) }.map_err(e)?;
+            let ib = buf.buf(0, count * world, DType::F32)?;
+            let ob = buf.buf(rank * count * 4, count, DType::F32)?;
+            let o = ReduceScatterOptions {
+                algorithm: ReduceScatterAlgorithm::CeReduce,
+                sync,
+                wire,
+                pipeline: Some(3),
+                ..Default::default()
+            };
+            r.g.reduce_scatter(ib, ob, ReduceOp::Sum, &r.stream, &o).map_err(|m| format!("rank {rank}: {m}"))?;
+            r.g.synchronize(&r.stream).map_err(e)?;
+            let mut got = vec![0u8; count * 4];
+            // SAFETY: `buf` holds the chunk; synchronous copy.
+            unsafe { raw::mem_op::copy_to_host(r.stream.raw(), &mut got, buf.ptr() + (rank * count * 4) as u64) }
+                .map_err(e)?;
+            runs.push(got);
+        }
+        if let Some(first) = first_difference(&runs[runs.len() - 2], &runs[runs.len() - 1], 4) {
+            return Err(format!("rank {rank}: in-place wire x{count}: not the in-place f32 result; first: {first}"));
+        }
+    }
+    // bf16 into f32 in place: refused, naming why.
+    let buf = GpuMem::new(&r.g, &r.stream, false, 1024 * world * 2)?;
+    let ib = buf.buf(0, 1024 * world, DType::Bf16)?;
+    let ob = buf.buf(rank * 512 * 2, 512, DType::F32)?;
+    let o = ReduceScatterOptions { sync, ..Default::default() };
+    let ib = ib.sub(0, 512 * world).map_err(e)?;
+    match r.g.reduce_scatter(ib, ob, ReduceOp::Sum, &r.stream, &o) {
+        Err(m) if m.to_string().contains("cannot run in place") => {}
+        other => return Err(format!("rank {rank}: bf16 into f32 in place: {other:?}, not refused")),
+    }
+    Ok(format!("{sync:?}: in place bit-exact at 2 sizes, bf16 into f32 in place refused"))
+}
+
 /// Wire calls captured into a CUDA graph: a split call (exact data, then random data,
 /// whose pieces all fall back, counted by the device on every replay) and a bf16-input
 /// call, replayed `replays` times with fresh data and poisoned outputs, each output
