@@ -416,7 +416,7 @@ impl GpuColl {
         }
         let algorithm = match int_algorithm(rank, input.dtype, opts.algorithm, op)? {
             ReduceScatterAlgorithm::Auto if plan == Plan::Same => choose_reduce_scatter(chunk, world),
-            a => wire::algorithm(rank, plan, a, input.dtype, output.dtype)?,
+            a => wire::algorithm(rank, plan, (a, opts.pipeline), input.dtype, output.dtype)?,
         };
         check_push_op(rank, algorithm, op)?;
         wire_steps::refuse_bf16_in_place(rank, plan, &input, &output)?;
@@ -431,7 +431,10 @@ impl GpuColl {
                 self.count(Moved::ReduceScatter(2 * (world - 1) * chunk));
                 return Ok(());
             }
-            _ if plan == Plan::Split => return self.wire_reduce_scatter(&input, &output, op, stream, opts, mode),
+            // At one rank nothing crosses a link: the f32 path below.
+            _ if plan == Plan::Split && world > 1 => {
+                return self.wire_reduce_scatter(&input, &output, op, stream, opts, mode);
+            }
             _ => {}
         }
         let mapped = opts.map_ordinary

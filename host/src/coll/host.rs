@@ -274,7 +274,7 @@ impl HostColl {
         }
         let algorithm = match int_algorithm(rank, dtype, opts.algorithm, op)? {
             ReduceScatterAlgorithm::Auto if plan == Plan::Same => choose_reduce_scatter(chunk, world),
-            a => wire::algorithm(rank, plan, a, dtype, out_dtype)?,
+            a => wire::algorithm(rank, plan, (a, opts.pipeline), dtype, out_dtype)?,
         };
         check_push_op(rank, algorithm, op)?;
         match algorithm {
@@ -288,7 +288,8 @@ impl HostColl {
                 self.counters.add(Moved::ReduceScatter(2 * (world - 1) * chunk));
                 return Ok(());
             }
-            _ if plan == Plan::Split => return self.wire_reduce_scatter(input, output, op, opts, n_out),
+            // At one rank nothing crosses a link: the f32 path below.
+            _ if plan == Plan::Split && world > 1 => return self.wire_reduce_scatter(input, output, op, opts, n_out),
             _ => {}
         }
         let plain = matches!(input, HostInput::Plain(_));

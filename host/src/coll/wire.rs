@@ -105,15 +105,20 @@ pub(crate) fn plan(rank: usize, input: DType, output: DType, wire: Option<DType>
     }
 }
 
-/// Refuses an algorithm that cannot send `plan`'s wire (naming it); returns the
-/// algorithm to run (`auto` becomes `ce-reduce`).
+/// Refuses an algorithm that cannot send `plan`'s wire (naming it), or more pieces than
+/// the split wire has signals for (at any world size, one rank included, where nothing
+/// crosses and the call runs as an f32 one); returns the algorithm to run (`auto`
+/// becomes `ce-reduce`).
 pub(crate) fn algorithm(
     rank: usize,
     plan: Plan,
-    algorithm: ReduceScatterAlgorithm,
+    (algorithm, pipeline): (ReduceScatterAlgorithm, Option<u32>),
     input: DType,
     output: DType,
 ) -> Result<ReduceScatterAlgorithm> {
+    if plan == Plan::Split {
+        pieces(rank, 1, pipeline)?;
+    }
     match (plan, algorithm) {
         (Plan::Same, a) => Ok(a),
         (_, ReduceScatterAlgorithm::Auto | ReduceScatterAlgorithm::CeReduce) => Ok(ReduceScatterAlgorithm::CeReduce),
@@ -304,12 +309,12 @@ mod tests {
     #[test]
     fn the_wire_runs_on_ce_reduce_and_the_others_refuse_by_name() {
         use ReduceScatterAlgorithm as A;
-        assert_eq!(algorithm(0, Plan::Same, A::Ll, F32, F32).unwrap(), A::Ll);
+        assert_eq!(algorithm(0, Plan::Same, (A::Ll, None), F32, F32).unwrap(), A::Ll);
         for p in [Plan::Split, Plan::Bf16In] {
-            assert_eq!(algorithm(0, p, A::Auto, F32, F32).unwrap(), A::CeReduce);
-            assert_eq!(algorithm(0, p, A::CeReduce, F32, F32).unwrap(), A::CeReduce);
+            assert_eq!(algorithm(0, p, (A::Auto, None), F32, F32).unwrap(), A::CeReduce);
+            assert_eq!(algorithm(0, p, (A::CeReduce, Some(64)), F32, F32).unwrap(), A::CeReduce);
             for a in [A::SmDirect, A::TmaReduce, A::TmaReduceEvict, A::TmaPushReduce, A::Ll] {
-                let e = algorithm(1, p, a, Bf16, F32).unwrap_err().to_string();
+                let e = algorithm(1, p, (a, None), Bf16, F32).unwrap_err().to_string();
                 assert!(e.contains("rank 1") && e.contains(a.name()) && e.contains("bf16 into f32"), "{e}");
             }
         }
@@ -336,6 +341,8 @@ mod tests {
                 assert_eq!(plain.staging, 0);
             }
         }
+        let e = algorithm(2, Plan::Split, (ReduceScatterAlgorithm::CeReduce, Some(65)), F32, F32).unwrap_err();
+        assert!(e.to_string().contains("rank 2: pipeline 65"), "{e}");
         let e = pieces(2, 100, Some(65)).unwrap_err().to_string();
         assert!(e.contains("rank 2: pipeline 65") && e.contains("at most 64"), "{e}");
         assert_eq!(pieces(0, 1 << 25, None).unwrap().1, 8, "128 MiB of f32: one piece per 16 MiB");
