@@ -102,6 +102,13 @@ fi
 { nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,compute_mode --format=csv; } > "$out/nvidia-smi.txt" 2>&1
 st "lowcon info" info.txt 30 "$L" info
 
+if has rust; then
+  # One rank: nothing crosses a link (seen 2026-11-25: ce-reduce of a symmetric input
+  # panicked there, on a workspace it never needed).
+  st "w=1 coll-check and coll-wire (kernel+memop)" coll-w1.txt 200 bash -c \
+    "'$L' launch --nproc-per-node 1 --tee -- '$L' selftest coll-check --backend gpu --large 70001 && \
+     '$L' launch --nproc-per-node 1 --tee -- '$L' selftest coll-wire --backend gpu --replays 5"
+fi
 for w in $worlds; do
   run=("$L" launch --nproc-per-node "$w" --gpus 1 --tee --)
   if has rust; then

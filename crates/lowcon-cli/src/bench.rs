@@ -164,6 +164,16 @@ impl SweepFlags {
             return Err(format!("sizes: -b {} must be at least 1 and at most -e {}", self.min, self.max));
         }
         let wire = self.wire.as_deref().map(str::parse::<lowcon::DType>).transpose().map_err(|e| e.to_string())?;
+        let algorithms = match wire {
+            // The wire runs on ce-reduce: `all` means it alone, and any other is refused now,
+            // not after the rows before it were measured.
+            Some(_) if self.algorithms == "all" => vec!["ce-reduce".to_string()],
+            Some(w) => match algorithms.iter().find(|a| !matches!(a.as_str(), "ce-reduce" | "auto")) {
+                Some(a) => return Err(format!("--wire {w}: runs on ce-reduce (or auto), not {a}")),
+                None => algorithms,
+            },
+            None => algorithms,
+        };
         if wire.is_some() && kind != Kind::ReduceScatter {
             return Err("--wire: reduce-scatter only".into());
         }
@@ -415,7 +425,7 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
         });
     }
     let sync = f.sync.clone().unwrap_or_else(|| "kernel,memop".into());
-    let options = |kind| {
+    let options = |kind: Kind| {
         let flags = SweepFlags {
             min: 1,
             max: 1,
@@ -434,7 +444,8 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             staged: false,
             graph: false,
             backend: "gpu".into(),
-            wire: None,
+            // The reduce-scatter's algorithms with a wire: ce-reduce (checked there).
+            wire: f.wire.clone().filter(|_| kind == Kind::ReduceScatter),
             inexact: false,
             out: OutputFlags::default(),
         };

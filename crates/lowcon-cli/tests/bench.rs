@@ -67,6 +67,7 @@ fn bad_bench_arguments_are_clear_errors() {
         (&["bench", "all-gather", "--wire", "bf16"][..], "--wire: reduce-scatter only"),
         (&["bench", "reduce-scatter", "--wire", "bf16", "--check"][..], "selftest coll-wire"),
         (&["bench", "reduce-scatter", "--inexact"][..], "--inexact: with --wire only"),
+        (&["bench", "reduce-scatter", "--wire", "bf16", "--algorithms", "ce-reduce,ll"][..], "not ll"),
         (
             &["bench", "overlap", "--collective", "bogus"][..],
             "collective \"bogus\": expected all-gather or reduce-scatter",

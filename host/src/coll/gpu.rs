@@ -483,13 +483,13 @@ impl GpuColl {
             };
             match algorithm {
                 ReduceScatterAlgorithm::CeReduce | ReduceScatterAlgorithm::Auto => {
-                    let ws = ws.expect("workspace sized for staging");
                     let (start, rest) = st.events.split_first().expect("prepared");
                     let (copied, reduced) = rest.split_at(pieces);
                     self.enter(stream, ch, opts.sync, mode)?;
                     stream.record(start)?;
                     copy.wait(start)?;
-                    let stage_base = ws.local_ptr() + in_len as u64;
+                    // One rank stages nothing and may have no workspace: nothing reads it.
+                    let stage_base = ws.map_or(0, SymmetricBuffer::local_ptr) + in_len as u64;
                     for i in 0..pieces {
                         let first = i * pe;
                         let len = pe.min(n - first);
