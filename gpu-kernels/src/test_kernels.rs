@@ -21,6 +21,17 @@ pub unsafe extern "ptx-kernel" fn lowcon_vec_add_f32(a: *const f32, b: *const f3
     }
 }
 
+/// Holds its CTAs for `ns` nanoseconds of `%globaltimer`, sleeping, with no memory
+/// traffic: the SM-holding control of `lowcon bench reduce-kernels` (what a kernel costs
+/// a GEMM by taking SMs alone, apart from its bytes).
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn lowcon_spin(ns: u64) {
+    let start = crate::atomics::globaltimer_ns();
+    while crate::atomics::globaltimer_ns().wrapping_sub(start) < ns {
+        crate::atomics::nanosleep(1000);
+    }
+}
+
 /// Salt that makes the pong side's payload differ from the ping side's.
 const PONG_SALT: u64 = 0x0005_EED0_FB0B;
 

@@ -135,6 +135,9 @@ pub mod kernel_names {
     pub const WIRE_REDUCE: [&str; 2] = ["lowcon_wire_reduce_f32", "lowcon_wire_reduce_bf16"];
     /// `wire_wait(...)`: kernel sync's wait for a piece's signals (one thread per word).
     pub const WIRE_WAIT: &str = "lowcon_wire_wait";
+    /// `spin(ns)`: holds its CTAs for `ns` nanoseconds, no memory traffic (a benchmark
+    /// control).
+    pub const SPIN: &str = "lowcon_spin";
     /// Threads per CTA of the collective kernels (one-shot all-gather, reductions).
     /// The build declares it in their PTX (`.maxntid`), so `ptxas` keeps each thread
     /// within the registers a CTA of this size may use.
@@ -189,6 +192,7 @@ pub mod kernel_names {
         WIRE_REDUCE[0],
         WIRE_REDUCE[1],
         WIRE_WAIT,
+        SPIN,
     ];
 }
 

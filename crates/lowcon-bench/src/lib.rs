@@ -18,7 +18,7 @@
 //! | [`nccl`] | the NCCL baseline, loaded at run time (default and copy-engine communicators) | used by `all-gather`, `reduce-scatter`, `overlap` |
 //! | [`report`] | result rows, their table lines, and the `--json` / `--csv` / `--plot` files | every subcommand; `plot` reads `--json` files back |
 //! | [`plot`] | the PNG: busbw vs size per collective, overlap slowdowns as bars | `--plot`, `plot`, `quick` |
-//! | [`wire_kernels`] | the bf16 wire's pack and reduction kernels on one GPU, alone and beside a saturated GEMM | `wire-kernels` |
+//! | [`reduce_kernels`] | the reduction kernels (ce-reduce's, the bf16 wire's, bulk reduce-add) and two controls on one GPU, alone and beside a saturated GEMM, per launch shape, pieces and priority | `reduce-kernels` |
 
 pub mod barrier;
 mod contenders;
@@ -27,11 +27,11 @@ pub mod nvml;
 pub mod overlap;
 pub mod plot;
 pub mod queue;
+pub mod reduce_kernels;
 pub mod report;
 pub mod saturated;
 pub mod stats;
 pub mod sweep;
-pub mod wire_kernels;
 
 pub use report::{Output, OverlapRow, SweepRow};
 pub use sweep::Kind;

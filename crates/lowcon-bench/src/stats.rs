@@ -50,6 +50,30 @@ impl Spread {
     }
 }
 
+/// A 95% percentile-bootstrap interval of the median of `v` (2000 resamples from a
+/// fixed seed, so a table is reproducible from its trials); `(NaN, NaN)` when empty.
+pub fn median_ci95(v: &[f64]) -> (f64, f64) {
+    let v: Vec<f64> = v.iter().copied().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut meds: Vec<f64> = (0..2000)
+        .map(|_| {
+            let sample: Vec<f64> = (0..v.len()).map(|_| v[(next() % v.len() as u64) as usize]).collect();
+            median(&sample)
+        })
+        .collect();
+    meds.sort_by(f64::total_cmp);
+    (quantile(&meds, 0.025), quantile(&meds, 0.975))
+}
+
 /// Per-trial ratios `after[t] / before[t] - 1`, in percent: each overlapped trial is
 /// compared with the alone trial run just before it (interleaved pairs), so slow drift
 /// of clocks and temperature cancels within a pair instead of biasing one side.
@@ -184,6 +208,15 @@ pub fn throttle_names(mask: u64) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn median_intervals_cover_the_median_and_shrink_with_agreement() {
+        let (lo, hi) = median_ci95(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]);
+        assert!(lo <= 4.0 && 4.0 <= hi && lo >= 1.0 && hi <= 7.0, "{lo} {hi}");
+        assert_eq!(median_ci95(&[2.5; 7]), (2.5, 2.5));
+        assert_eq!(median_ci95(&[3.0, 1.0, 2.0]), median_ci95(&[3.0, 1.0, 2.0]), "reproducible");
+        assert!(median_ci95(&[]).0.is_nan());
+    }
+
     use super::*;
 
     #[test]

@@ -321,10 +321,11 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 2000)]
         hold_ms: u64,
     },
-    /// The bf16 wire's pack and reduction kernels on ONE GPU (one process, no
-    /// launcher), alone and beside a saturated GEMM, at several CTA counts: µs, GB/s,
-    /// GEMM slowdown and bandwidth kept (a collective at one rank packs nothing).
-    WireKernels(crate::wire_kernels::WireKernelFlags),
+    /// lowcon's reduction kernels on ONE GPU (one process, no launcher), alone and
+    /// beside a saturated GEMM, per kernel, launch shape, pieces and priority, with an
+    /// SM-holding and a bytes-only control: µs, GB/s, GEMM slowdown and rate kept with
+    /// 95% intervals (a collective at one rank reduces nothing).
+    ReduceKernels(crate::reduce_kernels::ReduceKernelFlags),
     /// Barrier latency, kernel vs stream-memop.
     Barrier {
         /// Timed barriers per method.
@@ -356,7 +357,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
             lowcon_bench::queue::run(calls, shard, std::time::Duration::from_millis(hold_ms))
         }
         BenchCommand::Barrier { iters, warmup, json } => lowcon_bench::barrier::run(iters.max(1), warmup, json),
-        BenchCommand::WireKernels(f) => crate::wire_kernels::run(&f),
+        BenchCommand::ReduceKernels(f) => crate::reduce_kernels::run(&f),
         BenchCommand::AllGather(f) => sweep(&f, Kind::AllGather),
         BenchCommand::ReduceScatter(f) => sweep(&f, Kind::ReduceScatter),
         BenchCommand::Overlap(f) => overlap(&f),

@@ -2,8 +2,8 @@
 
 mod bench;
 mod launch;
+mod reduce_kernels;
 mod store_cmd;
-mod wire_kernels;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

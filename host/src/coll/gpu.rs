@@ -42,7 +42,7 @@ use super::select::{
 };
 use super::wire::{self, Counters, Moved, Plan};
 use super::{AllGatherAlgorithm, AllGatherOptions, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
-use crate::cuda::kernels::{TmaArgs, WireReduceArgs};
+use crate::cuda::kernels::{COLL_THREADS, TmaArgs, WireReduceArgs};
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
@@ -509,12 +509,12 @@ impl GpuColl {
                         if plan == Plan::Bf16In {
                             // bf16 pieces accumulated in f32 and written as f32.
                             let a = WireReduceArgs::bf16_in(own, slots, pe, len, dst, (rank, world), op.code(), vec_ok);
-                            kernels.wire_reduce(stream, ctas, &a)?;
+                            kernels.wire_reduce(stream, (ctas, COLL_THREADS), &a)?;
                         } else {
                             kernels.reduce(
                                 stream,
                                 dt,
-                                ctas,
+                                (ctas, COLL_THREADS),
                                 own,
                                 rank as u32,
                                 slots,

@@ -45,6 +45,7 @@ pub struct Kernels {
     wire_pack: CudaFunction,
     wire_reduce: [CudaFunction; 2],
     wire_wait: CudaFunction,
+    spin: CudaFunction,
 }
 
 /// The arguments of one LL round: see `gpu-kernels/src/ll.rs` for their contract.
@@ -175,6 +176,7 @@ impl Kernels {
             wire_pack: f(names::WIRE_PACK)?,
             wire_reduce: [f(names::WIRE_REDUCE[0])?, f(names::WIRE_REDUCE[1])?],
             wire_wait: f(names::WIRE_WAIT)?,
+            spin: f(names::SPIN)?,
             _module: module,
         })
     }
@@ -272,8 +274,8 @@ impl Kernels {
         Ok(())
     }
 
-    /// Enqueues ce-reduce's reduction of one piece (`dtype` is a `reduce_dtype` index; the
-    /// integers, from `I32` on, run `lowcon_reduce_int`).
+    /// Enqueues ce-reduce's reduction of one piece on `ctas` CTAs of `threads` (`dtype` is
+    /// a `reduce_dtype` index; the integers, from `I32` on, run `lowcon_reduce_int`).
     ///
     /// # Safety
     /// `own` and `dst` valid for `n` elements, `staged` for `(world - 1) * stride`;
@@ -283,7 +285,7 @@ impl Kernels {
         &self,
         stream: &Stream,
         dtype: usize,
-        ctas: u32,
+        (ctas, threads): (u32, u32),
         own: u64,
         own_idx: u32,
         staged: u64,
@@ -294,7 +296,8 @@ impl Kernels {
         op: u32,
         vec_ok: bool,
     ) -> Result<()> {
-        let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (COLL_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let threads = threads.clamp(32, COLL_THREADS);
+        let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
         // Integers: one kernel, the type as its last argument (instead of `vec_ok`).
         let (func, last) = match dtype.checked_sub(reduce_dtype::I32) {
             Some(int) => (&self.reduce_int, int as u32),

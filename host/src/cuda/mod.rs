@@ -10,13 +10,13 @@
 mod device;
 pub(crate) mod kernels;
 pub mod raw;
+mod reduce_bench;
 mod stream;
-mod wire_bench;
 
 pub use device::{Device, DeviceInfo};
 pub use kernels::{Kernels, PTX, RoundTripBuffers};
+pub use reduce_bench::{KernelKind, ReduceKernels, Shape};
 pub use stream::{DeviceRecord, Event, Graph, Stream, StreamPriority, device_ptr};
-pub use wire_bench::WireKernels;
 
 use std::sync::OnceLock;
 

@@ -18,7 +18,7 @@ use crate::coll::device_buf::DeviceBuf;
 use crate::coll::select::DEFAULT_REDUCE_CTAS;
 use crate::coll::wire::{Layout, Moved, pieces};
 use crate::coll::{ReduceOp, ReduceScatterOptions};
-use crate::cuda::kernels::{WirePackArgs, WireReduceArgs};
+use crate::cuda::kernels::{COLL_THREADS, WirePackArgs, WireReduceArgs};
 use crate::cuda::{Stream, StreamPriority};
 use crate::error::Result;
 use crate::sync::gpu::graph::Mode;
@@ -106,7 +106,7 @@ impl GpuColl {
                     counter: pads + pad::counter_offset(w32, ch) as u64,
                     vec_ok: pack_vec,
                 };
-                kernels.wire_pack(pack, ctas, &a)?;
+                kernels.wire_pack(pack, (ctas, COLL_THREADS), &a)?;
             }
             pack.record(packed)?;
             for i in 0..count {
@@ -142,7 +142,7 @@ impl GpuColl {
                     reset: self.sync.piece_word(opts.sync, ch, i as u32),
                     stats: pads + pad::stats_offset(w32) as u64,
                 };
-                kernels.wire_reduce(stream, ctas, &a)?;
+                kernels.wire_reduce(stream, (ctas, COLL_THREADS), &a)?;
                 stream.record(&reduced[i])?;
             }
             stream.wait(packed)?;

@@ -100,13 +100,20 @@ impl WireReduceArgs {
 }
 
 impl Kernels {
-    /// Enqueues the bf16 wire's pack of one piece on `ctas` CTAs.
+    /// Enqueues the bf16 wire's pack of one piece on `ctas` CTAs of `threads` (32 to
+    /// `COLL_THREADS`).
     ///
     /// # Safety
     /// `a` meets `lowcon_wire_pack`'s contract; everything it points to lives until the
     /// kernel has run.
-    pub(crate) unsafe fn wire_pack(&self, stream: &Stream, ctas: u32, a: &WirePackArgs) -> Result<()> {
-        let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (COLL_THREADS, 1, 1), shared_mem_bytes: 0 };
+    pub(crate) unsafe fn wire_pack(
+        &self,
+        stream: &Stream,
+        (ctas, threads): (u32, u32),
+        a: &WirePackArgs,
+    ) -> Result<()> {
+        let threads = threads.clamp(32, COLL_THREADS);
+        let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
         let mut l = stream.cuda_stream().launch_builder(&self.wire_pack);
         let vec_ok = a.vec_ok as u32;
         l.arg(&a.src).arg(&a.n).arg(&a.first).arg(&a.len).arg(&a.hi).arg(&a.lo).arg(&a.stride);
@@ -117,13 +124,20 @@ impl Kernels {
         Ok(())
     }
 
-    /// Enqueues the bf16 wire's reduction of one piece on `ctas` CTAs.
+    /// Enqueues the bf16 wire's reduction of one piece on `ctas` CTAs of `threads` (32 to
+    /// `COLL_THREADS`).
     ///
     /// # Safety
     /// `a` meets `lowcon_wire_reduce_*`'s contract; everything it points to lives until
     /// the kernel has run.
-    pub(crate) unsafe fn wire_reduce(&self, stream: &Stream, ctas: u32, a: &WireReduceArgs) -> Result<()> {
-        let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (COLL_THREADS, 1, 1), shared_mem_bytes: 0 };
+    pub(crate) unsafe fn wire_reduce(
+        &self,
+        stream: &Stream,
+        (ctas, threads): (u32, u32),
+        a: &WireReduceArgs,
+    ) -> Result<()> {
+        let threads = threads.clamp(32, COLL_THREADS);
+        let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
         let mut l = stream.cuda_stream().launch_builder(&self.wire_reduce[usize::from(a.own_bf16)]);
         let vec_ok = a.vec_ok as u32;
         l.arg(&a.own).arg(&a.staged).arg(&a.pe).arg(&a.len).arg(&a.dst).arg(&a.rank).arg(&a.world).arg(&a.op);
@@ -146,6 +160,16 @@ impl Kernels {
         l.arg(&word0).arg(&a.rank).arg(&a.world).arg(&channel).arg(&a.timeout_ns).arg(&a.err);
         // SAFETY: matches `lowcon_wire_wait`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(wire_wait)"))?;
+        Ok(())
+    }
+
+    /// Enqueues the spin control: `ctas` CTAs of `threads` held for `ns` nanoseconds.
+    pub(crate) fn spin(&self, stream: &Stream, ctas: u32, threads: u32, ns: u64) -> Result<()> {
+        let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+        let mut l = stream.cuda_stream().launch_builder(&self.spin);
+        l.arg(&ns);
+        // SAFETY: matches `lowcon_spin`'s signature; it touches no memory.
+        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(spin)"))?;
         Ok(())
     }
 }
