@@ -161,7 +161,7 @@ if [ "$ngpu" -ge 2 ] && has collcheck; then # the correctness suite only, at the
 fi
 if [ "$ngpu" -ge 2 ] && has graph; then
   vis=$(seq -s, 0 $((ngpu - 1)))
-  step "w=$ngpu coll-graph: 11 captured calls x 1000 replays, two streams, refusals (kernel+memop)" graph.txt \
+  step "w=$ngpu coll-graph: 12 captured calls x 1000 replays, two streams, refusals (kernel+memop)" graph.txt \
     env "CUDA_VISIBLE_DEVICES=$vis" timeout 300 "$L" launch --nproc-per-node "$ngpu" --tee -- "$L" selftest coll-graph
   for m in kernel memop; do
     step "w=$ngpu coll-graph: SIGKILL at replay 50, no launcher ($m)" graph.txt \

@@ -130,7 +130,7 @@ for w in $worlds; do
     st "w=$w coll-wire: bf16 wire bit-exact vs f32, counters, graph replays (kernel+memop)" "wire-w$w.txt" 200 \
       "${run[@]}" "$L" selftest coll-wire --backend gpu --replays "${WIRE_REPLAYS:-20}"
     st "w=$w coll-mapped: ordinary inputs read in place (kernel+memop)" "coll-w$w.txt" 120 "${run[@]}" "$L" selftest coll-mapped
-    st "w=$w coll-graph: 11 captured calls x ${GRAPH_REPLAYS:-1000} replays, two streams, refusals (kernel+memop)" \
+    st "w=$w coll-graph: 12 captured calls x ${GRAPH_REPLAYS:-1000} replays, two streams, refusals (kernel+memop)" \
       "graph-w$w.txt" 240 "${run[@]}" "$L" selftest coll-graph --replays "${GRAPH_REPLAYS:-1000}"
     for m in kernel memop; do
       st "w=$w coll-graph: SIGKILL at replay 50, no launcher ($m)" "graph-w$w.txt" 90 \

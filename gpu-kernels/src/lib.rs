@@ -19,6 +19,7 @@ pub mod thread;
 mod coll;
 mod int;
 mod ll;
+mod once;
 mod push;
 mod reduce;
 mod sync;

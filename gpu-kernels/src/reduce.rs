@@ -161,7 +161,7 @@ pub(crate) fn finish(op: u32, acc: f32, world: u32) -> f32 {
 /// Every source and `dst` valid for `n` elements; when `vec`, all 16-byte aligned.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn reduce_part<T: Elem>(
+pub(crate) unsafe fn reduce_part<T: Elem, const CUT: u32>(
     src: impl Fn(u32) -> *const T,
     nsrc: u32,
     dst: *mut T,
@@ -184,13 +184,13 @@ unsafe fn reduce_part<T: Elem>(
         // sources, exactly as many as the arm reads.
         unsafe {
             match nsrc {
-                2 => reduce_vec2::<T>(&p, d, nv, op, start, step),
-                3 => reduce_vec3::<T>(&p, d, nv, op, start, step),
-                4 => reduce_vec4::<T>(&p, d, nv, op, start, step),
-                5 => reduce_vec5::<T>(&p, d, nv, op, start, step),
-                6 => reduce_vec6::<T>(&p, d, nv, op, start, step),
-                7 => reduce_vec7::<T>(&p, d, nv, op, start, step),
-                8 => reduce_vec8::<T>(&p, d, nv, op, start, step),
+                2 => reduce_vec2::<T, CUT>(&p, d, nv, op, start, step),
+                3 => reduce_vec3::<T, CUT>(&p, d, nv, op, start, step),
+                4 => reduce_vec4::<T, CUT>(&p, d, nv, op, start, step),
+                5 => reduce_vec5::<T, CUT>(&p, d, nv, op, start, step),
+                6 => reduce_vec6::<T, CUT>(&p, d, nv, op, start, step),
+                7 => reduce_vec7::<T, CUT>(&p, d, nv, op, start, step),
+                8 => reduce_vec8::<T, CUT>(&p, d, nv, op, start, step),
                 _ => reduce_vec_any::<T>(&src, nsrc, dst, nv, op, start, step),
             }
         }
@@ -245,11 +245,13 @@ macro_rules! reduce_vec_fixed {
         /// As [`reduce_part`] with `vec`: `p` holds one 16-byte-aligned source per index,
         /// each valid for `nv` vectors, and `d` valid for `nv` vectors.
         #[inline(always)]
-        unsafe fn $name<T: Elem>(p: &[*const V16], d: *mut V16, nv: u64, op: u32, start: u64, step: u64) {
+        unsafe fn $name<T: Elem, const CUT: u32>(p: &[*const V16], d: *mut V16, nv: u64, op: u32, start: u64, step: u64) {
             let nsrc = [$($k),+].len() as u32;
+            // `CUT` fewer positions (at least one) for callers with more live state.
+            let lanes: u64 = if $lanes > CUT { ($lanes - CUT) as u64 } else { 1 };
             // Up to four positions; those at or past `$lanes` are constant-false and
             // compile away.
-            let live = |l: u64, at: u64| l < $lanes as u64 && at < nv;
+            let live = |l: u64, at: u64| l < lanes && at < nv;
             let mut i = start;
             while i < nv {
                 let at = [i, i + step, i + 2 * step, i + 3 * step];
@@ -271,7 +273,7 @@ macro_rules! reduce_vec_fixed {
                         d.add(at[3] as usize).write(combine_sources!(T, x3, op, nsrc; $($k),+));
                     }
                 }
-                i += $lanes as u64 * step;
+                i += lanes * step;
             }
         }
     };
@@ -420,7 +422,7 @@ unsafe fn reduce_staged<T: Elem>(
     let src = staged_sources(own, own_idx, staged, stride);
     let (start, step) = grid_stride();
     // SAFETY: forwarded from the caller.
-    unsafe { reduce_part::<T>(src, nsrc, dst, n, op, vec_ok != 0, start, step) };
+    unsafe { reduce_part::<T, 0>(src, nsrc, dst, n, op, vec_ok != 0, start, step) };
 }
 
 /// sm-direct: reduces chunk `rank` of every peer's input (`bases[p] + off`) into `dst`,
@@ -437,7 +439,7 @@ unsafe fn rs_direct<T: Elem>(f: Fused, bases: *const u64, off: u64, dst: *mut T,
         let src = |i: u32| unsafe { (*bases.add(i as usize) + off) as *const T };
         let (start, step) = grid_stride();
         // SAFETY: forwarded from the caller.
-        unsafe { reduce_part::<T>(src, f.world, dst, n, op, vec_ok != 0, start, step) };
+        unsafe { reduce_part::<T, 0>(src, f.world, dst, n, op, vec_ok != 0, start, step) };
     }
     // SAFETY: the caller's contract.
     unsafe { f.exit() };

@@ -27,8 +27,8 @@ pub mod rendezvous;
 pub mod sync;
 
 pub use coll::{
-    AllGatherAlgorithm, AllGatherOptions, CollOptions, CollStats, DType, DeviceBuf, Element, HostInput, ReduceOp,
-    ReduceScatterAlgorithm, ReduceScatterOptions,
+    AllGatherAlgorithm, AllGatherOptions, CollOptions, CollStats, DEFAULT_REDUCE_LAUNCH, DType, DeviceBuf, Element,
+    HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
 };
 pub use error::{Error, Result};
 pub use group::{GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions};

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use lowcon::{AllGatherAlgorithm, AllGatherOptions, DType, HostInput, SyncMethod};
+use lowcon::{AllGatherAlgorithm, AllGatherOptions, DType, HostInput, ReduceLaunch, SyncMethod};
 
 use crate::coll::{Case, Coll, GpuRunner, HostRunner, input_bytes};
 
@@ -123,6 +123,7 @@ pub fn gpu_dead_peer(
     let r = GpuRunner::from_env(Some(timeout))?;
     let (rank, world) = (r.g.rank(), r.g.world_size());
     let case = Case {
+        launch: ReduceLaunch::Auto,
         coll: Coll::AllGather(AllGatherAlgorithm::Auto),
         dtype: DType::F32,
         count,

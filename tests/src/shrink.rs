@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use lowcon::{AllGatherOptions, DType, HostInput, SyncMethod};
+use lowcon::{AllGatherOptions, DType, HostInput, ReduceLaunch, SyncMethod};
 
 use crate::coll::{self, GpuRunner, HostRunner, Runner, input_bytes};
 
@@ -174,6 +174,7 @@ pub fn gpu_shrink(victims: &[usize], kill_at: usize, timeout: Duration, sync: Sy
     let r = GpuRunner::from_env(Some(timeout))?;
     let (rank, world) = (r.g.rank(), r.g.world_size());
     let case = coll::Case {
+        launch: ReduceLaunch::Auto,
         coll: coll::Coll::AllGather(lowcon::AllGatherAlgorithm::CePull),
         dtype: DType::F32,
         count: 4096,
@@ -276,6 +277,7 @@ pub fn healthy_shrinks(n: usize, gpu: bool) -> Result<String, String> {
 
 fn one_check(r: &mut dyn Runner, i: usize) -> Result<(), String> {
     let case = coll::Case {
+        launch: ReduceLaunch::Auto,
         coll: coll::Coll::AllGather(lowcon::AllGatherAlgorithm::Auto),
         dtype: DType::F32,
         count: 1001,

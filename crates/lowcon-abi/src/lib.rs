@@ -135,6 +135,9 @@ pub mod kernel_names {
     pub const WIRE_REDUCE: [&str; 2] = ["lowcon_wire_reduce_f32", "lowcon_wire_reduce_bf16"];
     /// `wire_wait(...)`: kernel sync's wait for a piece's signals (one thread per word).
     pub const WIRE_WAIT: &str = "lowcon_wire_wait";
+    /// `reduce_once_<dtype>(...)`: ce-reduce's reduction of a whole call in one launch,
+    /// each piece waited for on its flag in the pad ([`crate::pad::once_flag_offset`]).
+    pub const REDUCE_ONCE: [&str; 3] = ["lowcon_reduce_once_f32", "lowcon_reduce_once_f16", "lowcon_reduce_once_bf16"];
     /// `spin(ns)`: holds its CTAs for `ns` nanoseconds, no memory traffic (a benchmark
     /// control).
     pub const SPIN: &str = "lowcon_spin";
@@ -143,8 +146,11 @@ pub mod kernel_names {
     /// within the registers a CTA of this size may use.
     pub const COLL_THREADS: u32 = 512;
     /// The kernels launched with [`COLL_THREADS`] threads.
-    pub const COLL: [&str; 16] = [
+    pub const COLL: [&str; 19] = [
         ALLGATHER_ONESHOT,
+        REDUCE_ONCE[0],
+        REDUCE_ONCE[1],
+        REDUCE_ONCE[2],
         WIRE_PACK,
         WIRE_REDUCE[0],
         WIRE_REDUCE[1],
@@ -192,6 +198,9 @@ pub mod kernel_names {
         WIRE_REDUCE[0],
         WIRE_REDUCE[1],
         WIRE_WAIT,
+        REDUCE_ONCE[0],
+        REDUCE_ONCE[1],
+        REDUCE_ONCE[2],
         SPIN,
     ];
 }
@@ -366,7 +375,7 @@ mod tests {
     }
 
     #[test]
-    fn ll_round_counters_are_aligned_and_after_the_cta_counters() {
+    fn the_pad_regions_follow_each_other_without_overlap() {
         for world in 1..=16u32 {
             let last_counter = pad::counter_offset(world, pad::CHANNELS - 1) + 4;
             assert!(pad::ll_seq_offset(world, 0) >= last_counter, "world {world}");
@@ -381,7 +390,10 @@ mod tests {
             assert_eq!(pad::wire_or_offset(world, pad::CHANNELS - 1) + 4 * world as usize, scratch_end);
             assert!(pad::stats_offset(world) >= pad::wire_or_offset(world, pad::CHANNELS));
             assert_eq!(pad::stats_offset(world) % 8, 0);
-            assert_eq!(pad::stats_offset(world) + 8 * pad::STATS, pad::buffer_bytes(world));
+            // Then the one-launch reductions' piece flags, which end the buffer.
+            assert_eq!(pad::stats_offset(world) + 8 * pad::STATS, pad::once_flag_offset(world, 0, 0));
+            let last_once = pad::once_flag_offset(world, pad::CHANNELS - 1, pad::WIRE_PIECES - 1) + 4;
+            assert_eq!(last_once, pad::buffer_bytes(world));
         }
     }
 
@@ -559,9 +571,18 @@ pub mod pad {
     /// The counters at [`stats_offset`]: fallback pieces, fallback bytes.
     pub const STATS: usize = 2;
 
+    /// Byte offset, in a rank's (device) pad buffer, of the flag of piece `piece` of a
+    /// ce-reduce call on `channel` reduced in one launch (`ReduceLaunch::Once`): the
+    /// rank's copy stream writes 1 once the piece's staged copies are done, the launch's
+    /// last CTA writes 0 back. [`WIRE_PIECES`] per channel.
+    pub const fn once_flag_offset(world: u32, channel: u32, piece: u32) -> usize {
+        stats_offset(world) + STATS * 8 + ((channel * WIRE_PIECES + piece) * 4) as usize
+    }
+
     /// Bytes of one rank's whole pad buffer: slots, piece words, staging words,
-    /// counters, LL round counters, bf16-wire flags and scratch, and the statistics.
+    /// counters, LL round counters, bf16-wire flags and scratch, the statistics and the
+    /// one-launch reductions' piece flags.
     pub const fn buffer_bytes(world: u32) -> usize {
-        stats_offset(world) + STATS * 8
+        once_flag_offset(world, CHANNELS, 0)
     }
 }

@@ -92,7 +92,8 @@ pub(crate) fn caller<'a>(
                     })
                 }
                 Kind::ReduceScatter => {
-                    let o = ReduceScatterOptions { algorithm: algo.parse()?, sync, ctas, wire, ..Default::default() };
+                    let (algorithm, reduce_launch) = crate::rs_variant(algo)?;
+                    let o = ReduceScatterOptions { algorithm, reduce_launch, sync, ctas, wire, ..Default::default() };
                     Box::new(move |s: &Stream| {
                         let ib = DeviceBuf::symmetric(buf_a, 0, in_n, dt)?;
                         let ob = DeviceBuf::symmetric(buf_b, 0, out_n, dt)?;

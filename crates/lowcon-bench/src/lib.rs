@@ -34,6 +34,16 @@ pub mod stats;
 pub mod sweep;
 
 pub use report::{Output, OverlapRow, SweepRow};
+
+/// A reduce-scatter variant as the benches name it: an algorithm, optionally with
+/// `/once` or `/pieces` for how ce-reduce launches its reduction (`ce-reduce/once`;
+/// NOTE [one launch per call]).
+pub fn rs_variant(name: &str) -> lowcon::Result<(lowcon::ReduceScatterAlgorithm, lowcon::ReduceLaunch)> {
+    match name.split_once('/') {
+        Some((a, l)) => Ok((a.parse()?, l.parse()?)),
+        None => Ok((name.parse()?, lowcon::ReduceLaunch::Auto)),
+    }
+}
 pub use sweep::Kind;
 
 /// The benchmarks' result type: errors are reported to the user as they are.

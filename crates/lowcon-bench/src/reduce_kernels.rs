@@ -90,6 +90,7 @@ fn ms(a: &Event, b: &Event) -> Res<f64> {
 pub fn kernel_of(name: &str) -> Result<KernelKind, String> {
     Ok(match name {
         "reduce" => KernelKind::Reduce,
+        "reduce-once" => KernelKind::Once,
         "pack" => KernelKind::Pack,
         "wire-reduce" => KernelKind::WireReduce,
         "memcpy" => KernelKind::Memcpy,
@@ -103,7 +104,7 @@ pub fn kernel_of(name: &str) -> Result<KernelKind, String> {
         }
         other => {
             return Err(format!(
-                "kernel {other:?}: expected reduce, pack, wire-reduce, bulk-add/<KiB>K, spin or memcpy"
+                "kernel {other:?}: expected reduce, reduce-once, pack, wire-reduce, bulk-add/<KiB>K, spin or memcpy"
             ));
         }
     })
@@ -208,7 +209,13 @@ pub fn run(a: &ReduceKernelOptions) -> Res<Vec<ReduceKernelRow>> {
                         row.gemm_alone_ms = Some(stats::median(&alone_ms));
                     }
                     side.synchronize()?;
-                    if matches!(kind, KernelKind::Reduce | KernelKind::WireReduce) {
+                    if matches!(kind, KernelKind::Reduce | KernelKind::Once | KernelKind::WireReduce) {
+                        // One more call into a poisoned output, checked against the CPU.
+                        k.poison(&side)?;
+                        if kind == KernelKind::WireReduce {
+                            k.launch(&side, KernelKind::Pack, shape, pieces)?;
+                        }
+                        call(&side)?;
                         row.wrong = Some(k.check(&side, kind == KernelKind::WireReduce)?);
                     }
                     print_row(&row);

@@ -505,7 +505,7 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
         for algo in &a.algorithms {
             let belongs = match kind {
                 Kind::AllGather => algo.parse::<lowcon::AllGatherAlgorithm>().is_ok(),
-                Kind::ReduceScatter => algo.parse::<lowcon::ReduceScatterAlgorithm>().is_ok(),
+                Kind::ReduceScatter => crate::rs_variant(algo).is_ok(),
             };
             if belongs {
                 impls.extend(a.methods.iter().map(|&method| Impl::Lowcon { algo: algo.clone(), method }));

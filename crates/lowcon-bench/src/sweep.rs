@@ -14,7 +14,7 @@ use std::time::Instant;
 use lowcon::cuda::{Stream, StreamPriority};
 use lowcon::{
     AllGatherAlgorithm, AllGatherOptions, DType, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions, HostInput,
-    ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions, SyncMethod,
+    ReduceOp, ReduceScatterOptions, SyncMethod,
 };
 use lowcon_tests::coll::{Case, Coll, GpuRunner, count_wrong};
 
@@ -263,8 +263,10 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                                     runner.g.all_gather(ib, ob, s, &opts)
                                 }
                                 Kind::ReduceScatter => {
+                                    let (algorithm, reduce_launch) = crate::rs_variant(algo)?;
                                     let opts = ReduceScatterOptions {
-                                        algorithm: algo.parse()?,
+                                        algorithm,
+                                        reduce_launch,
                                         sync: m,
                                         ctas,
                                         pipeline,
@@ -342,9 +344,13 @@ fn progress_shown() -> bool {
 fn case_for(a: &SweepOptions, algo: &str, m: SyncMethod, count: usize) -> Res<Case> {
     let coll = match a.kind {
         Kind::AllGather => Coll::AllGather(algo.parse()?),
-        Kind::ReduceScatter => Coll::ReduceScatter(algo.parse()?, a.op),
+        Kind::ReduceScatter => Coll::ReduceScatter(crate::rs_variant(algo)?.0, a.op),
     };
-    Ok(Case { coll, dtype: a.dtype, count, symmetric: !a.staged, misalign: 0, sync: m, channel: 0 })
+    let launch = match a.kind {
+        Kind::AllGather => lowcon::ReduceLaunch::Auto,
+        Kind::ReduceScatter => crate::rs_variant(algo)?.1,
+    };
+    Ok(Case { coll, dtype: a.dtype, count, symmetric: !a.staged, misalign: 0, sync: m, channel: 0, launch })
 }
 
 /// What [`time_calls`] measured on this rank: device µs per call, and (with `--graph`)
@@ -539,11 +545,8 @@ pub fn host(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                         runner.g.all_gather(HostInput::Plain(&input), &mut out, a.dtype, &o)
                     }
                     Kind::ReduceScatter => {
-                        let o = ReduceScatterOptions {
-                            algorithm: algo.parse::<ReduceScatterAlgorithm>()?,
-                            wire: a.wire,
-                            ..Default::default()
-                        };
+                        let (algorithm, reduce_launch) = crate::rs_variant(algo)?;
+                        let o = ReduceScatterOptions { algorithm, reduce_launch, wire: a.wire, ..Default::default() };
                         runner.g.reduce_scatter(HostInput::Plain(&input), &mut out, a.dtype, a.op, &o)
                     }
                 }

@@ -367,8 +367,8 @@ static void check_bad_input(lowconComm_t comm) {
   plain_free(b);
 }
 
-/* The bf16 wire's checks (check_wire_f32, check_wire_bf16_in, check_wire_refusals):
- * a file of their own beside this one, using the helpers above. */
+/* The bf16 wire's checks (check_wire_f32, check_wire_bf16_in, check_wire_refusals) and
+ * check_reduce_launch: a file of their own beside this one, using the helpers above. */
 #include "lowcon_check_wire.h"
 
 /* An environment variable as a non-negative number, or `dflt`. */
@@ -553,6 +553,7 @@ int main(int argc, char **argv) {
       check_wire_f32(comm, seed++, counts[c], c == 1 ? lowconAvg : lowconSum, sync, 0);
       check_wire_f32(comm, seed++, counts[c], lowconSum, sync, 1);
       check_wire_bf16_in(comm, seed++, counts[c], sync);
+      check_reduce_launch(comm, seed++, counts[c], c == 2 ? lowconBfloat16 : lowconFloat32, sync);
     }
 #ifdef LOWCON_EXAMPLE_CUDA
   if (g_gpu)

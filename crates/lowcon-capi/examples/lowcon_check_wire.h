@@ -3,8 +3,10 @@
  * helpers (CHECK, LC, plain_alloc, put, get, poison, value, expect_code,
  * reduce_scatter_once, to_bf16): f32 over bf16 bit for bit against the plain f32 call,
  * bf16 data into an f32 output (recv_type), the counters (lowconCommGetStats), the wire's
- * refusals, and the options struct's ABI (an older, smaller struct keeps working; an
- * unfilled or newer one is refused). Not a header of the library: part of the example.
+ * refusals, the options struct's ABI (an older, smaller struct keeps working; an
+ * unfilled or newer one is refused), and ce-reduce's reduce_launch (one launch per call
+ * bit for bit against one per piece; its refusals). Not a header of the library: part
+ * of the example.
  */
 
 /* The bytes moved so far (lowconCommGetStats). */
@@ -151,3 +153,50 @@ static void check_wire_refusals(lowconComm_t comm) {
   plain_free(b);
 }
 
+
+/* ce-reduce with one reduction launch per call against one per piece (3 pieces each), on
+ * the same data, bit for bit; then reduce_launch's refusals. */
+static void check_reduce_launch(lowconComm_t comm, unsigned seed, size_t n, lowconDataType_t d, int sync) {
+  size_t es = d == lowconFloat32 ? 4 : 2, in_bytes = n * es * (size_t)g_world;
+  unsigned char *h = (unsigned char *)malloc(in_bytes), *a = (unsigned char *)malloc(n * es),
+                *b = (unsigned char *)malloc(n * es);
+  for (size_t i = 0; i < (size_t)g_world * n; i++) {
+    float v = (float)value(seed, g_rank, i, 95) / 7.0f;
+    if (d == lowconFloat32)
+      memcpy(h + 4 * i, &v, 4);
+    else {
+      uint16_t x = to_bf16(v);
+      memcpy(h + 2 * i, &x, 2);
+    }
+  }
+  void *in = plain_alloc(in_bytes), *out = plain_alloc(n * es);
+  lowconCollOptions o;
+  for (int launch = lowconReduceLaunchPieces; launch <= lowconReduceLaunchOnce; launch++) {
+    LC(lowconCollOptionsInit(&o));
+    o.algorithm = "ce-reduce";
+    o.sync = sync;
+    o.pipeline = 3;
+    o.reduce_launch = launch;
+    poison(out, n * es);
+    put(in, h, in_bytes);
+    LC(lowconReduceScatterEx(in, out, n, d, lowconAvg, comm, g_stream, &o));
+    get(launch == lowconReduceLaunchOnce ? a : b, out, n * es, comm);
+  }
+  CHECK(memcmp(a, b, n * es) == 0, "reduce_launch once, type %d n=%zu sync=%d: not the per-piece result bit for bit",
+        d, n, sync);
+  o.reduce_launch = 7;
+  expect_code("reduce_launch 7", lowconReduceScatterEx(in, out, n, d, lowconSum, comm, g_stream, &o),
+              lowconInvalidArgument, "reduce_launch 7");
+  o.reduce_launch = lowconReduceLaunchOnce;
+  o.algorithm = "sm-direct";
+  expect_code("reduce_launch once with sm-direct", lowconReduceScatterEx(in, out, n, d, lowconSum, comm, g_stream, &o),
+              lowconInvalidArgument, "ce-reduce only, not sm-direct");
+  o.algorithm = NULL;
+  expect_code("reduce_launch once on an all-gather", lowconAllGatherEx(in, out, n, d, comm, g_stream, &o),
+              lowconInvalidArgument, "applies to reduce-scatters only");
+  plain_free(in);
+  plain_free(out);
+  free(h);
+  free(a);
+  free(b);
+}

@@ -21,6 +21,15 @@
 // `lowconCollOptions.magic` once `lowconCollOptionsInit` filled the struct.
 #define lowconCollOptionsMagic 1279479632
 
+// `lowconCollOptions.reduce_launch`: the library's choice.
+#define lowconReduceLaunchAuto 0
+
+// `lowconCollOptions.reduce_launch`: one reduction launch per piece.
+#define lowconReduceLaunchPieces 1
+
+// `lowconCollOptions.reduce_launch`: one reduction launch per call.
+#define lowconReduceLaunchOnce 2
+
 // Result codes (the values of NCCL's `ncclResult_t` where the meaning is the same).
 typedef enum {
   // The call succeeded.
@@ -110,6 +119,14 @@ typedef struct {
   // `lowconBfloat16` data reduces bf16 in f32 and writes f32 (bf16 crosses the
   // links). `lowconTypeDefault` (the default): `datatype`; nothing else is accepted.
   lowconDataType_t recv_type;
+  // Reduce-scatter, "ce-reduce" (since 0.2.1): how the reduction is launched.
+  // `lowconReduceLaunchAuto` (0, the default): the library's choice;
+  // `lowconReduceLaunchPieces` (1): one launch per pipeline piece;
+  // `lowconReduceLaunchOnce` (2): one launch per call, whose CTAs wait for each
+  // piece's copies (beside a GEMM that holds every SM it waits for an SM once, not
+  // once per piece; stages the whole chunk; floats without a wire, at most 64
+  // pieces, else refused). A struct of 0.2.0's size leaves it at the default.
+  int reduce_launch;
 } lowconCollOptions;
 
 // The bytes moved to and from peers by a communicator's calls since it was made

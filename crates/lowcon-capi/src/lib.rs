@@ -179,7 +179,22 @@ pub struct lowconCollOptions {
     /// `lowconBfloat16` data reduces bf16 in f32 and writes f32 (bf16 crosses the
     /// links). `lowconTypeDefault` (the default): `datatype`; nothing else is accepted.
     pub recv_type: lowconDataType_t,
+    /// Reduce-scatter, "ce-reduce" (since 0.2.1): how the reduction is launched.
+    /// `lowconReduceLaunchAuto` (0, the default): the library's choice;
+    /// `lowconReduceLaunchPieces` (1): one launch per pipeline piece;
+    /// `lowconReduceLaunchOnce` (2): one launch per call, whose CTAs wait for each
+    /// piece's copies (beside a GEMM that holds every SM it waits for an SM once, not
+    /// once per piece; stages the whole chunk; floats without a wire, at most 64
+    /// pieces, else refused). A struct of 0.2.0's size leaves it at the default.
+    pub reduce_launch: c_int,
 }
+
+/// `lowconCollOptions.reduce_launch`: the library's choice.
+pub const lowconReduceLaunchAuto: c_int = 0;
+/// `lowconCollOptions.reduce_launch`: one reduction launch per piece.
+pub const lowconReduceLaunchPieces: c_int = 1;
+/// `lowconCollOptions.reduce_launch`: one reduction launch per call.
+pub const lowconReduceLaunchOnce: c_int = 2;
 
 /// The size of a `lowconCollOptions` before `wire` was added (the smallest `size`
 /// accepted).
@@ -453,6 +468,7 @@ fn default_options(size: usize) -> lowconCollOptions {
         map_ordinary: 0,
         wire: lowconTypeDefault,
         recv_type: lowconTypeDefault,
+        reduce_launch: lowconReduceLaunchAuto,
     }
 }
 
@@ -487,6 +503,12 @@ fn options<A: std::str::FromStr<Err = Error> + Default>(
     out.map_ordinary = o.map_ordinary != 0;
     out.wire = optional_dtype(o.wire).map_err(|f| invalid(format!("wire: {}", f.1)))?;
     let recv = optional_dtype(o.recv_type).map_err(|f| invalid(format!("recv_type: {}", f.1)))?;
+    out.reduce_launch = u32::try_from(o.reduce_launch)
+        .map_err(|_| ())
+        .and_then(|c| lowcon::ReduceLaunch::from_code(c).map_err(|_| ()))
+        .map_err(|()| {
+            invalid(format!("reduce_launch {}: expected 0 (auto), 1 (pieces) or 2 (once)", o.reduce_launch))
+        })?;
     Ok((out, recv))
 }
 

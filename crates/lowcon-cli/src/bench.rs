@@ -140,8 +140,10 @@ impl SweepFlags {
             Kind::ReduceScatter => list(
                 &self.algorithms,
                 || lowcon::ReduceScatterAlgorithm::NAMED.iter().map(|a| a.name().to_string()).collect(),
-                |x| {
-                    x.parse::<lowcon::ReduceScatterAlgorithm>().map(|a| a.name().to_string()).map_err(|e| e.to_string())
+                // `ce-reduce/once`: the algorithm and how ce-reduce launches its reduction.
+                |x| match lowcon_bench::rs_variant(x).map_err(|e| e.to_string())? {
+                    (a, lowcon::ReduceLaunch::Auto) if !x.contains('/') => Ok(a.name().to_string()),
+                    (a, l) => Ok(format!("{}/{}", a.name(), l.name())),
                 },
             )?,
         };

@@ -208,7 +208,7 @@ enum Scenario {
         #[arg(long)]
         late_in_shrink: Option<String>,
     },
-    /// GPU collectives captured into CUDA graphs: eleven calls replayed with fresh data
+    /// GPU collectives captured into CUDA graphs: twelve calls replayed with fresh data
     /// and eager calls between; two graphs on two streams; what a capture refuses. With
     /// `--kill-at`, rank `--victim` dies at that replay and the others must name it.
     CollGraph {

@@ -17,11 +17,12 @@ pub struct ReduceKernelFlags {
     /// The world the buffers play.
     #[arg(long, default_value_t = 2)]
     pub world: usize,
-    /// Kernels, comma-separated: reduce (ce-reduce's), pack and wire-reduce (the bf16
-    /// wire's), bulk-add/<KiB>K (cp.reduce.async.bulk, tiles of that size), and the
+    /// Kernels, comma-separated: reduce (ce-reduce's, one launch per piece), reduce-once
+    /// (the same in one launch per call, its pieces behind flags), pack and wire-reduce
+    /// (the bf16 wire's), `bulk-add/<KiB>K` (cp.reduce.async.bulk, tiles of that size), and the
     /// controls spin (the SMs held as long as `reduce`, listed before it, runs; no bytes)
     /// and memcpy (the bytes, no kernel of ours).
-    #[arg(long, default_value = "reduce,spin,memcpy,wire-reduce,pack,bulk-add/16K,bulk-add/4K")]
+    #[arg(long, default_value = "reduce,reduce-once,spin,memcpy,wire-reduce,pack,bulk-add/16K,bulk-add/4K")]
     pub kernels: String,
     /// Launch shapes, CTASxTHREADS, comma-separated.
     #[arg(long, default_value = "4x512,8x512,16x512,16x128,32x128,64x64,132x64")]

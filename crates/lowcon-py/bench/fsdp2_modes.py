@@ -8,13 +8,14 @@ before anything replaces them.
 
 Modes (`--modes`, comma separated):
 - `nccl`, `nccl-b`: FSDP2's defaults (NCCL). `nccl-b` is the A/A twin: the noise floor.
-- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,ctas=N,rs_ctas=N,mem=M,agmem=M,rsmem=M,wire=W`:
+- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,ctas=N,rs_ctas=N,mem=M,agmem=M,rsmem=M,wire=W,launch=L`:
   lowcon's hooks (`lowcon.fsdp`), with options (`agmem`/`rsmem`, or `mem` for both:
   "torch", the default, or "pool": where the all-gather outputs and reduce-scatter
   inputs live; with "torch" peers read them in place through IPC mappings; `wire`:
   "auto", the default as in `lowcon.fsdp.install` (the bf16 wire for bf16 parameters
-  with an fp32 reduce, except for accumulated gradients), "bf16" or "fp32"); several
-  variants may run side by side, paired.
+  with an fp32 reduce, except for accumulated gradients), "bf16" or "fp32"; `launch`:
+  ce-reduce's `reduce_launch`, "pieces" or "once", the latter with `wire=fp32` only);
+  several variants may run side by side, paired.
 - `nccl-ce`: PyTorch #176613's copy-engine all-gather from 2.11's public pieces (a
   zero-CTA NCCL group over torch's NCCL symmetric memory), FSDP2's default
   reduce-scatter.
@@ -236,6 +237,8 @@ def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
     sync = opts.get("sync", "kernel")
     ag_opts = {"ctas": int(opts["ctas"])} if "ctas" in opts else {}
     rs_opts = {"ctas": int(opts["rs_ctas"])} if "rs_ctas" in opts else {}
+    if "launch" in opts:
+        rs_opts["reduce_launch"] = opts["launch"]
     mem = opts.get("mem", "torch")  # both at once (lowcon.fsdp's default); agmem / rsmem override
     agmem, rsmem = opts.get("agmem", mem), opts.get("rsmem", mem)
     wire = opts.get("wire", "auto")
@@ -246,7 +249,8 @@ def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
                                          wire=None if wire == "fp32" else wire, **rs_opts)
     notes = {"lowcon": getattr(lowcon, "__version__", "?"), "all_gather": opts.get("ag", "auto"),
              "reduce_scatter": opts.get("rs", "auto"), "sync": sync, "all_gather_memory": agmem,
-             "reduce_scatter_memory": rsmem, "wire": wire, **{k: opts[k] for k in ("ctas", "rs_ctas") if k in opts}}
+             "reduce_scatter_memory": rsmem, "wire": wire,
+             **{k: opts[k] for k in ("ctas", "rs_ctas", "launch") if k in opts}}
     return Mode(name, ag, rs, notes, pool=group)
 
 

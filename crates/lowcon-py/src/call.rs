@@ -16,7 +16,7 @@ pub(crate) fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
     channel: Option<u32>,
     allow_staging: bool,
     map_ordinary: bool,
-    wire: Option<&str>,
+    (wire, reduce_launch): (Option<&str>, &str),
 ) -> PyResult<CollOptions<A>> {
     Ok(CollOptions {
         algorithm: algorithm.parse().map_err(to_py)?,
@@ -28,6 +28,7 @@ pub(crate) fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
         allow_staging,
         map_ordinary,
         wire: wire.map(str::parse::<DType>).transpose().map_err(to_py)?,
+        reduce_launch: reduce_launch.parse().map_err(to_py)?,
     })
 }
 

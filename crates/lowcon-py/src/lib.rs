@@ -333,14 +333,16 @@ impl Group {
         stream: Option<isize>,
         on_current: bool,
     ) -> PyResult<()> {
-        let opts = options(algorithm, sync, ctas, pipeline, channel, allow_staging, map_ordinary, None)?;
+        let opts = options(algorithm, sync, ctas, pipeline, channel, allow_staging, map_ordinary, (None, "auto"))?;
         self.collective(py, output, input, Which::AllGather(opts), stream, on_current)
     }
 
     /// Reduce-scatter into `output` from `input` (world x output elements), with `op`
     /// ("sum", "avg", "min", "max"). `wire`: "bf16" sends an f32 input's top halves
-    /// (NOTE [bf16 wire]); a bf16 input may reduce into an f32 output.
-    #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = false, wire = None, stream = None, on_current = false))]
+    /// (NOTE [bf16 wire]); a bf16 input may reduce into an f32 output. `reduce_launch`:
+    /// how ce-reduce launches its reduction, "auto", "pieces" or "once" (one launch
+    /// per call; NOTE [one launch per call]).
+    #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = false, wire = None, reduce_launch = "auto", stream = None, on_current = false))]
     #[allow(clippy::too_many_arguments)]
     fn reduce_scatter<'py>(
         &self,
@@ -356,11 +358,13 @@ impl Group {
         allow_staging: bool,
         map_ordinary: bool,
         wire: Option<&str>,
+        reduce_launch: &str,
         stream: Option<isize>,
         on_current: bool,
     ) -> PyResult<()> {
         let op: ReduceOp = op.parse().map_err(to_py)?;
-        let opts = options(algorithm, sync, ctas, pipeline, channel, allow_staging, map_ordinary, wire)?;
+        let opts =
+            options(algorithm, sync, ctas, pipeline, channel, allow_staging, map_ordinary, (wire, reduce_launch))?;
         self.collective(py, output, input, Which::ReduceScatter(op, opts), stream, on_current)
     }
 

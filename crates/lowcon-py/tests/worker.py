@@ -131,6 +131,26 @@ def wire(g):
         checks += 1  # all_gather takes no wire at all
     else:
         fail("all_gather took a wire")
+    # ce-reduce's one reduction launch per call: the per-piece result, bit for bit.
+    n = 70001
+    inp = data(200, r, n * w, np.float32)
+    once, pieces = np.full(n, np.nan, np.float32), np.full(n, np.nan, np.float32)
+    g.reduce_scatter(once, inp, "avg", algorithm="ce-reduce", pipeline=3, reduce_launch="once")
+    g.reduce_scatter(pieces, inp, "avg", algorithm="ce-reduce", pipeline=3, reduce_launch="pieces")
+    if once.tobytes() != pieces.tobytes():
+        fail("reduce_launch once: not the per-piece result bit for bit")
+    checks += 1
+    for kwargs, what in [(dict(reduce_launch="later"), "auto, pieces or once"),
+                         (dict(reduce_launch="once", algorithm="sm-direct"), "ce-reduce only, not sm-direct"),
+                         (dict(reduce_launch="once", wire="bf16"), "no wire")]:
+        try:
+            g.reduce_scatter(np.zeros(8, np.float32), np.zeros(8 * w, np.float32), "sum", **kwargs)
+        except lowcon.InvalidArgument as e:
+            if what not in str(e):
+                fail(f"{kwargs}: refused with {e!r}, not naming {what!r}")
+        else:
+            fail(f"{kwargs} was not refused")
+        checks += 1
     return f"{checks} checks, {w} ranks"
 
 

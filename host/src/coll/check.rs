@@ -2,7 +2,7 @@
 //! growth, rotated peer order, staging slots).
 
 use super::wire::Plan;
-use super::{DType, ReduceOp, ReduceScatterAlgorithm};
+use super::{DType, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm};
 use crate::error::{Error, Result};
 
 /// Checks an all-gather's sizes; returns the shard bytes.
@@ -54,12 +54,15 @@ pub(crate) fn check_reduce_scatter(
 }
 
 /// Refuses a wire on an all-gather (it sends its input as it is).
-pub(crate) fn no_wire(rank: usize, wire: Option<DType>, dtype: DType) -> Result<()> {
-    match wire {
-        Some(w) if w != dtype => Err(Error::InvalidArgument(format!(
+pub(crate) fn no_wire(rank: usize, (wire, launch): (Option<DType>, ReduceLaunch), dtype: DType) -> Result<()> {
+    match (wire, launch) {
+        (Some(w), _) if w != dtype => Err(Error::InvalidArgument(format!(
             "rank {rank}: all-gather of {dtype} with wire {w}: a wire applies to reduce-scatters only"
         ))),
-        _ => Ok(()),
+        (_, ReduceLaunch::Auto) => Ok(()),
+        (_, l) => Err(Error::InvalidArgument(format!(
+            "rank {rank}: all-gather with reduce launch {l}: it applies to reduce-scatters only"
+        ))),
     }
 }
 
@@ -160,9 +163,12 @@ mod tests {
         assert_eq!(split, (16, Plan::Split));
         let e = check_reduce_scatter(1, 2, (8, DType::F32), (4, DType::Bf16), None).unwrap_err().to_string();
         assert!(e.contains("rank 1: reduce-scatter of f32 into bf16"), "{e}");
-        no_wire(0, None, DType::F32).unwrap();
-        no_wire(0, Some(DType::F32), DType::F32).unwrap();
-        let e = no_wire(2, Some(DType::Bf16), DType::F32).unwrap_err().to_string();
+        let auto = ReduceLaunch::Auto;
+        no_wire(0, (None, auto), DType::F32).unwrap();
+        no_wire(0, (Some(DType::F32), auto), DType::F32).unwrap();
+        let e = no_wire(1, (None, ReduceLaunch::Once), DType::F32).unwrap_err().to_string();
+        assert!(e.contains("rank 1: all-gather with reduce launch once"), "{e}");
+        let e = no_wire(2, (Some(DType::Bf16), auto), DType::F32).unwrap_err().to_string();
         assert!(e.contains("rank 2: all-gather of f32 with wire bf16"), "{e}");
         let e = check_all_gather(0, 2, (1, DType::F32), (2, DType::Bf16)).unwrap_err().to_string();
         assert!(e.contains("input is f32 but output is bf16"), "{e}");

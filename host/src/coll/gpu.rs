@@ -22,6 +22,7 @@
 //! caller never synchronises. What can still block is the driver itself, when a
 //! stream's queue of pending operations is full (docs/design.md, "Never block").
 
+mod ce_reduce;
 mod floor;
 mod ll;
 mod mapped;
@@ -36,13 +37,14 @@ use super::check::{
     staged_slot,
 };
 use super::device_buf::DeviceBuf;
+use super::launch;
 use super::select::{
-    DEFAULT_REDUCE_CTAS, DEFAULT_TMA_CTAS, STAGING_DEPTH, choose_all_gather, choose_reduce_scatter, default_pieces,
-    oneshot_ctas, piece_elems, tma_ring, tma_split,
+    DEFAULT_REDUCE_CTAS, DEFAULT_TMA_CTAS, choose_all_gather, choose_reduce_scatter, default_pieces, oneshot_ctas,
+    piece_elems, tma_ring, tma_split,
 };
 use super::wire::{self, Counters, Moved, Plan};
 use super::{AllGatherAlgorithm, AllGatherOptions, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
-use crate::cuda::kernels::{COLL_THREADS, TmaArgs, WireReduceArgs};
+use crate::cuda::kernels::TmaArgs;
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
@@ -253,7 +255,7 @@ impl GpuColl {
         opts.check(rank)?;
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
-        no_wire(rank, opts.wire, input.dtype)?;
+        no_wire(rank, (opts.wire, opts.reduce_launch), input.dtype)?;
         let shard = check_all_gather(rank, world, (input.count, input.dtype), (output.count, output.dtype))?;
         if shard == 0 {
             return Ok(());
@@ -420,6 +422,9 @@ impl GpuColl {
         };
         check_push_op(rank, algorithm, op)?;
         wire_steps::refuse_bf16_in_place(rank, plan, &input, &output)?;
+        let pe = piece_elems(output.count, opts.pipeline.unwrap_or_else(|| default_pieces(chunk)));
+        let pieces = output.count.div_ceil(pe);
+        let once = launch::once(rank, opts.reduce_launch, (algorithm, plan), input.dtype, pieces as u32)?;
         match algorithm {
             ReduceScatterAlgorithm::TmaPushReduce => {
                 self.push_reduce(input, output, stream, opts, chunk, dt, mode)?;
@@ -450,8 +455,6 @@ impl GpuColl {
         let n = output.count;
         let tma = matches!(algorithm, ReduceScatterAlgorithm::TmaReduce | ReduceScatterAlgorithm::TmaReduceEvict);
         let ctas = self.ctas(opts.ctas.unwrap_or(if tma { DEFAULT_TMA_CTAS } else { DEFAULT_REDUCE_CTAS }));
-        let pe = piece_elems(n, opts.pipeline.unwrap_or_else(|| default_pieces(chunk)));
-        let pieces = n.div_ceil(pe);
         let ch = opts.channel;
         let mut st = self.channel(ch);
         let peers = match mapped {
@@ -463,9 +466,8 @@ impl GpuColl {
         // A rank that cannot share: every rank stages instead.
         let (mapped, stage_in) = (peers.is_some(), stage_in || (mapped && peers.is_none()));
         let in_len = if stage_in { align256(world * chunk) } else { 0 };
-        let slot = pe * esize;
-        let need =
-            in_len + if algorithm == ReduceScatterAlgorithm::CeReduce { STAGING_DEPTH * (world - 1) * slot } else { 0 };
+        let ce = algorithm == ReduceScatterAlgorithm::CeReduce;
+        let need = in_len + if ce { ce_reduce::stage_bytes(world, n, pe, esize, once) } else { 0 };
         self.prepare(&mut st, ch, mode, need, 1 + 2 * pieces)?;
         let ws = st.workspace.as_ref();
         let copy = st.copy.as_ref().expect("prepared");
@@ -483,52 +485,29 @@ impl GpuColl {
             };
             match algorithm {
                 ReduceScatterAlgorithm::CeReduce | ReduceScatterAlgorithm::Auto => {
-                    let (start, rest) = st.events.split_first().expect("prepared");
-                    let (copied, reduced) = rest.split_at(pieces);
-                    self.enter(stream, ch, opts.sync, mode)?;
-                    stream.record(start)?;
-                    copy.wait(start)?;
-                    // One rank stages nothing and may have no workspace: nothing reads it.
-                    let stage_base = ws.map_or(0, SymmetricBuffer::local_ptr) + in_len as u64;
-                    for i in 0..pieces {
-                        let first = i * pe;
-                        let len = pe.min(n - first);
-                        if i >= STAGING_DEPTH {
-                            copy.wait(&reduced[i - STAGING_DEPTH])?;
-                        }
-                        let slots = stage_base + ((i % STAGING_DEPTH) * (world - 1) * slot) as u64;
-                        for p in rotated(rank, world).filter(|&p| p != rank) {
-                            let from = input_of(p) + (rank * chunk + first * esize) as u64;
-                            ce_copy(copy, slots + (staged_slot(p, rank) * slot) as u64, from, len * esize)?;
-                        }
-                        copy.record(&copied[i])?;
-                        stream.wait(&copied[i])?;
-                        let own = input.ptr + (rank * chunk + first * esize) as u64;
-                        let dst = out + (first * out_size) as u64;
-                        let vec_ok = own.is_multiple_of(16) && dst.is_multiple_of(16);
-                        if plan == Plan::Bf16In {
-                            // bf16 pieces accumulated in f32 and written as f32.
-                            let a = WireReduceArgs::bf16_in(own, slots, pe, len, dst, (rank, world), op.code(), vec_ok);
-                            kernels.wire_reduce(stream, (ctas, COLL_THREADS), &a)?;
-                        } else {
-                            kernels.reduce(
-                                stream,
-                                dt,
-                                (ctas, COLL_THREADS),
-                                own,
-                                rank as u32,
-                                slots,
-                                pe as u64,
-                                world as u32,
-                                dst,
-                                len as u64,
-                                op.code(),
-                                vec_ok,
-                            )?;
-                        }
-                        stream.record(&reduced[i])?;
-                    }
-                    self.exit(stream, ch, opts.sync, mode)?;
+                    let c = ce_reduce::CeCall {
+                        stream,
+                        copy,
+                        events: &st.events,
+                        // One rank stages nothing and may have no workspace: nothing reads it.
+                        stage_base: ws.map_or(0, SymmetricBuffer::local_ptr) + in_len as u64,
+                        own: input.ptr + (rank * chunk) as u64,
+                        out,
+                        from: &|p| input_of(p) + (rank * chunk) as u64,
+                        n,
+                        pe,
+                        esize,
+                        out_size,
+                        plan,
+                        dt,
+                        ctas,
+                        op,
+                        channel: ch,
+                        sync: opts.sync,
+                        mode,
+                        once,
+                    };
+                    self.ce_reduce(&c)?;
                 }
                 ReduceScatterAlgorithm::SmDirect => {
                     let src = src.expect("kernels read symmetric inputs");

@@ -165,7 +165,7 @@ impl HostColl {
         input.check(rank)?;
         let n_in = elems(rank, "all-gather input", input.len(), dtype)?;
         let n_out = elems(rank, "all-gather output", output.len(), dtype)?;
-        no_wire(rank, opts.wire, dtype)?;
+        no_wire(rank, (opts.wire, opts.reduce_launch), dtype)?;
         let shard = check_all_gather(rank, world, (n_in, dtype), (n_out, dtype))?;
         if shard == 0 {
             return Ok(());
@@ -277,6 +277,9 @@ impl HostColl {
             a => wire::algorithm(rank, plan, (a, opts.pipeline), dtype, out_dtype)?,
         };
         check_push_op(rank, algorithm, op)?;
+        // No launches here, but the same calls are refused as on GPUs.
+        let pieces = n_out.div_ceil(piece_elems(n_out, opts.pipeline.unwrap_or_else(|| default_pieces(chunk))));
+        super::launch::once(rank, opts.reduce_launch, (algorithm, plan), dtype, pieces as u32)?;
         match algorithm {
             ReduceScatterAlgorithm::TmaPushReduce => {
                 self.push_reduce(input, output, dtype, opts, chunk)?;

@@ -32,6 +32,7 @@ mod check;
 mod device_buf;
 pub(crate) mod gpu;
 pub(crate) mod host;
+mod launch;
 mod reference;
 mod select;
 pub(crate) mod wire;
@@ -47,6 +48,7 @@ use crate::sync::SyncMethod;
 
 pub use device_buf::DeviceBuf;
 pub use host::HostInput;
+pub use launch::{DEFAULT_REDUCE_LAUNCH, ReduceLaunch};
 pub use select::{
     DEFAULT_REDUCE_CTAS, DEFAULT_TMA_CTAS, LL_MAX_CHUNK_2, LL_MAX_SHARD_2, ONESHOT_MAX_SHARD, choose_all_gather,
     choose_reduce_scatter,
@@ -331,6 +333,9 @@ pub struct CollOptions<A> {
     /// input with an f32 output needs no wire (its input is bf16). `None`: the input's
     /// type. All-gathers refuse a wire.
     pub wire: Option<DType>,
+    /// Reduce-scatter, `ce-reduce`: one reduction launch per piece or one per call
+    /// ([`ReduceLaunch`]; NOTE [one launch per call] in `coll::gpu::ce_reduce`).
+    pub reduce_launch: ReduceLaunch,
 }
 
 impl<A: Default> Default for CollOptions<A> {
@@ -344,6 +349,7 @@ impl<A: Default> Default for CollOptions<A> {
             allow_staging: true,
             map_ordinary: false,
             wire: None,
+            reduce_launch: ReduceLaunch::Auto,
         }
     }
 }

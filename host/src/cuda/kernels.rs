@@ -12,7 +12,9 @@ use super::Stream;
 use super::stream::DeviceRecord;
 use crate::error::{Error, Result, drv};
 
+mod once;
 mod wire;
+pub(crate) use once::OnceArgs;
 pub(crate) use wire::{WirePackArgs, WireReduceArgs};
 
 /// The PTX of `gpu-kernels/`, built by `host/build.rs` (or taken from `LOWCON_PTX_DIR`).
@@ -45,6 +47,7 @@ pub struct Kernels {
     wire_pack: CudaFunction,
     wire_reduce: [CudaFunction; 2],
     wire_wait: CudaFunction,
+    reduce_once: [CudaFunction; 3],
     spin: CudaFunction,
 }
 
@@ -176,6 +179,7 @@ impl Kernels {
             wire_pack: f(names::WIRE_PACK)?,
             wire_reduce: [f(names::WIRE_REDUCE[0])?, f(names::WIRE_REDUCE[1])?],
             wire_wait: f(names::WIRE_WAIT)?,
+            reduce_once: [f(names::REDUCE_ONCE[0])?, f(names::REDUCE_ONCE[1])?, f(names::REDUCE_ONCE[2])?],
             spin: f(names::SPIN)?,
             _module: module,
         })

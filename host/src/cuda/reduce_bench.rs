@@ -19,6 +19,10 @@ pub enum KernelKind {
     /// ce-reduce's reduction: this rank's f32 chunk and `world - 1` staged f32 chunks,
     /// in rank order, into the output.
     Reduce,
+    /// ce-reduce's reduction of a whole call in one launch (`ReduceLaunch::Once`): the
+    /// same work as `Reduce`, its pieces behind flags that stream writes set just before
+    /// the launch (as the copy stream would, with no copies here).
+    Once,
     /// The bf16 wire's pack: every chunk this rank sends, split into top and bottom halves.
     Pack,
     /// The bf16 wire's reduction: the own f32 chunk and `world - 1` staged top halves
@@ -47,6 +51,7 @@ impl KernelKind {
     pub fn name(&self) -> String {
         match self {
             KernelKind::Reduce => "reduce".into(),
+            KernelKind::Once => "reduce-once".into(),
             KernelKind::Pack => "pack".into(),
             KernelKind::WireReduce => "wire-reduce".into(),
             KernelKind::BulkAdd { tile } => format!("bulk-add/{}K", tile >> 10),
@@ -79,6 +84,8 @@ pub struct ReduceKernels {
     pad_table: CudaSlice<u64>,
     plane_table: CudaSlice<u64>,
     second_table: CudaSlice<u64>,
+    /// An error record of its own (`Once`'s waits never expire here; it stays zero).
+    err: CudaSlice<u8>,
     inexact: bool,
 }
 
@@ -105,6 +112,7 @@ impl ReduceKernels {
         let output = stream.alloc_zeros::<f32>(n)?;
         let second = stream.alloc_zeros::<f32>(n * (world + 1) / 2 + 64)?;
         let pads = stream.alloc_zeros::<u8>(pad::buffer_bytes(world as u32))?;
+        let err = stream.alloc_zeros::<u8>(std::mem::size_of::<lowcon_abi::ErrorRecord>())?;
         // Every rank's pad and workspace is this GPU's own.
         let pad_table = stream.upload(&vec![device_ptr(&pads); world])?;
         let plane_table = stream.upload(&vec![device_ptr(&planes); world])?;
@@ -135,6 +143,7 @@ impl ReduceKernels {
             pad_table,
             plane_table,
             second_table,
+            err,
             inexact,
         })
     }
@@ -143,7 +152,7 @@ impl ReduceKernels {
     pub fn bytes(&self, k: KernelKind) -> usize {
         let (n, w) = (self.n, self.world);
         match k {
-            KernelKind::Reduce | KernelKind::Memcpy => n * 4 * (w + 1),
+            KernelKind::Reduce | KernelKind::Once | KernelKind::Memcpy => n * 4 * (w + 1),
             KernelKind::Pack => (w - 1) * n * 8,
             KernelKind::WireReduce => n * 4 + (w - 1) * n * (2 + if self.inexact { 2 } else { 0 }) + n * 4,
             // Per peer chunk: read it, and read and write the sum.
@@ -157,6 +166,10 @@ impl ReduceKernels {
     pub fn launch(&self, stream: &Stream, k: KernelKind, shape: Shape, pieces: u32) -> Result<()> {
         let pe = self.n.div_ceil(pieces.max(1) as usize).div_ceil(64) * 64;
         let shape = (shape.ctas.max(1), shape.threads);
+        if k == KernelKind::Once {
+            // SAFETY: the flags and buffers are this instrument's, live, and sized by `new`.
+            return unsafe { self.launch_once(stream, shape, pe) };
+        }
         let mut first = 0;
         while first < self.n {
             let len = pe.min(self.n - first);
@@ -167,6 +180,52 @@ impl ReduceKernels {
             first += len;
         }
         Ok(())
+    }
+
+    /// # Safety
+    /// As `launch`; at most `pad::WIRE_PIECES` pieces.
+    unsafe fn launch_once(&self, stream: &Stream, shape: (u32, u32), pe: usize) -> Result<()> {
+        let (w, n) = (self.world as u32, self.n);
+        let pieces = n.div_ceil(pe);
+        if pieces > pad::WIRE_PIECES as usize {
+            return Err(Error::InvalidArgument(format!("reduce-once: {pieces} pieces (at most {})", pad::WIRE_PIECES)));
+        }
+        let pads = device_ptr(&self.pads);
+        let flags = pads + pad::once_flag_offset(w, 0, 0) as u64;
+        let src = device_ptr(&self.input);
+        for i in 0..pieces {
+            // SAFETY: piece `i`'s flag inside the live pad buffer.
+            unsafe { raw::mem_op::write_u32(stream.raw(), flags + 4 * i as u64, 1)? };
+        }
+        let a = super::kernels::OnceArgs {
+            own: src,
+            own_idx: 0,
+            staged: src + 4 * n as u64,
+            stride: n as u64,
+            nsrc: w,
+            dst: device_ptr(&self.output),
+            n: n as u64,
+            pe: pe as u64,
+            op: lowcon_abi::reduce_op::SUM,
+            vec_ok: true,
+            flags,
+            counter: pads + pad::counter_offset(w, 0) as u64,
+            // No group: a wait never expires here (the flags are set before the launch).
+            err: device_ptr(&self.err),
+            timeout_ns: 0,
+            rank: 0,
+            channel: 0,
+        };
+        let kernels = self.device.kernels()?;
+        // SAFETY: every source and the output hold `n` elements; the flags are set above.
+        unsafe { kernels.reduce_once(stream, lowcon_abi::reduce_dtype::F32, shape, &a) }
+    }
+
+    /// Fills the output with NaNs (all ones), so that a check after one call sees only
+    /// what that call wrote.
+    pub fn poison(&self, stream: &Stream) -> Result<()> {
+        // SAFETY: the live output buffer, `n` words.
+        unsafe { raw::mem_op::fill_u32(stream.raw(), device_ptr(&self.output), u32::MAX, self.n) }
     }
 
     /// # Safety
@@ -188,6 +247,7 @@ impl ReduceKernels {
         // contract says (`gpu-kernels/src/{reduce,wire,push}.rs`).
         unsafe {
             match k {
+                KernelKind::Once => unreachable!("launch_once"),
                 KernelKind::Reduce => kernels.reduce(
                     stream,
                     lowcon_abi::reduce_dtype::F32,
@@ -279,7 +339,7 @@ impl ReduceKernels {
         }
     }
 
-    /// Checks the last `Reduce` or `WireReduce` (they write the same output) against the
+    /// Checks the last `Reduce`, `Once` or `WireReduce` (they write the same output) against the
     /// CPU: element `i` must be the sum, in rank order in f32, of the chunks' element `i`
     /// (the "peers'" chunks being chunks 1 to `world - 1`). Synchronises `stream`. With
     /// `wire`, also checks that the device counted fallbacks exactly when the data is

@@ -52,6 +52,19 @@ pub fn host_bad_input() -> Result<String, String> {
         r.g.reduce_scatter(HostInput::Plain(&out), &mut rs_out, DType::F32, ReduceOp::Max, &push),
         &[&rk, "op max", "tma-push-reduce"],
     )?);
+    let once = ReduceScatterOptions { reduce_launch: ReduceLaunch::Once, ..rs };
+    let once_direct = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::SmDirect, ..once };
+    notes.push(expect_refused(
+        "one reduction launch with sm-direct",
+        r.g.reduce_scatter(HostInput::Plain(&out), &mut rs_out, DType::F32, ReduceOp::Sum, &once_direct),
+        &[&rk, "reduce launch once", "ce-reduce only, not sm-direct"],
+    )?);
+    let once_ce = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::CeReduce, ..once };
+    notes.push(expect_refused(
+        "one reduction launch of i32",
+        r.g.reduce_scatter(HostInput::Plain(&out), &mut rs_out, DType::I32, ReduceOp::Sum, &once_ce),
+        &[&rk, "reduce launch once", "not i32"],
+    )?);
     let mut rs_short = vec![0u8; 60];
     notes.push(expect_refused(
         "reduce-scatter output of the wrong size",
@@ -71,6 +84,7 @@ pub fn host_bad_input() -> Result<String, String> {
     )?);
     // The group is intact: a real call still works.
     let ok = Case {
+        launch: ReduceLaunch::Auto,
         coll: Coll::ReduceScatter(ReduceScatterAlgorithm::Auto, ReduceOp::Sum),
         dtype: DType::F32,
         count: 100,
@@ -113,6 +127,20 @@ pub fn gpu_bad_input() -> Result<String, String> {
         "i32 reduce-scatter with ll",
         r.g.reduce_scatter(DeviceBuf::slice(&ints), DeviceBuf::slice_mut(&mut int_out), ReduceOp::Sum, &st, &ll),
         &[&rk, "with ll", "ce-reduce or sm-direct"],
+    )?);
+    let once = ReduceScatterOptions { reduce_launch: ReduceLaunch::Once, pipeline: Some(65), ..rs };
+    let mut f_out = st.alloc_zeros::<f32>(65 * 64).map_err(e)?;
+    let f_in = st.alloc_zeros::<f32>(65 * 64 * world).map_err(e)?;
+    notes.push(expect_refused(
+        "one reduction launch of 65 pieces",
+        r.g.reduce_scatter(DeviceBuf::slice(&f_in), DeviceBuf::slice_mut(&mut f_out), ReduceOp::Sum, &st, &once),
+        &[&rk, "reduce launch once", "at most 64 pieces, not 65"],
+    )?);
+    let once_ll = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::Ll, pipeline: None, ..once };
+    notes.push(expect_refused(
+        "one reduction launch with ll",
+        r.g.reduce_scatter(DeviceBuf::slice(&f_in), DeviceBuf::slice_mut(&mut f_out), ReduceOp::Sum, &st, &once_ll),
+        &[&rk, "reduce launch once", "ce-reduce only, not ll"],
     )?);
     // sm-direct named: auto picks `ll` for small chunks at 2 ranks, which needs no staging.
     let no_stage = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::SmDirect, allow_staging: false, ..rs };
@@ -181,6 +209,7 @@ pub fn gpu_bad_input() -> Result<String, String> {
         )?);
     }
     let ok = Case {
+        launch: ReduceLaunch::Auto,
         coll: Coll::AllGather(AllGatherAlgorithm::SmOneshot),
         dtype: DType::F32,
         count: 100,

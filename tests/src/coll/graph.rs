@@ -1,7 +1,7 @@
 //! Collectives captured into CUDA graphs (NOTE [graph flags] in
 //! `lowcon::sync::gpu::graph`). The host backend has no graphs: these run on GPUs only.
 //!
-//! - one graph of eleven calls (every algorithm, plain and symmetric buffers, an
+//! - one graph of twelve calls (every algorithm, plain and symmetric buffers, an
 //!   in-place all-gather, a captured barrier) replayed `replays` times, with fresh
 //!   random inputs and poisoned outputs before every replay and every output checked
 //!   against the CPU reference; every tenth replay is followed by eager calls on the
@@ -30,10 +30,10 @@ struct Call {
 }
 
 fn case(coll: Coll, dtype: DType, count: usize, symmetric: bool, sync: SyncMethod, channel: u32) -> Case {
-    Case { coll, dtype, count, symmetric, misalign: 0, sync, channel }
+    Case { coll, dtype, count, symmetric, misalign: 0, sync, channel, launch: ReduceLaunch::Auto }
 }
 
-/// The eleven calls of the main graph (on `channel`).
+/// The twelve calls of the main graph (on `channel`).
 fn mixed(sync: SyncMethod, channel: u32) -> Vec<(Case, bool)> {
     use AllGatherAlgorithm as A;
     use ReduceScatterAlgorithm as R;
@@ -46,6 +46,14 @@ fn mixed(sync: SyncMethod, channel: u32) -> Vec<(Case, bool)> {
         (c(Coll::AllGather(A::SmOneshot), DType::F32, 1_001, false), false),
         (c(Coll::AllGather(A::Ll), DType::Bf16, 16_385, false), false),
         (c(Coll::ReduceScatter(R::CeReduce, ReduceOp::Sum), DType::F32, 300_001, false), false),
+        // One reduction launch per call: its piece flags must be back at rest each replay.
+        (
+            Case {
+                launch: ReduceLaunch::Once,
+                ..c(Coll::ReduceScatter(R::CeReduce, ReduceOp::Avg), DType::Bf16, 700_001, true)
+            },
+            false,
+        ),
         (c(Coll::ReduceScatter(R::SmDirect, ReduceOp::Avg), DType::Bf16, 12_345, true), false),
         (c(Coll::ReduceScatter(R::TmaReduce, ReduceOp::Max), DType::F32, 65_536, true), false),
         (c(Coll::ReduceScatter(R::TmaPushReduce, ReduceOp::Sum), DType::F32, 20_000, true), false),

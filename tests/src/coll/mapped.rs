@@ -102,6 +102,7 @@ fn gather_checked(
     // SAFETY: as above; synchronous copy.
     unsafe { raw::mem_op::copy_to_host(stream.raw(), &mut got, out) }.map_err(e)?;
     let case = Case {
+        launch: ReduceLaunch::Auto,
         coll: Coll::AllGather(AllGatherAlgorithm::CePull),
         dtype: DType::F32,
         count: n,
@@ -128,6 +129,7 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     // 12M f32 elements per rank: ce-reduce's pieces (one per 16 MiB) pipeline.
     for (count, dtype) in [(1usize, DType::F32), (1001, DType::Bf16), (12_345, DType::F16), (12 << 20, DType::F32)] {
         let base = Case {
+            launch: ReduceLaunch::Auto,
             coll: Coll::AllGather(AllGatherAlgorithm::CePull),
             dtype,
             count,
@@ -273,6 +275,7 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     drop(vmm);
     // The group is still usable.
     let base = Case {
+        launch: ReduceLaunch::Auto,
         coll: Coll::AllGather(AllGatherAlgorithm::CePull),
         dtype: DType::F32,
         count: 4097,

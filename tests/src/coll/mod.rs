@@ -21,7 +21,7 @@ use half::{bf16, f16};
 use lowcon::cuda::{Stream, StreamPriority, raw};
 use lowcon::{
     AllGatherAlgorithm, AllGatherOptions, DType, DeviceBuf, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions,
-    HostInput, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions, SyncMethod,
+    HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions, SyncMethod,
 };
 use lowcon_abi::payload_word;
 use rand::Rng;
@@ -56,6 +56,8 @@ pub struct Case {
     pub sync: SyncMethod,
     /// Channel.
     pub channel: u32,
+    /// Reduce-scatter: how ce-reduce launches its reduction.
+    pub launch: ReduceLaunch,
 }
 
 impl Case {
@@ -63,6 +65,9 @@ impl Case {
     pub fn name(&self) -> String {
         let c = match self.coll {
             Coll::AllGather(a) => format!("all-gather/{a}"),
+            Coll::ReduceScatter(a, op) if self.launch != ReduceLaunch::Auto => {
+                format!("reduce-scatter/{a}/{op}/launch={}", self.launch)
+            }
             Coll::ReduceScatter(a, op) => format!("reduce-scatter/{a}/{op}"),
         };
         format!(
@@ -94,7 +99,14 @@ impl Case {
     }
 
     fn rs_opts(&self, a: ReduceScatterAlgorithm) -> ReduceScatterOptions {
-        ReduceScatterOptions { algorithm: a, sync: self.sync, channel: self.channel, ..Default::default() }
+        let launch = self.launch;
+        ReduceScatterOptions {
+            algorithm: a,
+            sync: self.sync,
+            channel: self.channel,
+            reduce_launch: launch,
+            ..Default::default()
+        }
     }
 }
 
@@ -282,8 +294,16 @@ pub fn run_in_place_suite(r: &mut dyn Runner, sync: SyncMethod) -> Result<String
         for (k, (dtype, count)) in
             [(DType::F32, 1), (DType::Bf16, 1003), (DType::U8, 7), (DType::F32, 65_541)].into_iter().enumerate()
         {
-            let case =
-                Case { coll: Coll::AllGather(a), dtype, count, symmetric: k % 2 == 0, misalign: 0, sync, channel: 0 };
+            let case = Case {
+                launch: ReduceLaunch::Auto,
+                coll: Coll::AllGather(a),
+                dtype,
+                count,
+                symmetric: k % 2 == 0,
+                misalign: 0,
+                sync,
+                channel: 0,
+            };
             let seed = r.shared_seed(&format!("in-place/{i}/{k}"))?;
             let input = input_bytes(dtype, seed, rank, 0, count);
             let got =
@@ -302,7 +322,16 @@ pub fn run_in_place_suite(r: &mut dyn Runner, sync: SyncMethod) -> Result<String
             [(DType::F32, 1), (DType::Bf16, 1003), (DType::F16, 7), (DType::F32, 65_541)].into_iter().enumerate()
         {
             let coll = Coll::ReduceScatter(a, ReduceOp::Sum);
-            let case = Case { coll, dtype, count, symmetric: k % 2 == 0, misalign: 0, sync, channel: 0 };
+            let case = Case {
+                launch: ReduceLaunch::Auto,
+                coll,
+                dtype,
+                count,
+                symmetric: k % 2 == 0,
+                misalign: 0,
+                sync,
+                channel: 0,
+            };
             let seed = r.shared_seed(&format!("in-place-rs/{i}/{k}"))?;
             let input = input_bytes(dtype, seed, rank, 0, case.in_count(world));
             let got =

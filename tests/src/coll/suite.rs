@@ -9,6 +9,7 @@ pub fn suite(sync: SyncMethod, large: usize) -> Vec<Case> {
     let mut v = Vec::new();
     let counts = [1usize, 7, 1003, 65_541, large];
     let base = Case {
+        launch: ReduceLaunch::Auto,
         coll: Coll::AllGather(AllGatherAlgorithm::Auto),
         dtype: DType::F32,
         count: 1,
@@ -77,6 +78,26 @@ pub fn suite(sync: SyncMethod, large: usize) -> Vec<Case> {
             }
         }
     }
+    // ce-reduce with one reduction launch per call (NOTE [one launch per call]): the
+    // large count has several pieces, each behind its flag.
+    for dtype in [DType::F32, DType::F16, DType::Bf16] {
+        for op in ReduceOp::ALL {
+            for (k, &count) in counts.iter().enumerate() {
+                if count == large && op != ReduceOp::Sum {
+                    continue;
+                }
+                v.push(Case {
+                    coll: Coll::ReduceScatter(ReduceScatterAlgorithm::CeReduce, op),
+                    dtype,
+                    count,
+                    symmetric: k % 2 == 1,
+                    misalign: if k == 2 { 1 } else { 0 },
+                    launch: ReduceLaunch::Once,
+                    ..base
+                });
+            }
+        }
+    }
     v
 }
 
@@ -107,7 +128,16 @@ fn stress_case(i: usize, channel: u32, sync: SyncMethod, count: usize) -> Case {
         4 => Coll::ReduceScatter(ReduceScatterAlgorithm::TmaReduce, ReduceOp::Sum),
         _ => Coll::ReduceScatter(ReduceScatterAlgorithm::SmDirect, ReduceOp::Max),
     };
-    Case { coll, dtype: DType::Bf16, count, symmetric: i.is_multiple_of(3), misalign: 0, sync, channel }
+    Case {
+        launch: ReduceLaunch::Auto,
+        coll,
+        dtype: DType::Bf16,
+        count,
+        symmetric: i.is_multiple_of(3),
+        misalign: 0,
+        sync,
+        channel,
+    }
 }
 
 /// `iters` back-to-back calls on one GPU stream (in blocks of 8, enqueued without

@@ -167,7 +167,7 @@ class Group:
         Options: algorithm ("auto", "ce-reduce", "sm-direct", "tma-reduce", "tma-reduce-evict",
         "tma-push-reduce": sum only, not deterministic; "ll": small messages),
         sync, ctas, pipeline, channel, allow_staging, map_ordinary (as for `all_gather`;
-        ce-reduce), wire.
+        ce-reduce), wire, reduce_launch.
 
         The bf16 wire: with float32 `input` and `output`, `wire="bf16"` (or torch.bfloat16)
         sends the top half of each float through the copy engines and reads the bottom
@@ -175,6 +175,11 @@ class Group:
         bit, with half the bytes when the values are bf16-exact (gradients upcast from
         bf16); ce-reduce or auto. A bfloat16 `input` may reduce into a float32 `output`
         (no wire needed: bf16 crosses). `stats()` counts the bytes and the fallbacks.
+
+        reduce_launch (ce-reduce): "auto" (the library's choice), "pieces" (one reduction
+        launch per pipeline piece) or "once" (one launch per call, its CTAs waiting for
+        each piece's copies: beside a GEMM that holds every SM it waits for an SM once,
+        not once per piece; stages the whole chunk; floats without a wire).
         """
         if options.get("wire") is not None:
             options["wire"] = _dtype_name(options["wire"])

@@ -145,6 +145,10 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
                  wire=None, **options):
         if wire not in _WIRES:
             raise InvalidArgument(f"rank {group.rank}: wire {wire!r}: expected \"auto\", \"bf16\" or None")
+        if options.get("reduce_launch") == "once" and wire is not None:
+            # NOTE [one launch per call]: the wire's reduction is launched per piece.
+            raise InvalidArgument(f"rank {group.rank}: reduce_launch=\"once\" needs wire=None (the bf16 wire "
+                                  "reduces one launch per piece)")
         super().__init__(group, algorithm, sync, memory, **options)
         self.gradient_divide_factor = gradient_divide_factor
         self.wire = wire
