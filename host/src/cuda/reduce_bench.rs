@@ -61,6 +61,29 @@ impl KernelKind {
     }
 }
 
+/// Device memory from `cuMemAlloc`, freed on drop (its user synchronises first).
+struct PlainAlloc(u64);
+
+impl PlainAlloc {
+    fn zeroed(stream: &Stream, bytes: usize) -> Result<Self> {
+        // SAFETY: the stream's context is current (`new` bound the device).
+        let a = Self(unsafe { raw::ipc::alloc(bytes)? });
+        // SAFETY: the `bytes` just allocated; synchronised below.
+        unsafe { raw::mem_op::fill(stream.raw(), a.0, 0, bytes)? };
+        stream.synchronize()?;
+        Ok(a)
+    }
+}
+
+impl Drop for PlainAlloc {
+    fn drop(&mut self) {
+        // SAFETY: from `cuMemAlloc`; the instrument's users synchronise before dropping it.
+        if let Err(e) = unsafe { raw::ipc::free(self.0) } {
+            tracing::warn!(target: "lowcon", "reduce kernels: freeing the pad: {e}");
+        }
+    }
+}
+
 /// A launch's CTAs and threads per CTA.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
@@ -80,7 +103,9 @@ pub struct ReduceKernels {
     planes: CudaSlice<u16>,
     output: CudaSlice<f32>,
     second: CudaSlice<f32>,
-    pads: CudaSlice<u8>,
+    /// The pad: `cuMemAlloc` memory, which stream writes accept (the stream-ordered
+    /// pool's, where `alloc_zeros` allocates, they refuse: `CUDA_ERROR_INVALID_VALUE`).
+    pads: PlainAlloc,
     pad_table: CudaSlice<u64>,
     plane_table: CudaSlice<u64>,
     second_table: CudaSlice<u64>,
@@ -111,10 +136,10 @@ impl ReduceKernels {
         let planes = stream.alloc_zeros::<u16>(2 * (world - 1) * n)?;
         let output = stream.alloc_zeros::<f32>(n)?;
         let second = stream.alloc_zeros::<f32>(n * (world + 1) / 2 + 64)?;
-        let pads = stream.alloc_zeros::<u8>(pad::buffer_bytes(world as u32))?;
+        let pads = PlainAlloc::zeroed(stream, pad::buffer_bytes(world as u32))?;
         let err = stream.alloc_zeros::<u8>(std::mem::size_of::<lowcon_abi::ErrorRecord>())?;
         // Every rank's pad and workspace is this GPU's own.
-        let pad_table = stream.upload(&vec![device_ptr(&pads); world])?;
+        let pad_table = stream.upload(&vec![pads.0; world])?;
         let plane_table = stream.upload(&vec![device_ptr(&planes); world])?;
         let second_table = stream.upload(&vec![device_ptr(&second); world])?;
         if inexact {
@@ -122,7 +147,7 @@ impl ReduceKernels {
             // pad; here the pack writes rank 0's own entry, which the reduction skips).
             for p in 1..world as u32 {
                 for piece in 0..pad::WIRE_PIECES {
-                    let at = device_ptr(&pads) + pad::wire_flag_offset(world as u32, 0, piece, p) as u64;
+                    let at = pads.0 + pad::wire_flag_offset(world as u32, 0, piece, p) as u64;
                     // SAFETY: a word inside the live pad buffer; synchronous copy.
                     unsafe { raw::mem_op::copy_from_host(stream.raw(), at, &1u32.to_le_bytes())? };
                 }
@@ -190,7 +215,7 @@ impl ReduceKernels {
         if pieces > pad::WIRE_PIECES as usize {
             return Err(Error::InvalidArgument(format!("reduce-once: {pieces} pieces (at most {})", pad::WIRE_PIECES)));
         }
-        let pads = device_ptr(&self.pads);
+        let pads = self.pads.0;
         let flags = pads + pad::once_flag_offset(w, 0, 0) as u64;
         let src = device_ptr(&self.input);
         for i in 0..pieces {
@@ -240,7 +265,7 @@ impl ReduceKernels {
     ) -> Result<()> {
         let kernels = self.device.kernels()?;
         let (w, n) = (self.world as u32, self.n);
-        let pads = device_ptr(&self.pads);
+        let pads = self.pads.0;
         let src = device_ptr(&self.input);
         let lo_off = (2 * (self.world - 1) * n) as u64;
         // SAFETY: (the block) as the caller's contract; each kernel's arguments as its
@@ -364,7 +389,7 @@ impl ReduceKernels {
             raw::mem_op::copy_to_host(
                 stream.raw(),
                 &mut stats,
-                device_ptr(&self.pads) + pad::stats_offset(self.world as u32) as u64,
+                self.pads.0 + pad::stats_offset(self.world as u32) as u64,
             )?
         };
         let fallbacks = u64::from_le_bytes(stats[..8].try_into().expect("8 bytes"));

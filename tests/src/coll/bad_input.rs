@@ -128,7 +128,12 @@ pub fn gpu_bad_input() -> Result<String, String> {
         r.g.reduce_scatter(DeviceBuf::slice(&ints), DeviceBuf::slice_mut(&mut int_out), ReduceOp::Sum, &st, &ll),
         &[&rk, "with ll", "ce-reduce or sm-direct"],
     )?);
-    let once = ReduceScatterOptions { reduce_launch: ReduceLaunch::Once, pipeline: Some(65), ..rs };
+    let once = ReduceScatterOptions {
+        algorithm: ReduceScatterAlgorithm::CeReduce,
+        reduce_launch: ReduceLaunch::Once,
+        pipeline: Some(65),
+        ..rs
+    };
     let mut f_out = st.alloc_zeros::<f32>(65 * 64).map_err(e)?;
     let f_in = st.alloc_zeros::<f32>(65 * 64 * world).map_err(e)?;
     notes.push(expect_refused(
