@@ -10,6 +10,7 @@ use plotters::prelude::*;
 use plotters::style::{FontStyle, register_font};
 
 use crate::Res;
+use crate::reduce_kernels::ReduceKernelRow;
 use crate::report::{OverlapRow, SaturatedRow, SweepRow};
 
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
@@ -230,6 +231,82 @@ fn draw_saturated_into(path: &Path, rows: &[SaturatedRow]) -> Res<()> {
     Ok(())
 }
 
+/// Draws `lowcon bench reduce-kernels`' frontier: GEMM slowdown against the share of
+/// its speed a reduction kept beside the GEMM, one point per kernel, shape and launches
+/// per call (95% intervals as bars both ways), the targets as dashed lines. Rows
+/// measured alone only (no GEMM) are left out. The file is as in [`draw`].
+pub fn draw_frontier(path: &Path, rows: &[ReduceKernelRow]) -> Res<PathBuf> {
+    drawing(path, |p| draw_frontier_into(p, rows))
+}
+
+fn draw_frontier_into(path: &Path, rows: &[ReduceKernelRow]) -> Res<()> {
+    fonts();
+    let pts: Vec<&ReduceKernelRow> = rows.iter().filter(|r| r.slowdown_pct.is_some() && r.kept_pct.is_some()).collect();
+    if pts.is_empty() {
+        return Err("nothing to plot: no row was measured beside the GEMM".into());
+    }
+    let val = |o: Option<f64>| o.unwrap_or(0.0);
+    let ymax = pts.iter().map(|r| val(r.slowdown_hi).max(val(r.slowdown_pct))).fold(5.0, f64::max) * 1.1;
+    let ymin = pts.iter().map(|r| val(r.slowdown_lo)).fold(0.0, f64::min) * 1.1;
+    // The spin control is named by its hold time: one series for all of them.
+    let name_of = |r: &ReduceKernelRow| {
+        let k = if r.kernel.starts_with("spin/") { "spin (control)" } else { r.kernel.as_str() };
+        format!("{k} x{} launches", r.pieces)
+    };
+    let mut series: Vec<String> = pts.iter().map(|r| name_of(r)).collect();
+    series.sort();
+    series.dedup();
+    let root = BitMapBackend::new(path, (1200, 760)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "reduction kernels beside a saturated GEMM ({} ranks' buffers on one GPU)",
+                pts.first().map_or(0, |r| r.world)
+            ),
+            ("sans-serif", 22),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..100.0, ymin..ymax)?;
+    chart
+        .configure_mesh()
+        .x_desc("its speed kept beside the GEMM (%), higher is better")
+        .y_desc("GEMM slowdown (%), lower is better")
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    // The targets: at most 4.5% slowdown, at least 50% kept.
+    let dash = ShapeStyle { color: BLACK.mix(0.4), filled: false, stroke_width: 1 };
+    chart.draw_series(DashedLineSeries::new([(0.0, 4.5), (100.0, 4.5)], 6, 4, dash))?;
+    chart.draw_series(DashedLineSeries::new([(50.0, ymin), (50.0, ymax)], 6, 4, dash))?;
+    for (i, name) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let style = ShapeStyle { color, filled: true, stroke_width: 2 };
+        let mine: Vec<&&ReduceKernelRow> = pts.iter().filter(|r| name_of(r) == *name).collect();
+        for r in &mine {
+            let (x, y) = (val(r.kept_pct), val(r.slowdown_pct));
+            chart.draw_series([PathElement::new(vec![(x, val(r.slowdown_lo)), (x, val(r.slowdown_hi))], style)])?;
+            chart.draw_series([PathElement::new(vec![(val(r.kept_lo), y), (val(r.kept_hi), y)], style)])?;
+            let shape = format!("{}x{}", r.ctas, r.threads);
+            chart.draw_series([Text::new(shape, (x + 0.8, y + 0.15), ("sans-serif", 12).into_font())])?;
+        }
+        chart
+            .draw_series(mine.iter().map(|r| Circle::new((val(r.kept_pct), val(r.slowdown_pct)), 5, style)))?
+            .label(name.clone())
+            .legend(move |(x, y)| Circle::new((x + 9, y), 5, style));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,6 +323,25 @@ mod tests {
         assert_eq!(p.len(), 1);
         assert!(draw_saturated(Path::new("/nonexistent-dir/x.png"), &rows).is_err());
         assert!(draw_saturated(Path::new("x.png"), &[]).is_err());
+    }
+
+    #[test]
+    fn the_frontier_reads_kernel_rows_and_plots_those_measured_beside_the_gemm() {
+        let tmp = tempfile::tempdir().unwrap();
+        let json = tmp.path().join("k.json");
+        let beside = r#"{"kernel":"reduce","ctas":4,"threads":512,"pieces":16,"priority":"high","world":2,"elems":64,"inexact":false,"bytes":768,"alone_us":1.0,"alone_gbs":0.8,"slowdown_pct":3.3,"slowdown_lo":1.2,"slowdown_hi":6.1,"kept_pct":6.8,"kept_lo":6.6,"kept_hi":6.8,"gemm_alone_ms":28.5,"wrong":0}"#;
+        let alone = beside.replace(r#""slowdown_pct":3.3"#, r#""slowdown_pct":null"#).replace("reduce", "spin/1us");
+        let sweep = r#"{"bench":"all-gather","implementation":"nccl","algorithm":"-","sync":"-","ctas":null,"ranks":2,"dtype":"bf16","op":null,"size":4,"total":8,"count":2,"time_us":1.0,"algbw_gbs":1.0,"busbw_gbs":0.5,"wrong":null}"#;
+        std::fs::write(&json, format!("{beside}\n{alone}\n{sweep}\n")).unwrap();
+        let rows = crate::report::read_kernel_rows(std::slice::from_ref(&json)).unwrap();
+        assert_eq!(rows.iter().map(|r| r.kernel.as_str()).collect::<Vec<_>>(), ["reduce", "spin/1us"]);
+        // The sweep reader skips the kernel rows.
+        let (sw, ov, sat) = crate::report::read_json(std::slice::from_ref(&json)).unwrap();
+        assert_eq!((sw.len(), ov.len(), sat.len()), (1, 0, 0));
+        let wrote = draw_frontier(&tmp.path().join("f"), &rows).unwrap();
+        assert!(wrote.is_file());
+        let e = draw_frontier(&tmp.path().join("g.png"), &rows[1..]).unwrap_err().to_string();
+        assert!(e.contains("no row was measured beside the GEMM"), "{e}");
     }
 
     #[test]

@@ -25,7 +25,7 @@
 //! Every reduction's output is checked against the CPU after its variant.
 
 use lowcon::cuda::{Device, Event, KernelKind, ReduceKernels, Shape, Stream, StreamPriority};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::Res;
 use crate::overlap::Gemm8;
@@ -57,7 +57,7 @@ pub struct ReduceKernelOptions {
 }
 
 /// One variant's result.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ReduceKernelRow {
     pub kernel: String,
     pub ctas: u32,

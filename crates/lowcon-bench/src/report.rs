@@ -399,6 +399,9 @@ pub fn read_json(files: &[PathBuf]) -> Res<(Vec<SweepRow>, Vec<OverlapRow>, Vec<
             let v: serde_json::Value =
                 serde_json::from_str(line).map_err(|e| format!("{}:{}: {e}", f.display(), i + 1))?;
             let bench = v["bench"].as_str().unwrap_or_default();
+            if bench.is_empty() && v.get("kernel").is_some() {
+                continue; // a `bench reduce-kernels` row: `read_kernel_rows`
+            }
             if bench.starts_with("saturated") {
                 sat.push(serde_json::from_value(v).map_err(|e| format!("{}:{}: {e}", f.display(), i + 1))?);
             } else if bench.starts_with("overlap") {
@@ -409,6 +412,22 @@ pub fn read_json(files: &[PathBuf]) -> Res<(Vec<SweepRow>, Vec<OverlapRow>, Vec<
         }
     }
     Ok((rows, ov, sat))
+}
+
+/// The rows of `lowcon bench reduce-kernels --json` files (other lines are skipped).
+pub fn read_kernel_rows(files: &[PathBuf]) -> Res<Vec<crate::reduce_kernels::ReduceKernelRow>> {
+    let mut rows = Vec::new();
+    for f in files {
+        let Ok(text) = std::fs::read_to_string(f) else { continue };
+        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let v: serde_json::Value =
+                serde_json::from_str(line).map_err(|e| format!("{}:{}: {e}", f.display(), i + 1))?;
+            if v.get("bench").is_none() && v.get("kernel").is_some() {
+                rows.push(serde_json::from_value(v).map_err(|e| format!("{}:{}: {e}", f.display(), i + 1))?);
+            }
+        }
+    }
+    Ok(rows)
 }
 
 #[cfg(test)]

@@ -366,7 +366,10 @@ pub fn run(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
         BenchCommand::Quick { max, plot } => quick(max, &plot),
         BenchCommand::Plot { json, out } => {
             let (rows, ov, sat) = report::read_json(&json)?;
-            let wrote = if rows.is_empty() && ov.is_empty() && !sat.is_empty() {
+            let kernels = report::read_kernel_rows(&json)?;
+            let wrote = if rows.is_empty() && ov.is_empty() && sat.is_empty() && !kernels.is_empty() {
+                lowcon_bench::plot::draw_frontier(&out, &kernels)?
+            } else if rows.is_empty() && ov.is_empty() && !sat.is_empty() {
                 lowcon_bench::plot::draw_saturated(&out, &sat)?
             } else {
                 lowcon_bench::plot::draw(&out, &rows, &ov)?

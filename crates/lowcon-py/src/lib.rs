@@ -314,8 +314,7 @@ impl Group {
         })
     }
 
-    /// All-gather into `output` (world x input elements) from `input`.
-    /// `on_current`: `stream` is torch's current stream (see `collective`).
+    /// All-gather into `output` (world x input elements) from `input`. `on_current`: `stream` is torch's current stream (see `collective`).
     #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = false, stream = None, on_current = false))]
     #[allow(clippy::too_many_arguments)]
     fn all_gather<'py>(
@@ -340,8 +339,7 @@ impl Group {
     /// Reduce-scatter into `output` from `input` (world x output elements), with `op`
     /// ("sum", "avg", "min", "max"). `wire`: "bf16" sends an f32 input's top halves
     /// (NOTE [bf16 wire]); a bf16 input may reduce into an f32 output. `reduce_launch`:
-    /// how ce-reduce launches its reduction, "auto", "pieces" or "once" (one launch
-    /// per call; NOTE [one launch per call]).
+    /// "auto", "pieces" or "once" (NOTE [one launch per call]).
     #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = false, wire = None, reduce_launch = "auto", stream = None, on_current = false))]
     #[allow(clippy::too_many_arguments)]
     fn reduce_scatter<'py>(

@@ -12,7 +12,9 @@ An MLP of bf16 parameters (FSDP2 `fully_shard` per layer, `param_dtype=bf16`,
 - lowcon with the fp32 wire (`reduce_scatter_wire=None`);
 - lowcon with `install`'s default (`"auto"`): the bf16 wire, and fp32 for the reduce of
   accumulated gradients;
-- lowcon with the bf16 wire forced on accumulated gradients (every piece falls back).
+- lowcon with the bf16 wire forced on accumulated gradients (every piece falls back);
+- lowcon with the fp32 wire and ce-reduce's one reduction launch per call
+  (`reduce_launch="once"`; `ll`'s small chunks at 2 ranks launch as they do).
 
 Every lowcon reduce-scatter is checked where it happens: the same input also goes through
 lowcon's fp32 ce-reduce, and the two outputs must be equal bit for bit. Then:
@@ -76,7 +78,7 @@ class Checked(lowcon.fsdp.LowconReduceScatter):
         return None
 
 
-def train(mode, accumulate=False, wire="auto"):
+def train(mode, accumulate=False, wire="auto", **rs_options):
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Sequential(nn.Linear(DIM, DIM), nn.GELU()) for _ in range(LAYERS)],
                           nn.Linear(DIM, 8)).to(dev)
@@ -87,7 +89,7 @@ def train(mode, accumulate=False, wire="auto"):
     rs = None
     if mode == "lowcon":
         lowcon.fsdp.install(model, g, reduce_scatter_wire=wire)
-        rs = Checked(g, "auto", "kernel", wire=wire)
+        rs = Checked(g, "auto", "kernel", wire=wire, **rs_options)
         for m in model.modules():
             if hasattr(m, "set_custom_reduce_scatter"):
                 m.set_custom_reduce_scatter(rs)
@@ -140,6 +142,14 @@ auto, rsa, ma = train("lowcon", wire="auto")
 f32_acc, _, _ = train("lowcon", accumulate=True, wire=None)
 auto_acc, rsaa, maa = train("lowcon", accumulate=True, wire="auto")
 forced_acc, rsf, mf = train("lowcon", accumulate=True, wire="bf16")
+once, _, _ = train("lowcon", wire=None, reduce_launch="once")
+try:
+    Checked(g, "auto", "kernel", wire="auto", reduce_launch="once")
+except lowcon.InvalidArgument as e:
+    if "needs wire=None" not in str(e):
+        fail(f"reduce_launch='once' with the wire refused with {e!r}")
+else:
+    fail("reduce_launch='once' with the bf16 wire was accepted")
 if rs32.wire_calls != 0 or m32["wire_bytes"] != 0:
     fail(f"reduce_scatter_wire=None sent {rs32.wire_calls} calls over the bf16 wire")
 if rsa.plain_calls != 0 or rsa.wire_calls == 0 or ma["fallback_pieces"] != 0 or ma["wire_bytes"] == 0:
@@ -151,7 +161,7 @@ if rsf.wire_calls == 0 or mf["fallback_pieces"] == 0:
     fail(f"the forced bf16 wire on accumulated gradients: {rsf.wire_calls} calls, counters {mf}: pieces should "
          "fall back")
 for what, got, want in [("auto", auto, f32), ("auto, accumulated", auto_acc, f32_acc),
-                        ("bf16 forced, accumulated", forced_acc, f32_acc)]:
+                        ("bf16 forced, accumulated", forced_acc, f32_acc), ("one launch per call", once, f32)]:
     if bits(got) != bits(want):
         fail(f"{what}: losses {got} are not the fp32 wire's {want} bit for bit")
 d1 = close(f32, ref, "lowcon fp32")
@@ -162,7 +172,7 @@ if rank == 0:
           f"{ma['wire_bytes']} wire bytes, {ma['fallback_pieces']} fallback pieces (fp32 would have sent "
           f"{2 * ma['wire_bytes']}); forced on accumulated gradients: {mf['fallback_pieces']} of "
           f"{mf['wire_pieces']} pieces fell back")
-print(f"rank {rank}: fsdp-wire ok: {Checked.checked} reduce-scatters bit-exact, 5 lowcon modes' losses equal the "
+print(f"rank {rank}: fsdp-wire ok: {Checked.checked} reduce-scatters bit-exact, 6 lowcon modes' losses equal the "
       f"fp32 wire's bit for bit, Gloo's within tolerance, {world} ranks, {BACKEND}", flush=True)
 dist.barrier()
 g.close()

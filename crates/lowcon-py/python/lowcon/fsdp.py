@@ -192,6 +192,10 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
             # 26%; tied at 4096 tokens), though alone it loses to sm-direct below 64 MiB.
             # Measured at 2 ranks only, so only there.
             options = dict(options, algorithm="ce-reduce")
+        if options.get("reduce_launch") == "once" and options["algorithm"] != "ce-reduce":
+            # NOTE [one launch per call]: ce-reduce's; the small chunks `ll` takes (and
+            # any other algorithm) launch as they do.
+            options = {k: v for k, v in options.items() if k != "reduce_launch"}
         if input_tensor.dtype == torch.float32 and (self.wire == "bf16" or (self.wire == "auto" and self._exact)):
             # NOTE [bf16 wire]: the top halves through the copy engines, exact for any data.
             options = dict(options, wire="bf16", algorithm="ce-reduce")
