@@ -526,6 +526,9 @@ pub fn host(a: &SweepOptions) -> Res<Vec<SweepRow>> {
     let mut rows = Vec::new();
     for algo in &a.algorithms {
         for &size in &sizes(a) {
+            if algo == "ll" && size > LL_SWEEP_MAX {
+                continue; // as on GPUs: a small-message algorithm
+            }
             let count = size / a.dtype.size();
             let (ic, oc) = match a.kind {
                 Kind::AllGather => (count, count * world),
@@ -537,17 +540,31 @@ pub fn host(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                 input.chunks_exact_mut(4).for_each(|w| w.copy_from_slice(&0x3c3c_0000u32.to_le_bytes()));
             }
             let mut out = vec![0u8; oc * a.dtype.size()];
+            // As on GPUs: the input in symmetric memory (peers read it in place) unless
+            // `--staged` asks for ordinary memory, which each call stages.
+            let sym = match a.staged {
+                true => None,
+                false => {
+                    let b = runner.g.alloc(input.len())?;
+                    b.write(rank, 0, &input)?;
+                    Some(b)
+                }
+            };
+            let inp = || match &sym {
+                Some(buf) => HostInput::Symmetric { buf, offset: 0, len: input.len() },
+                None => HostInput::Plain(&input),
+            };
             let mut call = || -> lowcon::Result<()> {
                 match a.kind {
                     Kind::AllGather => {
                         let o =
                             AllGatherOptions { algorithm: algo.parse::<AllGatherAlgorithm>()?, ..Default::default() };
-                        runner.g.all_gather(HostInput::Plain(&input), &mut out, a.dtype, &o)
+                        runner.g.all_gather(inp(), &mut out, a.dtype, &o)
                     }
                     Kind::ReduceScatter => {
                         let (algorithm, reduce_launch) = crate::rs_variant(algo)?;
                         let o = ReduceScatterOptions { algorithm, reduce_launch, wire: a.wire, ..Default::default() };
-                        runner.g.reduce_scatter(HostInput::Plain(&input), &mut out, a.dtype, a.op, &o)
+                        runner.g.reduce_scatter(inp(), &mut out, a.dtype, a.op, &o)
                     }
                 }
             };

@@ -543,7 +543,7 @@ fn quick(max: usize, plot: &Path) -> Result<(), Box<dyn std::error::Error>> {
         (gpus, "gpu")
     } else {
         println!(
-            "lowcon quick check: {} GPU(s) usable, so running 4 ranks on the host backend (CPU shared memory);              the numbers measure the CPU, not a GPU",
+            "lowcon quick check: {} GPU(s) usable, so running 4 ranks on the host backend (CPU shared memory); the numbers measure the CPU, not a GPU",
             gpus
         );
         (4, "host")

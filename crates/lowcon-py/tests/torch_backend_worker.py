@@ -233,6 +233,17 @@ def fallback(r, w, seed):
     dist.all_to_all(outs, [f(r, 2, 1 + q) for q in range(w)])
     for p in range(w):
         check("all_to_all (list)", outs[p], f(p, 2, 1 + r))
+    # Uneven: rank p sends rank q size(p, q) elements, single and list forms.
+    size = lambda p, q: 1 + (p + 2 * q) % 3  # noqa: E731
+    out = poisoned((sum(size(p, r) for p in range(w)),), torch.float32)
+    dist.all_to_all_single(out, torch.cat([f(r, size(r, q), 10 + q) for q in range(w)]),
+                           output_split_sizes=[size(p, r) for p in range(w)],
+                           input_split_sizes=[size(r, q) for q in range(w)])
+    check("all_to_all_single (uneven)", out, torch.cat([f(p, size(p, r), 10 + r) for p in range(w)]))
+    outs = [poisoned((size(p, r),), torch.float32) for p in range(w)]
+    dist.all_to_all(outs, [f(r, size(r, q), 20 + q) for q in range(w)])
+    for p in range(w):
+        check("all_to_all (list, uneven)", outs[p], f(p, size(p, r), 20 + r))
     # send/recv around a ring (even ranks send first, odd ones receive first); a rank
     # alone has no peer (the one-rank run checks the NCCL fallback's set-up on one GPU).
     got = poisoned((4,), torch.float32) if w > 1 else f(w - 1, 4, 9)

@@ -15,7 +15,8 @@ timeout 200 $L bench reduce-kernels --world 2 --kernels reduce,reduce-once \
 echo "harness rc=$? $(( $(date +%s) - t0 )) s" >> "$K/times.txt"
 cat "$K/once.txt"
 tar -C /tmp/r44 -czf "$OUT/k.tgz" k
-SHARED_TAR=$OUT/shared.tgz SHARED_BUDGET=${BUDGET:-360} SHARED_WORLDS="4 8" SHARED_PARTS="rust capi" GRAPH_REPLAYS=50 \
+outer=$OUT  # the tar goes to the device tool's $OUT; the logs to /tmp
+SHARED_TAR=$outer/shared.tgz SHARED_BUDGET=${BUDGET:-360} SHARED_WORLDS="4 8" SHARED_PARTS="rust capi" GRAPH_REPLAYS=50 \
   STEPS_ONLY="coll-check|coll-graph: 12|C API|coll-bad-input" OUT=/tmp/r44/shared bash bundle/gpu-shared.sh > /tmp/r44/shared.txt 2>&1
 tail -25 /tmp/r44/shared.txt; cp /tmp/r44/shared.txt "$OUT/"
 cat "$K/times.txt"

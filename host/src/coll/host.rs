@@ -305,7 +305,9 @@ impl HostColl {
             ReduceScatterAlgorithm::TmaReduce | ReduceScatterAlgorithm::TmaReduceEvict => {
                 tma_ring(world).0 as usize / es
             }
-            _ => piece_elems(n_out, opts.pipeline.unwrap_or_else(|| default_pieces(chunk))),
+            // Pieces change nothing in the result: the host reads and reduces 64 KiB at a
+            // time (in cache), whatever the GPU's pipeline would be.
+            _ => piece_elems(n_out, opts.pipeline.unwrap_or_else(|| default_pieces(chunk))).min((64 << 10) / es),
         };
         let ch = opts.channel;
         self.with_workspace(ch, if plain { world * chunk } else { 0 }, |ws| {
@@ -325,14 +327,28 @@ impl HostColl {
             ranges.extend((0..body.div_ceil(piece)).map(|i| (head + i * piece, piece.min(body - i * piece))));
             ranges.extend((head + body < n_out).then_some((head + body, n_out - head - body)));
             self.sync.barrier(ch)?;
-            let mut staged = vec![vec![0u8; piece.max(head).max(n_out - head - body) * es]; world];
+            // The sources are read where they are (between the barriers nobody writes
+            // them), except this rank's own chunk when the output overlaps it (in place):
+            // that one is copied piece by piece first.
+            let own_at = src.buf.peer_ptr(rank) as usize + off;
+            let out_at = output.as_ptr() as usize;
+            let in_place = own_at < out_at + output.len() && out_at < own_at + n_out * es;
+            let mut own = vec![0u8; if in_place { piece.max(head).max(n_out - head - body) * es } else { 0 }];
             let os = out_dtype.size();
             for (start, len) in ranges {
                 let bytes = len * es;
-                for p in rotated(rank, world) {
-                    src.buf.read(p, off + start * es, &mut staged[p][..bytes])?;
+                if in_place {
+                    src.buf.read(rank, off + start * es, &mut own[..bytes])?;
                 }
-                let srcs: Vec<&[u8]> = staged.iter().map(|s| &s[..bytes]).collect();
+                let srcs = (0..world)
+                    .map(|p| match p == rank && in_place {
+                        true => Ok(&own[..bytes]),
+                        // SAFETY: between this call's barriers no rank writes another rank's
+                        // input chunks, and this rank's output does not overlap its own
+                        // chunk (else it was copied above).
+                        false => unsafe { src.buf.peer_slice(p, off + start * es, bytes) },
+                    })
+                    .collect::<Result<Vec<&[u8]>>>()?;
                 let out = &mut output[start * os..(start + len) * os];
                 reduce_into_as(dtype, out_dtype, op, world, &srcs, out);
             }
@@ -369,9 +385,11 @@ impl HostColl {
                 ws.write(p, rank * chunk, &local[p * chunk..(p + 1) * chunk])?;
             }
             self.sync.barrier(ch)?;
-            let mut got = vec![0u8; world * chunk];
-            ws.read(rank, 0, &mut got)?;
-            let srcs: Vec<&[u8]> = got.chunks_exact(chunk).collect();
+            // SAFETY: (each) this rank's own workspace slots, which the peers wrote before
+            // the barrier above and write again only after this rank passes the next
+            // call's first barrier; the output is the caller's memory, not the workspace.
+            let srcs =
+                (0..world).map(|p| unsafe { ws.peer_slice(rank, p * chunk, chunk) }).collect::<Result<Vec<&[u8]>>>()?;
             reduce_into(dtype, ReduceOp::Sum, world, &srcs, output);
             Ok(())
         })

@@ -1,26 +1,78 @@
 //! The CPU reduction: what the host backend computes with, and the reference the GPU
 //! kernels are held to (f32 accumulation in rank order, `Avg` divides at the end).
 
-use half::{bf16, f16};
+#[cfg(test)]
+use half::bf16;
+use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 use super::{DType, ReduceOp};
 
-fn load(dtype: DType, b: &[u8], i: usize) -> f32 {
+/// Elements the float path converts and reduces at a time: four 16 KiB f32 buffers stay
+/// in L1/L2.
+const CHUNK: usize = 4096;
+
+/// Loads `dst.len()` elements of `dtype` from the bytes `b` (little-endian) into f32:
+/// as typed slices when `b` is aligned for them (loops the compiler vectorises), else
+/// element by element.
+#[inline]
+fn load(dtype: DType, b: &[u8], dst: &mut [f32]) {
+    let n = dst.len();
     match dtype {
-        DType::F32 => f32::from_le_bytes(b[4 * i..4 * i + 4].try_into().expect("4 bytes")),
-        DType::F16 => f16::from_le_bytes(b[2 * i..2 * i + 2].try_into().expect("2 bytes")).to_f32(),
-        DType::Bf16 => bf16::from_le_bytes(b[2 * i..2 * i + 2].try_into().expect("2 bytes")).to_f32(),
+        DType::F32 => match bytemuck::try_cast_slice::<u8, f32>(&b[..4 * n]) {
+            Ok(v) => dst.copy_from_slice(v),
+            Err(_) => dst.iter_mut().zip(b.chunks_exact(4)).for_each(|(d, c)| {
+                *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }),
+        },
+        DType::F16 => match bytemuck::try_cast_slice::<u8, f16>(&b[..2 * n]) {
+            Ok(v) => v.convert_to_f32_slice(dst),
+            Err(_) => dst.iter_mut().zip(b.chunks_exact(2)).for_each(|(d, c)| {
+                *d = f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+            }),
+        },
+        // bf16 -> f32 is exact: the bits, shifted (what `bf16::to_f32` computes).
+        DType::Bf16 => match bytemuck::try_cast_slice::<u8, u16>(&b[..2 * n]) {
+            Ok(v) => dst.iter_mut().zip(v).for_each(|(d, h)| *d = f32::from_bits((*h as u32) << 16)),
+            Err(_) => dst.iter_mut().zip(b.chunks_exact(2)).for_each(|(d, c)| {
+                *d = f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16);
+            }),
+        },
         _ => unreachable!("integers reduce in int_into"),
     }
 }
 
-fn store(dtype: DType, b: &mut [u8], i: usize, v: f32) {
+/// Stores `src` as `dtype` into the bytes `b`, rounding to nearest even.
+#[inline]
+fn store(dtype: DType, b: &mut [u8], src: &[f32]) {
+    let n = src.len();
     match dtype {
-        DType::F32 => b[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes()),
-        DType::F16 => b[2 * i..2 * i + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes()),
-        DType::Bf16 => b[2 * i..2 * i + 2].copy_from_slice(&bf16::from_f32(v).to_le_bytes()),
+        DType::F32 => match bytemuck::try_cast_slice_mut::<u8, f32>(&mut b[..4 * n]) {
+            Ok(v) => v.copy_from_slice(src),
+            Err(_) => b.chunks_exact_mut(4).zip(src).for_each(|(c, v)| c.copy_from_slice(&v.to_le_bytes())),
+        },
+        DType::F16 => match bytemuck::try_cast_slice_mut::<u8, f16>(&mut b[..2 * n]) {
+            Ok(v) => v.convert_from_f32_slice(src),
+            Err(_) => {
+                b.chunks_exact_mut(2).zip(src).for_each(|(c, v)| c.copy_from_slice(&f16::from_f32(*v).to_le_bytes()))
+            }
+        },
+        DType::Bf16 => match bytemuck::try_cast_slice_mut::<u8, u16>(&mut b[..2 * n]) {
+            Ok(v) => v.iter_mut().zip(src).for_each(|(h, f)| *h = bf16_bits(*f)),
+            Err(_) => b.chunks_exact_mut(2).zip(src).for_each(|(c, v)| c.copy_from_slice(&bf16_bits(*v).to_le_bytes())),
+        },
         _ => unreachable!("integers reduce in int_into"),
     }
+}
+
+/// `bf16::from_f32(v).to_bits()`, without branches (so the store loop vectorises):
+/// round to nearest even; a NaN keeps its top bits and is made quiet.
+#[inline(always)]
+fn bf16_bits(v: f32) -> u16 {
+    let x = v.to_bits();
+    let rounded = (x.wrapping_add(0x7fff + ((x >> 16) & 1)) >> 16) as u16;
+    let nan = (x >> 16) as u16 | 0x0040;
+    if x & 0x7fff_ffff > 0x7f80_0000 { nan } else { rounded }
 }
 
 /// `op` over integers (`Avg` is refused before): sums wrap, in the type itself.
@@ -71,21 +123,31 @@ pub(crate) fn reduce_into_as(
         DType::U8 => return int_into(srcs, out, op, u8::from_le_bytes, u8::to_le_bytes, u8::wrapping_add),
         _ => {}
     }
+    // In chunks: each source converted to f32 once, then combined element-wise in rank
+    // order (loops the compiler vectorises), the accumulator rounded once on the store.
     let n = out.len() / out_dtype.size();
-    for i in 0..n {
-        let mut acc = load(dtype, srcs[0], i);
+    let (is, os) = (dtype.size(), out_dtype.size());
+    let (mut acc, mut x) = (vec![0f32; CHUNK.min(n)], vec![0f32; CHUNK.min(n)]);
+    let mut first = 0;
+    while first < n {
+        let len = CHUNK.min(n - first);
+        let (acc, x) = (&mut acc[..len], &mut x[..len]);
+        let at = first * is..(first + len) * is;
+        load(dtype, &srcs[0][at.clone()], acc);
         for s in &srcs[1..] {
-            let x = load(dtype, s, i);
-            acc = match op {
-                ReduceOp::Min => acc.min(x),
-                ReduceOp::Max => acc.max(x),
-                ReduceOp::Sum | ReduceOp::Avg => acc + x,
-            };
+            load(dtype, &s[at.clone()], x);
+            match op {
+                ReduceOp::Min => acc.iter_mut().zip(x.iter()).for_each(|(a, b)| *a = a.min(*b)),
+                ReduceOp::Max => acc.iter_mut().zip(x.iter()).for_each(|(a, b)| *a = a.max(*b)),
+                ReduceOp::Sum | ReduceOp::Avg => acc.iter_mut().zip(x.iter()).for_each(|(a, b)| *a += *b),
+            }
         }
         if op == ReduceOp::Avg {
-            acc /= world as f32;
+            let w = world as f32;
+            acc.iter_mut().for_each(|a| *a /= w);
         }
-        store(out_dtype, out, i, acc);
+        store(out_dtype, &mut out[first * os..(first + len) * os], acc);
+        first += len;
     }
 }
 
@@ -113,6 +175,28 @@ mod tests {
         let mut o32 = [0u8; 4];
         reduce_into(DType::I32, ReduceOp::Sum, 2, &[&(-7i32).to_le_bytes(), &3i32.to_le_bytes()], &mut o32);
         assert_eq!(i32::from_le_bytes(o32), -4);
+    }
+
+    #[test]
+    fn the_branch_free_bf16_rounding_is_half_s() {
+        // Every bf16 boundary neighbourhood, ties, infinities, NaNs and random bits.
+        let mut xs: Vec<u32> = vec![0, 0x8000_0000, 0x7f7f_ffff, 0x7f80_0000, 0xff80_0000, 0x7fc0_0000, 0x7f80_0001];
+        for hi in (0..=0xffffu32).step_by(7) {
+            for lo in [0u32, 1, 0x7fff, 0x8000, 0x8001, 0xffff] {
+                xs.push(hi << 16 | lo);
+            }
+        }
+        let mut r = 0x1234_5678u32;
+        for _ in 0..100_000 {
+            r ^= r << 13;
+            r ^= r >> 17;
+            r ^= r << 5;
+            xs.push(r);
+        }
+        for x in xs {
+            let v = f32::from_bits(x);
+            assert_eq!(bf16_bits(v), bf16::from_f32(v).to_bits(), "{x:#010x}");
+        }
     }
 
     #[test]

@@ -98,6 +98,17 @@ impl HostBuffer {
         Ok(())
     }
 
+    /// Rank `peer`'s bytes `offset .. offset + len`, read where they are.
+    ///
+    /// # Safety
+    /// Nobody writes that range while the slice lives (a collective's input between its
+    /// barriers), and the caller holds no `&mut` to it.
+    pub(crate) unsafe fn peer_slice(&self, peer: usize, offset: usize, len: usize) -> Result<&[u8]> {
+        self.check(peer, offset, len)?;
+        // SAFETY: inside the mapping (checked); no writer meanwhile (the caller's contract).
+        Ok(unsafe { std::slice::from_raw_parts(self.peer_ptr(peer).add(offset), len) })
+    }
+
     /// Copies `out.len()` bytes from rank `peer`'s buffer at `offset`.
     pub fn read(&self, peer: usize, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(peer, offset, out.len())?;

@@ -24,8 +24,8 @@ barrier. All-gathers of any dtype move bytes.
 Everything else falls back, so that a trainer can make lowcon its default group: on CUDA
 tensors to an NCCL group made on first use on the same store, on CPU tensors to Gloo
 (what "cpu:gloo" routes anyway, or made on first use where lowcon runs on its host
-backend; Gloo has no all-to-all, so there an all-to-all of equal pieces runs as a
-lowcon all-gather of the whole inputs). That covers all_to_all (single and list),
+backend; Gloo runs all_to_all_single but not the list form, which therefore runs as one
+all_to_all_single of the pieces). That covers all_to_all (single and list),
 send/recv, reduce, gather, the
 reduce operators lowcon lacks (PREMUL_SUM, PRODUCT, the bitwise ones) and the dtypes it
 does not reduce (float64, int8, int16, ...). The first call of each such operation logs
@@ -415,35 +415,32 @@ class LowconProcessGroup(dist.ProcessGroup):
         return self._run([out, mine, staging], opts, body)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        even = not output_split_sizes and not input_split_sizes
-        if even and self._where([output, input], "all_to_all_single") == "cpu-lowcon":
-            return self._alltoall_by_gather("all_to_all_single", [output], input)
+        # NCCL on CUDA tensors; Gloo on CPU tensors (it runs all_to_all_single, even and
+        # uneven splits).
         g = self._fallback("all_to_all_single", [output, input])
-        return g.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+        return g.alltoall_base(output, input, output_split_sizes, input_split_sizes, _a2a_opts(opts))
 
     def alltoall(self, outputs, inputs, opts=None):
-        same = len({(t.numel(), t.dtype) for t in outputs + inputs}) == 1
-        if same and self._where(outputs + inputs, "all_to_all") == "cpu-lowcon":
-            return self._alltoall_by_gather("all_to_all", outputs, torch.cat([t.reshape(-1) for t in inputs]))
-        return self._fallback("all_to_all", outputs + inputs).alltoall(outputs, inputs, opts)
+        if outputs and not outputs[0].is_cuda:
+            return self._alltoall_as_single(outputs, inputs, opts)
+        return self._fallback("all_to_all", outputs + inputs).alltoall(outputs, inputs, _a2a_opts(opts))
 
-    def _alltoall_by_gather(self, what, outputs, input):
-        """all-to-all with equal pieces on the host backend (Gloo has no all-to-all): an
-        all-gather of every rank's whole input, of which each rank keeps its pieces
-        (world x the bytes: for correctness, not speed)."""
-        w, r = self.size(), self.rank()
-        flat = input.contiguous().reshape(-1)
-        if flat.numel() % w:
-            raise InvalidArgument(f"rank {r}: {what}: {flat.numel()} elements do not split into {w} equal pieces")
-        n = flat.numel() // w
-        staging = torch.empty(w * flat.numel(), dtype=flat.dtype)
-        self._group.all_gather(*_byte_views(staging, flat))
-        mine = torch.cat([staging[p * flat.numel() + r * n:p * flat.numel() + (r + 1) * n] for p in range(w)])
-        if len(outputs) == 1:
-            outputs[0].copy_(mine.view_as(outputs[0]))
-        else:
-            for p, o in enumerate(outputs):
-                o.copy_(mine[p * n:(p + 1) * n].view_as(o))
+    def _alltoall_as_single(self, outputs, inputs, opts):
+        """The list form on CPU tensors: Gloo runs only the single-tensor form (its list
+        form raises "Backend gloo does not support alltoall"), so the pieces go through
+        one all_to_all_single of their concatenation, with their sizes as the splits."""
+        r = self.rank()
+        if len({t.dtype for t in outputs + inputs}) != 1:
+            raise InvalidArgument(f"rank {r}: all_to_all: the tensors have several dtypes")
+        g = self._fallback("all_to_all", outputs + inputs)
+        flat_in = torch.cat([t.reshape(-1) for t in inputs])
+        flat_out = torch.empty(sum(t.numel() for t in outputs), dtype=outputs[0].dtype)
+        g.alltoall_base(flat_out, flat_in, [t.numel() for t in outputs], [t.numel() for t in inputs],
+                        _a2a_opts(opts)).wait()
+        at = 0
+        for o in outputs:
+            o.copy_(flat_out[at:at + o.numel()].view_as(o))
+            at += o.numel()
         return self._done
 
     def send(self, tensors, dst, tag=0):
@@ -477,6 +474,11 @@ def _op_str(opts):
 def _as_lowcon(t):
     """bool tensors as uint8 (what lowcon reduces); others as they are."""
     return t.view(torch.uint8) if t.dtype == torch.bool else t
+
+
+def _a2a_opts(opts):
+    """The all-to-all options torch passed, or the defaults."""
+    return opts if opts is not None else dist.AllToAllOptions()
 
 
 def _byte_views(*tensors):
