@@ -117,6 +117,13 @@ pub fn copy_engine_hint() -> bool {
     *ON.get_or_init(|| std::env::var("LOWCON_COPY_ENGINE_HINT").is_ok_and(|v| v == "1"))
 }
 
+/// `LOWCON_MEMOP_BATCH=0`: enqueue a stream-memop barrier's operations one node each,
+/// as before NOTE [memop batches], to measure what batching saves. Default: one batch.
+pub fn memop_batch() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOWCON_MEMOP_BATCH").map_or(true, |v| v != "0"))
+}
+
 fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
     match v.trim().parse() {

@@ -170,6 +170,45 @@ for k in range(20):
 med = lambda v: sorted(v)[len(v) // 2] * 1e6  # noqa: E731
 print(f"rank {r}: graph: 200 replays of {2 * L} captured calls checked; host us per replay {med(host_replay):.0f} "
       f"(eager: {med(host_eager):.0f} us for the same {2 * L} calls and GEMMs)", flush=True)
+
+
+def timed_graph(sync):
+    """The layer loop with one sync method (ce-pull, GEMM, ce-reduce), captured; host time
+    of graph.replay() and of track_replay() apart, medians of 300 replays (NOTE [memop
+    batches])."""
+
+    def one_sync():
+        for i in range(L):
+            g.all_gather(fulls[i], shards[i], algorithm="ce-pull", sync=sync, channel=ch)
+            y = x @ fulls[i].view(d, d)
+            g.reduce_scatter(rs_out[i], y.view(-1), "sum", algorithm="ce-reduce", sync=sync, channel=ch)
+
+    one_sync()
+    g.synchronize()
+    gr = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(gr):
+        one_sync()
+    rep, track, given = [], [], []
+    cur = torch.cuda.current_stream(dev)
+    for k in range(300):
+        t0 = time.perf_counter()
+        gr.replay()
+        t1 = time.perf_counter()
+        if k % 2:
+            g.track_replay()
+        else:
+            g.track_replay(cur)  # the stream given: no lookup of torch's current one
+        t2 = time.perf_counter()
+        rep.append(t1 - t0)
+        (track if k % 2 else given).append(t2 - t1)
+        g.synchronize()
+    return med(rep), med(track), med(given)
+
+
+for sync in ("kernel", "memop"):
+    rep_us, track_us, given_us = timed_graph(sync)
+    print(f"rank {r}: graph, {sync} sync, {L} x (ce-pull, GEMM, ce-reduce): host us per replay {rep_us:.1f}, "
+          f"track_replay {track_us:.1f} ({given_us:.1f} with the stream given)", flush=True)
 # An unrelated capture in torch's default global mode succeeds while lowcon's calls are in
 # flight (lowcon's threads are relaxed).
 seed += 1

@@ -251,22 +251,37 @@ impl GpuSync {
     pub(crate) fn barrier_eager(&self, stream: &Stream, channel: u32, method: SyncMethod) -> Result<()> {
         let epoch = self.epochs().next_barrier(channel);
         self.note_wait_method(channel, pad::BARRIER, method);
-        let peers = (0..self.core.world).filter(|&p| p != self.core.rank);
         match method {
             // SAFETY: pad pointers and the error record are owned by `self`.
             SyncMethod::Kernel => unsafe {
                 self.device.kernels()?.barrier(stream, self.pad_args(), channel, pad::BARRIER, epoch)
             },
-            SyncMethod::StreamMemop => {
-                for p in peers.clone() {
-                    self.memop_signal(stream, p, channel, pad::BARRIER, epoch)?;
-                }
-                for p in peers {
-                    self.memop_wait(stream, p, channel, pad::BARRIER, epoch)?;
-                }
-                Ok(())
-            }
+            SyncMethod::StreamMemop => self.memop_barrier(stream, channel, (pad::BARRIER, epoch), false),
         }
+    }
+
+    /// A stream-memop barrier as one batch (NOTE [memop batches] in `graph.rs`): this
+    /// rank's signal to every peer, then its wait for every peer's, then (`reset`, the
+    /// graph flags) its slots back to 0.
+    pub(crate) fn memop_barrier(
+        &self,
+        stream: &Stream,
+        channel: u32,
+        (kind, value): (u32, u32),
+        reset: bool,
+    ) -> Result<()> {
+        use raw::mem_op::Op;
+        let (rank, world) = (self.core.rank, self.core.world as u32);
+        let peers = (0..self.core.world).filter(|&p| p != rank);
+        let mine = pad::slot(channel, kind, rank as u32, world);
+        let own = |p: usize| self.host_pad.slot_dev(rank, pad::slot(channel, kind, p as u32, world));
+        let mut ops: Vec<Op> = peers.clone().map(|p| Op::Write(self.host_pad.slot_dev(p, mine), value)).collect();
+        ops.extend(peers.clone().map(|p| Op::WaitGeq(own(p), value)));
+        if reset {
+            ops.extend(peers.map(|p| Op::Write(own(p), 0)));
+        }
+        // SAFETY: every slot is inside a registered host pad owned by `self`.
+        unsafe { raw::mem_op::batch(stream.raw(), &ops) }
     }
 
     /// Enqueues a signal to `peer` on `channel`, after everything enqueued before.
