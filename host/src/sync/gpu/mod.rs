@@ -146,6 +146,9 @@ impl GpuSync {
         let mut q = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
         let was_idle = q.pending() == 0;
         let seq = q.push(stream.raw() as u64, ev, Instant::now());
+        // Woken after the lock is released, so the watchdog does not wake only to wait
+        // for it.
+        drop(q);
         if was_idle {
             self.wake.notify_all();
         }
