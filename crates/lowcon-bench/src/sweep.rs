@@ -251,12 +251,10 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                             let (ib, ob) = (bufs.input(ic, a.dtype)?, bufs.output(oc, a.dtype)?);
                             match a.kind {
                                 Kind::AllGather => {
-                                    let opts = AllGatherOptions {
-                                        algorithm: algo.parse()?,
-                                        sync: m,
-                                        ctas,
-                                        ..Default::default()
-                                    };
+                                    // `--sync` names the waits of captured calls too.
+                                    let opts =
+                                        AllGatherOptions { algorithm: algo.parse()?, ctas, ..Default::default() }
+                                            .with_sync(m);
                                     runner.g.all_gather(ib, ob, s, &opts)
                                 }
                                 Kind::ReduceScatter => {
@@ -264,12 +262,12 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                                     let opts = ReduceScatterOptions {
                                         algorithm,
                                         reduce_launch,
-                                        sync: m,
                                         ctas,
                                         pipeline,
                                         wire: a.wire,
                                         ..Default::default()
-                                    };
+                                    }
+                                    .with_sync(m);
                                     runner.g.reduce_scatter(ib, ob, a.op, s, &opts)
                                 }
                             }

@@ -112,6 +112,12 @@ static void check_wire_refusals(lowconComm_t comm) {
   o.recv_type = lowconFloat32;
   expect_code("recv_type on an all-gather", lowconAllGatherEx(a, b, 4, lowconBfloat16, comm, g_stream, &o),
               lowconInvalidArgument, "recv_type is for reduce-scatters");
+  /* graph_sync (0.2.2): kernel waits by default for captured calls, checked like sync. */
+  LC(lowconCollOptionsInit(&o));
+  CHECK(o.graph_sync == lowconSyncKernel, "lowconCollOptionsInit: graph_sync %d, not lowconSyncKernel", o.graph_sync);
+  o.graph_sync = 5;
+  expect_code("graph_sync 5", lowconAllGatherEx(a, b, 4, lowconFloat32, comm, g_stream, &o), lowconInvalidArgument,
+              "graph_sync 5");
   /* The ABI: a struct as a header before `wire` declared it, with canaries where the
    * newer fields would be: Init writes only its size, the call reads only its size. */
   size_t old = offsetof(lowconCollOptions, wire);

@@ -127,6 +127,13 @@ typedef struct {
   // once per piece; stages the whole chunk; floats without a wire, at most 64
   // pieces, else refused). A struct of 0.2.0's size leaves it at the default.
   int reduce_launch;
+  // (Since 0.2.2) the sync of a call captured into a CUDA graph: `lowconSyncKernel`
+  // (the default, whatever `sync` says: a kernel node costs the host almost nothing
+  // at each replay) or `lowconSyncMemop` (waits that hold no SM, each barrier a
+  // stream-memop node that costs the driver 1.3-4.5 us of host time at every
+  // replay). It took the padding at the end of 0.2.1's struct, whose size it keeps:
+  // `lowconCollOptionsInit` sets it, as every field, to its default.
+  lowconSync_t graph_sync;
 } lowconCollOptions;
 
 // The bytes moved to and from peers by a communicator's calls since it was made

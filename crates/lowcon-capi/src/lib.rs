@@ -187,6 +187,13 @@ pub struct lowconCollOptions {
     /// once per piece; stages the whole chunk; floats without a wire, at most 64
     /// pieces, else refused). A struct of 0.2.0's size leaves it at the default.
     pub reduce_launch: c_int,
+    /// (Since 0.2.2) the sync of a call captured into a CUDA graph: `lowconSyncKernel`
+    /// (the default, whatever `sync` says: a kernel node costs the host almost nothing
+    /// at each replay) or `lowconSyncMemop` (waits that hold no SM, each barrier a
+    /// stream-memop node that costs the driver 1.3-4.5 us of host time at every
+    /// replay). It took the padding at the end of 0.2.1's struct, whose size it keeps:
+    /// `lowconCollOptionsInit` sets it, as every field, to its default.
+    pub graph_sync: lowconSync_t,
 }
 
 /// `lowconCollOptions.reduce_launch`: the library's choice.
@@ -469,6 +476,7 @@ fn default_options(size: usize) -> lowconCollOptions {
         wire: lowconTypeDefault,
         recv_type: lowconTypeDefault,
         reduce_launch: lowconReduceLaunchAuto,
+        graph_sync: lowconSyncKernel,
     }
 }
 
@@ -488,11 +496,13 @@ fn options<A: std::str::FromStr<Err = Error> + Default>(
         let name = unsafe { CStr::from_ptr(o.algorithm) }.to_str().map_err(|_| invalid("algorithm is not UTF-8"))?;
         out.algorithm = name.parse()?;
     }
-    out.sync = match o.sync {
-        lowconSyncKernel => SyncMethod::Kernel,
-        lowconSyncMemop => SyncMethod::StreamMemop,
-        s => return Err(invalid(format!("sync {s}: expected lowconSyncKernel (0) or lowconSyncMemop (1)"))),
+    let sync = |s: lowconSync_t, what: &str| match s {
+        lowconSyncKernel => Ok(SyncMethod::Kernel),
+        lowconSyncMemop => Ok(SyncMethod::StreamMemop),
+        s => Err(invalid(format!("{what} {s}: expected lowconSyncKernel (0) or lowconSyncMemop (1)"))),
     };
+    out.sync = sync(o.sync, "sync")?;
+    out.graph_sync = sync(o.graph_sync, "graph_sync")?;
     let nonneg = |v: c_int, what: &str| -> R<u32> {
         u32::try_from(v).map_err(|_| invalid(format!("{what} {v}: must not be negative")))
     };

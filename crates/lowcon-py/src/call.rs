@@ -10,7 +10,7 @@ use lowcon::{AllGatherAlgorithm, CollOptions, DType, ReduceOp, ReduceScatterAlgo
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
     algorithm: &str,
-    sync: &str,
+    (sync, graph_sync): (&str, &str),
     ctas: Option<u32>,
     pipeline: Option<u32>,
     channel: Option<u32>,
@@ -21,6 +21,7 @@ pub(crate) fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
     Ok(CollOptions {
         algorithm: algorithm.parse().map_err(to_py)?,
         sync: crate::sync_method(sync)?,
+        graph_sync: crate::sync_method(graph_sync)?,
         ctas,
         pipeline,
         // Resolved per call from the stream when not given (`Channels::for_stream`).

@@ -315,7 +315,7 @@ impl Group {
     }
 
     /// All-gather into `output` (world x input elements) from `input`. `on_current`: `stream` is torch's current stream (see `collective`).
-    #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = false, stream = None, on_current = false))]
+    #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "kernel", graph_sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = false, stream = None, on_current = false))]
     #[allow(clippy::too_many_arguments)]
     fn all_gather<'py>(
         &self,
@@ -324,6 +324,7 @@ impl Group {
         input: &Bound<'py, PyAny>,
         algorithm: &str,
         sync: &str,
+        graph_sync: &str,
         ctas: Option<u32>,
         pipeline: Option<u32>,
         channel: Option<u32>,
@@ -332,7 +333,7 @@ impl Group {
         stream: Option<isize>,
         on_current: bool,
     ) -> PyResult<()> {
-        let opts = options(algorithm, sync, ctas, pipeline, channel, allow_staging, map_ordinary, (None, "auto"))?;
+        let opts = options(algorithm, (sync, graph_sync), ctas, pipeline, channel, allow_staging, map_ordinary, (None, "auto"))?;
         self.collective(py, output, input, Which::AllGather(opts), stream, on_current)
     }
 
@@ -340,7 +341,7 @@ impl Group {
     /// ("sum", "avg", "min", "max"). `wire`: "bf16" sends an f32 input's top halves
     /// (NOTE [bf16 wire]); a bf16 input may reduce into an f32 output. `reduce_launch`:
     /// "auto", "pieces" or "once" (NOTE [one launch per call]).
-    #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = false, wire = None, reduce_launch = "auto", stream = None, on_current = false))]
+    #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "kernel", graph_sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = false, wire = None, reduce_launch = "auto", stream = None, on_current = false))]
     #[allow(clippy::too_many_arguments)]
     fn reduce_scatter<'py>(
         &self,
@@ -350,6 +351,7 @@ impl Group {
         op: &str,
         algorithm: &str,
         sync: &str,
+        graph_sync: &str,
         ctas: Option<u32>,
         pipeline: Option<u32>,
         channel: Option<u32>,
@@ -362,7 +364,7 @@ impl Group {
     ) -> PyResult<()> {
         let op: ReduceOp = op.parse().map_err(to_py)?;
         let opts =
-            options(algorithm, sync, ctas, pipeline, channel, allow_staging, map_ordinary, (wire, reduce_launch))?;
+            options(algorithm, (sync, graph_sync), ctas, pipeline, channel, allow_staging, map_ordinary, (wire, reduce_launch))?;
         self.collective(py, output, input, Which::ReduceScatter(op, opts), stream, on_current)
     }
 

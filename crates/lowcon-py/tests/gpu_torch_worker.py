@@ -122,9 +122,11 @@ rs_out = [torch.empty(T * d // w, device=dev) for _ in range(L)]
 def layers():
     for i in range(L):
         sync = ("kernel", "memop")[i % 2]
-        g.all_gather(fulls[i], shards[i], algorithm="ce-pull", sync=sync, channel=ch)
+        # graph_sync: the memop layers keep memop waits when captured (kernel is the default).
+        g.all_gather(fulls[i], shards[i], algorithm="ce-pull", sync=sync, graph_sync=sync, channel=ch)
         y = x @ fulls[i].view(d, d)
-        g.reduce_scatter(rs_out[i], y.view(-1), "sum", algorithm=("ce-reduce", "sm-direct")[i % 2], sync=sync, channel=ch)
+        g.reduce_scatter(rs_out[i], y.view(-1), "sum", algorithm=("ce-reduce", "sm-direct")[i % 2], sync=sync,
+                         graph_sync=sync, channel=ch)
 
 
 def small(seed, p, n):
@@ -172,16 +174,17 @@ print(f"rank {r}: graph: 200 replays of {2 * L} captured calls checked; host us 
       f"(eager: {med(host_eager):.0f} us for the same {2 * L} calls and GEMMs)", flush=True)
 
 
-def timed_graph(sync):
+def timed_graph(sync, graph_sync):
     """The layer loop with one sync method (ce-pull, GEMM, ce-reduce), captured; host time
     of graph.replay() and of track_replay() apart, medians of 300 replays (NOTE [memop
-    batches])."""
+    batches], NOTE [captured sync])."""
+    kw = {} if graph_sync is None else {"graph_sync": graph_sync}
 
     def one_sync():
         for i in range(L):
-            g.all_gather(fulls[i], shards[i], algorithm="ce-pull", sync=sync, channel=ch)
+            g.all_gather(fulls[i], shards[i], algorithm="ce-pull", sync=sync, channel=ch, **kw)
             y = x @ fulls[i].view(d, d)
-            g.reduce_scatter(rs_out[i], y.view(-1), "sum", algorithm="ce-reduce", sync=sync, channel=ch)
+            g.reduce_scatter(rs_out[i], y.view(-1), "sum", algorithm="ce-reduce", sync=sync, channel=ch, **kw)
 
     one_sync()
     g.synchronize()
@@ -205,10 +208,13 @@ def timed_graph(sync):
     return med(rep), med(track), med(given)
 
 
-for sync in ("kernel", "memop"):
-    rep_us, track_us, given_us = timed_graph(sync)
-    print(f"rank {r}: graph, {sync} sync, {L} x (ce-pull, GEMM, ce-reduce): host us per replay {rep_us:.1f}, "
-          f"track_replay {track_us:.1f} ({given_us:.1f} with the stream given)", flush=True)
+# NOTE [captured sync]: memop sync captures kernel waits unless graph_sync says memop
+# (coll-graph checks the node types; these lines show the host time).
+for sync, graph_sync in (("kernel", None), ("memop", None), ("memop", "memop")):
+    rep_us, track_us, given_us = timed_graph(sync, graph_sync)
+    gs = "default" if graph_sync is None else graph_sync
+    print(f"rank {r}: graph, {sync} sync, graph_sync {gs}, {L} x (ce-pull, GEMM, ce-reduce): host us per replay "
+          f"{rep_us:.1f}, track_replay {track_us:.1f} ({given_us:.1f} with the stream given)", flush=True)
 # An unrelated capture in torch's default global mode succeeds while lowcon's calls are in
 # flight (lowcon's threads are relaxed).
 seed += 1

@@ -253,6 +253,7 @@ impl GpuColl {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         let mode = self.sync.begin(stream)?;
         opts.check(rank)?;
+        let opts = &opts.in_mode(mode == Mode::Captured);
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
         no_wire(rank, (opts.wire, opts.reduce_launch), input.dtype)?;
@@ -408,6 +409,7 @@ impl GpuColl {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         let mode = self.sync.begin(stream)?;
         opts.check(rank)?;
+        let opts = &opts.in_mode(mode == Mode::Captured);
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
         let (chunk, plan) =

@@ -303,8 +303,15 @@ algorithm_enum!(
 pub struct CollOptions<A> {
     /// The algorithm, or `Auto`.
     pub algorithm: A,
-    /// How the barriers run (GPU backend).
+    /// How the barriers run (GPU backend), in calls enqueued now.
     pub sync: SyncMethod,
+    /// How the barriers run in calls captured into a CUDA graph (GPU backend; NOTE
+    /// [captured sync] in `sync::gpu::graph`). Kernel waits by default, whatever `sync`
+    /// says: a stream-memop barrier is a graph node that costs the driver 1.3-4.5 µs of
+    /// host time at every replay, a kernel node almost none. Set it to
+    /// [`SyncMethod::StreamMemop`] for graphs whose waits must hold no SM (beside
+    /// GEMMs that fill every SM), and pay that host time.
+    pub graph_sync: SyncMethod,
     /// CTAs of the SM parts (one-shot kernels, reductions); `None` for the default.
     pub ctas: Option<u32>,
     /// ce-reduce: pieces the chunk is split into, so copies of piece i+1 overlap the
@@ -343,6 +350,7 @@ impl<A: Default> Default for CollOptions<A> {
         Self {
             algorithm: A::default(),
             sync: SyncMethod::default(),
+            graph_sync: SyncMethod::Kernel,
             ctas: None,
             pipeline: None,
             channel: 0,
@@ -361,6 +369,18 @@ pub type ReduceScatterOptions = CollOptions<ReduceScatterAlgorithm>;
 
 /// Largest CTA count accepted for the SM parts.
 pub const MAX_CTAS: u32 = 1024;
+
+impl<A: Copy> CollOptions<A> {
+    /// The options a call runs with in `mode`: `graph_sync` is its sync when captured.
+    pub(crate) fn in_mode(&self, captured: bool) -> Self {
+        if captured { Self { sync: self.graph_sync, ..*self } } else { *self }
+    }
+
+    /// These options with `sync` for eager and captured calls alike.
+    pub fn with_sync(self, sync: SyncMethod) -> Self {
+        Self { sync, graph_sync: sync, ..self }
+    }
+}
 
 impl<A> CollOptions<A> {
     pub(crate) fn check(&self, rank: usize) -> Result<()> {

@@ -221,6 +221,9 @@ pub mod ipc {
 }
 
 /// Stream capture (CUDA graphs).
+/// A captured graph's nodes.
+pub mod graph;
+
 pub mod capture {
     use super::*;
 

@@ -7,7 +7,7 @@ use cudarc::driver::{
     CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, ValidAsZeroBits, result, sys,
 };
 
-use super::Device;
+use super::{Device, raw};
 use crate::error::{Error, Result, drv};
 
 /// Scheduling priority of a stream. Collectives usually run on a `High` stream so that
@@ -240,6 +240,13 @@ impl Graph {
     /// Enqueues one replay on the stream it was captured from.
     pub fn launch(&self) -> Result<()> {
         self.inner.launch().map_err(drv("cuGraphLaunch"))
+    }
+
+    /// The graph's nodes by type: which kind of synchronisation its capture recorded
+    /// (kernel waits are kernel nodes, stream-memop waits batch nodes).
+    pub fn node_counts(&self) -> Result<raw::graph::NodeCounts> {
+        // SAFETY: the graph lives as long as `self`.
+        unsafe { raw::graph::node_counts(self.inner.cu_graph()) }
     }
 
     /// The stream the graph was captured from (and replays on).

@@ -10,6 +10,10 @@
 //! - what a capture refuses, with the capture still valid afterwards: a workspace or
 //!   LL buffer not reserved before, point-to-point signals, `synchronize`.
 //!
+//! - which waits a capture records (`CollOptions::graph_sync`, NOTE [captured sync]):
+//!   kernel waits by default whatever `sync` says, stream-memop waits when asked, read
+//!   off the graph's node types, and the replays checked.
+//!
 //! `graph_dead_peer` kills a rank while the others replay.
 
 use lowcon::cuda::Graph;
@@ -90,14 +94,21 @@ impl Call {
         Ok(())
     }
 
-    fn enqueue(&self, r: &GpuRunner, stream: &Stream) -> Result<(), String> {
-        let (rank, world) = (r.g.rank(), r.g.world_size());
+    /// The input and output buffers of a call.
+    fn bufs(&self, rank: usize, world: usize) -> Result<(DeviceBuf<'_>, DeviceBuf<'_>), String> {
         let c = &self.case;
         let ob = self.out.buf(0, c.out_count(world), c.dtype)?;
         let ib = match self.in_place {
             true => self.out.buf(rank * c.count * c.dtype.size(), c.count, c.dtype)?,
             false => self.inp.buf(0, c.in_count(world), c.dtype)?,
         };
+        Ok((ib, ob))
+    }
+
+    fn enqueue(&self, r: &GpuRunner, stream: &Stream) -> Result<(), String> {
+        let (rank, world) = (r.g.rank(), r.g.world_size());
+        let c = &self.case;
+        let (ib, ob) = self.bufs(rank, world)?;
         match c.coll {
             Coll::AllGather(a) => r.g.all_gather(ib, ob, stream, &c.ag_opts(a)),
             Coll::ReduceScatter(a, op) => r.g.reduce_scatter(ib, ob, op, stream, &c.rs_opts(a)),
@@ -201,11 +212,89 @@ pub fn gpu_graph(r: &GpuRunner, sync: SyncMethod, replays: usize) -> Result<Stri
         }
     }
     let concurrent = two_streams(r, sync, replays.div_ceil(10))?;
+    let waits = captured_sync(r, sync)?;
     Ok(format!(
         "{sync:?}: {} captured calls replayed {replays} times with {eager_calls} eager calls between, \
-         {concurrent}, {checked} elements checked; refused: {refused}",
+         {concurrent}, {checked} elements checked; {waits}; refused: {refused}",
         calls.len()
     ))
+}
+
+/// Captures a ce-pull all-gather and a ce-reduce reduce-scatter with eager `sync` and
+/// each `graph_sync` (the default, then both methods), and checks the waits recorded by
+/// the graph's node types: stream-memop waits are batch nodes, kernel waits add none.
+/// Each graph is replayed twice, checked.
+fn captured_sync(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
+    use AllGatherAlgorithm as A;
+    use ReduceScatterAlgorithm as R;
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let ch = 6;
+    r.g.reserve_workspace(ch, RESERVE).map_err(e)?;
+    let calls = [
+        (case(Coll::AllGather(A::CePull), DType::F32, 10_001, true, sync, ch), false),
+        (case(Coll::ReduceScatter(R::CeReduce, ReduceOp::Sum), DType::Bf16, 30_001, true, sync, ch), false),
+    ]
+    .into_iter()
+    .map(|c| Call::new(r, &r.stream, c))
+    .collect::<Result<Vec<_>, _>>()?;
+    let base = seed_of_rank0(|m| r.g.all_gather_bytes("graph-captured-sync", m))?;
+    let mut seen = Vec::new();
+    for graph_sync in [None, Some(SyncMethod::Kernel), Some(SyncMethod::StreamMemop)] {
+        r.stream.begin_capture().map_err(e)?;
+        let mut res = Ok(());
+        for c in &calls {
+            let (ib, ob) = c.bufs(rank, world)?;
+            let mut ag = c.case.ag_opts(A::CePull);
+            let mut rs = c.case.rs_opts(R::CeReduce);
+            // The case sets both syncs; the library's default for graphs is under test.
+            (ag.graph_sync, rs.graph_sync) = match graph_sync {
+                Some(m) => (m, m),
+                None => {
+                    let d = lowcon::CollOptions::<A>::default().graph_sync;
+                    (d, d)
+                }
+            };
+            ag.sync = sync;
+            rs.sync = sync;
+            res = res.and_then(|()| {
+                match c.case.coll {
+                    Coll::AllGather(_) => r.g.all_gather(ib, ob, &r.stream, &ag),
+                    Coll::ReduceScatter(_, op) => r.g.reduce_scatter(ib, ob, op, &r.stream, &rs),
+                }
+                .map_err(e)
+            });
+        }
+        let graph = r.stream.end_capture().map_err(e);
+        res?;
+        let graph = graph?;
+        let nodes = graph.node_counts().map_err(e)?;
+        let memop = graph_sync == Some(SyncMethod::StreamMemop);
+        let name = graph_sync.map_or("default".to_string(), |m| format!("{m:?}"));
+        // At one rank there is nobody to wait for: no barrier node either way.
+        if world > 1 && memop != (nodes.mem_ops > 0) {
+            return Err(format!(
+                "rank {rank}: eager sync {sync:?}, graph_sync {name}: the graph holds {} stream-memop nodes of \
+                 {} ({} kernels): expected {}",
+                nodes.mem_ops,
+                nodes.total,
+                nodes.kernels,
+                if memop { "some" } else { "none (kernel waits)" }
+            ));
+        }
+        for i in 0..2 {
+            let s = seed(base, i);
+            for c in &calls {
+                c.refill(&r.stream, s, rank, world)?;
+            }
+            r.g.replay(&graph).map_err(|m| format!("rank {rank}: graph_sync {name}: replay {i}: {m}"))?;
+            r.g.synchronize(&r.stream).map_err(e)?;
+            for c in &calls {
+                c.check(&r.stream, s, rank, world, &format!("graph_sync {name}, replay {i}"))?;
+            }
+        }
+        seen.push(format!("{name} {}/{}", nodes.mem_ops, nodes.total));
+    }
+    Ok(format!("memop nodes/nodes by graph_sync: {}", seen.join(", ")))
 }
 
 /// Two graphs on channels 4 and 5, captured on two streams and replayed concurrently.

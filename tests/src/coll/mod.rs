@@ -95,18 +95,13 @@ impl Case {
     }
 
     pub(crate) fn ag_opts(&self, a: AllGatherAlgorithm) -> AllGatherOptions {
-        AllGatherOptions { algorithm: a, sync: self.sync, channel: self.channel, ..Default::default() }
+        AllGatherOptions { algorithm: a, channel: self.channel, ..Default::default() }.with_sync(self.sync)
     }
 
-    fn rs_opts(&self, a: ReduceScatterAlgorithm) -> ReduceScatterOptions {
+    pub(crate) fn rs_opts(&self, a: ReduceScatterAlgorithm) -> ReduceScatterOptions {
         let launch = self.launch;
-        ReduceScatterOptions {
-            algorithm: a,
-            sync: self.sync,
-            channel: self.channel,
-            reduce_launch: launch,
-            ..Default::default()
-        }
+        ReduceScatterOptions { algorithm: a, channel: self.channel, reduce_launch: launch, ..Default::default() }
+            .with_sync(self.sync)
     }
 }
 

@@ -70,12 +70,12 @@ impl Typed {
     fn opts(&self) -> ReduceScatterOptions {
         ReduceScatterOptions {
             algorithm: self.algorithm,
-            sync: self.sync,
             channel: self.channel,
             pipeline: self.pipeline,
             wire: self.wire,
             ..Default::default()
         }
+        .with_sync(self.sync)
     }
 
     /// The same call on lowcon's f32 path: f32 in and out, no wire, ce-reduce.

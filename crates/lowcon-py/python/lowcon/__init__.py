@@ -148,7 +148,10 @@ class Group:
         """`output[p * n:(p + 1) * n]` receives rank p's `input` (n elements), on every rank.
 
         Options: algorithm ("auto", "ce-pull", "ce-push", "sm-oneshot", "ll"), sync ("kernel",
-        "memop"), ctas, channel (default: one per stream, in order of first use),
+        "memop"), graph_sync (the sync of a call captured into a CUDA graph: "kernel", the
+        default whatever `sync` says, or "memop", whose waits hold no SM but cost the host
+        1.3-4.5 us per barrier at every replay; docs/graphs.md), ctas, channel (default:
+        one per stream, in order of first use),
         allow_staging, map_ordinary (GPU, ce-pull: peers read an ordinary `input`, e.g.
         torch's memory, in place through IPC instead of a staging copy; the call then
         exchanges addresses with the peers' hosts; docs/python.md, "Torch memory").
@@ -166,7 +169,7 @@ class Group:
 
         Options: algorithm ("auto", "ce-reduce", "sm-direct", "tma-reduce", "tma-reduce-evict",
         "tma-push-reduce": sum only, not deterministic; "ll": small messages),
-        sync, ctas, pipeline, channel, allow_staging, map_ordinary (as for `all_gather`;
+        sync, graph_sync, ctas, pipeline, channel, allow_staging, map_ordinary (as for `all_gather`;
         ce-reduce), wire, reduce_launch.
 
         The bf16 wire: with float32 `input` and `output`, `wire="bf16"` (or torch.bfloat16)

@@ -45,6 +45,17 @@
 //! (a batch runs its operations in order, each write after the driver's memory barrier),
 //! the same operations as before in one node. The waits stay in the host pad (NOTE [host
 //! pad]), which a device-memory copy could not signal.
+//!
+//! NOTE [captured sync]: a replay costs the host the launch of its nodes, and one node per
+//! barrier is the floor for memop waits (a wait is a memop, and a graph cannot wait
+//! otherwise without an SM). The 12-layer loop of the rough-edges issue has 48 captured
+//! barriers: 215-254 µs per replay with 2 ranks sharing an H100 under MPS (4.5 µs a
+//! batch node), and at the 2.6 µs a batch node costs alone, about 125 µs; its kernel-sync
+//! twin replays in 27-32 µs. So captured calls take kernel waits unless the caller asks
+//! otherwise (`CollOptions::graph_sync`, default `Kernel`, whatever `sync` says for eager
+//! calls): memop waits in a graph are for steps whose waits must hold no SM (beside
+//! GEMMs that fill every SM), at that host cost. An explicit `barrier(method)` captures
+//! the method it names.
 
 use std::sync::atomic::Ordering;
 
