@@ -211,12 +211,55 @@ pub fn gpu_graph(r: &GpuRunner, sync: SyncMethod, replays: usize) -> Result<Stri
             }
         }
     }
+    let host = replay_host_costs(r, &graph)?;
     let concurrent = two_streams(r, sync, replays.div_ceil(10))?;
     let waits = captured_sync(r, sync)?;
     Ok(format!(
         "{sync:?}: {} captured calls replayed {replays} times with {eager_calls} eager calls between, \
-         {concurrent}, {checked} elements checked; {waits}; refused: {refused}",
+         {concurrent}, {checked} elements checked; {waits}; refused: {refused}; {host}",
         calls.len()
+    ))
+}
+
+/// The host time of replaying `graph` and of its parts (NOTE [captured sync]): µs
+/// medians of 200 rounds, printed, not asserted (speed is the benchmarks'). A round:
+/// launch and `track_replay` on an idle stream (the watchdog is woken), launch and
+/// `track_replay` again behind it (no wake), an event record alone, the capture query
+/// alone, then `synchronize`.
+fn replay_host_costs(r: &GpuRunner, graph: &Graph) -> Result<String, String> {
+    let stream = graph.stream();
+    let ev = stream.event(false).map_err(e)?;
+    let mut t = vec![Vec::new(); 6];
+    for _ in 0..200 {
+        let mut at = [Instant::now(); 7];
+        graph.launch().map_err(e)?;
+        at[1] = Instant::now();
+        r.g.track_replay(stream).map_err(e)?;
+        at[2] = Instant::now();
+        graph.launch().map_err(e)?;
+        at[3] = Instant::now();
+        r.g.track_replay(stream).map_err(e)?;
+        at[4] = Instant::now();
+        stream.record(&ev).map_err(e)?;
+        at[5] = Instant::now();
+        // SAFETY: a live stream of the group's device, whose context is current.
+        let _ = unsafe { raw::capture::status(stream.raw()) };
+        at[6] = Instant::now();
+        r.g.synchronize(stream).map_err(e)?;
+        for (k, v) in t.iter_mut().enumerate() {
+            v.push((at[k + 1] - at[k]).as_secs_f64() * 1e6);
+        }
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let m: Vec<f64> = t.iter_mut().map(med).collect();
+    let nodes = graph.node_counts().map_err(e)?;
+    Ok(format!(
+        "host µs per replay of {} nodes ({} memop): launch {:.1}, track_replay {:.1} (idle stream) / {:.1} (behind a \
+         replay), second launch {:.1}, event record alone {:.1}, capture query {:.2}",
+        nodes.total, nodes.mem_ops, m[0], m[1], m[3], m[2], m[4], m[5]
     ))
 }
 

@@ -53,6 +53,9 @@ pub(crate) struct GpuSync {
     /// watchdog that calls arrived, or that it must stop (`stopping`).
     inflight: Mutex<InFlight<Event>>,
     wake: Condvar,
+    /// The watchdog sleeps on `wake` with its long idle tick (set and read under
+    /// `inflight`'s lock): only then does a new call wake it (NOTE [watchdog wakes]).
+    watchdog_asleep: AtomicBool,
     stopping: AtomicBool,
     rules: Rules,
     /// Workspaces replaced by larger ones, with the sequence number of the first call
@@ -114,6 +117,7 @@ impl GpuSync {
             side,
             inflight: Default::default(),
             wake: Condvar::new(),
+            watchdog_asleep: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             rules: Rules::for_timeout(core_timeout),
             retired: Mutex::new(Vec::new()),
@@ -144,12 +148,13 @@ impl GpuSync {
         // (to find a dead peer and release the waits that drain the queue).
         stream.record(&ev)?;
         let mut q = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-        let was_idle = q.pending() == 0;
         let seq = q.push(stream.raw() as u64, ev, Instant::now());
+        // Read under the lock the watchdog sets it under (NOTE [watchdog wakes]).
+        let asleep = self.watchdog_asleep.load(std::sync::atomic::Ordering::Relaxed);
         // Woken after the lock is released, so the watchdog does not wake only to wait
         // for it.
         drop(q);
-        if was_idle {
+        if asleep {
             self.wake.notify_all();
         }
         Ok(seq)

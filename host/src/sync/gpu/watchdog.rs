@@ -3,7 +3,8 @@
 //!
 //! Every call registers its completion event ([`GpuSync::track`]) and returns. The
 //! watchdog, on each round ([`inflight::poll_interval`]: 1 ms while calls are in
-//! flight, otherwise asleep on a condition variable with a 100 ms tick):
+//! flight and for 200 ms after, otherwise asleep on a condition variable with a 100 ms
+//! tick, which a new call wakes: NOTE [watchdog wakes]):
 //!
 //! 1. retires the calls seen complete, and frees the workspaces they were the last
 //!    users of (replaced by larger ones: a call never waits to free memory);
@@ -77,6 +78,16 @@ impl Drop for Watchdog {
     }
 }
 
+/// NOTE [watchdog wakes]: a call registered while the watchdog sleeps its long idle tick
+/// (100 ms) wakes it, so a dead peer is found within the short tick's bounds. Waking it
+/// costs the caller a futex wake, on every call of a loop that synchronises between
+/// calls (a replay loop, with `track_replay` after each launch). So the watchdog keeps
+/// its short tick (1 ms) for `IDLE_GRACE` after the last call it saw in flight, and only
+/// then sleeps long with `watchdog_asleep` set; a call wakes it only then. The flag is
+/// set and read under `inflight`'s lock (the condition variable's), so a call pushed
+/// before the watchdog's check is seen in flight, and one pushed after sees the flag.
+const IDLE_GRACE: Duration = Duration::from_millis(200);
+
 /// How long a stopping watchdog keeps releasing the waits of a failed group.
 const FINAL_RELEASE: Duration = Duration::from_secs(2);
 
@@ -89,12 +100,22 @@ impl GpuSync {
             return;
         }
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut last_busy = Instant::now();
             while !self.stopping.load(Ordering::Acquire) {
                 let busy = self.round();
                 let q = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
                 if !self.stopping.load(Ordering::Acquire) {
-                    let pause = poll_interval(busy || q.pending() > 0);
-                    let _ = self.wake.wait_timeout(q, pause);
+                    if busy || q.pending() > 0 {
+                        last_busy = Instant::now();
+                    }
+                    // NOTE [watchdog wakes]: the short tick for IDLE_GRACE after the
+                    // last call, then the long sleep, flagged so that a new call wakes it.
+                    let short = last_busy.elapsed() < IDLE_GRACE;
+                    self.watchdog_asleep.store(!short, Ordering::Relaxed);
+                    let (q, _) =
+                        self.wake.wait_timeout(q, poll_interval(short)).unwrap_or_else(|p| p.into_inner());
+                    self.watchdog_asleep.store(false, Ordering::Relaxed);
+                    drop(q);
                 }
             }
             // Stopping: calls may still be in flight (the caller need not synchronise
