@@ -119,6 +119,21 @@ impl Error {
         Error::Driver { call, code: e.0 as u32, name, description }
     }
 
+    /// This error with the set-up step it happened in (`step`, e.g. "creating group x:
+    /// the socket mesh"), so that a wait that ran out says which wait it was. Errors of
+    /// other kinds (a bad argument, a driver failure) are returned as they are.
+    pub(crate) fn during(self, step: impl std::fmt::Display) -> Self {
+        match self {
+            Error::PeerTimeout { rank, peer, what, secs } => {
+                Error::PeerTimeout { rank, peer, what: format!("{step}: {what}"), secs }
+            }
+            Error::PeerGone { rank, peer, what } => Error::PeerGone { rank, peer, what: format!("{step}: {what}") },
+            Error::Rendezvous(m) => Error::Rendezvous(format!("{step}: {m}")),
+            Error::Store(e) => Error::Rendezvous(format!("{step}: {e}")),
+            other => other,
+        }
+    }
+
     /// A copy of a group failure as it was first reported (a dead or late peer, a
     /// device-side timeout), for reporting it again; any other error as
     /// [`Error::GroupFailed`] with its message.

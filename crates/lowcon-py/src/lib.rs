@@ -333,7 +333,16 @@ impl Group {
         stream: Option<isize>,
         on_current: bool,
     ) -> PyResult<()> {
-        let opts = options(algorithm, (sync, graph_sync), ctas, pipeline, channel, allow_staging, map_ordinary, (None, "auto"))?;
+        let opts = options(
+            algorithm,
+            (sync, graph_sync),
+            ctas,
+            pipeline,
+            channel,
+            allow_staging,
+            map_ordinary,
+            (None, "auto"),
+        )?;
         self.collective(py, output, input, Which::AllGather(opts), stream, on_current)
     }
 
@@ -363,8 +372,16 @@ impl Group {
         on_current: bool,
     ) -> PyResult<()> {
         let op: ReduceOp = op.parse().map_err(to_py)?;
-        let opts =
-            options(algorithm, (sync, graph_sync), ctas, pipeline, channel, allow_staging, map_ordinary, (wire, reduce_launch))?;
+        let opts = options(
+            algorithm,
+            (sync, graph_sync),
+            ctas,
+            pipeline,
+            channel,
+            allow_staging,
+            map_ordinary,
+            (wire, reduce_launch),
+        )?;
         self.collective(py, output, input, Which::ReduceScatter(op, opts), stream, on_current)
     }
 

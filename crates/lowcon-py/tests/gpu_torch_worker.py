@@ -205,16 +205,47 @@ def timed_graph(sync, graph_sync):
         rep.append(t1 - t0)
         (track if k % 2 else given).append(t2 - t1)
         g.synchronize()
-    return med(rep), med(track), med(given)
+    return med(rep), med(track), med(given), gr
 
 
 # NOTE [captured sync]: memop sync captures kernel waits unless graph_sync says memop
 # (coll-graph checks the node types; these lines show the host time).
+graphs = {}
 for sync, graph_sync in (("kernel", None), ("memop", None), ("memop", "memop")):
-    rep_us, track_us, given_us = timed_graph(sync, graph_sync)
+    rep_us, track_us, given_us, graphs[(sync, graph_sync)] = timed_graph(sync, graph_sync)
     gs = "default" if graph_sync is None else graph_sync
     print(f"rank {r}: graph, {sync} sync, graph_sync {gs}, {L} x (ce-pull, GEMM, ce-reduce): host us per replay "
           f"{rep_us:.1f}, track_replay {track_us:.1f} ({given_us:.1f} with the stream given)", flush=True)
+
+
+def track_parts(gr):
+    """Where Python's track_replay time goes: after each replay of `gr`, one of the
+    wrapper with the stream given, the native method with the raw pointer, a native
+    getter (the binding's floor), torch's raw current stream; medians of 100 each."""
+    cur = torch.cuda.current_stream(dev)
+    ptr = int(torch._C._cuda_getCurrentRawStream(dev))
+    parts = {
+        "g.track_replay(stream)": lambda: g.track_replay(cur),
+        "native track_replay(ptr)": lambda: g._g.track_replay(ptr),
+        "native getter": lambda: g._g.rank,
+        "raw current stream": lambda: torch._C._cuda_getCurrentRawStream(dev),
+    }
+    out = {}
+    for name, f in parts.items():
+        ts = []
+        for _ in range(100):
+            gr.replay()
+            t0 = time.perf_counter()
+            f()
+            ts.append(time.perf_counter() - t0)
+            g.track_replay(cur)
+            g.synchronize()
+        out[name] = med(ts)
+    return ", ".join(f"{k} {v:.1f}" for k, v in out.items())
+
+
+print(f"rank {r}: track_replay's parts, us after a replay of the kernel graph: {track_parts(graphs[('kernel', None)])}",
+      flush=True)
 # An unrelated capture in torch's default global mode succeeds while lowcon's calls are in
 # flight (lowcon's threads are relaxed).
 seed += 1

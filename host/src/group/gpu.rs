@@ -71,7 +71,7 @@ impl GpuGroup {
     /// rank allows it: [`GpuGroupOptions::share_gpu`]), every pair
     /// of GPUs can access each other.
     pub fn new(store: impl Store + 'static, rank: usize, world: usize, opts: GpuGroupOptions) -> Result<Self> {
-        Self::create(Box::new(store), rank, world, opts, &|_| false)
+        Self::create(Box::new(store), rank, world, opts, &|_| None)
     }
 
     /// [`Self::new`], failing at once when a rank `gone` names has died (see
@@ -81,7 +81,7 @@ impl GpuGroup {
         rank: usize,
         world: usize,
         opts: GpuGroupOptions,
-        gone: &dyn Fn(usize) -> bool,
+        gone: crate::rendezvous::Watch<'_>,
     ) -> Result<Self> {
         let share = match opts.share_gpu {
             Some(s) => s,
@@ -119,21 +119,28 @@ impl GpuGroup {
         // Peer access is checked locally; the verdicts are shared so every rank fails
         // with the same message instead of some waiting for the others.
         let verdict = peer_access_verdict(&core, &device);
-        let verdicts = core.store().all_gather_watching(
-            &format!("group/{}/peer-access", core.group_id),
-            rank,
-            world,
-            verdict.as_bytes(),
-            core.setup_timeout,
-            &|p| core.mesh.peer_hung_up(p),
-        )?;
+        let verdicts = core
+            .store()
+            .all_gather_watching(
+                &format!("group/{}/peer-access", core.group_id),
+                rank,
+                world,
+                verdict.as_bytes(),
+                core.setup_timeout,
+                &crate::rendezvous::hung_up(&core.mesh),
+            )
+            .map_err(|e| e.during(format!("creating group {:?}: the peer-access verdicts", opts.name)))?;
         if let Some(bad) = verdicts.iter().find(|v| !v.is_empty()) {
             return Err(Error::Rendezvous(String::from_utf8_lossy(bad).into_owned()));
         }
         let shares_gpu = !shared.is_empty();
         let mine = core.infos[rank].get("pci");
         let ranks_on_gpu = core.infos.iter().filter(|i| i.get("pci") == mine).count();
-        let sync = Arc::new(GpuSync::new(core, device, opts.handles)?);
+        let name = opts.name.clone();
+        let sync = Arc::new(
+            GpuSync::new(core, device, opts.handles)
+                .map_err(|e| e.during(format!("creating group {name:?}: the signal pads")))?,
+        );
         Ok(Self {
             _watchdog: Watchdog::spawn(sync.clone())?,
             coll: GpuColl::new(sync, ranks_on_gpu, info.sm_count)?,
@@ -168,13 +175,25 @@ impl GpuGroup {
         let agreed = core.begin_shrink(&self.shrinks)?;
         let opts = GpuGroupOptions { name: agreed.name.clone(), ..self.opts.clone() };
         let gone = |q: usize| agreed.gone(core, q);
-        let mut g = GpuGroup::create(core.share_store(), agreed.new_rank, agreed.members.len(), opts, &gone)?;
-        g._store_server = self._store_server.clone();
-        // Creation can end differently on different members (one that dies midway leaves
-        // some with a group and some with an error): the group counts only once every
-        // member has it, else every member fails this attempt and may shrink again.
-        g.sync().core.barrier_watching("shrink-created")?;
-        Ok(g)
+        let made = (|| {
+            let step = |what: &str| format!("shrink attempt {}{what}", agreed.attempt);
+            let mut g = GpuGroup::create(core.share_store(), agreed.new_rank, agreed.members.len(), opts, &gone)
+                .map_err(|e| e.during(step("")))?;
+            g._store_server = self._store_server.clone();
+            // Creation can end differently on different members (one that dies midway
+            // leaves some with a group and some with an error): the group counts only
+            // once every member has it, else every member fails this attempt and may
+            // shrink again.
+            g.sync()
+                .core
+                .barrier_watching("shrink-created")
+                .map_err(|e| e.during(step(": the new group's barrier")))?;
+            Ok(g)
+        })();
+        if made.is_err() {
+            agreed.give_up(core);
+        }
+        made
     }
 
     /// Collective: creates the group from the `lowcon launch` or torchrun environment.

@@ -45,7 +45,7 @@ impl HostGroup {
     /// Collective: creates the group, meeting through `store` (lowcon's store client or any
     /// [`Store`]) as rank `rank` of `world`.
     pub fn new(store: impl Store + 'static, rank: usize, world: usize, opts: HostGroupOptions) -> Result<Self> {
-        Self::create(Box::new(store), rank, world, opts, &|_| false)
+        Self::create(Box::new(store), rank, world, opts, &|_| None)
     }
 
     /// [`Self::new`], failing at once when a rank `gone` names has died.
@@ -54,7 +54,7 @@ impl HostGroup {
         rank: usize,
         world: usize,
         opts: HostGroupOptions,
-        gone: &dyn Fn(usize) -> bool,
+        gone: crate::rendezvous::Watch<'_>,
     ) -> Result<Self> {
         let core = GroupCore::new(
             store,
@@ -65,7 +65,9 @@ impl HostGroup {
             opts.timeout,
             gone,
         )?;
-        Ok(Self { coll: HostColl::new(HostSync::new(core)?), _store_server: None, opts, shrinks: Default::default() })
+        let sync =
+            HostSync::new(core).map_err(|e| e.during(format!("creating group {:?}: the signal pads", opts.name)))?;
+        Ok(Self { coll: HostColl::new(sync), _store_server: None, opts, shrinks: Default::default() })
     }
 
     /// Collective among the survivors: as [`crate::GpuGroup::shrink`], on the host backend.
@@ -74,13 +76,22 @@ impl HostGroup {
         let agreed = core.begin_shrink(&self.shrinks)?;
         let opts = HostGroupOptions { name: agreed.name.clone(), ..self.opts.clone() };
         let gone = |q: usize| agreed.gone(core, q);
-        let mut g = HostGroup::create(core.share_store(), agreed.new_rank, agreed.members.len(), opts, &gone)?;
-        g._store_server = self._store_server.clone();
-        // Creation can end differently on different members (one that dies midway leaves
-        // some with a group and some with an error): the group counts only once every
-        // member has it, else every member fails this attempt and may shrink again.
-        g.core().barrier_watching("shrink-created")?;
-        Ok(g)
+        let made = (|| {
+            let step = |what: &str| format!("shrink attempt {}{what}", agreed.attempt);
+            let mut g = HostGroup::create(core.share_store(), agreed.new_rank, agreed.members.len(), opts, &gone)
+                .map_err(|e| e.during(step("")))?;
+            g._store_server = self._store_server.clone();
+            // Creation can end differently on different members (one that dies midway
+            // leaves some with a group and some with an error): the group counts only
+            // once every member has it, else every member fails this attempt and may
+            // shrink again.
+            g.core().barrier_watching("shrink-created").map_err(|e| e.during(step(": the new group's barrier")))?;
+            Ok(g)
+        })();
+        if made.is_err() {
+            agreed.give_up(core);
+        }
+        made
     }
 
     /// Collective: creates the group from the `lowcon launch` or torchrun environment.

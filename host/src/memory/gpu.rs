@@ -261,12 +261,13 @@ pub(crate) fn alloc(core: &GroupCore, device: &Device, handles: HandleKind, byte
             Err(e) => why_not = e.to_string(),
         }
     }
-    let verdicts = core.store().all_gather(
+    let verdicts = core.store().all_gather_watching(
         &format!("group/{}/alloc/{tag}/vmm", core.group_id),
         core.rank,
         world,
         why_not.as_bytes(),
         core.setup_timeout,
+        &crate::rendezvous::hung_up(&core.mesh),
     )?;
     let refusal = verdicts.iter().enumerate().find(|(_, v)| !v.is_empty());
     let use_vmm = handles != HandleKind::Ipc && refusal.is_none();
@@ -339,12 +340,13 @@ pub(crate) fn alloc(core: &GroupCore, device: &Device, handles: HandleKind, byte
             side.synchronize()?;
             // SAFETY: `own` is the base of a cuMemAlloc allocation.
             let handle = unsafe { raw::ipc::get_handle(own)? };
-            let all = core.store().all_gather(
+            let all = core.store().all_gather_watching(
                 &format!("group/{}/alloc/{tag}/ipc", core.group_id),
                 core.rank,
                 world,
                 &handle,
                 core.setup_timeout,
+                &crate::rendezvous::hung_up(&core.mesh),
             )?;
             let mut ptrs = vec![0; world];
             ptrs[core.rank] = own;
@@ -382,7 +384,15 @@ pub(crate) fn alloc(core: &GroupCore, device: &Device, handles: HandleKind, byte
     };
     side.synchronize()?;
     // Nobody signals into a pad, or copies into a buffer, before every rank mapped it.
-    core.store().barrier(&format!("group/{}/alloc/{tag}/mapped", core.group_id), world, core.setup_timeout)?;
+    // Watched: a rank that died meanwhile is named at once.
+    core.store().all_gather_watching(
+        &format!("group/{}/alloc/{tag}/mapped", core.group_id),
+        core.rank,
+        world,
+        &[],
+        core.setup_timeout,
+        &crate::rendezvous::hung_up(&core.mesh),
+    )?;
     Ok(SymmetricBuffer {
         device: device.clone(),
         rank: core.rank,

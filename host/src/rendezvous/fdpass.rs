@@ -48,7 +48,7 @@ impl Mesh {
         rank: usize,
         world: usize,
         timeout: Duration,
-        gone: &dyn Fn(usize) -> bool,
+        gone: super::Watch<'_>,
     ) -> Result<Self> {
         let deadline = Instant::now() + timeout;
         let mut peers: Vec<Option<UnixStream>> = (0..world).map(|_| None).collect();
@@ -59,15 +59,10 @@ impl Mesh {
             let mut s = loop {
                 match UnixStream::connect_addr(&addr) {
                     Ok(s) => break s,
-                    Err(e) if gone(p) => {
-                        return Err(Error::PeerGone {
-                            rank,
-                            peer: p,
-                            what: format!("waiting to connect to its socket @{name} ({e})"),
-                        });
-                    }
                     Err(e) if Instant::now() < deadline => {
-                        let _ = e;
+                        if let Some(left) = gone(p) {
+                            return Err(left.error(rank, p, format!("waiting to connect to its socket @{name} ({e})")));
+                        }
                         std::thread::sleep(Duration::from_millis(5));
                     }
                     Err(e) => {
@@ -98,8 +93,13 @@ impl Mesh {
                     ))
                     .map_err(|e| Error::Rendezvous(format!("socket: {e}")))?;
                     let mut who = [0u8; 4];
-                    s.read_exact(&mut who).map_err(|e| {
-                        Error::Rendezvous(format!("rank {rank}: a peer connected but sent no rank: {e}"))
+                    s.read_exact(&mut who).map_err(|e| match e.kind() {
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::Rendezvous(format!(
+                            "rank {rank}: a peer connected to our socket but sent no rank within the set-up timeout \
+                             ({:.1} s)",
+                            timeout.as_secs_f64()
+                        )),
+                        _ => Error::Rendezvous(format!("rank {rank}: a peer connected but sent no rank: {e}")),
                     })?;
                     let who = u32::from_le_bytes(who) as usize;
                     if who <= rank || who >= world || peers[who].is_some() {
@@ -112,12 +112,10 @@ impl Mesh {
                     pending -= 1;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if let Some(p) = (rank + 1..world).find(|&p| peers[p].is_none() && gone(p)) {
-                        return Err(Error::PeerGone {
-                            rank,
-                            peer: p,
-                            what: "waiting for it to connect to our socket".into(),
-                        });
+                    if let Some((p, left)) =
+                        (rank + 1..world).filter(|&p| peers[p].is_none()).find_map(|p| Some((p, gone(p)?)))
+                    {
+                        return Err(left.error(rank, p, "waiting for it to connect to our socket".into()));
                     }
                     if Instant::now() >= deadline {
                         let missing: Vec<usize> = (rank + 1..world).filter(|p| peers[*p].is_none()).collect();

@@ -139,23 +139,11 @@ impl StoreSlot {
         *g
     }
 
-    /// Every rank's `data` in rank order (collective over `world` ranks), before there
-    /// are sockets to watch: [`StoreSlot::all_gather_watching`] with no rank ever gone.
-    pub(crate) fn all_gather(
-        &mut self,
-        name: &str,
-        rank: usize,
-        world: usize,
-        data: &[u8],
-        timeout: Duration,
-    ) -> Result<Vec<Vec<u8>>> {
-        self.all_gather_watching(name, rank, world, data, timeout, &|_| false)
-    }
-
-    /// As [`StoreSlot::all_gather`], but waiting in slices of [`WATCH_SLICE`] and failing
-    /// with [`Error::PeerGone`] as soon as a rank still missing has hung up (`gone`, the
-    /// socket mesh): a collective set-up step (growing a workspace or the pool) names a
-    /// dead peer at once instead of waiting out the set-up timeout.
+    /// Every rank's `data` in rank order (collective over `world` ranks), waiting in
+    /// slices of [`WATCH_SLICE`] and failing as soon as a rank still missing will not
+    /// come (`gone`: its socket hung up, [`Error::PeerGone`], or it gave up a shrink
+    /// attempt; NOTE [watched set-up]): a collective set-up step names such a rank at once
+    /// instead of waiting out the set-up timeout.
     pub(crate) fn all_gather_watching(
         &mut self,
         name: &str,
@@ -163,7 +151,7 @@ impl StoreSlot {
         world: usize,
         data: &[u8],
         timeout: Duration,
-        gone: &dyn Fn(usize) -> bool,
+        gone: Watch<'_>,
     ) -> Result<Vec<Vec<u8>>> {
         use lowcon_store::kv::all_gather_key;
         let generation = self.next(name);
@@ -178,12 +166,10 @@ impl StoreSlot {
             match self.store.multi_get(&refs, slice) {
                 Ok(v) => return Ok(v),
                 Err(mut e @ lowcon_store::StoreError::Timeout { .. }) => {
-                    if let Some(peer) = missing_ranks(&e, name, generation, world).into_iter().find(|&p| gone(p)) {
-                        return Err(Error::PeerGone {
-                            rank,
-                            peer,
-                            what: format!("waiting for its part of {name:?} in the store"),
-                        });
+                    if let Some((peer, left)) =
+                        missing_ranks(&e, name, generation, world).into_iter().find_map(|p| Some((p, gone(p)?)))
+                    {
+                        return Err(left.error(rank, peer, format!("waiting for its part of {name:?} in the store")));
                     }
                     if start.elapsed() >= timeout {
                         // The whole wait's timeout, not the last slice's.
@@ -215,6 +201,36 @@ impl StoreSlot {
     pub(crate) fn multi_get(&mut self, keys: &[&str], timeout: Duration) -> Result<Vec<Vec<u8>>> {
         Ok(self.store.multi_get(keys, timeout)?)
     }
+}
+
+/// Why a rank that a set-up step waits for will not come (NOTE [watched set-up]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Left {
+    /// Its socket hung up: the process exited or was killed.
+    HungUp,
+    /// It is alive, but gave up this shrink attempt (its creation of the new group
+    /// failed) and went on to the next.
+    GaveUp(u64),
+}
+
+/// What the waits of a set-up step watch: `Some` for a rank that will not come.
+pub(crate) type Watch<'a> = &'a dyn Fn(usize) -> Option<Left>;
+
+impl Left {
+    /// The error of this rank's wait for `peer`, doing `what`.
+    pub(crate) fn error(self, rank: usize, peer: usize, what: String) -> Error {
+        match self {
+            Left::HungUp => Error::PeerGone { rank, peer, what },
+            Left::GaveUp(attempt) => Error::Rendezvous(format!(
+                "rank {rank}: peer rank {peer} gave up shrink attempt {attempt} while {what}: call shrink again"
+            )),
+        }
+    }
+}
+
+/// A watch of the mesh's sockets alone.
+pub(crate) fn hung_up(mesh: &Mesh) -> impl Fn(usize) -> Option<Left> + '_ {
+    move |p| mesh.peer_hung_up(p).then_some(Left::HungUp)
 }
 
 /// How long each wait of [`StoreSlot::all_gather_watching`] lasts before it looks at
@@ -262,7 +278,7 @@ impl GroupCore {
         name: &str,
         extra: Vec<(String, String)>,
         timeout: Duration,
-        gone: &dyn Fn(usize) -> bool,
+        gone: Watch<'_>,
     ) -> Result<Self> {
         let setup = crate::config::setup_timeout().max(timeout);
         if world == 0 || rank >= world {
@@ -287,7 +303,8 @@ impl GroupCore {
         me.fields.extend(extra);
         let key = format!("group/{name}/{seq}/hello");
         let infos: Vec<PeerInfo> = store
-            .all_gather_watching(&key, rank, world, &me.encode(), setup, gone)?
+            .all_gather_watching(&key, rank, world, &me.encode(), setup, gone)
+            .map_err(|e| e.during(format!("creating group {name:?}: the ranks' facts")))?
             .iter()
             .map(|b| PeerInfo::decode(b))
             .collect();
@@ -309,8 +326,11 @@ impl GroupCore {
         }
         let group_id = format!("{}-{seq}", infos[0].get("group_id"));
         let listener = Mesh::listen(&group_id, rank)?;
-        store.all_gather_watching(&format!("group/{name}/{seq}/listening"), rank, world, &[], setup, gone)?;
-        let mesh = Mesh::connect(listener, &group_id, rank, world, setup, gone)?;
+        store
+            .all_gather_watching(&format!("group/{name}/{seq}/listening"), rank, world, &[], setup, gone)
+            .map_err(|e| e.during(format!("creating group {name:?}: every rank's socket listening")))?;
+        let mesh = Mesh::connect(listener, &group_id, rank, world, setup, gone)
+            .map_err(|e| e.during(format!("creating group {name:?}: the socket mesh")))?;
         Ok(Self {
             rank,
             world,
@@ -429,8 +449,7 @@ impl GroupCore {
     /// group (so groups, and clients, never see each other's blobs).
     pub(crate) fn all_gather(&self, name: &str, data: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
         let key = format!("group/{}/user/{name}", self.group_id);
-        let gone = |p: usize| self.mesh.peer_hung_up(p);
-        self.store().all_gather_watching(&key, self.rank, self.world, data, timeout, &gone)
+        self.store().all_gather_watching(&key, self.rank, self.world, data, timeout, &hung_up(&self.mesh))
     }
 
     /// Publishes this rank's `data` under `name` (a key private to this group) without
@@ -457,7 +476,7 @@ impl GroupCore {
     /// Collective: a store barrier (within the set-up timeout) that fails at once,
     /// naming the rank, when a rank still missing has hung up its socket.
     pub(crate) fn barrier_watching(&self, name: &str) -> Result<()> {
-        let gone = |p: usize| self.mesh.peer_hung_up(p);
+        let gone = hung_up(&self.mesh);
         let key = format!("group/{}/watched/{name}", self.group_id);
         self.store().all_gather_watching(&key, self.rank, self.world, &[], self.setup_timeout, &gone).map(|_| ())
     }
@@ -470,7 +489,7 @@ impl GroupCore {
             *n += 1;
             *n
         };
-        let gone = |p: usize| self.mesh.peer_hung_up(p);
+        let gone = hung_up(&self.mesh);
         let sizes = self.store().all_gather_watching(
             &format!("group/{}/alloc/{tag}", self.group_id),
             self.rank,

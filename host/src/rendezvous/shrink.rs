@@ -27,10 +27,28 @@
 //!
 //! The new group meets under a name of its own (the old group's id and the attempt's
 //! number), so its store keys, signal pads and epochs share nothing with the old group's.
+//!
+//! NOTE [watched set-up]: every wait of a group's creation (the ranks' facts, the
+//! sockets listening, the mesh's connects and accepts, the peer-access verdicts, the
+//! pads' allocation exchanges) and the new group's barrier fail at once when a rank
+//! they wait for will not come ([`Left`]), not at the set-up timeout. A rank will not
+//! come when its socket hung up, and, in a shrink, when it gave up the attempt while
+//! alive. That second case was missed: under CPU load (2 cores beside a parallel build)
+//! one survivor saw a member die during the new group's creation and failed the
+//! attempt, dropping its half-made group and its listening socket, while another,
+//! starved for a moment, only then tried to connect to it. Its connects were refused,
+//! and since the first survivor was alive (its old socket still open) nothing said it
+//! would not come: the second waited out the set-up timeout (5013 ms against a 3 s
+//! bound). Now a member whose creation fails marks `gave-up/<rank>` under the attempt's
+//! keys ([`Agreed::give_up`]) before it goes on, and the others' waits read that mark
+//! as they read the hang-ups ([`Agreed::gone`]): their attempt fails at once, and the
+//! next one finds them all. Every error of these waits names its step ("shrink attempt
+//! 1: creating group ...: the socket mesh: ..."), so a wait that does run out says which
+//! it was.
 
 use std::time::{Duration, Instant};
 
-use super::GroupCore;
+use super::{GroupCore, Left};
 use crate::error::{Error, Result};
 
 /// The outcome of an agreement: the survivors (old ranks, ascending), this rank's place
@@ -40,6 +58,9 @@ pub(crate) struct Agreed {
     pub(crate) members: Vec<usize>,
     pub(crate) new_rank: usize,
     pub(crate) name: String,
+    /// This attempt's number, and its store keys' prefix.
+    pub(crate) attempt: u64,
+    prefix: String,
 }
 
 /// How long non-coordinators wait for the member list beyond the group's timeout.
@@ -55,10 +76,35 @@ fn bad_list(s: &str) -> Error {
 }
 
 impl Agreed {
-    /// Whether member `q` of the new group (its new rank) is known to have died: the
-    /// old group's socket to it hung up. The new group's creation watches this.
-    pub(crate) fn gone(&self, old: &GroupCore, q: usize) -> bool {
-        self.members[q] != old.rank && old.mesh.peer_hung_up(self.members[q])
+    /// Whether member `q` of the new group (its new rank) will not come: the old
+    /// group's socket to it hung up, or it gave up this attempt (NOTE [watched set-up]).
+    /// The new group's creation watches this.
+    pub(crate) fn gone(&self, old: &GroupCore, q: usize) -> Option<Left> {
+        let p = self.members[q];
+        if p == old.rank {
+            return None;
+        }
+        if old.mesh.peer_hung_up(p) {
+            return Some(Left::HungUp);
+        }
+        // A counter read with `add(key, 0)`, which never blocks; a store error reads as
+        // "still coming" (the wait's own timeout then holds).
+        (old.store().add(&self.gave_up_key(p), 0).unwrap_or(0) > 0).then_some(Left::GaveUp(self.attempt))
+    }
+
+    /// Marks this rank as having given up the attempt, for the members still making
+    /// the new group (their waits for it then fail at once).
+    pub(crate) fn give_up(&self, old: &GroupCore) {
+        if let Err(e) = old.store().add(&self.gave_up_key(old.rank), 1) {
+            crate::log::warn(&format!(
+                "rank {}: shrink attempt {}: cannot tell the others it gave up ({e}): they wait out the set-up timeout",
+                old.rank, self.attempt
+            ));
+        }
+    }
+
+    fn gave_up_key(&self, p: usize) -> String {
+        format!("{}/gave-up/{p}", self.prefix)
     }
 }
 
@@ -117,6 +163,14 @@ impl GroupCore {
                 std::thread::sleep(Duration::from_millis(1));
             }
             let members: Vec<usize> = (0..world).filter(|&p| present[p] && !hung_up(p)).collect();
+            let absent: Vec<usize> = (0..world).filter(|&p| !present[p] && !out[p] && !hung_up(p)).collect();
+            if !absent.is_empty() {
+                crate::log::warn(&format!(
+                    "rank {rank}: shrink attempt {attempt}: the agreement window ({:.1} s) ran out: live rank(s) \
+                     {absent:?} left out",
+                    window.as_secs_f64()
+                ));
+            }
             let text = members.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
             store.set(&list, text.as_bytes())?;
             store.add(&listed, 1)?;
@@ -166,6 +220,6 @@ impl GroupCore {
             )));
         };
         let name = format!("shrink-{}-{attempt}", self.group_id);
-        Ok(Agreed { members, new_rank, name })
+        Ok(Agreed { members, new_rank, name, attempt, prefix })
     }
 }

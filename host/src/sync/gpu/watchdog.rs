@@ -112,8 +112,7 @@ impl GpuSync {
                     // last call, then the long sleep, flagged so that a new call wakes it.
                     let short = last_busy.elapsed() < IDLE_GRACE;
                     self.watchdog_asleep.store(!short, Ordering::Relaxed);
-                    let (q, _) =
-                        self.wake.wait_timeout(q, poll_interval(short)).unwrap_or_else(|p| p.into_inner());
+                    let (q, _) = self.wake.wait_timeout(q, poll_interval(short)).unwrap_or_else(|p| p.into_inner());
                     self.watchdog_asleep.store(false, Ordering::Relaxed);
                     drop(q);
                 }
