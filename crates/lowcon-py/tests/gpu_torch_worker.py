@@ -223,12 +223,12 @@ def track_parts(gr):
     wrapper with the stream given, the native method with the raw pointer, a native
     getter (the binding's floor), torch's raw current stream; medians of 100 each."""
     cur = torch.cuda.current_stream(dev)
-    ptr = int(torch._C._cuda_getCurrentRawStream(dev))
+    ptr = int(torch._C._cuda_getCurrentRawStream(g.device))
     parts = {
         "g.track_replay(stream)": lambda: g.track_replay(cur),
         "native track_replay(ptr)": lambda: g._g.track_replay(ptr),
         "native getter": lambda: g._g.rank,
-        "raw current stream": lambda: torch._C._cuda_getCurrentRawStream(dev),
+        "raw current stream": lambda: torch._C._cuda_getCurrentRawStream(g.device),
     }
     out = {}
     for name, f in parts.items():
