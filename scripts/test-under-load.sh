@@ -18,7 +18,7 @@ trap 'kill "${loads[@]}" 2>/dev/null' EXIT
 failed=0
 for i in $(seq "$runs"); do
   start=$(date +%s)
-  if cargo test --workspace --locked > "$log_dir/run$i.txt" 2>&1; then
+  if cargo test --workspace --locked --no-fail-fast > "$log_dir/run$i.txt" 2>&1; then
     echo "run $i: ok ($(( $(date +%s) - start )) s)"
   else
     failed=$((failed + 1))
