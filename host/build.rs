@@ -1,4 +1,4 @@
-//! Builds `gpu-kernels/` to PTX and places it in `OUT_DIR` for `include_str!`.
+//! Builds `gpu-kernels/kernels/` to PTX and places it in `OUT_DIR` for `include_str!`.
 //!
 //! The same executable doubles as the nvptx "linker" that rustc calls during that
 //! nested build: see `lowcon_build`'s crate docs (NOTE [kernel build pipeline]).
@@ -31,8 +31,8 @@ fn build() -> Result<(), Box<dyn std::error::Error>> {
         }
         src
     } else {
-        let kernels = manifest.join("../gpu-kernels");
-        let abi = manifest.join("../crates/lowcon-abi");
+        let kernels = manifest.join("../gpu-kernels/kernels");
+        let abi = manifest.join("../gpu-kernels/abi");
         for p in [
             kernels.join("src"),
             kernels.join("Cargo.toml"),

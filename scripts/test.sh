@@ -14,7 +14,7 @@ scripts/shellcheck.sh
 
 echo "== rustfmt"
 cargo fmt --all --check
-rustfmt --edition 2024 --check gpu-kernels/src/lib.rs
+rustfmt --edition 2024 --check gpu-kernels/kernels/src/lib.rs
 
 echo "== clippy (host)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
@@ -23,8 +23,8 @@ echo "== rustdoc (broken intra-doc links are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked -q
 
 echo "== clippy (device, nvptx64)"
-(cd gpu-kernels && env -u RUSTUP_TOOLCHAIN rustup run "$TOOLCHAIN" cargo clippy --locked --release \
-  --target nvptx64-nvidia-cuda -Zbuild-std=core --target-dir ../target/clippy-nvptx -- -D warnings)
+(cd gpu-kernels/kernels && env -u RUSTUP_TOOLCHAIN rustup run "$TOOLCHAIN" cargo clippy --locked --release \
+  --target nvptx64-nvidia-cuda -Zbuild-std=core --target-dir ../../target/clippy-nvptx -- -D warnings)
 
 echo "== tests"
 cargo test --workspace --locked

@@ -4,7 +4,9 @@
 //! - no `.rs` file under `src/` is over 600 lines;
 //! - no cycles between sibling modules: a module may use its ancestors' items, its
 //!   descendants, and siblings (of any ancestor) that do not use it back, directly or
-//!   through other siblings;
+//!   through other siblings; in every crate of the repository;
+//! - three floors, read from `cargo metadata`: a crate under `crates/` may depend on
+//!   `host/` and `gpu-kernels/`, one under `host/` on `gpu-kernels/`, never the other way;
 //! - each backend's group type lives in a file whose path says `group`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,8 +30,8 @@ fn src_dir() -> PathBuf {
 }
 
 /// `src/sync/gpu/mod.rs` -> ["sync", "gpu"]; `src/sync/gpu/failure.rs` -> ["sync", "gpu", "failure"].
-fn module_path(file: &Path) -> Vec<String> {
-    let rel = file.strip_prefix(src_dir()).expect("under src");
+fn module_path(file: &Path, src: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).expect("under src");
     let mut v: Vec<String> = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
     let last = v.pop().expect("file name");
     if last != "mod.rs" && last != "lib.rs" {
@@ -95,16 +97,16 @@ fn no_file_is_over_600_lines() {
     assert!(long.is_empty(), "files over {MAX_LINES} lines: {long:?}");
 }
 
-#[test]
-fn sibling_modules_form_no_cycle() {
+/// The edges between sibling modules of the crate whose sources are under `src`: for a
+/// reference from A to B, the children of their deepest common ancestor that contain A
+/// and B (none when one contains the other).
+fn sibling_edges(src: &Path) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
     let mut files = Vec::new();
-    rust_files(&src_dir(), &mut files);
-    let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_path(f)).collect();
-    // Edges between siblings: for a reference from A to B, the children of their
-    // deepest common ancestor that contain A and B (none when one contains the other).
+    rust_files(src, &mut files);
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_path(f, src)).collect();
     let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
     for f in &files {
-        let me = module_path(f);
+        let me = module_path(f, src);
         let text = std::fs::read_to_string(f).expect("readable");
         for target in references(&text, &me, &modules) {
             let common = me.iter().zip(&target).take_while(|(a, b)| a == b).count();
@@ -116,7 +118,12 @@ fn sibling_modules_form_no_cycle() {
             edges.entry(from).or_default().insert(to);
         }
     }
-    // Depth-first search for a cycle among siblings.
+    edges
+}
+
+/// A cycle among the siblings of `edges`, as module paths, if there is one.
+fn find_cycle(edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Option<String> {
+    // Depth-first search.
     fn visit(
         n: &Vec<String>,
         edges: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
@@ -147,14 +154,113 @@ fn sibling_modules_form_no_cycle() {
     let mut state = BTreeMap::new();
     for n in edges.keys() {
         let mut stack = Vec::new();
-        if let Some(c) = visit(n, &edges, &mut state, &mut stack) {
-            let names: Vec<String> = c.iter().map(|p| p.join("::")).collect();
-            panic!("sibling modules form a cycle: {}", names.join(" -> "));
+        if let Some(c) = visit(n, edges, &mut state, &mut stack) {
+            return Some(c.iter().map(|p| p.join("::")).collect::<Vec<_>>().join(" -> "));
         }
+    }
+    None
+}
+
+#[test]
+fn sibling_modules_form_no_cycle() {
+    let edges = sibling_edges(&src_dir());
+    if let Some(c) = find_cycle(&edges) {
+        panic!("sibling modules form a cycle: {c}");
     }
     // The stages are really used in order (the check above would pass on no edges).
     let top = |a: &str, b: &str| edges.get(&vec![a.to_string()]).is_some_and(|s| s.contains(&vec![b.to_string()]));
     assert!(top("coll", "sync") && top("sync", "memory") && top("memory", "rendezvous"), "{edges:?}");
+}
+
+/// The workspace's packages as `cargo metadata` lists them: (name, directory relative to
+/// the repository, path dependencies by name), plus the device crate (its own workspace).
+fn packages() -> Vec<(String, PathBuf, Vec<String>)> {
+    let root = repo_root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut out = Vec::new();
+    for manifest in [root.join("Cargo.toml"), root.join("gpu-kernels/kernels/Cargo.toml")] {
+        let o = std::process::Command::new(&cargo)
+            .args(["metadata", "--format-version", "1", "--no-deps", "--offline", "--manifest-path"])
+            .arg(&manifest)
+            .output()
+            .expect("cargo metadata runs");
+        assert!(o.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("cargo metadata's JSON");
+        for p in v["packages"].as_array().expect("packages") {
+            let dir = Path::new(p["manifest_path"].as_str().expect("manifest_path")).parent().expect("a dir");
+            let deps = p["dependencies"]
+                .as_array()
+                .expect("dependencies")
+                .iter()
+                .filter(|d| d["path"].is_string())
+                .map(|d| d["name"].as_str().expect("name").to_string())
+                .collect();
+            let rel = dir.strip_prefix(&root).expect("inside the repository").to_path_buf();
+            out.push((p["name"].as_str().expect("name").to_string(), rel, deps));
+        }
+    }
+    out
+}
+
+/// The floor of a package directory: 3 for `crates/` (what users run), 2 for `host/`
+/// (the library and its store), 1 for `gpu-kernels/` (the device side); `None` outside
+/// them (`tests/`).
+fn floor(dir: &Path) -> Option<u8> {
+    let top = dir.components().next()?.as_os_str().to_str()?;
+    match top {
+        "crates" => Some(3),
+        "host" => Some(2),
+        "gpu-kernels" => Some(1),
+        _ => None,
+    }
+}
+
+#[test]
+fn no_dependency_points_up_a_floor() {
+    let pkgs = packages();
+    let dir_of: BTreeMap<&str, &Path> = pkgs.iter().map(|(n, d, _)| (n.as_str(), d.as_path())).collect();
+    assert!(pkgs.len() >= 9, "cargo metadata listed only {pkgs:?}");
+    let mut up = Vec::new();
+    for (name, dir, deps) in &pkgs {
+        let Some(mine) = floor(dir) else { continue };
+        for d in deps {
+            let theirs = dir_of.get(d.as_str()).and_then(|p| floor(p));
+            if theirs.is_none_or(|t| t > mine) {
+                up.push(format!(
+                    "{name} ({}) -> {d} ({})",
+                    dir.display(),
+                    dir_of.get(d.as_str()).map_or("?".into(), |p| p.display().to_string())
+                ));
+            }
+        }
+    }
+    assert!(
+        up.is_empty(),
+        "dependencies pointing up a floor or out of the floors (crates/ > host/ > gpu-kernels/): {up:?}"
+    );
+    // The check sees the floors it is about.
+    for (name, f) in [("lowcon-cli", 3), ("lowcon", 2), ("lowcon-store", 2), ("lowcon-abi", 1), ("lowcon-kernels", 1)] {
+        assert_eq!(dir_of.get(name).and_then(|p| floor(p)), Some(f), "{name}: {dir_of:?}");
+    }
+}
+
+#[test]
+fn no_crate_has_a_module_cycle() {
+    let root = repo_root();
+    let mut cycles = Vec::new();
+    let mut seen = 0;
+    for (name, dir, _) in packages() {
+        let src = root.join(&dir).join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        seen += 1;
+        if let Some(c) = find_cycle(&sibling_edges(&src)) {
+            cycles.push(format!("{name}: {c}"));
+        }
+    }
+    assert!(seen >= 9, "only {seen} crates with sources");
+    assert!(cycles.is_empty(), "module cycles: {cycles:?}");
 }
 
 #[test]
@@ -207,7 +313,7 @@ fn no_source_or_doc_file_in_the_repository_is_over_600_lines() {
     let mut files = Vec::new();
     repo_files(&repo_root(), &["rs", "py", "sh", "c", "h", "md", "toml"], false, &mut files);
     assert!(files.len() > 100, "found only {} files in the repository", files.len());
-    for must in ["crates/lowcon-py/python/lowcon/__init__.py", "scripts/test.sh", "gpu-kernels/src/lib.rs"] {
+    for must in ["crates/lowcon-py/python/lowcon/__init__.py", "scripts/test.sh", "gpu-kernels/kernels/src/lib.rs"] {
         assert!(files.contains(&repo_root().join(must)), "{must} not among the checked files");
     }
     let long: Vec<String> = files

@@ -65,7 +65,7 @@ fn collective_kernels_declare_their_cta_size() {
 
 #[test]
 fn ll_kernels_keep_their_line_stores_and_loads() {
-    // NOTE [LL protocol] (gpu-kernels/src/ll.rs): a line's data and flags must be one
+    // NOTE [LL protocol] (gpu-kernels/kernels/src/ll.rs): a line's data and flags must be one
     // 16-byte volatile store and one 16-byte volatile load; split into narrower or
     // cached accesses, a reader could see a flag before its data.
     for name in std::iter::once(&kernel_names::LL_ALLGATHER).chain(kernel_names::LL_RS.iter()) {
@@ -245,7 +245,7 @@ fn reach(lines: &[&str], from: usize, stop: impl Fn(&str) -> bool, hit: impl Fn(
     None
 }
 
-/// Checks the async-proxy fences of one kernel body (`gpu-kernels/src/bulk.rs`, NOTE
+/// Checks the async-proxy fences of one kernel body (`gpu-kernels/kernels/src/bulk.rs`, NOTE
 /// [async proxy]): a `fence.proxy.async` comes (in text order) before the first bulk
 /// copy (the peers' generic writes, acquired by the entry barrier, are then visible to
 /// the copies), and no path from a bulk copy reaches a system-scope signal

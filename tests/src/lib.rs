@@ -8,13 +8,7 @@
 //! Every check uses fresh random data, poisons outputs before the kernel runs, and
 //! compares with a CPU reference; each returns `Err` with a message on failure.
 
-pub mod coll;
-pub mod dead_peer;
-pub mod enqueue;
 pub mod gpu;
-pub mod gpu_ranks;
-pub mod ranks;
-pub mod shrink;
 
 use std::time::Instant;
 
@@ -57,16 +51,6 @@ pub fn gpu_required() -> bool {
 pub fn print_skip(test: &str, why: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "skipped {test}: {why}");
-}
-
-/// Survivors of a dead-peer scenario wait here for each other (through the launcher's
-/// store, with a world of `survivors`), so that no survivor exits (and so looks dead)
-/// before every other survivor has detected the victim.
-pub fn survivors_barrier(name: &str, survivors: usize) -> Result<(), String> {
-    let addr = std::env::var("LOWCON_STORE_ADDR").map_err(|_| "LOWCON_STORE_ADDR is not set".to_string())?;
-    let mut c =
-        lowcon_store::StoreClient::connect(addr, lowcon_store::ClientOptions::from_env()).map_err(|e| e.to_string())?;
-    c.barrier(name, survivors, std::time::Duration::from_secs(60)).map_err(|e| e.to_string())
 }
 
 /// Formats outcomes as a fixed-width table; returns (table, number failed).

@@ -15,12 +15,13 @@ pub fn run(iters: usize, warmup: usize, json: bool) -> Res<()> {
         println!("{:<8} {:>6} {:>12} {:>10} {:>18}", "method", "ranks", "median (us)", "p99 (us)", "back-to-back (us)");
     }
     for method in [SyncMethod::Kernel, SyncMethod::StreamMemop] {
-        let l = lowcon_tests::gpu_ranks::barrier_latency(&g, method, iters, warmup)?;
-        let mine = [l.median_us, l.p99_us, l.back_to_back_us].map(f64::to_le_bytes).concat();
-        let all = g.all_gather_bytes(&format!("bench-barrier-{method:?}"), &mine)?;
-        let max = |k: usize| {
-            all.iter().map(|b| f64::from_le_bytes(b[8 * k..8 * k + 8].try_into().expect("8 bytes"))).fold(0.0, f64::max)
-        };
+        let l = lowcon_selftest::gpu_ranks::barrier_latency(&g, method, iters, warmup)?;
+        let mx = crate::stats::gather_max(
+            &g,
+            &format!("bench-barrier-{method:?}"),
+            &[l.median_us, l.p99_us, l.back_to_back_us],
+        )?;
+        let max = |k: usize| mx[k];
         if rank == 0 {
             let name = match method {
                 SyncMethod::Kernel => "kernel",

@@ -29,6 +29,7 @@ pub mod plot;
 pub mod queue;
 pub mod reduce_kernels;
 pub mod report;
+pub mod rows;
 pub mod saturated;
 pub mod stats;
 pub mod sweep;

@@ -152,12 +152,11 @@ impl Nvml {
                 last = e;
             }
         }
-        let mut gaps: Vec<f64> = changes.windows(2).map(|w| w[1] - w[0]).collect();
+        let gaps: Vec<f64> = changes.windows(2).map(|w| w[1] - w[0]).collect();
         if gaps.len() < 2 {
             return None;
         }
-        gaps.sort_by(f64::total_cmp);
-        Some(gaps[gaps.len() / 2])
+        Some(crate::stats::median(&gaps))
     }
 
     /// The energy counter in millijoules (since the driver loaded).

@@ -93,11 +93,6 @@ impl Gemm8 {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 pub(crate) fn ms(a: &Event, b: &Event) -> Res<f64> {
     Ok(a.elapsed_ms(b)? as f64)
 }
@@ -112,8 +107,7 @@ pub(crate) fn calibrate(g: &GpuGroup, compute: &Stream, gemm: &mut Gemm8, gemm_m
     compute.record(&e1)?;
     e1.synchronize()?;
     let one = ms(&e0, &e1)? / 5.0;
-    let all = g.all_gather_bytes("overlap-gemm", &one.to_le_bytes())?;
-    let one0 = f64::from_le_bytes(all[0].as_slice().try_into()?);
+    let one0 = crate::stats::gather(g, "overlap-gemm", &[one])?[0][0];
     Ok((((gemm_ms / one0).ceil() as usize).max(1), one0))
 }
 
@@ -192,13 +186,8 @@ pub fn run(a: &OverlapOptions) -> Res<Vec<OverlapRow>> {
             let end = ms(&e0, &e1)?.max(ms(&e0, &e3)?);
             v[4].push(end - start);
         }
-        let mine: Vec<u8> = v.into_iter().map(median).flat_map(f64::to_le_bytes).collect();
-        let all = g.all_gather_bytes(&format!("ov/{name}/stats"), &mine)?;
-        let mx: Vec<f64> = (0..5)
-            .map(|k| {
-                all.iter().map(|b| f64::from_le_bytes(b[8 * k..8 * k + 8].try_into().expect("8"))).fold(0.0, f64::max)
-            })
-            .collect();
+        let mine: Vec<f64> = v.iter().map(|x| crate::stats::median(x)).collect();
+        let mx = crate::stats::gather_max(&g, &format!("ov/{name}/stats"), &mine)?;
         let (ga, ca, go, co, tot) = (mx[0], mx[1], mx[2], mx[3], mx[4]);
         let ideal = ga.max(ca);
         let r = OverlapRow {

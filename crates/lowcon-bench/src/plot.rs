@@ -10,8 +10,7 @@ use plotters::prelude::*;
 use plotters::style::{FontStyle, register_font};
 
 use crate::Res;
-use crate::reduce_kernels::ReduceKernelRow;
-use crate::report::{OverlapRow, SaturatedRow, SweepRow};
+use crate::rows::{OverlapRow, ReduceKernelRow, SaturatedRow, SweepRow};
 
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 
@@ -310,7 +309,7 @@ fn draw_frontier_into(path: &Path, rows: &[ReduceKernelRow]) -> Res<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::tests::saturated_row;
+    use crate::rows::fixtures::saturated_row;
 
     #[test]
     fn the_saturated_plot_shows_the_trainer_configuration() {
@@ -323,25 +322,6 @@ mod tests {
         assert_eq!(p.len(), 1);
         assert!(draw_saturated(Path::new("/nonexistent-dir/x.png"), &rows).is_err());
         assert!(draw_saturated(Path::new("x.png"), &[]).is_err());
-    }
-
-    #[test]
-    fn the_frontier_reads_kernel_rows_and_plots_those_measured_beside_the_gemm() {
-        let tmp = tempfile::tempdir().unwrap();
-        let json = tmp.path().join("k.json");
-        let beside = r#"{"kernel":"reduce","ctas":4,"threads":512,"pieces":16,"priority":"high","world":2,"elems":64,"inexact":false,"bytes":768,"alone_us":1.0,"alone_gbs":0.8,"slowdown_pct":3.3,"slowdown_lo":1.2,"slowdown_hi":6.1,"kept_pct":6.8,"kept_lo":6.6,"kept_hi":6.8,"gemm_alone_ms":28.5,"wrong":0}"#;
-        let alone = beside.replace(r#""slowdown_pct":3.3"#, r#""slowdown_pct":null"#).replace("reduce", "spin/1us");
-        let sweep = r#"{"bench":"all-gather","implementation":"nccl","algorithm":"-","sync":"-","ctas":null,"ranks":2,"dtype":"bf16","op":null,"size":4,"total":8,"count":2,"time_us":1.0,"algbw_gbs":1.0,"busbw_gbs":0.5,"wrong":null}"#;
-        std::fs::write(&json, format!("{beside}\n{alone}\n{sweep}\n")).unwrap();
-        let rows = crate::report::read_kernel_rows(std::slice::from_ref(&json)).unwrap();
-        assert_eq!(rows.iter().map(|r| r.kernel.as_str()).collect::<Vec<_>>(), ["reduce", "spin/1us"]);
-        // The sweep reader skips the kernel rows.
-        let (sw, ov, sat) = crate::report::read_json(std::slice::from_ref(&json)).unwrap();
-        assert_eq!((sw.len(), ov.len(), sat.len()), (1, 0, 0));
-        let wrote = draw_frontier(&tmp.path().join("f"), &rows).unwrap();
-        assert!(wrote.is_file());
-        let e = draw_frontier(&tmp.path().join("g.png"), &rows[1..]).unwrap_err().to_string();
-        assert!(e.contains("no row was measured beside the GEMM"), "{e}");
     }
 
     #[test]

@@ -110,16 +110,17 @@ pub fn run(calls: usize, shard: usize, hold: Duration) -> Res<()> {
         println!("{:<34} {:>16} {:>14} {:>18}", "implementation", "first blocked", "blocked (ms)", "enqueue p50 (us)");
     }
     let print = |name: &str, o: &Outcome| -> Res<()> {
-        let mine = [o.blocked_at.map_or(u64::MAX, |i| i as u64), o.blocked_for.as_micros() as u64, o.median_us as u64]
-            .map(u64::to_le_bytes)
-            .concat();
-        let all = g.all_gather_bytes(&format!("queue-depth-row-{name}"), &mine)?;
-        let field = |b: &Vec<u8>, k: usize| u64::from_le_bytes(b[8 * k..8 * k + 8].try_into().expect("8 bytes"));
-        let first = all.iter().map(|b| field(b, 0)).min().unwrap_or(u64::MAX);
-        let blocked = all.iter().map(|b| field(b, 1)).max().unwrap_or(0);
-        let med = all.iter().map(|b| field(b, 2)).max().unwrap_or(0);
+        let mine = [
+            o.blocked_at.map_or(f64::INFINITY, |i| i as f64),
+            o.blocked_for.as_micros() as f64,
+            o.median_us as u64 as f64,
+        ];
+        let all = crate::stats::gather(&g, &format!("queue-depth-row-{name}"), &mine)?;
+        let first = crate::stats::min_over_ranks(&all)[0];
+        let mx = crate::stats::max_over_ranks(&all);
+        let (blocked, med) = (mx[1] as u64, mx[2] as u64);
         if rank == 0 {
-            let first = if first == u64::MAX { format!("none of {calls}") } else { format!("call {first}") };
+            let first = if first.is_infinite() { format!("none of {calls}") } else { format!("call {first}") };
             println!("{name:<34} {first:>16} {:>14.1} {med:>18}", blocked as f64 / 1e3);
         }
         Ok(())

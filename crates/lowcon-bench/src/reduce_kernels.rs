@@ -25,7 +25,6 @@
 //! Every reduction's output is checked against the CPU after its variant.
 
 use lowcon::cuda::{Device, Event, KernelKind, ReduceKernels, Shape, Stream, StreamPriority};
-use serde::{Deserialize, Serialize};
 
 use crate::Res;
 use crate::overlap::Gemm8;
@@ -56,31 +55,7 @@ pub struct ReduceKernelOptions {
     pub json: Option<std::path::PathBuf>,
 }
 
-/// One variant's result.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ReduceKernelRow {
-    pub kernel: String,
-    pub ctas: u32,
-    pub threads: u32,
-    pub pieces: u32,
-    pub priority: String,
-    pub world: usize,
-    pub elems: usize,
-    pub inexact: bool,
-    pub bytes: usize,
-    pub alone_us: f64,
-    pub alone_gbs: f64,
-    /// GEMM slowdown (%), median of the pairs and its 95% interval.
-    pub slowdown_pct: Option<f64>,
-    pub slowdown_lo: Option<f64>,
-    pub slowdown_hi: Option<f64>,
-    /// The kernel's rate inside the GEMM window over alone (%), median and interval.
-    pub kept_pct: Option<f64>,
-    pub kept_lo: Option<f64>,
-    pub kept_hi: Option<f64>,
-    pub gemm_alone_ms: Option<f64>,
-    pub wrong: Option<usize>,
-}
+pub use crate::rows::ReduceKernelRow;
 
 fn ms(a: &Event, b: &Event) -> Res<f64> {
     Ok(a.elapsed_ms(b)? as f64)

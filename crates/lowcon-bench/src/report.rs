@@ -1,158 +1,13 @@
-//! Results: the record of each measurement ([`SweepRow`], [`OverlapRow`]), their table
-//! rows on stdout, and the files rank 0 writes besides the table ([`Output`]: JSON lines,
-//! CSV, a plot), read back by `lowcon bench plot` and `lowcon bench quick`.
+//! Results: the table rows of each measurement ([`crate::rows`]) on stdout, and the files
+//! rank 0 writes besides the table ([`Output`]: JSON lines, CSV, a plot), read back by
+//! `lowcon bench plot` and `lowcon bench quick`.
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::Res;
-
-/// One sweep measurement: one implementation at one size (`lowcon bench all-gather`,
-/// `reduce-scatter`; a JSON line / CSV row each).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct SweepRow {
-    pub bench: String,
-    /// `lowcon`, `nccl` or `nccl-ce`.
-    pub implementation: String,
-    pub algorithm: String,
-    pub sync: String,
-    pub ctas: Option<u32>,
-    /// ce-reduce pieces, when set explicitly.
-    #[serde(default)]
-    pub pipeline: Option<u32>,
-    pub ranks: usize,
-    pub dtype: String,
-    pub op: Option<String>,
-    /// Bytes per rank.
-    pub size: usize,
-    /// ranks × size.
-    pub total: usize,
-    /// Elements per rank.
-    pub count: usize,
-    pub time_us: f64,
-    pub algbw_gbs: f64,
-    pub busbw_gbs: f64,
-    /// Wrong elements seen by `--check` (max over ranks), when checked.
-    pub wrong: Option<u64>,
-    /// Timed as replays of a CUDA graph of `iters` captured calls (`--graph`).
-    #[serde(default)]
-    pub graph: bool,
-    /// Host time per call, µs (max over ranks; `--graph` only): enqueueing it eagerly,
-    /// or its share of one replay's launch.
-    #[serde(default)]
-    pub host_us: Option<f64>,
-    /// Reduce-scatter: the type on the peer links when it is not `dtype` (the bf16 wire,
-    /// or NCCL's bf16 row beside an f32 sweep).
-    #[serde(default)]
-    pub wire: Option<String>,
-    /// busbw on the bytes that crossed (`busbw_gbs` is on the `size` bytes asked for).
-    #[serde(default)]
-    pub wire_busbw_gbs: Option<f64>,
-}
-
-impl SweepRow {
-    /// The series label used in tables and plots.
-    pub fn label(&self) -> String {
-        let g = if self.graph { " graph" } else { "" };
-        match self.implementation.as_str() {
-            "lowcon" => {
-                let c = self.ctas.map(|c| format!(" ctas={c}")).unwrap_or_default();
-                let p = self.pipeline.map(|p| format!(" pieces={p}")).unwrap_or_default();
-                let w = self.wire.as_ref().map(|w| format!(" wire={w}")).unwrap_or_default();
-                format!("lowcon {} {}{c}{p}{w}{g}", self.algorithm, self.sync)
-            }
-            other => format!("{other}{g}"),
-        }
-    }
-}
-
-/// One implementation's overlap result (`lowcon bench overlap`; max over ranks of
-/// per-rank medians).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct OverlapRow {
-    pub bench: String,
-    pub implementation: String,
-    pub ranks: usize,
-    pub shard_bytes: usize,
-    pub colls: usize,
-    pub gemms: usize,
-    pub gemm_alone_ms: f64,
-    pub gemm_overlapped_ms: f64,
-    pub gemm_slowdown_pct: f64,
-    pub comm_alone_ms: f64,
-    pub comm_overlapped_ms: f64,
-    pub total_ms: f64,
-    pub serial_ms: f64,
-    pub ideal_ms: f64,
-    pub total_over_ideal_pct: f64,
-}
-
-/// One configuration of the saturated interference benchmark (`lowcon bench overlap`,
-/// the default mode): an implementation, shard, stream priority and enqueue style.
-/// Medians and spreads are over the trial pairs of per-trial values folded over ranks
-/// (the slowest rank's GEMM, the worst rank's bandwidth); `None` where not measured
-/// (no NVML, no collective finished inside the window, an unknown CTA count).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct SaturatedRow {
-    /// `saturated-all-gather` or `saturated-reduce-scatter`.
-    pub bench: String,
-    pub implementation: String,
-    pub ranks: usize,
-    pub shard_bytes: usize,
-    /// The collective stream's priority: `high` or `default`.
-    pub priority: String,
-    /// `interleaved` (one thread: a GEMM, then the collectives covering it) or
-    /// `threads` (one host thread per stream).
-    pub enqueue: String,
-    pub trials: usize,
-    pub gemms: usize,
-    /// Collectives per window (enough to cover it at the alone rate, plus 25%).
-    pub calls: usize,
-    /// Untimed GEMMs before each window (`--prelude-ms`; 0 in runs before it existed).
-    #[serde(default)]
-    pub prelude_gemms: usize,
-    pub gemm_alone_ms: f64,
-    /// GEMM slowdown: median of the pairwise ratios, and their spread.
-    pub slowdown_pct: f64,
-    pub slowdown_min: f64,
-    pub slowdown_max: f64,
-    pub slowdown_q1: f64,
-    pub slowdown_q3: f64,
-    /// busbw alone and inside the GEMM window (GB/s, medians).
-    pub busbw_alone_gbs: Option<f64>,
-    pub busbw_window_gbs: Option<f64>,
-    /// Calls that finished inside the window per GEMM of the window (median over
-    /// trials of the fewest over ranks): 1/2, 1, 2... when calls end on GEMM boundaries.
-    #[serde(default)]
-    pub calls_per_gemm: Option<f64>,
-    /// Trials whose last call ended inside the GEMM window on some rank (the calls did
-    /// not cover the window); `None` in runs before it was measured.
-    #[serde(default)]
-    pub uncovered_trials: Option<usize>,
-    /// Bandwidth kept inside the window against alone (%): median and spread. Calls end
-    /// on GEMM boundaries inside the window, so this favours slow calls: read
-    /// `busbw_window_gbs` and `calls_per_gemm` first.
-    pub kept_pct: Option<f64>,
-    pub kept_min: Option<f64>,
-    pub kept_max: Option<f64>,
-    /// CTAs the collective's kernels hold, and where that number comes from.
-    pub ctas: Option<u32>,
-    pub ctas_source: String,
-    /// CTAs × call time alone per GB a rank sends (CTA-ms/GB, an upper bound).
-    pub sm_ms_per_gb: Option<f64>,
-    /// NVML: mean SM clock (median over trials, slowest rank), lowest SM clock seen,
-    /// power from the energy counter per phase (energy over time, both summed over
-    /// every trial; highest rank; `None` when the counter never moved), reasons seen
-    /// while overlapped.
-    pub sm_mhz_alone: Option<f64>,
-    pub sm_mhz_overlapped: Option<f64>,
-    pub sm_mhz_min_overlapped: Option<f64>,
-    pub watts_alone: Option<f64>,
-    pub watts_comm_alone: Option<f64>,
-    pub watts_overlapped: Option<f64>,
-    pub throttle_overlapped: String,
-}
+pub use crate::rows::{OverlapRow, SaturatedRow, SweepRow};
 
 fn opt(x: Option<f64>, digits: usize) -> String {
     x.map_or("-".into(), |v| format!("{v:.digits$}"))
@@ -415,7 +270,7 @@ pub fn read_json(files: &[PathBuf]) -> Res<(Vec<SweepRow>, Vec<OverlapRow>, Vec<
 }
 
 /// The rows of `lowcon bench reduce-kernels --json` files (other lines are skipped).
-pub fn read_kernel_rows(files: &[PathBuf]) -> Res<Vec<crate::reduce_kernels::ReduceKernelRow>> {
+pub fn read_kernel_rows(files: &[PathBuf]) -> Res<Vec<crate::rows::ReduceKernelRow>> {
     let mut rows = Vec::new();
     for f in files {
         let Ok(text) = std::fs::read_to_string(f) else { continue };
@@ -433,6 +288,7 @@ pub fn read_kernel_rows(files: &[PathBuf]) -> Res<Vec<crate::reduce_kernels::Red
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::rows::fixtures::saturated_row;
 
     fn sweep_row(implementation: &str, size: usize) -> SweepRow {
         SweepRow {
@@ -476,44 +332,6 @@ pub(crate) mod tests {
             serial_ms: 40.0,
             ideal_ms: 30.0,
             total_over_ideal_pct: 6.7,
-        }
-    }
-
-    pub(crate) fn saturated_row(implementation: &str, priority: &str, nvml: bool) -> SaturatedRow {
-        SaturatedRow {
-            bench: "saturated-all-gather".into(),
-            implementation: implementation.into(),
-            ranks: 2,
-            shard_bytes: 64 << 20,
-            priority: priority.into(),
-            enqueue: "interleaved".into(),
-            trials: 7,
-            gemms: 23,
-            calls: 150,
-            prelude_gemms: 12,
-            gemm_alone_ms: 30.1,
-            slowdown_pct: 6.5,
-            slowdown_min: 5.9,
-            slowdown_max: 7.2,
-            slowdown_q1: 6.1,
-            slowdown_q3: 6.8,
-            busbw_alone_gbs: Some(340.0),
-            busbw_window_gbs: Some(290.0),
-            calls_per_gemm: Some(2.0),
-            uncovered_trials: Some(0),
-            kept_pct: Some(85.3),
-            kept_min: Some(80.0),
-            kept_max: Some(90.0),
-            ctas: if implementation == "nccl" { None } else { Some(1) },
-            ctas_source: "barrier".into(),
-            sm_ms_per_gb: Some(2.9),
-            sm_mhz_alone: nvml.then_some(1980.0),
-            sm_mhz_overlapped: nvml.then_some(1830.0),
-            sm_mhz_min_overlapped: nvml.then_some(1755.0),
-            watts_alone: nvml.then_some(650.0),
-            watts_comm_alone: nvml.then_some(250.0),
-            watts_overlapped: nvml.then_some(700.0),
-            throttle_overlapped: if nvml { "sw-power".into() } else { "-".into() },
         }
     }
 
@@ -581,5 +399,24 @@ pub(crate) mod tests {
         std::fs::write(&json, "\nnot json\n").unwrap();
         let e = read_json(std::slice::from_ref(&json)).unwrap_err().to_string();
         assert!(e.contains("r.json:2: "), "{e}");
+    }
+
+    #[test]
+    fn the_frontier_reads_kernel_rows_and_plots_those_measured_beside_the_gemm() {
+        let tmp = tempfile::tempdir().unwrap();
+        let json = tmp.path().join("k.json");
+        let beside = r#"{"kernel":"reduce","ctas":4,"threads":512,"pieces":16,"priority":"high","world":2,"elems":64,"inexact":false,"bytes":768,"alone_us":1.0,"alone_gbs":0.8,"slowdown_pct":3.3,"slowdown_lo":1.2,"slowdown_hi":6.1,"kept_pct":6.8,"kept_lo":6.6,"kept_hi":6.8,"gemm_alone_ms":28.5,"wrong":0}"#;
+        let alone = beside.replace(r#""slowdown_pct":3.3"#, r#""slowdown_pct":null"#).replace("reduce", "spin/1us");
+        let sweep = r#"{"bench":"all-gather","implementation":"nccl","algorithm":"-","sync":"-","ctas":null,"ranks":2,"dtype":"bf16","op":null,"size":4,"total":8,"count":2,"time_us":1.0,"algbw_gbs":1.0,"busbw_gbs":0.5,"wrong":null}"#;
+        std::fs::write(&json, format!("{beside}\n{alone}\n{sweep}\n")).unwrap();
+        let rows = read_kernel_rows(std::slice::from_ref(&json)).unwrap();
+        assert_eq!(rows.iter().map(|r| r.kernel.as_str()).collect::<Vec<_>>(), ["reduce", "spin/1us"]);
+        // The sweep reader skips the kernel rows.
+        let (sw, ov, sat) = read_json(std::slice::from_ref(&json)).unwrap();
+        assert_eq!((sw.len(), ov.len(), sat.len()), (1, 0, 0));
+        let wrote = crate::plot::draw_frontier(&tmp.path().join("f"), &rows).unwrap();
+        assert!(wrote.is_file());
+        let e = crate::plot::draw_frontier(&tmp.path().join("g.png"), &rows[1..]).unwrap_err().to_string();
+        assert!(e.contains("no row was measured beside the GEMM"), "{e}");
     }
 }

@@ -252,8 +252,7 @@ fn measure(
     comm.record(&c1)?;
     c1.synchronize()?;
     let call = ms(&c0, &c1)? / 5.0;
-    let all = g.all_gather_bytes(&format!("{key}/call"), &call.to_le_bytes())?;
-    let call = all.iter().map(|b| f64::from_le_bytes(b[..8].try_into().unwrap_or_default())).fold(0.0, f64::max);
+    let call = stats::gather_max(g, &format!("{key}/call"), &[call])?[0];
     let calls = stats::saturating_calls(s.window_ms, call, stats::CALLS_MARGIN);
     if calls > QUEUE_NOTE_CALLS && g.rank() == 0 {
         println!(
@@ -358,15 +357,14 @@ fn measure(
         t.reasons.push(so.reasons as f64);
     }
     // Exchange: every rank gets every rank's per-trial values.
-    let mine: Vec<u8> = t.fields().iter().flat_map(|v| v.iter()).flat_map(|x| x.to_le_bytes()).collect();
-    let all = g.all_gather_bytes(&format!("{key}/trials"), &mine)?;
+    let mine: Vec<f64> = t.fields().iter().flat_map(|v| v.iter().copied()).collect();
     let n = s.trials;
+    if mine.len() != FIELDS * n {
+        return Err(format!("{key}: this rank has {} values, expected {}", mine.len(), FIELDS * n).into());
+    }
+    let all = stats::gather(g, &format!("{key}/trials"), &mine)?;
     let mut per_field = vec![Vec::new(); FIELDS];
-    for b in &all {
-        let xs: Vec<f64> = b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or_default())).collect();
-        if xs.len() != FIELDS * n {
-            return Err(format!("{key}: a rank sent {} values, expected {}", xs.len(), FIELDS * n).into());
-        }
+    for xs in &all {
         for (f, slot) in per_field.iter_mut().enumerate() {
             slot.push(xs[f * n..(f + 1) * n].to_vec());
         }

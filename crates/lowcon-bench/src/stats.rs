@@ -2,7 +2,8 @@
 //! medians and spreads of per-trial ratios, bus bandwidth, SM time per GB, how the
 //! collectives of a saturated window are spread over the GEMMs when they are enqueued
 //! as a trainer does, and NVML's throttle-reason bits. Nothing here touches a GPU, so
-//! all of it is unit-tested.
+//! all of it is unit-tested. Also the one way the benchmarks gather their numbers over
+//! ranks ([`gather`], through the group's store) and the one median ([`median`]).
 
 /// The `q`-quantile (0..=1) of `v`, linearly interpolated between order statistics
 /// (numpy's default); `NaN` for an empty slice. NaNs in `v` are ignored.
@@ -20,6 +21,45 @@ pub fn quantile(v: &[f64], q: f64) -> f64 {
 /// The median of `v` (the mean of the two middle values for an even count).
 pub fn median(v: &[f64]) -> f64 {
     quantile(v, 0.5)
+}
+
+/// A group whose ranks exchange bytes through its store (both backends' groups).
+pub trait Exchange {
+    /// Every rank's `data` under `name`, in rank order (collective).
+    fn exchange(&self, name: &str, data: &[u8]) -> lowcon::Result<Vec<Vec<u8>>>;
+}
+
+impl Exchange for lowcon::GpuGroup {
+    fn exchange(&self, name: &str, data: &[u8]) -> lowcon::Result<Vec<Vec<u8>>> {
+        self.all_gather_bytes(name, data)
+    }
+}
+
+impl Exchange for lowcon::HostGroup {
+    fn exchange(&self, name: &str, data: &[u8]) -> lowcon::Result<Vec<Vec<u8>>> {
+        self.all_gather_bytes(name, data)
+    }
+}
+
+/// Every rank's `values` under `name` (collective; every rank sends as many):
+/// `per_rank[r][k]`. A rank that sent another count is an error naming it.
+pub fn gather(g: &impl Exchange, name: &str, values: &[f64]) -> crate::Res<Vec<Vec<f64>>> {
+    let mine: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let all = g.exchange(name, &mine)?;
+    all.iter()
+        .enumerate()
+        .map(|(r, b)| {
+            if b.len() != mine.len() {
+                return Err(format!("{name}: rank {r} sent {} values, expected {}", b.len() / 8, values.len()).into());
+            }
+            Ok(b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect())
+        })
+        .collect()
+}
+
+/// [`gather`], then each value's max over ranks (the slowest rank sets a time).
+pub fn gather_max(g: &impl Exchange, name: &str, values: &[f64]) -> crate::Res<Vec<f64>> {
+    Ok(max_over_ranks(&gather(g, name, values)?))
 }
 
 /// A median with its spread over trials.

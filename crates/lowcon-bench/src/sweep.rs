@@ -11,7 +11,7 @@
 
 use lowcon::cuda::{Stream, StreamPriority};
 use lowcon::{AllGatherOptions, DType, GpuGroup, GpuGroupOptions, ReduceOp, ReduceScatterOptions, SyncMethod};
-use lowcon_tests::coll::{Case, Coll, GpuRunner, count_wrong};
+use lowcon_selftest::coll::{Case, Coll, GpuRunner, count_wrong};
 
 use crate::report::{self, Output, SweepRow};
 
@@ -126,21 +126,7 @@ pub(crate) fn method_name(m: SyncMethod) -> &'static str {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Max over ranks of each rank's `vals` (through the store).
-fn max_over_ranks(all: Vec<Vec<u8>>, n: usize) -> Vec<f64> {
-    (0..n)
-        .map(|k| {
-            all.iter()
-                .map(|b| f64::from_le_bytes(b[8 * k..8 * k + 8].try_into().expect("8 bytes")))
-                .fold(f64::MIN, f64::max)
-        })
-        .collect()
-}
+use crate::stats::{gather_max, median};
 
 #[allow(clippy::too_many_arguments)]
 fn row(
@@ -283,13 +269,11 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                         } else {
                             None
                         };
-                        let stats = runner.g.all_gather_bytes(
+                        let mx = gather_max(
+                            &runner.g,
                             &format!("sweep/{algo}/{m:?}/{ctas:?}/{pipeline:?}/{size}"),
-                            &[t.us, wrong.unwrap_or(0) as f64, t.host_eager, t.host_replay]
-                                .map(f64::to_le_bytes)
-                                .concat(),
+                            &[t.us, wrong.unwrap_or(0) as f64, t.host_eager, t.host_replay],
                         )?;
-                        let mx = max_over_ranks(stats, 4);
                         let mut r = row(
                             a,
                             world,
@@ -423,7 +407,7 @@ fn time_calls(
         g.synchronize(stream)?;
         per_call.push(e0.elapsed_ms(&e1)? as f64 * 1e3 / iters as f64);
     }
-    Ok(Timed { us: median(per_call), host_eager, host_replay: median(host) })
+    Ok(Timed { us: median(&per_call), host_eager, host_replay: median(&host) })
 }
 
 /// NCCL's rows: default mode, then copy-engine mode where this NCCL supports it.
@@ -471,11 +455,8 @@ fn nccl_rows(r: &GpuRunner, a: &SweepOptions, sizes: &[usize], in_max: usize, ou
                         }
                     };
                     let t = time_calls(&r.g, &r.stream, a, &mut call)?;
-                    let stats = r.g.all_gather_bytes(
-                        &format!("sweep/{mode}/{dt}/{size}"),
-                        &[t.us, t.host_eager, t.host_replay].map(f64::to_le_bytes).concat(),
-                    )?;
-                    let mx = max_over_ranks(stats, 3);
+                    let mx =
+                        gather_max(&r.g, &format!("sweep/{mode}/{dt}/{size}"), &[t.us, t.host_eager, t.host_replay])?;
                     let name = if dt == a.dtype { mode.to_string() } else { format!("{mode} {dt}") };
                     let mut r = row(a, world, &name, mode, "-", None, size, mx[0], None);
                     if a.wire.is_some() {

@@ -2,6 +2,8 @@
 //! are parsed here and handed over as `lowcon_bench` options; `quick` starts its ranks
 //! through `lowcon launch` of this executable.
 
+mod reduce_kernels;
+
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
@@ -327,7 +329,7 @@ pub enum BenchCommand {
     /// beside a saturated GEMM, per kernel, launch shape, pieces and priority, with an
     /// SM-holding and a bytes-only control: µs, GB/s, GEMM slowdown and rate kept with
     /// 95% intervals (a collective at one rank reduces nothing).
-    ReduceKernels(crate::reduce_kernels::ReduceKernelFlags),
+    ReduceKernels(reduce_kernels::ReduceKernelFlags),
     /// Barrier latency, kernel vs stream-memop.
     Barrier {
         /// Timed barriers per method.
@@ -359,7 +361,7 @@ pub fn run(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
             lowcon_bench::queue::run(calls, shard, std::time::Duration::from_millis(hold_ms))
         }
         BenchCommand::Barrier { iters, warmup, json } => lowcon_bench::barrier::run(iters.max(1), warmup, json),
-        BenchCommand::ReduceKernels(f) => crate::reduce_kernels::run(&f),
+        BenchCommand::ReduceKernels(f) => reduce_kernels::run(&f),
         BenchCommand::AllGather(f) => sweep(&f, Kind::AllGather),
         BenchCommand::ReduceScatter(f) => sweep(&f, Kind::ReduceScatter),
         BenchCommand::Overlap(f) => overlap(&f),

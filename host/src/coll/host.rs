@@ -358,7 +358,7 @@ impl HostColl {
         Ok(())
     }
 
-    /// tma-push-reduce's schedule (NOTE [tma-push-reduce] in `gpu-kernels/src/push.rs`):
+    /// tma-push-reduce's schedule (NOTE [tma-push-reduce] in `gpu-kernels/kernels/src/push.rs`):
     /// the owner writes its own chunk into its workspace, barrier, every rank pushes its
     /// chunk `p` into rank `p`'s workspace, barrier, the owner reduces. The GPU adds each
     /// push into one accumulator on arrival; here each source has its own slot and the

@@ -95,7 +95,7 @@ pub const DEFAULT_TMA_CTAS: u32 = 8;
 
 /// Shared memory a `tma-reduce` ring may use: with the barrier area, just below
 /// H100/H200's 227 KiB of dynamic shared memory per CTA (opt-in). What keeps NVLink busy
-/// with few CTAs is bytes in flight per CTA (gpu-kernels/src/tma.rs, NOTE [tma-reduce
+/// with few CTAs is bytes in flight per CTA (gpu-kernels/kernels/src/tma.rs, NOTE [tma-reduce
 /// bytes in flight]), so the ring takes all of it.
 pub(crate) const TMA_RING_BYTES: u32 = 224 << 10;
 

@@ -17,7 +17,7 @@ mod wire;
 pub(crate) use once::OnceArgs;
 pub(crate) use wire::{WirePackArgs, WireReduceArgs};
 
-/// The PTX of `gpu-kernels/`, built by `host/build.rs` (or taken from `LOWCON_PTX_DIR`).
+/// The PTX of `gpu-kernels/kernels/`, built by `host/build.rs` (or taken from `LOWCON_PTX_DIR`).
 pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/lowcon_kernels.ptx"));
 
 /// lowcon's kernels, loaded into one context.
@@ -51,14 +51,14 @@ pub struct Kernels {
     spin: CudaFunction,
 }
 
-/// The arguments of one LL round: see `gpu-kernels/src/ll.rs` for their contract.
+/// The arguments of one LL round: see `gpu-kernels/kernels/src/ll.rs` for their contract.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LlArgs {
     /// Device array of the `world` LL-buffer bases.
     pub bases: u64,
     /// This rank's round counter (`lowcon_abi::pad::ll_seq_offset`) and CTA counter
     /// words of the channel: the kernel reads its round there and advances it (NOTE [LL
-    /// rounds on the device], `gpu-kernels/src/ll.rs`).
+    /// rounds on the device], `gpu-kernels/kernels/src/ll.rs`).
     pub seq: u64,
     pub counter: u64,
     /// Bytes of one source's slot.
@@ -76,7 +76,7 @@ pub(crate) struct LlArgs {
 }
 
 /// The arguments of a `tma-reduce` launch besides the fused barrier's: see
-/// `gpu-kernels/src/tma.rs` (`tma_reduce`) for their contract.
+/// `gpu-kernels/kernels/src/tma.rs` (`tma_reduce`) for their contract.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TmaArgs {
     /// Device array of the `world` symmetric-buffer bases.
@@ -99,7 +99,7 @@ pub(crate) struct TmaArgs {
 }
 
 /// The arguments of a `tma-push-reduce` launch besides the fused barrier's: see
-/// `gpu-kernels/src/push.rs` (`tma_push_reduce`) for their contract.
+/// `gpu-kernels/kernels/src/push.rs` (`tma_push_reduce`) for their contract.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PushArgs {
     /// This rank's 16-byte-aligned, padded input: chunk `p` at `src + p * stride`.
@@ -388,7 +388,7 @@ impl Kernels {
     ///
     /// # Safety
     /// `pad.err` is the group's error record, and `a` meets `lowcon_ll_allgather`'s
-    /// contract (`gpu-kernels/src/ll.rs`), all alive until the kernel has run.
+    /// contract (`gpu-kernels/kernels/src/ll.rs`), all alive until the kernel has run.
     pub(crate) unsafe fn ll_allgather(
         &self,
         stream: &Stream,
@@ -457,7 +457,7 @@ impl Kernels {
     ///
     /// # Safety
     /// As [`Kernels::rs_direct`], and `a` meets `tma_push_reduce`'s contract
-    /// (`gpu-kernels/src/push.rs`).
+    /// (`gpu-kernels/kernels/src/push.rs`).
     pub(crate) unsafe fn tma_push_reduce(
         &self,
         stream: &Stream,
@@ -517,7 +517,7 @@ impl Kernels {
     }
 
     /// Enqueues one side of the system-scope flag round trip (see
-    /// `gpu-kernels/src/test_kernels.rs`): side 0 moves first (ping), side 1 answers
+    /// `gpu-kernels/kernels/src/test_kernels.rs`): side 0 moves first (ping), side 1 answers
     /// (pong). The two sides must run concurrently, on two streams.
     pub fn flag_round_trip(
         &self,

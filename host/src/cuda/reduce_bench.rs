@@ -269,7 +269,7 @@ impl ReduceKernels {
         let src = device_ptr(&self.input);
         let lo_off = (2 * (self.world - 1) * n) as u64;
         // SAFETY: (the block) as the caller's contract; each kernel's arguments as its
-        // contract says (`gpu-kernels/src/{reduce,wire,push}.rs`).
+        // contract says (`gpu-kernels/kernels/src/{reduce,wire,push}.rs`).
         unsafe {
             match k {
                 KernelKind::Once => unreachable!("launch_once"),

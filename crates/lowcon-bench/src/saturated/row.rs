@@ -2,7 +2,7 @@
 
 use super::{Enqueue, Setup};
 use crate::nvml::power_w;
-use crate::report::SaturatedRow;
+use crate::rows::SaturatedRow;
 use crate::stats::{self, Spread};
 use crate::sweep::Kind;
 

@@ -3,7 +3,7 @@
 
 use lowcon::cuda::raw;
 use lowcon::{DType, DeviceBuf, SymmetricBuffer};
-use lowcon_tests::coll::GpuRunner;
+use lowcon_selftest::coll::GpuRunner;
 
 use crate::Res;
 

@@ -12,7 +12,7 @@ use super::*;
 pub fn host(a: &SweepOptions) -> Res<Vec<SweepRow>> {
     let g = HostGroup::from_env(HostGroupOptions::default())?;
     let (rank, world) = (g.rank(), g.world_size());
-    let mut runner = lowcon_tests::coll::HostRunner { g };
+    let mut runner = lowcon_selftest::coll::HostRunner { g };
     if rank == 0 {
         header(a, world, "host-backend ranks (CPU shared memory, wall-clock timing)");
     }
@@ -72,7 +72,7 @@ pub fn host(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                 }
                 per.push(t.elapsed().as_secs_f64() * 1e6 / a.iters.max(1) as f64);
             }
-            let us = median(per);
+            let us = median(&per);
             let wrong = if a.check {
                 let case = case_for(a, algo, SyncMethod::Kernel, count)?;
                 let case = Case { symmetric: false, ..case };
@@ -80,11 +80,7 @@ pub fn host(a: &SweepOptions) -> Res<Vec<SweepRow>> {
             } else {
                 None
             };
-            let stats = runner.g.all_gather_bytes(
-                &format!("sweep/{algo}/{size}"),
-                &[us, wrong.unwrap_or(0) as f64].map(f64::to_le_bytes).concat(),
-            )?;
-            let mx = max_over_ranks(stats, 2);
+            let mx = gather_max(&runner.g, &format!("sweep/{algo}/{size}"), &[us, wrong.unwrap_or(0) as f64])?;
             let r = row(a, world, "lowcon", algo, "host", None, size, mx[0], wrong.map(|_| mx[1] as u64));
             let r = with_wire(r, a.wire, a.dtype);
             if rank == 0 {

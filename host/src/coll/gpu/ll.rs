@@ -1,5 +1,5 @@
 //! The LL algorithms on GPUs (`ll` for all-gather and reduce-scatter): one kernel per
-//! round, no barrier (NOTE [LL protocol] in `gpu-kernels/src/ll.rs`).
+//! round, no barrier (NOTE [LL protocol] in `gpu-kernels/kernels/src/ll.rs`).
 //!
 //! Each channel gets its LL buffer (`lowcon_abi::ll::BUFFER_BYTES` per rank, symmetric)
 //! on its first LL call: allocated collectively, zeroed on the caller's stream, then one

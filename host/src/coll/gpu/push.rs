@@ -1,5 +1,5 @@
 //! `tma-push-reduce`: every rank adds its chunks into the owners' accumulators over
-//! NVLink with bulk reductions (NOTE [tma-push-reduce] in `gpu-kernels/src/push.rs`).
+//! NVLink with bulk reductions (NOTE [tma-push-reduce] in `gpu-kernels/kernels/src/push.rs`).
 
 use super::{GpuColl, Sym, ce_copy};
 use crate::coll::ReduceScatterOptions;
@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::sync::gpu::graph::Mode;
 
 impl GpuColl {
-    /// tma-push-reduce (NOTE [tma-push-reduce] in `gpu-kernels/src/push.rs`): this rank's
+    /// tma-push-reduce (NOTE [tma-push-reduce] in `gpu-kernels/kernels/src/push.rs`): this rank's
     /// accumulator (the workspace's first `align256(chunk)` bytes) starts as its own
     /// chunk, then, between the barriers, every rank adds its chunk `p` into rank `p`'s
     /// accumulator with bulk reductions, and the owner copies the result out. Neither

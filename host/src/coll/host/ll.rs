@@ -1,5 +1,5 @@
 //! The LL algorithms on the host backend: the GPU's protocol with CPU stores
-//! (`gpu-kernels/src/ll.rs`, NOTE [LL protocol]). Same buffer layout, rounds, halves
+//! (`gpu-kernels/kernels/src/ll.rs`, NOTE [LL protocol]). Same buffer layout, rounds, halves
 //! and flags; each 8-byte half of a line (4 bytes of data, the flag) is one atomic
 //! `u64` store, as on GPUs, and the receiver polls until both halves carry the round's
 //! flag. No barrier runs after the first call on a channel; a round's pushes may only

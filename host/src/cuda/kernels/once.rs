@@ -7,7 +7,7 @@ use super::{COLL_THREADS, Kernels};
 use crate::cuda::Stream;
 use crate::error::{Result, drv};
 
-/// The arguments of one `lowcon_reduce_once_*` launch: see `gpu-kernels/src/reduce.rs`
+/// The arguments of one `lowcon_reduce_once_*` launch: see `gpu-kernels/kernels/src/reduce.rs`
 /// (`reduce_once`) for their contract.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct OnceArgs {
@@ -41,7 +41,7 @@ impl Kernels {
     /// index) on `ctas` CTAs of `threads`.
     ///
     /// # Safety
-    /// As `reduce_once` in `gpu-kernels/src/reduce.rs`: every pointer valid for what it
+    /// As `reduce_once` in `gpu-kernels/kernels/src/reduce.rs`: every pointer valid for what it
     /// names until the kernel has run, the flags set only by this call's copy stream.
     pub(crate) unsafe fn reduce_once(
         &self,

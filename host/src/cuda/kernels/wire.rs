@@ -7,7 +7,7 @@ use super::{COLL_THREADS, Kernels, PadArgs};
 use crate::cuda::Stream;
 use crate::error::{Result, drv};
 
-/// The arguments of one bf16-wire pack: see `gpu-kernels/src/wire.rs`
+/// The arguments of one bf16-wire pack: see `gpu-kernels/kernels/src/wire.rs`
 /// (`lowcon_wire_pack`) for their contract.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct WirePackArgs {
@@ -34,7 +34,7 @@ pub(crate) struct WirePackArgs {
     pub vec_ok: bool,
 }
 
-/// The arguments of one bf16-wire reduction: see `gpu-kernels/src/wire.rs`
+/// The arguments of one bf16-wire reduction: see `gpu-kernels/kernels/src/wire.rs`
 /// (`lowcon_wire_reduce_*`) for their contract. `lo_bases == 0` for a bf16 input.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct WireReduceArgs {

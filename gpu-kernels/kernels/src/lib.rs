@@ -1,6 +1,6 @@
 //! lowcon's device code: barrier, signal, reduction (plain, bulk-copy and LL) and test kernels.
 //!
-//! Compiled to PTX by `host/build.rs` (see `crates/lowcon-build`): rustc's own
+//! Compiled to PTX by `host/build.rs` (see `gpu-kernels/build`): rustc's own
 //! `nvptx64-nvidia-cuda` backend, `-Zbuild-std=core`, and a bitcode link done with the
 //! `llvm-tools` component (`llvm-link` → `opt` → `llc`). Every kernel is an
 //! `extern "ptx-kernel"` function with a `#[unsafe(no_mangle)]` name listed in

@@ -444,7 +444,7 @@ fn refusals(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
 pub fn graph_dead_peer(
     victim: usize,
     kill_at: usize,
-    exit: crate::dead_peer::Exit,
+    exit: crate::dying::Exit,
     timeout: std::time::Duration,
     sync: SyncMethod,
 ) -> Result<String, String> {
@@ -472,7 +472,7 @@ pub fn graph_dead_peer(
         c.refill(&r.stream, 11, rank, world)?;
     }
     let graph = capture(&r, &r.stream, &calls, None)?;
-    let res = crate::dead_peer::dead_peer_loop(
+    let res = crate::dying::dead_peer_loop(
         rank,
         victim,
         kill_at,

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use lowcon::cuda::StreamPriority;
 
-use crate::bench::parse_size;
+use super::parse_size;
 
 /// Flags of `lowcon bench reduce-kernels`.
 #[derive(Args, Clone, Debug)]
