@@ -10,7 +10,7 @@
 //! | symmetric memory | [`memory`] | GPU buffers mapped on every peer (VMM or IPC), host shared-memory buffers, pinned memory |
 //! | sync | [`sync`] | epochs, signal pads, barriers and signals (kernel or stream-memop), failure detection and release |
 //! | algorithms | [`coll`] | all-gather and reduce-scatter: types, options, checks, `auto`, the CPU reference, one file per backend |
-//! | groups | [`GpuGroup`], [`HostGroup`] | the public types that compose the stages for one backend |
+//! | groups | [`GpuGroup`], [`HostGroup`], [`Group`] | the public types that compose the stages for one backend, and either of them |
 //!
 //! Each stage uses only the stages above it. [`Error`] is the one error type; a machine
 //! without a driver gets [`Error::NoDriver`], never a panic. Logging goes through
@@ -31,7 +31,7 @@ pub use coll::{
     HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
 };
 pub use error::{Error, Result};
-pub use group::{GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions};
+pub use group::{Buffer, CollBufs, GpuGroup, GpuGroupOptions, Group, HostGroup, HostGroupOptions};
 pub use memory::mapped::MAX_OPEN_PER_PEER as MAX_PEER_MAPPINGS;
 pub use memory::pool::{Fingerprint, Pool, PoolBlock, PoolStats};
 pub use memory::{HandleKind, HostBuffer, SymmetricBuffer};

@@ -3,14 +3,16 @@
 use super::*;
 
 /// The symmetric region holding `[ptr, ptr + bytes)`, with the offset, if any.
-fn find(mem: &[Region], ptr: usize, bytes: usize) -> Option<(&Region, usize)> {
-    mem.iter().find(|r| ptr >= r.base() && ptr + bytes <= r.base() + r.len()).map(|r| (r, ptr - r.base()))
+fn find(mem: &[Buffer], ptr: usize, bytes: usize) -> Option<(&Buffer, usize)> {
+    mem.iter()
+        .find(|r| ptr >= r.base_addr() && ptr + bytes <= r.base_addr() + r.len())
+        .map(|r| (r, ptr - r.base_addr()))
 }
 
-fn gpu_buf<'a>(mem: &'a [Region], ptr: *const c_void, count: usize, dt: DType) -> R<DeviceBuf<'a>> {
+fn gpu_buf<'a>(mem: &'a [Buffer], ptr: *const c_void, count: usize, dt: DType) -> R<DeviceBuf<'a>> {
     let bytes = count.checked_mul(dt.size()).ok_or_else(|| invalid("size overflow"))?;
-    Ok(match find(mem, ptr as usize, bytes) {
-        Some((Region::Gpu(b), off)) => DeviceBuf::symmetric(b, off, count, dt)?,
+    Ok(match find(mem, ptr as usize, bytes).and_then(|(r, off)| Some((r.as_gpu()?, off))) {
+        Some((b, off)) => DeviceBuf::symmetric(b, off, count, dt)?,
         // SAFETY: the caller of the collective guarantees the buffer (contract); the
         // library checks that it is device memory of the group's GPU.
         _ => unsafe { DeviceBuf::from_raw(ptr as u64, count, dt) },
@@ -75,19 +77,18 @@ unsafe fn collective(
         Which::ReduceScatter(_) => (big, count),
     };
     let mem = c.mem.read().unwrap_or_else(|p| p.into_inner());
-    match &c.group {
-        Group::Gpu(g) => {
+    // The buffers follow the communicator's backend (NOTE [either backend]).
+    let stream_of;
+    let copied;
+    let bufs = match c.group.as_gpu() {
+        Some(g) => {
             // SAFETY: forwarded from the caller (a live stream of this device, or NULL).
-            let s = unsafe { Stream::wrap_borrowed(g.device(), stream.cast()) }?;
+            stream_of = unsafe { Stream::wrap_borrowed(g.device(), stream.cast()) }?;
             let input = gpu_buf(&mem, send, n_send, dt)?;
             let output = gpu_buf(&mem, recv, n_recv, rdt)?;
-            match (which, ag, rs) {
-                (Which::ReduceScatter(op), _, Some(o)) => g.reduce_scatter(input, output, op, &s, &o)?,
-                (_, Some(o), _) => g.all_gather(input, output, &s, &o)?,
-                _ => unreachable!("options parsed for the call"),
-            }
+            CollBufs::Gpu { input, output, stream: &stream_of }
         }
-        Group::Host(g) => {
+        None => {
             let (sb, rb) = (n_send * dt.size(), n_recv * rdt.size());
             let (s0, r0) = (send as usize, recv as usize);
             // The input is copied when it overlaps the output (in-place calls): a shared
@@ -95,9 +96,8 @@ unsafe fn collective(
             let overlaps = s0 < r0 + rb && r0 < s0 + sb;
             // SAFETY: `send` is valid for `sb` bytes (contract).
             let send_bytes = unsafe { std::slice::from_raw_parts(send.cast::<u8>(), sb) };
-            let copied;
-            let input = match find(&mem, s0, sb) {
-                Some((Region::Host(b), off)) => HostInput::Symmetric { buf: b, offset: off, len: sb },
+            let input = match find(&mem, s0, sb).and_then(|(r, off)| Some((r.as_host()?, off))) {
+                Some((b, off)) => HostInput::Symmetric { buf: b, offset: off, len: sb },
                 _ if overlaps => {
                     copied = send_bytes.to_vec();
                     HostInput::Plain(&copied)
@@ -108,12 +108,13 @@ unsafe fn collective(
             // aliases it (an overlapping input was copied, a symmetric one is read
             // through raw pointers).
             let output = unsafe { std::slice::from_raw_parts_mut(recv.cast::<u8>(), rb) };
-            match (which, ag, rs) {
-                (Which::ReduceScatter(op), _, Some(o)) => g.reduce_scatter_typed(input, output, (dt, rdt), op, &o)?,
-                (_, Some(o), _) => g.all_gather(input, output, dt, &o)?,
-                _ => unreachable!("options parsed for the call"),
-            }
+            CollBufs::Host { input, output, dtypes: (dt, rdt) }
         }
+    };
+    match (which, ag, rs) {
+        (Which::ReduceScatter(op), _, Some(o)) => c.group.reduce_scatter(bufs, op, &o)?,
+        (_, Some(o), _) => c.group.all_gather(bufs, &o)?,
+        _ => unreachable!("options parsed for the call"),
     }
     Ok(())
 }

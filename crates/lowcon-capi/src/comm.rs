@@ -16,9 +16,9 @@ pub unsafe extern "C" fn lowconCommInitFromEnv(comm: *mut lowconComm_t, backend:
     guard(|| {
         out_ptr(comm, "comm (the output handle)")?;
         let group = if backend_name(backend)? {
-            Group::Gpu(GpuGroup::from_env(GpuGroupOptions::default())?)
+            Group::from(GpuGroup::from_env(GpuGroupOptions::default())?)
         } else {
-            Group::Host(Box::new(HostGroup::from_env(HostGroupOptions::default())?))
+            Group::from(HostGroup::from_env(HostGroupOptions::default())?)
         };
         write_out(comm, "comm", register(make_comm(group)))
     })
@@ -57,9 +57,9 @@ pub unsafe extern "C" fn lowconCommInitRank(
         };
         let store = lowcon_store::StoreClient::connect(addr, opts).map_err(Error::from)?;
         let group = if gpu {
-            Group::Gpu(GpuGroup::new(store, rank, world, GpuGroupOptions::default())?)
+            Group::from(GpuGroup::new(store, rank, world, GpuGroupOptions::default())?)
         } else {
-            Group::Host(Box::new(HostGroup::new(store, rank, world, HostGroupOptions::default())?))
+            Group::from(HostGroup::new(store, rank, world, HostGroupOptions::default())?)
         };
         write_out(comm, "comm", register(make_comm(group)))
     })
@@ -92,10 +92,7 @@ pub unsafe extern "C" fn lowconCommDestroy(comm: lowconComm_t) -> lowconResult_t
 pub unsafe extern "C" fn lowconCommAbort(comm: lowconComm_t) -> lowconResult_t {
     guard(|| {
         let c = lookup(comm)?;
-        match &c.group {
-            Group::Gpu(g) => g.abort(),
-            Group::Host(g) => g.abort(),
-        }
+        c.group.abort();
         let removed = registry().lock().unwrap_or_else(|p| p.into_inner()).remove(&(comm as usize));
         drop((removed, c));
         Ok(())
@@ -118,10 +115,7 @@ pub unsafe extern "C" fn lowconCommGetAsyncError(
     guard(|| {
         let c = lookup(comm)?;
         out_ptr(asyncError, "asyncError")?;
-        let r = match &c.group {
-            Group::Gpu(g) => g.check(),
-            Group::Host(g) => g.check(),
-        };
+        let r = c.group.check();
         let code = match r {
             Ok(()) => lowconSuccess,
             Err(e) => {
@@ -145,14 +139,12 @@ pub unsafe extern "C" fn lowconCommGetAsyncError(
 pub unsafe extern "C" fn lowconStreamSynchronize(comm: lowconComm_t, stream: *mut c_void) -> lowconResult_t {
     guard(|| {
         let c = lookup(comm)?;
-        match &c.group {
-            Group::Gpu(g) => {
-                // SAFETY: forwarded from the caller.
-                let s = unsafe { Stream::wrap_borrowed(g.device(), stream.cast()) }?;
-                Ok(g.synchronize(&s)?)
-            }
-            Group::Host(g) => Ok(g.check()?),
-        }
+        let s = match c.group.as_gpu() {
+            // SAFETY: forwarded from the caller.
+            Some(g) => Some(unsafe { Stream::wrap_borrowed(g.device(), stream.cast()) }?),
+            None => None,
+        };
+        Ok(c.group.synchronize(s.as_ref())?)
     })
 }
 
@@ -175,10 +167,7 @@ pub unsafe extern "C" fn lowconCommReserveWorkspace(
         let c = lookup(comm)?;
         let channel = u32::try_from(channel)
             .map_err(|_| lowcon::Error::InvalidArgument(format!("channel {channel}: must not be negative")))?;
-        match &c.group {
-            Group::Gpu(g) => Ok(g.reserve_workspace(channel, bytes)?),
-            Group::Host(_) => Ok(()),
-        }
+        Ok(c.group.reserve_workspace(channel, bytes)?)
     })
 }
 
@@ -195,17 +184,10 @@ pub unsafe extern "C" fn lowconCommReserveWorkspace(
 pub unsafe extern "C" fn lowconCommTrackReplay(comm: lowconComm_t, stream: *mut c_void) -> lowconResult_t {
     guard(|| {
         let c = lookup(comm)?;
-        match &c.group {
-            Group::Gpu(g) => {
-                // SAFETY: forwarded from the caller.
-                let s = unsafe { Stream::wrap_borrowed(g.device(), stream.cast()) }?;
-                Ok(g.track_replay(&s)?)
-            }
-            Group::Host(_) => Err(lowcon::Error::InvalidArgument(
-                "the host backend has no CUDA graphs: lowconCommTrackReplay is for GPU communicators".into(),
-            )
-            .into()),
-        }
+        let g = c.group.gpu("lowconCommTrackReplay (the host backend has no CUDA graphs)")?;
+        // SAFETY: forwarded from the caller.
+        let s = unsafe { Stream::wrap_borrowed(g.device(), stream.cast()) }?;
+        Ok(g.track_replay(&s)?)
     })
 }
 
@@ -227,10 +209,7 @@ pub unsafe extern "C" fn lowconCommShrink(comm: lowconComm_t, newcomm: *mut lowc
     guard(|| {
         let c = lookup(comm)?;
         out_ptr(newcomm, "newcomm")?;
-        let group = match &c.group {
-            Group::Gpu(g) => Group::Gpu(g.shrink()?),
-            Group::Host(g) => Group::Host(Box::new(g.shrink()?)),
-        };
+        let group = c.group.shrink()?;
         write_out(newcomm, "newcomm", register(make_comm(group)))
     })
 }
@@ -261,10 +240,7 @@ pub unsafe extern "C" fn lowconCommUserRank(comm: lowconComm_t, rank: *mut c_int
 pub unsafe extern "C" fn lowconCommCuDevice(comm: lowconComm_t, device: *mut c_int) -> lowconResult_t {
     guard(|| {
         let c = lookup(comm)?;
-        let d = match &c.group {
-            Group::Gpu(g) => g.device().index() as c_int,
-            Group::Host(_) => -1,
-        };
+        let d = c.group.device_index().map_or(-1, |i| i as c_int);
         write_out(device, "device", d)
     })
 }
@@ -281,11 +257,8 @@ pub unsafe extern "C" fn lowconMemAlloc(comm: lowconComm_t, size: usize, ptr: *m
     guard(|| {
         let c = lookup(comm)?;
         out_ptr(ptr, "ptr")?;
-        let region = match &c.group {
-            Group::Gpu(g) => Region::Gpu(g.alloc(size)?),
-            Group::Host(g) => Region::Host(g.alloc(size)?),
-        };
-        let base = region.base() as *mut c_void;
+        let region = c.group.alloc(size)?;
+        let base = region.base_addr() as *mut c_void;
         c.mem.write().unwrap_or_else(|p| p.into_inner()).push(region);
         write_out(ptr, "ptr", base)
     })
@@ -303,14 +276,10 @@ pub unsafe extern "C" fn lowconMemFree(comm: lowconComm_t, ptr: *mut c_void) -> 
     guard(|| {
         let c = lookup(comm)?;
         let mut mem = c.mem.write().unwrap_or_else(|p| p.into_inner());
-        let i = mem.iter().position(|r| r.base() == ptr as usize).ok_or_else(|| {
+        let i = mem.iter().position(|r| r.base_addr() == ptr as usize).ok_or_else(|| {
             invalid(format!("rank {}: {ptr:p} is not a lowconMemAlloc buffer of this communicator", c.rank()))
         })?;
-        match mem.remove(i) {
-            Region::Gpu(b) => b.close()?,
-            Region::Host(b) => drop(b),
-        }
-        Ok(())
+        Ok(mem.remove(i).close()?)
     })
 }
 
@@ -358,10 +327,7 @@ pub unsafe extern "C" fn lowconCommGetStats(comm: lowconComm_t, stats: *mut lowc
                 c.rank()
             )));
         }
-        let s = match &c.group {
-            Group::Gpu(g) => g.stats()?,
-            Group::Host(g) => g.stats(),
-        };
+        let s = c.group.stats()?;
         let out = lowconCollStats {
             size,
             all_gather_bytes: s.all_gather_bytes,

@@ -27,8 +27,8 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use lowcon::cuda::Stream;
 use lowcon::{
-    AllGatherAlgorithm, DType, DeviceBuf, Error, GpuGroup, GpuGroupOptions, HostBuffer, HostGroup, HostGroupOptions,
-    HostInput, ReduceOp, ReduceScatterAlgorithm, SymmetricBuffer, SyncMethod,
+    AllGatherAlgorithm, Buffer, CollBufs, DType, DeviceBuf, Error, GpuGroup, GpuGroupOptions, Group, HostGroup,
+    HostGroupOptions, HostInput, ReduceOp, ReduceScatterAlgorithm, SyncMethod,
 };
 
 // In this order, which is the header's (cbindgen follows the declarations).
@@ -232,50 +232,19 @@ pub struct lowconCollStats {
     pub fallback_pieces: c_ulonglong,
 }
 
-enum Group {
-    Gpu(GpuGroup),
-    Host(Box<HostGroup>),
-}
-
-enum Region {
-    Gpu(SymmetricBuffer),
-    Host(HostBuffer),
-}
-
-impl Region {
-    fn base(&self) -> usize {
-        match self {
-            Region::Gpu(b) => b.local_ptr() as usize,
-            Region::Host(b) => b.local_ptr() as usize,
-        }
-    }
-    fn len(&self) -> usize {
-        match self {
-            Region::Gpu(b) => b.len(),
-            Region::Host(b) => b.len(),
-        }
-    }
-}
-
 struct Comm {
     group: Group,
     /// Symmetric allocations (`lowconMemAlloc`); collectives hold the read side while
     /// they use one.
-    mem: RwLock<Vec<Region>>,
+    mem: RwLock<Vec<Buffer>>,
 }
 
 impl Comm {
     fn rank(&self) -> usize {
-        match &self.group {
-            Group::Gpu(g) => g.rank(),
-            Group::Host(g) => g.rank(),
-        }
+        self.group.rank()
     }
     fn world(&self) -> usize {
-        match &self.group {
-            Group::Gpu(g) => g.world_size(),
-            Group::Host(g) => g.world_size(),
-        }
+        self.group.world_size()
     }
 }
 
