@@ -57,10 +57,7 @@ fn timeout_of(ms: Option<u64>) -> Duration {
 
 impl Group {
     fn wrap(b: Backend) -> Self {
-        let (rank, world, backend) = match &b {
-            Backend::Gpu(g) => (g.rank(), g.world_size(), "gpu"),
-            Backend::Host(g) => (g.rank(), g.world_size(), "host"),
-        };
+        let (rank, world, backend) = (b.rank(), b.world_size(), b.backend());
         let pool = Arc::new(match &b {
             Backend::Gpu(g) => GroupPool::gpu(g),
             Backend::Host(g) => GroupPool::host(g),
@@ -96,9 +93,9 @@ impl Group {
         let (timeout, name, gpu) = (timeout_of(timeout_ms), name.to_string(), is_gpu(backend)?);
         join(py, move || {
             if gpu {
-                GpuGroup::from_env(GpuGroupOptions { name, timeout, ..Default::default() }).map(Backend::Gpu)
+                GpuGroup::from_env(GpuGroupOptions { name, timeout, ..Default::default() }).map(Backend::from)
             } else {
-                HostGroup::from_env(HostGroupOptions { name, timeout }).map(|g| Backend::Host(Box::new(g)))
+                HostGroup::from_env(HostGroupOptions { name, timeout }).map(Backend::from)
             }
         })
     }
@@ -125,10 +122,9 @@ impl Group {
         join(py, move || {
             if gpu {
                 GpuGroup::new(store, rank, world, GpuGroupOptions { name, timeout, device, ..Default::default() })
-                    .map(Backend::Gpu)
+                    .map(Backend::from)
             } else {
-                HostGroup::new(store, rank, world, HostGroupOptions { name, timeout })
-                    .map(|g| Backend::Host(Box::new(g)))
+                HostGroup::new(store, rank, world, HostGroupOptions { name, timeout }).map(Backend::from)
             }
         })
     }
@@ -154,12 +150,7 @@ impl Group {
     /// The CUDA device index (None on the host backend).
     #[getter]
     fn device(&self) -> PyResult<Option<usize>> {
-        self.with(|b| {
-            Ok(match b {
-                Backend::Gpu(g) => Some(g.device().index()),
-                Backend::Host(_) => None,
-            })
-        })
+        self.with(|b| Ok(b.device_index()))
     }
 
     /// All-gather into `output` (world x input elements) from `input`. `on_current`: `stream` is torch's current stream (see `collective`).
@@ -263,31 +254,28 @@ impl Group {
     /// Raises the group's failure (a dead or late peer, naming the rank), if any,
     /// without waiting (like NCCL's ncclCommGetAsyncError).
     fn check(&self) -> PyResult<()> {
-        self.with(|b| match b {
-            Backend::Gpu(g) => g.check().map_err(to_py),
-            Backend::Host(g) => g.check().map_err(to_py),
-        })
+        self.with(|b| b.check().map_err(to_py))
     }
 
     /// Waits for the work enqueued on `stream` (GPU backend; 0 or None: the legacy
     /// default stream) or the group's failure. Ctrl-C works while it waits.
     #[pyo3(signature = (stream = None))]
     fn synchronize(&self, py: Python<'_>, stream: Option<isize>) -> PyResult<()> {
-        self.with(|b| match b {
-            Backend::Gpu(g) => {
-                let raw = stream.unwrap_or(0);
-                interruptible(
-                    py,
-                    || g.abort(),
-                    move || {
+        self.with(|b| {
+            let raw = stream.unwrap_or(0);
+            interruptible(
+                py,
+                || b.abort(),
+                move || {
+                    let s = match b.as_gpu() {
                         // SAFETY: the caller's live stream of this device, or the legacy one.
-                        let s = unsafe { Stream::wrap_borrowed(g.device(), raw as usize as _) }?;
-                        g.synchronize(&s)
-                    },
-                )?
-                .map_err(to_py)
-            }
-            Backend::Host(g) => g.check().map_err(to_py),
+                        Some(g) => Some(unsafe { Stream::wrap_borrowed(g.device(), raw as usize as _) }?),
+                        None => None,
+                    };
+                    b.synchronize(s.as_ref())
+                },
+            )?
+            .map_err(to_py)
         })
     }
 
@@ -311,10 +299,7 @@ impl Group {
             .ok_or_else(|| invalid(format!("rank {}: bad shape {shape:?}", self.rank)))?;
         let pool = self.pool.clone();
         let (id, ptr, cuda) = self.with(|b| {
-            let cuda = match b {
-                Backend::Gpu(g) => Some(g.device().index() as i32),
-                Backend::Host(_) => None,
-            };
+            let cuda = b.device_index().map(|i| i as i32);
             // A free block: taken here, with no helper thread (the common case).
             let key = if cuda.is_some() { stream.unwrap_or(0) as u64 } else { 0 };
             if let Some((id, p)) = py.detach(|| pool.try_alloc(bytes, key)).map_err(to_py)? {
@@ -337,19 +322,16 @@ impl Group {
         d.set_item("segments", s.segments)?;
         d.set_item("live_blocks", s.live_blocks)?;
         d.set_item("allocations", s.allocs)?;
-        let ws = self.with(|b| Ok(if let Backend::Gpu(g) = b { g.workspace_bytes() } else { 0 })).unwrap_or(0);
+        let ws = self.with(|b| Ok(b.as_gpu().map_or(0, |g| g.workspace_bytes()))).unwrap_or(0);
         d.set_item("workspace_bytes", ws)?;
-        let mapped = self.with(|b| Ok(if let Backend::Gpu(g) = b { g.mapped_allocations() } else { 0 })).unwrap_or(0);
+        let mapped = self.with(|b| Ok(b.as_gpu().map_or(0, |g| g.mapped_allocations()))).unwrap_or(0);
         d.set_item("mapped_allocations", mapped)?;
         Ok(d)
     }
 
     /// The bytes this rank's calls moved to and from peers (NOTE [bf16 wire]): a dict.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-        let s = self.with(|b| match b {
-            Backend::Gpu(g) => py.detach(|| g.stats()).map_err(to_py),
-            Backend::Host(g) => Ok(g.stats()),
-        })?;
+        let s = self.with(|b| py.detach(|| b.stats()).map_err(to_py))?;
         let d = pyo3::types::PyDict::new(py);
         d.set_item("all_gather_bytes", s.all_gather_bytes)?;
         d.set_item("reduce_scatter_bytes", s.reduce_scatter_bytes)?;
@@ -364,20 +346,14 @@ impl Group {
     /// Closes the peer allocations `map_ordinary` calls opened that no call in flight
     /// uses (GPU; 0 on the host backend). Returns how many.
     fn release_mappings(&self) -> PyResult<usize> {
-        self.with(|b| match b {
-            Backend::Gpu(g) => g.release_mappings().map_err(to_py),
-            Backend::Host(_) => Ok(0),
-        })
+        self.with(|b| b.as_gpu().map_or(Ok(0), |g| g.release_mappings().map_err(to_py)))
     }
 
     /// Collective: sets up channel `channel`'s workspace (at least `bytes`) and LL
     /// buffer now (GPU; nothing on the host backend). Needed before capturing calls on
     /// the channel into a CUDA graph: a captured call cannot grow them.
     fn reserve_workspace(&self, py: Python<'_>, channel: u32, bytes: usize) -> PyResult<()> {
-        self.with(|b| match b {
-            Backend::Gpu(g) => py.detach(|| g.reserve_workspace(channel, bytes)).map_err(to_py),
-            Backend::Host(_) => Ok(()),
-        })
+        self.with(|b| py.detach(|| b.reserve_workspace(channel, bytes)).map_err(to_py))
     }
 
     /// Registers the work enqueued on `stream` (0 or None: the legacy default stream) with
@@ -385,16 +361,11 @@ impl Group {
     /// so a dead or late peer is named while the replay waits for it (GPU only).
     #[pyo3(signature = (stream = None))]
     fn track_replay(&self, stream: Option<isize>) -> PyResult<()> {
-        self.with(|b| match b {
-            Backend::Gpu(g) => {
-                // SAFETY: the caller's live stream of this device, or the legacy one.
-                let s =
-                    unsafe { Stream::wrap_borrowed(g.device(), stream.unwrap_or(0) as usize as _) }.map_err(to_py)?;
-                g.track_replay(&s).map_err(to_py)
-            }
-            Backend::Host(_) => {
-                Err(invalid("the host backend has no CUDA graphs: track_replay is for GPU groups".into()))
-            }
+        self.with(|b| {
+            let g = b.gpu("track_replay (the host backend has no CUDA graphs)").map_err(to_py)?;
+            // SAFETY: the caller's live stream of this device, or the legacy one.
+            let s = unsafe { Stream::wrap_borrowed(g.device(), stream.unwrap_or(0) as usize as _) }.map_err(to_py)?;
+            g.track_replay(&s).map_err(to_py)
         })
     }
 
@@ -417,13 +388,7 @@ impl Group {
     /// alive, renumbered in order (`GpuGroup::shrink`: a rank too late is left out and
     /// told so). This group is failed: its calls in flight are discarded; close it.
     fn shrink(&self, py: Python<'_>) -> PyResult<Group> {
-        let b = self.with(|b| {
-            py.detach(|| match b {
-                Backend::Gpu(g) => g.shrink().map(Backend::Gpu),
-                Backend::Host(g) => g.shrink().map(|h| Backend::Host(Box::new(h))),
-            })
-            .map_err(to_py)
-        })?;
+        let b = self.with(|b| py.detach(|| b.shrink()).map_err(to_py))?;
         Ok(Group::wrap(b))
     }
 
