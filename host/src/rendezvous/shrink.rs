@@ -17,13 +17,23 @@
 //! one.) Only `set`, `get` and `add` are used, so a framework's store serves too; flags
 //! are counters, read with `add(key, 0)`, which never blocks.
 //!
+//! NOTE [orphaned attempt]: a rank killed between drawing 1 and publishing its rank as
+//! coordinator leaves the others no coordinator to watch. They used to wait out the
+//! window and a margin (15 s with a 5 s timeout; seen under CPU load, where the two store
+//! operations lie further apart). Now every rank that drew and does not coordinate marks
+//! it (`drew/<rank>`); a rank waiting for an unpublished coordinator fails the attempt
+//! as soon as every other rank still alive (not hung up, not left out) has drawn: the
+//! one that drew first is then dead. A live coordinator never marks `drew`, so it is
+//! waited for; a live rank that has not drawn yet may still be the first, so it is too.
+//!
 //! The list is final once written, so a rank that arrives later finds itself outside it
 //! and is told so ("left out"); it marks itself so (`out/<rank>`, for the whole group),
 //! later attempts do not wait for it, and its later `shrink` calls fail the same way.
 //! The others wait for the list, and fail the attempt as soon as the coordinator hangs
-//! up without writing it (or after the window and a margin, if it died before
-//! publishing its rank); calling `shrink` again makes a new attempt (the next number:
-//! every survivor's count of attempts stays the same, since they all fail the same one).
+//! up without writing it, or, if it died before publishing its rank, as soon as every
+//! other rank still alive has drawn (NOTE [orphaned attempt]); calling `shrink` again
+//! makes a new attempt (the next number: every survivor's count of attempts stays the
+//! same, since they all fail the same one).
 //!
 //! The new group meets under a name of its own (the old group's id and the attempt's
 //! number), so its store keys, signal pads and epochs share nothing with the old group's.
@@ -65,6 +75,10 @@ pub(crate) struct Agreed {
 
 /// How long non-coordinators wait for the member list beyond the group's timeout.
 const LIST_MARGIN: Duration = Duration::from_secs(5);
+
+/// How often a rank that waits for an unpublished coordinator looks whether it died
+/// (NOTE [orphaned attempt]).
+const ORPHAN_LOOK: Duration = Duration::from_millis(10);
 
 fn parse_members(b: &[u8]) -> Result<Vec<usize>> {
     let s = String::from_utf8_lossy(b);
@@ -184,7 +198,10 @@ impl GroupCore {
             );
             members
         } else {
+            // This rank drew and does not coordinate (NOTE [orphaned attempt]).
+            store.add(&format!("{prefix}/drew/{rank}"), 1)?;
             let mut coordinator = None;
+            let mut last_look = Instant::now();
             loop {
                 if store.add(&listed, 0)? > 0 {
                     let members = parse_members(&store.multi_get(&[&list], self.setup_timeout)?[0])?;
@@ -196,10 +213,29 @@ impl GroupCore {
                 }
                 let gone = coordinator.filter(|&c| hung_up(c));
                 let late = start.elapsed() > window + LIST_MARGIN;
-                if gone.is_some() || late {
-                    let why = match gone {
-                        Some(c) => format!("the coordinating rank {c} hung up before it wrote the member list"),
-                        None => format!(
+                // With no coordinator published, look (every 10 ms) whether every rank
+                // still alive has drawn and does not coordinate: then the one that drew
+                // first died before publishing its rank.
+                let orphaned = coordinator.is_none() && last_look.elapsed() >= ORPHAN_LOOK && {
+                    last_look = Instant::now();
+                    let mut all_drew = true;
+                    for p in (0..world).filter(|&p| p != rank && !hung_up(p)) {
+                        if store.add(&format!("{prefix}/drew/{p}"), 0)? == 0
+                            && store.add(&format!("{group}/out/{p}"), 0)? == 0
+                        {
+                            all_drew = false;
+                            break;
+                        }
+                    }
+                    all_drew && store.add(&format!("{prefix}/claim"), 0)? > 0
+                };
+                if gone.is_some() || late || orphaned {
+                    let why = match (gone, orphaned) {
+                        (Some(c), _) => format!("the coordinating rank {c} hung up before it wrote the member list"),
+                        (None, true) => "the coordinating rank died before it published its rank (every rank still \
+                                         alive drew, and none coordinates)"
+                            .to_string(),
+                        (None, false) => format!(
                             "no member list within {:.1} s (the coordinating rank, {}, may have died)",
                             (window + LIST_MARGIN).as_secs_f64(),
                             coordinator.map_or("unknown".to_string(), |c| c.to_string())
