@@ -98,8 +98,9 @@ def test_the_pool_trace_records_every_decision(tmp_path):
     assert n > 10 and decisions[0][:n - 2] == decisions[1][:n - 2]
 
 
-def _by_hand(mode):
-    """Starts a store and two ranks of worker.py `mode` without a launcher."""
+def _by_hand(mode, hold=False):
+    """Starts a store and two ranks of worker.py `mode` without a launcher; with `hold`,
+    their stdin is a pipe the test closes to let a rank go on."""
     store = subprocess.Popen([LOWCON, "store", "serve", "--bind", "127.0.0.1:0"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     addr = None
@@ -113,7 +114,8 @@ def _by_hand(mode):
     # LOWCON_PYTEST_BACKEND=gpu runs these by-hand tests on GPUs (the GPU machine).
     backend = os.environ.get("LOWCON_PYTEST_BACKEND", "host")
     ranks = [subprocess.Popen([sys.executable, WORKER, mode, backend], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+                              stdin=subprocess.PIPE if hold else None, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(2)]
     return store, ranks
 
 
@@ -141,7 +143,7 @@ def test_a_sigkilled_rank_is_named_without_a_launcher():
 def test_ctrl_c_interrupts_a_waiting_call():
     """Rank 0 waits in an all-gather rank 1 never joins; SIGINT must raise
     KeyboardInterrupt within a moment and leave the group aborted."""
-    store, ranks = _by_hand("sigint")
+    store, ranks = _by_hand("sigint", hold=True)
     try:
         line = ranks[0].stdout.readline()
         assert "waiting" in line, line
@@ -150,7 +152,9 @@ def test_ctrl_c_interrupts_a_waiting_call():
         ranks[0].send_signal(signal.SIGINT)
         out0 = ranks[0].communicate(timeout=30)[0]
         took = time.monotonic() - t0
-        out1 = ranks[1].communicate(timeout=30)[0]
+        # Rank 1 stays alive until rank 0 is done (it used to sleep 3 s, and under load
+        # rank 0 could see it gone before the SIGINT came).
+        out1 = ranks[1].communicate(input="", timeout=30)[0]
         assert ranks[0].returncode == 0, out0
         assert "rank 0: sigint ok: KeyboardInterrupt" in out0, out0
         assert took < 5, f"Ctrl-C took {took:.1f} s"

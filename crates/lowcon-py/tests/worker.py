@@ -410,7 +410,7 @@ def pystore(g):
 def sigint(g):
     """Rank 0 waits in an all-gather that rank 1 never joins; the test sends it SIGINT."""
     if g.rank == 1:
-        time.sleep(3)
+        sys.stdin.readline()  # until the test closes it: after rank 0 is done
         return "sat it out"
     print("rank 0: waiting", flush=True)
     t0 = time.monotonic()
