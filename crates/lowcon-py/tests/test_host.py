@@ -4,6 +4,7 @@ worker.py, under `lowcon launch` or by hand. Needs the `lowcon` binary: LOWCON_B
 target/debug/lowcon of this repository (scripts/test.sh builds it)."""
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -150,11 +151,15 @@ def test_ctrl_c_interrupts_a_waiting_call():
         time.sleep(0.5)
         t0 = time.monotonic()
         ranks[0].send_signal(signal.SIGINT)
-        out0 = ranks[0].communicate(timeout=30)[0]
+        # Rank 0's report, then rank 1 is let go: it stays alive until rank 0 has reported
+        # (it used to sleep 3 s, and under load rank 0 could see it gone before the SIGINT
+        # came); rank 0's exit waits for it.
+        ready, _, _ = select.select([ranks[0].stdout], [], [], 30)
+        assert ready, "rank 0 reported nothing within 30 s of the SIGINT"
+        report = ranks[0].stdout.readline()
         took = time.monotonic() - t0
-        # Rank 1 stays alive until rank 0 is done (it used to sleep 3 s, and under load
-        # rank 0 could see it gone before the SIGINT came).
         out1 = ranks[1].communicate(input="", timeout=30)[0]
+        out0 = report + ranks[0].communicate(timeout=30)[0]
         assert ranks[0].returncode == 0, out0
         assert "rank 0: sigint ok: KeyboardInterrupt" in out0, out0
         assert took < 5, f"Ctrl-C took {took:.1f} s"

@@ -412,6 +412,9 @@ def sigint(g):
     if g.rank == 1:
         sys.stdin.readline()  # until the test closes it: after rank 0 is done
         return "sat it out"
+    # Python's own Ctrl-C handler, even if this process inherited SIGINT ignored (a parent
+    # that ignores it passes that on: then Python installs no handler, and the test hung).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     print("rank 0: waiting", flush=True)
     t0 = time.monotonic()
     try:
