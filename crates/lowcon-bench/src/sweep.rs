@@ -14,6 +14,7 @@ use lowcon::{AllGatherOptions, DType, GpuGroup, GpuGroupOptions, ReduceOp, Reduc
 use lowcon_selftest::coll::{Case, Coll, GpuRunner, count_wrong};
 
 use crate::report::{self, Output, SweepRow};
+use crate::stats::{gather_max, median};
 
 mod buffers;
 mod host;
@@ -125,8 +126,6 @@ pub(crate) fn method_name(m: SyncMethod) -> &'static str {
         SyncMethod::StreamMemop => "memop",
     }
 }
-
-use crate::stats::{gather_max, median};
 
 #[allow(clippy::too_many_arguments)]
 fn row(

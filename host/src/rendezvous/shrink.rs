@@ -215,7 +215,8 @@ impl GroupCore {
                 let late = start.elapsed() > window + LIST_MARGIN;
                 // With no coordinator published, look (every 10 ms) whether every rank
                 // still alive has drawn and does not coordinate: then the one that drew
-                // first died before publishing its rank.
+                // first (someone did: this rank drew more than 1) died before publishing
+                // its rank.
                 let orphaned = coordinator.is_none() && last_look.elapsed() >= ORPHAN_LOOK && {
                     last_look = Instant::now();
                     let mut all_drew = true;
@@ -227,7 +228,7 @@ impl GroupCore {
                             break;
                         }
                     }
-                    all_drew && store.add(&format!("{prefix}/claim"), 0)? > 0
+                    all_drew
                 };
                 if gone.is_some() || late || orphaned {
                     let why = match (gone, orphaned) {

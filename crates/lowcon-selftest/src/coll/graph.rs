@@ -287,18 +287,11 @@ fn captured_sync(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
         let mut res = Ok(());
         for c in &calls {
             let (ib, ob) = c.bufs(rank, world)?;
-            let mut ag = c.case.ag_opts(A::CePull);
-            let mut rs = c.case.rs_opts(R::CeReduce);
-            // The case sets both syncs; the library's default for graphs is under test.
-            (ag.graph_sync, rs.graph_sync) = match graph_sync {
-                Some(m) => (m, m),
-                None => {
-                    let d = lowcon::CollOptions::<A>::default().graph_sync;
-                    (d, d)
-                }
-            };
-            ag.sync = sync;
-            rs.sync = sync;
+            // The case sets both syncs to `sync`; `None` puts the library's default for
+            // graphs under test.
+            let gs = graph_sync.unwrap_or(lowcon::CollOptions::<A>::default().graph_sync);
+            let ag = AllGatherOptions { graph_sync: gs, ..c.case.ag_opts(A::CePull) };
+            let rs = ReduceScatterOptions { graph_sync: gs, ..c.case.rs_opts(R::CeReduce) };
             res = res.and_then(|()| {
                 match c.case.coll {
                     Coll::AllGather(_) => r.g.all_gather(ib, ob, &r.stream, &ag),
