@@ -14,6 +14,11 @@
 #              traffic floor, FSDP2 on a lowcon process group,
 #              NCCL-CE; peak memory with the pool trimmed between configurations
 #   floor-bf16 the same with a bf16 reduce
+#   bundle-a   the 2-GPU run's FSDP2 part: 4096x12 and 8192x4 at 1024 tokens, fp32
+#              reduce, 30 rounds: NCCL and its A/A twin, lowcon (torch memory), lowcon
+#              with the pool, FSDP2 on a lowcon process group, the traffic floor,
+#              NCCL-CE and no communication (run it after `hooks`, whose table has
+#              torch memory against the pool)
 # Default: hooks profile. Extra fsdp2_paired.py options: FSDP2_ARGS. Exit status 0 only
 # if every step passed.
 set -uo pipefail
@@ -22,7 +27,7 @@ out=/tmp/fsdp2; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 parts=" ${PARTS:-hooks profile} "
 for p in $parts; do
-  case $p in hooks|profile|fp32-small|fp32-wide|bf16-small|bf16-wide|floor|floor-bf16) ;;
+  case $p in hooks|profile|fp32-small|fp32-wide|bf16-small|bf16-wide|floor|floor-bf16|bundle-a) ;;
     *) echo "gpu-fsdp2.sh: unknown part $p" >&2; exit 2;;
   esac
 done
@@ -57,6 +62,8 @@ floor_modes=nccl,nccl-b,lowcon,lowcon@mem=pool,lowcon@rs=sm-direct,floor,lowcon-
 has floor && paired floor 560 --sweep "4096x12:1024,4096;8192x4:1024,4096" --reduce-dtypes fp32 --modes "$floor_modes"
 has floor-bf16 && paired floor-bf16 560 --sweep "4096x12:1024,4096;8192x4:1024,4096" --reduce-dtypes bf16 \
   --modes "$floor_modes"
+has bundle-a && paired bundle-a 430 --sweep "4096x12:1024;8192x4:1024" --reduce-dtypes fp32 --rounds 30 \
+  --modes nccl,nccl-b,lowcon,lowcon@mem=pool,lowcon-pg,floor,nccl-ce,nocomm
 cat "$out/summary.txt"
 echo "$failures step(s) failed"
 [ "$failures" = 0 ]

@@ -37,7 +37,9 @@ done
 # "--profile"), overlap (the saturated interference benchmark at 2 GPUs: lowcon, NCCL,
 # NCCL copy-engine and a null copy; LOWCON_OVERLAP_ARGS adds flags, e.g. "--trials 9"),
 # graph (CUDA graphs: coll-graph on every GPU count, and replayed latency 8K..1M against
-# NCCL's captured calls, with the host cost per call eager and replayed), shrink (2 GPUs:
+# NCCL's captured calls, with the host cost per call eager and replayed; graph-bench: the
+# latency alone), fallback (the torch backend on CUDA tensors at 2 ranks: its own
+# collectives and the calls it hands to NCCL, all-to-all and send/recv), shrink (2 GPUs:
 # the survivor of a SIGKILL shrinks to a group of 1 and passes the suite, both syncs;
 # 100 live shrinks with the memory check; the fault matrix's then-shrink column by hand
 # and under --keep-going; the FSDP2 shrink example at 2 ranks -> 1).
@@ -159,12 +161,12 @@ if [ "$ngpu" -ge 2 ] && has collcheck; then # the correctness suite only, at the
     step "w=$w coll-bad-input" "coll-w$w.txt" env "CUDA_VISIBLE_DEVICES=$vis" timeout 100 "$L" launch --nproc-per-node "$w" --tee -- "$L" selftest coll-bad-input --backend gpu
   done
 fi
-if [ "$ngpu" -ge 2 ] && has graph; then
+if [ "$ngpu" -ge 2 ] && { has graph || has graph-bench; }; then
   vis=$(seq -s, 0 $((ngpu - 1)))
-  step "w=$ngpu coll-graph: 12 captured calls x 1000 replays, two streams, refusals (kernel+memop)" graph.txt \
+  has graph && step "w=$ngpu coll-graph: 12 captured calls x 1000 replays, two streams, refusals (kernel+memop)" graph.txt \
     env "CUDA_VISIBLE_DEVICES=$vis" timeout 300 "$L" launch --nproc-per-node "$ngpu" --tee -- "$L" selftest coll-graph
   for m in kernel memop; do
-    step "w=$ngpu coll-graph: SIGKILL at replay 50, no launcher ($m)" graph.txt \
+    has graph && step "w=$ngpu coll-graph: SIGKILL at replay 50, no launcher ($m)" graph.txt \
       env DP_SCENARIO=coll-graph bash "$here/gpu-dead-peer.sh" "$vis" "$ngpu" "$m" "$L" "$out" 50
   done
   b=(env "CUDA_VISIBLE_DEVICES=$vis" timeout 300 "$L" launch --nproc-per-node "$ngpu" -- "$L" bench)
@@ -227,7 +229,7 @@ if [ "$ngpu" -ge 2 ] && has base; then
 fi
 # The Python package (python) and the FSDP2 end-to-end benchmark (fsdp2): the wheel
 # from bundle/wheels, the tests from the repository beside the bundle (pyt, above).
-if [ "$ngpu" -ge 2 ] && { has python || has fsdp2; }; then
+if [ "$ngpu" -ge 2 ] && { has python || has fsdp2 || has fallback; }; then
   step "python: install the wheel (and pytest from bundle/pywheels)" python.txt \
     bash -c "python3 -m pip install -q --no-deps --force-reinstall $here/wheels/lowcon-*.whl && { python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q --no-index --find-links $here/pywheels pytest; }"
 fi
@@ -250,6 +252,11 @@ if [ "$ngpu" -ge 2 ] && has python; then
       echo "python$v: not on this machine" >> "$out/python.txt"
     fi
   done
+fi
+if [ "$ngpu" -ge 2 ] && has fallback && ! has python; then
+  step "python: the torch.distributed backend on CUDA tensors (NCCL fallback: all-to-all, send/recv)" python.txt \
+    env LOWCON_BIN="$L" LOWCON_PYTEST_BACKEND=gpu timeout 300 \
+    python3 -m pytest -q -p no:cacheprovider "$pyt/test_torch_backend.py"
 fi
 if [ "$ngpu" -ge 2 ] && has fsdp2; then
   read -r -a fargs <<< "${LOWCON_FSDP2_ARGS:-}"
