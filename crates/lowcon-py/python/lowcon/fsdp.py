@@ -45,11 +45,21 @@ from . import InvalidArgument
 from ._native import LL_MAX_CHUNK_2
 from ._ops import reduce_op_name
 
-__all__ = ["LowconAllGather", "LowconReduceScatter", "install", "CE_REDUCE_MIN_BYTES"]
+__all__ = ["LowconAllGather", "LowconReduceScatter", "install", "CE_REDUCE_MIN_BYTES", "WIRE_CTAS_2"]
 
 # Reduce-scatter outputs from this size up take ce-reduce under algorithm="auto" at 2
 # ranks (NOTE [auto inside FSDP2]); smaller ones the library's auto (ll, sm-direct).
 CE_REDUCE_MIN_BYTES = 8 << 20
+
+# NOTE [wire CTAs inside FSDP2]: the bf16 wire's pack and reduction are SM kernels
+# (NOTE [bf16 wire]) that bound its reduce-scatter, and FSDP2 waits for the reduce-scatter
+# at the end of backward. With the library's 16 CTAs (select::DEFAULT_REDUCE_CTAS) the
+# wire made the step slower than the fp32 wire in a paired run (2026-11-25, 8ae05f5,
+# 2x H200, 1024 tokens per rank, fp32 reduce): 8192x4 0.993x NCCL's step against 0.939x,
+# 4096x12 0.959x against 0.912x. With 64 CTAs: 0.910x and 0.908x, the best of every mode
+# (docs/runs/2026-11-25-8ae05f5-2xh200). Measured at 2 ranks only, so only there; a
+# caller's `ctas` (reduce_scatter_options) wins.
+WIRE_CTAS_2 = 64
 
 
 def _check_group(g, group):
@@ -199,6 +209,8 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
         if input_tensor.dtype == torch.float32 and (self.wire == "bf16" or (self.wire == "auto" and self._exact)):
             # NOTE [bf16 wire]: the top halves through the copy engines, exact for any data.
             options = dict(options, wire="bf16", algorithm="ce-reduce")
+            if world == 2 and "ctas" not in options:
+                options["ctas"] = WIRE_CTAS_2  # NOTE [wire CTAs inside FSDP2]
             self.wire_calls += 1
         else:
             self.plain_calls += 1
