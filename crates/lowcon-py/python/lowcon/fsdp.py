@@ -28,7 +28,8 @@ reading its bottom halves. Gradients accumulated in fp32 over several backward p
 gradients the hooks send fp32 instead: `install` wraps each parameter group's
 `post_backward` to see whether it holds accumulated gradients before it reduces. It prints
 one line saying what it chose (`reduce_scatter_wire="auto"`, the default; "bf16": always
-for fp32 inputs; None: never).
+for fp32 inputs; None: never). At 2 ranks the wire's kernels get 64 CTAs unless
+`reduce_scatter_options` names `ctas` (NOTE [wire CTAs inside FSDP2]).
 
 Reduce-scatter ops: FSDP2 passes SUM, AVG, or PREMUL_SUM(1/f) after
 `set_gradient_divide_factor(f)`. torch does not expose PREMUL_SUM's factor in Python, so
