@@ -11,7 +11,7 @@ use crate::errors::{invalid, to_py};
 use crate::pool::Found;
 use crate::wait::interruptible;
 use lowcon::cuda::Stream;
-use lowcon::{DeviceBuf, HostInput};
+use lowcon::{CollBufs, DeviceBuf, HostInput};
 
 impl Group {
     /// Every N-th collective on pool memory (`LOWCON_POOL_CHECK_EVERY`, default 64):
@@ -80,14 +80,16 @@ impl Group {
             if ifound.is_some() || ofound.is_some() {
                 self.check_pool(py, b)?;
             }
-            match b {
-                Backend::Gpu(g) => {
+            // The tensors' memory says which kind of buffers the call takes; the group
+            // refuses the other backend's (NOTE [either backend]).
+            match (out.place, inp.place) {
+                (Place::Cuda(od), Place::Cuda(id)) => {
+                    let g = b.gpu("a collective on CUDA memory").map_err(to_py)?;
                     let dev = g.device().index() as i32;
-                    for (v, what) in [(&out, "output"), (&inp, "input")] {
-                        if v.place != Place::Cuda(dev) {
+                    for (d, what) in [(od, "output"), (id, "input")] {
+                        if d != dev {
                             return Err(invalid(format!(
-                                "rank {rank}: the {what} is in {:?} memory, but this group uses CUDA device {dev}",
-                                v.place
+                                "rank {rank}: the {what} is on CUDA device {d}, but this group uses CUDA device {dev}"
                             )));
                         }
                     }
@@ -96,38 +98,30 @@ impl Group {
                         // group's device, alive while the caller uses it.
                         let s = unsafe { Stream::wrap_borrowed(g.device(), raw_stream as usize as _) }?;
                         fn buf(r: Raw, found: &Option<Found>) -> lowcon::Result<DeviceBuf<'_>> {
-                            match found {
-                                Some(Found::Gpu(seg, off)) => DeviceBuf::symmetric(seg, *off, r.count, r.dtype),
+                            match found.as_ref().and_then(|f| f.gpu()) {
+                                Some((seg, off)) => DeviceBuf::symmetric(seg, off, r.count, r.dtype),
                                 // SAFETY: the views' memory stays valid while the caller holds
                                 // its tensors (until the enqueued call has run, as with NCCL);
                                 // the library checks it is device memory of this GPU.
-                                _ => Ok(unsafe { DeviceBuf::from_raw(r.ptr, r.count, r.dtype) }),
+                                None => Ok(unsafe { DeviceBuf::from_raw(r.ptr, r.count, r.dtype) }),
                             }
                         }
-                        let (ib, ob) = (buf(i, &ifound)?, buf(o, &ofound)?);
+                        let (input, output) = (buf(i, &ifound)?, buf(o, &ofound)?);
                         match &which {
-                            Which::AllGather(opts) => g.all_gather(ib, ob, &s, opts),
-                            Which::ReduceScatter(op, opts) => g.reduce_scatter(ib, ob, *op, &s, opts),
-                            Which::Traffic(true, _) => g.all_gather_traffic(ib, ob, &s),
-                            Which::Traffic(false, _) => g.reduce_scatter_traffic(ib, ob, &s),
+                            Which::AllGather(opts) => b.all_gather(CollBufs::Gpu { input, output, stream: &s }, opts),
+                            Which::ReduceScatter(op, opts) => {
+                                b.reduce_scatter(CollBufs::Gpu { input, output, stream: &s }, *op, opts)
+                            }
+                            Which::Traffic(true, _) => g.all_gather_traffic(input, output, &s),
+                            Which::Traffic(false, _) => g.reduce_scatter_traffic(input, output, &s),
                         }
                     })
                     .map_err(to_py)
                 }
-                Backend::Host(_) if matches!(which, Which::Traffic(..)) => Err(invalid(format!(
-                    "rank {rank}: the traffic floor measures bytes between GPUs: the host backend has none"
-                ))),
-                Backend::Host(g) => {
-                    for (v, what) in [(&out, "output"), (&inp, "input")] {
-                        if v.place != Place::Cpu {
-                            return Err(invalid(format!(
-                                "rank {rank}: the {what} is in {:?} memory, but this group is on the host backend",
-                                v.place
-                            )));
-                        }
-                    }
-                    if o.dtype != i.dtype && !matches!(which, Which::ReduceScatter(..)) {
-                        return Err(invalid(format!("rank {rank}: input is {} but output is {}", i.dtype, o.dtype)));
+                (Place::Cpu, Place::Cpu) => {
+                    if matches!(which, Which::Traffic(..)) {
+                        // Refused on a host group, naming the operation.
+                        b.gpu("the traffic floor (bytes between GPUs)").map_err(to_py)?;
                     }
                     let (ib, ob) = (inp.bytes(), out.bytes());
                     let overlaps = i.ptr < o.ptr + ob as u64 && o.ptr < i.ptr + ib as u64;
@@ -141,27 +135,32 @@ impl Group {
                     // read through the pool's mapping, and the library handles an in-place
                     // all-gather there).
                     let input_bytes = unsafe { std::slice::from_raw_parts(iptr as *const u8, ib) };
-                    let copied = if overlaps && ifound.is_none() { Some(input_bytes.to_vec()) } else { None };
+                    let staged = ifound.as_ref().and_then(|f| f.host());
+                    let copied = if overlaps && staged.is_none() { Some(input_bytes.to_vec()) } else { None };
                     // SAFETY: as above; nothing else in this process writes the output now.
-                    let output_bytes = unsafe { std::slice::from_raw_parts_mut(optr, ob) };
-                    let input = match &ifound {
-                        Some(Found::Host(buf, offset)) => HostInput::Symmetric { buf, offset: *offset, len: ib },
-                        _ => HostInput::Plain(copied.as_deref().unwrap_or(input_bytes)),
+                    let output = unsafe { std::slice::from_raw_parts_mut(optr, ob) };
+                    let input = match staged {
+                        Some((buf, offset)) => HostInput::Symmetric { buf, offset, len: ib },
+                        None => HostInput::Plain(copied.as_deref().unwrap_or(input_bytes)),
                     };
-                    let (dtype, in_dtype) = (o.dtype, i.dtype);
+                    let dtypes = (i.dtype, o.dtype);
                     interruptible(
                         py,
                         || b.abort(),
                         move || match &which {
-                            Which::AllGather(opts) => g.all_gather(input, output_bytes, dtype, opts),
+                            Which::AllGather(opts) => b.all_gather(CollBufs::Host { input, output, dtypes }, opts),
                             Which::ReduceScatter(op, opts) => {
-                                g.reduce_scatter_typed(input, output_bytes, (in_dtype, dtype), *op, opts)
+                                b.reduce_scatter(CollBufs::Host { input, output, dtypes }, *op, opts)
                             }
                             Which::Traffic(..) => unreachable!("refused above"),
                         },
                     )?
                     .map_err(to_py)
                 }
+                (op, ip) => Err(invalid(format!(
+                    "rank {rank}: the output is in {op:?} memory and the input in {ip:?}: a collective takes \
+                     both on the group's device (CUDA memory for a GPU group, CPU memory for a host group)"
+                ))),
             }
         })
     }

@@ -58,10 +58,7 @@ fn timeout_of(ms: Option<u64>) -> Duration {
 impl Group {
     fn wrap(b: Backend) -> Self {
         let (rank, world, backend) = (b.rank(), b.world_size(), b.backend());
-        let pool = Arc::new(match &b {
-            Backend::Gpu(g) => GroupPool::gpu(g),
-            Backend::Host(g) => GroupPool::host(g),
-        });
+        let pool = Arc::new(GroupPool::new(&b));
         Group {
             inner: RwLock::new(Some(b)),
             pool,
@@ -267,11 +264,12 @@ impl Group {
                 py,
                 || b.abort(),
                 move || {
-                    let s = match b.as_gpu() {
+                    // A GPU group waits for the caller's stream (the host backend has none).
+                    let s = b
+                        .device()
                         // SAFETY: the caller's live stream of this device, or the legacy one.
-                        Some(g) => Some(unsafe { Stream::wrap_borrowed(g.device(), raw as usize as _) }?),
-                        None => None,
-                    };
+                        .map(|d| unsafe { Stream::wrap_borrowed(d, raw as usize as _) })
+                        .transpose()?;
                     b.synchronize(s.as_ref())
                 },
             )?

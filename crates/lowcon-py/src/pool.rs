@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use crate::Backend;
 use crate::dlpack::{DLDevice, DLManagedTensor, DLTensor, dl_dtype};
 use lowcon::cuda::{Device, Event, Stream};
-use lowcon::{DType, GpuGroup, HostBuffer, HostGroup, Pool, PoolStats, SymmetricBuffer};
+use lowcon::{Buffer, DType, HostBuffer, Pool, PoolStats, SymmetricBuffer};
 
 /// Collectives on pool memory between fingerprint checks (`LOWCON_POOL_CHECK_EVERY`).
 fn check_every() -> u64 {
@@ -27,60 +27,60 @@ fn segment_min() -> usize {
     std::env::var("LOWCON_POOL_SEGMENT_MB").ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(64) << 20
 }
 
-pub(crate) type GpuPool = Pool<Arc<SymmetricBuffer>, Arc<Event>>;
-pub(crate) type HostPool = Pool<Arc<HostBuffer>, ()>;
-
-/// One rank's pool, of the group's backend.
-pub(crate) enum GroupPool {
-    Gpu { pool: GpuPool, device: Device },
-    Host(HostPool),
+/// One rank's pool of the group's symmetric buffers (device or host memory: the
+/// either-backend [`lowcon::Buffer`]). `device` is the GPU group's device: blocks freed
+/// there record an event on their stream, which another stream waits for before it
+/// reuses them; host blocks need no event (host calls are synchronous).
+pub(crate) struct GroupPool {
+    pool: Pool<Arc<Buffer>, Arc<Event>>,
+    device: Option<Device>,
 }
 
-/// Where a collective's buffer lies in the pool.
-pub(crate) enum Found {
-    Gpu(Arc<SymmetricBuffer>, usize),
-    Host(Arc<HostBuffer>, usize),
+/// Where a collective's buffer lies in the pool: the segment and the offset.
+pub(crate) struct Found(Arc<Buffer>, usize);
+
+impl Found {
+    /// The device segment and offset, if the pool is on GPUs.
+    pub(crate) fn gpu(&self) -> Option<(&SymmetricBuffer, usize)> {
+        self.0.as_gpu().map(|b| (b, self.1))
+    }
+
+    /// The host segment and offset, if the pool is in host memory.
+    pub(crate) fn host(&self) -> Option<(&HostBuffer, usize)> {
+        self.0.as_host().map(|b| (b, self.1))
+    }
 }
 
 impl GroupPool {
-    pub(crate) fn gpu(g: &GpuGroup) -> Self {
-        GroupPool::Gpu { pool: Pool::new(g.rank(), segment_min(), check_every()), device: g.device().clone() }
-    }
-
-    pub(crate) fn host(g: &HostGroup) -> Self {
-        GroupPool::Host(Pool::new(g.rank(), segment_min(), check_every()))
+    pub(crate) fn new(b: &Backend) -> Self {
+        GroupPool {
+            pool: Pool::new(b.rank(), segment_min(), check_every()),
+            device: b.as_gpu().map(|g| g.device().clone()),
+        }
     }
 
     fn rank(&self) -> usize {
-        match self {
-            GroupPool::Gpu { pool, .. } => pool.rank(),
-            GroupPool::Host(p) => p.rank(),
-        }
+        self.pool.rank()
     }
 
     pub(crate) fn stats(&self) -> PoolStats {
-        match self {
-            GroupPool::Gpu { pool, .. } => pool.stats(),
-            GroupPool::Host(p) => p.stats(),
-        }
+        self.pool.stats()
     }
 
-    /// A free block for `bytes` on `stream` (GPU: a raw `CUstream`; host: 0) without
-    /// growing: `None` when the pool must grow (collectively, [`Self::alloc`]). Cheap: no thread, no waiting (the common case).
+    /// The stream a block belongs to: the caller's on a GPU (a raw `CUstream`, 0 the
+    /// legacy default stream), 0 on the host backend, which has none.
+    fn stream(&self, stream: u64) -> u64 {
+        if self.device.is_some() { stream } else { 0 }
+    }
+
+    /// A free block for `bytes` on `stream` without growing: `None` when the pool must
+    /// grow (collectively, [`Self::alloc`]). Cheap: no thread, no waiting (the common case).
     pub(crate) fn try_alloc(&self, bytes: usize, stream: u64) -> lowcon::Result<Option<(u64, u64)>> {
-        match self {
-            GroupPool::Gpu { pool, .. } => {
-                let Some(b) = pool.try_alloc(bytes, stream)? else { return Ok(None) };
-                self.trace_alloc(bytes, stream, b.id, b.at, "free");
-                self.wait_for(&b.wait, stream)?;
-                Ok(Some((b.id, b.ptr)))
-            }
-            GroupPool::Host(p) => {
-                let Some(b) = p.try_alloc(bytes, 0)? else { return Ok(None) };
-                self.trace_alloc(bytes, 0, b.id, b.at, "free");
-                Ok(Some((b.id, b.ptr)))
-            }
-        }
+        let stream = self.stream(stream);
+        let Some(b) = self.pool.try_alloc(bytes, stream)? else { return Ok(None) };
+        self.trace_alloc(bytes, stream, b.id, b.at, "free");
+        self.wait_for(&b.wait, stream)?;
+        Ok(Some((b.id, b.ptr)))
     }
 
     fn tag(&self) -> usize {
@@ -95,30 +95,21 @@ impl GroupPool {
     }
 
     /// Collective when the pool grows: a block for `bytes` on `stream` (GPU: a raw
-    /// `CUstream`, 0 the legacy default stream; host: 0). Before growing, the ranks
+    /// `CUstream`, 0 the legacy default stream; host: ignored). Before growing, the ranks
     /// compare their fingerprints and release the segments free on all of them (NOTE
     /// [release on growth]). Returns (id, address).
     pub(crate) fn alloc(&self, b: &Backend, bytes: usize, stream: u64) -> lowcon::Result<(u64, u64)> {
+        let stream = self.stream(stream);
         let agree = |fp: lowcon::Fingerprint, n: u64, mine: &[usize]| {
             if !mine.is_empty() {
                 self.drain()?;
             }
             self.agree_on_release(b, &format!("pool-grow/{n}"), "before the pool grew", fp, mine)
         };
-        match (self, b) {
-            (GroupPool::Gpu { pool, .. }, Backend::Gpu(g)) => {
-                let blk = pool.alloc(bytes, stream, agree, |seg| g.alloc(seg).map(Arc::new))?;
-                self.trace_alloc(bytes, stream, blk.id, blk.at, "grew");
-                self.wait_for(&blk.wait, stream)?;
-                Ok((blk.id, blk.ptr))
-            }
-            (GroupPool::Host(pool), Backend::Host(g)) => {
-                let blk = pool.alloc(bytes, 0, agree, |seg| g.alloc(seg).map(Arc::new))?;
-                self.trace_alloc(bytes, 0, blk.id, blk.at, "grew");
-                Ok((blk.id, blk.ptr))
-            }
-            _ => unreachable!("a group's pool is of its backend"),
-        }
+        let blk = self.pool.alloc(bytes, stream, agree, |seg| b.alloc(seg).map(Arc::new))?;
+        self.trace_alloc(bytes, stream, blk.id, blk.at, "grew");
+        self.wait_for(&blk.wait, stream)?;
+        Ok((blk.id, blk.ptr))
     }
 
     /// Collective: gives back the segments free on every rank (after every rank's device
@@ -129,10 +120,7 @@ impl GroupPool {
         let agree = |fp: lowcon::Fingerprint, n: u64, mine: &[usize]| {
             self.agree_on_release(b, &format!("pool-trim/{n}"), "before the pool was trimmed", fp, mine)
         };
-        let released = match self {
-            GroupPool::Gpu { pool, .. } => pool.trim(agree),
-            GroupPool::Host(p) => p.trim(agree),
-        }?;
+        let released = self.pool.trim(agree)?;
         crate::trace::line(|| format!("trim\t{:x}\t{released}", self.tag()));
         Ok(released)
     }
@@ -140,7 +128,7 @@ impl GroupPool {
     /// Waits for this rank's GPU work (GPU pool), so that no queued copy still uses a
     /// segment about to be released.
     fn drain(&self) -> lowcon::Result<()> {
-        if let GroupPool::Gpu { device, .. } = self {
+        if let Some(device) = &self.device {
             device.bind_to_thread()?;
             device.synchronize()?;
         }
@@ -163,7 +151,7 @@ impl GroupPool {
 
     /// Makes `stream` wait for the free's event of a block last used on another stream.
     fn wait_for(&self, event: &Option<Arc<Event>>, stream: u64) -> lowcon::Result<()> {
-        if let (Some(ev), GroupPool::Gpu { device, .. }) = (event, self) {
+        if let (Some(ev), Some(device)) = (event, &self.device) {
             // SAFETY: the caller's live stream of this device (see `Group::empty`).
             let s = unsafe { Stream::wrap_borrowed(device, stream as usize as _) }?;
             s.wait(ev)?;
@@ -174,25 +162,20 @@ impl GroupPool {
     /// Returns a block; any thread, no GIL needed.
     fn free(&self, id: u64) -> lowcon::Result<()> {
         crate::trace::line(|| format!("free\t{:x}\t{id}", self.tag()));
-        match self {
-            GroupPool::Gpu { pool, device } => pool.free(id, |stream| {
-                // SAFETY: the stream the block was allocated on, which its owner keeps
-                // alive while its tensors are (as torch's caching allocator assumes).
-                let s = unsafe { Stream::wrap_borrowed(device, stream as usize as _) }?;
-                let ev = s.event(false)?;
-                s.record(&ev)?;
-                Ok(Some(Arc::new(ev)))
-            }),
-            GroupPool::Host(p) => p.free(id, |_| Ok(None)),
-        }
+        self.pool.free(id, |stream| {
+            let Some(device) = &self.device else { return Ok(None) };
+            // SAFETY: the stream the block was allocated on, which its owner keeps
+            // alive while its tensors are (as torch's caching allocator assumes).
+            let s = unsafe { Stream::wrap_borrowed(device, stream as usize as _) }?;
+            let ev = s.event(false)?;
+            s.record(&ev)?;
+            Ok(Some(Arc::new(ev)))
+        })
     }
 
     /// The pool segment holding `bytes` at `ptr`, if any.
     pub(crate) fn find(&self, ptr: u64, bytes: usize) -> Option<Found> {
-        match self {
-            GroupPool::Gpu { pool, .. } => pool.find(ptr, bytes).map(|(s, o)| Found::Gpu(s, o)),
-            GroupPool::Host(p) => p.find(ptr, bytes).map(|(s, o)| Found::Host(s, o)),
-        }
+        self.pool.find(ptr, bytes).map(|(s, o)| Found(s, o))
     }
 
     /// N of the fingerprint checks (every N-th collective on pool memory).
@@ -202,10 +185,7 @@ impl GroupPool {
 
     /// Counts a collective on pool memory; every N-th, the fingerprint to compare.
     pub(crate) fn note_collective(&self) -> Option<(lowcon::Fingerprint, u64)> {
-        match self {
-            GroupPool::Gpu { pool, .. } => pool.note_collective(),
-            GroupPool::Host(p) => p.note_collective(),
-        }
+        self.pool.note_collective()
     }
 }
 

@@ -108,6 +108,15 @@ impl Buffer {
     }
 }
 
+impl crate::memory::pool::Segment for Buffer {
+    fn base(&self) -> u64 {
+        self.base_addr() as u64
+    }
+    fn len(&self) -> usize {
+        Buffer::len(self)
+    }
+}
+
 impl From<GpuGroup> for Group {
     fn from(g: GpuGroup) -> Self {
         Group::Gpu(g)
@@ -155,7 +164,12 @@ impl Group {
 
     /// The CUDA device index of a GPU group; `None` on the host backend.
     pub fn device_index(&self) -> Option<usize> {
-        self.as_gpu().map(|g| g.device().index())
+        self.device().map(|d| d.index())
+    }
+
+    /// The CUDA device of a GPU group; `None` on the host backend.
+    pub fn device(&self) -> Option<&crate::cuda::Device> {
+        self.as_gpu().map(|g| g.device())
     }
 
     /// The GPU group, if this is one.
@@ -285,7 +299,15 @@ impl Group {
     pub fn all_gather(&self, bufs: CollBufs<'_>, opts: &AllGatherOptions) -> Result<()> {
         match (self, bufs) {
             (Group::Gpu(g), CollBufs::Gpu { input, output, stream }) => g.all_gather(input, output, stream, opts),
-            (Group::Host(g), CollBufs::Host { input, output, dtypes }) => g.all_gather(input, output, dtypes.0, opts),
+            (Group::Host(g), CollBufs::Host { input, output, dtypes: (i, o) }) => {
+                if i != o {
+                    return Err(Error::InvalidArgument(format!(
+                        "rank {}: all-gather input is {i} but output is {o}",
+                        g.rank()
+                    )));
+                }
+                g.all_gather(input, output, o, opts)
+            }
             (_, bufs) => Err(self.mismatch(&bufs)),
         }
     }
