@@ -9,9 +9,9 @@
 //! unless `--staged`; NCCL's are cudaMalloc'ed (default mode) or window-registered
 //! `ncclMemAlloc` memory (copy-engine mode).
 
-use lowcon::cuda::{Stream, StreamPriority};
+use lowcon::cuda::Stream;
 use lowcon::{AllGatherOptions, DType, GpuGroup, GpuGroupOptions, ReduceOp, ReduceScatterOptions, SyncMethod};
-use lowcon_selftest::coll::{Case, Coll, GpuRunner, count_wrong};
+use lowcon_selftest::coll::{Case, Coll, GpuRunner, Runner, count_wrong};
 
 use crate::report::{self, Output, SweepRow};
 use crate::stats::{gather_max, median};
@@ -191,9 +191,8 @@ fn header(a: &SweepOptions, world: usize, what: &str) {
 
 /// Runs the sweep on GPUs; returns the rows (complete on rank 0).
 pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
-    let g = GpuGroup::from_env(GpuGroupOptions::default())?;
-    let stream = g.device().stream(StreamPriority::High)?;
-    let mut runner = GpuRunner { g, stream };
+    let run = Runner::new(GpuGroup::from_env(GpuGroupOptions::default())?)?;
+    let runner = run.gpu("the GPU sweep")?;
     let (rank, world) = (runner.g.rank(), runner.g.world_size());
     let sizes = sizes(a);
     let max = *sizes.last().ok_or("no sizes in the range")?;
@@ -257,10 +256,10 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                                 }
                             }
                         };
-                        let t = time_calls(&runner.g, &runner.stream, a, &mut |s| call(s).map_err(|e| e.to_string()))?;
+                        let t = time_calls(runner.g, runner.stream, a, &mut |s| call(s).map_err(|e| e.to_string()))?;
                         let wrong = if a.check {
                             let case = case_for(a, algo, m, count)?;
-                            let (w, first, _) = count_wrong(&mut runner, &case, &format!("check/{algo}/{size}"))?;
+                            let (w, first, _) = count_wrong(&run, &case, &format!("check/{algo}/{size}"))?;
                             if w > 0 {
                                 eprintln!("rank {rank}: {}: {w} wrong, first: {first}", case.name());
                             }
@@ -269,7 +268,7 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                             None
                         };
                         let mx = gather_max(
-                            &runner.g,
+                            runner.g,
                             &format!("sweep/{algo}/{m:?}/{ctas:?}/{pipeline:?}/{size}"),
                             &[t.us, wrong.unwrap_or(0) as f64, t.host_eager, t.host_replay],
                         )?;
@@ -431,7 +430,7 @@ fn nccl_rows(r: &GpuRunner, a: &SweepOptions, sizes: &[usize], in_max: usize, ou
         }
         let res = (|| -> Res<Vec<SweepRow>> {
             let mut out = Vec::new();
-            let mut comm = nccl::Comm::new(&r.g, mode, ce)?;
+            let mut comm = nccl::Comm::new(r.g, mode, ce)?;
             let (send, recv) =
                 if ce { (Some(comm.alloc_window(in_max)?), Some(comm.alloc_window(out_max)?)) } else { (None, None) };
             let plain_in = r.stream.alloc_zeros::<u8>(if ce { 1 } else { in_max })?;
@@ -453,9 +452,9 @@ fn nccl_rows(r: &GpuRunner, a: &SweepOptions, sizes: &[usize], in_max: usize, ou
                             }
                         }
                     };
-                    let t = time_calls(&r.g, &r.stream, a, &mut call)?;
+                    let t = time_calls(r.g, r.stream, a, &mut call)?;
                     let mx =
-                        gather_max(&r.g, &format!("sweep/{mode}/{dt}/{size}"), &[t.us, t.host_eager, t.host_replay])?;
+                        gather_max(r.g, &format!("sweep/{mode}/{dt}/{size}"), &[t.us, t.host_eager, t.host_replay])?;
                     let name = if dt == a.dtype { mode.to_string() } else { format!("{mode} {dt}") };
                     let mut r = row(a, world, &name, mode, "-", None, size, mx[0], None);
                     if a.wire.is_some() {

@@ -222,6 +222,15 @@ fn per_method(m: &Option<String>, f: impl Fn(lowcon::SyncMethod) -> Result<Strin
     Ok(out.join("; "))
 }
 
+/// As [`per_method`] on GPUs; a host group runs once (its calls have no sync method).
+fn per_backend_method(
+    gpu: bool,
+    m: &Option<String>,
+    f: impl Fn(lowcon::SyncMethod) -> Result<String, String>,
+) -> Result<String, String> {
+    if gpu { per_method(m, f) } else { f(lowcon::SyncMethod::Kernel) }
+}
+
 pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
     use lowcon_selftest::{coll, dead_peer, gpu_ranks, ranks};
     let world: usize = std::env::var("WORLD_SIZE").ok().and_then(|w| w.parse().ok()).unwrap_or(1);
@@ -253,43 +262,45 @@ pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
         Scenario::GpuMapping => ("gpu-mapping", gpu_ranks::mapping()),
         Scenario::GpuSameDevice => ("gpu-same-device", gpu_ranks::same_device()),
         Scenario::GpuMemoryRelease => ("gpu-memory-release", gpu_ranks::memory_release()),
-        Scenario::CollCheck { backend, large, method } => (
-            "coll-check",
-            match backend.as_str() {
-                "gpu" => per_method(&method, |m| {
-                    let mut r = coll::GpuRunner::from_env(None)?;
-                    let suite = coll::run_suite(&mut r, &coll::suite(m, large))?;
-                    Ok(format!("{suite}; {}", coll::run_in_place_suite(&mut r, m)?))
-                }),
-                _ => coll::HostRunner::from_env(None).and_then(|mut r| {
-                    let suite = coll::run_suite(&mut r, &coll::suite(lowcon::SyncMethod::Kernel, large))?;
-                    Ok(format!("{suite}; {}", coll::run_in_place_suite(&mut r, lowcon::SyncMethod::Kernel)?))
-                }),
-            },
-        ),
-        Scenario::CollWire { backend, large, replays, method } => (
-            "coll-wire",
-            match backend.as_str() {
-                "gpu" => per_method(&method, |m| {
-                    let mut r = coll::GpuRunner::from_env(None)?;
-                    let suite = coll::wire_suite(&mut r, m, large)?;
-                    let suite = format!("{suite}; {}", coll::gpu_wire_in_place(&mut r, m)?);
-                    if replays == 0 {
-                        return Ok(suite);
-                    }
-                    Ok(format!("{suite}; {}", coll::gpu_wire_graph(&mut r, m, replays)?))
-                }),
-                _ => coll::HostRunner::from_env(None)
-                    .and_then(|mut r| coll::wire_suite(&mut r, lowcon::SyncMethod::Kernel, large)),
-            },
-        ),
+        Scenario::CollCheck { backend, large, method } => {
+            // One runner on either backend (lowcon::Group); host groups have no sync methods.
+            let gpu = backend == "gpu";
+            let r = per_backend_method(gpu, &method, |m| {
+                let r = coll::Runner::from_env(gpu, None)?;
+                let suite = coll::run_suite(&r, &coll::suite(m, large))?;
+                Ok(format!("{suite}; {}", coll::run_in_place_suite(&r, m)?))
+            });
+            ("coll-check", r)
+        }
+        Scenario::CollWire { backend, large, replays, method } => {
+            let gpu = backend == "gpu";
+            let r = per_backend_method(gpu, &method, |m| {
+                let r = coll::Runner::from_env(gpu, None)?;
+                let suite = coll::wire_suite(&r, m, large)?;
+                if !gpu {
+                    return Ok(suite);
+                }
+                let suite = format!("{suite}; {}", coll::gpu_wire_in_place(&r, m)?);
+                if replays == 0 {
+                    return Ok(suite);
+                }
+                Ok(format!("{suite}; {}", coll::gpu_wire_graph(&r, m, replays)?))
+            });
+            ("coll-wire", r)
+        }
         Scenario::CollMapped { method } => (
             "coll-mapped",
-            per_method(&method, |m| coll::GpuRunner::from_env(None).and_then(|r| coll::gpu_mapped(&r, m))),
+            per_method(&method, |m| {
+                let r = coll::Runner::from_env(true, None)?;
+                coll::gpu_mapped(&r.gpu("coll-mapped")?, m)
+            }),
         ),
         Scenario::CollGraph { method, replays, kill_at: None, .. } => (
             "coll-graph",
-            per_method(&method, |m| coll::GpuRunner::from_env(None).and_then(|r| coll::gpu_graph(&r, m, replays))),
+            per_method(&method, |m| {
+                let r = coll::Runner::from_env(true, None)?;
+                coll::gpu_graph(&r.gpu("coll-graph")?, m, replays)
+            }),
         ),
         Scenario::CollGraph { method, kill_at: Some(k), victim, exit, timeout_ms, .. } => (
             "coll-graph-dead-peer",
@@ -336,10 +347,10 @@ pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
             "coll-stress",
             match backend.as_str() {
                 "gpu" => per_method(&method, |m| {
-                    let r = coll::GpuRunner::from_env(None)?;
-                    coll::gpu_stress(&r, iters, streams, m)
+                    let r = coll::Runner::from_env(true, None)?;
+                    coll::gpu_stress(&r.gpu("coll-stress")?, iters, streams, m)
                 }),
-                _ => coll::HostRunner::from_env(None).and_then(|r| coll::host_stress(&r, iters, streams)),
+                _ => coll::Runner::from_env(false, None).and_then(|r| coll::host_stress(&r, iters, streams)),
             },
         ),
         Scenario::CollDeadPeer { backend, victim, kill_at, exit, elems, staged, timeout_ms, method } => {

@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use lowcon::{AllGatherAlgorithm, AllGatherOptions, DType, HostInput, ReduceLaunch, SyncMethod};
 
-use crate::coll::{Case, Coll, GpuRunner, HostRunner, input_bytes};
+use crate::coll::{Case, Coll, Runner, host_group, input_bytes};
 
 pub use crate::dying::{Exit, blames, dead_peer_loop};
 
 /// Host backend: [`dead_peer_loop`] over small all-gathers.
 pub fn host_dead_peer(victim: usize, kill_at: usize, exit: Exit, timeout: Duration) -> Result<String, String> {
-    let r = HostRunner::from_env(Some(timeout))?;
-    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let g = host_group(Some(timeout))?;
+    let (rank, world) = (g.rank(), g.world_size());
     let input = input_bytes(DType::F32, 7, rank, 0, 1024);
     let mut out = vec![0u8; input.len() * world];
     let opts = AllGatherOptions::default();
@@ -24,7 +24,7 @@ pub fn host_dead_peer(victim: usize, kill_at: usize, exit: Exit, timeout: Durati
         exit,
         1000,
         timeout,
-        |_| r.g.all_gather(HostInput::Plain(&input), &mut out, DType::F32, &opts),
+        |_| g.all_gather(HostInput::Plain(&input), &mut out, DType::F32, &opts),
         || Ok(()),
     );
     crate::survivors_barrier("coll-dead-peer", world - 1)?;
@@ -44,7 +44,8 @@ pub fn gpu_dead_peer(
     timeout: Duration,
     sync: SyncMethod,
 ) -> Result<String, String> {
-    let r = GpuRunner::from_env(Some(timeout))?;
+    let run = Runner::from_env(true, Some(timeout))?;
+    let r = run.gpu("coll-dead-peer")?;
     let (rank, world) = (r.g.rank(), r.g.world_size());
     let case = Case {
         launch: ReduceLaunch::Auto,
@@ -67,14 +68,14 @@ pub fn gpu_dead_peer(
         |_| {
             let ib = inp.buf(0, case.count, case.dtype).map_err(lowcon::Error::InvalidArgument)?;
             let ob = out.buf(0, case.count * world, case.dtype).map_err(lowcon::Error::InvalidArgument)?;
-            r.g.all_gather(ib, ob, &r.stream, &case.ag_opts(AllGatherAlgorithm::Auto))
+            r.g.all_gather(ib, ob, r.stream, &case.ag_opts(AllGatherAlgorithm::Auto))
         },
-        || r.g.synchronize(&r.stream),
+        || r.g.synchronize(r.stream),
     );
     lowcon::log::trace(rank, &format!("dead-peer loop ended: {res:?}"));
     crate::survivors_barrier("coll-dead-peer", world - 1)?;
     drop((inp, out));
-    drop(r);
+    drop(run);
     lowcon::log::trace(rank, "buffers and group released");
     res
 }

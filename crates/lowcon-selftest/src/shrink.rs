@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use lowcon::{AllGatherOptions, DType, HostInput, ReduceLaunch, SyncMethod};
 
-use crate::coll::{self, GpuRunner, HostRunner, Runner, input_bytes};
+use crate::coll::{self, Runner, input_bytes};
 
 fn e(err: impl std::fmt::Display) -> String {
     err.to_string()
@@ -101,40 +101,39 @@ pub fn host_shrink(
     dier: Option<(usize, Duration)>,
     late: Option<(usize, Duration)>,
 ) -> Result<String, String> {
-    let r = HostRunner::from_env(Some(timeout))?;
-    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let g0 = coll::host_group(Some(timeout))?;
+    let (rank, world) = (g0.rank(), g0.world_size());
     let input = input_bytes(DType::F32, 7, rank, 0, 256);
     let mut out = vec![0u8; input.len() * world];
     let opts = AllGatherOptions::default();
-    let (err, since) = until_failure(rank, victims, kill_at, || {
-        r.g.all_gather(HostInput::Plain(&input), &mut out, DType::F32, &opts)
-    })?;
+    let (err, since) =
+        until_failure(rank, victims, kill_at, || g0.all_gather(HostInput::Plain(&input), &mut out, DType::F32, &opts))?;
     let failed = since.elapsed();
     if !victims.iter().any(|v| crate::dead_peer::blames(&err, *v)) {
         return Err(format!("rank {rank}: the error names none of {victims:?}: {err}"));
     }
     if let Some((_, delay)) = late.filter(|l| l.0 == rank) {
-        return left_out(rank, delay, &r.g);
+        return left_out(rank, delay, &g0);
     }
     let dies = dier.filter(|d| d.0 == rank).map(|d| d.1);
-    let (g, mut attempts) = shrink_retrying(rank, || r.g.shrink(), dies)?;
-    drop(r);
-    let mut runner = HostRunner { g };
+    let (g, mut attempts) = shrink_retrying(rank, || g0.shrink(), dies)?;
+    drop(g0);
+    let mut runner = Runner::new(g)?;
     // A rank that died just after a shrink completed is in the new group: its first
     // collective names it, and the survivors shrink once more.
     let mut rounds = 0;
-    while let Err(why) = one_check(&mut runner, rounds) {
+    while let Err(why) = one_check(&runner, rounds) {
         if dier.is_none() || rounds == 2 {
             return Err(format!("rank {rank}: the first collective of the shrunken group: {why}"));
         }
         let (g, a) = shrink_retrying(rank, || runner.g.shrink(), None)?;
-        runner = HostRunner { g };
+        runner = Runner::new(g)?;
         (attempts, rounds) = (attempts + a, rounds + 1);
     }
     let (shrunk, first) = (since.elapsed(), since.elapsed());
     let gone: Vec<usize> = victims.iter().copied().chain(dier.map(|d| d.0)).chain(late.map(|l| l.0)).collect();
     check_members(rank, world, &gone, runner.g.rank(), runner.g.world_size())?;
-    let suite = coll::run_suite(&mut runner, &coll::suite(SyncMethod::Kernel, 1001))?;
+    let suite = coll::run_suite(&runner, &coll::suite(SyncMethod::Kernel, 1001))?;
     let retried = match (attempts, rounds) {
         (0, 0) => String::new(),
         (a, r) => format!(" ({a} failed shrink attempts, {r} shrinks more after a death in a new group)"),
@@ -171,7 +170,8 @@ fn left_out(rank: usize, delay: Duration, g: &lowcon::HostGroup) -> Result<Strin
 
 /// GPU backend: as [`host_shrink`].
 pub fn gpu_shrink(victims: &[usize], kill_at: usize, timeout: Duration, sync: SyncMethod) -> Result<String, String> {
-    let r = GpuRunner::from_env(Some(timeout))?;
+    let run = Runner::from_env(true, Some(timeout))?;
+    let r = run.gpu("coll-shrink")?;
     let (rank, world) = (r.g.rank(), r.g.world_size());
     let case = coll::Case {
         launch: ReduceLaunch::Auto,
@@ -185,8 +185,8 @@ pub fn gpu_shrink(victims: &[usize], kill_at: usize, timeout: Duration, sync: Sy
     };
     let (inp, out) = r.prepare(&case, &input_bytes(DType::F32, 7, rank, 0, case.count))?;
     let (err, since) = until_failure(rank, victims, kill_at, || {
-        r.enqueue(&case, &r.stream, &inp, &out).map_err(lowcon::Error::InvalidArgument)?;
-        r.g.synchronize(&r.stream)
+        r.enqueue(&case, r.stream, &inp, &out).map_err(lowcon::Error::InvalidArgument)?;
+        r.g.synchronize(r.stream)
     })?;
     let failed = since.elapsed();
     if !victims.iter().any(|v| crate::dead_peer::blames(&err, *v)) {
@@ -195,13 +195,12 @@ pub fn gpu_shrink(victims: &[usize], kill_at: usize, timeout: Duration, sync: Sy
     let g = r.g.shrink().map_err(|m| format!("rank {rank}: shrink: {m}"))?;
     let shrunk = since.elapsed();
     drop((inp, out));
-    let stream = g.device().stream(lowcon::cuda::StreamPriority::High).map_err(e)?;
-    drop(r);
+    drop(run);
     check_members(rank, world, victims, g.rank(), g.world_size())?;
-    let mut runner = GpuRunner { g, stream };
-    one_check(&mut runner, 0)?;
+    let runner = Runner::new(g)?;
+    one_check(&runner, 0)?;
     let first = since.elapsed();
-    let suite = coll::run_suite(&mut runner, &coll::suite(sync, 1001))?;
+    let suite = coll::run_suite(&runner, &coll::suite(sync, 1001))?;
     Ok(report(rank, (runner.g.rank(), runner.g.world_size()), [failed, shrunk, first], &suite))
 }
 
@@ -227,35 +226,19 @@ fn check_members(
 /// group, and compares open file descriptors (and on GPUs the device memory in use)
 /// before and after.
 pub fn healthy_shrinks(n: usize, gpu: bool) -> Result<String, String> {
-    let (rank, world, fds0, mem0, mem1);
-    if gpu {
-        let mut r = GpuRunner::from_env(None)?;
-        (rank, world) = (r.g.rank(), r.g.world_size());
-        one_check(&mut r, n)?;
-        fds0 = open_fds();
-        mem0 = used_device_memory(&r)?;
-        for i in 0..n {
-            let g = r.g.shrink().map_err(|m| format!("rank {rank}: shrink {i}: {m}"))?;
-            let stream = g.device().stream(lowcon::cuda::StreamPriority::High).map_err(e)?;
-            r = GpuRunner { g, stream };
-            one_check(&mut r, i)?;
-        }
-        // Measured with the last group alive, as the first was (the device's context
-        // ends with the last group).
-        mem1 = used_device_memory(&r)?;
-        drop(r);
-    } else {
-        let mut r = HostRunner::from_env(None)?;
-        (rank, world) = (r.g.rank(), r.g.world_size());
-        one_check(&mut r, n)?;
-        fds0 = open_fds();
-        (mem0, mem1) = (0, 0);
-        for i in 0..n {
-            r = HostRunner { g: r.g.shrink().map_err(|m| format!("rank {rank}: shrink {i}: {m}"))? };
-            one_check(&mut r, i)?;
-        }
-        drop(r);
+    let mut r = Runner::from_env(gpu, None)?;
+    let (rank, world) = (r.rank(), r.world());
+    one_check(&r, n)?;
+    let fds0 = open_fds();
+    let mem0 = used_device_memory(&r)?;
+    for i in 0..n {
+        r = Runner::new(r.g.shrink().map_err(|m| format!("rank {rank}: shrink {i}: {m}"))?)?;
+        one_check(&r, i)?;
     }
+    // Measured with the last group alive, as the first was (the device's context ends
+    // with the last group).
+    let mem1 = used_device_memory(&r)?;
+    drop(r);
     let fds1 = open_fds();
     // The first groups' one-time costs (the driver's handles, a lazily made thread pool)
     // are not leaks: a few descriptors and 32 MiB of slack (the GPU's memory in use is
@@ -275,7 +258,7 @@ pub fn healthy_shrinks(n: usize, gpu: bool) -> Result<String, String> {
     ))
 }
 
-fn one_check(r: &mut dyn Runner, i: usize) -> Result<(), String> {
+fn one_check(r: &Runner, i: usize) -> Result<(), String> {
     let case = coll::Case {
         launch: ReduceLaunch::Auto,
         coll: coll::Coll::AllGather(lowcon::AllGatherAlgorithm::Auto),
@@ -290,9 +273,8 @@ fn one_check(r: &mut dyn Runner, i: usize) -> Result<(), String> {
 }
 
 /// Device memory in use (total minus free) on the runner's device, once every rank has
-/// got here (ranks sharing a GPU see each other's memory).
-fn used_device_memory(r: &GpuRunner) -> Result<usize, String> {
+/// got here (ranks sharing a GPU see each other's memory); 0 on the host backend.
+fn used_device_memory(r: &Runner) -> Result<usize, String> {
     r.g.store_barrier("shrink-memory").map_err(e)?;
-    let (free, total) = r.g.device().memory_info().map_err(e)?;
-    Ok(total - free)
+    r.g.device().map_or(Ok(0), |d| d.memory_info().map(|(free, total)| total - free)).map_err(e)
 }

@@ -16,6 +16,7 @@ use crate::coll::{AllGatherOptions, CollStats, DType, DeviceBuf, HostInput, Redu
 use crate::cuda::Stream;
 use crate::error::{Error, Result};
 use crate::memory::{HostBuffer, SymmetricBuffer};
+use crate::sync::SyncMethod;
 
 /// A group on the GPU backend or on the host backend (NOTE [either backend]).
 pub enum Group {
@@ -256,6 +257,20 @@ impl Group {
         }
     }
 
+    /// Collective: a barrier of every rank on `channel`. A GPU group enqueues it on
+    /// `stream` with `method` ([`GpuGroup::barrier`]: work before it is visible to every
+    /// rank's work after it); a host group returns once every rank reached it.
+    pub fn barrier(&self, channel: u32, stream: Option<&Stream>, method: SyncMethod) -> Result<()> {
+        match (self, stream) {
+            (Group::Gpu(g), Some(s)) => g.barrier(s, channel, method),
+            (Group::Gpu(g), None) => Err(Error::InvalidArgument(format!(
+                "rank {}: a barrier on a GPU group needs the stream to enqueue it on",
+                g.rank()
+            ))),
+            (Group::Host(g), _) => g.barrier(channel),
+        }
+    }
+
     /// Collective: a symmetric allocation of `bytes` on every rank.
     pub fn alloc(&self, bytes: usize) -> Result<Buffer> {
         Ok(match self {
@@ -369,6 +384,7 @@ mod tests {
             CollBufs::Host { input: HostInput::Plain(&input), output: &mut out, dtypes: (DType::F32, DType::F32) };
         g.all_gather(bufs, &AllGatherOptions::default()).unwrap();
         assert_eq!(out, input);
+        g.barrier(0, None, SyncMethod::Kernel).unwrap();
         g.abort();
         assert!(g.check().is_err());
     }

@@ -12,7 +12,8 @@ use super::*;
 pub fn host(a: &SweepOptions) -> Res<Vec<SweepRow>> {
     let g = HostGroup::from_env(HostGroupOptions::default())?;
     let (rank, world) = (g.rank(), g.world_size());
-    let mut runner = lowcon_selftest::coll::HostRunner { g };
+    let runner = lowcon_selftest::coll::Runner::new(g)?;
+    let g = runner.g.as_host().ok_or("the host sweep on a GPU group")?;
     if rank == 0 {
         header(a, world, "host-backend ranks (CPU shared memory, wall-clock timing)");
     }
@@ -38,7 +39,7 @@ pub fn host(a: &SweepOptions) -> Res<Vec<SweepRow>> {
             let sym = match a.staged {
                 true => None,
                 false => {
-                    let b = runner.g.alloc(input.len())?;
+                    let b = g.alloc(input.len())?;
                     b.write(rank, 0, &input)?;
                     Some(b)
                 }
@@ -52,12 +53,12 @@ pub fn host(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                     Kind::AllGather => {
                         let o =
                             AllGatherOptions { algorithm: algo.parse::<AllGatherAlgorithm>()?, ..Default::default() };
-                        runner.g.all_gather(inp(), &mut out, a.dtype, &o)
+                        g.all_gather(inp(), &mut out, a.dtype, &o)
                     }
                     Kind::ReduceScatter => {
                         let (algorithm, reduce_launch) = crate::rs_variant(algo)?;
                         let o = ReduceScatterOptions { algorithm, reduce_launch, wire: a.wire, ..Default::default() };
-                        runner.g.reduce_scatter(inp(), &mut out, a.dtype, a.op, &o)
+                        g.reduce_scatter(inp(), &mut out, a.dtype, a.op, &o)
                     }
                 }
             };
@@ -76,11 +77,11 @@ pub fn host(a: &SweepOptions) -> Res<Vec<SweepRow>> {
             let wrong = if a.check {
                 let case = case_for(a, algo, SyncMethod::Kernel, count)?;
                 let case = Case { symmetric: false, ..case };
-                Some(count_wrong(&mut runner, &case, &format!("check/{algo}/{size}"))?.0 as u64)
+                Some(count_wrong(&runner, &case, &format!("check/{algo}/{size}"))?.0 as u64)
             } else {
                 None
             };
-            let mx = gather_max(&runner.g, &format!("sweep/{algo}/{size}"), &[us, wrong.unwrap_or(0) as f64])?;
+            let mx = gather_max(g, &format!("sweep/{algo}/{size}"), &[us, wrong.unwrap_or(0) as f64])?;
             let r = row(a, world, "lowcon", algo, "host", None, size, mx[0], wrong.map(|_| mx[1] as u64));
             let r = with_wire(r, a.wire, a.dtype);
             if rank == 0 {

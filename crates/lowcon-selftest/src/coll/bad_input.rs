@@ -20,8 +20,9 @@ fn expect_refused(what: &str, res: lowcon::Result<()>, want: &[&str]) -> Result<
 /// Bad calls on the host backend: each must be refused with a clear message, and the
 /// group must still work afterwards (nothing half-done, no epoch advanced).
 pub fn host_bad_input() -> Result<String, String> {
-    let mut r = HostRunner::from_env(None)?;
-    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let run = Runner::from_env(false, None)?;
+    let g = run.g.as_host().ok_or("the host backend's bad input on a GPU group")?;
+    let (rank, world) = (g.rank(), g.world_size());
     let rk = format!("rank {rank}");
     let input = vec![1u8; 64];
     let mut small = vec![0u8; 64 * world - 4];
@@ -30,56 +31,56 @@ pub fn host_bad_input() -> Result<String, String> {
     let ag = AllGatherOptions::default();
     notes.push(expect_refused(
         "short all-gather output",
-        r.g.all_gather(HostInput::Plain(&input), &mut small, DType::F32, &ag),
+        g.all_gather(HostInput::Plain(&input), &mut small, DType::F32, &ag),
         &[&rk, &format!("{} elements", 16 * world - 1)],
     )?);
     let mut rs_out = vec![0u8; 64];
     let rs = ReduceScatterOptions::default();
     notes.push(expect_refused(
         "i32 reduce-scatter with avg",
-        r.g.reduce_scatter(HostInput::Plain(&out), &mut rs_out, DType::I32, ReduceOp::Avg, &rs),
+        g.reduce_scatter(HostInput::Plain(&out), &mut rs_out, DType::I32, ReduceOp::Avg, &rs),
         &[&rk, "reduce-scatter of i32 with avg"],
     )?);
     let tma = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::TmaReduce, ..rs };
     notes.push(expect_refused(
         "i64 reduce-scatter with tma-reduce",
-        r.g.reduce_scatter(HostInput::Plain(&out), &mut rs_out, DType::I64, ReduceOp::Max, &tma),
+        g.reduce_scatter(HostInput::Plain(&out), &mut rs_out, DType::I64, ReduceOp::Max, &tma),
         &[&rk, "tma-reduce", "ce-reduce or sm-direct"],
     )?);
     let push = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::TmaPushReduce, ..rs };
     notes.push(expect_refused(
         "tma-push-reduce with max",
-        r.g.reduce_scatter(HostInput::Plain(&out), &mut rs_out, DType::F32, ReduceOp::Max, &push),
+        g.reduce_scatter(HostInput::Plain(&out), &mut rs_out, DType::F32, ReduceOp::Max, &push),
         &[&rk, "op max", "tma-push-reduce"],
     )?);
     let once = ReduceScatterOptions { reduce_launch: ReduceLaunch::Once, ..rs };
     let once_direct = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::SmDirect, ..once };
     notes.push(expect_refused(
         "one reduction launch with sm-direct",
-        r.g.reduce_scatter(HostInput::Plain(&out), &mut rs_out, DType::F32, ReduceOp::Sum, &once_direct),
+        g.reduce_scatter(HostInput::Plain(&out), &mut rs_out, DType::F32, ReduceOp::Sum, &once_direct),
         &[&rk, "reduce launch once", "ce-reduce only, not sm-direct"],
     )?);
     let once_ce = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::CeReduce, ..once };
     notes.push(expect_refused(
         "one reduction launch of i32",
-        r.g.reduce_scatter(HostInput::Plain(&out), &mut rs_out, DType::I32, ReduceOp::Sum, &once_ce),
+        g.reduce_scatter(HostInput::Plain(&out), &mut rs_out, DType::I32, ReduceOp::Sum, &once_ce),
         &[&rk, "reduce launch once", "not i32"],
     )?);
     let mut rs_short = vec![0u8; 60];
     notes.push(expect_refused(
         "reduce-scatter output of the wrong size",
-        r.g.reduce_scatter(HostInput::Plain(&out), &mut rs_short, DType::F32, ReduceOp::Sum, &rs),
+        g.reduce_scatter(HostInput::Plain(&out), &mut rs_short, DType::F32, ReduceOp::Sum, &rs),
         &[&rk, "needs"],
     )?);
     let no_stage = AllGatherOptions { algorithm: AllGatherAlgorithm::CePull, allow_staging: false, ..ag };
     notes.push(expect_refused(
         "ordinary input with staging disabled",
-        r.g.all_gather(HostInput::Plain(&input), &mut out, DType::F32, &no_stage),
+        g.all_gather(HostInput::Plain(&input), &mut out, DType::F32, &no_stage),
         &[&rk, "needs a symmetric input"],
     )?);
     notes.push(expect_refused(
         "channel out of range",
-        r.g.all_gather(HostInput::Plain(&input), &mut out, DType::F32, &AllGatherOptions { channel: 99, ..ag }),
+        g.all_gather(HostInput::Plain(&input), &mut out, DType::F32, &AllGatherOptions { channel: 99, ..ag }),
         &["channel 99"],
     )?);
     // The group is intact: a real call still works.
@@ -93,14 +94,15 @@ pub fn host_bad_input() -> Result<String, String> {
         sync: SyncMethod::Kernel,
         channel: 0,
     };
-    check_case(&mut r, &ok, "after-bad")?;
+    check_case(&run, &ok, "after-bad")?;
     Ok(format!("{} bad calls refused, group still works; e.g. {}", notes.len(), notes[0]))
 }
 
 /// Bad calls on the GPU backend, as [`host_bad_input`], plus buffers on another GPU and
 /// host memory passed as device memory.
 pub fn gpu_bad_input() -> Result<String, String> {
-    let mut r = GpuRunner::from_env(None)?;
+    let run = Runner::from_env(true, None)?;
+    let r = run.gpu("gpu-bad-input")?;
     let (rank, world) = (r.g.rank(), r.g.world_size());
     let rk = format!("rank {rank}");
     let st = r.stream.clone();
@@ -223,6 +225,6 @@ pub fn gpu_bad_input() -> Result<String, String> {
         sync: SyncMethod::Kernel,
         channel: 0,
     };
-    check_case(&mut r, &ok, "after-bad")?;
+    check_case(&run, &ok, "after-bad")?;
     Ok(format!("{} bad calls refused, group still works; e.g. {}", notes.len(), notes[0]))
 }

@@ -18,7 +18,7 @@
 
 use lowcon::cuda::Graph;
 
-use super::runners::GpuMem;
+use super::runners::Mem;
 use super::*;
 
 /// Workspace each test channel reserves before its capture.
@@ -29,8 +29,8 @@ const RESERVE: usize = 64 << 20;
 struct Call {
     case: Case,
     in_place: bool,
-    inp: GpuMem,
-    out: GpuMem,
+    inp: Mem,
+    out: Mem,
 }
 
 fn case(coll: Coll, dtype: DType, count: usize, symmetric: bool, sync: SyncMethod, channel: u32) -> Case {
@@ -69,8 +69,8 @@ impl Call {
     fn new(r: &GpuRunner, stream: &Stream, (case, in_place): (Case, bool)) -> Result<Self, String> {
         let world = r.g.world_size();
         let s = case.dtype.size();
-        let out = GpuMem::new(&r.g, stream, case.symmetric, case.out_count(world) * s + 16)?;
-        let inp = GpuMem::new(&r.g, stream, case.symmetric, if in_place { 16 } else { case.in_count(world) * s + 16 })?;
+        let out = Mem::new(r.g, stream, case.symmetric, case.out_count(world) * s + 16)?;
+        let inp = Mem::new(r.g, stream, case.symmetric, if in_place { 16 } else { case.in_count(world) * s + 16 })?;
         Ok(Self { case, in_place, inp, out })
     }
 
@@ -164,8 +164,8 @@ pub fn gpu_graph(r: &GpuRunner, sync: SyncMethod, replays: usize) -> Result<Stri
     let refused = refusals(r, sync)?;
     let ch = 3;
     r.g.reserve_workspace(ch, RESERVE).map_err(e)?;
-    let calls = mixed(sync, ch).into_iter().map(|c| Call::new(r, &r.stream, c)).collect::<Result<Vec<_>, _>>()?;
-    let graph = capture(r, &r.stream, &calls, Some((ch, sync)))?;
+    let calls = mixed(sync, ch).into_iter().map(|c| Call::new(r, r.stream, c)).collect::<Result<Vec<_>, _>>()?;
+    let graph = capture(r, r.stream, &calls, Some((ch, sync)))?;
     let base = seed_of_rank0(|m| r.g.all_gather_bytes("graph-base", m))?;
     // Eager calls on the same channel between replays: epochs, LL rounds and the
     // workspace are shared with the captured calls.
@@ -185,28 +185,28 @@ pub fn gpu_graph(r: &GpuRunner, sync: SyncMethod, replays: usize) -> Result<Stri
         ),
     ]
     .into_iter()
-    .map(|c| Call::new(r, &r.stream, c))
+    .map(|c| Call::new(r, r.stream, c))
     .collect::<Result<Vec<_>, _>>()?;
     let (mut checked, mut eager_calls) = (0usize, 0usize);
     for i in 0..replays {
         let s = seed(base, i);
         for c in &calls {
-            c.refill(&r.stream, s, rank, world)?;
+            c.refill(r.stream, s, rank, world)?;
         }
         r.g.replay(&graph).map_err(|m| format!("rank {rank}: replay {i}: {m}"))?;
-        r.g.synchronize(&r.stream).map_err(|m| format!("rank {rank}: replay {i}: {m}"))?;
+        r.g.synchronize(r.stream).map_err(|m| format!("rank {rank}: replay {i}: {m}"))?;
         for c in &calls {
-            checked += c.check(&r.stream, s, rank, world, &format!("replay {i}"))?;
+            checked += c.check(r.stream, s, rank, world, &format!("replay {i}"))?;
         }
         if i % 10 == 9 {
             let s = seed(base ^ 0xEA6E4, i);
             for c in &eager {
-                c.refill(&r.stream, s, rank, world)?;
-                c.enqueue(r, &r.stream)?;
+                c.refill(r.stream, s, rank, world)?;
+                c.enqueue(r, r.stream)?;
             }
-            r.g.synchronize(&r.stream).map_err(|m| format!("rank {rank}: eager calls after replay {i}: {m}"))?;
+            r.g.synchronize(r.stream).map_err(|m| format!("rank {rank}: eager calls after replay {i}: {m}"))?;
             for c in &eager {
-                checked += c.check(&r.stream, s, rank, world, &format!("eager call after replay {i}"))?;
+                checked += c.check(r.stream, s, rank, world, &format!("eager call after replay {i}"))?;
                 eager_calls += 1;
             }
         }
@@ -278,7 +278,7 @@ fn captured_sync(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
         (case(Coll::ReduceScatter(R::CeReduce, ReduceOp::Sum), DType::Bf16, 30_001, true, sync, ch), false),
     ]
     .into_iter()
-    .map(|c| Call::new(r, &r.stream, c))
+    .map(|c| Call::new(r, r.stream, c))
     .collect::<Result<Vec<_>, _>>()?;
     let base = seed_of_rank0(|m| r.g.all_gather_bytes("graph-captured-sync", m))?;
     let mut seen = Vec::new();
@@ -294,8 +294,8 @@ fn captured_sync(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
             let rs = ReduceScatterOptions { graph_sync: gs, ..c.case.rs_opts(R::CeReduce) };
             res = res.and_then(|()| {
                 match c.case.coll {
-                    Coll::AllGather(_) => r.g.all_gather(ib, ob, &r.stream, &ag),
-                    Coll::ReduceScatter(_, op) => r.g.reduce_scatter(ib, ob, op, &r.stream, &rs),
+                    Coll::AllGather(_) => r.g.all_gather(ib, ob, r.stream, &ag),
+                    Coll::ReduceScatter(_, op) => r.g.reduce_scatter(ib, ob, op, r.stream, &rs),
                 }
                 .map_err(e)
             });
@@ -320,12 +320,12 @@ fn captured_sync(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
         for i in 0..2 {
             let s = seed(base, i);
             for c in &calls {
-                c.refill(&r.stream, s, rank, world)?;
+                c.refill(r.stream, s, rank, world)?;
             }
             r.g.replay(&graph).map_err(|m| format!("rank {rank}: graph_sync {name}: replay {i}: {m}"))?;
-            r.g.synchronize(&r.stream).map_err(e)?;
+            r.g.synchronize(r.stream).map_err(e)?;
             for c in &calls {
-                c.check(&r.stream, s, rank, world, &format!("graph_sync {name}, replay {i}"))?;
+                c.check(r.stream, s, rank, world, &format!("graph_sync {name}, replay {i}"))?;
             }
         }
         seen.push(format!("{name} {}/{}", nodes.mem_ops, nodes.total));
@@ -389,17 +389,17 @@ fn refusals(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     let (ws_ch, ll_ch) = if sync == SyncMethod::Kernel { (9, 10) } else { (11, 12) };
     let plain = Call::new(
         r,
-        &r.stream,
+        r.stream,
         (case(Coll::AllGather(AllGatherAlgorithm::CePull), DType::F32, 1000, false, sync, ws_ch), false),
     )?;
     let ll = Call::new(
         r,
-        &r.stream,
+        r.stream,
         (case(Coll::AllGather(AllGatherAlgorithm::Ll), DType::F32, 100, false, sync, ll_ch), false),
     )?;
     let symm = Call::new(
         r,
-        &r.stream,
+        r.stream,
         (case(Coll::AllGather(AllGatherAlgorithm::CePull), DType::F32, 1000, true, sync, ws_ch), false),
     )?;
     let expect = |what: &str, res: Result<(), String>, needle: &str| -> Result<(), String> {
@@ -410,12 +410,12 @@ fn refusals(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
         }
     };
     r.stream.begin_capture().map_err(e)?;
-    let a = plain.enqueue(r, &r.stream);
-    let b = ll.enqueue(r, &r.stream);
-    let c = r.g.put_signal(&r.stream, (rank + 1) % world, ws_ch, sync).map_err(e);
-    let d = r.g.synchronize(&r.stream).map_err(e);
+    let a = plain.enqueue(r, r.stream);
+    let b = ll.enqueue(r, r.stream);
+    let c = r.g.put_signal(r.stream, (rank + 1) % world, ws_ch, sync).map_err(e);
+    let d = r.g.synchronize(r.stream).map_err(e);
     // The capture is still valid: a symmetric ce-pull (no workspace) is captured and runs.
-    let ok = symm.enqueue(r, &r.stream);
+    let ok = symm.enqueue(r, r.stream);
     let graph = r.stream.end_capture().map_err(e);
     expect("a ce-pull that needs a workspace not reserved", a, "reserve_workspace")?;
     expect("an ll call before the channel's LL buffer exists", b, "LL buffer")?;
@@ -424,10 +424,10 @@ fn refusals(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     ok?;
     let graph = graph?;
     let base = seed_of_rank0(|m| r.g.all_gather_bytes("graph-refusals", m))?;
-    symm.refill(&r.stream, base, rank, world)?;
+    symm.refill(r.stream, base, rank, world)?;
     r.g.replay(&graph).map_err(e)?;
-    r.g.synchronize(&r.stream).map_err(e)?;
-    symm.check(&r.stream, base, rank, world, "the call captured after the refusals")?;
+    r.g.synchronize(r.stream).map_err(e)?;
+    symm.check(r.stream, base, rank, world, "the call captured after the refusals")?;
     Ok("unreserved workspace, LL buffer, put_signal and synchronize (capture still valid)".into())
 }
 
@@ -441,7 +441,8 @@ pub fn graph_dead_peer(
     timeout: std::time::Duration,
     sync: SyncMethod,
 ) -> Result<String, String> {
-    let r = GpuRunner::from_env(Some(timeout))?;
+    let run = Runner::from_env(true, Some(timeout))?;
+    let r = run.gpu("coll-graph")?;
     let (rank, world) = (r.g.rank(), r.g.world_size());
     r.g.reserve_workspace(0, RESERVE).map_err(e)?;
     let calls = [
@@ -459,12 +460,12 @@ pub fn graph_dead_peer(
         ),
     ]
     .into_iter()
-    .map(|c| Call::new(&r, &r.stream, c))
+    .map(|c| Call::new(&r, r.stream, c))
     .collect::<Result<Vec<_>, _>>()?;
     for c in &calls {
-        c.refill(&r.stream, 11, rank, world)?;
+        c.refill(r.stream, 11, rank, world)?;
     }
-    let graph = capture(&r, &r.stream, &calls, None)?;
+    let graph = capture(&r, r.stream, &calls, None)?;
     let res = crate::dying::dead_peer_loop(
         rank,
         victim,
@@ -473,7 +474,7 @@ pub fn graph_dead_peer(
         1000,
         timeout,
         |_| r.g.replay(&graph),
-        || r.g.synchronize(&r.stream),
+        || r.g.synchronize(r.stream),
     );
     crate::survivors_barrier("graph-dead-peer", world - 1)?;
     res

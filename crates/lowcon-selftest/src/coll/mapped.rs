@@ -58,14 +58,14 @@ fn check_mapped(r: &GpuRunner, case: &Case, in_place: bool, tag: &str) -> Result
     };
     match case.coll {
         Coll::AllGather(a) => {
-            r.g.all_gather(ib, ob, &r.stream, &AllGatherOptions { map_ordinary: true, ..case.ag_opts(a) })
+            r.g.all_gather(ib, ob, r.stream, &AllGatherOptions { map_ordinary: true, ..case.ag_opts(a) })
         }
         Coll::ReduceScatter(a, op) => {
-            r.g.reduce_scatter(ib, ob, op, &r.stream, &ReduceScatterOptions { map_ordinary: true, ..case.rs_opts(a) })
+            r.g.reduce_scatter(ib, ob, op, r.stream, &ReduceScatterOptions { map_ordinary: true, ..case.rs_opts(a) })
         }
     }
     .map_err(|m| format!("rank {rank}: {name}: {m}"))?;
-    r.g.synchronize(&r.stream).map_err(e)?;
+    r.g.synchronize(r.stream).map_err(e)?;
     let mut got = vec![0u8; out_bytes];
     // SAFETY: `out` holds `out_bytes`; synchronous copy.
     unsafe { raw::mem_op::copy_to_host(r.stream.raw(), &mut got, out.ptr) }.map_err(e)?;
@@ -171,7 +171,7 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     for pass in 0..2 {
         for (k, b) in bufs.iter().enumerate() {
             let what = format!("live buffer {k}, pass {pass}");
-            checked += gather_checked(r, &r.stream, &opts, b.ptr, out.ptr, n, seed ^ k as u64, &what)?;
+            checked += gather_checked(r, r.stream, &opts, b.ptr, out.ptr, n, seed ^ k as u64, &what)?;
             calls += 1;
         }
     }
@@ -239,7 +239,7 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     // SAFETY: both live past the call (which enqueues nothing when refused).
     let (ib, ob) =
         unsafe { (DeviceBuf::from_raw(inp.ptr, n, DType::F32), DeviceBuf::from_raw(out.ptr, n * world, DType::F32)) };
-    match r.g.all_gather(ib, ob, &r.stream, &opts) {
+    match r.g.all_gather(ib, ob, r.stream, &opts) {
         Err(Error::InvalidArgument(m)) if m.contains("same sizes") && m.contains(&format!("rank {rank}:")) => {}
         other => return Err(format!("rank {rank}: differing sizes: expected a refusal, got {other:?}")),
     }
@@ -260,7 +260,7 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     let (ib, ob) =
         unsafe { (DeviceBuf::from_raw(src, n, DType::F32), DeviceBuf::from_raw(out2.ptr, world * n, DType::F32)) };
     let strict = AllGatherOptions { allow_staging: false, ..opts };
-    match r.g.all_gather(ib, ob, &r.stream, &strict) {
+    match r.g.all_gather(ib, ob, r.stream, &strict) {
         Err(Error::InvalidArgument(m))
             if m.contains(&format!("rank {rank}: map_ordinary: rank {last}"))
                 && m.contains("allow_staging = false")
@@ -271,7 +271,7 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
             ));
         }
     }
-    checked += gather_checked(r, &r.stream, &opts, src, out2.ptr, n, seed, "unshareable input, staged")?;
+    checked += gather_checked(r, r.stream, &opts, src, out2.ptr, n, seed, "unshareable input, staged")?;
     drop(vmm);
     // The group is still usable.
     let base = Case {

@@ -261,27 +261,10 @@ fn compare(case: &Case, seed: u64, rank: usize, world: usize, got: &[u8]) -> (us
     (wrong, first)
 }
 
-/// Runs one collective call on a backend, with its own freshly allocated (and
-/// poisoned) buffers, and returns the output.
-pub trait Runner {
-    /// This rank.
-    fn rank(&self) -> usize;
-    /// Ranks.
-    fn world(&self) -> usize;
-    /// A seed drawn by rank 0 and shared (collective).
-    fn shared_seed(&self, name: &str) -> Result<u64, String>;
-    /// Runs `case` with this rank's `input` bytes; returns the output bytes.
-    fn run(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String>;
-    /// Runs `case` in place: an all-gather's input is this rank's slot of the output, a
-    /// reduce-scatter's output this rank's chunk of the input (a symmetric buffer; on
-    /// GPUs ordinary memory too when `case.symmetric` is false). Returns the output.
-    fn run_in_place(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String>;
-}
-
 /// In-place all-gather (FSDP's habit) and reduce-scatter (the output is this rank's
 /// chunk of the input, as NCCL allows) with every algorithm and `auto`, odd counts and
 /// dtypes, checked like the suite; an all-gather's other slots are poisoned first.
-pub fn run_in_place_suite(r: &mut dyn Runner, sync: SyncMethod) -> Result<String, String> {
+pub fn run_in_place_suite(r: &Runner, sync: SyncMethod) -> Result<String, String> {
     let (rank, world) = (r.rank(), r.world());
     let mut checked = 0;
     let algos = std::iter::once(AllGatherAlgorithm::Auto).chain(AllGatherAlgorithm::NAMED.iter().copied());
@@ -347,16 +330,17 @@ fn seed_of_rank0(gather: impl FnOnce(&[u8]) -> lowcon::Result<Vec<Vec<u8>>>) -> 
     Ok(u64::from_le_bytes(all[0].as_slice().try_into().map_err(e)?))
 }
 
-/// Runs `c` on the host backend with `input` into `out`.
-fn host_call(g: &HostGroup, c: &Case, input: HostInput<'_>, out: &mut [u8]) -> lowcon::Result<()> {
+/// Runs `c` with host memory, `input` into `out` (a GPU group refuses it, naming both).
+fn host_call(g: &lowcon::Group, c: &Case, input: HostInput<'_>, output: &mut [u8]) -> lowcon::Result<()> {
+    let bufs = lowcon::CollBufs::Host { input, output, dtypes: (c.dtype, c.dtype) };
     match c.coll {
-        Coll::AllGather(a) => g.all_gather(input, out, c.dtype, &c.ag_opts(a)),
-        Coll::ReduceScatter(a, op) => g.reduce_scatter(input, out, c.dtype, op, &c.rs_opts(a)),
+        Coll::AllGather(a) => g.all_gather(bufs, &c.ag_opts(a)),
+        Coll::ReduceScatter(a, op) => g.reduce_scatter(bufs, op, &c.rs_opts(a)),
     }
 }
 
 /// Runs one case with a fresh seed; returns (wrong elements, the first, elements checked).
-pub fn count_wrong(r: &mut dyn Runner, case: &Case, tag: &str) -> Result<(usize, String, usize), String> {
+pub fn count_wrong(r: &Runner, case: &Case, tag: &str) -> Result<(usize, String, usize), String> {
     let (rank, world) = (r.rank(), r.world());
     let seed = r.shared_seed(tag)?;
     let input = input_bytes(case.dtype, seed, rank, 0, case.in_count(world));
@@ -366,7 +350,7 @@ pub fn count_wrong(r: &mut dyn Runner, case: &Case, tag: &str) -> Result<(usize,
 }
 
 /// Runs and checks one case with a fresh seed; returns the elements checked.
-pub fn check_case(r: &mut dyn Runner, case: &Case, tag: &str) -> Result<usize, String> {
+pub fn check_case(r: &Runner, case: &Case, tag: &str) -> Result<usize, String> {
     let rank = r.rank();
     let (wrong, first, _) = count_wrong(r, case, tag)?;
     if wrong > 0 {
@@ -380,12 +364,14 @@ mod graph;
 mod mapped;
 mod runners;
 mod suite;
+mod typed;
 mod wire;
 
 pub use bad_input::{gpu_bad_input, host_bad_input};
 pub use graph::{gpu_graph, graph_dead_peer};
 pub use mapped::gpu_mapped;
-use runners::GpuMem;
-pub use runners::{GpuRunner, HostRunner};
+use runners::Mem;
+pub use runners::{GpuRunner, Runner, host_group};
 pub use suite::{gpu_stress, host_stress, run_suite, suite};
-pub use wire::{Typed, WireRunner, gpu_wire_graph, gpu_wire_in_place, wire_suite};
+pub use typed::Typed;
+pub use wire::{gpu_wire_graph, gpu_wire_in_place, wire_suite};

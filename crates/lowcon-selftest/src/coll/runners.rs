@@ -1,179 +1,397 @@
-//! The two backends the checks run on: the host group (shared memory) and one GPU per rank.
+//! The runner the checks run on: lowcon's either-backend group (NOTE [either backend] in
+//! `lowcon::group`) and, for a GPU group, the stream its collectives are enqueued on.
+//! A check written against [`Runner`] runs on both backends: its buffers ([`Mem`]) are
+//! the group's symmetric memory or ordinary memory of the group's kind, and its calls go
+//! through `lowcon::Group` with [`CollBufs`]. GPU-only checks (graphs, mapped memory,
+//! streams) take the GPU view, [`Runner::gpu`].
 
+use lowcon::{Buffer, CollBufs, CollStats};
+
+use super::typed::Typed;
 use super::*;
 
-/// The host backend.
-pub struct HostRunner {
+/// A group on either backend, with the stream its GPU collectives run on.
+pub struct Runner {
     /// The group.
-    pub g: HostGroup,
+    pub g: lowcon::Group,
+    /// The stream of a GPU group (high priority); `None` on the host backend.
+    stream: Option<Stream>,
 }
 
-impl HostRunner {
-    /// Joins the launcher's world.
-    pub fn from_env(timeout: Option<Duration>) -> Result<Self, String> {
-        let mut opts = HostGroupOptions::default();
-        if let Some(t) = timeout {
-            opts.timeout = t;
-        }
-        Ok(Self { g: HostGroup::from_env(opts).map_err(e)? })
-    }
-}
-
-impl Runner for HostRunner {
-    fn rank(&self) -> usize {
-        self.g.rank()
-    }
-    fn world(&self) -> usize {
-        self.g.world_size()
-    }
-    fn shared_seed(&self, name: &str) -> Result<u64, String> {
-        seed_of_rank0(|mine| self.g.all_gather_bytes(name, mine))
-    }
-    fn run(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String> {
-        let world = self.world();
-        let s = case.dtype.size();
-        let off = case.misalign * s;
-        let out_len = case.out_count(world) * s;
-        let inp = HostIn::new(&self.g, case.symmetric, off, input)?;
-        let mut out = vec![0xFFu8; off + out_len];
-        host_call(&self.g, case, inp.input(), &mut out[off..]).map_err(e)?;
-        Ok(out.split_off(off))
-    }
-    fn run_in_place(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String> {
-        let (rank, world) = (self.rank(), self.world());
-        if let Coll::ReduceScatter(..) = case.coll {
-            // The output is this rank's chunk of the (symmetric) input.
-            let chunk = input.len() / world;
-            let sym = self.g.alloc(input.len()).map_err(e)?;
-            sym.write(rank, 0, input).map_err(e)?;
-            let inp = HostInput::Symmetric { buf: &sym, offset: 0, len: input.len() };
-            // SAFETY: this rank's live mapping of `sym`, chunk `rank`; during the call only
-            // the library touches it, through this slice and its own raw copies.
-            let out = unsafe { std::slice::from_raw_parts_mut(sym.local_ptr().add(rank * chunk), chunk) };
-            host_call(&self.g, case, inp, out).map_err(e)?;
-            let mut got = vec![0u8; chunk];
-            sym.read(rank, rank * chunk, &mut got).map_err(e)?;
-            self.g.barrier(0).map_err(e)?;
-            return Ok(got);
-        }
-        let n = input.len();
-        let sym = self.g.alloc(n * world).map_err(e)?;
-        sym.write(rank, 0, &vec![0xFFu8; n * world]).map_err(e)?;
-        sym.write(rank, rank * n, input).map_err(e)?;
-        let inp = HostInput::Symmetric { buf: &sym, offset: rank * n, len: n };
-        // SAFETY: the slice is this rank's live mapping of `sym` (n * world bytes); during
-        // the call only the library touches it, through this slice and its own raw copies.
-        let out = unsafe { std::slice::from_raw_parts_mut(sym.local_ptr(), n * world) };
-        host_call(&self.g, case, inp, out).map_err(e)?;
-        let mut got = vec![0u8; n * world];
-        sym.read(rank, 0, &mut got).map_err(e)?;
-        // Peers may still read this rank's slot until they pass the call's last barrier.
-        self.g.barrier(0).map_err(e)?;
-        Ok(got)
-    }
-}
-
-/// A host-backend case's input: in a symmetric buffer or ordinary memory, at `off` bytes
-/// (a misaligned sub-slice when `off` is not a multiple of the element size).
-pub(crate) enum HostIn {
-    Symmetric(lowcon::HostBuffer, usize, usize),
-    Plain(Vec<u8>, usize),
-}
-
-impl HostIn {
-    pub(crate) fn new(g: &HostGroup, symmetric: bool, off: usize, input: &[u8]) -> Result<Self, String> {
-        Ok(if symmetric {
-            let sym = g.alloc(off + input.len() + 1).map_err(e)?;
-            sym.write(g.rank(), off, input).map_err(e)?;
-            HostIn::Symmetric(sym, off, input.len())
-        } else {
-            let mut plain = vec![0u8; off + input.len()];
-            plain[off..].copy_from_slice(input);
-            HostIn::Plain(plain, off)
-        })
-    }
-
-    pub(crate) fn input(&self) -> HostInput<'_> {
-        match self {
-            HostIn::Symmetric(buf, offset, len) => HostInput::Symmetric { buf, offset: *offset, len: *len },
-            HostIn::Plain(v, off) => HostInput::Plain(&v[*off..]),
-        }
-    }
-}
-
-/// The GPU backend: one GPU per rank.
-pub struct GpuRunner {
+/// The GPU view of a [`Runner`]: the GPU group and its stream.
+pub struct GpuRunner<'a> {
     /// The group.
-    pub g: GpuGroup,
+    pub g: &'a GpuGroup,
     /// The stream the collectives run on.
-    pub stream: Stream,
+    pub stream: &'a Stream,
 }
 
-impl GpuRunner {
-    /// Joins the launcher's world.
-    pub fn from_env(timeout: Option<Duration>) -> Result<Self, String> {
+/// Joins the launcher's world on the host backend, with `timeout` if given.
+pub fn host_group(timeout: Option<Duration>) -> Result<HostGroup, String> {
+    let mut opts = HostGroupOptions::default();
+    if let Some(t) = timeout {
+        opts.timeout = t;
+    }
+    HostGroup::from_env(opts).map_err(e)
+}
+
+impl Runner {
+    /// Wraps a group; a GPU group gets a high-priority stream of its device.
+    pub fn new(g: impl Into<lowcon::Group>) -> Result<Self, String> {
+        let g = g.into();
+        let stream = g.device().map(|d| d.stream(StreamPriority::High)).transpose().map_err(e)?;
+        Ok(Self { g, stream })
+    }
+
+    /// Joins the launcher's world on GPUs (`gpu`) or on the host backend, with
+    /// `timeout` if given.
+    pub fn from_env(gpu: bool, timeout: Option<Duration>) -> Result<Self, String> {
+        if !gpu {
+            return Self::new(host_group(timeout)?);
+        }
         let mut opts = GpuGroupOptions::default();
         if let Some(t) = timeout {
             opts.timeout = t;
         }
-        let g = GpuGroup::from_env(opts).map_err(e)?;
-        let stream = g.device().stream(StreamPriority::High).map_err(e)?;
-        Ok(Self { g, stream })
+        Self::new(GpuGroup::from_env(opts).map_err(e)?)
     }
-}
 
-/// Device memory for one GPU case: plain (cudarc) or symmetric.
-pub enum GpuMem {
-    Plain(cudarc::driver::CudaSlice<u8>),
-    Symmetric(lowcon::SymmetricBuffer),
-}
+    /// The GPU view, for `what`, which only GPU groups run: a host group is refused
+    /// naming it.
+    pub fn gpu(&self, what: &str) -> Result<GpuRunner<'_>, String> {
+        let g = self.g.gpu(what).map_err(e)?;
+        let stream = self.stream.as_ref().ok_or_else(|| format!("rank {}: {what}: no stream", g.rank()))?;
+        Ok(GpuRunner { g, stream })
+    }
 
-impl GpuMem {
-    pub(super) fn new(g: &GpuGroup, stream: &Stream, symmetric: bool, bytes: usize) -> Result<Self, String> {
-        Ok(if symmetric {
-            GpuMem::Symmetric(g.alloc(bytes).map_err(e)?)
-        } else {
-            GpuMem::Plain(stream.alloc_zeros::<u8>(bytes).map_err(e)?)
+    /// The stream of a GPU group.
+    pub fn stream(&self) -> Option<&Stream> {
+        self.stream.as_ref()
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.g.rank()
+    }
+
+    /// Ranks.
+    pub fn world(&self) -> usize {
+        self.g.world_size()
+    }
+
+    /// A seed drawn by rank 0 and shared (collective).
+    pub fn shared_seed(&self, name: &str) -> Result<u64, String> {
+        seed_of_rank0(|mine| self.g.all_gather_bytes(name, mine))
+    }
+
+    /// The group's counters.
+    pub fn stats(&self) -> Result<CollStats, String> {
+        self.g.stats().map_err(e)
+    }
+
+    /// A buffer of `bytes` for one case: the group's symmetric memory, or ordinary
+    /// memory of the group's kind (device memory on a GPU group, host memory else).
+    pub(crate) fn mem(&self, symmetric: bool, bytes: usize) -> Result<Mem, String> {
+        if symmetric {
+            return self.g.alloc(bytes).map(Mem::Symmetric).map_err(e);
+        }
+        Ok(match &self.stream {
+            Some(s) => Mem::Device(s.alloc_zeros::<u8>(bytes).map_err(e)?),
+            None => Mem::Host(vec![0u8; bytes]),
         })
     }
+
+    /// Waits for the stream's copies and fills (GPU); nothing on the host backend.
+    fn settle(&self) -> Result<(), String> {
+        self.stream.as_ref().map_or(Ok(()), |s| s.synchronize().map_err(e))
+    }
+
+    /// The buffers of one call: `count`s of `dtypes` at byte offsets `ioff` of `inp` and
+    /// `ooff` of `out`. Device buffers on the runner's stream, or host memory.
+    fn bufs<'a>(
+        &'a self,
+        (inp, ioff, icount): (&'a Mem, usize, usize),
+        (out, ooff, ocount): (&'a mut Mem, usize, usize),
+        dtypes: (DType, DType),
+    ) -> Result<CollBufs<'a>, String> {
+        Ok(match &self.stream {
+            Some(stream) => CollBufs::Gpu {
+                input: inp.buf(ioff, icount, dtypes.0)?,
+                output: out.buf(ooff, ocount, dtypes.1)?,
+                stream,
+            },
+            None => CollBufs::Host {
+                input: inp.host_input(ioff, icount * dtypes.0.size())?,
+                output: out.host_out(ooff, ocount * dtypes.1.size())?,
+                dtypes,
+            },
+        })
+    }
+
+    /// Runs `case` on `bufs` through the either-backend group.
+    fn coll(&self, case: &Case, bufs: CollBufs<'_>) -> Result<(), String> {
+        match case.coll {
+            Coll::AllGather(a) => self.g.all_gather(bufs, &case.ag_opts(a)),
+            Coll::ReduceScatter(a, op) => self.g.reduce_scatter(bufs, op, &case.rs_opts(a)),
+        }
+        .map_err(e)
+    }
+
+    /// Runs `case` with this rank's `input` bytes into a poisoned output (both shifted by
+    /// `case.misalign` elements); returns the output bytes.
+    pub fn run(&self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String> {
+        let world = self.world();
+        let s = case.dtype.size();
+        let off = case.misalign * s;
+        let out_len = case.out_count(world) * s;
+        let mut inp = self.mem(case.symmetric, off + input.len() + 16)?;
+        inp.write(self.stream(), off, input)?;
+        let mut out = self.mem(case.symmetric, off + out_len + 16)?;
+        out.fill(self.stream(), 0, off + out_len + 16, 0xFF)?;
+        self.settle()?;
+        let dtypes = (case.dtype, case.dtype);
+        let bufs = self.bufs((&inp, off, case.in_count(world)), (&mut out, off, case.out_count(world)), dtypes)?;
+        self.coll(case, bufs)?;
+        self.g.synchronize(self.stream()).map_err(e)?;
+        out.read(self.stream(), off, out_len)
+    }
+
+    /// Runs `case` in place: an all-gather's input is this rank's slot of the output
+    /// (the other slots poisoned), a reduce-scatter's output this rank's chunk of the
+    /// input. Returns the output. The buffer is symmetric when `case.symmetric` says so,
+    /// and always on the host backend, which would stage (copy) an ordinary input first.
+    pub fn run_in_place(&self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String> {
+        let (rank, world) = (self.rank(), self.world());
+        let (n, count, d) = (input.len(), case.count, case.dtype);
+        let symmetric = case.symmetric || self.stream.is_none();
+        // (bytes, input offset and count, output offset and count)
+        let (total, (ioff, ic), (ooff, oc)) = match case.coll {
+            Coll::ReduceScatter(..) => (n, (0, count * world), (rank * (n / world), count)),
+            Coll::AllGather(_) => (n * world, (rank * n, count), (0, count * world)),
+        };
+        let mut buf = self.mem(symmetric, total)?;
+        if let Coll::AllGather(_) = case.coll {
+            buf.fill(self.stream(), 0, total, 0xFF)?;
+        }
+        buf.write(self.stream(), ioff, input)?;
+        self.settle()?;
+        let bufs = match &self.stream {
+            Some(stream) => CollBufs::Gpu { input: buf.buf(ioff, ic, d)?, output: buf.buf(ooff, oc, d)?, stream },
+            None => {
+                let (ptr, len) = (buf.mapped_ptr(ooff, oc * d.size())?, oc * d.size());
+                // SAFETY: this rank's mapping of the symmetric buffer, holding the range
+                // (checked); during the call only the library touches it, through this
+                // slice and its own raw copies (the input is read through the mapping,
+                // not through a slice).
+                let output = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+                CollBufs::Host { input: buf.host_input(ioff, ic * d.size())?, output, dtypes: (d, d) }
+            }
+        };
+        self.coll(case, bufs)?;
+        // Peers may still read this rank's buffer until they pass the call's last barrier.
+        self.g.barrier(0, self.stream(), case.sync).map_err(e)?;
+        self.g.synchronize(self.stream()).map_err(e)?;
+        buf.read(self.stream(), ooff, oc * d.size())
+    }
+
+    /// Runs the typed reduce-scatter `c` with this rank's `input` bytes into a poisoned
+    /// output; returns it.
+    pub fn run_typed(&self, c: &Typed, input: &[u8]) -> Result<Vec<u8>, String> {
+        let world = self.world();
+        let (io, oo) = (c.misalign * c.input.size(), c.misalign * c.output.size());
+        let out_len = c.count * c.output.size();
+        let mut inp = self.mem(c.symmetric, io + input.len() + 16)?;
+        inp.write(self.stream(), io, input)?;
+        let mut out = self.mem(c.symmetric, oo + out_len + 16)?;
+        out.fill(self.stream(), 0, oo + out_len + 16, 0xFF)?;
+        self.settle()?;
+        let bufs = self.bufs((&inp, io, c.count * world), (&mut out, oo, c.count), (c.input, c.output))?;
+        self.g.reduce_scatter(bufs, c.op, &c.opts()).map_err(e)?;
+        self.g.synchronize(self.stream()).map_err(e)?;
+        out.read(self.stream(), oo, out_len)
+    }
+}
+
+/// One buffer of a case: the group's symmetric memory (either backend), or ordinary
+/// memory: device memory (cudarc) or host memory.
+pub enum Mem {
+    /// The group's symmetric memory.
+    Symmetric(Buffer),
+    /// Ordinary device memory.
+    Device(cudarc::driver::CudaSlice<u8>),
+    /// Ordinary host memory.
+    Host(Vec<u8>),
+}
+
+impl Mem {
+    /// Device memory for a GPU check: symmetric, or ordinary memory from `stream`.
+    pub(crate) fn new(g: &GpuGroup, stream: &Stream, symmetric: bool, bytes: usize) -> Result<Self, String> {
+        Ok(if symmetric {
+            Mem::Symmetric(Buffer::Gpu(g.alloc(bytes).map_err(e)?))
+        } else {
+            Mem::Device(stream.alloc_zeros::<u8>(bytes).map_err(e)?)
+        })
+    }
+
+    /// This rank's address of the buffer (a device pointer or a host one).
     pub(super) fn ptr(&self) -> u64 {
         match self {
-            GpuMem::Plain(s) => lowcon::cuda::device_ptr(s),
-            GpuMem::Symmetric(b) => b.local_ptr(),
+            Mem::Symmetric(b) => b.base_addr() as u64,
+            Mem::Device(s) => lowcon::cuda::device_ptr(s),
+            Mem::Host(v) => v.as_ptr() as u64,
         }
     }
+
+    fn len(&self) -> usize {
+        match self {
+            Mem::Symmetric(b) => b.len(),
+            Mem::Device(s) => s.len(),
+            Mem::Host(v) => v.len(),
+        }
+    }
+
+    /// Whether the buffer is device memory (copied with the stream).
+    fn on_device(&self) -> bool {
+        match self {
+            Mem::Symmetric(b) => b.as_gpu().is_some(),
+            Mem::Device(_) => true,
+            Mem::Host(_) => false,
+        }
+    }
+
+    fn check(&self, off: usize, len: usize) -> Result<(), String> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(format!("{len} bytes at {off} outside a buffer of {}", self.len())),
+        }
+    }
+
+    /// The stream device memory is copied with.
+    fn device_stream<'s>(&self, stream: Option<&'s Stream>) -> Result<&'s Stream, String> {
+        stream.ok_or_else(|| "device memory without a stream to copy it with".to_string())
+    }
+
+    /// Copies `data` to `off` (synchronously).
+    pub(crate) fn write(&mut self, stream: Option<&Stream>, off: usize, data: &[u8]) -> Result<(), String> {
+        self.check(off, data.len())?;
+        let at = self.ptr() + off as u64;
+        if self.on_device() {
+            let s = self.device_stream(stream)?;
+            // SAFETY: device memory of this rank holding `off + data.len()` bytes (checked).
+            return unsafe { raw::mem_op::copy_from_host(s.raw(), at, data) }.map_err(e);
+        }
+        // SAFETY: this rank's host memory (its vector, or its mapping of the symmetric
+        // buffer, written by no one else before the collective) holding the range.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at as *mut u8, data.len()) };
+        Ok(())
+    }
+
+    /// Sets `len` bytes from `off` to `byte` (on the stream for device memory: ordered
+    /// before the collectives enqueued after it).
+    pub(crate) fn fill(&mut self, stream: Option<&Stream>, off: usize, len: usize, byte: u8) -> Result<(), String> {
+        self.check(off, len)?;
+        let at = self.ptr() + off as u64;
+        if self.on_device() {
+            let s = self.device_stream(stream)?;
+            // SAFETY: device memory of this rank holding the range (checked).
+            return unsafe { raw::mem_op::fill(s.raw(), at, byte, len) }.map_err(e);
+        }
+        // SAFETY: as in `write`.
+        unsafe { std::ptr::write_bytes(at as *mut u8, byte, len) };
+        Ok(())
+    }
+
+    /// The `len` bytes at `off` (synchronously).
+    pub(crate) fn read(&self, stream: Option<&Stream>, off: usize, len: usize) -> Result<Vec<u8>, String> {
+        self.check(off, len)?;
+        let at = self.ptr() + off as u64;
+        let mut v = vec![0u8; len];
+        if self.on_device() {
+            let s = self.device_stream(stream)?;
+            // SAFETY: device memory of this rank holding the range (checked).
+            unsafe { raw::mem_op::copy_to_host(s.raw(), &mut v, at) }.map_err(e)?;
+        } else {
+            // SAFETY: this rank's host memory holding the range, no call in flight.
+            unsafe { std::ptr::copy_nonoverlapping(at as *const u8, v.as_mut_ptr(), len) };
+        }
+        Ok(v)
+    }
+
+    /// A device buffer of `count` `dtype`s at byte `off`.
     pub(crate) fn buf(&self, off: usize, count: usize, dtype: DType) -> Result<DeviceBuf<'_>, String> {
         match self {
-            GpuMem::Plain(s) => {
-                // SAFETY: `off + count * size` lies inside the allocation (callers size
-                // it), which outlives the collective (synchronised before it is dropped).
-                let b = unsafe { DeviceBuf::from_raw(lowcon::cuda::device_ptr(s) + off as u64, count, dtype) };
-                Ok(b)
+            Mem::Symmetric(b) => match b.as_gpu() {
+                Some(s) => DeviceBuf::symmetric(s, off, count, dtype).map_err(e),
+                None => Err("host memory where a device buffer is needed".into()),
+            },
+            Mem::Device(s) => {
+                self.check(off, count * dtype.size())?;
+                // SAFETY: `off + count * size` lies inside the allocation (checked), which
+                // outlives the collective (synchronised before it is dropped).
+                Ok(unsafe { DeviceBuf::from_raw(lowcon::cuda::device_ptr(s) + off as u64, count, dtype) })
             }
-            GpuMem::Symmetric(b) => DeviceBuf::symmetric(b, off, count, dtype).map_err(e),
+            Mem::Host(_) => Err("host memory where a device buffer is needed".into()),
+        }
+    }
+
+    /// A host call's input: `len` bytes at `off`.
+    fn host_input(&self, off: usize, len: usize) -> Result<HostInput<'_>, String> {
+        self.check(off, len)?;
+        match self {
+            Mem::Symmetric(b) => match b.as_host() {
+                Some(buf) => Ok(HostInput::Symmetric { buf, offset: off, len }),
+                None => Err("device memory where host memory is needed".into()),
+            },
+            Mem::Host(v) => Ok(HostInput::Plain(&v[off..off + len])),
+            Mem::Device(_) => Err("device memory where host memory is needed".into()),
+        }
+    }
+
+    /// A host call's output: `len` bytes at `off`.
+    fn host_out(&mut self, off: usize, len: usize) -> Result<&mut [u8], String> {
+        self.check(off, len)?;
+        match self {
+            Mem::Host(v) => Ok(&mut v[off..off + len]),
+            // SAFETY: this rank's mapping of a host symmetric buffer holding the range
+            // (`mapped_ptr` checks both), borrowed mutably here, so nothing else in this
+            // process touches it while the slice lives.
+            Mem::Symmetric(_) => Ok(unsafe { std::slice::from_raw_parts_mut(self.mapped_ptr(off, len)?, len) }),
+            Mem::Device(_) => Err("device memory where host memory is needed".into()),
+        }
+    }
+
+    /// The address of `len` bytes at `off` of this rank's mapping of a host symmetric
+    /// buffer (for an output the library reads through its own raw copies too).
+    fn mapped_ptr(&self, off: usize, len: usize) -> Result<*mut u8, String> {
+        self.check(off, len)?;
+        match self {
+            Mem::Symmetric(b) if b.as_host().is_some() => Ok((b.base_addr() + off) as *mut u8),
+            _ => Err("host memory of a symmetric buffer is needed here".into()),
         }
     }
 }
 
-impl GpuRunner {
+impl GpuRunner<'_> {
+    /// A seed drawn by rank 0 and shared (collective).
+    pub fn shared_seed(&self, name: &str) -> Result<u64, String> {
+        seed_of_rank0(|mine| self.g.all_gather_bytes(name, mine))
+    }
+
     /// Uploads `input` and poisons the output buffer for `case` (synchronously).
-    pub(crate) fn prepare(&self, case: &Case, input: &[u8]) -> Result<(GpuMem, GpuMem), String> {
+    pub(crate) fn prepare(&self, case: &Case, input: &[u8]) -> Result<(Mem, Mem), String> {
         let s = case.dtype.size();
         let off = case.misalign * s;
         let out_len = case.out_count(self.g.world_size()) * s;
-        let inp = GpuMem::new(&self.g, &self.stream, case.symmetric, off + input.len() + 16)?;
-        let out = GpuMem::new(&self.g, &self.stream, case.symmetric, off + out_len + 16)?;
-        // SAFETY: both buffers are live and sized above; the copies are synchronous.
-        unsafe {
-            raw::mem_op::copy_from_host(self.stream.raw(), inp.ptr() + off as u64, input).map_err(e)?;
-            raw::mem_op::fill(self.stream.raw(), out.ptr(), 0xFF, off + out_len + 16).map_err(e)?;
-        }
+        let mut inp = Mem::new(self.g, self.stream, case.symmetric, off + input.len() + 16)?;
+        let mut out = Mem::new(self.g, self.stream, case.symmetric, off + out_len + 16)?;
+        inp.write(Some(self.stream), off, input)?;
+        out.fill(Some(self.stream), 0, off + out_len + 16, 0xFF)?;
         self.stream.synchronize().map_err(e)?;
         Ok((inp, out))
     }
 
     /// Enqueues `case` on `stream` over prepared buffers.
-    pub(crate) fn enqueue(&self, case: &Case, stream: &Stream, inp: &GpuMem, out: &GpuMem) -> Result<(), String> {
+    pub(crate) fn enqueue(&self, case: &Case, stream: &Stream, inp: &Mem, out: &Mem) -> Result<(), String> {
         let world = self.g.world_size();
         let off = case.misalign * case.dtype.size();
         let ib = inp.buf(off, case.in_count(world), case.dtype)?;
@@ -183,68 +401,5 @@ impl GpuRunner {
             Coll::ReduceScatter(a, op) => self.g.reduce_scatter(ib, ob, op, stream, &case.rs_opts(a)),
         }
         .map_err(e)
-    }
-
-    fn fetch(&self, case: &Case, out: &GpuMem) -> Result<Vec<u8>, String> {
-        let s = case.dtype.size();
-        let mut v = vec![0u8; case.out_count(self.g.world_size()) * s];
-        // SAFETY: `out` holds `off + v.len()` bytes; synchronous copy.
-        unsafe { raw::mem_op::copy_to_host(self.stream.raw(), &mut v, out.ptr() + (case.misalign * s) as u64) }
-            .map_err(e)?;
-        Ok(v)
-    }
-}
-
-impl Runner for GpuRunner {
-    fn rank(&self) -> usize {
-        self.g.rank()
-    }
-    fn world(&self) -> usize {
-        self.g.world_size()
-    }
-    fn shared_seed(&self, name: &str) -> Result<u64, String> {
-        seed_of_rank0(|mine| self.g.all_gather_bytes(name, mine))
-    }
-    fn run(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String> {
-        let (inp, out) = self.prepare(case, input)?;
-        self.enqueue(case, &self.stream, &inp, &out)?;
-        self.g.synchronize(&self.stream).map_err(e)?;
-        self.fetch(case, &out)
-    }
-    fn run_in_place(&mut self, case: &Case, input: &[u8]) -> Result<Vec<u8>, String> {
-        let (rank, world) = (self.rank(), self.world());
-        let (n, count) = (input.len(), case.count);
-        if let Coll::ReduceScatter(a, op) = case.coll {
-            // The output is this rank's chunk of the input.
-            let chunk = n / world;
-            let buf = GpuMem::new(&self.g, &self.stream, case.symmetric, n)?;
-            // SAFETY: `buf` holds n bytes; synchronous copy.
-            unsafe { raw::mem_op::copy_from_host(self.stream.raw(), buf.ptr(), input) }.map_err(e)?;
-            let ib = buf.buf(0, count * world, case.dtype)?;
-            let ob = buf.buf(rank * chunk, count, case.dtype)?;
-            self.g.reduce_scatter(ib, ob, op, &self.stream, &case.rs_opts(a)).map_err(e)?;
-            self.g.synchronize(&self.stream).map_err(e)?;
-            let mut got = vec![0u8; chunk];
-            // SAFETY: `buf` holds n bytes; synchronous copy.
-            unsafe { raw::mem_op::copy_to_host(self.stream.raw(), &mut got, buf.ptr() + (rank * chunk) as u64) }
-                .map_err(e)?;
-            // The call ended with a barrier: no peer reads `buf` any more.
-            return Ok(got);
-        }
-        let out = GpuMem::new(&self.g, &self.stream, case.symmetric, n * world)?;
-        // SAFETY: `out` holds n * world bytes; the copies are synchronous.
-        unsafe {
-            raw::mem_op::fill(self.stream.raw(), out.ptr(), 0xFF, n * world).map_err(e)?;
-            raw::mem_op::copy_from_host(self.stream.raw(), out.ptr() + (rank * n) as u64, input).map_err(e)?;
-        }
-        let Coll::AllGather(a) = case.coll else { return Err("in place is for all-gather".into()) };
-        let ib = out.buf(rank * n, count, case.dtype)?;
-        let ob = out.buf(0, count * world, case.dtype)?;
-        self.g.all_gather(ib, ob, &self.stream, &case.ag_opts(a)).map_err(e)?;
-        self.g.synchronize(&self.stream).map_err(e)?;
-        let mut got = vec![0u8; n * world];
-        // SAFETY: `out` holds n * world bytes; synchronous copy.
-        unsafe { raw::mem_op::copy_to_host(self.stream.raw(), &mut got, out.ptr()) }.map_err(e)?;
-        Ok(got)
     }
 }

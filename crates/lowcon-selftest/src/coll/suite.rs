@@ -102,7 +102,7 @@ pub fn suite(sync: SyncMethod, large: usize) -> Vec<Case> {
 }
 
 /// Runs `cases`; returns a summary.
-pub fn run_suite(r: &mut dyn Runner, cases: &[Case]) -> Result<String, String> {
+pub fn run_suite(r: &Runner, cases: &[Case]) -> Result<String, String> {
     let t = Instant::now();
     let mut checked = 0;
     for (i, c) in cases.iter().enumerate() {
@@ -156,12 +156,12 @@ pub fn gpu_stress(r: &GpuRunner, iters: usize, streams: usize, sync: SyncMethod)
         let mut pool = Vec::new();
         for k in 0..BLOCK {
             let sym = k % 3 == 0;
-            pool.push((GpuMem::new(&r.g, &r.stream, sym, bytes)?, GpuMem::new(&r.g, &r.stream, sym, bytes)?));
+            pool.push((Mem::new(r.g, r.stream, sym, bytes)?, Mem::new(r.g, r.stream, sym, bytes)?));
         }
         pools.push(pool);
     }
     let base = r.shared_seed("stress-seed")?;
-    let work = |ch: usize, pool: &[(GpuMem, GpuMem)]| -> Result<usize, String> {
+    let work = |ch: usize, pool: &[(Mem, Mem)]| -> Result<usize, String> {
         let stream = if ch == 0 { r.stream.clone() } else { r.g.device().stream(StreamPriority::High).map_err(e)? };
         let mut checked = 0;
         let mut i = 0;
@@ -215,7 +215,7 @@ pub fn gpu_stress(r: &GpuRunner, iters: usize, streams: usize, sync: SyncMethod)
 }
 
 /// As [`gpu_stress`] on the host backend (threads instead of streams).
-pub fn host_stress(r: &HostRunner, iters: usize, threads: usize) -> Result<String, String> {
+pub fn host_stress(r: &Runner, iters: usize, threads: usize) -> Result<String, String> {
     let count = 1021;
     let base = r.shared_seed("stress-seed")?;
     let (rank, world) = (r.g.rank(), r.g.world_size());

@@ -20,117 +20,8 @@
 use lowcon::CollStats;
 use lowcon::cuda::Graph;
 
-use super::runners::{GpuMem, HostIn};
+use super::runners::Mem;
 use super::*;
-
-/// One reduce-scatter with its own input and output types and wire.
-#[derive(Clone, Copy, Debug)]
-pub struct Typed {
-    /// Algorithm.
-    pub algorithm: ReduceScatterAlgorithm,
-    /// Operator.
-    pub op: ReduceOp,
-    /// Input element type.
-    pub input: DType,
-    /// Output element type.
-    pub output: DType,
-    /// The wire (`None`: the input's type).
-    pub wire: Option<DType>,
-    /// Output elements per rank.
-    pub count: usize,
-    /// Symmetric buffers (else ordinary memory).
-    pub symmetric: bool,
-    /// Shift both buffers by this many elements.
-    pub misalign: usize,
-    /// Sync method (GPU).
-    pub sync: SyncMethod,
-    /// Channel.
-    pub channel: u32,
-    /// Pieces (`None`: the default).
-    pub pipeline: Option<u32>,
-}
-
-impl Typed {
-    fn name(&self) -> String {
-        let w = self.wire.map_or(String::new(), |w| format!(" wire {w}"));
-        let p = self.pipeline.map_or(String::new(), |p| format!(" {p} pieces"));
-        format!(
-            "reduce-scatter/{}/{} {} -> {}{w} x{}{p} {}{} {:?}",
-            self.algorithm,
-            self.op,
-            self.input,
-            self.output,
-            self.count,
-            if self.symmetric { "symmetric" } else { "plain" },
-            if self.misalign > 0 { format!(" +{}", self.misalign) } else { String::new() },
-            self.sync
-        )
-    }
-
-    fn opts(&self) -> ReduceScatterOptions {
-        ReduceScatterOptions {
-            algorithm: self.algorithm,
-            channel: self.channel,
-            pipeline: self.pipeline,
-            wire: self.wire,
-            ..Default::default()
-        }
-        .with_sync(self.sync)
-    }
-
-    /// The same call on lowcon's f32 path: f32 in and out, no wire, ce-reduce.
-    fn f32_twin(&self) -> Self {
-        Self { algorithm: ReduceScatterAlgorithm::CeReduce, input: DType::F32, output: DType::F32, wire: None, ..*self }
-    }
-}
-
-/// A backend that runs [`Typed`] calls and reads the group's counters.
-pub trait WireRunner: Runner {
-    /// Runs `c` with this rank's `input` bytes into a poisoned output; returns it.
-    fn run_typed(&mut self, c: &Typed, input: &[u8]) -> Result<Vec<u8>, String>;
-    /// The group's counters.
-    fn stats(&self) -> Result<CollStats, String>;
-}
-
-impl WireRunner for HostRunner {
-    fn run_typed(&mut self, c: &Typed, input: &[u8]) -> Result<Vec<u8>, String> {
-        let inp = HostIn::new(&self.g, c.symmetric, c.misalign * c.input.size(), input)?;
-        let oo = c.misalign * c.output.size();
-        let mut out = vec![0xFFu8; oo + c.count * c.output.size()];
-        self.g.reduce_scatter_typed(inp.input(), &mut out[oo..], (c.input, c.output), c.op, &c.opts()).map_err(e)?;
-        Ok(out.split_off(oo))
-    }
-    fn stats(&self) -> Result<CollStats, String> {
-        Ok(self.g.stats())
-    }
-}
-
-impl WireRunner for GpuRunner {
-    fn run_typed(&mut self, c: &Typed, input: &[u8]) -> Result<Vec<u8>, String> {
-        let world = self.g.world_size();
-        let (io, oo) = (c.misalign * c.input.size(), c.misalign * c.output.size());
-        let out_len = c.count * c.output.size();
-        let inp = GpuMem::new(&self.g, &self.stream, c.symmetric, io + input.len() + 16)?;
-        let out = GpuMem::new(&self.g, &self.stream, c.symmetric, oo + out_len + 16)?;
-        // SAFETY: both buffers are live and sized above; the copies are synchronous.
-        unsafe {
-            raw::mem_op::copy_from_host(self.stream.raw(), inp.ptr() + io as u64, input).map_err(e)?;
-            raw::mem_op::fill(self.stream.raw(), out.ptr(), 0xFF, oo + out_len + 16).map_err(e)?;
-        }
-        self.stream.synchronize().map_err(e)?;
-        let ib = inp.buf(io, c.count * world, c.input)?;
-        let ob = out.buf(oo, c.count, c.output)?;
-        self.g.reduce_scatter(ib, ob, c.op, &self.stream, &c.opts()).map_err(e)?;
-        self.g.synchronize(&self.stream).map_err(e)?;
-        let mut got = vec![0u8; out_len];
-        // SAFETY: `out` holds `oo + out_len` bytes; synchronous copy.
-        unsafe { raw::mem_op::copy_to_host(self.stream.raw(), &mut got, out.ptr() + oo as u64) }.map_err(e)?;
-        Ok(got)
-    }
-    fn stats(&self) -> Result<CollStats, String> {
-        self.g.stats().map_err(e)
-    }
-}
 
 /// How a case's f32 inputs are made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -258,7 +149,7 @@ fn delta(a: &CollStats, b: &CollStats) -> CollStats {
 
 /// Runs one split-wire case on `data` and its f32 twin; checks bits, the reference (for
 /// exact data) and the counters. Returns the fallback pieces this rank read.
-fn split_case(r: &mut dyn WireRunner, c: &Typed, data: Data, tag: &str) -> Result<u64, String> {
+fn split_case(r: &Runner, c: &Typed, data: Data, tag: &str) -> Result<u64, String> {
     let (rank, world) = (r.rank(), r.world());
     let seed = r.shared_seed(tag)?;
     let inputs: Vec<Vec<u32>> = (0..world).map(|p| f32_input(data, seed, p, world, c.count)).collect();
@@ -294,7 +185,7 @@ fn split_case(r: &mut dyn WireRunner, c: &Typed, data: Data, tag: &str) -> Resul
 }
 
 /// The wire suite (module docs) on one backend and sync method; `large` is the big count.
-pub fn wire_suite(r: &mut dyn WireRunner, sync: SyncMethod, large: usize) -> Result<String, String> {
+pub fn wire_suite(r: &Runner, sync: SyncMethod, large: usize) -> Result<String, String> {
     let (rank, world) = (r.rank(), r.world());
     let base = Typed {
         algorithm: ReduceScatterAlgorithm::CeReduce,
@@ -401,7 +292,7 @@ pub fn wire_suite(r: &mut dyn WireRunner, sync: SyncMethod, large: usize) -> Res
 }
 
 /// What a wire call refuses (each named), each followed by a good call.
-fn refusals(r: &mut dyn WireRunner, base: &Typed) -> Result<String, String> {
+fn refusals(r: &Runner, base: &Typed) -> Result<String, String> {
     let (rank, world) = (r.rank(), r.world());
     let bad = [
         (Typed { algorithm: ReduceScatterAlgorithm::SmDirect, ..*base }, "runs on ce-reduce"),
@@ -431,14 +322,15 @@ fn refusals(r: &mut dyn WireRunner, base: &Typed) -> Result<String, String> {
 /// In place on GPUs (the output is this rank's chunk of the input, as NCCL allows): the
 /// split wire against the f32 call in place, bit for bit, and the bf16-input call's
 /// refusal (its f32 output would overwrite the input peers read).
-pub fn gpu_wire_in_place(r: &mut GpuRunner, sync: SyncMethod) -> Result<String, String> {
+pub fn gpu_wire_in_place(run: &Runner, sync: SyncMethod) -> Result<String, String> {
+    let r = run.gpu("the bf16 wire in place")?;
     let (rank, world) = (r.g.rank(), r.g.world_size());
     let mut runs = Vec::new();
     for (k, count) in [1003usize, 65_541].into_iter().enumerate() {
-        let seed = r.shared_seed(&format!("wire-in-place/{k}"))?;
+        let seed = run.shared_seed(&format!("wire-in-place/{k}"))?;
         let input = to_bytes(&f32_input(Data::Special, seed, rank, world, count));
         for wire in [Some(DType::Bf16), None] {
-            let buf = GpuMem::new(&r.g, &r.stream, k == 1, input.len())?;
+            let buf = Mem::new(r.g, r.stream, k == 1, input.len())?;
             // SAFETY: `buf` holds the input's bytes; synchronous copy.
             unsafe { raw::mem_op::copy_from_host(r.stream.raw(), buf.ptr(), &input) }.map_err(e)?;
             let ib = buf.buf(0, count * world, DType::F32)?;
@@ -450,8 +342,8 @@ pub fn gpu_wire_in_place(r: &mut GpuRunner, sync: SyncMethod) -> Result<String, 
                 pipeline: Some(3),
                 ..Default::default()
             };
-            r.g.reduce_scatter(ib, ob, ReduceOp::Sum, &r.stream, &o).map_err(|m| format!("rank {rank}: {m}"))?;
-            r.g.synchronize(&r.stream).map_err(e)?;
+            r.g.reduce_scatter(ib, ob, ReduceOp::Sum, r.stream, &o).map_err(|m| format!("rank {rank}: {m}"))?;
+            r.g.synchronize(r.stream).map_err(e)?;
             let mut got = vec![0u8; count * 4];
             // SAFETY: `buf` holds the chunk; synchronous copy.
             unsafe { raw::mem_op::copy_to_host(r.stream.raw(), &mut got, buf.ptr() + (rank * count * 4) as u64) }
@@ -463,12 +355,12 @@ pub fn gpu_wire_in_place(r: &mut GpuRunner, sync: SyncMethod) -> Result<String, 
         }
     }
     // bf16 into f32 in place: refused, naming why.
-    let buf = GpuMem::new(&r.g, &r.stream, false, 1024 * world * 2)?;
+    let buf = Mem::new(r.g, r.stream, false, 1024 * world * 2)?;
     let ib = buf.buf(0, 1024 * world, DType::Bf16)?;
     let ob = buf.buf(rank * 512 * 2, 512, DType::F32)?;
     let o = ReduceScatterOptions { sync, ..Default::default() };
     let ib = ib.sub(0, 512 * world).map_err(e)?;
-    match r.g.reduce_scatter(ib, ob, ReduceOp::Sum, &r.stream, &o) {
+    match r.g.reduce_scatter(ib, ob, ReduceOp::Sum, r.stream, &o) {
         Err(m) if m.to_string().contains("cannot run in place") => {}
         other => return Err(format!("rank {rank}: bf16 into f32 in place: {other:?}, not refused")),
     }
@@ -479,7 +371,8 @@ pub fn gpu_wire_in_place(r: &mut GpuRunner, sync: SyncMethod) -> Result<String, 
 /// whose pieces all fall back, counted by the device on every replay) and a bf16-input
 /// call, replayed `replays` times with fresh data and poisoned outputs, each output
 /// checked bit for bit against the eager f32 ce-reduce of the same data.
-pub fn gpu_wire_graph(r: &mut GpuRunner, sync: SyncMethod, replays: usize) -> Result<String, String> {
+pub fn gpu_wire_graph(run: &Runner, sync: SyncMethod, replays: usize) -> Result<String, String> {
+    let r = run.gpu("the bf16 wire in CUDA graphs")?;
     let (rank, world) = (r.g.rank(), r.g.world_size());
     let ch = 6;
     r.g.reserve_workspace(ch, 64 << 20).map_err(e)?;
@@ -502,8 +395,8 @@ pub fn gpu_wire_graph(r: &mut GpuRunner, sync: SyncMethod, replays: usize) -> Re
         .iter()
         .map(|c| {
             Ok((
-                GpuMem::new(&r.g, &r.stream, false, c.count * world * c.input.size())?,
-                GpuMem::new(&r.g, &r.stream, false, c.count * c.output.size())?,
+                Mem::new(r.g, r.stream, false, c.count * world * c.input.size())?,
+                Mem::new(r.g, r.stream, false, c.count * c.output.size())?,
             ))
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -513,7 +406,7 @@ pub fn gpu_wire_graph(r: &mut GpuRunner, sync: SyncMethod, replays: usize) -> Re
         res = res.and_then(|()| {
             let ib = inp.buf(0, c.count * world, c.input)?;
             let ob = out.buf(0, c.count, c.output)?;
-            r.g.reduce_scatter(ib, ob, c.op, &r.stream, &c.opts()).map_err(|m| format!("{}: {m}", c.name()))
+            r.g.reduce_scatter(ib, ob, c.op, r.stream, &c.opts()).map_err(|m| format!("{}: {m}", c.name()))
         });
     }
     let graph: Result<Graph, String> = r.stream.end_capture().map_err(e);
@@ -522,7 +415,7 @@ pub fn gpu_wire_graph(r: &mut GpuRunner, sync: SyncMethod, replays: usize) -> Re
     let (pieces, mut checked) = (piece_count(split.count, split.pipeline).1, 0);
     for i in 0..replays {
         let data = if i % 2 == 0 { Data::Exact } else { Data::Random };
-        let seed = r.shared_seed(&format!("wire-graph/{i}"))?;
+        let seed = run.shared_seed(&format!("wire-graph/{i}"))?;
         let inputs: Vec<Vec<u8>> = vec![
             to_bytes(&f32_input(data, seed, rank, world, split.count)),
             input_bytes(DType::Bf16, seed, rank, 0, bf16_in.count * world),
@@ -534,10 +427,10 @@ pub fn gpu_wire_graph(r: &mut GpuRunner, sync: SyncMethod, replays: usize) -> Re
                 raw::mem_op::fill(r.stream.raw(), out.ptr(), 0xFF, c.count * 4).map_err(e)?;
             }
         }
-        let before = r.stats()?;
+        let before = run.stats()?;
         r.g.replay(&graph).map_err(|m| format!("rank {rank}: replay {i}: {m}"))?;
-        r.g.synchronize(&r.stream).map_err(|m| format!("rank {rank}: replay {i}: {m}"))?;
-        let d = delta(&before, &r.stats()?);
+        r.g.synchronize(r.stream).map_err(|m| format!("rank {rank}: replay {i}: {m}"))?;
+        let d = delta(&before, &run.stats()?);
         let want_fb = if data == Data::Random { ((world - 1) * pieces) as u64 } else { 0 };
         if d.fallback_pieces != want_fb || d.wire_pieces != 0 {
             return Err(format!(
@@ -557,7 +450,7 @@ pub fn gpu_wire_graph(r: &mut GpuRunner, sync: SyncMethod, replays: usize) -> Re
             } else {
                 input.clone()
             };
-            let want = r.run_typed(&Typed { channel: 0, ..c.f32_twin() }, &f32_in)?;
+            let want = run.run_typed(&Typed { channel: 0, ..c.f32_twin() }, &f32_in)?;
             if let Some(first) = first_difference(&got, &want, 4) {
                 return Err(format!("rank {rank}: replay {i}: {}: not the f32 result; first: {first}", c.name()));
             }
