@@ -53,6 +53,37 @@ fn sync_kernels_keep_system_scope_ordering() {
     }
 }
 
+/// The bytes of `name`'s local-memory depot (0 without one).
+fn local_depot(name: &str) -> usize {
+    let body = entry_body(name);
+    body.find("__local_depot")
+        .and_then(|at| body[at..].split_once('[').and_then(|(_, r)| r.split_once(']')))
+        .map_or(0, |(n, _)| n.parse().expect("a depot size"))
+}
+
+#[test]
+fn fused_kernels_take_their_head_as_one_parameter_read_in_place() {
+    // NOTE [fused head by value] (lowcon_abi::FusedHead): 64 bytes in one aggregate
+    // parameter, read with ld.param. Had the ABI passed a pointer, the host's bytes would
+    // be read as an address; had the kernels copied the head to local memory, their
+    // depots would have grown by 64 bytes. The depots below are those of the 11 scalar
+    // parameters the head replaced (2026-11-25): the one-shot all-gather's and
+    // rs_direct's are their own arrays.
+    assert_eq!(std::mem::size_of::<lowcon_abi::FusedHead>(), 64);
+    for name in kernel_names::FUSED {
+        let body = entry_body(name);
+        let param = format!(".param .align 8 .b8 {name}_param_0[64]");
+        assert!(body.contains(&param), "{name}: its first parameter is not `{param}`");
+        assert!(body.contains(&format!("[{name}_param_0+56]")), "{name} does not read its head's last field");
+        let before = match name {
+            n if n == kernel_names::ALLGATHER_ONESHOT => 48,
+            n if kernel_names::RS_DIRECT.contains(&n) => 64,
+            _ => 0,
+        };
+        assert!(local_depot(name) <= before, "{name}: local depot {} bytes, was {before}", local_depot(name));
+    }
+}
+
 #[test]
 fn collective_kernels_declare_their_cta_size() {
     // Without `.maxntid`, ptxas may use more registers than a 512-thread CTA can hold

@@ -64,6 +64,48 @@ pub struct RoundTripReport {
 }
 const _: () = assert!(core::mem::size_of::<RoundTripReport>() == 8);
 
+/// The head of every fused collective kernel (NOTE [fused barriers] in the kernels'
+/// `coll.rs`): where its entry and exit barriers synchronise, passed by value as the
+/// kernel's first parameter. The host fills it once per call (`host/src/cuda/kernels.rs`)
+/// and every fused kernel takes it alike; device addresses are `u64`s. With `fused == 0`
+/// the host enqueues the barriers itself and the kernel ignores the rest.
+///
+/// NOTE [fused head by value]: rustc's `ptx-kernel` ABI passes this 64-byte struct as one
+/// `.param .align 8 .b8 …[64]` parameter that the kernels read with `ld.param`, no copy
+/// to local memory (checked in the PTX by the kernels' build test,
+/// `host/tests/ptx.rs`), where before it was 11 scalar parameters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct FusedHead {
+    /// Device array of the `world` signal-pad base pointers.
+    pub pads: u64,
+    /// The bound of every wait, in nanoseconds of `%globaltimer`.
+    pub timeout_ns: u64,
+    /// Device pointer to the group's (host-mapped) [`ErrorRecord`].
+    pub err: u64,
+    /// Device pointer to this rank's CTA counter word for the channel.
+    pub counter: u64,
+    /// This rank.
+    pub rank: u32,
+    /// Ranks.
+    pub world: u32,
+    /// The signal channel.
+    pub channel: u32,
+    /// The entry barrier's epoch.
+    pub epoch_in: u32,
+    /// The exit barrier's epoch.
+    pub epoch_out: u32,
+    /// Non-zero: the kernel runs its own entry and exit barriers.
+    pub fused: u32,
+    /// Non-zero: a captured call, whose barriers use the graph flags, not the epochs
+    /// (NOTE [graph flags] in `host/src/sync/gpu/graph.rs`).
+    pub graph: u32,
+    /// Zero (explicit padding to 8 bytes).
+    pub pad: u32,
+}
+const _: () = assert!(core::mem::size_of::<FusedHead>() == 64);
+const _: () = assert!(core::mem::align_of::<FusedHead>() == 8);
+
 /// The pseudo-random payload word `i` of round `round` for a test seeded with `seed`.
 ///
 /// Shared by the device test kernels (which write and check payloads) and the host
@@ -141,6 +183,21 @@ pub mod kernel_names {
     /// `spin(ns)`: holds its CTAs for `ns` nanoseconds, no memory traffic (a benchmark
     /// control).
     pub const SPIN: &str = "lowcon_spin";
+    /// The fused kernels: their first parameter is [`FusedHead`](crate::FusedHead), by
+    /// value (NOTE [fused head by value]).
+    pub const FUSED: [&str; 11] = [
+        ALLGATHER_ONESHOT,
+        RS_DIRECT[0],
+        RS_DIRECT[1],
+        RS_DIRECT[2],
+        RS_DIRECT_INT,
+        TMA_REDUCE[0],
+        TMA_REDUCE[1],
+        TMA_REDUCE[2],
+        TMA_PUSH_REDUCE[0],
+        TMA_PUSH_REDUCE[1],
+        TMA_PUSH_REDUCE[2],
+    ];
     /// Threads per CTA of the collective kernels (one-shot all-gather, reductions).
     /// The build declares it in their PTX (`.maxntid`), so `ptxas` keeps each thread
     /// within the registers a CTA of this size may use.

@@ -34,34 +34,17 @@ use crate::thread::{block_dim_x, block_idx_x, grid_dim_x, grid_stride, sync_thre
 #[derive(Clone, Copy)]
 pub(crate) struct V16(pub(crate) [u32; 4]);
 
-/// A kernel whose first parameters are the fused barriers' (`Fused`): `pads, rank,
-/// world, channel, epoch_in, epoch_out, timeout_ns, err, counter, fused, graph`, then
-/// its own.
-/// The body sees them as one `Fused`, bound to the name given between bars. Every
-/// fused kernel has this head, so the host launches them alike (`host/src/cuda/kernels.rs`).
+/// A kernel whose first parameter is the fused barriers' head (`lowcon_abi::FusedHead`,
+/// by value: NOTE [fused head by value]), then its own. The body sees it as one `Fused`,
+/// bound to the name given between bars. Every fused kernel has this head, so the host
+/// launches them alike (`host/src/cuda/kernels.rs`).
 macro_rules! fused_kernel {
     ($(#[$m:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) |$f:ident| $body:block) => {
         $(#[$m])*
         #[allow(clippy::too_many_arguments)]
         #[unsafe(no_mangle)]
-        pub unsafe extern "ptx-kernel" fn $name(
-            pads: *const *mut u32,
-            rank: u32,
-            world: u32,
-            channel: u32,
-            epoch_in: u32,
-            epoch_out: u32,
-            timeout_ns: u64,
-            err: *mut ErrorRecord,
-            counter: *mut u32,
-            fused: u32,
-            graph: u32,
-            $($arg: $ty),*
-        ) {
-            let $f = Fused {
-                pads, rank, world, channel, epoch_in, epoch_out, timeout_ns, err, counter,
-                on: fused != 0, graph: graph != 0,
-            };
+        pub unsafe extern "ptx-kernel" fn $name(head: lowcon_abi::FusedHead, $($arg: $ty),*) {
+            let $f = $crate::coll::Fused::from_head(&head);
             $body
         }
     };
@@ -86,6 +69,24 @@ pub(crate) struct Fused {
 }
 
 impl Fused {
+    /// The head's fields as the barriers use them.
+    #[inline(always)]
+    pub(crate) fn from_head(h: &lowcon_abi::FusedHead) -> Self {
+        Fused {
+            pads: h.pads as *const *mut u32,
+            rank: h.rank,
+            world: h.world,
+            channel: h.channel,
+            epoch_in: h.epoch_in,
+            epoch_out: h.epoch_out,
+            timeout_ns: h.timeout_ns,
+            err: h.err as *mut ErrorRecord,
+            counter: h.counter as *mut u32,
+            on: h.fused != 0,
+            graph: h.graph != 0,
+        }
+    }
+
     /// The entry barrier's slot kind and value.
     #[inline(always)]
     fn entry(&self) -> (u32, u32) {

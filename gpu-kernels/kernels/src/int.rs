@@ -4,9 +4,9 @@
 //! no average (the host refuses it). Element by element: integer reductions carry token
 //! counts, flags and step counters, not bandwidth.
 
-use lowcon_abi::{ErrorRecord, reduce_op};
+use lowcon_abi::reduce_op;
 
-use crate::coll::{Fused, fused_kernel};
+use crate::coll::fused_kernel;
 use crate::thread::grid_stride;
 
 /// An integer element type.

@@ -39,7 +39,6 @@
 //! 16-byte aligned and padded: the caller's input when its address and the chunk size
 //! are multiples of 16, else a copy in the workspace with a padded chunk stride.
 
-use lowcon_abi::ErrorRecord;
 use lowcon_abi::tma::{DATA_OFFSET, PUSH_LAG, PUSH_STAGES};
 
 use crate::bulk::{

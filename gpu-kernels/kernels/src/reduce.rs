@@ -3,7 +3,7 @@
 //! (`sm-direct`). Sources are added in rank order in `f32`, so every algorithm gives the
 //! result of a CPU reference that adds in rank order.
 
-use lowcon_abi::{ErrorRecord, reduce_op};
+use lowcon_abi::reduce_op;
 
 use crate::coll::{Fused, V16, fused_kernel};
 use crate::thread::grid_stride;

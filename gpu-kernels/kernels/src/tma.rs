@@ -52,7 +52,7 @@
 //! `bulk.rs`'s NOTE [async proxy] on both sides of the ring.
 
 use lowcon_abi::kernel_names::TMA_CONSUMER_WARPS;
-use lowcon_abi::{ErrorRecord, reduce_op, tma};
+use lowcon_abi::{reduce_op, tma};
 
 use crate::bulk::{
     bulk_load, create_policy_evict_first, fence_mbarrier_init, fence_proxy_async, fence_proxy_async_global,

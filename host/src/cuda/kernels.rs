@@ -133,6 +133,37 @@ pub(crate) struct FusedArgs {
     pub graph: u32,
 }
 
+impl FusedArgs {
+    /// The kernels' first parameter (NOTE [fused head by value] in `lowcon_abi`).
+    pub(crate) fn head(&self) -> Head {
+        Head(lowcon_abi::FusedHead {
+            pads: self.pad.pads,
+            timeout_ns: self.pad.timeout_ns,
+            err: self.pad.err,
+            counter: self.counter,
+            rank: self.pad.rank,
+            world: self.pad.world,
+            channel: self.channel,
+            epoch_in: self.epoch_in,
+            epoch_out: self.epoch_out,
+            fused: self.fused,
+            graph: self.graph,
+            pad: 0,
+        })
+    }
+}
+
+/// [`lowcon_abi::FusedHead`] as a kernel argument: cudarc's `DeviceRepr` and the head
+/// are both foreign to this crate, so a newtype carries the impl.
+#[derive(Clone, Copy, Debug)]
+#[repr(transparent)]
+pub(crate) struct Head(pub lowcon_abi::FusedHead);
+
+// SAFETY: `FusedHead` is `#[repr(C)]` plain data (`Pod`: no padding, no pointers the
+// host owns), and the fused kernels take it by value with the same layout (the ABI
+// crate is shared; NOTE [fused head by value]), so its bytes are the parameter.
+unsafe impl cudarc::driver::DeviceRepr for Head {}
+
 /// Arguments of the signal-pad kernels: where the pads are and who is asking.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PadArgs {
@@ -270,8 +301,8 @@ impl Kernels {
         let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (COLL_THREADS, 1, 1), shared_mem_bytes: 0 };
         let mut l = stream.cuda_stream().launch_builder(&self.allgather_oneshot);
         let vec_ok = vec_ok as u32;
-        l.arg(&f.pad.pads).arg(&f.pad.rank).arg(&f.pad.world).arg(&f.channel).arg(&f.epoch_in).arg(&f.epoch_out);
-        l.arg(&f.pad.timeout_ns).arg(&f.pad.err).arg(&f.counter).arg(&f.fused).arg(&f.graph);
+        let head = f.head();
+        l.arg(&head);
         l.arg(&bases).arg(&src_off).arg(&dst).arg(&shard).arg(&vec_ok);
         // SAFETY: matches `lowcon_allgather_oneshot`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(allgather_oneshot)"))?;
@@ -340,8 +371,8 @@ impl Kernels {
             None => (&self.rs_direct[dtype], vec_ok as u32),
         };
         let mut l = stream.cuda_stream().launch_builder(func);
-        l.arg(&f.pad.pads).arg(&f.pad.rank).arg(&f.pad.world).arg(&f.channel).arg(&f.epoch_in).arg(&f.epoch_out);
-        l.arg(&f.pad.timeout_ns).arg(&f.pad.err).arg(&f.counter).arg(&f.fused).arg(&f.graph);
+        let head = f.head();
+        l.arg(&head);
         l.arg(&bases).arg(&off).arg(&dst).arg(&n).arg(&op).arg(&vec_ok);
         // SAFETY: matches `lowcon_rs_direct_*`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(rs_direct)"))?;
@@ -374,8 +405,8 @@ impl Kernels {
         let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: smem };
         let mut l = stream.cuda_stream().launch_builder(func);
         let (vec_out, hint) = (a.vec_out as u32, a.evict_first as u32);
-        l.arg(&f.pad.pads).arg(&f.pad.rank).arg(&f.pad.world).arg(&f.channel).arg(&f.epoch_in).arg(&f.epoch_out);
-        l.arg(&f.pad.timeout_ns).arg(&f.pad.err).arg(&f.counter).arg(&f.fused).arg(&f.graph);
+        let head = f.head();
+        l.arg(&head);
         l.arg(&a.bases).arg(&a.off).arg(&a.dst).arg(&a.n).arg(&a.op).arg(&a.head).arg(&a.body);
         l.arg(&a.tile).arg(&a.stages).arg(&vec_out).arg(&hint);
         // SAFETY: matches `lowcon_tma_reduce_*`'s signature; validity is the caller's.
@@ -478,8 +509,8 @@ impl Kernels {
         let threads = lowcon_abi::kernel_names::PUSH_THREADS;
         let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: smem };
         let mut l = stream.cuda_stream().launch_builder(func);
-        l.arg(&f.pad.pads).arg(&f.pad.rank).arg(&f.pad.world).arg(&f.channel).arg(&f.epoch_in).arg(&f.epoch_out);
-        l.arg(&f.pad.timeout_ns).arg(&f.pad.err).arg(&f.counter).arg(&f.fused).arg(&f.graph);
+        let head = f.head();
+        l.arg(&head);
         l.arg(&a.src).arg(&a.stride).arg(&a.bases).arg(&a.acc_off).arg(&a.body).arg(&a.tile);
         // SAFETY: matches `lowcon_tma_push_reduce_*`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(tma_push_reduce)"))?;
