@@ -248,7 +248,8 @@ pub fn mismatched_size() -> Result<String, String> {
 /// Run with every rank on one GPU (`LOWCON_DEVICE=0`): without the opt-in, group
 /// creation must fail naming the ranks, the GPU and the opt-in (`LOWCON_SHARE_GPU=1`).
 pub fn same_device() -> Result<String, String> {
-    match GpuGroup::from_env(GpuGroupOptions { share_gpu: Some(false), ..Default::default() }) {
+    let made = GpuGroup::from_env(GpuGroupOptions { share_gpu: Some(false), ..Default::default() });
+    match made {
         Ok(_) => Err("two ranks on one GPU were accepted".into()),
         Err(err @ Error::Rendezvous(_))
             if err.to_string().contains("both use the GPU") && err.to_string().contains("LOWCON_SHARE_GPU=1") =>
