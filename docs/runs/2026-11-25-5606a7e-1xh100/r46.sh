@@ -12,6 +12,8 @@ outer=$OUT
 if [ "$part" = rust ]; then
   LOWCON_REQUIRE_GPU=1 timeout 120 bundle/lowcon-gpu-tests > "$R/gpu-tests.txt" 2>&1
   echo "lowcon-gpu-tests rc=$?"; tail -3 "$R/gpu-tests.txt"
+  # d587aa9's binary travels compressed (the working tree's 64 MiB).
+  [ -f bundle/lowcon-before.gz ] && gunzip -f bundle/lowcon-before.gz
   (
     export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
     export LOWCON_REQUIRE_GPU=1 LOWCON_SHARE_GPU=1 CUDA_VISIBLE_DEVICES=0 CUDA_DEVICE_MAX_CONNECTIONS=8
