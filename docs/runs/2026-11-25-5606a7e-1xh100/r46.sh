@@ -16,7 +16,7 @@ if [ "$part" = rust ]; then
 else
   parts=python
 fi
-env OUT="$R/shared" SHARED_WORLDS="2 4" SHARED_PARTS="$parts" SHARED_BUDGET=$([ "$part" = rust ] && echo 440 || echo 540) GRAPH_REPLAYS=100 SHRINKS=30 \
+env OUT="$R/shared" SHARED_WORLDS="2 4" SHARED_PARTS="$parts" SHARED_BUDGET="$([ "$part" = rust ] && echo 440 || echo 540)" GRAPH_REPLAYS=100 SHRINKS=30 \
   bash bundle/gpu-shared.sh > "$R/shared.txt" 2>&1
 grep -E " ok | FAILED|step\(s\) failed" "$R/shared.txt" | tail -70
 tar -C /tmp -czf "$outer/r46-$part.tgz" "r46-$part"
