@@ -120,8 +120,13 @@ impl Group {
                 }
                 (Place::Cpu, Place::Cpu) => {
                     if matches!(which, Which::Traffic(..)) {
-                        // Refused on a host group, naming the operation.
+                        // A host group is refused naming the operation; a GPU group, for
+                        // tensors that are not in its device's memory.
                         b.gpu("the traffic floor (bytes between GPUs)").map_err(to_py)?;
+                        return Err(invalid(format!(
+                            "rank {rank}: the traffic floor measures bytes between GPUs: its tensors are in CPU \
+                             memory, not on this group's CUDA device"
+                        )));
                     }
                     let (ib, ob) = (inp.bytes(), out.bytes());
                     let overlaps = i.ptr < o.ptr + ob as u64 && o.ptr < i.ptr + ib as u64;

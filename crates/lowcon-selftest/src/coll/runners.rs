@@ -101,6 +101,14 @@ impl Runner {
         })
     }
 
+    /// Whether a symmetric case's output is symmetric too: on GPUs, where the algorithms
+    /// that push write into peers' outputs; not on the host backend, whose calls write
+    /// their output locally, so its symmetric cases cover a symmetric input beside an
+    /// ordinary output.
+    fn symmetric_output(&self, symmetric: bool) -> bool {
+        symmetric && self.stream.is_some()
+    }
+
     /// Waits for the stream's copies and fills (GPU); nothing on the host backend.
     fn settle(&self) -> Result<(), String> {
         self.stream.as_ref().map_or(Ok(()), |s| s.synchronize().map_err(e))
@@ -146,7 +154,7 @@ impl Runner {
         let out_len = case.out_count(world) * s;
         let mut inp = self.mem(case.symmetric, off + input.len() + 16)?;
         inp.write(self.stream(), off, input)?;
-        let mut out = self.mem(case.symmetric, off + out_len + 16)?;
+        let mut out = self.mem(self.symmetric_output(case.symmetric), off + out_len + 16)?;
         out.fill(self.stream(), 0, off + out_len + 16, 0xFF)?;
         self.settle()?;
         let dtypes = (case.dtype, case.dtype);
@@ -188,10 +196,14 @@ impl Runner {
             }
         };
         self.coll(case, bufs)?;
-        // Peers may still read this rank's buffer until they pass the call's last barrier.
+        self.g.synchronize(self.stream()).map_err(e)?;
+        // Read as soon as this rank's call is done (a call that ended before the peers'
+        // writes landed must fail here), then let the peers, which may still read this
+        // rank's buffer, pass a barrier before it is dropped.
+        let got = buf.read(self.stream(), ooff, oc * d.size())?;
         self.g.barrier(0, self.stream(), case.sync).map_err(e)?;
         self.g.synchronize(self.stream()).map_err(e)?;
-        buf.read(self.stream(), ooff, oc * d.size())
+        Ok(got)
     }
 
     /// Runs the typed reduce-scatter `c` with this rank's `input` bytes into a poisoned
@@ -202,7 +214,7 @@ impl Runner {
         let out_len = c.count * c.output.size();
         let mut inp = self.mem(c.symmetric, io + input.len() + 16)?;
         inp.write(self.stream(), io, input)?;
-        let mut out = self.mem(c.symmetric, oo + out_len + 16)?;
+        let mut out = self.mem(self.symmetric_output(c.symmetric), oo + out_len + 16)?;
         out.fill(self.stream(), 0, oo + out_len + 16, 0xFF)?;
         self.settle()?;
         let bufs = self.bufs((&inp, io, c.count * world), (&mut out, oo, c.count), (c.input, c.output))?;
@@ -280,9 +292,13 @@ impl Mem {
             // SAFETY: device memory of this rank holding `off + data.len()` bytes (checked).
             return unsafe { raw::mem_op::copy_from_host(s.raw(), at, data) }.map_err(e);
         }
-        // SAFETY: this rank's host memory (its vector, or its mapping of the symmetric
-        // buffer, written by no one else before the collective) holding the range.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at as *mut u8, data.len()) };
+        match self {
+            Mem::Host(v) => v[off..off + data.len()].copy_from_slice(data),
+            // SAFETY: this rank's mapping of a host symmetric buffer (not Rust-owned
+            // memory), holding the range (checked), written by no one else before the
+            // collective.
+            _ => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at as *mut u8, data.len()) },
+        }
         Ok(())
     }
 
@@ -296,8 +312,11 @@ impl Mem {
             // SAFETY: device memory of this rank holding the range (checked).
             return unsafe { raw::mem_op::fill(s.raw(), at, byte, len) }.map_err(e);
         }
-        // SAFETY: as in `write`.
-        unsafe { std::ptr::write_bytes(at as *mut u8, byte, len) };
+        match self {
+            Mem::Host(v) => v[off..off + len].fill(byte),
+            // SAFETY: as in `write`.
+            _ => unsafe { std::ptr::write_bytes(at as *mut u8, byte, len) },
+        }
         Ok(())
     }
 
@@ -310,8 +329,11 @@ impl Mem {
             let s = self.device_stream(stream)?;
             // SAFETY: device memory of this rank holding the range (checked).
             unsafe { raw::mem_op::copy_to_host(s.raw(), &mut v, at) }.map_err(e)?;
+        } else if let Mem::Host(h) = self {
+            v.copy_from_slice(&h[off..off + len]);
         } else {
-            // SAFETY: this rank's host memory holding the range, no call in flight.
+            // SAFETY: this rank's mapping of a host symmetric buffer holding the range
+            // (checked), no call in flight.
             unsafe { std::ptr::copy_nonoverlapping(at as *const u8, v.as_mut_ptr(), len) };
         }
         Ok(v)
