@@ -49,9 +49,13 @@ LEAVE_AT = 200  # the call before which the victim leaves
 
 def leave():
     """The victim leaves by EXIT, after writing the time it does so."""
-    with open(STAMP + ".tmp", "w") as f:
+    # A file of this rank's own, renamed into place: with two victims, a shared temporary
+    # name let one rename the other's half-written file (seen under load: an empty stamp
+    # and a missing temporary).
+    tmp = f"{STAMP}.{RANK}.tmp"
+    with open(tmp, "w") as f:
         f.write(repr(time.time()))
-    os.replace(STAMP + ".tmp", STAMP)
+    os.replace(tmp, STAMP)
     print(f"rank {RANK}: leaving by {EXIT} at the {MOMENT} moment", flush=True)
     if EXIT == "os_exit":
         os._exit(0)
