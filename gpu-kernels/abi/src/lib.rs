@@ -66,9 +66,10 @@ const _: () = assert!(core::mem::size_of::<RoundTripReport>() == 8);
 
 /// The head of every fused collective kernel (NOTE [fused barriers] in the kernels'
 /// `coll.rs`): where its entry and exit barriers synchronise, passed by value as the
-/// kernel's first parameter. The host fills it once per call (`host/src/cuda/kernels.rs`)
-/// and every fused kernel takes it alike; device addresses are `u64`s. With `fused == 0`
-/// the host enqueues the barriers itself and the kernel ignores the rest.
+/// kernel's first parameter. The host fills it once per call (`FusedArgs` in
+/// `host/src/cuda/kernels/fused.rs`), and every fused kernel takes it alike; device
+/// addresses are `u64`s. With `fused == 0` the host enqueues the barriers itself and the
+/// kernel ignores the rest.
 ///
 /// NOTE [fused head by value]: rustc's `ptx-kernel` ABI passes this 64-byte struct as one
 /// `.param .align 8 .b8 …[64]` parameter that the kernels read with `ld.param`, no copy

@@ -256,8 +256,7 @@ impl Kernels {
         let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (COLL_THREADS, 1, 1), shared_mem_bytes: 0 };
         let mut l = stream.cuda_stream().launch_builder(&self.allgather_oneshot);
         let vec_ok = vec_ok as u32;
-        let head = f.head();
-        l.arg(&head);
+        l.arg(&f);
         l.arg(&bases).arg(&src_off).arg(&dst).arg(&shard).arg(&vec_ok);
         // SAFETY: matches `lowcon_allgather_oneshot`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(allgather_oneshot)"))?;
@@ -326,8 +325,7 @@ impl Kernels {
             None => (&self.rs_direct[dtype], vec_ok as u32),
         };
         let mut l = stream.cuda_stream().launch_builder(func);
-        let head = f.head();
-        l.arg(&head);
+        l.arg(&f);
         l.arg(&bases).arg(&off).arg(&dst).arg(&n).arg(&op).arg(&vec_ok);
         // SAFETY: matches `lowcon_rs_direct_*`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(rs_direct)"))?;
@@ -348,7 +346,7 @@ impl Kernels {
         ctas: u32,
         a: &TmaArgs,
     ) -> Result<()> {
-        let smem = lowcon_abi::tma::smem_bytes(f.pad.world, a.tile, a.stages);
+        let smem = lowcon_abi::tma::smem_bytes(f.0.world, a.tile, a.stages);
         let func = &self.tma_reduce[dtype];
         if self.tma_smem[dtype].load(Ordering::Relaxed) < smem {
             let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
@@ -360,8 +358,7 @@ impl Kernels {
         let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: smem };
         let mut l = stream.cuda_stream().launch_builder(func);
         let (vec_out, hint) = (a.vec_out as u32, a.evict_first as u32);
-        let head = f.head();
-        l.arg(&head);
+        l.arg(&f);
         l.arg(&a.bases).arg(&a.off).arg(&a.dst).arg(&a.n).arg(&a.op).arg(&a.head).arg(&a.body);
         l.arg(&a.tile).arg(&a.stages).arg(&vec_out).arg(&hint);
         // SAFETY: matches `lowcon_tma_reduce_*`'s signature; validity is the caller's.
@@ -464,8 +461,7 @@ impl Kernels {
         let threads = lowcon_abi::kernel_names::PUSH_THREADS;
         let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: smem };
         let mut l = stream.cuda_stream().launch_builder(func);
-        let head = f.head();
-        l.arg(&head);
+        l.arg(&f);
         l.arg(&a.src).arg(&a.stride).arg(&a.bases).arg(&a.acc_off).arg(&a.body).arg(&a.tile);
         // SAFETY: matches `lowcon_tma_push_reduce_*`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(tma_push_reduce)"))?;

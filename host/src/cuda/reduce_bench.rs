@@ -331,15 +331,8 @@ impl ReduceKernels {
                     kernels.wire_reduce(stream, shape, &a)
                 }
                 KernelKind::BulkAdd { tile } => {
-                    let f = FusedArgs {
-                        pad: PadArgs { pads: device_ptr(&self.pad_table), rank: 0, world: w, err: 0, timeout_ns: 0 },
-                        channel: 0,
-                        epoch_in: 0,
-                        epoch_out: 0,
-                        counter: pads + pad::counter_offset(w, 0) as u64,
-                        fused: 0,
-                        graph: 0,
-                    };
+                    let pa = PadArgs { pads: device_ptr(&self.pad_table), rank: 0, world: w, err: 0, timeout_ns: 0 };
+                    let f = FusedArgs::new(pa, 0, (0, 0), pads + pad::counter_offset(w, 0) as u64, false, false);
                     let a = PushArgs {
                         src: src + 4 * first as u64,
                         stride: 4 * n as u64,

@@ -15,29 +15,22 @@ impl GpuColl {
     /// epochs or (captured) the graph flags; with memop sync, none (`fused == 0`: the
     /// host enqueues the barriers around the kernel).
     pub(super) fn fused(&self, channel: u32, sync: SyncMethod, mode: Mode) -> FusedArgs {
-        let graph = u32::from(mode == Mode::Captured);
-        let (epoch_in, epoch_out, fused) = if sync == SyncMethod::Kernel && graph == 1 {
+        let graph = mode == Mode::Captured;
+        let (epochs, fused) = if sync == SyncMethod::Kernel && graph {
             self.sync.note_wait_method(channel, lowcon_abi::pad::GRAPH_ENTRY, SyncMethod::Kernel);
             self.sync.note_wait_method(channel, lowcon_abi::pad::GRAPH_EXIT, SyncMethod::Kernel);
             self.sync.mark_graph_channel(channel);
-            (0, 0, 1)
+            ((0, 0), true)
         } else if sync == SyncMethod::Kernel {
             self.sync.note_wait_method(channel, lowcon_abi::pad::BARRIER, SyncMethod::Kernel);
             let mut ep = self.sync.epochs();
-            (ep.next_barrier(channel), ep.next_barrier(channel), 1)
+            ((ep.next_barrier(channel), ep.next_barrier(channel)), true)
         } else {
-            (0, 0, 0)
+            ((0, 0), false)
         };
-        FusedArgs {
-            pad: self.sync.pad_args(),
-            channel,
-            epoch_in,
-            epoch_out,
-            counter: self.sync.pads.local_ptr()
-                + lowcon_abi::pad::counter_offset(self.sync.core.world as u32, channel) as u64,
-            fused,
-            graph,
-        }
+        let counter =
+            self.sync.pads.local_ptr() + lowcon_abi::pad::counter_offset(self.sync.core.world as u32, channel) as u64;
+        FusedArgs::new(self.sync.pad_args(), channel, epochs, counter, fused, graph)
     }
 
     /// The entry barrier of a call: an eager barrier, or a captured one's.
@@ -74,11 +67,11 @@ impl GpuColl {
         launch: impl FnOnce(FusedArgs) -> Result<()>,
     ) -> Result<()> {
         let f = self.fused(channel, sync, mode);
-        if f.fused == 0 {
+        if !f.fused() {
             self.enter(stream, channel, sync, mode)?;
         }
         launch(f)?;
-        if f.fused == 0 {
+        if !f.fused() {
             self.exit(stream, channel, sync, mode)?;
         }
         Ok(())

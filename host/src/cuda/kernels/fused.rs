@@ -1,52 +1,45 @@
-//! The fused kernels' head: what the host knows of a call's barriers ([`FusedArgs`]) and
-//! the one parameter the kernels take it as ([`Head`], NOTE [fused head by value] in
-//! `lowcon_abi`).
+//! The fused kernels' head ([`FusedArgs`]): `lowcon_abi::FusedHead`, the one parameter
+//! every fused kernel takes first, by value (NOTE [fused head by value] in `lowcon_abi`).
 
 use super::PadArgs;
 
 /// Where a fused one-shot kernel synchronises (entry and exit barriers inside the
-/// kernel), or `fused == 0` when the host enqueues the barriers around it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct FusedArgs {
-    pub pad: PadArgs,
-    pub channel: u32,
-    pub epoch_in: u32,
-    pub epoch_out: u32,
-    /// This rank's CTA counter word for the channel.
-    pub counter: u64,
-    pub fused: u32,
-    /// A captured call: the fused barriers use the graph flags, not the epochs (NOTE
-    /// [graph flags], `host/src/sync/gpu/graph.rs`).
-    pub graph: u32,
-}
-
-impl FusedArgs {
-    /// The kernels' first parameter (NOTE [fused head by value] in `lowcon_abi`).
-    pub(crate) fn head(&self) -> Head {
-        Head(lowcon_abi::FusedHead {
-            pads: self.pad.pads,
-            timeout_ns: self.pad.timeout_ns,
-            err: self.pad.err,
-            counter: self.counter,
-            rank: self.pad.rank,
-            world: self.pad.world,
-            channel: self.channel,
-            epoch_in: self.epoch_in,
-            epoch_out: self.epoch_out,
-            fused: self.fused,
-            graph: self.graph,
-            pad: 0,
-        })
-    }
-}
-
-/// [`lowcon_abi::FusedHead`] as a kernel argument: cudarc's `DeviceRepr` and the head
-/// are both foreign to this crate, so a newtype carries the impl.
+/// kernel), or `fused == 0` when the host enqueues the barriers around it. A newtype:
+/// cudarc's `DeviceRepr` and the head are both foreign to this crate.
 #[derive(Clone, Copy, Debug)]
 #[repr(transparent)]
-pub(crate) struct Head(pub lowcon_abi::FusedHead);
+pub(crate) struct FusedArgs(pub lowcon_abi::FusedHead);
 
 // SAFETY: `FusedHead` is `#[repr(C)]` plain data (`Pod`: no padding, no pointers the
 // host owns), and the fused kernels take it by value with the same layout (the ABI
 // crate is shared; NOTE [fused head by value]), so its bytes are the parameter.
-unsafe impl cudarc::driver::DeviceRepr for Head {}
+unsafe impl cudarc::driver::DeviceRepr for FusedArgs {}
+
+impl FusedArgs {
+    /// The head of a call on `channel` with these pads: `epochs` (in, out) for eager
+    /// barriers, `counter` this rank's CTA counter word for the channel, `fused` whether
+    /// the kernel runs its barriers, `graph` whether the call is captured (the barriers
+    /// then use the graph flags, not the epochs: NOTE [graph flags],
+    /// `host/src/sync/gpu/graph.rs`).
+    pub(crate) fn new(pad: PadArgs, channel: u32, epochs: (u32, u32), counter: u64, fused: bool, graph: bool) -> Self {
+        FusedArgs(lowcon_abi::FusedHead {
+            pads: pad.pads,
+            timeout_ns: pad.timeout_ns,
+            err: pad.err,
+            counter,
+            rank: pad.rank,
+            world: pad.world,
+            channel,
+            epoch_in: epochs.0,
+            epoch_out: epochs.1,
+            fused: fused.into(),
+            graph: graph.into(),
+            pad: 0,
+        })
+    }
+
+    /// Whether the kernel runs its own barriers.
+    pub(crate) fn fused(&self) -> bool {
+        self.0.fused != 0
+    }
+}
