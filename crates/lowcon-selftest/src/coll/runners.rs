@@ -114,35 +114,48 @@ impl Runner {
         self.stream.as_ref().map_or(Ok(()), |s| s.synchronize().map_err(e))
     }
 
-    /// The buffers of one call: `count`s of `dtypes` at byte offsets `ioff` of `inp` and
-    /// `ooff` of `out`. Device buffers on the runner's stream, or host memory.
-    fn bufs<'a>(
-        &'a self,
-        (inp, ioff, icount): (&'a Mem, usize, usize),
-        (out, ooff, ocount): (&'a mut Mem, usize, usize),
+    /// Runs `call` once on fresh buffers: this rank's `input` bytes at byte `ioff` of a
+    /// new input, and a poisoned output of `out_len` bytes at byte `ooff` (symmetric as
+    /// `symmetric` and [`Self::symmetric_output`] say), as `counts` elements of `dtypes`:
+    /// device buffers on the runner's stream, or host memory. Returns the output bytes.
+    #[allow(clippy::too_many_arguments)]
+    fn fresh(
+        &self,
+        symmetric: bool,
+        (ioff, input): (usize, &[u8]),
+        (ooff, out_len): (usize, usize),
+        counts: (usize, usize),
         dtypes: (DType, DType),
-    ) -> Result<CollBufs<'a>, String> {
-        Ok(match &self.stream {
+        call: impl FnOnce(CollBufs<'_>) -> lowcon::Result<()>,
+    ) -> Result<Vec<u8>, String> {
+        let mut inp = self.mem(symmetric, ioff + input.len() + 16)?;
+        inp.write(self.stream(), ioff, input)?;
+        let mut out = self.mem(self.symmetric_output(symmetric), ooff + out_len + 16)?;
+        out.fill(self.stream(), 0, ooff + out_len + 16, 0xFF)?;
+        self.settle()?;
+        let bufs = match &self.stream {
             Some(stream) => CollBufs::Gpu {
-                input: inp.buf(ioff, icount, dtypes.0)?,
-                output: out.buf(ooff, ocount, dtypes.1)?,
+                input: inp.buf(ioff, counts.0, dtypes.0)?,
+                output: out.buf(ooff, counts.1, dtypes.1)?,
                 stream,
             },
             None => CollBufs::Host {
-                input: inp.host_input(ioff, icount * dtypes.0.size())?,
-                output: out.host_out(ooff, ocount * dtypes.1.size())?,
+                input: inp.host_input(ioff, counts.0 * dtypes.0.size())?,
+                output: out.host_out(ooff, out_len)?,
                 dtypes,
             },
-        })
+        };
+        call(bufs).map_err(e)?;
+        self.g.synchronize(self.stream()).map_err(e)?;
+        out.read(self.stream(), ooff, out_len)
     }
 
     /// Runs `case` on `bufs` through the either-backend group.
-    fn coll(&self, case: &Case, bufs: CollBufs<'_>) -> Result<(), String> {
+    fn coll(&self, case: &Case, bufs: CollBufs<'_>) -> lowcon::Result<()> {
         match case.coll {
             Coll::AllGather(a) => self.g.all_gather(bufs, &case.ag_opts(a)),
             Coll::ReduceScatter(a, op) => self.g.reduce_scatter(bufs, op, &case.rs_opts(a)),
         }
-        .map_err(e)
     }
 
     /// Runs `case` with this rank's `input` bytes into a poisoned output (both shifted by
@@ -151,17 +164,11 @@ impl Runner {
         let world = self.world();
         let s = case.dtype.size();
         let off = case.misalign * s;
-        let out_len = case.out_count(world) * s;
-        let mut inp = self.mem(case.symmetric, off + input.len() + 16)?;
-        inp.write(self.stream(), off, input)?;
-        let mut out = self.mem(self.symmetric_output(case.symmetric), off + out_len + 16)?;
-        out.fill(self.stream(), 0, off + out_len + 16, 0xFF)?;
-        self.settle()?;
-        let dtypes = (case.dtype, case.dtype);
-        let bufs = self.bufs((&inp, off, case.in_count(world)), (&mut out, off, case.out_count(world)), dtypes)?;
-        self.coll(case, bufs)?;
-        self.g.synchronize(self.stream()).map_err(e)?;
-        out.read(self.stream(), off, out_len)
+        let counts = (case.in_count(world), case.out_count(world));
+        let out_len = counts.1 * s;
+        self.fresh(case.symmetric, (off, input), (off, out_len), counts, (case.dtype, case.dtype), |bufs| {
+            self.coll(case, bufs)
+        })
     }
 
     /// Runs `case` in place: an all-gather's input is this rank's slot of the output
@@ -195,7 +202,7 @@ impl Runner {
                 CollBufs::Host { input: buf.host_input(ioff, ic * d.size())?, output, dtypes: (d, d) }
             }
         };
-        self.coll(case, bufs)?;
+        self.coll(case, bufs).map_err(e)?;
         self.g.synchronize(self.stream()).map_err(e)?;
         // Read as soon as this rank's call is done (a call that ended before the peers'
         // writes landed must fail here), then let the peers, which may still read this
@@ -209,18 +216,12 @@ impl Runner {
     /// Runs the typed reduce-scatter `c` with this rank's `input` bytes into a poisoned
     /// output; returns it.
     pub fn run_typed(&self, c: &Typed, input: &[u8]) -> Result<Vec<u8>, String> {
-        let world = self.world();
         let (io, oo) = (c.misalign * c.input.size(), c.misalign * c.output.size());
+        let counts = (c.count * self.world(), c.count);
         let out_len = c.count * c.output.size();
-        let mut inp = self.mem(c.symmetric, io + input.len() + 16)?;
-        inp.write(self.stream(), io, input)?;
-        let mut out = self.mem(self.symmetric_output(c.symmetric), oo + out_len + 16)?;
-        out.fill(self.stream(), 0, oo + out_len + 16, 0xFF)?;
-        self.settle()?;
-        let bufs = self.bufs((&inp, io, c.count * world), (&mut out, oo, c.count), (c.input, c.output))?;
-        self.g.reduce_scatter(bufs, c.op, &c.opts()).map_err(e)?;
-        self.g.synchronize(self.stream()).map_err(e)?;
-        out.read(self.stream(), oo, out_len)
+        self.fresh(c.symmetric, (io, input), (oo, out_len), counts, (c.input, c.output), |bufs| {
+            self.g.reduce_scatter(bufs, c.op, &c.opts())
+        })
     }
 }
 

@@ -43,3 +43,23 @@ impl FusedArgs {
         self.0.fused != 0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_head_carries_every_field_where_the_kernels_read_it() {
+        let pad = PadArgs { pads: 0x1000, rank: 3, world: 8, err: 0x2000, timeout_ns: 77 };
+        let f = FusedArgs::new(pad, 5, (11, 12), 0x3000, true, false);
+        let h = f.0;
+        assert_eq!((h.pads, h.timeout_ns, h.err, h.counter), (0x1000, 77, 0x2000, 0x3000));
+        assert_eq!((h.rank, h.world, h.channel, h.epoch_in, h.epoch_out), (3, 8, 5, 11, 12));
+        assert_eq!((h.fused, h.graph, h.pad), (1, 0, 0));
+        assert!(f.fused());
+        assert!(!FusedArgs::new(pad, 0, (0, 0), 0, false, true).fused());
+        assert_eq!(FusedArgs::new(pad, 0, (0, 0), 0, false, true).0.graph, 1);
+        // The launch passes these bytes as the kernels' first, 64-byte parameter.
+        assert_eq!(std::mem::size_of::<FusedArgs>(), 64);
+    }
+}
