@@ -27,8 +27,8 @@ pub mod rendezvous;
 pub mod sync;
 
 pub use coll::{
-    AllGatherAlgorithm, AllGatherOptions, CollOptions, CollStats, DEFAULT_REDUCE_LAUNCH, DType, DeviceBuf, Element,
-    HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
+    AllGatherAlgorithm, AllGatherOptions, Arrivals, CollOptions, CollStats, DEFAULT_REDUCE_LAUNCH, DType, DeviceBuf,
+    Element, HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
 };
 pub use error::{Error, Result};
 pub use group::{Buffer, CollBufs, GpuGroup, GpuGroupOptions, Group, HostGroup, HostGroupOptions};

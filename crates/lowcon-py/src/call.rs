@@ -1,6 +1,8 @@
 //! A collective call's arguments, parsed once per call: the options, and what the
 //! native call needs of each tensor once the GIL is released.
 
+use std::sync::Arc;
+
 use pyo3::prelude::*;
 
 use crate::dlpack::View;
@@ -48,8 +50,12 @@ impl From<&View<'_>> for Raw {
 }
 
 pub(crate) enum Which {
-    AllGather(CollOptions<AllGatherAlgorithm>),
+    /// An all-gather, recording these arrivals as pieces land (NOTE [arrivals]).
+    AllGather(CollOptions<AllGatherAlgorithm>, Option<Arc<lowcon::Arrivals>>),
     ReduceScatter(ReduceOp, CollOptions<ReduceScatterAlgorithm>),
+    /// A released reduce-scatter (NOTE [release rounds]): `produce(d)` writes chunk `d`
+    /// of the input, on the call's stream (GPU only).
+    Released(ReduceOp, CollOptions<ReduceScatterAlgorithm>, Py<PyAny>),
     /// The traffic floor of an all-gather (`true`) or a reduce-scatter (`false`): the
     /// bytes alone, no sync, garbage results (`lowcon::GpuGroup::all_gather_traffic`);
     /// the channel is unused (no barrier).
@@ -59,8 +65,8 @@ pub(crate) enum Which {
 impl Which {
     pub(crate) fn channel_mut(&mut self) -> &mut u32 {
         match self {
-            Which::AllGather(o) => &mut o.channel,
-            Which::ReduceScatter(_, o) => &mut o.channel,
+            Which::AllGather(o, _) => &mut o.channel,
+            Which::ReduceScatter(_, o) | Which::Released(_, o, _) => &mut o.channel,
             Which::Traffic(_, c) => c,
         }
     }

@@ -93,7 +93,11 @@ impl Group {
                             )));
                         }
                     }
-                    py.detach(move || {
+                    // A released call's producer is Python: its exception is kept here and
+                    // raised as it is, not as the library's error.
+                    let raised: std::sync::Mutex<Option<PyErr>> = std::sync::Mutex::new(None);
+                    let raised_ref = &raised;
+                    let done = py.detach(move || {
                         // SAFETY: the caller's stream (0: the legacy default stream) of this
                         // group's device, alive while the caller uses it.
                         let s = unsafe { Stream::wrap_borrowed(g.device(), raw_stream as usize as _) }?;
@@ -108,17 +112,39 @@ impl Group {
                         }
                         let (input, output) = (buf(i, &ifound)?, buf(o, &ofound)?);
                         match &which {
-                            Which::AllGather(opts) => b.all_gather(CollBufs::Gpu { input, output, stream: &s }, opts),
+                            Which::AllGather(opts, None) => {
+                                b.all_gather(CollBufs::Gpu { input, output, stream: &s }, opts)
+                            }
+                            Which::AllGather(opts, Some(a)) => g.all_gather_arrivals(input, output, &s, opts, a),
                             Which::ReduceScatter(op, opts) => {
                                 b.reduce_scatter(CollBufs::Gpu { input, output, stream: &s }, *op, opts)
+                            }
+                            Which::Released(op, opts, produce) => {
+                                let mut call = |d: usize| -> lowcon::Result<()> {
+                                    Python::attach(|py| produce.bind(py).call1((d,)).map(|_| ())).map_err(|e| {
+                                        let msg = format!("rank {rank}: the producer of chunk {d} raised: {e}");
+                                        *raised_ref.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                                        lowcon::Error::InvalidArgument(msg)
+                                    })
+                                };
+                                g.reduce_scatter_released(input, output, *op, &s, opts, &mut call)
                             }
                             Which::Traffic(true, _) => g.all_gather_traffic(input, output, &s),
                             Which::Traffic(false, _) => g.reduce_scatter_traffic(input, output, &s),
                         }
-                    })
-                    .map_err(to_py)
+                    });
+                    match (done, raised.into_inner().unwrap_or_else(|p| p.into_inner())) {
+                        (Err(_), Some(e)) => Err(e),
+                        (r, _) => r.map_err(to_py),
+                    }
                 }
                 (Place::Cpu, Place::Cpu) => {
+                    if matches!(which, Which::Released(..)) {
+                        return Err(invalid(format!(
+                            "rank {rank}: a released reduce-scatter is for GPU groups on CUDA tensors (a host group's \
+                             calls are synchronous: produce the whole input, then reduce_scatter)"
+                        )));
+                    }
                     if matches!(which, Which::Traffic(..)) {
                         // A host group is refused naming the operation; a GPU group, for
                         // tensors that are not in its device's memory.
@@ -153,11 +179,12 @@ impl Group {
                         py,
                         || b.abort(),
                         move || match &which {
-                            Which::AllGather(opts) => b.all_gather(CollBufs::Host { input, output, dtypes }, opts),
+                            // A host call is synchronous: every piece has arrived when it returns.
+                            Which::AllGather(opts, _) => b.all_gather(CollBufs::Host { input, output, dtypes }, opts),
                             Which::ReduceScatter(op, opts) => {
                                 b.reduce_scatter(CollBufs::Host { input, output, dtypes }, *op, opts)
                             }
-                            Which::Traffic(..) => unreachable!("refused above"),
+                            Which::Traffic(..) | Which::Released(..) => unreachable!("refused above"),
                         },
                     )?
                     .map_err(to_py)

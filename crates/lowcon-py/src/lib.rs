@@ -15,6 +15,7 @@ mod channels;
 mod collective;
 mod dlpack;
 mod errors;
+mod pieces;
 mod placement;
 mod pool;
 mod pystore;
@@ -33,6 +34,7 @@ use call::{Which, options};
 use errors::{invalid, to_py};
 use lowcon::cuda::Stream;
 use lowcon::{DType, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions, ReduceOp};
+use pieces::PyArrivals;
 use pool::GroupPool;
 use wait::interruptible;
 
@@ -151,7 +153,8 @@ impl Group {
     }
 
     /// All-gather into `output` (world x input elements) from `input`. `on_current`: `stream` is torch's current stream (see `collective`).
-    #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "kernel", graph_sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = false, stream = None, on_current = false))]
+    /// `arrivals` (from `arrivals()`): record each rank's piece as it lands (NOTE [arrivals]).
+    #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "kernel", graph_sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = false, stream = None, on_current = false, arrivals = None))]
     #[allow(clippy::too_many_arguments)]
     fn all_gather<'py>(
         &self,
@@ -168,6 +171,7 @@ impl Group {
         map_ordinary: bool,
         stream: Option<isize>,
         on_current: bool,
+        arrivals: Option<PyRef<'py, PyArrivals>>,
     ) -> PyResult<()> {
         let opts = options(
             algorithm,
@@ -179,7 +183,39 @@ impl Group {
             map_ordinary,
             (None, "auto"),
         )?;
-        self.collective(py, output, input, Which::AllGather(opts), stream, on_current)
+        let arrivals = arrivals.map(|a| a.inner.clone());
+        self.collective(py, output, input, Which::AllGather(opts, arrivals), stream, on_current)
+    }
+
+    /// Events an all-gather records as each rank's piece lands (GPU backend).
+    fn arrivals(&self) -> PyResult<PyArrivals> {
+        self.with(|b| {
+            let g = b.gpu("arrivals (CUDA events per piece)").map_err(to_py)?;
+            Ok(PyArrivals::new(g.arrivals().map_err(to_py)?, g.device().clone()))
+        })
+    }
+
+    /// Released reduce-scatter (NOTE [release rounds]): `produce(d)` is called for every
+    /// destination `d` in the order rank + 1, ..., rank and enqueues, on `stream`, the work
+    /// that writes chunk `d` of `input` (pool memory); each chunk goes to its owner once
+    /// written. Then `output` receives `op` over every rank's chunk `rank`. GPU backend.
+    #[pyo3(signature = (output, input, produce, op = "sum", *, ctas = None, channel = None, stream = None, on_current = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_scatter_released<'py>(
+        &self,
+        py: Python<'py>,
+        output: &Bound<'py, PyAny>,
+        input: &Bound<'py, PyAny>,
+        produce: Py<PyAny>,
+        op: &str,
+        ctas: Option<u32>,
+        channel: Option<u32>,
+        stream: Option<isize>,
+        on_current: bool,
+    ) -> PyResult<()> {
+        let op: ReduceOp = op.parse().map_err(to_py)?;
+        let opts = options("auto", ("kernel", "kernel"), ctas, None, channel, false, false, (None, "auto"))?;
+        self.collective(py, output, input, Which::Released(op, opts, produce), stream, on_current)
     }
 
     /// Reduce-scatter into `output` from `input` (world x output elements), with `op`
@@ -420,6 +456,7 @@ impl Group {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Group>()?;
+    m.add_class::<PyArrivals>()?;
     m.add_function(wrap_pyfunction!(placement::device_count, m)?)?;
     m.add_function(wrap_pyfunction!(placement::device_index, m)?)?;
     m.add_function(wrap_pyfunction!(placement::share_gpu, m)?)?;

@@ -55,6 +55,12 @@ pub const WIRE_PACK: &str = "lowcon_wire_pack";
 pub const WIRE_REDUCE: [&str; 2] = ["lowcon_wire_reduce_f32", "lowcon_wire_reduce_bf16"];
 /// `wire_wait(...)`: kernel sync's wait for a piece's signals (one thread per word).
 pub const WIRE_WAIT: &str = "lowcon_wire_wait";
+/// `release(pads, rank, world, peer, channel)`: one thread releases this rank's next
+/// piece for `peer` (a released reduce-scatter; rounds kept on the device).
+pub const RELEASE: &str = "lowcon_release";
+/// `release_wait(pads, rank, world, peer, channel, timeout_ns, err)`: one thread waits
+/// for `peer`'s next release to this rank.
+pub const RELEASE_WAIT: &str = "lowcon_release_wait";
 /// `reduce_once_<dtype>(...)`: ce-reduce's reduction of a whole call in one launch,
 /// each piece waited for on its flag in the pad ([`crate::pad::once_flag_offset`]).
 pub const REDUCE_ONCE: [&str; 3] = ["lowcon_reduce_once_f32", "lowcon_reduce_once_f16", "lowcon_reduce_once_bf16"];
@@ -133,6 +139,8 @@ pub const ALL: &[&str] = &[
     WIRE_REDUCE[0],
     WIRE_REDUCE[1],
     WIRE_WAIT,
+    RELEASE,
+    RELEASE_WAIT,
     REDUCE_ONCE[0],
     REDUCE_ONCE[1],
     REDUCE_ONCE[2],

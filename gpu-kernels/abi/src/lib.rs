@@ -311,7 +311,22 @@ mod tests {
             // Then the one-launch reductions' piece flags, which end the buffer.
             assert_eq!(pad::stats_offset(world) + 8 * pad::STATS, pad::once_flag_offset(world, 0, 0));
             let last_once = pad::once_flag_offset(world, pad::CHANNELS - 1, pad::WIRE_PIECES - 1) + 4;
-            assert_eq!(last_once, pad::buffer_bytes(world));
+            // Then the release words, then each rank's own release rounds, which end it.
+            assert_eq!(last_once, pad::release_offset(world, 0, 0));
+            let last_release = pad::release_offset(world, pad::CHANNELS - 1, world - 1) + 4;
+            assert_eq!(last_release, pad::release_round_offset(world, 0, 0, pad::RELEASE_SENT));
+            // Every (channel, peer, which) has its own word, one after the other.
+            let mut next = last_release;
+            for c in 0..pad::CHANNELS {
+                for p in 0..world {
+                    for which in [pad::RELEASE_SENT, pad::RELEASE_SEEN] {
+                        assert_eq!(pad::release_round_offset(world, c, p, which), next, "world {world}");
+                        next += 4;
+                    }
+                }
+            }
+            let last_round = pad::release_round_offset(world, pad::CHANNELS - 1, world - 1, pad::RELEASE_SEEN) + 4;
+            assert_eq!(last_round, pad::buffer_bytes(world));
         }
     }
 
@@ -497,10 +512,32 @@ pub mod pad {
         stats_offset(world) + STATS * 8 + ((channel * WIRE_PIECES + piece) * 4) as usize
     }
 
+    /// Byte offset, in a rank's (device) pad buffer, of the release word in which rank
+    /// `from` counts the pieces it released to this rank on `channel` (a released
+    /// reduce-scatter, NOTE [release rounds] in `host/src/coll/gpu/released.rs`): the
+    /// sender stores its round number there, the receiver waits for its own.
+    pub const fn release_offset(world: u32, channel: u32, from: u32) -> usize {
+        once_flag_offset(world, CHANNELS, 0) + ((channel * world + from) * 4) as usize
+    }
+
+    /// Which of a rank's two release round counters per peer: the rounds it released to
+    /// the peer, or the rounds of the peer's it has seen.
+    pub const RELEASE_SENT: u32 = 0;
+    /// See [`RELEASE_SENT`].
+    pub const RELEASE_SEEN: u32 = 1;
+
+    /// Byte offset, in a rank's (device) pad buffer, of its own round counter `which`
+    /// ([`RELEASE_SENT`] or [`RELEASE_SEEN`]) for `peer` on `channel`. Only this rank's
+    /// release kernels read and write it, so that the round a captured release signals
+    /// or waits for is the device's, not the capture's.
+    pub const fn release_round_offset(world: u32, channel: u32, peer: u32, which: u32) -> usize {
+        release_offset(world, CHANNELS, 0) + (((channel * world + peer) * 2 + which) * 4) as usize
+    }
+
     /// Bytes of one rank's whole pad buffer: slots, piece words, staging words,
-    /// counters, LL round counters, bf16-wire flags and scratch, the statistics and the
-    /// one-launch reductions' piece flags.
+    /// counters, LL round counters, bf16-wire flags and scratch, the statistics, the
+    /// one-launch reductions' piece flags, and the release words and rounds.
     pub const fn buffer_bytes(world: u32) -> usize {
-        once_flag_offset(world, CHANNELS, 0)
+        release_round_offset(world, CHANNELS, 0, 0)
     }
 }

@@ -22,6 +22,7 @@ mod ll;
 mod once;
 mod push;
 mod reduce;
+mod release;
 mod sync;
 mod test_kernels;
 mod tma;

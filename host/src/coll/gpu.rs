@@ -27,11 +27,13 @@ mod floor;
 mod ll;
 mod mapped;
 mod push;
+mod released;
 mod steps;
 mod wire_steps;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::arrivals::Arrivals;
 use super::check::{
     align256, check_all_gather, check_push_op, check_reduce_scatter, grow_to, int_algorithm, no_wire, rotated,
     staged_slot,
@@ -249,24 +251,34 @@ impl GpuColl {
         output: DeviceBuf<'_>,
         stream: &Stream,
         opts: &AllGatherOptions,
+        arrivals: Option<&Arrivals>,
     ) -> Result<()> {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         let mode = self.sync.begin(stream)?;
         opts.check(rank)?;
+        if let Some(a) = arrivals {
+            a.check(rank, world, self.sync.device.index())?;
+        }
         let opts = &opts.in_mode(mode == Mode::Captured);
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
         no_wire(rank, (opts.wire, opts.reduce_launch), input.dtype)?;
         let shard = check_all_gather(rank, world, (input.count, input.dtype), (output.count, output.dtype))?;
         if shard == 0 {
-            return Ok(());
+            return arrivals.map_or(Ok(()), |a| a.record_all(stream));
         }
         let algorithm = match opts.algorithm {
             AllGatherAlgorithm::Auto => choose_all_gather(shard, world, output.is_symmetric()),
             a => a,
         };
+        // NOTE [arrivals]: ce-pull records each piece as it lands, the others all at the end.
+        let (each, at_end) = match algorithm {
+            AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto => (arrivals, None),
+            _ => (None, arrivals),
+        };
         if algorithm == AllGatherAlgorithm::Ll {
             self.ll_all_gather(&input, &output, stream, opts, shard, mode)?;
+            at_end.map_or(Ok(()), |a| a.record_all(stream))?;
             // Every 8 bytes travel as a 16-byte line (NOTE [LL protocol]).
             self.count(Moved::AllGather(2 * (world - 1) * shard));
             return Ok(());
@@ -344,10 +356,12 @@ impl GpuColl {
                     stream.record(fork)?;
                     copy.wait(fork)?;
                     ce_copy(copy, out + rank as u64 * s, input.ptr, own)?;
+                    each.map_or(Ok(()), |a| a.record(copy, rank))?;
                     copy.record(join)?;
                     self.enter(stream, ch, opts.sync, mode)?;
                     for p in rotated(rank, world).filter(|&p| p != rank) {
                         ce_copy(stream, out + p as u64 * s, shard_of(p), shard)?;
+                        each.map_or(Ok(()), |a| a.record(stream, p))?;
                     }
                     stream.wait(join)?;
                     self.exit(stream, ch, opts.sync, mode)?;
@@ -386,6 +400,7 @@ impl GpuColl {
                 }
             }
         }
+        at_end.map_or(Ok(()), |a| a.record_all(stream))?;
         self.count(Moved::AllGather((world - 1) * shard));
         // Registered before the channel is released, so that no other user of the
         // channel can retire the workspace ahead of this call's sequence number.

@@ -28,6 +28,7 @@
 //! A buffer that must be symmetric but is ordinary memory is staged through the group's
 //! workspace (one local copy), unless the options forbid it.
 
+mod arrivals;
 mod check;
 mod device_buf;
 pub(crate) mod gpu;
@@ -46,6 +47,7 @@ use lowcon_abi::{reduce_dtype, reduce_op};
 use crate::error::{Error, Result};
 use crate::sync::SyncMethod;
 
+pub use arrivals::Arrivals;
 pub use device_buf::DeviceBuf;
 pub use host::HostInput;
 pub use launch::{DEFAULT_REDUCE_LAUNCH, ReduceLaunch};

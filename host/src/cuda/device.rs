@@ -112,6 +112,11 @@ impl Device {
         self.inner.ctx.mem_get_info().map_err(drv("cuMemGetInfo"))
     }
 
+    /// A new event on this device; `timing` enables `Event::elapsed_ms`.
+    pub fn event(&self, timing: bool) -> Result<super::Event> {
+        super::Event::new(self, timing)
+    }
+
     /// A new non-blocking stream with the given priority.
     pub fn stream(&self, priority: StreamPriority) -> Result<Stream> {
         Stream::new(self, priority)

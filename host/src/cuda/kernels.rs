@@ -14,6 +14,7 @@ use crate::error::{Error, Result, drv};
 
 mod fused;
 mod once;
+mod release;
 mod wire;
 pub(crate) use fused::FusedArgs;
 pub(crate) use once::OnceArgs;
@@ -32,6 +33,8 @@ pub struct Kernels {
     barrier: CudaFunction,
     put_signal: CudaFunction,
     wait_signal: CudaFunction,
+    release: CudaFunction,
+    release_wait: CudaFunction,
     allgather_oneshot: CudaFunction,
     reduce: [CudaFunction; 3],
     rs_direct: [CudaFunction; 3],
@@ -147,6 +150,8 @@ impl Kernels {
             barrier: f(names::BARRIER)?,
             put_signal: f(names::PUT_SIGNAL)?,
             wait_signal: f(names::WAIT_SIGNAL)?,
+            release: f(names::RELEASE)?,
+            release_wait: f(names::RELEASE_WAIT)?,
             allgather_oneshot: f(names::ALLGATHER_ONESHOT)?,
             reduce: [f(names::REDUCE[0])?, f(names::REDUCE[1])?, f(names::REDUCE[2])?],
             rs_direct: [f(names::RS_DIRECT[0])?, f(names::RS_DIRECT[1])?, f(names::RS_DIRECT[2])?],

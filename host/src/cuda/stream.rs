@@ -141,10 +141,7 @@ impl Stream {
 
     /// A new event on this stream's device; `timing` enables `elapsed_ms`.
     pub fn event(&self, timing: bool) -> Result<Event> {
-        let flags =
-            if timing { sys::CUevent_flags::CU_EVENT_DEFAULT } else { sys::CUevent_flags::CU_EVENT_DISABLE_TIMING };
-        let inner = self.device.cuda_context().new_event(Some(flags)).map_err(drv("cuEventCreate"))?;
-        Ok(Event { inner })
+        self.device.event(timing)
     }
 }
 
@@ -184,6 +181,14 @@ pub struct Event {
 }
 
 impl Event {
+    /// A new event on `device`; `timing` enables `elapsed_ms`.
+    pub(crate) fn new(device: &Device, timing: bool) -> Result<Self> {
+        let flags =
+            if timing { sys::CUevent_flags::CU_EVENT_DEFAULT } else { sys::CUevent_flags::CU_EVENT_DISABLE_TIMING };
+        let inner = device.cuda_context().new_event(Some(flags)).map_err(drv("cuEventCreate"))?;
+        Ok(Event { inner })
+    }
+
     /// Blocks until the work before the event's last record has finished.
     pub fn synchronize(&self) -> Result<()> {
         self.inner.synchronize().map_err(drv("cuEventSynchronize"))

@@ -4,6 +4,8 @@
 //! own module ([`crate::rendezvous`], [`crate::memory`], [`crate::sync`],
 //! [`crate::coll`]); this type composes them.
 
+mod pieces;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -350,7 +352,7 @@ impl GpuGroup {
         stream: &Stream,
         opts: &AllGatherOptions,
     ) -> Result<()> {
-        self.coll.all_gather(input, output, stream, opts)
+        self.coll.all_gather(input, output, stream, opts, None)
     }
 
     /// Reduce-scatter: on every rank, `output` (`n` elements) receives `op` over all

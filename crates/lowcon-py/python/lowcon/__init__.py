@@ -17,6 +17,7 @@ from ._native import __version__, device_count, device_index, share_gpu
 from ._native import Group as _NativeGroup
 
 __all__ = [
+    "Arrivals",
     "CudaError",
     "Error",
     "Group",
@@ -133,6 +134,25 @@ def _torch_stream(device):
     return int(torch.cuda.current_stream(device).cuda_stream)
 
 
+class Arrivals:
+    """One CUDA event per rank, recorded by `Group.all_gather(..., arrivals=...)` as each
+    rank's piece lands (NOTE [arrivals] in host/src/coll/arrivals.rs)."""
+
+    def __init__(self, native, device):
+        self._a = native
+        self._device = device
+
+    order = property(lambda self: self._a.order,
+                     doc="The order ce-pull lands the pieces: this rank's, then rank + 1, ...")
+    pieces = property(lambda self: self._a.pieces, doc="The number of pieces (ranks).")
+
+    def wait(self, piece, stream=None):
+        """Work enqueued on `stream` (default: torch's current stream) after this waits for
+        piece `piece` of the last all-gather given these arrivals."""
+        raw = _stream_of(None, stream) if stream is not None else _torch_stream(self._device)
+        self._a.wait(piece, raw)
+
+
 class Group:
     """A group of ranks. Make it with `lowcon.init()`; every rank makes the same calls."""
 
@@ -144,7 +164,7 @@ class Group:
     backend = property(lambda self: self._g.backend, doc='"gpu" or "host".')
     device = property(lambda self: self._g.device, doc="The CUDA device index (None on the host backend).")
 
-    def all_gather(self, output, input, *, stream=None, **options):
+    def all_gather(self, output, input, *, stream=None, arrivals=None, **options):
         """`output[p * n:(p + 1) * n]` receives rank p's `input` (n elements), on every rank.
 
         Options: algorithm ("auto", "ce-pull", "ce-push", "sm-oneshot", "ll"), sync ("kernel",
@@ -155,12 +175,46 @@ class Group:
         allow_staging, map_ordinary (GPU, ce-pull: peers read an ordinary `input`, e.g.
         torch's memory, in place through IPC instead of a staging copy; the call then
         exchanges addresses with the peers' hosts; docs/python.md, "Torch memory").
+
+        arrivals (GPU; from `arrivals()`): the call records each rank's piece as it lands
+        in `output` (ce-pull: one by one, in `arrivals.order`; other algorithms: all at
+        the end), and `arrivals.wait(p, stream)` makes another stream wait for piece p
+        alone. Enqueue the waits before the next all-gather that reuses the arrivals.
         """
+        if arrivals is not None:
+            options["arrivals"] = arrivals._a
         fast = _torch_current(output) if stream is None else None
         if fast is not None:
             self._g.all_gather(output, input, stream=fast[0], on_current=True, **options)
         else:
             self._g.all_gather(output, input, stream=_stream_of(output, stream), **options)
+
+    def arrivals(self):
+        """Events for `all_gather(..., arrivals=...)`: one per rank, recorded as that rank's
+        piece lands (GPU backend; docs/python.md, "Fused tensor parallelism")."""
+        return Arrivals(self._g.arrivals(), self.device)
+
+    def reduce_scatter_released(self, output, input, produce, op="sum", *, stream=None, ctas=None, channel=None):
+        """A reduce-scatter whose input is written chunk by chunk by the caller, each chunk
+        sent to its owner as soon as it is written (GPU backend).
+
+        `input` (world x n elements) must be pool memory (`empty`): peers read it in place.
+        `produce(d)` is called for every destination d in the order rank + 1, rank + 2,
+        ..., rank (modulo the world) and must enqueue, on the call's stream (torch's current
+        one by default), the work that writes `input[d * n:(d + 1) * n]`; it must not call
+        this group. Then `output` (n elements) receives `op` ("sum", "avg") over every
+        rank's chunk `rank`, as `reduce_scatter` gives it. Floats; ce-reduce's copies;
+        its waits are kernels whose rounds live on the GPU, so the call can be captured
+        into a CUDA graph. An exception in `produce` aborts the group (peers wait for
+        this rank's chunks) and is raised as it is.
+        """
+        fast = _torch_current(output) if stream is None else None
+        if fast is not None:
+            self._g.reduce_scatter_released(output, input, produce, op, stream=fast[0], on_current=True,
+                                            ctas=ctas, channel=channel)
+        else:
+            self._g.reduce_scatter_released(output, input, produce, op, stream=_stream_of(output, stream),
+                                            ctas=ctas, channel=channel)
 
     def reduce_scatter(self, output, input, op="sum", *, stream=None, **options):
         """`output` (n elements) receives `op` ("sum", "avg", "min", "max") over all ranks of

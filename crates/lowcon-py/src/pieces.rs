@@ -1,0 +1,48 @@
+//! Per-piece signals for Python (`lowcon.tp`): the arrivals of an all-gather (NOTE
+//! [arrivals] in `host/src/coll/arrivals.rs`).
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+
+use crate::errors::to_py;
+use lowcon::cuda::{Device, Stream};
+
+/// One CUDA event per rank, recorded by `Group.all_gather(..., arrivals=...)` as each
+/// rank's piece lands in the output. Make it with `Group.arrivals()`.
+#[pyclass(module = "lowcon._native", frozen, name = "Arrivals")]
+pub(crate) struct PyArrivals {
+    pub(crate) inner: Arc<lowcon::Arrivals>,
+    device: Device,
+}
+
+impl PyArrivals {
+    pub(crate) fn new(inner: lowcon::Arrivals, device: Device) -> Self {
+        Self { inner: Arc::new(inner), device }
+    }
+}
+
+#[pymethods]
+impl PyArrivals {
+    /// Work enqueued on `stream` (a raw CUDA stream of the group's device; 0: the legacy
+    /// default stream) after this waits for piece `piece` of the last all-gather given
+    /// these arrivals. Enqueue it before the next all-gather that reuses them.
+    #[pyo3(signature = (piece, stream))]
+    fn wait(&self, piece: usize, stream: isize) -> PyResult<()> {
+        // SAFETY: the caller's stream of this device, alive while the caller uses it.
+        let s = unsafe { Stream::wrap_borrowed(&self.device, stream as usize as _) }.map_err(to_py)?;
+        self.inner.wait(&s, piece).map_err(to_py)
+    }
+
+    /// The order in which ce-pull lands the pieces: this rank's first, then rank + 1, ...
+    #[getter]
+    fn order(&self) -> Vec<usize> {
+        self.inner.order()
+    }
+
+    /// The number of pieces (ranks).
+    #[getter]
+    fn pieces(&self) -> usize {
+        self.inner.pieces()
+    }
+}

@@ -1,0 +1,162 @@
+//! The released reduce-scatter: each rank's producer (a matmul, in `lowcon.tp`) fills
+//! its input one destination chunk at a time and releases each chunk to its owner as
+//! soon as it is written, so the copies and the producer's next chunk overlap.
+//!
+//! NOTE [release rounds]: a release is a point-to-point signal (rank `r` tells rank `d`
+//! "my chunk for you is ready"), and NOTE [graph flags] says a captured point-to-point
+//! signal has no way to learn that the peer reset the last one. So releases never reset:
+//! each is a *round*, counted on the device. Rank `r` keeps, in its own pad, the rounds
+//! it sent to each peer and the rounds it saw from each (`pad::release_round_offset`);
+//! the release kernel adds one to its sent count for `d` and stores the new count into
+//! `d`'s release word from `r` (`pad::release_offset`, `st.release.sys` after a
+//! system-scope fence); `d`'s wait kernel adds one to its seen count for `r` and waits
+//! (acquire) until the word reaches it. No count is ever chosen by the host, so a
+//! captured call signals and waits for a fresh round at every replay, and eager and
+//! replayed calls on a channel share one sequence, as LL's rounds do (NOTE [LL rounds on
+//! the device]). Why a round is never confused with another:
+//! - every rank makes the same released calls in the same order, so `d`'s n-th wait for
+//!   `r` pairs with `r`'s n-th release to `d`;
+//! - the word only grows (wrapping compare, as epochs), and `r`'s release n + 1 comes
+//!   only after the exit barrier of call n, which `d` passes after its wait n.
+//!
+//! The steps of one call on rank `r` (chunk `d` = input elements `d * n .. (d + 1) * n`,
+//! which the input must hold in symmetric memory, since `d` reads it in place):
+//! 1. the channel's copy stream forks from the caller's (after everything before);
+//! 2. on the copy stream, for each peer `s` in the order their releases come (`r - 1`,
+//!    `r - 2`, ...): wait for `s`'s release, then copy `s`'s chunk `r` into staging
+//!    slot `s` with the copy engine;
+//! 3. on the caller's stream, for each destination in release order (`r + 1`, `r + 2`,
+//!    ..., `r` last): the producer's work for that chunk, then its release (not for `r`);
+//! 4. the caller's stream joins the copy stream and reduces (its own chunk and the
+//!    staged ones, in rank order, f32 accumulation) into the output;
+//! 5. the exit barrier: no rank writes its input again until every peer has copied it.
+//!
+//! At step `i` every rank computes the chunk of rank `r + i + 1`, so each rank receives
+//! one chunk per step and its own comes last: only the final reduction is left when the
+//! last matmul ends. The waits are one-thread kernels (kernel sync, whatever `sync`
+//! says: a memop wait compares with a value the host chose); they drain on the group's
+//! abort like every kernel wait. A producer that fails part-way aborts the group: its
+//! peers' copy streams wait for releases that will not come.
+
+use super::{GpuColl, Sym, ce_copy};
+use crate::coll::check::{align256, check_reduce_scatter, staged_slot};
+use crate::coll::select::DEFAULT_REDUCE_CTAS;
+use crate::coll::wire::{Moved, Plan};
+use crate::coll::{DeviceBuf, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
+use crate::cuda::Stream;
+use crate::cuda::kernels::COLL_THREADS;
+use crate::error::{Error, Result};
+
+impl GpuColl {
+    /// Released reduce-scatter (NOTE [release rounds]): calls `produce(d)` for every
+    /// destination `d` in release order (`rank + 1, ..., rank`), which enqueues on
+    /// `stream` the work that writes chunk `d` of `input`; releases each chunk to its
+    /// owner after it; `output` receives `op` over every rank's chunk `rank`.
+    pub(crate) fn reduce_scatter_released(
+        &self,
+        input: DeviceBuf<'_>,
+        output: DeviceBuf<'_>,
+        op: ReduceOp,
+        stream: &Stream,
+        opts: &ReduceScatterOptions,
+        produce: &mut dyn FnMut(usize) -> Result<()>,
+    ) -> Result<()> {
+        let (rank, world) = (self.sync.core.rank, self.sync.core.world);
+        let mode = self.sync.begin(stream)?;
+        opts.check(rank)?;
+        let opts = &opts.in_mode(mode == crate::sync::gpu::graph::Mode::Captured);
+        self.check_buf("input", &input)?;
+        self.check_buf("output", &output)?;
+        let refuse = |why: String| Err(Error::InvalidArgument(format!("rank {rank}: released reduce-scatter: {why}")));
+        if input.dtype.is_int() || input.dtype != output.dtype {
+            return refuse(format!(
+                "input {} and output {}: the input and the output must be one float type (f32, f16, bf16)",
+                input.dtype, output.dtype
+            ));
+        }
+        if opts.wire.is_some_and(|w| w != input.dtype) {
+            return refuse("it sends the input's own type (no wire)".into());
+        }
+        if !matches!(opts.algorithm, ReduceScatterAlgorithm::Auto | ReduceScatterAlgorithm::CeReduce) {
+            return refuse(format!(
+                "algorithm {}: it runs ce-reduce's copies (auto or ce-reduce)",
+                opts.algorithm.name()
+            ));
+        }
+        let (chunk, plan) =
+            check_reduce_scatter(rank, world, (input.count, input.dtype), (output.count, output.dtype), None)?;
+        debug_assert_eq!(plan, Plan::Same);
+        let Some((buf, off)) = input.symm else {
+            return refuse(format!(
+                "the input ({} bytes) must be symmetric memory (the group's pool), which peers read in place as \
+                 each chunk is released",
+                input.bytes()
+            ));
+        };
+        let src = Sym { buf, off };
+        let (n, esize) = (output.count, input.dtype.size());
+        let stride = align256(chunk);
+        let ch = opts.channel;
+        let mut st = self.channel(ch);
+        self.prepare(&mut st, ch, mode, (world - 1) * stride, 2)?;
+        let stage = st.workspace.as_ref().map_or(0, |w| w.local_ptr());
+        let copy = st.copy.as_ref().expect("prepared");
+        let (fork, join) = (&st.events[0], &st.events[1]);
+        let kernels = self.sync.device.kernels()?;
+        let pads = self.sync.pad_args();
+        let ctas = self.ctas(opts.ctas.unwrap_or(DEFAULT_REDUCE_CTAS));
+        stream.record(fork)?;
+        copy.wait(fork)?;
+        for s in (1..world).map(|i| (rank + world - i) % world) {
+            // SAFETY: `s < world`; the pads and the error record are the group's; the
+            // copy reads `s`'s chunk `rank` of the symmetric input (checked sizes) into
+            // staging slot `s`, inside the workspace sized above.
+            unsafe {
+                kernels.release_wait(copy, pads, s as u32, ch)?;
+                let slot = stage + (staged_slot(s, rank) * stride) as u64;
+                ce_copy(copy, slot, src.peer(s) + (rank * chunk) as u64, chunk)?;
+            }
+        }
+        copy.record(join)?;
+        for d in (1..=world).map(|i| (rank + i) % world) {
+            if let Err(e) = produce(d) {
+                // Peers wait for this rank's releases: the group cannot go on.
+                self.sync.core.abort();
+                return Err(e);
+            }
+            if d != rank {
+                // SAFETY: `d < world`; the pads are the group's.
+                unsafe { kernels.release(stream, pads, d as u32, ch)? };
+            }
+        }
+        stream.wait(join)?;
+        let own = input.ptr + (rank * chunk) as u64;
+        let vec_ok = own.is_multiple_of(16) && output.ptr.is_multiple_of(16) && stride.is_multiple_of(16);
+        let dt = input.dtype.kernel_index()?;
+        let (w32, r32) = (world as u32, rank as u32);
+        // SAFETY: the own chunk, the staged slots (`stride / esize` elements apart) and the
+        // output are the sizes checked above; the copies are complete (joined).
+        unsafe {
+            let pe = (stride / esize) as u64;
+            kernels.reduce(
+                stream,
+                dt,
+                (ctas, COLL_THREADS),
+                own,
+                r32,
+                stage,
+                pe,
+                w32,
+                output.ptr,
+                n as u64,
+                op.code(),
+                vec_ok,
+            )?;
+        }
+        self.exit(stream, ch, opts.sync, mode)?;
+        self.count(Moved::ReduceScatter((world - 1) * chunk));
+        self.finish(stream, mode, None)?;
+        drop(st);
+        Ok(())
+    }
+}
