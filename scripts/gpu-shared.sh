@@ -8,7 +8,8 @@
 #
 # Environment:
 #   SHARED_WORLDS   world sizes (default "2 3 4 8")
-#   SHARED_PARTS    any of: rust (barriers, signals, mapping, memory, every collective
+#   SHARED_PARTS    any of: tp (the fused tensor-parallel ops: tp_worker.py, tp_mlp.py),
+#                   rust (barriers, signals, mapping, memory, every collective
 #                   with both sync methods, bad input, dead peers: SIGKILL and a clean
 #                   exit with calls in flight), capi (the C check and its dead peers),
 #                   python (torch tensors, the pool and CuPy, a SIGKILLed rank, the
@@ -154,7 +155,7 @@ for w in $worlds; do
     st "w=$w C API: lowcon_check.c as C11 and C++17, then dead peers" "capi-w$w.txt" 150 \
       env CAPI_WORLDS="$w" bash "$here/capi/capi-check.sh" gpu "$L" "$here/capi" "$here/capi" "$here/capi/lowcon_check.c" "$out/capi-w$w"
   fi
-  if has python; then
+  if has python || has tp; then
     repo=$(cd "$here/.." && pwd)
     pyt="$repo/crates/lowcon-py/tests"
     if [ ! -f "$out/.wheel" ]; then
@@ -164,6 +165,20 @@ for w in $worlds; do
     fi
     export LOWCON_BIN="$L"
     port=$((29600 + w))
+  fi
+  if has tp; then
+    st "w=$w tp: fused ops against the reference, gradients, bad input" "tp-w$w.txt" 200 \
+      "${run[@]}" python3 "$pyt/tp_worker.py" check gpu
+    st "w=$w tp: the first matmul starts before the last piece lands (serial control fails)" "tp-w$w.txt" 120 \
+      "${run[@]}" python3 "$pyt/tp_worker.py" overlap
+    st "w=$w tp: ${TP_CALLS:-1000} calls eager and ${TP_CALLS:-1000} replays, every piece current" "tp-w$w.txt" 240 \
+      "${run[@]}" python3 "$pyt/tp_worker.py" fresh "${TP_CALLS:-1000}"
+    st "w=$w tp: the last rank dies, the others get a named error and drained streams" "tp-w$w.txt" 120 \
+      "$L" launch --nproc-per-node "$w" --gpus 1 --keep-going --tee -- python3 "$pyt/tp_worker.py" dead
+    st "w=$w tp: the TP MLP example trains as DTensor's parallelize_module does" "tp-w$w.txt" 200 \
+      "${run[@]}" python3 "$repo/crates/lowcon-py/examples/tp_mlp.py"
+  fi
+  if has python; then
     st "w=$w python: torch tensors, every algorithm (lowcon launch)" "python-w$w.txt" 240 "${run[@]}" python3 "$pyt/gpu_torch_worker.py"
     st "w=$w python: pool, reuse, CuPy, two groups (torchrun)" "python-w$w.txt" 240 \
       python3 -m torch.distributed.run --nproc-per-node "$w" --master-port "$port" "$pyt/gpu_pool_worker.py"

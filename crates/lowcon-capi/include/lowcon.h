@@ -51,6 +51,9 @@ typedef enum {
   lowconRemoteError = 6,
 } lowconResult_t;
 
+// Opaque arrivals (never defined: handles are ids, as communicators are).
+typedef struct lowconArrivals lowconArrivals;
+
 // Opaque communicator (never defined: handles are ids, see `lowconComm_t`).
 typedef struct lowconComm lowconComm;
 
@@ -162,6 +165,10 @@ typedef struct {
 // A reduction operator (`lowconSum`, ...). Float reductions accumulate in f32 in rank
 // order; integer ones run in the type (no `lowconAvg`).
 typedef int lowconRedOp_t;
+
+// An arrivals handle: one CUDA event per rank, recorded by `lowconAllGatherArrivals`
+// as each rank's piece lands. An id checked on every call, never dereferenced.
+typedef lowconArrivals *lowconArrivals_t;
 
 // 32-bit float.
 #define lowconFloat32 0
@@ -440,6 +447,66 @@ const char *lowconGetLastError(lowconComm_t comm);
 // # Safety
 // `version` points to writable storage.
 lowconResult_t lowconGetVersion(int *version);
+
+// Makes arrivals for `comm` (GPU backend): one event per rank.
+//
+// # Safety
+// `arrivals` is a valid pointer to write the handle to.
+lowconResult_t lowconArrivalsCreate(lowconComm_t comm, lowconArrivals_t *arrivals);
+
+// Destroys arrivals (their events go once no call uses them).
+//
+// # Safety
+// `arrivals` is a handle from `lowconArrivalsCreate`, or anything (refused).
+lowconResult_t lowconArrivalsDestroy(lowconArrivals_t arrivals);
+
+// `lowconAllGatherEx` that records `arrivals`' event `p` once rank `p`'s piece is in
+// `recvbuff`: with "ce-pull" (and automatic where it picks ce-pull) one by one, this
+// rank's first, then rank + 1, rank + 2, ...; other algorithms all at the end.
+// `lowconArrivalsWait` then makes another stream wait for one piece. GPU backend.
+//
+// # Safety
+// As `lowconAllGatherEx`; `arrivals` from `lowconArrivalsCreate` on this communicator.
+lowconResult_t lowconAllGatherArrivals(const void *sendbuff,
+                                       void *recvbuff,
+                                       size_t sendcount,
+                                       lowconDataType_t datatype,
+                                       lowconComm_t comm,
+                                       void *stream,
+                                       const lowconCollOptions *opts,
+                                       lowconArrivals_t arrivals);
+
+// Makes work enqueued on `stream` after this wait for piece `piece` (rank `piece`'s
+// shard) of the last `lowconAllGatherArrivals` given `arrivals`. Enqueue it before the
+// next all-gather that reuses them. A captured all-gather's pieces are waited for in
+// the same capture.
+//
+// # Safety
+// `stream` is NULL or a live stream of the communicator's GPU.
+lowconResult_t lowconArrivalsWait(lowconArrivals_t arrivals, int piece, void *stream);
+
+// Released reduce-scatter (GPU backend): `sendbuff` (`nranks * recvcount` elements, from
+// `lowconMemAlloc`: peers read it in place) is written chunk by chunk by `produce`,
+// which is called for every destination `d` in the order rank + 1, rank + 2, ..., rank
+// (modulo the world) and enqueues on `stream` the work that writes chunk `d`; each
+// chunk is copied to its owner as soon as it is written. Then `recvbuff` receives `op`
+// over every rank's chunk `rank`, as `lowconReduceScatterEx` gives it (floats;
+// "ce-reduce" or automatic). `produce` must not call lowcon on this communicator; a
+// producer that fails aborts the communicator. Its waits are kernels whose rounds live
+// on the GPU, so the call can be captured into a CUDA graph.
+//
+// # Safety
+// As `lowconReduceScatterEx`; `produce` is a valid function, called with `user`.
+lowconResult_t lowconReduceScatterReleased(const void *sendbuff,
+                                           void *recvbuff,
+                                           size_t recvcount,
+                                           lowconDataType_t datatype,
+                                           lowconRedOp_t op,
+                                           lowconComm_t comm,
+                                           void *stream,
+                                           const lowconCollOptions *opts,
+                                           lowconResult_t (*produce)(int dest, void *user),
+                                           void *user);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -19,9 +19,13 @@ fn gpu_buf<'a>(mem: &'a [Buffer], ptr: *const c_void, count: usize, dt: DType) -
     })
 }
 
-enum Which {
+pub(crate) enum Which {
     AllGather,
     ReduceScatter(ReduceOp),
+    /// An all-gather recording these arrivals (GPU).
+    AllGatherArrivals(Arc<ArrivalsHandle>),
+    /// A released reduce-scatter (GPU): the producer callback and its user pointer.
+    Released(ReduceOp, lowconProduceFn, *mut c_void),
 }
 
 /// The shared body of the four collective entry points.
@@ -29,7 +33,7 @@ enum Which {
 /// # Safety
 /// As the entry points: `send` and `recv` valid for their sizes on the backend's side.
 #[allow(clippy::too_many_arguments)]
-unsafe fn collective(
+pub(crate) unsafe fn collective(
     send: *const c_void,
     recv: *mut c_void,
     count: usize,
@@ -49,20 +53,21 @@ unsafe fn collective(
     let dt = dtype(datatype)?;
     // The options first: the receive type decides the output's size.
     let (ag, rs, recv_type) = match which {
-        Which::AllGather => {
+        Which::AllGather | Which::AllGatherArrivals(_) => {
             let (o, recv) = options::<AllGatherAlgorithm>(opts)?;
             (Some(o), None, recv)
         }
-        Which::ReduceScatter(_) => {
+        Which::ReduceScatter(_) | Which::Released(..) => {
             let (o, recv) = options::<ReduceScatterAlgorithm>(opts)?;
             (None, Some(o), recv)
         }
     };
-    let rdt = match (&which, recv_type) {
+    let ag_call = matches!(which, Which::AllGather | Which::AllGatherArrivals(_));
+    let rdt = match (ag_call, recv_type) {
         (_, None) => dt,
-        (Which::ReduceScatter(_), Some(r)) => r,
-        (Which::AllGather, Some(r)) if r == dt => dt,
-        (Which::AllGather, Some(r)) => {
+        (false, Some(r)) => r,
+        (true, Some(r)) if r == dt => dt,
+        (true, Some(r)) => {
             return Err(invalid(format!(
                 "rank {}: an all-gather of {dt} receives {dt}, not {r} (recv_type is for reduce-scatters)",
                 c.rank()
@@ -72,10 +77,14 @@ unsafe fn collective(
     let world = c.world();
     let big = count.checked_mul(world).ok_or_else(|| invalid(format!("count {count} x {world} ranks overflows")))?;
     // All-gather: send `count`, receive `world * count`; reduce-scatter the reverse.
-    let (n_send, n_recv) = match which {
-        Which::AllGather => (count, big),
-        Which::ReduceScatter(_) => (big, count),
-    };
+    let (n_send, n_recv) = if ag_call { (count, big) } else { (big, count) };
+    if matches!(which, Which::Released(..)) && c.group.as_gpu().is_none() {
+        return Err(invalid(format!(
+            "rank {}: a released reduce-scatter is for GPU communicators (a host communicator's calls are \
+             synchronous: produce the whole input, then lowconReduceScatter)",
+            c.rank()
+        )));
+    }
     let mem = c.mem.read().unwrap_or_else(|p| p.into_inner());
     // The buffers follow the communicator's backend (NOTE [either backend]).
     let stream_of;
@@ -111,10 +120,28 @@ unsafe fn collective(
             CollBufs::Host { input, output, dtypes: (dt, rdt) }
         }
     };
-    match (which, ag, rs) {
-        (Which::ReduceScatter(op), _, Some(o)) => c.group.reduce_scatter(bufs, op, &o)?,
-        (_, Some(o), _) => c.group.all_gather(bufs, &o)?,
-        _ => unreachable!("options parsed for the call"),
+    match (which, ag, rs, bufs) {
+        (Which::ReduceScatter(op), _, Some(o), bufs) => c.group.reduce_scatter(bufs, op, &o)?,
+        (Which::AllGatherArrivals(a), Some(o), _, CollBufs::Gpu { input, output, stream }) => {
+            c.group.gpu("an all-gather with arrivals")?.all_gather_arrivals(input, output, stream, &o, &a.inner)?
+        }
+        (Which::Released(op, produce, user), _, Some(o), CollBufs::Gpu { input, output, stream }) => {
+            let rank = c.rank();
+            let mut call = |d: usize| -> lowcon::Result<()> {
+                // SAFETY: the caller's callback and its pointer (contract of the entry point).
+                match unsafe { produce(d as c_int, user) } {
+                    lowconSuccess => Ok(()),
+                    code => Err(Error::InvalidArgument(format!(
+                        "rank {rank}: the producer of chunk {d} returned {code:?}; the communicator is aborted \
+                         (peers wait for this rank's chunks)"
+                    ))),
+                }
+            };
+            c.group.gpu("a released reduce-scatter")?.reduce_scatter_released(input, output, op, stream, &o, &mut call)?
+        }
+        // A host all-gather is synchronous: every piece is in place when it returns.
+        (_, Some(o), _, bufs) => c.group.all_gather(bufs, &o)?,
+        _ => return Err(invalid("internal: a call without its options")),
     }
     Ok(())
 }

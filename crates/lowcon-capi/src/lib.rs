@@ -38,9 +38,12 @@ mod collectives;
 
 mod info;
 
+mod pieces;
+
 pub use collectives::*;
 pub use comm::*;
 pub use info::*;
+pub use pieces::*;
 
 /// Result codes (the values of NCCL's `ncclResult_t` where the meaning is the same).
 #[repr(C)]

@@ -36,6 +36,17 @@ __all__ = [
 _DTYPES = (torch.float32, torch.bfloat16)
 
 
+def _who():
+    """"rank N" of this process, as torch.distributed or the launcher knows it."""
+    import os
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return f"rank {dist.get_rank()}"
+    return f"rank {os.environ.get('RANK', '?')}"
+
+
 def group_of(group):
     """The lowcon.Group behind `group`: a lowcon.Group, a process group on the lowcon
     backend, or the name of one (as torch's fused ops take `group_name`)."""
@@ -50,7 +61,7 @@ def group_of(group):
         try:
             pg = c10d._resolve_process_group(group)
         except Exception as e:  # noqa: BLE001 (named)
-            raise InvalidArgument(f"group {group!r}: no process group has this name ({e})") from e
+            raise InvalidArgument(f"{_who()}: group {group!r}: no process group has this name ({e})") from e
     if hasattr(pg, "lowcon_group"):
         return pg.lowcon_group
     for kind in ("cuda", "cpu"):
@@ -60,7 +71,7 @@ def group_of(group):
             continue
         if hasattr(backend, "lowcon_group"):
             return backend.lowcon_group
-    raise InvalidArgument(f"group {group!r}: not a lowcon group, nor a process group on the lowcon backend")
+    raise InvalidArgument(f"{_who()}: group {group!r}: not a lowcon group, nor a process group on the lowcon backend")
 
 
 def _dim(d, ndim, what, rank):
