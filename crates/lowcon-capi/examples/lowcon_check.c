@@ -496,7 +496,7 @@ static void check_pieces(lowconComm_t comm, unsigned seed) {
   CHECK(wrong == 0, "all-gather with arrivals: %zu elements wrong in the pieces copied after their waits", wrong);
   expect_code("a piece out of range", lowconArrivalsWait(arr, g_world, s2), lowconInvalidArgument, "out of range");
   LC(lowconArrivalsDestroy(arr));
-  expect_code("destroyed arrivals", lowconArrivalsWait(arr, 0, s2), lowconInvalidArgument, "not a live");
+  expect_code("destroyed arrivals (no comm: no rank to name)", lowconArrivalsWait(arr, 0, s2), lowconInvalidArgument, "not a live");
 
   /* Released reduce-scatter: chunk d of rank p holds value(seed + 1, p, d * n + i). */
   void *send_mem = NULL;

@@ -137,7 +137,9 @@ pub(crate) unsafe fn collective(
                     ))),
                 }
             };
-            c.group.gpu("a released reduce-scatter")?.reduce_scatter_released(input, output, op, stream, &o, &mut call)?
+            c.group
+                .gpu("a released reduce-scatter")?
+                .reduce_scatter_released(input, output, op, stream, &o, &mut call)?
         }
         // A host all-gather is synchronous: every piece is in place when it returns.
         (_, Some(o), _, bufs) => c.group.all_gather(bufs, &o)?,

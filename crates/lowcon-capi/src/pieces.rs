@@ -35,12 +35,9 @@ fn arrivals_of(a: lowconArrivals_t) -> R<Arc<ArrivalsHandle>> {
     if a.is_null() {
         return Err(invalid("arrivals is NULL"));
     }
-    arrivals_registry()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&(a as usize))
-        .cloned()
-        .ok_or_else(|| invalid(format!("arrivals {a:p} is not a live lowcon arrivals handle (destroyed, or never made)")))
+    arrivals_registry().lock().unwrap_or_else(|p| p.into_inner()).get(&(a as usize)).cloned().ok_or_else(|| {
+        invalid(format!("arrivals {a:p} is not a live lowcon arrivals handle (destroyed, or never made)"))
+    })
 }
 
 /// Makes arrivals for `comm` (GPU backend): one event per rank.
@@ -112,7 +109,11 @@ pub unsafe extern "C" fn lowconAllGatherArrivals(
 /// # Safety
 /// `stream` is NULL or a live stream of the communicator's GPU.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn lowconArrivalsWait(arrivals: lowconArrivals_t, piece: c_int, stream: *mut c_void) -> lowconResult_t {
+pub unsafe extern "C" fn lowconArrivalsWait(
+    arrivals: lowconArrivals_t,
+    piece: c_int,
+    stream: *mut c_void,
+) -> lowconResult_t {
     guard(|| {
         let a = arrivals_of(arrivals)?;
         let piece = usize::try_from(piece).map_err(|_| invalid(format!("arrivals: piece {piece} is negative")))?;

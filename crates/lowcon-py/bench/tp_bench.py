@@ -2,7 +2,7 @@
 torch.ops.symm_mem fused ops and the GEMM alone, in one job.
 
     NCCL_NVLS_ENABLE=0 torchrun --nproc-per-node 2 crates/lowcon-py/bench/tp_bench.py \\
-        [--tokens 8192 --d 8192 --f 28672] [--rounds 20] [--modes ...] [--json out.json]
+        [--tokens 8192 --hidden 8192 --ffn 28672] [--rounds 20] [--modes ...] [--json out.json]
 
 Llama-style MLP shapes split over the ranks (sequence parallel):
 - all-gather-matmul: x [tokens / world, d] gathered along dim 0, times w_up [d, f / world];
@@ -42,8 +42,8 @@ def pct(xs, q):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokens", type=int, default=8192)
-    ap.add_argument("--d", type=int, default=8192)
-    ap.add_argument("--f", type=int, default=28672)
+    ap.add_argument("--hidden", type=int, default=8192)
+    ap.add_argument("--ffn", type=int, default=28672)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=3)
@@ -61,7 +61,7 @@ def main():
     pg = dist.group.WORLD
     g = lowcon.from_process_group(pg, backend="gpu")
     modes = args.modes.split(",")
-    T, D, F = args.tokens, args.d, args.f
+    T, D, F = args.tokens, args.hidden, args.ffn
     if T % world or F % world:
         sys.exit(f"tokens {T} and f {F} must divide by the world of {world}")
     bf = torch.bfloat16

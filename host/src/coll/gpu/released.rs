@@ -22,14 +22,24 @@
 //! The steps of one call on rank `r` (chunk `d` = input elements `d * n .. (d + 1) * n`,
 //! which the input must hold in symmetric memory, since `d` reads it in place):
 //! 1. the channel's copy stream forks from the caller's (after everything before);
-//! 2. on the copy stream, for each peer `s` in the order their releases come (`r - 1`,
-//!    `r - 2`, ...): wait for `s`'s release, then copy `s`'s chunk `r` into staging
-//!    slot `s` with the copy engine;
-//! 3. on the caller's stream, for each destination in release order (`r + 1`, `r + 2`,
-//!    ..., `r` last): the producer's work for that chunk, then its release (not for `r`);
-//! 4. the caller's stream joins the copy stream and reduces (its own chunk and the
+//! 2. step `i` (0 to world - 1): on the caller's stream, the producer's work for chunk
+//!    `r + i + 1` and its release (the last step is `r`'s own chunk: no release); on the
+//!    copy stream, the wait for the release of rank `r - i - 1`, which writes chunk `r`
+//!    at its own step `i`, then the copy-engine copy of it into staging slot `r - i - 1`;
+//! 3. the caller's stream joins the copy stream and reduces (its own chunk and the
 //!    staged ones, in rank order, f32 accumulation) into the output;
-//! 5. the exit barrier: no rank writes its input again until every peer has copied it.
+//! 4. the exit barrier: no rank writes its input again until every peer has copied it.
+//!
+//! NOTE [release order]: the host enqueues the steps interleaved: step `i`'s matmul and
+//! release on the caller's stream, then step `i`'s wait and copy on the copy stream,
+//! then step `i + 1`. Two streams may share one hardware queue (`CUDA_DEVICE_MAX_
+//! CONNECTIONS`, MPS), which then runs their work in the order it was enqueued. Had
+//! every wait been enqueued first, a wait spinning at the head of a shared queue would
+//! hold back this rank's own releases, which its peers' waits need, and theirs this
+//! rank's: each rank waited out its timeout (seen on 1x H200 with ranks sharing the
+//! GPU under MPS, 2026-11-26). Interleaved, the wait of step `i` needs only the peers'
+//! releases of step `i`, each enqueued before that peer's own wait of step `i`, so no
+//! queue order can make a cycle; a shared queue only serialises the steps.
 //!
 //! At step `i` every rank computes the chunk of rank `r + i + 1`, so each rank receives
 //! one chunk per step and its own comes last: only the final reduction is left when the
@@ -107,28 +117,31 @@ impl GpuColl {
         let ctas = self.ctas(opts.ctas.unwrap_or(DEFAULT_REDUCE_CTAS));
         stream.record(fork)?;
         copy.wait(fork)?;
-        for s in (1..world).map(|i| (rank + world - i) % world) {
-            // SAFETY: `s < world`; the pads and the error record are the group's; the
+        // Step i, in host order (NOTE [release order]): the chunk for rank + i + 1 and its
+        // release, then the wait for and the copy of the chunk that rank - i - 1 releases
+        // to this rank at its own step i.
+        for i in 0..world {
+            let d = (rank + i + 1) % world;
+            if let Err(e) = produce(d) {
+                // Peers wait for this rank's releases: the group cannot go on.
+                self.sync.core.abort();
+                return Err(e);
+            }
+            if d == rank {
+                break;
+            }
+            let s = (rank + world - i - 1) % world;
+            // SAFETY: `d`, `s < world`; the pads and the error record are the group's; the
             // copy reads `s`'s chunk `rank` of the symmetric input (checked sizes) into
             // staging slot `s`, inside the workspace sized above.
             unsafe {
+                kernels.release(stream, pads, d as u32, ch)?;
                 kernels.release_wait(copy, pads, s as u32, ch)?;
                 let slot = stage + (staged_slot(s, rank) * stride) as u64;
                 ce_copy(copy, slot, src.peer(s) + (rank * chunk) as u64, chunk)?;
             }
         }
         copy.record(join)?;
-        for d in (1..=world).map(|i| (rank + i) % world) {
-            if let Err(e) = produce(d) {
-                // Peers wait for this rank's releases: the group cannot go on.
-                self.sync.core.abort();
-                return Err(e);
-            }
-            if d != rank {
-                // SAFETY: `d < world`; the pads are the group's.
-                unsafe { kernels.release(stream, pads, d as u32, ch)? };
-            }
-        }
         stream.wait(join)?;
         let own = input.ptr + (rank * chunk) as u64;
         let vec_ok = own.is_multiple_of(16) && output.ptr.is_multiple_of(16) && stride.is_multiple_of(16);
