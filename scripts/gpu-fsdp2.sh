@@ -19,6 +19,10 @@
 #              with the pool, FSDP2 on a lowcon process group, the traffic floor,
 #              NCCL-CE and no communication (run it after `hooks`, whose table has
 #              torch memory against the pool)
+#   bundle-b   the 2-GPU run's second FSDP2 part: 4096x12 at 1024 and 4096 tokens and
+#              8192x4 at 1024, fp32 reduce, 20 rounds: NCCL and its A/A twin, lowcon with
+#              the bf16 wire and with the fp32 one, NCCL-CE, no communication and the
+#              traffic floor; bytes per step from lowcon's counters
 # Default: hooks profile. Extra fsdp2_paired.py options: FSDP2_ARGS. Exit status 0 only
 # if every step passed.
 set -uo pipefail
@@ -27,7 +31,7 @@ out=/tmp/fsdp2; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 parts=" ${PARTS:-hooks profile} "
 for p in $parts; do
-  case $p in hooks|profile|fp32-small|fp32-wide|bf16-small|bf16-wide|floor|floor-bf16|bundle-a) ;;
+  case $p in hooks|profile|fp32-small|fp32-wide|bf16-small|bf16-wide|floor|floor-bf16|bundle-a|bundle-b) ;;
     *) echo "gpu-fsdp2.sh: unknown part $p" >&2; exit 2;;
   esac
 done
@@ -64,6 +68,8 @@ has floor-bf16 && paired floor-bf16 560 --sweep "4096x12:1024,4096;8192x4:1024,4
   --modes "$floor_modes"
 has bundle-a && paired bundle-a 430 --sweep "4096x12:1024;8192x4:1024" --reduce-dtypes fp32 --rounds 30 \
   --modes nccl,nccl-b,lowcon,lowcon@mem=pool,lowcon-pg,floor,nccl-ce,nocomm
+has bundle-b && paired bundle-b 520 --sweep "4096x12:1024,4096;8192x4:1024" --reduce-dtypes fp32 --rounds 20 \
+  --modes nccl,nccl-b,lowcon@wire=bf16,lowcon@wire=fp32,nccl-ce,nocomm,floor
 cat "$out/summary.txt"
 echo "$failures step(s) failed"
 [ "$failures" = 0 ]

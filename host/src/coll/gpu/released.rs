@@ -50,12 +50,17 @@
 
 use super::{GpuColl, Sym, ce_copy};
 use crate::coll::check::{align256, check_reduce_scatter, staged_slot};
-use crate::coll::select::DEFAULT_REDUCE_CTAS;
 use crate::coll::wire::{Moved, Plan};
 use crate::coll::{DeviceBuf, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
 use crate::cuda::Stream;
 use crate::cuda::kernels::COLL_THREADS;
 use crate::error::{Error, Result};
+
+/// CTAs of the final reduction by default. It runs after the producer's last chunk, with
+/// nothing of the call left to overlap, so it takes enough CTAs to run at memory speed
+/// (50-65 GB/s a CTA, `docs/benchmarks.md`): 64 reduce a 64 MiB bf16 chunk of 2 ranks
+/// (192 MiB read and written) in about 60 µs on an H200, where 16 took about 240.
+pub(crate) const RELEASED_REDUCE_CTAS: u32 = 64;
 
 impl GpuColl {
     /// Released reduce-scatter (NOTE [release rounds]): calls `produce(d)` for every
@@ -114,7 +119,7 @@ impl GpuColl {
         let (fork, join) = (&st.events[0], &st.events[1]);
         let kernels = self.sync.device.kernels()?;
         let pads = self.sync.pad_args();
-        let ctas = self.ctas(opts.ctas.unwrap_or(DEFAULT_REDUCE_CTAS));
+        let ctas = self.ctas(opts.ctas.unwrap_or(RELEASED_REDUCE_CTAS));
         stream.record(fork)?;
         copy.wait(fork)?;
         // Step i, in host order (NOTE [release order]): the chunk for rank + i + 1 and its
