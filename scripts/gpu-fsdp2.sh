@@ -68,7 +68,7 @@ has floor-bf16 && paired floor-bf16 560 --sweep "4096x12:1024,4096;8192x4:1024,4
   --modes "$floor_modes"
 has bundle-a && paired bundle-a 430 --sweep "4096x12:1024;8192x4:1024" --reduce-dtypes fp32 --rounds 30 \
   --modes nccl,nccl-b,lowcon,lowcon@mem=pool,lowcon-pg,floor,nccl-ce,nocomm
-has bundle-b && paired bundle-b 520 --sweep "4096x12:1024,4096;8192x4:1024" --reduce-dtypes fp32 --rounds 20 \
+has bundle-b && paired bundle-b 430 --sweep "4096x12:1024,4096;8192x4:1024" --reduce-dtypes fp32 --rounds 20 \
   --modes nccl,nccl-b,lowcon@wire=bf16,lowcon@wire=fp32,nccl-ce,nocomm,floor
 cat "$out/summary.txt"
 echo "$failures step(s) failed"

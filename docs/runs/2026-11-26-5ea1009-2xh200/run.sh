@@ -13,7 +13,13 @@ outer=${OUT:-/tmp}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 nvidia-smi -L | tee "$out/smi.txt"
 if [ "$part" = fsdp2 ]; then
-  OUT=$out PARTS=bundle-b timeout 550 bash "$repo/bundle/gpu-fsdp2.sh" | grep -v "target missed"
+  # First fused TP again at the Llama shape: the all-gather's barriers as memops since
+  # the tp-rs part (its kernel barriers waited for the GEMM to free an SM).
+  python3 -m pip install -q --no-deps --force-reinstall "$repo"/bundle/wheels/lowcon-*.whl > "$out/pip.txt" 2>&1
+  timeout 100 python3 -m torch.distributed.run --nproc-per-node 2 "$repo/crates/lowcon-py/bench/tp_bench.py" \
+    --rounds 20 --json "$out/tp-8192-memop.json" 2>&1 | grep -v -e FutureWarning -e enable_symm_mem -e socket.cpp \
+    | tee "$out/tp-8192-memop.txt"
+  OUT=$out PARTS=bundle-b timeout 450 bash "$repo/bundle/gpu-fsdp2.sh" | grep -v "target missed"
   tar -C /tmp -czf "$outer/bb-$part.tgz" "bb-$part"
   exit 0
 fi

@@ -135,14 +135,20 @@ def _workspace(g, st, stream, shape, dtype):
     return ws
 
 
-def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, _events=None, _serial=False):
+def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sync="memop", _events=None,
+                            _serial=False):
     """All-gathers `A_shard` along `gather_dim` into A and returns (A or None,
     [A @ B for B in Bs]); each partial matmul starts when its piece has landed.
 
     `group`: a lowcon.Group, or a process group on the lowcon backend, or its name.
     float32 or bfloat16; `gather_dim` a leading dim (not the last); a non-contiguous
-    `A_shard` is copied. Every rank passes the same shapes. (`_events`, `_serial`: the
-    overlap test's probes.)
+    `A_shard` is copied. Every rank passes the same shapes.
+
+    `sync` is the all-gather's ("memop" by default, in graphs too): its barriers then need
+    no SM. With kernel barriers, the entry barrier waited for the own piece's GEMM to free
+    an SM, and the peers' pieces were copied only after it (2x H200, 2026-11-26:
+    1.10x the GEMM alone at tokens 8192, hidden 8192, ffn 28672). (`_events`, `_serial`:
+    the overlap test's probes.)
     """
     g = group_of(group)
     rank, world = g.rank, g.world_size
@@ -173,7 +179,7 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, _e
         side, arr = st["side"], st["arrivals"]
         side.wait_stream(cur)
         with torch.cuda.stream(side):
-            g.all_gather(gathered, shard, arrivals=arr)
+            g.all_gather(gathered, shard, arrivals=arr, sync=sync, graph_sync=sync)
         order = arr.order
         if _serial:
             for p in order:
