@@ -19,7 +19,7 @@ strip --strip-debug bundle/lowcon-gpu-tests bundle/lowcon 2>/dev/null || true
 # The C API: the shared library (the static one is checked in CI), the header, the
 # example program and the script that builds and runs it there with the system compiler.
 cp target/release/liblowcon_capi.so crates/lowcon-capi/include/lowcon.h crates/lowcon-capi/examples/lowcon_check.c \
-  crates/lowcon-capi/examples/lowcon_check_wire.h \
+  crates/lowcon-capi/examples/lowcon_check_wire.h crates/lowcon-capi/examples/lowcon_check_pieces.h \
   scripts/capi-check.sh bundle/capi/
 strip --strip-debug bundle/capi/liblowcon_capi.so 2>/dev/null || true
 # The Python package: the release wheel (installed there with pip --no-deps, no Rust).
