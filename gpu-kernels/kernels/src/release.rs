@@ -21,7 +21,13 @@ use crate::thread::thread_idx_x;
 /// `pads` holds `world` valid pad pointers of `pad::buffer_bytes(world)`; `rank`,
 /// `peer < world`; `channel < pad::CHANNELS`.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn lowcon_release(pads: *const *mut u32, rank: u32, world: u32, peer: u32, channel: u32) {
+pub unsafe extern "ptx-kernel" fn lowcon_release(
+    pads: *const *mut u32,
+    rank: u32,
+    world: u32,
+    peer: u32,
+    channel: u32,
+) {
     if thread_idx_x() != 0 {
         return;
     }
