@@ -1,4 +1,4 @@
-//! Per-piece signals (since 0.2.3): all-gather arrivals and the released reduce-scatter,
+//! Per-piece signals: all-gather arrivals and the released reduce-scatter,
 //! the building blocks of fused tensor-parallel ops (docs/algorithms.md, "Fused tensor
 //! parallelism").
 

@@ -50,7 +50,7 @@ impl From<&View<'_>> for Raw {
 }
 
 pub(crate) enum Which {
-    /// An all-gather, recording these arrivals as pieces land (NOTE [arrivals]).
+    /// An all-gather, recording these arrivals as pieces land (NOTE [per-piece arrivals]).
     AllGather(CollOptions<AllGatherAlgorithm>, Option<Arc<lowcon::Arrivals>>),
     ReduceScatter(ReduceOp, CollOptions<ReduceScatterAlgorithm>),
     /// A released reduce-scatter (NOTE [release rounds]): `produce(d)` writes chunk `d`

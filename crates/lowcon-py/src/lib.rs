@@ -153,7 +153,7 @@ impl Group {
     }
 
     /// All-gather into `output` (world x input elements) from `input`. `on_current`: `stream` is torch's current stream (see `collective`).
-    /// `arrivals` (from `arrivals()`): record each rank's piece as it lands (NOTE [arrivals]).
+    /// `arrivals` (from `arrivals()`): record each rank's piece as it lands (NOTE [per-piece arrivals]).
     #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "kernel", graph_sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = false, stream = None, on_current = false, arrivals = None))]
     #[allow(clippy::too_many_arguments)]
     fn all_gather<'py>(

@@ -1,5 +1,5 @@
 //! Per-piece signals for Python (`lowcon.tp`): the arrivals of an all-gather (NOTE
-//! [arrivals] in `host/src/coll/arrivals.rs`).
+//! [per-piece arrivals] in `host/src/coll/arrivals.rs`).
 
 use std::sync::Arc;
 

@@ -1,7 +1,7 @@
 //! Per-piece arrival signals of an all-gather, so that a consumer starts on the pieces
 //! that have landed (fused all-gather-matmul, `lowcon.tp`).
 //!
-//! NOTE [arrivals]: an [`Arrivals`] holds one CUDA event per rank. An all-gather given
+//! NOTE [per-piece arrivals]: an [`Arrivals`] holds one CUDA event per rank. An all-gather given
 //! it (`GpuGroup::all_gather_arrivals`) records event `p` once piece `p` (rank `p`'s
 //! shard) is in the output, and a consumer stream waits for piece `p` alone
 //! ([`Arrivals::wait`]). Events need no SM and no host work at replay: in a CUDA graph,
@@ -26,7 +26,7 @@ use crate::cuda::{Device, Event, Stream};
 use crate::error::{Error, Result};
 
 /// One CUDA event per rank, recorded by an all-gather as each piece lands (NOTE
-/// [arrivals]). Made by `GpuGroup::arrivals`; reuse one per consumer.
+/// [per-piece arrivals]). Made by `GpuGroup::arrivals`; reuse one per consumer.
 #[derive(Debug)]
 pub struct Arrivals {
     rank: usize,

@@ -271,7 +271,7 @@ impl GpuColl {
             AllGatherAlgorithm::Auto => choose_all_gather(shard, world, output.is_symmetric()),
             a => a,
         };
-        // NOTE [arrivals]: ce-pull records each piece as it lands, the others all at the end.
+        // NOTE [per-piece arrivals]: ce-pull records each piece as it lands, the others all at the end.
         let (each, at_end) = match algorithm {
             AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto => (arrivals, None),
             _ => (None, arrivals),

@@ -136,7 +136,7 @@ def _torch_stream(device):
 
 class Arrivals:
     """One CUDA event per rank, recorded by `Group.all_gather(..., arrivals=...)` as each
-    rank's piece lands (NOTE [arrivals] in host/src/coll/arrivals.rs)."""
+    rank's piece lands (NOTE [per-piece arrivals] in host/src/coll/arrivals.rs)."""
 
     def __init__(self, native, device):
         self._a = native

@@ -1,4 +1,4 @@
-//! A GPU group's per-piece signals: all-gather arrivals (NOTE [arrivals] in
+//! A GPU group's per-piece signals: all-gather arrivals (NOTE [per-piece arrivals] in
 //! `coll/arrivals.rs`) and the released reduce-scatter (NOTE [release rounds] in
 //! `coll/gpu/released.rs`), the building blocks of fused tensor-parallel ops.
 
@@ -9,7 +9,7 @@ use crate::error::Result;
 
 impl GpuGroup {
     /// Events that an all-gather records as each piece lands, for consumers that start on
-    /// the pieces already there ([`GpuGroup::all_gather_arrivals`]; NOTE [arrivals]).
+    /// the pieces already there ([`GpuGroup::all_gather_arrivals`]; NOTE [per-piece arrivals]).
     pub fn arrivals(&self) -> Result<Arrivals> {
         Arrivals::new(&self.sync().device, self.rank(), self.world_size())
     }
