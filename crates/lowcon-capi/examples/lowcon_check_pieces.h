@@ -54,6 +54,7 @@ static void check_pieces(lowconComm_t comm, unsigned seed) {
   cudaStream_t s2;
   CU(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
   LC(lowconAllGatherArrivals(in, out, n, lowconFloat32, comm, g_stream, &o, arr));
+  LC(lowconArrivalsWaitStarted(arr, s2));
   for (int p = 0; p < g_world; p++) {
     LC(lowconArrivalsWait(arr, p, s2));
     CU(cudaMemcpyAsync(copy + (size_t)p * n, out + (size_t)p * n, n * sizeof(float), cudaMemcpyDeviceToDevice, s2));

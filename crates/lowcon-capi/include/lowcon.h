@@ -485,6 +485,16 @@ lowconResult_t lowconAllGatherArrivals(const void *sendbuff,
 // `stream` is NULL or a live stream of the communicator's GPU.
 lowconResult_t lowconArrivalsWait(lowconArrivals_t arrivals, int piece, void *stream);
 
+// Makes work enqueued on `stream` after this wait until the last
+// `lowconAllGatherArrivals` given `arrivals` has started: with "ce-pull", passed its
+// entry barrier (every peer's piece can be read); with the other algorithms, landed every
+// piece. A consumer that waits for it before its first GEMM lets the barrier run before
+// that GEMM holds every SM.
+//
+// # Safety
+// `stream` is NULL or a live stream of the communicator's GPU.
+lowconResult_t lowconArrivalsWaitStarted(lowconArrivals_t arrivals, void *stream);
+
 // Released reduce-scatter (GPU backend): `sendbuff` (`nranks * recvcount` elements, from
 // `lowconMemAlloc`: peers read it in place) is written chunk by chunk by `produce`,
 // which is called for every destination `d` in the order rank + 1, rank + 2, ..., rank

@@ -124,6 +124,25 @@ pub unsafe extern "C" fn lowconArrivalsWait(
     })
 }
 
+/// Makes work enqueued on `stream` after this wait until the last
+/// `lowconAllGatherArrivals` given `arrivals` has started: with "ce-pull", passed its
+/// entry barrier (every peer's piece can be read); with the other algorithms, landed every
+/// piece. A consumer that waits for it before its first GEMM lets the barrier run before
+/// that GEMM holds every SM.
+///
+/// # Safety
+/// `stream` is NULL or a live stream of the communicator's GPU.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lowconArrivalsWaitStarted(arrivals: lowconArrivals_t, stream: *mut c_void) -> lowconResult_t {
+    guard(|| {
+        let a = arrivals_of(arrivals)?;
+        // SAFETY: forwarded from the caller.
+        let s = unsafe { lowcon::cuda::Stream::wrap_borrowed(&a.device, stream.cast()) }?;
+        a.inner.wait_started(&s)?;
+        Ok(())
+    })
+}
+
 /// Released reduce-scatter (GPU backend): `sendbuff` (`nranks * recvcount` elements, from
 /// `lowconMemAlloc`: peers read it in place) is written chunk by chunk by `produce`,
 /// which is called for every destination `d` in the order rank + 1, rank + 2, ..., rank

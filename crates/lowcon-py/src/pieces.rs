@@ -34,6 +34,15 @@ impl PyArrivals {
         self.inner.wait(&s, piece).map_err(to_py)
     }
 
+    /// Work enqueued on `stream` after this waits until the last all-gather given these
+    /// arrivals has started (ce-pull: passed its entry barrier; else landed every piece).
+    #[pyo3(signature = (stream))]
+    fn wait_started(&self, stream: isize) -> PyResult<()> {
+        // SAFETY: the caller's stream of this device, alive while the caller uses it.
+        let s = unsafe { Stream::wrap_borrowed(&self.device, stream as usize as _) }.map_err(to_py)?;
+        self.inner.wait_started(&s).map_err(to_py)
+    }
+
     /// The order in which ce-pull lands the pieces: this rank's first, then rank + 1, ...
     #[getter]
     fn order(&self) -> Vec<usize> {

@@ -359,6 +359,7 @@ impl GpuColl {
                     each.map_or(Ok(()), |a| a.record(copy, rank))?;
                     copy.record(join)?;
                     self.enter(stream, ch, opts.sync, mode)?;
+                    each.map_or(Ok(()), |a| a.record_started(stream))?;
                     for p in rotated(rank, world).filter(|&p| p != rank) {
                         ce_copy(stream, out + p as u64 * s, shard_of(p), shard)?;
                         each.map_or(Ok(()), |a| a.record(stream, p))?;

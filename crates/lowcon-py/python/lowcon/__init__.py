@@ -152,6 +152,15 @@ class Arrivals:
         raw = _stream_of(None, stream) if stream is not None else _torch_stream(self._device)
         self._a.wait(piece, raw)
 
+    def wait_started(self, stream=None):
+        """Work enqueued on `stream` (default: torch's current stream) after this waits until
+        the last all-gather given these arrivals has started: with ce-pull, passed its entry
+        barrier (every peer's piece can be read); else landed every piece. A consumer that
+        waits for it before its first GEMM lets the barrier run before the GEMM holds the
+        SMs."""
+        raw = _stream_of(None, stream) if stream is not None else _torch_stream(self._device)
+        self._a.wait_started(raw)
+
 
 class Group:
     """A group of ranks. Make it with `lowcon.init()`; every rank makes the same calls."""

@@ -135,7 +135,7 @@ def _workspace(g, st, stream, shape, dtype):
     return ws
 
 
-def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sync="memop", _events=None,
+def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sync="kernel", _events=None,
                             _serial=False):
     """All-gathers `A_shard` along `gather_dim` into A and returns (A or None,
     [A @ B for B in Bs]); each partial matmul starts when its piece has landed.
@@ -144,11 +144,12 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sy
     float32 or bfloat16; `gather_dim` a leading dim (not the last); a non-contiguous
     `A_shard` is copied. Every rank passes the same shapes.
 
-    `sync` is the all-gather's ("memop" by default, in graphs too): its barriers then need
-    no SM. With kernel barriers, the entry barrier waited for the own piece's GEMM to free
-    an SM, and the peers' pieces were copied only after it (2x H200, 2026-11-26:
-    1.10x the GEMM alone at tokens 8192, hidden 8192, ffn 28672). (`_events`, `_serial`:
-    the overlap test's probes.)
+    `sync` is the all-gather's ("kernel" or "memop", in graphs too). The first matmul waits
+    for the all-gather's entry barrier (`Arrivals.wait_started`): a barrier behind a GEMM
+    that holds every SM ran only when that GEMM ended, kernel or memop alike, and the
+    peers' pieces were pulled only then (2x H200, 2026-11-26: 1.09-1.10x the GEMM alone
+    at tokens 8192, hidden 8192, ffn 28672). (`_events`, `_serial`: the overlap test's
+    probes.)
     """
     g = group_of(group)
     rank, world = g.rank, g.world_size
@@ -191,7 +192,9 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sy
             arr.wait(order[-1], probe)
             _events["last_arrival"] = torch.cuda.Event(enable_timing=True)
             _events["last_arrival"].record(probe)
-        # The local piece first, from the shard itself: it needs no copy.
+        # The local piece first, from the shard itself: it needs no copy; after the entry
+        # barrier, so that the barrier does not wait for this GEMM's SMs.
+        arr.wait_started(cur)
         piece(rank, shard)
         for p in order[1:]:
             arr.wait(p, cur)
