@@ -175,6 +175,8 @@ for w in $worlds; do
       "${run[@]}" python3 "$pyt/tp_worker.py" fresh "${TP_CALLS:-1000}"
     st "w=$w tp: the last rank dies, the others get a named error and drained streams" "tp-w$w.txt" 120 \
       "$L" launch --nproc-per-node "$w" --gpus 1 --keep-going --tee -- python3 "$pyt/tp_worker.py" dead
+    st "w=$w tp: a producer that calls the group is refused, the group aborted" "tp-w$w.txt" 60 \
+      "$L" launch --nproc-per-node "$w" --gpus 1 --keep-going --tee -- python3 "$pyt/tp_worker.py" reenter
     st "w=$w tp: the TP MLP example trains as DTensor's parallelize_module does" "tp-w$w.txt" 200 \
       "${run[@]}" python3 "$repo/crates/lowcon-py/examples/tp_mlp.py"
   fi

@@ -17,6 +17,13 @@ struct produce_ctx {
   size_t n;
 };
 
+/* A producer that writes nothing: for the refusals, which come before any call of it. */
+static lowconResult_t produce_nothing(int dest, void *user) {
+  (void)dest;
+  (void)user;
+  return lowconSuccess;
+}
+
 #ifdef LOWCON_EXAMPLE_CUDA
 static lowconResult_t produce_chunk(int dest, void *user) {
   struct produce_ctx *c = (struct produce_ctx *)user;
@@ -33,8 +40,9 @@ static void check_pieces(lowconComm_t comm, unsigned seed) {
     expect_code("arrivals on the host backend", lowconArrivalsCreate(comm, &arr), lowconInvalidArgument, "GPU");
     float in[4 * 8] = {0}, out[4] = {0};
     expect_code("a released reduce-scatter on the host backend",
-                lowconReduceScatterReleased(in, out, 1, lowconFloat32, lowconSum, comm, NULL, NULL, NULL, NULL),
-                lowconInvalidArgument, NULL);
+                lowconReduceScatterReleased(in, out, 1, lowconFloat32, lowconSum, comm, NULL, NULL, produce_nothing,
+                                            NULL),
+                lowconInvalidArgument, "GPU communicators");
     return;
   }
 #ifdef LOWCON_EXAMPLE_CUDA
@@ -92,6 +100,13 @@ static void check_pieces(lowconComm_t comm, unsigned seed) {
               lowconReduceScatterReleased(in, rs_out, n / (size_t)g_world, lowconFloat32, lowconSum, comm, g_stream,
                                           NULL, produce_chunk, &ctx),
               lowconInvalidArgument, "symmetric");
+  lowconCollOptions po;
+  LC(lowconCollOptionsInit(&po));
+  po.pipeline = 4;
+  expect_code("a released reduce-scatter with a pipeline",
+              lowconReduceScatterReleased(send, rs_out, n, lowconFloat32, lowconSum, comm, g_stream, &po, produce_chunk,
+                                          &ctx),
+              lowconInvalidArgument, "pipeline");
   expect_code("a released reduce-scatter without a producer",
               lowconReduceScatterReleased(send, rs_out, n, lowconFloat32, lowconSum, comm, g_stream, NULL, NULL, NULL),
               lowconInvalidArgument, "produce");

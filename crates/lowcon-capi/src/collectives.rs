@@ -85,6 +85,13 @@ pub(crate) unsafe fn collective(
             c.rank()
         )));
     }
+    if matches!(which, Which::AllGatherArrivals(_)) && c.group.as_gpu().is_none() {
+        return Err(invalid(format!(
+            "rank {}: arrivals are CUDA events, for GPU communicators (a host communicator's all-gather returns \
+             with every piece in place: use lowconAllGatherEx)",
+            c.rank()
+        )));
+    }
     let mem = c.mem.read().unwrap_or_else(|p| p.into_inner());
     // The buffers follow the communicator's backend (NOTE [either backend]).
     let stream_of;

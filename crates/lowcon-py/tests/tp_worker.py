@@ -5,6 +5,7 @@
     python tp_worker.py overlap            # GPU: piece 0's matmul starts before the last piece lands
     python tp_worker.py fresh [CALLS]      # GPU: CALLS back-to-back calls, eager and replayed
     python tp_worker.py dead               # GPU: the last rank dies; the others are told, not hung
+    python tp_worker.py reenter            # GPU: a producer that calls the group is refused
 
 Data: fresh random values per call (seeded by call and rank, so that every rank can
 rebuild its peers' inputs for the reference); the reference is float64 on the CPU.
@@ -99,6 +100,15 @@ def check(g, dev):
     B = rand(seed, (32, 16), torch.float32)
     _, (o,) = tp.fused_all_gather_matmul(shards[r].to(dev), [B.to(dev)], 0, g)
     close(o, torch.cat([s.double() for s in shards]) @ B.double(), torch.float32, 32, "non-contiguous shard")
+    # Weights that require grad, in grad mode: the fused ops are not differentiable, and
+    # must still run (torch's `out=` refuses autograd; a refusal inside the reduce-scatter's
+    # producer would abort the group).
+    w_param = torch.nn.Parameter(rand(seed + 1, (32, 16), torch.float32).to(dev))
+    x_in = rand(seed + 2, (2 * w, 32), torch.float32).to(dev)
+    _, (y,) = tp.fused_all_gather_matmul(x_in[:2], [w_param], 0, g)
+    z = tp.fused_matmul_reduce_scatter(x_in, w_param, "sum", 0, g)
+    if y.requires_grad or z.requires_grad:
+        fail("a fused op returned a tensor that requires grad")
     autograd(g, dev)
     bad(g, dev)
     print(f"rank {r}: tp check ok ({n} shapes, gradients, bad input; {dev.type})", flush=True)
@@ -160,6 +170,13 @@ def bad(g, dev):
         odd = torch.ones(g.world_size + 1, 16, device=dev)
         expect("rows", lambda: tp.fused_matmul_reduce_scatter(odd, b, "sum", 0, g), "divisible", "scatter_dim")
     expect("group", lambda: tp.fused_all_gather_matmul(a, [b], 0, "no-such-group"), "no-such-group")
+    if dev.type == "cuda":
+        arr = g.arrivals()
+        expect("a negative piece", lambda: arr.wait(-1), "piece -1")
+        expect("a piece out of range", lambda: arr.wait(g.world_size), "out of range")
+        out, ws = torch.empty(4, device=dev), g.empty((4 * g.world_size,), torch.float32)
+        expect("an ordinary input", lambda: g.reduce_scatter_released(out, torch.empty_like(ws), lambda d: None),
+               "symmetric")
 
 
 LEAD_MS = 0.03
@@ -286,12 +303,37 @@ def dead(g, dev):
     print(f"rank {r}: tp dead ok ({time.monotonic() - t0:.1f} s to the named error, streams drained)", flush=True)
 
 
+def reenter(g, dev):
+    """A released reduce-scatter whose producer calls the group: the inner call is refused
+    with InvalidArgument (it would wait for the channel the outer call holds), the
+    producer's exception comes out of the outer call as it is, and the group is aborted
+    (its peers wait for this rank's chunks), on every rank, within the timeout."""
+    r, w = g.rank, g.world_size
+    out, ws = torch.empty(8, device=dev), g.empty((8 * w,), torch.float32)
+    t0 = time.monotonic()
+    try:
+        g.reduce_scatter_released(out, ws, lambda d: g.all_gather(torch.empty(w, device=dev), torch.ones(1, device=dev)))
+    except lowcon.InvalidArgument as e:
+        if "producer" not in str(e) or f"rank {r}" not in str(e):
+            fail(f"the inner call's error does not say what happened: {e}")
+    else:
+        fail("a call of the group from inside the producer was not refused")
+    try:
+        g.synchronize()
+        g.check()
+    except lowcon.Error:
+        pass
+    else:
+        fail("the group is not aborted after its producer failed")
+    print(f"rank {r}: tp reenter ok (refused, the group aborted, {time.monotonic() - t0:.1f} s)", flush=True)
+
+
 def main():
     if MODE == "check" and sys.argv[2] == "host":
         g = lowcon.init("host", timeout=30)
         check(g, torch.device("cpu"))
         return
-    g = lowcon.init("gpu", timeout=10 if MODE == "dead" else 30)
+    g = lowcon.init("gpu", timeout=10 if MODE in ("dead", "reenter") else 30)
     dev = torch.device("cuda", g.device)
     torch.cuda.set_device(dev)
     if MODE == "check":
@@ -302,6 +344,8 @@ def main():
         fresh(g, dev, int(sys.argv[2]) if len(sys.argv) > 2 else 1000)
     elif MODE == "dead":
         dead(g, dev)
+    elif MODE == "reenter":
+        reenter(g, dev)
     else:
         fail(f"unknown mode {MODE}")
 

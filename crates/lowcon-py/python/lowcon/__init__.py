@@ -138,9 +138,10 @@ class Arrivals:
     """One CUDA event per rank, recorded by `Group.all_gather(..., arrivals=...)` as each
     rank's piece lands (NOTE [per-piece arrivals] in host/src/coll/arrivals.rs)."""
 
-    def __init__(self, native, device):
+    def __init__(self, native, device, rank):
         self._a = native
         self._device = device
+        self._rank = rank
 
     order = property(lambda self: self._a.order,
                      doc="The order ce-pull lands the pieces: this rank's, then rank + 1, ...")
@@ -149,6 +150,9 @@ class Arrivals:
     def wait(self, piece, stream=None):
         """Work enqueued on `stream` (default: torch's current stream) after this waits for
         piece `piece` of the last all-gather given these arrivals."""
+        if not isinstance(piece, int) or piece < 0:
+            raise InvalidArgument(f"rank {self._rank}: arrivals: piece {piece!r} is not a rank (0 to "
+                                  f"{self.pieces - 1})")
         raw = _stream_of(None, stream) if stream is not None else _torch_stream(self._device)
         self._a.wait(piece, raw)
 
@@ -201,7 +205,7 @@ class Group:
     def arrivals(self):
         """Events for `all_gather(..., arrivals=...)`: one per rank, recorded as that rank's
         piece lands (GPU backend; docs/python.md, "Fused tensor parallelism")."""
-        return Arrivals(self._g.arrivals(), self.device)
+        return Arrivals(self._g.arrivals(), self.device, self.rank)
 
     def reduce_scatter_released(self, output, input, produce, op="sum", *, stream=None, ctas=None, channel=None):
         """A reduce-scatter whose input is written chunk by chunk by the caller, each chunk

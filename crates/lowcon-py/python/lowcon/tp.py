@@ -8,17 +8,24 @@ Shaped like PyTorch's `torch.ops.symm_mem.fused_all_gather_matmul` and
 
 On a GPU group the pieces overlap (docs/algorithms.md, "Fused tensor parallelism"):
 
-- all-gather-matmul: a ce-pull all-gather on a side stream records one event per
-  rank's piece as it lands (`Group.arrivals`); this rank's own piece is multiplied at
-  once, from its shard, and every other piece's matmul waits for that piece alone;
+- all-gather-matmul: an all-gather on a side stream records one event per rank's piece
+  as it lands (`Group.arrivals`; `auto` picks ce-pull for large shards, which lands them
+  one by one, and LL or sm-oneshot for small ones, which land them all at the end); this
+  rank's own piece is multiplied from its shard once the all-gather's entry barrier has
+  passed, and every other piece's matmul waits for that piece alone;
 - matmul-reduce-scatter: the matmul of destination chunk d (in the order rank + 1, ...,
   rank) writes into pool memory and releases that chunk to rank d
   (`Group.reduce_scatter_released`), whose copy engine fetches it while the next chunk
-  is multiplied; the reduction of the copied chunks runs at the end, on a few SMs.
+  is multiplied; the reduction of the copied chunks runs at the end (64 CTAs).
 
 On a host group (CPU tensors) they are the plain sequence: all-gather then matmul,
-matmul then reduce-scatter. `all_gather_matmul` and `matmul_reduce_scatter` are the
-autograd forms: the backward of each is the other.
+matmul then reduce-scatter. The fused ops are not differentiable (as torch's are not):
+`all_gather_matmul` and `matmul_reduce_scatter` are the autograd forms, the backward of
+each being the other.
+
+Calls capture into a CUDA graph once a call of the same shapes has run on the capturing
+stream (its channel and workspaces exist then): warm up inside `torch.cuda.stream(s)` and
+capture with `torch.cuda.graph(g, stream=s)`.
 """
 
 import torch
@@ -117,22 +124,30 @@ def _gpu(g, t, rank, what):
 
 def _state(g):
     """The group's fused-op state: the side stream of the all-gathers, their arrivals,
-    and the released reduce-scatters' pool workspaces by (stream, shape, dtype). The
-    workspaces are kept, not freed after each call, so that a call captured into a CUDA
-    graph keeps its own (a freed pool block would be reused at once on its stream)."""
+    and the released reduce-scatters' pool workspaces, one per (stream, dtype), grown to
+    the largest call. A workspace is kept, not freed after each call, and a grown one's
+    old block too, so that a call captured into a CUDA graph keeps its own (a freed pool
+    block would be reused at once on its stream)."""
     st = getattr(g, "_tp", None)
     if st is None:
         dev = torch.device("cuda", g.device)
-        st = g._tp = {"side": torch.cuda.Stream(dev), "arrivals": g.arrivals(), "ws": {}}
+        st = g._tp = {"side": torch.cuda.Stream(dev), "arrivals": g.arrivals(), "ws": {}, "retired": []}
     return st
 
 
 def _workspace(g, st, stream, shape, dtype):
-    key = (stream.cuda_stream, shape, dtype)
+    """A view of `shape` at the start of the (stream, dtype) workspace, grown if needed
+    (every rank makes the same calls, so every rank grows it at the same call)."""
+    key = (stream.cuda_stream, dtype)
+    n = 1
+    for d in shape:
+        n *= d
     ws = st["ws"].get(key)
-    if ws is None:
-        ws = st["ws"][key] = g.empty(shape, dtype, stream=stream)
-    return ws
+    if ws is None or ws.numel() < n:
+        if ws is not None:
+            st["retired"].append(ws)
+        ws = st["ws"][key] = g.empty((n,), dtype, stream=stream)
+    return ws[:n].view(shape)
 
 
 def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sync="kernel", _events=None,
@@ -167,21 +182,36 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sy
         for B, out in zip(Bs, outs):
             torch.matmul(src, B, out=out[p * s0:(p + 1) * s0])
 
-    if not cuda:
-        g.all_gather(gathered, shard)
-        for p in range(world):
-            piece(p, gathered[p * s0:(p + 1) * s0])
-    elif shard.numel() == 0:
-        pass
-    else:
-        dev = shard.device
-        cur = torch.cuda.current_stream(dev)
-        st = _state(g)
-        side, arr = st["side"], st["arrivals"]
-        side.wait_stream(cur)
-        with torch.cuda.stream(side):
-            g.all_gather(gathered, shard, arrivals=arr, sync=sync, graph_sync=sync)
+    with torch.no_grad():  # `out=` has no autograd: the autograd forms are below
+        if not cuda:
+            g.all_gather(gathered, shard)
+            for p in range(world):
+                piece(p, gathered[p * s0:(p + 1) * s0])
+        elif shard.numel() == 0:
+            for out in outs:  # no rows, or K = 0 (every product is 0)
+                out.zero_()
+        else:
+            _overlapped(g, shard, gathered, piece, (rank, s0), sync, _events, _serial)
+    A = gathered.movedim(0, gd) if return_A else None
+    return A, [o.movedim(0, gd) for o in outs]
+
+
+def _overlapped(g, shard, gathered, piece, where, sync, _events, _serial):
+    """The GPU form of `fused_all_gather_matmul`: the all-gather with arrivals on the side
+    stream, the own piece after its entry barrier, each other piece after its arrival."""
+    rank, s0 = where
+    dev = shard.device
+    cur = torch.cuda.current_stream(dev)
+    st = _state(g)
+    side, arr = st["side"], st["arrivals"]
+    side.wait_stream(cur)
+    with torch.cuda.stream(side):
+        g.all_gather(gathered, shard, arrivals=arr, sync=sync, graph_sync=sync)
+    try:
         order = arr.order
+        # The local piece first, from the shard itself (it needs no copy), after the
+        # entry barrier, so that the barrier does not wait for this GEMM's SMs.
+        arr.wait_started(cur)
         if _serial:
             for p in order:
                 arr.wait(p, cur)
@@ -192,20 +222,17 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sy
             arr.wait(order[-1], probe)
             _events["last_arrival"] = torch.cuda.Event(enable_timing=True)
             _events["last_arrival"].record(probe)
-        # The local piece first, from the shard itself: it needs no copy; after the entry
-        # barrier, so that the barrier does not wait for this GEMM's SMs.
-        arr.wait_started(cur)
         piece(rank, shard)
         for p in order[1:]:
             arr.wait(p, cur)
             piece(p, gathered[p * s0:(p + 1) * s0])
-        # The peers' reads of this shard end with the call (its exit barrier).
+    finally:
+        # The peers' reads of this shard end with the call (its exit barrier); the
+        # blocks go back to torch only after the side stream's use, even on an error.
         cur.wait_stream(side)
         if not torch.cuda.is_current_stream_capturing():
             shard.record_stream(side)
             gathered.record_stream(side)
-    A = gathered.movedim(0, gd) if return_A else None
-    return A, [o.movedim(0, gd) for o in outs]
 
 
 def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group, *, ctas=None):
@@ -230,21 +257,22 @@ def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group, *, ctas=Non
                               f"{sd}, not divisible by the world of {world}")
     m = M // world
     shape = (m,) + tuple(Am.shape[1:-1]) + (B.shape[1],)
-    if not cuda:
-        full = torch.matmul(Am, B).contiguous()
-        out = torch.empty(shape, dtype=A.dtype)
-        g.reduce_scatter(out.view(-1), full.view(-1), reduce_op)
-        return out.movedim(0, sd)
-    out = torch.empty(shape, dtype=A.dtype, device=A.device)
-    if out.numel() == 0:
-        return out.movedim(0, sd)
-    ws = _workspace(g, _state(g), torch.cuda.current_stream(A.device), (world,) + shape, A.dtype)
-    Am = Am.contiguous()
+    with torch.no_grad():  # `out=` has no autograd: `matmul_reduce_scatter` has
+        if not cuda:
+            full = torch.matmul(Am, B).contiguous()
+            out = torch.empty(shape, dtype=A.dtype)
+            g.reduce_scatter(out.view(-1), full.view(-1), reduce_op)
+            return out.movedim(0, sd)
+        out = torch.empty(shape, dtype=A.dtype, device=A.device)
+        if out.numel() == 0:
+            return out.movedim(0, sd)
+        ws = _workspace(g, _state(g), torch.cuda.current_stream(A.device), (world,) + shape, A.dtype)
+        Am = Am.contiguous()
 
-    def produce(d):
-        torch.matmul(Am[d * m:(d + 1) * m], B, out=ws[d])
+        def produce(d):
+            torch.matmul(Am[d * m:(d + 1) * m], B, out=ws[d])
 
-    g.reduce_scatter_released(out.view(-1), ws.view(-1), produce, reduce_op, ctas=ctas)
+        g.reduce_scatter_released(out.view(-1), ws.view(-1), produce, reduce_op, ctas=ctas)
     return out.movedim(0, sd)
 
 

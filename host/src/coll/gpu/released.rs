@@ -92,6 +92,9 @@ impl GpuColl {
         if opts.wire.is_some_and(|w| w != input.dtype) {
             return refuse("it sends the input's own type (no wire)".into());
         }
+        if opts.pipeline.is_some() || opts.reduce_launch != crate::coll::ReduceLaunch::Auto {
+            return refuse("pipeline and reduce_launch do not apply (one piece per chunk, one reduction)".into());
+        }
         if !matches!(opts.algorithm, ReduceScatterAlgorithm::Auto | ReduceScatterAlgorithm::CeReduce) {
             return refuse(format!(
                 "algorithm {}: it runs ce-reduce's copies (auto or ce-reduce)",
@@ -122,32 +125,27 @@ impl GpuColl {
         let ctas = self.ctas(opts.ctas.unwrap_or(RELEASED_REDUCE_CTAS));
         stream.record(fork)?;
         copy.wait(fork)?;
-        // Step i, in host order (NOTE [release order]): the chunk for rank + i + 1 and its
-        // release, then the wait for and the copy of the chunk that rank - i - 1 releases
-        // to this rank at its own step i.
-        for i in 0..world {
-            let d = (rank + i + 1) % world;
-            if let Err(e) = produce(d) {
-                // Peers wait for this rank's releases: the group cannot go on.
-                self.sync.core.abort();
-                return Err(e);
-            }
-            if d == rank {
-                break;
-            }
-            let s = (rank + world - i - 1) % world;
-            // SAFETY: `d`, `s < world`; the pads and the error record are the group's; the
-            // copy reads `s`'s chunk `rank` of the symmetric input (checked sizes) into
-            // staging slot `s`, inside the workspace sized above.
-            unsafe {
-                kernels.release(stream, pads, d as u32, ch)?;
-                kernels.release_wait(copy, pads, s as u32, ch)?;
-                let slot = stage + (staged_slot(s, rank) * stride) as u64;
-                ce_copy(copy, slot, src.peer(s) + (rank * chunk) as u64, chunk)?;
-            }
+        // From here on a failure leaves peers waiting for this rank's releases (and this
+        // rank's rounds behind theirs): the group cannot go on.
+        let mut steps = || -> Result<()> {
+            released_steps(rank, world, produce, |d, s| {
+                // SAFETY: `d`, `s < world`; the pads and the error record are the group's;
+                // the copy reads `s`'s chunk `rank` of the symmetric input (checked sizes)
+                // into staging slot `s`, inside the workspace sized above.
+                unsafe {
+                    kernels.release(stream, pads, d as u32, ch)?;
+                    kernels.release_wait(copy, pads, s as u32, ch)?;
+                    let slot = stage + (staged_slot(s, rank) * stride) as u64;
+                    ce_copy(copy, slot, src.peer(s) + (rank * chunk) as u64, chunk)
+                }
+            })?;
+            copy.record(join)?;
+            stream.wait(join)
+        };
+        if let Err(e) = steps() {
+            self.sync.core.abort();
+            return Err(e);
         }
-        copy.record(join)?;
-        stream.wait(join)?;
         let own = input.ptr + (rank * chunk) as u64;
         let vec_ok = own.is_multiple_of(16) && output.ptr.is_multiple_of(16) && stride.is_multiple_of(16);
         let dt = input.dtype.kernel_index()?;
@@ -177,4 +175,47 @@ impl GpuColl {
         drop(st);
         Ok(())
     }
+}
+
+/// The steps of NOTE [release order], in host order: `produce(d)` for the chunk of rank +
+/// i + 1, then (unless it is this rank's own) `step(d, s)`: the release to `d`, and the
+/// wait for and the copy of the chunk that `s` = rank - i - 1 releases at its step `i`.
+/// `produce` runs with the thread marked, so that a call of a group from inside it is
+/// refused ([`refuse_inside_producer`]) instead of waiting for the channel this call holds.
+fn released_steps(
+    rank: usize,
+    world: usize,
+    produce: &mut dyn FnMut(usize) -> Result<()>,
+    mut step: impl FnMut(usize, usize) -> Result<()>,
+) -> Result<()> {
+    for i in 0..world {
+        let d = (rank + i + 1) % world;
+        PRODUCING.with(|p| p.set(true));
+        let produced = produce(d);
+        PRODUCING.with(|p| p.set(false));
+        produced?;
+        if d == rank {
+            break;
+        }
+        step(d, (rank + world - i - 1) % world)?;
+    }
+    Ok(())
+}
+
+thread_local! {
+    /// Set while a released reduce-scatter's producer runs on this thread.
+    static PRODUCING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Refuses a call of a group made from inside a released reduce-scatter's producer,
+/// which runs while its call holds the channel (and the bindings their locks): the call
+/// would wait for them forever.
+pub(crate) fn refuse_inside_producer(rank: usize) -> Result<()> {
+    if PRODUCING.with(|p| p.get()) {
+        return Err(Error::InvalidArgument(format!(
+            "rank {rank}: a call of the group from inside a released reduce-scatter's producer: produce(d) must \
+             only enqueue the work that writes chunk d (the call holds the group until it returns)"
+        )));
+    }
+    Ok(())
 }
