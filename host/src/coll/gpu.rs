@@ -28,7 +28,6 @@ mod ll;
 mod mapped;
 mod push;
 mod released;
-pub(crate) use released::refuse_inside_producer;
 mod steps;
 mod wire_steps;
 

@@ -181,7 +181,7 @@ impl GpuColl {
 /// i + 1, then (unless it is this rank's own) `step(d, s)`: the release to `d`, and the
 /// wait for and the copy of the chunk that `s` = rank - i - 1 releases at its step `i`.
 /// `produce` runs with the thread marked, so that a call of a group from inside it is
-/// refused ([`refuse_inside_producer`]) instead of waiting for the channel this call holds.
+/// refused (`sync::gpu::reentry`) instead of waiting for the channel this call holds.
 fn released_steps(
     rank: usize,
     world: usize,
@@ -190,32 +190,11 @@ fn released_steps(
 ) -> Result<()> {
     for i in 0..world {
         let d = (rank + i + 1) % world;
-        PRODUCING.with(|p| p.set(true));
-        let produced = produce(d);
-        PRODUCING.with(|p| p.set(false));
-        produced?;
+        crate::sync::gpu::reentry::producing(|| produce(d))?;
         if d == rank {
             break;
         }
         step(d, (rank + world - i - 1) % world)?;
-    }
-    Ok(())
-}
-
-thread_local! {
-    /// Set while a released reduce-scatter's producer runs on this thread.
-    static PRODUCING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Refuses a call of a group made from inside a released reduce-scatter's producer,
-/// which runs while its call holds the channel (and the bindings their locks): the call
-/// would wait for them forever.
-pub(crate) fn refuse_inside_producer(rank: usize) -> Result<()> {
-    if PRODUCING.with(|p| p.get()) {
-        return Err(Error::InvalidArgument(format!(
-            "rank {rank}: a call of the group from inside a released reduce-scatter's producer: produce(d) must \
-             only enqueue the work that writes chunk d (the call holds the group until it returns)"
-        )));
     }
     Ok(())
 }

@@ -77,7 +77,7 @@ impl GpuSync {
     /// Checks `stream` for a call of this group, and says whether it is being captured.
     /// A capture that was invalidated is refused.
     pub(crate) fn begin(&self, stream: &Stream) -> Result<Mode> {
-        crate::coll::gpu::refuse_inside_producer(self.core.rank)?;
+        super::reentry::refuse_inside_producer(self.core.rank)?;
         self.core.check_usable()?;
         if stream.device().index() != self.device.index() {
             return Err(Error::InvalidArgument(format!(

@@ -9,6 +9,7 @@ pub(crate) mod graph;
 pub(crate) mod host_pad;
 pub(crate) mod inflight;
 pub(crate) mod pieces;
+pub(crate) mod reentry;
 pub(crate) mod sentinel;
 pub(crate) mod watchdog;
 
