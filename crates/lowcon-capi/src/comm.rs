@@ -74,9 +74,8 @@ pub unsafe extern "C" fn lowconCommInitRank(
 pub unsafe extern "C" fn lowconCommDestroy(comm: lowconComm_t) -> lowconResult_t {
     guard(|| {
         lookup(comm)?;
-        // Dropped after the registry's lock is released: tearing a communicator down
-        // waits for its GPU, and no other communicator's calls may wait for that.
-        let c = registry().lock().unwrap_or_else(|p| p.into_inner()).remove(&(comm as usize));
+        // Dropped after the registry's lock is released (`Handles::remove`).
+        let c = COMMS.remove(comm as usize);
         drop(c);
         Ok(())
     })
@@ -93,7 +92,7 @@ pub unsafe extern "C" fn lowconCommAbort(comm: lowconComm_t) -> lowconResult_t {
     guard(|| {
         let c = lookup(comm)?;
         c.group.abort();
-        let removed = registry().lock().unwrap_or_else(|p| p.into_inner()).remove(&(comm as usize));
+        let removed = COMMS.remove(comm as usize);
         drop((removed, c));
         Ok(())
     })

@@ -19,7 +19,7 @@
 #![allow(non_camel_case_types, non_upper_case_globals, non_snake_case)]
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_ulonglong, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -322,30 +322,53 @@ fn guard(f: impl FnOnce() -> R<()>) -> lowconResult_t {
     }
 }
 
-/// Communicators by id. Ids start high and step by 16 so that small integers and
-/// typical pointers are never live handles.
-fn registry() -> &'static Mutex<HashMap<usize, Arc<Comm>>> {
-    static R: std::sync::OnceLock<Mutex<HashMap<usize, Arc<Comm>>>> = std::sync::OnceLock::new();
-    R.get_or_init(|| Mutex::new(HashMap::new()))
+/// Live handles of one kind by id, as C holds them: ids start at a kind's own high base
+/// and step by 16, so that small integers, typical pointers and the other kind's handles
+/// are never live ones; every call looks its handle up, none is dereferenced.
+struct Handles<T> {
+    live: Mutex<BTreeMap<usize, Arc<T>>>,
+    next: AtomicUsize,
 }
 
-static NEXT_ID: AtomicUsize = AtomicUsize::new(0x1c0_0000);
+impl<T> Handles<T> {
+    const fn new(first: usize) -> Self {
+        Self { live: Mutex::new(BTreeMap::new()), next: AtomicUsize::new(first) }
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, BTreeMap<usize, Arc<T>>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn insert(&self, v: T) -> usize {
+        let id = self.next.fetch_add(16, Ordering::Relaxed);
+        self.live().insert(id, Arc::new(v));
+        id
+    }
+
+    fn get(&self, id: usize) -> Option<Arc<T>> {
+        self.live().get(&id).cloned()
+    }
+
+    /// Takes the handle out; the caller drops it after the lock is released (tearing a
+    /// communicator down waits for its GPU, and no other handle's calls may wait for that).
+    fn remove(&self, id: usize) -> Option<Arc<T>> {
+        self.live().remove(&id)
+    }
+}
+
+/// The communicators.
+static COMMS: Handles<Comm> = Handles::new(0x1c0_0000);
 
 fn register(c: Comm) -> lowconComm_t {
-    let id = NEXT_ID.fetch_add(16, Ordering::Relaxed);
-    registry().lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::new(c));
-    id as lowconComm_t
+    COMMS.insert(c) as lowconComm_t
 }
 
 fn lookup(comm: lowconComm_t) -> R<Arc<Comm>> {
     if comm.is_null() {
         return Err(invalid("comm is NULL"));
     }
-    registry()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&(comm as usize))
-        .cloned()
+    COMMS
+        .get(comm as usize)
         .ok_or_else(|| invalid(format!("comm {comm:p} is not a live lowcon communicator (destroyed, or never made)")))
         .inspect(|c| RANK.with(|r| r.set(Some(c.rank()))))
 }

@@ -24,18 +24,14 @@ pub(crate) struct ArrivalsHandle {
     device: lowcon::cuda::Device,
 }
 
-fn arrivals_registry() -> &'static Mutex<HashMap<usize, Arc<ArrivalsHandle>>> {
-    static R: std::sync::OnceLock<Mutex<HashMap<usize, Arc<ArrivalsHandle>>>> = std::sync::OnceLock::new();
-    R.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-static NEXT_ARRIVALS: AtomicUsize = AtomicUsize::new(0x2c0_0000);
+/// The arrivals handles.
+static ARRIVALS: Handles<ArrivalsHandle> = Handles::new(0x2c0_0000);
 
 fn arrivals_of(a: lowconArrivals_t) -> R<Arc<ArrivalsHandle>> {
     if a.is_null() {
         return Err(invalid("arrivals is NULL"));
     }
-    arrivals_registry().lock().unwrap_or_else(|p| p.into_inner()).get(&(a as usize)).cloned().ok_or_else(|| {
+    ARRIVALS.get(a as usize).ok_or_else(|| {
         invalid(format!("arrivals {a:p} is not a live lowcon arrivals handle (destroyed, or never made)"))
     })
 }
@@ -53,8 +49,7 @@ pub unsafe extern "C" fn lowconArrivalsCreate(comm: lowconComm_t, arrivals: *mut
         }
         let g = c.group.gpu("arrivals (CUDA events per piece)")?;
         let h = ArrivalsHandle { inner: g.arrivals()?, device: g.device().clone() };
-        let id = NEXT_ARRIVALS.fetch_add(16, Ordering::Relaxed);
-        arrivals_registry().lock().unwrap_or_else(|p| p.into_inner()).insert(id, Arc::new(h));
+        let id = ARRIVALS.insert(h);
         // SAFETY: checked non-null; valid (contract).
         unsafe { *arrivals = id as lowconArrivals_t };
         Ok(())
@@ -69,7 +64,7 @@ pub unsafe extern "C" fn lowconArrivalsCreate(comm: lowconComm_t, arrivals: *mut
 pub unsafe extern "C" fn lowconArrivalsDestroy(arrivals: lowconArrivals_t) -> lowconResult_t {
     guard(|| {
         arrivals_of(arrivals)?;
-        arrivals_registry().lock().unwrap_or_else(|p| p.into_inner()).remove(&(arrivals as usize));
+        drop(ARRIVALS.remove(arrivals as usize));
         Ok(())
     })
 }

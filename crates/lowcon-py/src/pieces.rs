@@ -20,6 +20,12 @@ impl PyArrivals {
     pub(crate) fn new(inner: lowcon::Arrivals, device: Device) -> Self {
         Self { inner: Arc::new(inner), device }
     }
+
+    /// The caller's raw stream (0: the legacy default stream) of the arrivals' device.
+    fn stream(&self, raw: isize) -> PyResult<Stream> {
+        // SAFETY: the caller's stream of this device, alive while the caller uses it.
+        unsafe { Stream::wrap_borrowed(&self.device, raw as usize as _) }.map_err(to_py)
+    }
 }
 
 #[pymethods]
@@ -29,8 +35,7 @@ impl PyArrivals {
     /// these arrivals. Enqueue it before the next all-gather that reuses them.
     #[pyo3(signature = (piece, stream))]
     fn wait(&self, piece: usize, stream: isize) -> PyResult<()> {
-        // SAFETY: the caller's stream of this device, alive while the caller uses it.
-        let s = unsafe { Stream::wrap_borrowed(&self.device, stream as usize as _) }.map_err(to_py)?;
+        let s = self.stream(stream)?;
         self.inner.wait(&s, piece).map_err(to_py)
     }
 
@@ -38,8 +43,7 @@ impl PyArrivals {
     /// arrivals has started (ce-pull: passed its entry barrier; else landed every piece).
     #[pyo3(signature = (stream))]
     fn wait_started(&self, stream: isize) -> PyResult<()> {
-        // SAFETY: the caller's stream of this device, alive while the caller uses it.
-        let s = unsafe { Stream::wrap_borrowed(&self.device, stream as usize as _) }.map_err(to_py)?;
+        let s = self.stream(stream)?;
         self.inner.wait_started(&s).map_err(to_py)
     }
 
