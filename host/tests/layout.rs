@@ -1,7 +1,8 @@
 //! The crate's layout rules (docs/design.md, "Layout"), checked on the source text so a
 //! change that breaks them fails CI:
 //!
-//! - no `.rs` file under `src/` is over 600 lines;
+//! - no `.rs` file under `src/` is over 1,000 lines (files past 800 are listed by
+//!   `scripts/test.sh`: a long file is a question, not a rule; docs/design.md, "Layout");
 //! - no cycles between sibling modules: a module may use its ancestors' items, its
 //!   descendants, and siblings (of any ancestor) that do not use it back, directly or
 //!   through other siblings; in every crate of the repository;
@@ -12,7 +13,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-const MAX_LINES: usize = 600;
+/// Past this many lines a file fails the test; `scripts/test.sh` lists those past 800
+/// (`scripts/long-files.sh`), to be read and split by concern where one file holds two.
+const MAX_LINES: usize = 1000;
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).expect("readable src dir") {
@@ -83,7 +86,7 @@ fn references(text: &str, me: &[String], modules: &BTreeSet<Vec<String>>) -> BTr
 }
 
 #[test]
-fn no_file_is_over_600_lines() {
+fn no_file_is_over_1000_lines() {
     let mut files = Vec::new();
     rust_files(&src_dir(), &mut files);
     assert!(files.len() > 10, "found only {} files under src/", files.len());
@@ -308,7 +311,7 @@ fn repo_files(dir: &Path, exts: &[&str], runs: bool, out: &mut Vec<PathBuf>) {
 }
 
 #[test]
-fn no_source_or_doc_file_in_the_repository_is_over_600_lines() {
+fn no_source_or_doc_file_in_the_repository_is_over_1000_lines() {
     // Every crate, the kernels, the tests, the Python package, the scripts and the docs.
     let mut files = Vec::new();
     repo_files(&repo_root(), &["rs", "py", "sh", "c", "h", "md", "toml"], false, &mut files);
