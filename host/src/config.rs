@@ -94,7 +94,7 @@ pub fn debug() -> bool {
 }
 
 /// `LOWCON_TMA_TILE_BYTES`: bytes of each rank's tile in a `tma-reduce` stage (rounded
-/// up to 128). Default: 32 KiB per stage split over the ranks (`coll::select::tma_ring`).
+/// up to 128). Default: 32 KiB per stage split over the ranks (`coll::geometry::tma_ring`).
 /// For measuring the ring; results do not depend on it.
 pub fn tma_tile_bytes() -> Option<u64> {
     env_u64("LOWCON_TMA_TILE_BYTES").filter(|&t| t > 0)

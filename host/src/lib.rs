@@ -23,16 +23,18 @@ mod error;
 mod group;
 pub mod log;
 pub mod memory;
+pub mod plan;
 pub mod rendezvous;
 pub mod sync;
 
 pub use coll::{
-    AllGatherAlgorithm, AllGatherOptions, Arrivals, CollOptions, CollStats, DEFAULT_REDUCE_LAUNCH, DType, DeviceBuf,
-    Element, HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
+    AllGatherAlgorithm, AllGatherOptions, Arrivals, CollOptions, CollStats, Context, DType, DeviceBuf, Element,
+    HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
 };
 pub use error::{Error, Result};
 pub use group::{Buffer, CollBufs, GpuGroup, GpuGroupOptions, Group, HostGroup, HostGroupOptions};
 pub use memory::mapped::MAX_OPEN_PER_PEER as MAX_PEER_MAPPINGS;
 pub use memory::pool::{Fingerprint, Pool, PoolBlock, PoolStats};
 pub use memory::{HandleKind, HostBuffer, SymmetricBuffer};
+pub use plan::{AgPlan, Planner, RsPlan};
 pub use sync::{CHANNELS, SyncMethod};

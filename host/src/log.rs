@@ -39,3 +39,22 @@ pub fn warn(what: &str) {
         eprintln!("lowcon: {what}");
     }
 }
+
+/// A call's plan (NOTE [one planner]), once per distinct plan and collective: shown
+/// as [`trace`] is, with the call's bytes per rank when it was first seen. Costs one
+/// check when debugging is off.
+pub fn plan(rank: usize, what: &str, bytes: usize, plan: &dyn std::fmt::Display) {
+    static ON: OnceLock<bool> = OnceLock::new();
+    let on = *ON.get_or_init(crate::config::debug) || tracing::enabled!(target: "lowcon", tracing::Level::DEBUG);
+    if !on {
+        return;
+    }
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let key = format!("{what}: {plan}");
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    if seen.len() < 4096 && !seen.contains(&key) {
+        seen.push(key.clone());
+        drop(seen);
+        trace(rank, &format!("plan: {key} (first at {bytes} bytes per rank)"));
+    }
+}

@@ -2,8 +2,8 @@
 //! algorithms, NCCL (default and copy-engine communicators), the null collective and
 //! null+local (the null's copies plus a same-device copy of the shard), each as a closure that enqueues one call, and the CTAs each one's kernels hold.
 
-use lowcon::coll::DEFAULT_REDUCE_CTAS;
 use lowcon::cuda::{Stream, raw};
+use lowcon::plan::DEFAULT_REDUCE_CTAS;
 use lowcon::{
     AllGatherOptions, DType, DeviceBuf, GpuGroup, ReduceOp, ReduceScatterOptions, SymmetricBuffer, SyncMethod,
 };
@@ -49,7 +49,7 @@ pub(crate) fn ctas_of(
             "sm-direct" | "ce-reduce" => (Some(ctas.unwrap_or(DEFAULT_REDUCE_CTAS)), "option".into()),
             // Their reduction kernel holds `ctas` CTAs whatever the sync method.
             "tma-reduce" | "tma-reduce-evict" | "tma-push-reduce" => {
-                (Some(ctas.unwrap_or(lowcon::coll::DEFAULT_TMA_CTAS)), "option".into())
+                (Some(ctas.unwrap_or(lowcon::plan::DEFAULT_TMA_CTAS)), "option".into())
             }
             _ if *method == SyncMethod::StreamMemop => (Some(0), "memop".into()),
             _ => (Some(1), "barrier".into()),
@@ -84,7 +84,7 @@ pub(crate) fn caller<'a>(
             let sync = *method;
             match kind {
                 Kind::AllGather => {
-                    let o = AllGatherOptions { algorithm: algo.parse()?, sync, ctas, ..Default::default() };
+                    let o = AllGatherOptions { algorithm: algo.parse()?, sync: Some(sync), ctas, ..Default::default() };
                     Box::new(move |s: &Stream| {
                         let ib = DeviceBuf::symmetric(buf_a, 0, in_n, DType::Bf16)?;
                         let ob = DeviceBuf::symmetric(buf_b, 0, out_n, DType::Bf16)?;
@@ -93,7 +93,14 @@ pub(crate) fn caller<'a>(
                 }
                 Kind::ReduceScatter => {
                     let (algorithm, reduce_launch) = crate::rs_variant(algo)?;
-                    let o = ReduceScatterOptions { algorithm, reduce_launch, sync, ctas, wire, ..Default::default() };
+                    let o = ReduceScatterOptions {
+                        algorithm,
+                        reduce_launch,
+                        sync: Some(sync),
+                        ctas,
+                        wire,
+                        ..Default::default()
+                    };
                     Box::new(move |s: &Stream| {
                         let ib = DeviceBuf::symmetric(buf_a, 0, in_n, dt)?;
                         let ob = DeviceBuf::symmetric(buf_b, 0, out_n, dt)?;
@@ -149,7 +156,7 @@ mod tests {
         assert_eq!(ctas_of(&lowcon("sm-direct", SyncMethod::Kernel), rs, None, n), (Some(16), "option".into()));
         assert_eq!(ctas_of(&lowcon("ce-reduce", SyncMethod::Kernel), rs, Some(8), n), (Some(8), "option".into()));
         let tma = ctas_of(&lowcon("tma-reduce", SyncMethod::Kernel), rs, None, n);
-        assert_eq!(tma, (Some(lowcon::coll::DEFAULT_TMA_CTAS), "option".into()));
+        assert_eq!(tma, (Some(lowcon::plan::DEFAULT_TMA_CTAS), "option".into()));
         let tma = ctas_of(&lowcon("tma-reduce-evict", SyncMethod::StreamMemop), rs, Some(4), n);
         assert_eq!(tma, (Some(4), "option".into()));
         assert_eq!(ctas_of(&Impl::Nccl { ce: false, dtype: DType::Bf16 }, ag, None, n), (Some(24), "debug".into()));

@@ -225,14 +225,18 @@ pub fn run(a: &OverlapOptions) -> Res<Vec<OverlapRow>> {
                         let ob = DeviceBuf::symmetric(&sym_out, 0, oc, DType::Bf16)?;
                         match a.kind {
                             Kind::AllGather => {
-                                let o =
-                                    AllGatherOptions { algorithm: algo.parse()?, sync: m, ctas, ..Default::default() };
+                                let o = AllGatherOptions {
+                                    algorithm: algo.parse()?,
+                                    sync: Some(m),
+                                    ctas,
+                                    ..Default::default()
+                                };
                                 g.all_gather(ib, ob, s, &o)?
                             }
                             Kind::ReduceScatter => {
                                 let o = ReduceScatterOptions {
                                     algorithm: algo.parse()?,
-                                    sync: m,
+                                    sync: Some(m),
                                     ctas,
                                     ..Default::default()
                                 };

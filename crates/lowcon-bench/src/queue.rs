@@ -132,15 +132,18 @@ pub fn run(calls: usize, shard: usize, hold: Duration) -> Res<()> {
             let o = measure(&g, &stream, &flag, next(), &name, calls, hold, || {
                 let r = (|| {
                     if ag {
-                        let opts =
-                            AllGatherOptions { algorithm: AllGatherAlgorithm::CePush, sync, ..Default::default() };
+                        let opts = AllGatherOptions {
+                            algorithm: AllGatherAlgorithm::CePush,
+                            sync: Some(sync),
+                            ..Default::default()
+                        };
                         let i = DeviceBuf::symmetric(&inp, 0, n, DType::Bf16)?;
                         let o = DeviceBuf::symmetric(&out, 0, n * world, DType::Bf16)?;
                         g.all_gather(i, o, &stream, &opts)
                     } else {
                         let opts = ReduceScatterOptions {
                             algorithm: ReduceScatterAlgorithm::SmDirect,
-                            sync,
+                            sync: Some(sync),
                             ..Default::default()
                         };
                         let i = DeviceBuf::symmetric(&inp, 0, n * world, DType::Bf16)?;

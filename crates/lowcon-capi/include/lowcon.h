@@ -70,6 +70,9 @@ typedef int lowconSync_t;
 // An element type (`lowconFloat32`, ...).
 typedef int lowconDataType_t;
 
+// What runs beside a call (`lowconCollOptions.context`): a hint the planner reads.
+typedef int lowconContext_t;
+
 // Per-call options of `lowconAllGatherEx` / `lowconReduceScatterEx`. Fill with
 // `lowconCollOptionsInit` first (a macro that passes `sizeof` the struct as this
 // header declares it), then change what you need. Every rank must pass the same
@@ -93,6 +96,7 @@ typedef struct {
   // "sm-oneshot", "ll"; reduce-scatter "ce-reduce", "sm-direct", "tma-reduce",
   // "tma-reduce-evict", "tma-push-reduce" (sum only, not deterministic), "ll".
   const char *algorithm;
+  // `lowconSyncAuto` (the default since 0.3.0: the planner's choice),
   // `lowconSyncKernel` or `lowconSyncMemop` (GPU backend).
   lowconSync_t sync;
   // CTAs of the SM parts; 0 for the default.
@@ -109,7 +113,8 @@ typedef struct {
   // input in place through IPC instead of a staging copy; the call then exchanges
   // addresses with the peers' hosts. If a rank's input cannot be shared (VMM or
   // stream-ordered memory), every rank stages the call, or, with `allow_staging`
-  // zero, refuses it. Zero (the default): staged.
+  // zero, refuses it. Zero (the default): the planner's choice (since 0.3.0; staged
+  // unless `context` names a framework); negative: staged.
   int map_ordinary;
   // Reduce-scatter (since 0.2.0): the type that crosses the peer links, when it differs
   // from `datatype`. `lowconBfloat16` with `lowconFloat32` data sends the top half of
@@ -135,8 +140,16 @@ typedef struct {
   // at each replay) or `lowconSyncMemop` (waits that hold no SM, each barrier a
   // stream-memop node that costs the driver 1.3-4.5 us of host time at every
   // replay). It took the padding at the end of 0.2.1's struct, whose size it keeps:
-  // `lowconCollOptionsInit` sets it, as every field, to its default.
+  // `lowconCollOptionsInit` sets it, as every field, to its default. Since 0.3.0 it
+  // may be `lowconSyncAuto` (the default): the planner's choice.
   lowconSync_t graph_sync;
+  // (Since 0.3.0) what runs beside the call, a hint the planner reads:
+  // `lowconContextAlone` (the default), `lowconContextFsdp` or `lowconContextTp`.
+  lowconContext_t context;
+  // (Since 0.3.0) reduce-scatter, nonzero: the float input holds bf16 values upcast
+  // (FSDP2's bf16 gradients reduced in f32), so the planner may send the bf16 wire
+  // (exact for any data; half the bytes for such data). Zero (the default): no hint.
+  int bf16_exact;
 } lowconCollOptions;
 
 // The bytes moved to and from peers by a communicator's calls since it was made
@@ -213,6 +226,19 @@ typedef lowconArrivals *lowconArrivals_t;
 
 // Stream memory operations: no SM at all.
 #define lowconSyncMemop 1
+
+// (Since 0.3.0, the default) the planner's choice for the call (NOTE [one planner]):
+// kernel waits unless the communicator's tuning table says otherwise.
+#define lowconSyncAuto 2
+
+// Nothing in particular (the default).
+#define lowconContextAlone 0
+
+// FSDP2-style parameter all-gathers and gradient reduce-scatters beside GEMMs.
+#define lowconContextFsdp 1
+
+// Tensor parallelism's collectives beside their matmuls.
+#define lowconContextTp 2
 
 // `lowconCollOptions.wire` and `.recv_type`: the send type (`datatype`).
 #define lowconTypeDefault -1

@@ -112,6 +112,18 @@ pub type lowconSync_t = c_int;
 pub const lowconSyncKernel: lowconSync_t = 0;
 /// Stream memory operations: no SM at all.
 pub const lowconSyncMemop: lowconSync_t = 1;
+/// (Since 0.3.0, the default) the planner's choice for the call (NOTE [one planner]):
+/// kernel waits unless the communicator's tuning table says otherwise.
+pub const lowconSyncAuto: lowconSync_t = 2;
+
+/// What runs beside a call (`lowconCollOptions.context`): a hint the planner reads.
+pub type lowconContext_t = c_int;
+/// Nothing in particular (the default).
+pub const lowconContextAlone: lowconContext_t = 0;
+/// FSDP2-style parameter all-gathers and gradient reduce-scatters beside GEMMs.
+pub const lowconContextFsdp: lowconContext_t = 1;
+/// Tensor parallelism's collectives beside their matmuls.
+pub const lowconContextTp: lowconContext_t = 2;
 
 /// Opaque communicator (never defined: handles are ids, see `lowconComm_t`).
 pub struct lowconComm {
@@ -153,6 +165,7 @@ pub struct lowconCollOptions {
     /// "sm-oneshot", "ll"; reduce-scatter "ce-reduce", "sm-direct", "tma-reduce",
     /// "tma-reduce-evict", "tma-push-reduce" (sum only, not deterministic), "ll".
     pub algorithm: *const c_char,
+    /// `lowconSyncAuto` (the default since 0.3.0: the planner's choice),
     /// `lowconSyncKernel` or `lowconSyncMemop` (GPU backend).
     pub sync: lowconSync_t,
     /// CTAs of the SM parts; 0 for the default.
@@ -169,7 +182,8 @@ pub struct lowconCollOptions {
     /// input in place through IPC instead of a staging copy; the call then exchanges
     /// addresses with the peers' hosts. If a rank's input cannot be shared (VMM or
     /// stream-ordered memory), every rank stages the call, or, with `allow_staging`
-    /// zero, refuses it. Zero (the default): staged.
+    /// zero, refuses it. Zero (the default): the planner's choice (since 0.3.0; staged
+    /// unless `context` names a framework); negative: staged.
     pub map_ordinary: c_int,
     /// Reduce-scatter (since 0.2.0): the type that crosses the peer links, when it differs
     /// from `datatype`. `lowconBfloat16` with `lowconFloat32` data sends the top half of
@@ -195,8 +209,16 @@ pub struct lowconCollOptions {
     /// at each replay) or `lowconSyncMemop` (waits that hold no SM, each barrier a
     /// stream-memop node that costs the driver 1.3-4.5 us of host time at every
     /// replay). It took the padding at the end of 0.2.1's struct, whose size it keeps:
-    /// `lowconCollOptionsInit` sets it, as every field, to its default.
+    /// `lowconCollOptionsInit` sets it, as every field, to its default. Since 0.3.0 it
+    /// may be `lowconSyncAuto` (the default): the planner's choice.
     pub graph_sync: lowconSync_t,
+    /// (Since 0.3.0) what runs beside the call, a hint the planner reads:
+    /// `lowconContextAlone` (the default), `lowconContextFsdp` or `lowconContextTp`.
+    pub context: lowconContext_t,
+    /// (Since 0.3.0) reduce-scatter, nonzero: the float input holds bf16 values upcast
+    /// (FSDP2's bf16 gradients reduced in f32), so the planner may send the bf16 wire
+    /// (exact for any data; half the bytes for such data). Zero (the default): no hint.
+    pub bf16_exact: c_int,
 }
 
 /// `lowconCollOptions.reduce_launch`: the library's choice.
@@ -462,7 +484,7 @@ fn default_options(size: usize) -> lowconCollOptions {
         magic: lowconCollOptionsMagic,
         version: info::version() as c_uint,
         algorithm: std::ptr::null(),
-        sync: lowconSyncKernel,
+        sync: lowconSyncAuto,
         ctas: 0,
         pipeline: 0,
         channel: 0,
@@ -471,7 +493,9 @@ fn default_options(size: usize) -> lowconCollOptions {
         wire: lowconTypeDefault,
         recv_type: lowconTypeDefault,
         reduce_launch: lowconReduceLaunchAuto,
-        graph_sync: lowconSyncKernel,
+        graph_sync: lowconSyncAuto,
+        context: lowconContextAlone,
+        bf16_exact: 0,
     }
 }
 
@@ -492,9 +516,12 @@ fn options<A: std::str::FromStr<Err = Error> + Default>(
         out.algorithm = name.parse()?;
     }
     let sync = |s: lowconSync_t, what: &str| match s {
-        lowconSyncKernel => Ok(SyncMethod::Kernel),
-        lowconSyncMemop => Ok(SyncMethod::StreamMemop),
-        s => Err(invalid(format!("{what} {s}: expected lowconSyncKernel (0) or lowconSyncMemop (1)"))),
+        lowconSyncKernel => Ok(Some(SyncMethod::Kernel)),
+        lowconSyncMemop => Ok(Some(SyncMethod::StreamMemop)),
+        lowconSyncAuto => Ok(None),
+        s => Err(invalid(format!(
+            "{what} {s}: expected lowconSyncKernel (0), lowconSyncMemop (1) or lowconSyncAuto (2)"
+        ))),
     };
     out.sync = sync(o.sync, "sync")?;
     out.graph_sync = sync(o.graph_sync, "graph_sync")?;
@@ -505,7 +532,21 @@ fn options<A: std::str::FromStr<Err = Error> + Default>(
     out.pipeline = Some(nonneg(o.pipeline, "pipeline")?).filter(|&p| p != 0);
     out.channel = nonneg(o.channel, "channel")?;
     out.allow_staging = o.allow_staging != 0;
-    out.map_ordinary = o.map_ordinary != 0;
+    out.map_ordinary = match o.map_ordinary {
+        0 => None,
+        v => Some(v > 0),
+    };
+    out.context = match o.context {
+        lowconContextAlone => lowcon::Context::Alone,
+        lowconContextFsdp => lowcon::Context::Fsdp,
+        lowconContextTp => lowcon::Context::Tp,
+        c => {
+            return Err(invalid(format!(
+                "context {c}: expected lowconContextAlone (0), lowconContextFsdp (1) or lowconContextTp (2)"
+            )));
+        }
+    };
+    out.bf16_exact = o.bf16_exact != 0;
     out.wire = optional_dtype(o.wire).map_err(|f| invalid(format!("wire: {}", f.1)))?;
     let recv = optional_dtype(o.recv_type).map_err(|f| invalid(format!("recv_type: {}", f.1)))?;
     out.reduce_launch = u32::try_from(o.reduce_launch)

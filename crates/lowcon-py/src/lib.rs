@@ -30,7 +30,7 @@ use pyo3::prelude::*;
 use crate::backend::{Backend, is_gpu, join, sync_method};
 use crate::channels::Channels;
 
-use call::{Which, options};
+use call::{Hints, Which, options};
 use errors::{invalid, to_py};
 use lowcon::cuda::Stream;
 use lowcon::{DType, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions, ReduceOp};
@@ -154,7 +154,8 @@ impl Group {
 
     /// All-gather into `output` (world x input elements) from `input`. `on_current`: `stream` is torch's current stream (see `collective`).
     /// `arrivals` (from `arrivals()`): record each rank's piece as it lands (NOTE [per-piece arrivals]).
-    #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "kernel", graph_sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = false, stream = None, on_current = false, arrivals = None))]
+    /// `context` ("alone", "fsdp", "tp") hints the planner what runs beside the call.
+    #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "auto", graph_sync = "auto", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = None, stream = None, on_current = false, arrivals = None, context = "alone"))]
     #[allow(clippy::too_many_arguments)]
     fn all_gather<'py>(
         &self,
@@ -168,10 +169,11 @@ impl Group {
         pipeline: Option<u32>,
         channel: Option<u32>,
         allow_staging: bool,
-        map_ordinary: bool,
+        map_ordinary: Option<bool>,
         stream: Option<isize>,
         on_current: bool,
         arrivals: Option<PyRef<'py, PyArrivals>>,
+        context: &str,
     ) -> PyResult<()> {
         let opts = options(
             algorithm,
@@ -182,6 +184,7 @@ impl Group {
             allow_staging,
             map_ordinary,
             (None, "auto"),
+            Hints { context, bf16_exact: false },
         )?;
         let arrivals = arrivals.map(|a| a.inner.clone());
         self.collective(py, output, input, Which::AllGather(opts, arrivals), stream, on_current)
@@ -214,15 +217,17 @@ impl Group {
         on_current: bool,
     ) -> PyResult<()> {
         let op: ReduceOp = op.parse().map_err(to_py)?;
-        let opts = options("auto", ("kernel", "kernel"), ctas, None, channel, false, false, (None, "auto"))?;
+        let hints = Hints { context: "tp", bf16_exact: false };
+        let opts = options("auto", ("auto", "auto"), ctas, None, channel, false, Some(false), (None, "auto"), hints)?;
         self.collective(py, output, input, Which::Released(op, opts, produce), stream, on_current)
     }
 
     /// Reduce-scatter into `output` from `input` (world x output elements), with `op`
     /// ("sum", "avg", "min", "max"). `wire`: "bf16" sends an f32 input's top halves
     /// (NOTE [bf16 wire]); a bf16 input may reduce into an f32 output. `reduce_launch`:
-    /// "auto", "pieces" or "once" (NOTE [one launch per call]).
-    #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "kernel", graph_sync = "kernel", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = false, wire = None, reduce_launch = "auto", stream = None, on_current = false))]
+    /// "auto", "pieces" or "once" (NOTE [one launch per call]). `context` and
+    /// `bf16_exact` are hints for the planner (NOTE [one planner]).
+    #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "auto", graph_sync = "auto", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = None, wire = None, reduce_launch = "auto", stream = None, on_current = false, context = "alone", bf16_exact = false))]
     #[allow(clippy::too_many_arguments)]
     fn reduce_scatter<'py>(
         &self,
@@ -237,11 +242,13 @@ impl Group {
         pipeline: Option<u32>,
         channel: Option<u32>,
         allow_staging: bool,
-        map_ordinary: bool,
+        map_ordinary: Option<bool>,
         wire: Option<&str>,
         reduce_launch: &str,
         stream: Option<isize>,
         on_current: bool,
+        context: &str,
+        bf16_exact: bool,
     ) -> PyResult<()> {
         let op: ReduceOp = op.parse().map_err(to_py)?;
         let opts = options(
@@ -253,6 +260,7 @@ impl Group {
             allow_staging,
             map_ordinary,
             (wire, reduce_launch),
+            Hints { context, bf16_exact },
         )?;
         self.collective(py, output, input, Which::ReduceScatter(op, opts), stream, on_current)
     }
@@ -363,6 +371,101 @@ impl Group {
         Ok(d)
     }
 
+    /// What the planner would run for a call (NOTE [one planner]), as a dict: `kind` is
+    /// "all-gather" or "reduce-scatter", `count` the elements per rank (the all-gather's
+    /// input, the reduce-scatter's output), `symmetric` whether the memory peers read (the
+    /// all-gather's output, the reduce-scatter's input) is the pool's, `captured` whether
+    /// the call would be captured into a CUDA graph. The options are the collectives'.
+    #[pyo3(signature = (kind, count, dtype, *, out_dtype = None, op = "sum", symmetric = false, captured = false, algorithm = "auto", sync = "auto", graph_sync = "auto", ctas = None, pipeline = None, map_ordinary = None, wire = None, reduce_launch = "auto", context = "alone", bf16_exact = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn plan<'py>(
+        &self,
+        py: Python<'py>,
+        kind: &str,
+        count: usize,
+        dtype: &str,
+        out_dtype: Option<&str>,
+        op: &str,
+        symmetric: bool,
+        captured: bool,
+        algorithm: &str,
+        sync: &str,
+        graph_sync: &str,
+        ctas: Option<u32>,
+        pipeline: Option<u32>,
+        map_ordinary: Option<bool>,
+        wire: Option<&str>,
+        reduce_launch: &str,
+        context: &str,
+        bf16_exact: bool,
+    ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let dt: DType = dtype.parse().map_err(to_py)?;
+        let hints = Hints { context, bf16_exact };
+        let fields = match kind {
+            "all-gather" => {
+                let o = options::<lowcon::AllGatherAlgorithm>(
+                    algorithm,
+                    (sync, graph_sync),
+                    ctas,
+                    pipeline,
+                    Some(0),
+                    true,
+                    map_ordinary,
+                    (None, "auto"),
+                    hints,
+                )?;
+                let call =
+                    lowcon::plan::AgCall { shard: count * dt.size(), dtype: dt, output_symmetric: symmetric, captured };
+                self.with(|b| Ok(b.planner().all_gather(&call, &o).fields()))?
+            }
+            "reduce-scatter" => {
+                let o = options::<lowcon::ReduceScatterAlgorithm>(
+                    algorithm,
+                    (sync, graph_sync),
+                    ctas,
+                    pipeline,
+                    Some(0),
+                    true,
+                    map_ordinary,
+                    (wire, reduce_launch),
+                    hints,
+                )?;
+                let out: DType = out_dtype.unwrap_or(dtype).parse().map_err(to_py)?;
+                let call = lowcon::plan::RsCall {
+                    chunk: count * dt.size(),
+                    input: dt,
+                    output: out,
+                    op: op.parse().map_err(to_py)?,
+                    input_symmetric: symmetric,
+                    captured,
+                };
+                self.with(|b| Ok(b.planner().reduce_scatter(&call, &o).fields()))?
+            }
+            k => {
+                return Err(invalid(format!(
+                    "rank {}: plan kind {k:?}: expected all-gather or reduce-scatter",
+                    self.rank
+                )));
+            }
+        };
+        let d = pyo3::types::PyDict::new(py);
+        for (k, v) in fields {
+            match k {
+                "ctas" | "pieces" => d.set_item(k, v.parse::<u32>().unwrap_or(0))?,
+                "map_ordinary" => d.set_item(k, v == "true")?,
+                "wire" if v == "none" => d.set_item(k, py.None())?,
+                _ => d.set_item(k, v)?,
+            }
+        }
+        let (table, how) = self.with(|b| {
+            let (t, how) = b.planner().table();
+            Ok((t.name.clone(), how.to_string()))
+        })?;
+        d.set_item("table", table)?;
+        d.set_item("table_how", how)?;
+        Ok(d)
+    }
+
     /// The bytes this rank's calls moved to and from peers (NOTE [bf16 wire]): a dict.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         let s = self.with(|b| py.detach(|| b.stats()).map_err(to_py))?;
@@ -461,7 +564,5 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(placement::device_index, m)?)?;
     m.add_function(wrap_pyfunction!(placement::share_gpu, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    // The library's `auto` limit for `ll` reduce-scatter chunks at 2 ranks (lowcon.fsdp).
-    m.add("LL_MAX_CHUNK_2", lowcon::coll::LL_MAX_CHUNK_2)?;
     Ok(())
 }

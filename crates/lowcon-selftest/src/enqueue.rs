@@ -42,8 +42,8 @@ fn enqueue(g: &GpuGroup, b: &StreamBufs, ch: u32, i: usize, n: usize, sync: Sync
     let part = DeviceBuf::symmetric(&b.inp, 0, n, DType::Bf16)?;
     let out_whole = DeviceBuf::symmetric(&b.out, 0, n * w, DType::Bf16)?;
     let out_part = DeviceBuf::symmetric(&b.out, 0, n, DType::Bf16)?;
-    let ag = |a| AllGatherOptions { algorithm: a, sync, channel: ch, ..Default::default() };
-    let rs = |a| ReduceScatterOptions { algorithm: a, sync, channel: ch, ..Default::default() };
+    let ag = |a| AllGatherOptions { algorithm: a, sync: Some(sync), channel: ch, ..Default::default() };
+    let rs = |a| ReduceScatterOptions { algorithm: a, sync: Some(sync), channel: ch, ..Default::default() };
     match i % 5 {
         0 => g.all_gather(part, out_whole, &b.stream, &ag(AllGatherAlgorithm::CePull)),
         1 => g.all_gather(part, out_whole, &b.stream, &ag(AllGatherAlgorithm::CePush)),

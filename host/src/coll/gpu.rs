@@ -39,11 +39,8 @@ use super::check::{
     staged_slot,
 };
 use super::device_buf::DeviceBuf;
+use super::geometry::{piece_elems, tma_ring, tma_split};
 use super::launch;
-use super::select::{
-    DEFAULT_REDUCE_CTAS, DEFAULT_TMA_CTAS, choose_all_gather, choose_reduce_scatter, default_pieces, oneshot_ctas,
-    piece_elems, tma_ring, tma_split,
-};
 use super::wire::{self, Counters, Moved, Plan};
 use super::{AllGatherAlgorithm, AllGatherOptions, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
 use crate::cuda::kernels::TmaArgs;
@@ -51,6 +48,7 @@ use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
 use crate::memory::mapped::PeerMaps;
+use crate::plan::{AgCall, AgPlan, Planner, RsCall, RsPlan};
 use crate::sync::SyncMethod;
 use crate::sync::gpu::GpuSync;
 use crate::sync::gpu::graph::Mode;
@@ -61,9 +59,8 @@ pub(crate) struct GpuColl {
     // Before `sync`: workspaces are released while the group's core is still up.
     channels: Box<[Mutex<ChannelState>]>,
     pub(crate) sync: Arc<GpuSync>,
-    /// Ranks sharing this GPU (shared mode): the most CTAs any collective kernel gets
-    /// (NOTE [shared CTAs]).
-    cta_cap: Option<u32>,
+    /// Decides every call (NOTE [one planner]; the CTA cap of ranks sharing a GPU too).
+    pub(crate) planner: Arc<Planner>,
     /// Ordinary inputs that peers read in place (`map_ordinary`).
     maps: Box<PeerMaps>,
     /// Bytes moved to and from peers, as enqueued (NOTE [bf16 wire]; the device counts
@@ -125,13 +122,11 @@ fn refuse_staging(rank: usize, algorithm: &str, what: &str) -> Error {
 }
 
 impl GpuColl {
-    /// `ranks_on_gpu`: how many ranks of the group use this rank's GPU (1 unless shared).
     /// Collective (the address mailbox).
-    pub(crate) fn new(sync: Arc<GpuSync>, ranks_on_gpu: usize, sm_count: u32) -> Result<Self> {
+    pub(crate) fn new(sync: Arc<GpuSync>, planner: Arc<Planner>) -> Result<Self> {
         let channels = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(ChannelState::default())).collect();
-        let cta_cap = crate::coll::select::shared_cta_cap(ranks_on_gpu, sm_count);
         let maps = Box::new(PeerMaps::new(&sync.core, &sync.device)?);
-        Ok(Self { channels, sync, cta_cap, maps, counters: Box::default() })
+        Ok(Self { channels, sync, planner, maps, counters: Box::default() })
     }
 
     /// Bytes of this rank's workspaces and LL buffers, over every channel (what the
@@ -143,11 +138,6 @@ impl GpuColl {
                 + st.kept.iter().map(SymmetricBuffer::len).sum::<usize>()
         };
         self.channels.iter().filter_map(|c| c.try_lock().ok().map(|st| held(&st))).sum()
-    }
-
-    /// A kernel's CTA count, within the shared-GPU cap (NOTE [shared CTAs]).
-    fn ctas(&self, chosen: u32) -> u32 {
-        self.cta_cap.map_or(chosen, |c| chosen.min(c))
     }
 
     fn check_buf(&self, what: &str, b: &DeviceBuf<'_>) -> Result<()> {
@@ -259,7 +249,6 @@ impl GpuColl {
         if let Some(a) = arrivals {
             a.check(rank, world, self.sync.device.index())?;
         }
-        let opts = &opts.in_mode(mode == Mode::Captured);
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
         no_wire(rank, (opts.wire, opts.reduce_launch), input.dtype)?;
@@ -267,17 +256,16 @@ impl GpuColl {
         if shard == 0 {
             return arrivals.map_or(Ok(()), |a| a.record_all(stream));
         }
-        let algorithm = match opts.algorithm {
-            AllGatherAlgorithm::Auto => choose_all_gather(shard, world, output.is_symmetric()),
-            a => a,
-        };
+        let captured = mode == Mode::Captured;
+        let plan = self.plan_all_gather(shard, &input, &output, captured, opts);
+        let algorithm = plan.algorithm;
         // NOTE [per-piece arrivals]: ce-pull records each piece as it lands, the others all at the end.
         let (each, at_end) = match algorithm {
             AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto => (arrivals, None),
             _ => (None, arrivals),
         };
         if algorithm == AllGatherAlgorithm::Ll {
-            self.ll_all_gather(&input, &output, stream, opts, shard, mode)?;
+            self.ll_all_gather(&input, &output, stream, (opts.channel, &plan), shard, mode)?;
             at_end.map_or(Ok(()), |a| a.record_all(stream))?;
             // Every 8 bytes travel as a 16-byte line (NOTE [LL protocol]).
             self.count(Moved::AllGather(2 * (world - 1) * shard));
@@ -299,7 +287,7 @@ impl GpuColl {
         let pull_in_place = in_place && matches!(algorithm, AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto);
         // Peers read this rank's ordinary input in place (NOTE [mapped ordinary memory]).
         // Not when captured: the exchange is a host rendezvous per call (NOTE [graph flags]).
-        let mapped = opts.map_ordinary
+        let mapped = plan.map_ordinary
             && mode == Mode::Eager
             && !input.is_symmetric()
             && !in_place
@@ -358,14 +346,14 @@ impl GpuColl {
                     ce_copy(copy, out + rank as u64 * s, input.ptr, own)?;
                     each.map_or(Ok(()), |a| a.record(copy, rank))?;
                     copy.record(join)?;
-                    self.enter(stream, ch, opts.sync, mode)?;
+                    self.enter(stream, ch, plan.sync, mode)?;
                     each.map_or(Ok(()), |a| a.record_started(stream))?;
                     for p in rotated(rank, world).filter(|&p| p != rank) {
                         ce_copy(stream, out + p as u64 * s, shard_of(p), shard)?;
                         each.map_or(Ok(()), |a| a.record(stream, p))?;
                     }
                     stream.wait(join)?;
-                    self.exit(stream, ch, opts.sync, mode)?;
+                    self.exit(stream, ch, plan.sync, mode)?;
                 }
                 AllGatherAlgorithm::CePush => {
                     let dst = match output.symm {
@@ -376,11 +364,11 @@ impl GpuColl {
                     copy.wait(fork)?;
                     ce_copy(copy, out + rank as u64 * s, input.ptr, own)?;
                     copy.record(join)?;
-                    self.enter(stream, ch, opts.sync, mode)?;
+                    self.enter(stream, ch, plan.sync, mode)?;
                     for p in rotated(rank, world).filter(|&p| p != rank) {
                         ce_copy(stream, dst.peer(p) + rank as u64 * s, input.ptr, shard)?;
                     }
-                    self.exit(stream, ch, opts.sync, mode)?;
+                    self.exit(stream, ch, plan.sync, mode)?;
                     if stage_out {
                         let local = dst.peer(rank);
                         ce_copy(stream, out, local, rank * shard)?;
@@ -392,10 +380,10 @@ impl GpuColl {
                 AllGatherAlgorithm::Ll => unreachable!("handled by ll_all_gather"),
                 AllGatherAlgorithm::SmOneshot => {
                     let src = self.symmetric_input(stream, &input, ws, 0)?;
-                    let ctas = self.ctas(opts.ctas.unwrap_or_else(|| oneshot_ctas(world * shard)));
+                    let ctas = plan.ctas;
                     let vec_ok = src.off.is_multiple_of(16) && out.is_multiple_of(16) && shard.is_multiple_of(16);
                     let kernels = self.sync.device.kernels()?;
-                    self.one_shot(stream, (ch, opts.sync, mode), |f| {
+                    self.one_shot(stream, (ch, plan.sync, mode), |f| {
                         kernels.allgather_oneshot(stream, f, ctas, src.bases(), src.off as u64, out, s, vec_ok)
                     })?;
                 }
@@ -425,42 +413,47 @@ impl GpuColl {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         let mode = self.sync.begin(stream)?;
         opts.check(rank)?;
-        let opts = &opts.in_mode(mode == Mode::Captured);
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
-        let (chunk, plan) =
-            check_reduce_scatter(rank, world, (input.count, input.dtype), (output.count, output.dtype), opts.wire)?;
+        let captured = mode == Mode::Captured;
+        let plan = self.plan_reduce_scatter(&input, &output, op, captured, opts);
+        let (chunk, carry) =
+            check_reduce_scatter(rank, world, (input.count, input.dtype), (output.count, output.dtype), plan.wire)?;
         let dt = input.dtype.kernel_index()?;
         if chunk == 0 {
             return Ok(());
         }
-        let algorithm = match int_algorithm(rank, input.dtype, opts.algorithm, op)? {
-            ReduceScatterAlgorithm::Auto if plan == Plan::Same => choose_reduce_scatter(chunk, world),
-            a => wire::algorithm(rank, plan, (a, opts.pipeline), input.dtype, output.dtype)?,
-        };
+        let algorithm = int_algorithm(rank, input.dtype, plan.algorithm, op)?;
+        let algorithm = wire::algorithm(rank, carry, (algorithm, plan.pieces), input.dtype, output.dtype)?;
         check_push_op(rank, algorithm, op)?;
-        wire_steps::refuse_bf16_in_place(rank, plan, &input, &output)?;
-        let pe = piece_elems(output.count, opts.pipeline.unwrap_or_else(|| default_pieces(chunk)));
+        wire_steps::refuse_bf16_in_place(rank, carry, &input, &output)?;
+        let pe = piece_elems(output.count, plan.pieces);
         let pieces = output.count.div_ceil(pe);
-        let once = launch::once(rank, opts.reduce_launch, (algorithm, plan), input.dtype, pieces as u32)?;
+        let once = launch::once(
+            rank,
+            (plan.reduce_launch, plan.launch_explicit),
+            (algorithm, carry),
+            input.dtype,
+            pieces as u32,
+        )?;
         match algorithm {
             ReduceScatterAlgorithm::TmaPushReduce => {
-                self.push_reduce(input, output, stream, opts, chunk, dt, mode)?;
+                self.push_reduce(input, output, stream, (opts.channel, &plan), chunk, dt, mode)?;
                 self.count(Moved::ReduceScatter((world - 1) * chunk));
                 return Ok(());
             }
             ReduceScatterAlgorithm::Ll => {
-                self.ll_reduce_scatter(&input, &output, op, stream, opts, chunk, dt, mode)?;
+                self.ll_reduce_scatter(&input, &output, op, stream, (opts.channel, &plan), chunk, dt, mode)?;
                 self.count(Moved::ReduceScatter(2 * (world - 1) * chunk));
                 return Ok(());
             }
             // At one rank nothing crosses a link: the f32 path below.
-            _ if plan == Plan::Split && world > 1 => {
-                return self.wire_reduce_scatter(&input, &output, op, stream, opts, mode);
+            _ if carry == Plan::Split && world > 1 => {
+                return self.wire_reduce_scatter(&input, &output, op, stream, (opts.channel, &plan), mode);
             }
             _ => {}
         }
-        let mapped = opts.map_ordinary
+        let mapped = plan.map_ordinary
             && mode == Mode::Eager
             && !input.is_symmetric()
             && algorithm == ReduceScatterAlgorithm::CeReduce;
@@ -471,8 +464,7 @@ impl GpuColl {
         let esize = input.dtype.size();
         let out_size = output.dtype.size();
         let n = output.count;
-        let tma = matches!(algorithm, ReduceScatterAlgorithm::TmaReduce | ReduceScatterAlgorithm::TmaReduceEvict);
-        let ctas = self.ctas(opts.ctas.unwrap_or(if tma { DEFAULT_TMA_CTAS } else { DEFAULT_REDUCE_CTAS }));
+        let ctas = plan.ctas;
         let ch = opts.channel;
         let mut st = self.channel(ch);
         let peers = match mapped {
@@ -516,12 +508,12 @@ impl GpuColl {
                         pe,
                         esize,
                         out_size,
-                        plan,
+                        plan: carry,
                         dt,
                         ctas,
                         op,
                         channel: ch,
-                        sync: opts.sync,
+                        sync: plan.sync,
                         mode,
                         once,
                     };
@@ -531,7 +523,7 @@ impl GpuColl {
                     let src = src.expect("kernels read symmetric inputs");
                     let off = src.off + rank * chunk;
                     let vec_ok = off.is_multiple_of(16) && out.is_multiple_of(16);
-                    self.one_shot(stream, (ch, opts.sync, mode), |f| {
+                    self.one_shot(stream, (ch, plan.sync, mode), |f| {
                         kernels.rs_direct(
                             stream,
                             dt,
@@ -569,7 +561,7 @@ impl GpuColl {
                         vec_out: (out + (head * esize) as u64).is_multiple_of(16),
                         evict_first: algorithm == ReduceScatterAlgorithm::TmaReduceEvict,
                     };
-                    self.one_shot(stream, (ch, opts.sync, mode), |f| kernels.tma_reduce(stream, dt, f, ctas, &a))?;
+                    self.one_shot(stream, (ch, plan.sync, mode), |f| kernels.tma_reduce(stream, dt, f, ctas, &a))?;
                 }
             }
         }
@@ -579,6 +571,45 @@ impl GpuColl {
         self.finish(stream, mode, peers.as_ref())?;
         drop(st);
         Ok(())
+    }
+
+    /// The plan of an all-gather on this group (NOTE [one planner]), logged once per
+    /// distinct plan with `LOWCON_DEBUG=1`.
+    pub(crate) fn plan_all_gather(
+        &self,
+        shard: usize,
+        input: &DeviceBuf<'_>,
+        output: &DeviceBuf<'_>,
+        captured: bool,
+        opts: &AllGatherOptions,
+    ) -> AgPlan {
+        let call = AgCall { shard, dtype: input.dtype, output_symmetric: output.is_symmetric(), captured };
+        let plan = self.planner.all_gather(&call, opts);
+        crate::log::plan(self.sync.core.rank, "all-gather", shard, &plan);
+        plan
+    }
+
+    /// The plan of a reduce-scatter on this group (NOTE [one planner]).
+    pub(crate) fn plan_reduce_scatter(
+        &self,
+        input: &DeviceBuf<'_>,
+        output: &DeviceBuf<'_>,
+        op: ReduceOp,
+        captured: bool,
+        opts: &ReduceScatterOptions,
+    ) -> RsPlan {
+        let chunk = output.count.saturating_mul(input.dtype.size());
+        let call = RsCall {
+            chunk,
+            input: input.dtype,
+            output: output.dtype,
+            op,
+            input_symmetric: input.is_symmetric(),
+            captured,
+        };
+        let plan = self.planner.reduce_scatter(&call, opts);
+        crate::log::plan(self.sync.core.rank, "reduce-scatter", chunk, &plan);
+        plan
     }
 
     /// Collective: grows channel `channel`'s workspace to at least `bytes` now, and sets

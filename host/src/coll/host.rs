@@ -18,12 +18,13 @@ use std::borrow::Cow;
 use std::sync::Mutex;
 
 use super::check::{check_all_gather, check_push_op, check_reduce_scatter, grow_to, int_algorithm, no_wire, rotated};
+use super::geometry::{piece_elems, tma_ring, tma_split};
 use super::reference::{reduce_into, reduce_into_as};
-use super::select::{choose_all_gather, choose_reduce_scatter, default_pieces, piece_elems, tma_ring, tma_split};
 use super::wire::{self, Counters, Moved, Plan};
 use super::{AllGatherAlgorithm, AllGatherOptions, DType, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
 use crate::error::{Error, Result};
 use crate::memory::host::{HostBuffer, alloc};
+use crate::plan::{AgCall, Planner, RsCall};
 use crate::sync::host::HostSync;
 
 /// A collective's input on the host backend.
@@ -103,6 +104,8 @@ fn refuse_staging(rank: usize, algorithm: &str, what: &str) -> Error {
 /// collectively on demand).
 pub(crate) struct HostColl {
     pub(crate) sync: HostSync,
+    /// Decides every call (NOTE [one planner]).
+    pub(crate) planner: std::sync::Arc<Planner>,
     workspaces: Vec<Mutex<Option<HostBuffer>>>,
     ll: Vec<Mutex<ll::LlState>>,
     /// Bytes moved to and from peers (NOTE [bf16 wire]).
@@ -110,10 +113,10 @@ pub(crate) struct HostColl {
 }
 
 impl HostColl {
-    pub(crate) fn new(sync: HostSync) -> Self {
+    pub(crate) fn new(sync: HostSync, planner: std::sync::Arc<Planner>) -> Self {
         let workspaces = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(None)).collect();
         let ll = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::default()).collect();
-        Self { sync, workspaces, ll, counters: Counters::default() }
+        Self { sync, planner, workspaces, ll, counters: Counters::default() }
     }
 
     /// The counters (NOTE [bf16 wire]).
@@ -170,10 +173,10 @@ impl HostColl {
         if shard == 0 {
             return Ok(());
         }
-        let algorithm = match opts.algorithm {
-            AllGatherAlgorithm::Auto => choose_all_gather(shard, world, false),
-            a => a,
-        };
+        let call = AgCall { shard, dtype, output_symmetric: false, captured: false };
+        let plan = self.planner.all_gather(&call, opts);
+        crate::log::plan(rank, "all-gather", shard, &plan);
+        let algorithm = plan.algorithm;
         if algorithm == AllGatherAlgorithm::Ll {
             self.ll_all_gather(input, output, opts.channel, shard)?;
             self.counters.add(Moved::AllGather(2 * (world - 1) * shard));
@@ -268,18 +271,33 @@ impl HostColl {
         input.check(rank)?;
         let n_in = elems(rank, "reduce-scatter input", input.len(), dtype)?;
         let n_out = elems(rank, "reduce-scatter output", output.len(), out_dtype)?;
-        let (chunk, plan) = check_reduce_scatter(rank, world, (n_in, dtype), (n_out, out_dtype), opts.wire)?;
+        let input_symmetric = matches!(input, HostInput::Symmetric { .. });
+        let call = RsCall {
+            chunk: n_out.saturating_mul(dtype.size()),
+            input: dtype,
+            output: out_dtype,
+            op,
+            input_symmetric,
+            captured: false,
+        };
+        let planned = self.planner.reduce_scatter(&call, opts);
+        crate::log::plan(rank, "reduce-scatter", call.chunk, &planned);
+        let (chunk, plan) = check_reduce_scatter(rank, world, (n_in, dtype), (n_out, out_dtype), planned.wire)?;
         if chunk == 0 {
             return Ok(());
         }
-        let algorithm = match int_algorithm(rank, dtype, opts.algorithm, op)? {
-            ReduceScatterAlgorithm::Auto if plan == Plan::Same => choose_reduce_scatter(chunk, world),
-            a => wire::algorithm(rank, plan, (a, opts.pipeline), dtype, out_dtype)?,
-        };
+        let algorithm = int_algorithm(rank, dtype, planned.algorithm, op)?;
+        let algorithm = wire::algorithm(rank, plan, (algorithm, planned.pieces), dtype, out_dtype)?;
         check_push_op(rank, algorithm, op)?;
         // No launches here, but the same calls are refused as on GPUs.
-        let pieces = n_out.div_ceil(piece_elems(n_out, opts.pipeline.unwrap_or_else(|| default_pieces(chunk))));
-        super::launch::once(rank, opts.reduce_launch, (algorithm, plan), dtype, pieces as u32)?;
+        let pieces = n_out.div_ceil(piece_elems(n_out, planned.pieces));
+        super::launch::once(
+            rank,
+            (planned.reduce_launch, planned.launch_explicit),
+            (algorithm, plan),
+            dtype,
+            pieces as u32,
+        )?;
         match algorithm {
             ReduceScatterAlgorithm::TmaPushReduce => {
                 self.push_reduce(input, output, dtype, opts, chunk)?;
@@ -292,7 +310,9 @@ impl HostColl {
                 return Ok(());
             }
             // At one rank nothing crosses a link: the f32 path below.
-            _ if plan == Plan::Split && world > 1 => return self.wire_reduce_scatter(input, output, op, opts, n_out),
+            _ if plan == Plan::Split && world > 1 => {
+                return self.wire_reduce_scatter(input, output, op, (opts.channel, planned.pieces), n_out);
+            }
             _ => {}
         }
         let plain = matches!(input, HostInput::Plain(_));
@@ -307,7 +327,7 @@ impl HostColl {
             }
             // Pieces change nothing in the result: the host reads and reduces 64 KiB at a
             // time (in cache), whatever the GPU's pipeline would be.
-            _ => piece_elems(n_out, opts.pipeline.unwrap_or_else(|| default_pieces(chunk))).min((64 << 10) / es),
+            _ => piece_elems(n_out, planned.pieces).min((64 << 10) / es),
         };
         let ch = opts.channel;
         self.with_workspace(ch, if plain { world * chunk } else { 0 }, |ws| {

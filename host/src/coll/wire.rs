@@ -107,12 +107,11 @@ pub(crate) fn plan(rank: usize, input: DType, output: DType, wire: Option<DType>
 
 /// Refuses an algorithm that cannot send `plan`'s wire (naming it), or more pieces than
 /// the split wire has signals for (at any world size, one rank included, where nothing
-/// crosses and the call runs as an f32 one); returns the algorithm to run (`auto`
-/// becomes `ce-reduce`).
+/// crosses and the call runs as an f32 one); returns the algorithm to run.
 pub(crate) fn algorithm(
     rank: usize,
     plan: Plan,
-    (algorithm, pipeline): (ReduceScatterAlgorithm, Option<u32>),
+    (algorithm, pipeline): (ReduceScatterAlgorithm, u32),
     input: DType,
     output: DType,
 ) -> Result<ReduceScatterAlgorithm> {
@@ -153,7 +152,7 @@ impl Layout {
         let stride = (n * 2).div_ceil(256) * 256 / 2;
         let plane = if split { (world - 1) * stride * 2 } else { 0 };
         let staging = 2 * plane;
-        let bytes = staging + super::select::STAGING_DEPTH * (world - 1) * pe * 2;
+        let bytes = staging + super::geometry::STAGING_DEPTH * (world - 1) * pe * 2;
         Self { hi: 0, lo: plane, stride, staging, bytes }
     }
 
@@ -167,26 +166,23 @@ impl Layout {
 
     /// Byte offset of staging slot `(piece % depth, peer slot k)` for pieces of `pe`.
     pub(crate) fn stage(&self, world: usize, pe: usize, piece: usize, k: usize) -> usize {
-        let ring = piece % super::select::STAGING_DEPTH;
+        let ring = piece % super::geometry::STAGING_DEPTH;
         self.staging + 2 * pe * (ring * (world - 1) + k)
     }
 }
 
-/// The pieces of a wire call of `n` elements per chunk: `pipeline` as given (at most
-/// `pad::WIRE_PIECES`, each with its own signal words) or the ce-reduce default (one per
-/// 16 MiB of the f32 chunk). Returns (elements per piece, pieces).
-pub(crate) fn pieces(rank: usize, n: usize, pipeline: Option<u32>) -> Result<(usize, usize)> {
+/// The pieces of a wire call of `n` elements per chunk, as planned: at most
+/// `pad::WIRE_PIECES`, each with its own signal words (the planner keeps its own choice
+/// within that; a caller's `pipeline` past it is refused here). Returns (elements per
+/// piece, pieces).
+pub(crate) fn pieces(rank: usize, n: usize, want: u32) -> Result<(usize, usize)> {
     let max = lowcon_abi::pad::WIRE_PIECES;
-    let want = match pipeline {
-        Some(p) if p > max => {
-            return Err(Error::InvalidArgument(format!(
-                "rank {rank}: pipeline {p}: a bf16-wire reduce-scatter has at most {max} pieces"
-            )));
-        }
-        Some(p) => p,
-        None => super::select::default_pieces(n * 4).min(max),
-    };
-    let pe = super::select::piece_elems(n, want);
+    if want > max {
+        return Err(Error::InvalidArgument(format!(
+            "rank {rank}: pipeline {want}: a bf16-wire reduce-scatter has at most {max} pieces"
+        )));
+    }
+    let pe = super::geometry::piece_elems(n, want.max(1));
     Ok((pe, n.div_ceil(pe)))
 }
 
@@ -309,12 +305,12 @@ mod tests {
     #[test]
     fn the_wire_runs_on_ce_reduce_and_the_others_refuse_by_name() {
         use ReduceScatterAlgorithm as A;
-        assert_eq!(algorithm(0, Plan::Same, (A::Ll, None), F32, F32).unwrap(), A::Ll);
+        assert_eq!(algorithm(0, Plan::Same, (A::Ll, 1), F32, F32).unwrap(), A::Ll);
         for p in [Plan::Split, Plan::Bf16In] {
-            assert_eq!(algorithm(0, p, (A::Auto, None), F32, F32).unwrap(), A::CeReduce);
-            assert_eq!(algorithm(0, p, (A::CeReduce, Some(64)), F32, F32).unwrap(), A::CeReduce);
+            assert_eq!(algorithm(0, p, (A::Auto, 1), F32, F32).unwrap(), A::CeReduce);
+            assert_eq!(algorithm(0, p, (A::CeReduce, 64), F32, F32).unwrap(), A::CeReduce);
             for a in [A::SmDirect, A::TmaReduce, A::TmaReduceEvict, A::TmaPushReduce, A::Ll] {
-                let e = algorithm(1, p, (a, None), Bf16, F32).unwrap_err().to_string();
+                let e = algorithm(1, p, (a, 1), Bf16, F32).unwrap_err().to_string();
                 assert!(e.contains("rank 1") && e.contains(a.name()) && e.contains("bf16 into f32"), "{e}");
             }
         }
@@ -324,7 +320,7 @@ mod tests {
     fn layout_keeps_slots_apart_and_aligned() {
         for world in [2usize, 3, 8] {
             for n in [1usize, 7, 1003, 65_541] {
-                let (pe, pieces) = pieces(0, n, Some(3)).unwrap();
+                let (pe, pieces) = pieces(0, n, 3).unwrap();
                 assert!(pieces <= 3 && pe * pieces >= n && pe % 64 == 0);
                 let l = Layout::new(world, n, pe, true);
                 assert_eq!(l.stride % 128, 0);
@@ -341,10 +337,10 @@ mod tests {
                 assert_eq!(plain.staging, 0);
             }
         }
-        let e = algorithm(2, Plan::Split, (ReduceScatterAlgorithm::CeReduce, Some(65)), F32, F32).unwrap_err();
+        let e = algorithm(2, Plan::Split, (ReduceScatterAlgorithm::CeReduce, 65), F32, F32).unwrap_err();
         assert!(e.to_string().contains("rank 2: pipeline 65"), "{e}");
-        let e = pieces(2, 100, Some(65)).unwrap_err().to_string();
+        let e = pieces(2, 100, 65).unwrap_err().to_string();
         assert!(e.contains("rank 2: pipeline 65") && e.contains("at most 64"), "{e}");
-        assert_eq!(pieces(0, 1 << 25, None).unwrap().1, 8, "128 MiB of f32: one piece per 16 MiB");
+        assert_eq!(pieces(0, 1 << 25, 8).unwrap().1, 8);
     }
 }

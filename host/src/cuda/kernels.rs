@@ -92,10 +92,10 @@ pub(crate) struct TmaArgs {
     /// Elements of the chunk.
     pub n: u64,
     pub op: u32,
-    /// Head elements and body bytes (`coll::select::tma_split`).
+    /// Head elements and body bytes (`coll::geometry::tma_split`).
     pub head: u64,
     pub body: u64,
-    /// Ring tile bytes and stages (`coll::select::tma_ring`).
+    /// Ring tile bytes and stages (`coll::geometry::tma_ring`).
     pub tile: u32,
     pub stages: u32,
     pub vec_out: bool,
@@ -115,7 +115,7 @@ pub(crate) struct PushArgs {
     pub acc_off: u64,
     /// Bytes pushed per chunk (the chunk rounded up to 16).
     pub body: u64,
-    /// Ring tile bytes (`coll::select::push_tile`).
+    /// Ring tile bytes (`coll::geometry::push_tile`).
     pub tile: u32,
 }
 

@@ -279,6 +279,14 @@ impl Group {
         })
     }
 
+    /// The planner that decides the group's calls (NOTE [one planner]).
+    pub fn planner(&self) -> &crate::plan::Planner {
+        match self {
+            Group::Gpu(g) => g.planner(),
+            Group::Host(g) => g.planner(),
+        }
+    }
+
     /// The bytes this rank's calls moved to and from peers.
     pub fn stats(&self) -> Result<CollStats> {
         match self {

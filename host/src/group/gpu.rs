@@ -16,6 +16,7 @@ use crate::coll::{AllGatherOptions, CollStats, DeviceBuf, ReduceOp, ReduceScatte
 use crate::cuda::{Device, Graph, Stream, raw};
 use crate::error::{Error, Result};
 use crate::memory::{HandleKind, SymmetricBuffer};
+use crate::plan::{Machine, Planner};
 use crate::rendezvous::{GroupCore, PeerInfo};
 use crate::sync::SyncMethod;
 use crate::sync::gpu::GpuSync;
@@ -95,13 +96,20 @@ impl GpuGroup {
         };
         let device = Device::open(index)?;
         let info = device.info()?;
+        // NOTE [tuning tables]: every rank must plan from the same table; a rank that
+        // cannot load one says so to the others instead of leaving them waiting.
+        let machine = Machine { device: info.name.clone(), sms: info.sm_count, world, ranks_on_gpu: 1 };
+        let planner = Planner::for_machine(machine);
         let extra = vec![
             ("backend".to_string(), "gpu".to_string()),
             ("pci".to_string(), info.pci_bus_id.clone()),
             ("device_index".to_string(), index.to_string()),
             ("share_gpu".to_string(), u8::from(share).to_string()),
+            ("tuning".to_string(), crate::plan::announce(&planner)),
         ];
         let core = GroupCore::new(store, rank, world, &opts.name, extra, opts.timeout, gone)?;
+        let announced: Vec<&str> = core.infos.iter().map(|i| i.get("tuning")).collect();
+        crate::plan::agree(&announced)?;
         // Every rank evaluates the same checks on the same facts, so all fail together.
         let shared = check_placement(&core.infos)?;
         if !shared.is_empty() && rank == 0 {
@@ -138,6 +146,7 @@ impl GpuGroup {
         let shares_gpu = !shared.is_empty();
         let mine = core.infos[rank].get("pci");
         let ranks_on_gpu = core.infos.iter().filter(|i| i.get("pci") == mine).count();
+        let planner = Arc::new(planner?.sharing(ranks_on_gpu));
         let name = opts.name.clone();
         let sync = Arc::new(
             GpuSync::new(core, device, opts.handles)
@@ -145,7 +154,7 @@ impl GpuGroup {
         );
         Ok(Self {
             _watchdog: Watchdog::spawn(sync.clone())?,
-            coll: GpuColl::new(sync, ranks_on_gpu, info.sm_count)?,
+            coll: GpuColl::new(sync, planner)?,
             _store_server: None,
             shares_gpu,
             opts: GpuGroupOptions { device: Some(index), share_gpu: Some(share), ..opts },
@@ -376,6 +385,12 @@ impl GpuGroup {
     /// on a side stream, bounded: synchronise first for the calls just enqueued).
     pub fn stats(&self) -> Result<CollStats> {
         self.coll.stats()
+    }
+
+    /// The planner that decides this group's calls (NOTE [one planner]): ask it what a
+    /// call would run (`planner().all_gather(..)`), or which table it uses.
+    pub fn planner(&self) -> &crate::plan::Planner {
+        &self.coll.planner
     }
 
     /// Bytes this rank's collectives hold in workspaces and LL buffers (symmetric memory

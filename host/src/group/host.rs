@@ -13,6 +13,7 @@ use crate::coll::host::HostColl;
 use crate::coll::{AllGatherOptions, CollStats, DType, HostInput, ReduceOp, ReduceScatterOptions};
 use crate::error::Result;
 use crate::memory::HostBuffer;
+use crate::plan::{Machine, Planner};
 use crate::rendezvous::GroupCore;
 use crate::sync::host::HostSync;
 
@@ -56,18 +57,16 @@ impl HostGroup {
         opts: HostGroupOptions,
         gone: crate::rendezvous::Watch<'_>,
     ) -> Result<Self> {
-        let core = GroupCore::new(
-            store,
-            rank,
-            world,
-            &opts.name,
-            vec![("backend".into(), "host".into())],
-            opts.timeout,
-            gone,
-        )?;
+        // NOTE [tuning tables]: every rank plans from the same table.
+        let planner = Planner::for_machine(Machine::host(world));
+        let extra = vec![("backend".into(), "host".into()), ("tuning".into(), crate::plan::announce(&planner))];
+        let core = GroupCore::new(store, rank, world, &opts.name, extra, opts.timeout, gone)?;
+        let announced: Vec<&str> = core.infos.iter().map(|i| i.get("tuning")).collect();
+        crate::plan::agree(&announced)?;
+        let planner = Arc::new(planner?);
         let sync =
             HostSync::new(core).map_err(|e| e.during(format!("creating group {:?}: the signal pads", opts.name)))?;
-        Ok(Self { coll: HostColl::new(sync), _store_server: None, opts, shrinks: Default::default() })
+        Ok(Self { coll: HostColl::new(sync, planner), _store_server: None, opts, shrinks: Default::default() })
     }
 
     /// Collective among the survivors: as [`crate::GpuGroup::shrink`], on the host backend.
@@ -225,5 +224,11 @@ impl HostGroup {
     /// (NOTE [bf16 wire]).
     pub fn stats(&self) -> CollStats {
         self.coll.stats()
+    }
+
+    /// The planner that decides this group's calls (NOTE [one planner]): ask it what a
+    /// call would run (`planner().all_gather(..)`), or which table it uses.
+    pub fn planner(&self) -> &crate::plan::Planner {
+        &self.coll.planner
     }
 }

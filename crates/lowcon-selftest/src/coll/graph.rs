@@ -289,7 +289,7 @@ fn captured_sync(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
             let (ib, ob) = c.bufs(rank, world)?;
             // The case sets both syncs to `sync`; `None` puts the library's default for
             // graphs under test.
-            let gs = graph_sync.unwrap_or(lowcon::CollOptions::<A>::default().graph_sync);
+            let gs = graph_sync.or(lowcon::CollOptions::<A>::default().graph_sync);
             let ag = AllGatherOptions { graph_sync: gs, ..c.case.ag_opts(A::CePull) };
             let rs = ReduceScatterOptions { graph_sync: gs, ..c.case.rs_opts(R::CeReduce) };
             res = res.and_then(|()| {

@@ -58,11 +58,15 @@ fn check_mapped(r: &GpuRunner, case: &Case, in_place: bool, tag: &str) -> Result
     };
     match case.coll {
         Coll::AllGather(a) => {
-            r.g.all_gather(ib, ob, r.stream, &AllGatherOptions { map_ordinary: true, ..case.ag_opts(a) })
+            r.g.all_gather(ib, ob, r.stream, &AllGatherOptions { map_ordinary: Some(true), ..case.ag_opts(a) })
         }
-        Coll::ReduceScatter(a, op) => {
-            r.g.reduce_scatter(ib, ob, op, r.stream, &ReduceScatterOptions { map_ordinary: true, ..case.rs_opts(a) })
-        }
+        Coll::ReduceScatter(a, op) => r.g.reduce_scatter(
+            ib,
+            ob,
+            op,
+            r.stream,
+            &ReduceScatterOptions { map_ordinary: Some(true), ..case.rs_opts(a) },
+        ),
     }
     .map_err(|m| format!("rank {rank}: {name}: {m}"))?;
     r.g.synchronize(r.stream).map_err(e)?;
@@ -108,7 +112,7 @@ fn gather_checked(
         count: n,
         symmetric: false,
         misalign: 0,
-        sync: opts.sync,
+        sync: opts.sync.unwrap_or_default(),
         channel: opts.channel,
     };
     let (wrong, first) = compare(&case, seed, rank, world, &got);
@@ -166,8 +170,12 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
         unsafe { raw::mem_op::copy_from_host(r.stream.raw(), b.ptr, &data) }.map_err(e)?;
     }
     let out = Legacy::new(4 * n * world)?;
-    let opts =
-        AllGatherOptions { algorithm: AllGatherAlgorithm::CePull, sync, map_ordinary: true, ..Default::default() };
+    let opts = AllGatherOptions {
+        algorithm: AllGatherAlgorithm::CePull,
+        sync: Some(sync),
+        map_ordinary: Some(true),
+        ..Default::default()
+    };
     for pass in 0..2 {
         for (k, b) in bufs.iter().enumerate() {
             let what = format!("live buffer {k}, pass {pass}");
@@ -209,9 +217,9 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
         let (inp, out) = (Legacy::new(4 * n)?, Legacy::new(4 * n * world)?);
         let opts = AllGatherOptions {
             algorithm: AllGatherAlgorithm::CePull,
-            sync,
+            sync: Some(sync),
             channel: ch,
-            map_ordinary: true,
+            map_ordinary: Some(true),
             ..Default::default()
         };
         for i in 0..50u64 {

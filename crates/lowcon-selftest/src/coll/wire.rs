@@ -337,7 +337,7 @@ pub fn gpu_wire_in_place(run: &Runner, sync: SyncMethod) -> Result<String, Strin
             let ob = buf.buf(rank * count * 4, count, DType::F32)?;
             let o = ReduceScatterOptions {
                 algorithm: ReduceScatterAlgorithm::CeReduce,
-                sync,
+                sync: Some(sync),
                 wire,
                 pipeline: Some(3),
                 ..Default::default()
@@ -358,7 +358,7 @@ pub fn gpu_wire_in_place(run: &Runner, sync: SyncMethod) -> Result<String, Strin
     let buf = Mem::new(r.g, r.stream, false, 1024 * world * 2)?;
     let ib = buf.buf(0, 1024 * world, DType::Bf16)?;
     let ob = buf.buf(rank * 512 * 2, 512, DType::F32)?;
-    let o = ReduceScatterOptions { sync, ..Default::default() };
+    let o = ReduceScatterOptions { sync: Some(sync), ..Default::default() };
     let ib = ib.sub(0, 512 * world).map_err(e)?;
     match r.g.reduce_scatter(ib, ob, ReduceOp::Sum, r.stream, &o) {
         Err(m) if m.to_string().contains("cannot run in place") => {}

@@ -25,7 +25,7 @@
 
 use super::{GpuColl, ce_copy};
 use crate::coll::check::staged_slot;
-use crate::coll::select::STAGING_DEPTH;
+use crate::coll::geometry::STAGING_DEPTH;
 use crate::coll::wire::Plan;
 use crate::coll::{ReduceOp, check::align256, check::rotated};
 use crate::cuda::kernels::{COLL_THREADS, OnceArgs, WireReduceArgs};

@@ -10,12 +10,13 @@
 //! device]), so LL calls can be captured into CUDA graphs.
 
 use super::{ChannelState, GpuColl, Sym};
+use crate::coll::ReduceOp;
 use crate::coll::device_buf::DeviceBuf;
-use crate::coll::select::{ll_ctas, ll_rounds};
-use crate::coll::{AllGatherOptions, ReduceOp, ReduceScatterOptions};
+use crate::coll::geometry::ll_rounds;
 use crate::cuda::kernels::LlArgs;
 use crate::cuda::{Stream, raw};
 use crate::error::{Error, Result};
+use crate::plan::{AgPlan, RsPlan, ll_ctas};
 use crate::sync::SyncMethod;
 use crate::sync::gpu::graph::Mode;
 
@@ -49,12 +50,13 @@ impl GpuColl {
     }
 
     /// Enqueues the rounds of an LL collective: `launch(args, ctas)` for each, with the
-    /// round's half, flag and lines.
+    /// round's half, flag and lines, and the plan's CTAs (no more than a round's lines
+    /// need: a last, short round takes fewer).
     fn ll_rounds(
         &self,
         stream: &Stream,
         (channel, sync, mode): (u32, SyncMethod, Mode),
-        ctas: Option<u32>,
+        ctas: u32,
         (src, dst, bytes): (u64, u64, usize),
         mut launch: impl FnMut(&LlArgs, u32) -> Result<()>,
     ) -> Result<()> {
@@ -79,7 +81,7 @@ impl GpuColl {
                 n,
                 aligned,
             };
-            launch(&a, self.ctas(ctas.unwrap_or_else(|| ll_ctas(n))))?;
+            launch(&a, ctas.min(ll_ctas(n)))?;
         }
         if mode == Mode::Eager {
             self.sync.track_ll(stream)?;
@@ -98,7 +100,7 @@ impl GpuColl {
         input: &DeviceBuf<'_>,
         output: &DeviceBuf<'_>,
         stream: &Stream,
-        opts: &AllGatherOptions,
+        (channel, plan): (u32, &AgPlan),
         shard: usize,
         mode: Mode,
     ) -> Result<()> {
@@ -107,12 +109,12 @@ impl GpuColl {
         let own = input.ptr != output.ptr + (rank * shard) as u64;
         let kernels = self.sync.device.kernels()?;
         let pad = self.sync.pad_args();
-        let ch = (opts.channel, opts.sync, mode);
-        self.ll_rounds(stream, ch, opts.ctas, (input.ptr, output.ptr, shard), |a, ctas| {
+        let ch = (channel, plan.sync, mode);
+        self.ll_rounds(stream, ch, plan.ctas, (input.ptr, output.ptr, shard), |a, ctas| {
             // SAFETY: the input holds `shard` bytes and the output `world * shard`
             // (checked); the LL buffers hold both halves of `world` slots of `a.slot`
             // bytes on every rank, and `a.n` lines fit a slot (`ll_rounds`).
-            unsafe { kernels.ll_allgather(stream, pad, opts.channel, ctas, a, own) }
+            unsafe { kernels.ll_allgather(stream, pad, channel, ctas, a, own) }
         })
     }
 
@@ -124,18 +126,18 @@ impl GpuColl {
         output: &DeviceBuf<'_>,
         op: ReduceOp,
         stream: &Stream,
-        opts: &ReduceScatterOptions,
+        (channel, plan): (u32, &RsPlan),
         chunk: usize,
         dt: usize,
         mode: Mode,
     ) -> Result<()> {
         let kernels = self.sync.device.kernels()?;
         let pad = self.sync.pad_args();
-        let ch = (opts.channel, opts.sync, mode);
-        self.ll_rounds(stream, ch, opts.ctas, (input.ptr, output.ptr, chunk), |a, ctas| {
+        let ch = (channel, plan.sync, mode);
+        self.ll_rounds(stream, ch, plan.ctas, (input.ptr, output.ptr, chunk), |a, ctas| {
             // SAFETY: as in `ll_all_gather`, with the input holding `world * chunk`
             // bytes and the output `chunk`.
-            unsafe { kernels.ll_rs(stream, dt, pad, opts.channel, ctas, a, op.code()) }
+            unsafe { kernels.ll_rs(stream, dt, pad, channel, ctas, a, op.code()) }
         })
     }
 }

@@ -2,13 +2,13 @@
 //! NVLink with bulk reductions (NOTE [tma-push-reduce] in `gpu-kernels/kernels/src/push.rs`).
 
 use super::{GpuColl, Sym, ce_copy};
-use crate::coll::ReduceScatterOptions;
 use crate::coll::check::align256;
 use crate::coll::device_buf::DeviceBuf;
-use crate::coll::select::{DEFAULT_TMA_CTAS, push_tile};
+use crate::coll::geometry::push_tile;
 use crate::cuda::Stream;
 use crate::cuda::kernels::PushArgs;
 use crate::error::Result;
+use crate::plan::RsPlan;
 use crate::sync::gpu::graph::Mode;
 
 impl GpuColl {
@@ -27,7 +27,7 @@ impl GpuColl {
         input: DeviceBuf<'_>,
         output: DeviceBuf<'_>,
         stream: &Stream,
-        opts: &ReduceScatterOptions,
+        (ch, plan): (u32, &RsPlan),
         chunk: usize,
         dt: usize,
         mode: Mode,
@@ -36,13 +36,12 @@ impl GpuColl {
         let slot = align256(chunk);
         let aligned = input.ptr.is_multiple_of(16) && chunk.is_multiple_of(16);
         let need = slot + if aligned { 0 } else { world * slot };
-        let ch = opts.channel;
         let mut st = self.channel(ch);
         self.prepare(&mut st, ch, mode, need, 0)?;
         let ws = st.workspace.as_ref().expect("prepared");
         let kernels = self.sync.device.kernels()?;
         let acc = ws.local_ptr();
-        let ctas = self.ctas(opts.ctas.unwrap_or(DEFAULT_TMA_CTAS));
+        let ctas = plan.ctas;
         // SAFETY: (the whole block) the input holds `world * chunk` bytes and the output
         // `chunk` (checked); the workspace holds `need` bytes on every rank (grown
         // collectively); the accumulator is written by its owner only before the entry
@@ -69,7 +68,7 @@ impl GpuColl {
                 body: chunk.next_multiple_of(16) as u64,
                 tile: push_tile(),
             };
-            self.one_shot(stream, (ch, opts.sync, mode), |f| kernels.tma_push_reduce(stream, dt, f, ctas, &a))?;
+            self.one_shot(stream, (ch, plan.sync, mode), |f| kernels.tma_push_reduce(stream, dt, f, ctas, &a))?;
             ce_copy(stream, output.ptr, acc, chunk)?;
         }
         self.finish(stream, mode, None)?;

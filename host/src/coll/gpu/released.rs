@@ -56,12 +56,6 @@ use crate::cuda::Stream;
 use crate::cuda::kernels::COLL_THREADS;
 use crate::error::{Error, Result};
 
-/// CTAs of the final reduction by default. It runs after the producer's last chunk, with
-/// nothing of the call left to overlap, so it takes enough CTAs to run at memory speed
-/// (50-65 GB/s a CTA, `docs/benchmarks.md`): 64 reduce a 64 MiB bf16 chunk of 2 ranks
-/// (192 MiB read and written) in about 60 µs on an H200, where 16 took about 240.
-pub(crate) const RELEASED_REDUCE_CTAS: u32 = 64;
-
 impl GpuColl {
     /// Released reduce-scatter (NOTE [release rounds]): calls `produce(d)` for every
     /// destination `d` in release order (`rank + 1, ..., rank`), which enqueues on
@@ -79,7 +73,6 @@ impl GpuColl {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         let mode = self.sync.begin(stream)?;
         opts.check(rank)?;
-        let opts = &opts.in_mode(mode == crate::sync::gpu::graph::Mode::Captured);
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
         let refuse = |why: String| Err(Error::InvalidArgument(format!("rank {rank}: released reduce-scatter: {why}")));
@@ -101,9 +94,19 @@ impl GpuColl {
                 opts.algorithm.name()
             ));
         }
-        let (chunk, plan) =
+        let (chunk, carry) =
             check_reduce_scatter(rank, world, (input.count, input.dtype), (output.count, output.dtype), None)?;
-        debug_assert_eq!(plan, Plan::Same);
+        debug_assert_eq!(carry, Plan::Same);
+        let call = crate::plan::RsCall {
+            chunk,
+            input: input.dtype,
+            output: output.dtype,
+            op,
+            input_symmetric: input.is_symmetric(),
+            captured: mode == crate::sync::gpu::graph::Mode::Captured,
+        };
+        let plan = self.planner.released(&call, opts);
+        crate::log::plan(rank, "released reduce-scatter", chunk, &plan);
         let Some((buf, off)) = input.symm else {
             return refuse(format!(
                 "the input ({} bytes) must be symmetric memory (the group's pool), which peers read in place as \
@@ -122,7 +125,7 @@ impl GpuColl {
         let (fork, join) = (&st.events[0], &st.events[1]);
         let kernels = self.sync.device.kernels()?;
         let pads = self.sync.pad_args();
-        let ctas = self.ctas(opts.ctas.unwrap_or(RELEASED_REDUCE_CTAS));
+        let ctas = plan.ctas;
         stream.record(fork)?;
         copy.wait(fork)?;
         // From here on a failure leaves peers waiting for this rank's releases (and this
@@ -169,7 +172,7 @@ impl GpuColl {
                 vec_ok,
             )?;
         }
-        self.exit(stream, ch, opts.sync, mode)?;
+        self.exit(stream, ch, plan.sync, mode)?;
         self.count(Moved::ReduceScatter((world - 1) * chunk));
         self.finish(stream, mode, None)?;
         drop(st);

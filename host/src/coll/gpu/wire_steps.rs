@@ -14,13 +14,14 @@
 //! barrier: peers never read this rank's input, only what it packed and signalled.
 
 use super::{GpuColl, ce_copy};
+use crate::coll::ReduceOp;
 use crate::coll::device_buf::DeviceBuf;
-use crate::coll::select::DEFAULT_REDUCE_CTAS;
+use crate::coll::geometry::STAGING_DEPTH;
 use crate::coll::wire::{Layout, Moved, pieces};
-use crate::coll::{ReduceOp, ReduceScatterOptions};
 use crate::cuda::kernels::{COLL_THREADS, WirePackArgs, WireReduceArgs};
 use crate::cuda::{Stream, StreamPriority};
 use crate::error::Result;
+use crate::plan::RsPlan;
 use crate::sync::gpu::graph::Mode;
 use lowcon_abi::pad;
 
@@ -45,15 +46,14 @@ impl GpuColl {
         output: &DeviceBuf<'_>,
         op: ReduceOp,
         stream: &Stream,
-        opts: &ReduceScatterOptions,
+        (ch, plan): (u32, &RsPlan),
         mode: Mode,
     ) -> Result<()> {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         let n = output.count;
-        let (pe, count) = pieces(rank, n, opts.pipeline)?;
+        let (pe, count) = pieces(rank, n, plan.pieces)?;
         let layout = Layout::new(world, n, pe, true);
-        let ctas = self.ctas(opts.ctas.unwrap_or(DEFAULT_REDUCE_CTAS));
-        let ch = opts.channel;
+        let ctas = plan.ctas;
         let mut st = self.channel(ch);
         // Events: the fork, the pack stream's join, then per piece copied and reduced.
         self.prepare(&mut st, ch, mode, layout.bytes, 2 + 2 * count)?;
@@ -101,7 +101,7 @@ impl GpuColl {
                     channel: ch,
                     piece: i as u32,
                     pads: crate::cuda::device_ptr(self.sync.pads.device_peer_ptrs()),
-                    sig: self.sync.piece_pads(opts.sync),
+                    sig: self.sync.piece_pads(plan.sync),
                     scratch: pads + pad::wire_or_offset(w32, ch) as u64,
                     counter: pads + pad::counter_offset(w32, ch) as u64,
                     vec_ok: pack_vec,
@@ -112,10 +112,10 @@ impl GpuColl {
             for i in 0..count {
                 let first = i * pe;
                 let len = pe.min(n - first);
-                if i >= crate::coll::select::STAGING_DEPTH {
-                    copy.wait(&reduced[i - crate::coll::select::STAGING_DEPTH])?;
+                if i >= STAGING_DEPTH {
+                    copy.wait(&reduced[i - STAGING_DEPTH])?;
                 }
-                self.sync.wait_piece(copy, opts.sync, ch, i as u32)?;
+                self.sync.wait_piece(copy, plan.sync, ch, i as u32)?;
                 for p in super::rotated(rank, world).filter(|&p| p != rank) {
                     let from = ws.peer_ptr(p) + layout.slot(layout.hi, rank, p, first) as u64;
                     let to = ws.local_ptr() + layout.stage(world, pe, i, super::staged_slot(p, rank)) as u64;
@@ -139,14 +139,14 @@ impl GpuColl {
                     stride: layout.stride as u64,
                     first: first as u64,
                     flags: pads + pad::wire_flag_offset(w32, ch, i as u32, 0) as u64,
-                    reset: self.sync.piece_word(opts.sync, ch, i as u32),
+                    reset: self.sync.piece_word(plan.sync, ch, i as u32),
                     stats: pads + pad::stats_offset(w32) as u64,
                 };
                 kernels.wire_reduce(stream, (ctas, COLL_THREADS), &a)?;
                 stream.record(&reduced[i])?;
             }
             stream.wait(packed)?;
-            self.exit(stream, ch, opts.sync, mode)?;
+            self.exit(stream, ch, plan.sync, mode)?;
         }
         self.count(Moved::Wire((world - 1) * n * 2, (world - 1) * count));
         // Registered before the channel is released (as every call).

@@ -11,8 +11,8 @@ use lowcon_abi::ll;
 
 use super::{HostColl, HostInput};
 use crate::coll::check::rotated;
+use crate::coll::geometry::ll_rounds;
 use crate::coll::reference::reduce_into;
-use crate::coll::select::ll_rounds;
 use crate::coll::{DType, ReduceOp};
 use crate::error::Result;
 use crate::memory::host::{HostBuffer, alloc};

@@ -9,7 +9,7 @@
 use super::{HostColl, HostInput};
 use crate::coll::reference::reduce_into;
 use crate::coll::wire::{Layout, Moved, pieces};
-use crate::coll::{DType, ReduceOp, ReduceScatterOptions};
+use crate::coll::{DType, ReduceOp};
 use crate::error::Result;
 
 impl HostColl {
@@ -20,13 +20,12 @@ impl HostColl {
         input: HostInput<'_>,
         output: &mut [u8],
         op: ReduceOp,
-        opts: &ReduceScatterOptions,
+        (ch, planned): (u32, u32),
         n: usize,
     ) -> Result<()> {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
-        let (pe, count) = pieces(rank, n, opts.pipeline)?;
+        let (pe, count) = pieces(rank, n, planned)?;
         let layout = Layout::new(world, n, pe, true);
-        let ch = opts.channel;
         let mut fallback = (0, 0);
         self.with_workspace(ch, layout.bytes, |ws| {
             let ws = ws.expect("workspace sized for the planes");

@@ -1,0 +1,504 @@
+//! What a collective call is: element types, operators, the algorithms, how a
+//! reduction is launched, the caller's options and hints. The planner (the parent
+//! module) resolves these into a plan; `crate::coll` executes plans.
+
+use std::fmt;
+use std::str::FromStr;
+
+use half::{bf16, f16};
+use lowcon_abi::{reduce_dtype, reduce_op};
+
+use crate::error::{Error, Result};
+use crate::sync::SyncMethod;
+
+/// Element type of a collective's buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// 32-bit float.
+    F32,
+    /// IEEE half.
+    F16,
+    /// bfloat16.
+    Bf16,
+    /// 32-bit signed integer (reduce-scatter: sum, min, max).
+    I32,
+    /// Byte (reduce-scatter: sum, min, max; bool as min and max).
+    U8,
+    /// 64-bit signed integer (reduce-scatter: sum, min, max).
+    I64,
+}
+
+impl DType {
+    /// Every dtype.
+    pub const ALL: [DType; 6] = [DType::F32, DType::F16, DType::Bf16, DType::I32, DType::U8, DType::I64];
+
+    /// Bytes per element.
+    pub const fn size(self) -> usize {
+        match self {
+            DType::I64 => 8,
+            DType::F32 | DType::I32 => 4,
+            DType::F16 | DType::Bf16 => 2,
+            DType::U8 => 1,
+        }
+    }
+
+    /// The name used on command lines and in messages.
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::Bf16 => "bf16",
+            DType::I32 => "i32",
+            DType::U8 => "u8",
+            DType::I64 => "i64",
+        }
+    }
+
+    /// Whether it is an integer type (reductions in the type itself: sums wrap, no
+    /// average) rather than a float (accumulated in f32).
+    pub const fn is_int(self) -> bool {
+        matches!(self, DType::I32 | DType::I64 | DType::U8)
+    }
+
+    /// The reduction kernels' index of the type (`lowcon_abi::reduce_dtype`).
+    pub(crate) fn kernel_index(self) -> Result<usize> {
+        Ok(match self {
+            DType::F32 => reduce_dtype::F32,
+            DType::F16 => reduce_dtype::F16,
+            DType::Bf16 => reduce_dtype::BF16,
+            DType::I32 => reduce_dtype::I32,
+            DType::I64 => reduce_dtype::I64,
+            DType::U8 => reduce_dtype::U8,
+        })
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DType {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        DType::ALL
+            .into_iter()
+            .find(|d| d.name() == s)
+            .ok_or_else(|| Error::InvalidArgument(format!("dtype {s:?}: expected one of f32, f16, bf16, i32, u8, i64")))
+    }
+}
+
+/// Rust element types that map to a [`DType`].
+pub trait Element: bytemuck::Pod + cudarc::driver::DeviceRepr {
+    /// The dtype.
+    const DTYPE: DType;
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+}
+impl Element for f16 {
+    const DTYPE: DType = DType::F16;
+}
+impl Element for bf16 {
+    const DTYPE: DType = DType::Bf16;
+}
+impl Element for i32 {
+    const DTYPE: DType = DType::I32;
+}
+impl Element for u8 {
+    const DTYPE: DType = DType::U8;
+}
+impl Element for i64 {
+    const DTYPE: DType = DType::I64;
+}
+
+/// Reduction operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Sum.
+    Sum,
+    /// Sum divided by the number of ranks.
+    Avg,
+    /// Minimum.
+    Min,
+    /// Maximum.
+    Max,
+}
+
+impl ReduceOp {
+    /// Every operator.
+    pub const ALL: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max];
+
+    /// The name used on command lines.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Avg => "avg",
+            ReduceOp::Min => "min",
+            ReduceOp::Max => "max",
+        }
+    }
+
+    pub(crate) const fn code(self) -> u32 {
+        match self {
+            ReduceOp::Sum => reduce_op::SUM,
+            ReduceOp::Avg => reduce_op::AVG,
+            ReduceOp::Min => reduce_op::MIN,
+            ReduceOp::Max => reduce_op::MAX,
+        }
+    }
+}
+
+impl fmt::Display for ReduceOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ReduceOp {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        ReduceOp::ALL
+            .into_iter()
+            .find(|o| o.name() == s)
+            .ok_or_else(|| Error::InvalidArgument(format!("op {s:?}: expected one of sum, avg, min, max")))
+    }
+}
+
+macro_rules! algorithm_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+        pub enum $name {
+            /// Chosen by the planner ([`crate::plan`]) for the call, the machine and the world.
+            #[default]
+            Auto,
+            $($(#[$vm])* $v),+
+        }
+
+        impl $name {
+            /// The named (non-auto) algorithms.
+            pub const NAMED: &[$name] = &[$($name::$v),+];
+
+            /// The name used on command lines and in tables.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $name::Auto => "auto",
+                    $($name::$v => $s),+
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = Error;
+            fn from_str(s: &str) -> Result<Self> {
+                std::iter::once($name::Auto).chain($name::NAMED.iter().copied()).find(|a| a.name() == s).ok_or_else(|| {
+                    let names: Vec<_> = $name::NAMED.iter().map(|a| a.name()).collect();
+                    Error::InvalidArgument(format!("algorithm {s:?}: expected auto or one of {}", names.join(", ")))
+                })
+            }
+        }
+    };
+}
+
+algorithm_enum!(
+    /// All-gather algorithms.
+    AllGatherAlgorithm {
+        /// Copy-engine reads of the peers' shards, rotated order.
+        CePull = "ce-pull",
+        /// Copy-engine writes of the local shard into every peer.
+        CePush = "ce-push",
+        /// One kernel reading every peer (small messages).
+        SmOneshot = "sm-oneshot",
+        /// Small messages: one kernel per round pushes the shard into every peer's LL
+        /// buffer with a flag beside every 4 bytes (NCCL's LL protocol), so the data is
+        /// its own signal and no barrier runs. Half of what crosses NVLink is flags.
+        /// Needs no symmetric buffer.
+        Ll = "ll",
+    }
+);
+
+algorithm_enum!(
+    /// Reduce-scatter algorithms.
+    ReduceScatterAlgorithm {
+        /// Copy-engine gather into staging, pipelined with a few-CTA reduction.
+        CeReduce = "ce-reduce",
+        /// One few-CTA kernel reading and reducing the peers' chunks.
+        SmDirect = "sm-direct",
+        /// Bulk copies (TMA) of every rank's tiles into a shared-memory ring, reduced by
+        /// consumer warps on a few CTAs (default 8).
+        TmaReduce = "tma-reduce",
+        /// `tma-reduce` with an evict-first L2 hint on the streamed loads.
+        TmaReduceEvict = "tma-reduce-evict",
+        /// Opt-in, sum only, **not deterministic**: each rank stages tiles of its own input
+        /// in shared memory (bulk loads) and adds them into the owners' accumulators over
+        /// NVLink with `cp.reduce.async.bulk` (NVLink carries writes only). Additions
+        /// happen in arrival order and in the element type, so per element
+        /// |error| ≤ (world − 1) · u · Σ|x| (u: bf16 2⁻⁸, f16 2⁻¹¹, f32 2⁻²⁴) and repeated
+        /// calls may differ in the last bits. `auto` never picks it. The host backend
+        /// adds in rank order in f32 (exact, like the others).
+        TmaPushReduce = "tma-push-reduce",
+        /// Small messages: each rank pushes chunk `p` of its input into rank `p`'s LL
+        /// buffer (data and flags in one store, no barrier); the owner reduces in rank
+        /// order in f32, exact and deterministic like the others. Needs no symmetric
+        /// buffer.
+        Ll = "ll",
+    }
+);
+
+/// How `ce-reduce` launches its reduction on the GPU backend. The host backend has no
+/// launches: it accepts (and checks) the option and computes the same result.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ReduceLaunch {
+    /// The planner's choice ([`crate::plan`]).
+    #[default]
+    Auto,
+    /// One launch per pipeline piece, after that piece's copies; the staging is a ring
+    /// of 3 pieces per peer.
+    Pieces,
+    /// One launch per call, whose CTAs wait for each piece's copies on a flag: beside a
+    /// GEMM that holds every SM it waits for an SM once instead of once per piece. Stages
+    /// the whole chunk (one slot per peer); f32, f16 and bf16 reduce-scatters of the
+    /// input's own type only, at most 64 pieces.
+    Once,
+}
+
+impl ReduceLaunch {
+    /// Every variant.
+    pub const ALL: [ReduceLaunch; 3] = [ReduceLaunch::Auto, ReduceLaunch::Pieces, ReduceLaunch::Once];
+
+    /// The name used on command lines and in messages.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ReduceLaunch::Auto => "auto",
+            ReduceLaunch::Pieces => "pieces",
+            ReduceLaunch::Once => "once",
+        }
+    }
+
+    /// The ABI's code (`lowconReduceLaunch`).
+    pub const fn code(self) -> u32 {
+        match self {
+            ReduceLaunch::Auto => 0,
+            ReduceLaunch::Pieces => 1,
+            ReduceLaunch::Once => 2,
+        }
+    }
+
+    /// The variant of an ABI code.
+    pub fn from_code(code: u32) -> Result<Self> {
+        Self::ALL.into_iter().find(|l| l.code() == code).ok_or_else(|| {
+            Error::InvalidArgument(format!("reduce launch {code}: expected 0 (auto), 1 (pieces) or 2 (once)"))
+        })
+    }
+}
+
+impl fmt::Display for ReduceLaunch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ReduceLaunch {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|l| l.name() == s)
+            .ok_or_else(|| Error::InvalidArgument(format!("reduce launch {s:?}: expected auto, pieces or once")))
+    }
+}
+
+/// What runs beside a collective: a hint the caller passes, which the planner reads to
+/// pick among choices measured in that setting (a choice that wins alone can lose beside
+/// a GEMM: NOTE [auto inside FSDP2] in `docs/algorithms.md`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Context {
+    /// Nothing in particular (benchmarks, plain use).
+    #[default]
+    Alone,
+    /// FSDP2's parameter all-gathers and gradient reduce-scatters, beside its GEMMs
+    /// (`lowcon.fsdp`, the `torch.distributed` backend).
+    Fsdp,
+    /// Tensor parallelism's collectives, fused with or beside their matmuls (`lowcon.tp`).
+    Tp,
+}
+
+impl Context {
+    /// Every context.
+    pub const ALL: [Context; 3] = [Context::Alone, Context::Fsdp, Context::Tp];
+
+    /// The name used in options, tables and messages.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Context::Alone => "alone",
+            Context::Fsdp => "fsdp",
+            Context::Tp => "tp",
+        }
+    }
+}
+
+impl fmt::Display for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Context {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Context::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| Error::InvalidArgument(format!("context {s:?}: expected alone, fsdp or tp")))
+    }
+}
+
+/// Options of one collective call. `A` is the algorithm enum of the collective.
+#[derive(Clone, Copy, Debug)]
+pub struct CollOptions<A> {
+    /// The algorithm, or `Auto`.
+    pub algorithm: A,
+    /// How the barriers run (GPU backend), in calls enqueued now; `None`: the planner's
+    /// choice for this call ([`crate::plan`]).
+    pub sync: Option<SyncMethod>,
+    /// How the barriers run in calls captured into a CUDA graph (GPU backend; NOTE
+    /// [captured sync] in `sync::gpu::graph`). Kernel waits by default, whatever `sync`
+    /// says: a stream-memop barrier is a graph node that costs the driver 1.3-4.5 µs of
+    /// host time at every replay, a kernel node almost none. Set it to
+    /// [`SyncMethod::StreamMemop`] for graphs whose waits must hold no SM (beside
+    /// GEMMs that fill every SM), and pay that host time.
+    pub graph_sync: Option<SyncMethod>,
+    /// CTAs of the SM parts (one-shot kernels, reductions); `None` for the default.
+    pub ctas: Option<u32>,
+    /// ce-reduce: pieces the chunk is split into, so copies of piece i+1 overlap the
+    /// reduction of piece i; `None` for one per 16 MiB (2 to 16; 1 below 1 MiB).
+    pub pipeline: Option<u32>,
+    /// Signal-pad channel, 0 to 15. Calls that may run at the same time (two streams,
+    /// two threads) must use different channels; each channel has its own workspace.
+    pub channel: u32,
+    /// Allow staging ordinary buffers through the workspace where the algorithm needs
+    /// symmetric memory; when `false`, such a call is refused instead.
+    pub allow_staging: bool,
+    /// GPU backend, `ce-pull` and `ce-reduce`: peers read an ordinary input where it is
+    /// (NOTE [mapped ordinary memory] in `memory::mapped`): the ranks exchange its IPC
+    /// handle through shared host memory in the call, which then waits for every peer's
+    /// host to make the same call, and open each peer allocation once. The input must
+    /// come from `cudaMalloc`/`cuMemAlloc` (torch's default caching allocator does): if a
+    /// rank's cannot be shared, every rank stages the call (that rank warns once), or
+    /// refuses it without `allow_staging`. Saves the staging copy and the workspace it
+    /// needs; other algorithms (and the host backend) stage as before.
+    pub map_ordinary: Option<bool>,
+    /// Reduce-scatter: the element type that crosses the peer links, when it differs
+    /// from the input's (NOTE [bf16 wire] in `coll::wire`). `Some(DType::Bf16)` with an
+    /// f32 input and output sends the top half of each f32 through the copy engines and
+    /// reads the bottom half only for pieces where it is nonzero: the result is the f32
+    /// reduce-scatter's, bit for bit, for every input (ce-reduce or auto only). A bf16
+    /// input with an f32 output needs no wire (its input is bf16). `None`: the input's
+    /// type, unless the planner picks the bf16 wire for a call hinted `bf16_exact`. All-gathers
+    /// refuse a wire.
+    pub wire: Option<DType>,
+    /// Reduce-scatter, `ce-reduce`: one reduction launch per piece or one per call
+    /// ([`ReduceLaunch`]; NOTE [one launch per call] in `coll::gpu::ce_reduce`).
+    pub reduce_launch: ReduceLaunch,
+    /// A hint: what runs beside the call ([`Context`]). The planner reads it; nothing
+    /// else does.
+    pub context: Context,
+    /// A hint for an f32 reduce-scatter: its input holds bf16 values upcast (FSDP2's
+    /// `param_dtype=bf16, reduce_dtype=fp32` gradients), so the bf16 wire sends half the
+    /// bytes and stays exact (NOTE [bf16 wire]). The planner may then pick the wire; the
+    /// result is the f32 one bit for bit whatever the data holds.
+    pub bf16_exact: bool,
+}
+
+impl<A: Default> Default for CollOptions<A> {
+    fn default() -> Self {
+        Self {
+            algorithm: A::default(),
+            sync: None,
+            graph_sync: None,
+            ctas: None,
+            pipeline: None,
+            channel: 0,
+            allow_staging: true,
+            map_ordinary: None,
+            wire: None,
+            reduce_launch: ReduceLaunch::Auto,
+            context: Context::Alone,
+            bf16_exact: false,
+        }
+    }
+}
+
+/// Options of an all-gather.
+pub type AllGatherOptions = CollOptions<AllGatherAlgorithm>;
+/// Options of a reduce-scatter.
+pub type ReduceScatterOptions = CollOptions<ReduceScatterAlgorithm>;
+
+/// Largest CTA count accepted for the SM parts.
+pub const MAX_CTAS: u32 = 1024;
+
+impl<A: Copy> CollOptions<A> {
+    /// These options with `sync` for eager and captured calls alike.
+    pub fn with_sync(self, sync: SyncMethod) -> Self {
+        Self { sync: Some(sync), graph_sync: Some(sync), ..self }
+    }
+}
+
+impl<A> CollOptions<A> {
+    pub(crate) fn check(&self, rank: usize) -> Result<()> {
+        crate::sync::Epochs::check_channel(self.channel)?;
+        if let Some(c) = self.ctas
+            && !(1..=MAX_CTAS).contains(&c)
+        {
+            return Err(Error::InvalidArgument(format!("rank {rank}: ctas {c}: expected 1..={MAX_CTAS}")));
+        }
+        if let Some(p) = self.pipeline
+            && !(1..=1024).contains(&p)
+        {
+            return Err(Error::InvalidArgument(format!("rank {rank}: pipeline {p}: expected 1..=1024 pieces")));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_codes_round_trip() {
+        for l in ReduceLaunch::ALL {
+            assert_eq!(l.name().parse::<ReduceLaunch>().unwrap(), l);
+            assert_eq!(ReduceLaunch::from_code(l.code()).unwrap(), l);
+        }
+        assert!(ReduceLaunch::from_code(3).unwrap_err().to_string().contains("expected 0 (auto)"));
+        assert!("persistent".parse::<ReduceLaunch>().unwrap_err().to_string().contains("auto, pieces or once"));
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for a in AllGatherAlgorithm::NAMED {
+            assert_eq!(a.name().parse::<AllGatherAlgorithm>().unwrap(), *a);
+        }
+        for a in ReduceScatterAlgorithm::NAMED {
+            assert_eq!(a.name().parse::<ReduceScatterAlgorithm>().unwrap(), *a);
+        }
+        for d in DType::ALL {
+            assert_eq!(d.name().parse::<DType>().unwrap(), d);
+        }
+        for o in ReduceOp::ALL {
+            assert_eq!(o.name().parse::<ReduceOp>().unwrap(), o);
+        }
+        let e = "ring".parse::<AllGatherAlgorithm>().unwrap_err().to_string();
+        assert!(e.contains("ce-pull, ce-push, sm-oneshot"), "{e}");
+    }
+}

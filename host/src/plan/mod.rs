@@ -1,0 +1,550 @@
+//! The planner: the one place that decides how a collective call runs.
+//!
+//! NOTE [one planner]: for every call, [`Planner::all_gather`] and
+//! [`Planner::reduce_scatter`] turn the call (collective, dtypes, bytes per rank, the
+//! kinds of memory, eager or captured) and the caller's options and hints
+//! ([`call::Context`], `bf16_exact`) into a plan: a plain value with every choice
+//! resolved (the algorithm, CTAs, sync, pipeline pieces, the wire, the reduction's
+//! launch, whether peers read an ordinary input in place), and the rule it came from.
+//! Both backends execute plans and choose nothing; `auto` in Rust, C and Python, the
+//! FSDP2 hooks, the fused TP ops and the `torch.distributed` backend all reach the same
+//! planner, so the same call gets the same plan whatever its entry point. A caller's
+//! explicit option still wins over the planner's choice (NCCL's `enqueue.cc`: a call's
+//! algorithm and channels are computed once, from the tuning model, before anything
+//! is enqueued).
+//!
+//! NOTE [tuning tables]: the choices come from a table measured on a box
+//! ([`table`]; `lowcon bench tune` writes one). Tables ship for the boxes measured
+//! (`plan/tables/`), and the planner loads the one whose machine line matches the GPU's
+//! name and the world; `LOWCON_TUNING=path` loads another. Where none matches (8 GPUs,
+//! a GPU not measured), the model is the table of the nearest measured world (the same
+//! GPU first), its byte bounds multiplied by `(w_t - 1) / (w - 1)`: a rank of a world `w`
+//! sends `(w - 1)` shards, so a crossover measured at `w_t` ranks is assumed to sit at
+//! the same bytes sent per rank. One log line says so. Every rank of a group must plan
+//! alike, so group creation compares the tables' CRCs and names a rank that differs.
+
+pub mod call;
+pub mod table;
+
+use std::sync::Arc;
+
+use call::{AllGatherAlgorithm, AllGatherOptions, DType, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm};
+use call::{MAX_CTAS, ReduceScatterOptions};
+use table::{Coll, Mem, Probe, Rule, Table};
+
+use crate::error::{Error, Result};
+use crate::sync::SyncMethod;
+
+pub use table::{TableWriter, format_bytes, parse_bytes};
+
+/// The variable naming a tuning table to load instead of the shipped ones.
+pub const TUNING_ENV: &str = "LOWCON_TUNING";
+
+/// The tables that ship with lowcon, each measured on the box its machine line names
+/// (its `source` line says when and how).
+pub const SHIPPED: &[(&str, &str)] = &[
+    ("h200-w2.txt", include_str!("tables/h200-w2.txt")),
+    ("h200-w4.txt", include_str!("tables/h200-w4.txt")),
+    ("host.txt", include_str!("tables/host.txt")),
+];
+
+/// The machine a group plans for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Machine {
+    /// The device's name (`NVIDIA H200`), or `host` for the host backend.
+    pub device: String,
+    /// SMs per GPU (0 on the host backend).
+    pub sms: u32,
+    /// Ranks in the group.
+    pub world: usize,
+    /// Ranks sharing this rank's GPU (1 unless shared: NOTE [shared CTAs]).
+    pub ranks_on_gpu: usize,
+}
+
+impl Machine {
+    /// The host backend's machine.
+    pub fn host(world: usize) -> Self {
+        Machine { device: "host".into(), sms: 0, world, ranks_on_gpu: 1 }
+    }
+}
+
+/// An all-gather as the planner sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct AgCall {
+    /// Bytes per rank (the shard).
+    pub shard: usize,
+    /// Element type.
+    pub dtype: DType,
+    /// Whether the output is symmetric memory.
+    pub output_symmetric: bool,
+    /// Whether the call is being captured into a CUDA graph.
+    pub captured: bool,
+}
+
+/// A reduce-scatter as the planner sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct RsCall {
+    /// Bytes per rank of the input (one chunk, in the input's type).
+    pub chunk: usize,
+    /// The input's and the output's element types.
+    pub input: DType,
+    /// See [`RsCall::input`].
+    pub output: DType,
+    /// The operator.
+    pub op: ReduceOp,
+    /// Whether the input is symmetric memory.
+    pub input_symmetric: bool,
+    /// Whether the call is being captured into a CUDA graph.
+    pub captured: bool,
+}
+
+/// How an all-gather runs: every choice resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgPlan {
+    /// The algorithm (never `Auto`).
+    pub algorithm: AllGatherAlgorithm,
+    /// CTAs of its kernel (`sm-oneshot`, `ll`; 0 where the copy engines move the bytes).
+    pub ctas: u32,
+    /// How its barriers run.
+    pub sync: SyncMethod,
+    /// Whether peers read an ordinary input in place (eager `ce-pull` only).
+    pub map_ordinary: bool,
+    /// The rule it came from (`table:line`, `default`, or `explicit`).
+    pub origin: Arc<str>,
+}
+
+/// How a reduce-scatter runs: every choice resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RsPlan {
+    /// The algorithm (never `Auto`).
+    pub algorithm: ReduceScatterAlgorithm,
+    /// CTAs of its reductions.
+    pub ctas: u32,
+    /// How its barriers and signals run.
+    pub sync: SyncMethod,
+    /// Pipeline pieces (`ce-reduce` and the wire; 1 otherwise).
+    pub pieces: u32,
+    /// The type crossing the links when it differs from the input's (`Some(Bf16)`: the
+    /// bf16 wire); `None`: the input's own.
+    pub wire: Option<DType>,
+    /// One reduction launch per piece or per call (`Pieces` or `Once`, never `Auto`).
+    pub reduce_launch: ReduceLaunch,
+    /// Whether the caller asked for `reduce_launch` (then a launch that cannot run is
+    /// refused; a planned one falls back to `Pieces`).
+    pub launch_explicit: bool,
+    /// Whether peers read an ordinary input in place (eager `ce-reduce` only).
+    pub map_ordinary: bool,
+    /// The rule it came from (`table:line`, `default`, or `explicit`).
+    pub origin: Arc<str>,
+}
+
+fn sync_word(s: SyncMethod) -> &'static str {
+    match s {
+        SyncMethod::Kernel => "kernel",
+        SyncMethod::StreamMemop => "memop",
+    }
+}
+
+impl AgPlan {
+    /// The plan as `key=value` pairs (what the bindings and `lowcon info` show).
+    pub fn fields(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("algorithm", self.algorithm.name().into()),
+            ("ctas", self.ctas.to_string()),
+            ("sync", sync_word(self.sync).into()),
+            ("map_ordinary", self.map_ordinary.to_string()),
+            ("origin", self.origin.to_string()),
+        ]
+    }
+}
+
+impl RsPlan {
+    /// The plan as `key=value` pairs (what the bindings and `lowcon info` show).
+    pub fn fields(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("algorithm", self.algorithm.name().into()),
+            ("ctas", self.ctas.to_string()),
+            ("sync", sync_word(self.sync).into()),
+            ("pieces", self.pieces.to_string()),
+            ("wire", self.wire.map_or("none".into(), |w| w.name().into())),
+            ("reduce_launch", self.reduce_launch.name().into()),
+            ("map_ordinary", self.map_ordinary.to_string()),
+            ("origin", self.origin.to_string()),
+        ]
+    }
+}
+
+fn show(fields: Vec<(&'static str, String)>) -> String {
+    fields.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+}
+
+impl std::fmt::Display for AgPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&show(self.fields()))
+    }
+}
+
+impl std::fmt::Display for RsPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&show(self.fields()))
+    }
+}
+
+/// The default CTAs of the reductions (ce-reduce, sm-direct, the wire) where no rule
+/// names them: 16, measured on 4x H200 alone (2026-11-21: `sm-direct` 311 GB/s busbw at
+/// 256 MiB); the tables name more where a GEMM runs beside them.
+pub const DEFAULT_REDUCE_CTAS: u32 = 16;
+/// The default CTAs of `tma-reduce` and `tma-push-reduce` (a few CTAs keep a ring of bulk
+/// copies in flight each: docs/algorithms.md).
+pub const DEFAULT_TMA_CTAS: u32 = 8;
+/// The default CTAs of the released reduce-scatter's final reduction (lowcon.tp), where
+/// nothing of the call is left to overlap it (2x H200, 2026-11-26).
+pub const RELEASED_REDUCE_CTAS: u32 = 64;
+/// The default bytes of a pipeline piece: 16 MiB (4 MiB pieces' event hops serialised
+/// copies and reductions on 4x H200, 190 GB/s at 256 MiB).
+pub const DEFAULT_PIECE: usize = 16 << 20;
+/// The default most pieces of a call.
+pub const DEFAULT_MAX_PIECES: u32 = 16;
+
+/// Pieces of a chunk of `bytes` in pieces of about `piece` bytes: 1 below 1 MiB, else
+/// 2 to `max`.
+pub fn pieces_for(bytes: usize, piece: usize, max: u32) -> u32 {
+    if bytes < (1 << 20) { 1 } else { (bytes.div_ceil(piece.max(1)).clamp(2, max.max(2) as usize)) as u32 }
+}
+
+/// Default CTAs of an LL round of `lines` lines: one line per thread up to 32 CTAs (a
+/// 64 KiB shard takes 16), so that every line is in flight at once.
+pub fn ll_ctas(lines: u64) -> u32 {
+    lines.div_ceil(crate::cuda::kernels::COLL_THREADS as u64).clamp(1, 32) as u32
+}
+
+/// Default CTAs of the one-shot all-gather for `total` gathered bytes: one per 16 KiB,
+/// 4 to 32 (it is meant for small messages, where it runs for a few microseconds).
+pub fn oneshot_ctas(total: usize) -> u32 {
+    (total / (16 << 10)).clamp(4, 32) as u32
+}
+
+/// The lines of an LL collective's first round for `bytes` per rank at `world` ranks.
+fn ll_first_round_lines(bytes: usize, world: usize) -> u64 {
+    let lines = (bytes as u64).div_ceil(lowcon_abi::ll::PAYLOAD_PER_LINE);
+    lines.min(lowcon_abi::ll::slot_lines(world as u32))
+}
+
+// NOTE [shared CTAs]: a collective's kernels spin until their peers' kernels arrive, so
+// every rank's kernels in flight at once must be resident at once. One GPU per rank holds
+// them easily; ranks sharing a GPU (`LOWCON_SHARE_GPU`) may not: seen on one H100 under
+// MPS, kernel-sync `coll-stress` (two streams per rank) stopped at 6 and 8 ranks, and
+// FSDP2 (all-gather and reduce-scatter streams) at 4, with one rank's reduce-scatter
+// kernel holding its SMs while the all-gather kernel its peer waited for could not start.
+// So with k ranks on a GPU of S SMs, every kernel gets at most max(2, S / (4k)) CTAs:
+// four kernels per rank in flight fit even at one CTA per SM, and SMs stay free for the
+// application's own kernels (capping each MPS client's share of the SMs instead starved
+// those: FSDP2 at 8 ranks stopped with 12% per client). Results do not depend on the CTA
+// count (the benchmarks sweep it); shared mode never measures speed.
+
+/// NOTE [shared CTAs]: the CTA cap for `ranks_on_gpu` ranks sharing a GPU of `sm_count`
+/// SMs; `None` for a GPU of its own.
+pub fn shared_cta_cap(ranks_on_gpu: usize, sm_count: u32) -> Option<u32> {
+    (ranks_on_gpu > 1).then(|| (sm_count / (4 * ranks_on_gpu as u32)).max(2))
+}
+
+/// Which reduce-scatter algorithms can run a call: integers reduce on ce-reduce and
+/// sm-direct, `tma-push-reduce` only sums, and a call whose links carry another type
+/// than its input's (the bf16 wire, a bf16 input into f32) runs on ce-reduce.
+fn rs_can_run(a: ReduceScatterAlgorithm, call: &RsCall, carried: bool) -> bool {
+    use ReduceScatterAlgorithm as R;
+    if carried {
+        return a == R::CeReduce;
+    }
+    if call.input.is_int() && !matches!(a, R::CeReduce | R::SmDirect) {
+        return false;
+    }
+    a != R::TmaPushReduce || call.op == ReduceOp::Sum
+}
+
+/// How a group's calls are planned: the machine and the table (or model) in use.
+#[derive(Debug)]
+pub struct Planner {
+    machine: Machine,
+    table: Table,
+    /// How the table was found, in words (for `lowcon info` and messages).
+    how: String,
+    cta_cap: Option<u32>,
+    default_origin: Arc<str>,
+    explicit_origin: Arc<str>,
+}
+
+impl Planner {
+    /// The planner for `machine`: the table `LOWCON_TUNING` names, else the shipped one
+    /// for the machine, else the model (NOTE [tuning tables]), which logs one line.
+    pub fn for_machine(machine: Machine) -> Result<Self> {
+        match std::env::var(TUNING_ENV) {
+            Ok(path) if !path.trim().is_empty() => {
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    Error::InvalidArgument(format!("{TUNING_ENV}={path:?}: cannot read the tuning table: {e}"))
+                })?;
+                let table = Table::parse(&path, &text)?;
+                let how = if table.matches(&machine.device, machine.world) {
+                    format!("{TUNING_ENV}={path}")
+                } else {
+                    format!(
+                        "{TUNING_ENV}={path} (measured on {}, used as it is on {} ranks of {})",
+                        table.machine(),
+                        machine.world,
+                        machine.device
+                    )
+                };
+                Ok(Self::with_table(machine, table, how))
+            }
+            _ => Self::shipped(machine),
+        }
+    }
+
+    /// The planner from the shipped tables alone (no environment).
+    pub fn shipped(machine: Machine) -> Result<Self> {
+        let tables: Vec<Table> =
+            SHIPPED.iter().map(|(name, text)| Table::parse(&format!("shipped:{name}"), text)).collect::<Result<_>>()?;
+        if let Some(t) = tables.iter().find(|t| t.matches(&machine.device, machine.world)) {
+            let how = format!("{} ({})", t.name, t.source);
+            return Ok(Self::with_table(machine, t.clone(), how));
+        }
+        // The model: the nearest measured world, the same GPU first, never the host's.
+        let same_gpu = |t: &Table| machine.device.to_ascii_lowercase().contains(&t.gpu.to_ascii_lowercase());
+        let candidates: Vec<&Table> = tables.iter().filter(|t| t.world.is_some() && t.gpu != "host").collect();
+        let pool: Vec<&Table> = match candidates.iter().any(|t| same_gpu(t)) {
+            true => candidates.into_iter().filter(|t| same_gpu(t)).collect(),
+            false => candidates,
+        };
+        let w = machine.world;
+        let base = pool
+            .into_iter()
+            .min_by_key(|t| {
+                let tw = t.world.expect("filtered");
+                (tw.abs_diff(w), std::cmp::Reverse(tw))
+            })
+            .ok_or_else(|| Error::InvalidArgument("no shipped tuning table has a world".into()))?;
+        let tw = base.world.expect("filtered");
+        let (num, den) = if w > 1 && tw > 1 { (tw - 1, w - 1) } else { (1, 1) };
+        let mut model = base.clone();
+        model.rules = base.rules.iter().map(|r| r.scaled(num, den)).collect();
+        let how = format!(
+            "model: {}'s rules ({}), byte bounds x {num}/{den} for {w} ranks of {}",
+            base.name,
+            base.machine(),
+            machine.device
+        );
+        crate::log::warn(&format!(
+            "lowcon: no tuning table for {w} ranks of {}; planning with the {how}",
+            machine.device
+        ));
+        Ok(Self::with_table(machine, model, how))
+    }
+
+    /// The planner for `machine` with `table`, described as `how`.
+    pub fn with_table(machine: Machine, table: Table, how: String) -> Self {
+        let cta_cap = shared_cta_cap(machine.ranks_on_gpu, machine.sms);
+        Self { machine, table, how, cta_cap, default_origin: "default".into(), explicit_origin: "explicit".into() }
+    }
+
+    /// The machine.
+    pub fn machine(&self) -> &Machine {
+        &self.machine
+    }
+
+    /// The table in use, and how it was found.
+    pub fn table(&self) -> (&Table, &str) {
+        (&self.table, &self.how)
+    }
+
+    /// What every rank of a group must share: the table's CRC and name.
+    pub fn fingerprint(&self) -> String {
+        format!("{:08x} {}", self.table.crc, self.table.name)
+    }
+
+    /// This planner for a rank whose GPU `ranks_on_gpu` ranks share (NOTE [shared CTAs]).
+    pub fn sharing(self, ranks_on_gpu: usize) -> Self {
+        let machine = Machine { ranks_on_gpu, ..self.machine };
+        Self::with_table(machine, self.table, self.how)
+    }
+
+    fn cap(&self, ctas: u32) -> u32 {
+        let c = ctas.clamp(1, MAX_CTAS);
+        self.cta_cap.map_or(c, |cap| c.min(cap))
+    }
+
+    /// The first rule covering `probe` whose algorithm `ok` accepts; `explicit`: it
+    /// must be that one.
+    fn rule<'a>(&'a self, probe: &Probe, pick: impl Fn(&Rule) -> bool) -> Option<&'a Rule> {
+        self.table.rules.iter().find(|r| r.covers(probe) && pick(r))
+    }
+
+    /// The plan of an all-gather.
+    pub fn all_gather(&self, call: &AgCall, opts: &AllGatherOptions) -> AgPlan {
+        let probe = Probe {
+            coll: Coll::AllGather,
+            context: opts.context,
+            dtype: call.dtype,
+            mem: if call.output_symmetric { Mem::Symmetric } else { Mem::Ordinary },
+            bytes: call.shard,
+            exact: opts.bf16_exact,
+            captured: call.captured,
+        };
+        let rule = match opts.algorithm {
+            AllGatherAlgorithm::Auto => self.rule(&probe, |r| r.choose.all_gather.is_some()),
+            a => self.rule(&probe, |r| r.choose.all_gather == Some(a)),
+        };
+        let algorithm = match (opts.algorithm, rule) {
+            (AllGatherAlgorithm::Auto, Some(r)) => r.choose.all_gather.expect("picked"),
+            (AllGatherAlgorithm::Auto, None) if call.output_symmetric => AllGatherAlgorithm::CePush,
+            (AllGatherAlgorithm::Auto, None) => AllGatherAlgorithm::CePull,
+            (a, _) => a,
+        };
+        let world = self.machine.world;
+        let ctas = opts.ctas.or(rule.and_then(|r| r.choose.ctas)).unwrap_or(match algorithm {
+            AllGatherAlgorithm::SmOneshot => oneshot_ctas(world * call.shard),
+            AllGatherAlgorithm::Ll => ll_ctas(ll_first_round_lines(call.shard, world)),
+            _ => 0,
+        });
+        let sync = self.sync(call.captured, (opts.sync, opts.graph_sync), rule);
+        let map_ordinary = opts.map_ordinary.or(rule.and_then(|r| r.choose.map)).unwrap_or(false);
+        let origin = self.origin(opts.algorithm == AllGatherAlgorithm::Auto, rule);
+        AgPlan { algorithm, ctas: if ctas == 0 { 0 } else { self.cap(ctas) }, sync, map_ordinary, origin }
+    }
+
+    /// The plan of a reduce-scatter. The caller's choices pass as they are: the backend
+    /// refuses what cannot run (an explicit algorithm that cannot carry the wire).
+    pub fn reduce_scatter(&self, call: &RsCall, opts: &ReduceScatterOptions) -> RsPlan {
+        self.rs(call, opts, None)
+    }
+
+    /// The plan of a released reduce-scatter (`lowcon.tp`'s matmul-reduce-scatter): its
+    /// copies are ce-reduce's, and where no rule names its CTAs its final reduction takes
+    /// [`RELEASED_REDUCE_CTAS`], since nothing of the call is left to overlap it.
+    pub fn released(&self, call: &RsCall, opts: &ReduceScatterOptions) -> RsPlan {
+        let opts = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::CeReduce, ..*opts };
+        self.rs(call, &opts, Some(RELEASED_REDUCE_CTAS))
+    }
+
+    fn rs(&self, call: &RsCall, opts: &ReduceScatterOptions, default_ctas: Option<u32>) -> RsPlan {
+        use ReduceScatterAlgorithm as R;
+        let probe = Probe {
+            coll: Coll::ReduceScatter,
+            context: opts.context,
+            dtype: call.input,
+            mem: if call.input_symmetric { Mem::Symmetric } else { Mem::Ordinary },
+            bytes: call.chunk,
+            exact: opts.bf16_exact,
+            captured: call.captured,
+        };
+        // The links carry another type than the input's: a bf16 input into f32, or an
+        // explicit wire (the planner's own wire is decided with the rule below).
+        let explicit_carry = call.input != call.output || opts.wire.is_some_and(|w| w != call.input);
+        let f32_pair = call.input == DType::F32 && call.output == DType::F32;
+        let rule = match opts.algorithm {
+            R::Auto => self.rule(&probe, |r| {
+                let a = r.choose.reduce_scatter;
+                let wire = r.choose.wire.is_some() && f32_pair && opts.wire.is_none();
+                a.is_some_and(|a| rs_can_run(a, call, explicit_carry || wire))
+            }),
+            a => self.rule(&probe, |r| r.choose.reduce_scatter == Some(a)),
+        };
+        let wire = match opts.wire {
+            Some(w) => (w != call.input).then_some(w),
+            None if f32_pair => rule.and_then(|r| r.choose.wire),
+            None => None,
+        };
+        let carried = explicit_carry || wire.is_some();
+        let algorithm = match (opts.algorithm, rule) {
+            (R::Auto, Some(r)) => r.choose.reduce_scatter.expect("picked"),
+            (R::Auto, None) if carried || call.input.is_int() => R::CeReduce,
+            (R::Auto, None) => R::SmDirect,
+            (a, _) => a,
+        };
+        let ctas = opts.ctas.or(rule.and_then(|r| r.choose.ctas)).or(default_ctas).unwrap_or(match algorithm {
+            R::TmaReduce | R::TmaReduceEvict | R::TmaPushReduce => DEFAULT_TMA_CTAS,
+            R::Ll => ll_ctas(ll_first_round_lines(call.chunk, self.machine.world)),
+            _ => DEFAULT_REDUCE_CTAS,
+        });
+        let pieces = match (algorithm, opts.pipeline) {
+            (R::CeReduce, Some(p)) => p,
+            (R::CeReduce, None) => {
+                let piece = rule.and_then(|r| r.choose.piece).unwrap_or(DEFAULT_PIECE);
+                let mut max = rule.and_then(|r| r.choose.max_pieces).unwrap_or(DEFAULT_MAX_PIECES);
+                if wire.is_some() {
+                    max = max.min(lowcon_abi::pad::WIRE_PIECES);
+                }
+                pieces_for(call.chunk, piece, max)
+            }
+            _ => 1,
+        };
+        let launch_explicit = opts.reduce_launch != ReduceLaunch::Auto;
+        let reduce_launch = match opts.reduce_launch {
+            ReduceLaunch::Auto => rule.and_then(|r| r.choose.launch).unwrap_or(ReduceLaunch::Pieces),
+            l => l,
+        };
+        let sync = self.sync(call.captured, (opts.sync, opts.graph_sync), rule);
+        let map_ordinary = opts.map_ordinary.or(rule.and_then(|r| r.choose.map)).unwrap_or(false);
+        let origin = self.origin(opts.algorithm == R::Auto, rule);
+        RsPlan {
+            algorithm,
+            ctas: self.cap(ctas),
+            sync,
+            pieces,
+            wire,
+            reduce_launch,
+            launch_explicit,
+            map_ordinary,
+            origin,
+        }
+    }
+
+    fn sync(
+        &self,
+        captured: bool,
+        (sync, graph_sync): (Option<SyncMethod>, Option<SyncMethod>),
+        rule: Option<&Rule>,
+    ) -> SyncMethod {
+        // NOTE [captured sync] (sync::gpu::graph): kernel waits in graphs unless a rule or
+        // the caller says otherwise.
+        match captured {
+            true => graph_sync.or(rule.and_then(|r| r.choose.graph_sync)).unwrap_or(SyncMethod::Kernel),
+            false => sync.or(rule.and_then(|r| r.choose.sync)).unwrap_or(SyncMethod::Kernel),
+        }
+    }
+
+    fn origin(&self, auto: bool, rule: Option<&Rule>) -> Arc<str> {
+        match (auto, rule) {
+            (_, Some(r)) => r.origin.clone(),
+            (true, None) => self.default_origin.clone(),
+            (false, None) => self.explicit_origin.clone(),
+        }
+    }
+}
+
+/// What a rank tells its peers at group creation: its planner's fingerprint, or why it
+/// has none (every rank then fails alike, naming it, instead of waiting for it).
+pub fn announce(planner: &Result<Planner>) -> String {
+    match planner {
+        Ok(p) => p.fingerprint(),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+/// Checks that every rank announced the same planner ([`announce`]): else an error
+/// naming the first rank that failed or that differs from rank 0.
+pub fn agree(announced: &[&str]) -> Result<()> {
+    if let Some((r, e)) = announced.iter().enumerate().find_map(|(r, a)| a.strip_prefix("error: ").map(|e| (r, e))) {
+        return Err(Error::InvalidArgument(format!("rank {r}: no planner: {e}")));
+    }
+    match announced.iter().enumerate().find(|(_, a)| **a != announced[0]) {
+        Some((r, a)) => Err(Error::InvalidArgument(format!(
+            "rank {r} plans from tuning table {a:?} but rank 0 from {:?}: every rank must load the same table \
+             ({TUNING_ENV} names it; NOTE [tuning tables])",
+            announced[0]
+        ))),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,241 @@
+//! The planner's tests: the shipped tables, the model, and how options and hints meet
+//! the rules.
+
+use super::call::Context;
+use super::*;
+
+fn planner(device: &str, world: usize) -> Planner {
+    Planner::shipped(Machine { device: device.into(), sms: 132, world, ranks_on_gpu: 1 }).unwrap()
+}
+
+fn ag(p: &Planner, shard: usize, symmetric: bool, opts: &AllGatherOptions) -> AgPlan {
+    p.all_gather(&AgCall { shard, dtype: DType::Bf16, output_symmetric: symmetric, captured: false }, opts)
+}
+
+fn rs_call(chunk: usize, dtype: DType) -> RsCall {
+    RsCall { chunk, input: dtype, output: dtype, op: ReduceOp::Sum, input_symmetric: true, captured: false }
+}
+
+fn rs(p: &Planner, call: &RsCall, opts: &ReduceScatterOptions) -> RsPlan {
+    p.reduce_scatter(call, opts)
+}
+
+#[test]
+fn every_shipped_table_parses_and_is_found_for_its_machine() {
+    for (name, text) in SHIPPED {
+        let t = Table::parse(name, text).unwrap();
+        assert!(!t.source.is_empty(), "{name} has no source line");
+        assert!(!t.rules.is_empty(), "{name} has no rules");
+    }
+    assert!(planner("NVIDIA H200", 2).table().1.starts_with("shipped:h200-w2.txt"));
+    assert!(planner("NVIDIA H200", 4).table().1.starts_with("shipped:h200-w4.txt"));
+    assert!(planner("host", 3).table().1.starts_with("shipped:host.txt"));
+}
+
+#[test]
+fn two_ranks_keep_the_measured_two_rank_rules() {
+    let p = planner("NVIDIA H200", 2);
+    let d = AllGatherOptions::default();
+    assert_eq!(ag(&p, 64 << 10, false, &d).algorithm, AllGatherAlgorithm::Ll);
+    assert_eq!(ag(&p, 1 << 20, true, &d).algorithm, AllGatherAlgorithm::Ll);
+    assert_eq!(ag(&p, (1 << 20) + 2, true, &d).algorithm, AllGatherAlgorithm::CePush);
+    assert_eq!(ag(&p, 4 << 20, false, &d).algorithm, AllGatherAlgorithm::CePull);
+    let r = ReduceScatterOptions::default();
+    assert_eq!(rs(&p, &rs_call(64 << 10, DType::Bf16), &r).algorithm, ReduceScatterAlgorithm::Ll);
+    let big = rs(&p, &rs_call((512 << 10) + 2, DType::Bf16), &r);
+    assert_eq!((big.algorithm, big.ctas), (ReduceScatterAlgorithm::SmDirect, 16));
+}
+
+#[test]
+fn four_ranks_take_ll_for_small_messages_too() {
+    let p = planner("NVIDIA H200", 4);
+    let d = AllGatherOptions::default();
+    assert_eq!(ag(&p, 16 << 10, false, &d).algorithm, AllGatherAlgorithm::Ll);
+    assert_eq!(ag(&p, 1 << 20, false, &d).algorithm, AllGatherAlgorithm::SmOneshot);
+    let r = ReduceScatterOptions::default();
+    assert_eq!(rs(&p, &rs_call(16 << 10, DType::F32), &r).algorithm, ReduceScatterAlgorithm::Ll);
+}
+
+#[test]
+fn fsdp_gets_the_wire_only_for_exact_f32_and_reads_torch_memory_in_place() {
+    let p = planner("NVIDIA H200", 4);
+    let fsdp = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() };
+    let call = RsCall { input_symmetric: false, ..rs_call(64 << 20, DType::F32) };
+    let w = rs(&p, &call, &fsdp);
+    assert_eq!((w.algorithm, w.wire, w.ctas), (ReduceScatterAlgorithm::CeReduce, Some(DType::Bf16), 64));
+    assert_eq!(w.pieces, 4, "64 MiB in 16 MiB pieces");
+    assert!(w.origin.starts_with("shipped:h200-w4.txt:"), "{}", w.origin);
+    // Not exact: no wire; torch memory: ce-reduce reading it in place.
+    let plain = rs(&p, &call, &ReduceScatterOptions { bf16_exact: false, ..fsdp });
+    assert_eq!((plain.algorithm, plain.wire, plain.map_ordinary), (ReduceScatterAlgorithm::CeReduce, None, true));
+    // bf16 gradients: no wire either (the input is the wire).
+    let bf = rs(&p, &RsCall { input: DType::Bf16, output: DType::Bf16, ..call }, &fsdp);
+    assert_eq!(bf.wire, None);
+    // The same call without the hint, alone: sm-direct, nothing mapped.
+    let alone = rs(&p, &call, &ReduceScatterOptions::default());
+    assert_eq!((alone.algorithm, alone.map_ordinary), (ReduceScatterAlgorithm::SmDirect, false));
+    // The caller's options win over every rule.
+    let mine = ReduceScatterOptions { ctas: Some(8), pipeline: Some(3), wire: Some(DType::F32), ..fsdp };
+    let m = rs(&p, &call, &mine);
+    assert_eq!((m.ctas, m.pieces, m.wire), (8, 3, None));
+}
+
+#[test]
+fn explicit_algorithms_take_their_rules_parameters_or_the_defaults() {
+    let p = planner("NVIDIA H200", 4);
+    let opts = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::SmDirect, ..Default::default() };
+    let r = rs(&p, &rs_call(16 << 10, DType::Bf16), &opts);
+    assert_eq!((r.algorithm, r.ctas), (ReduceScatterAlgorithm::SmDirect, 16));
+    assert!(r.origin.starts_with("shipped:h200-w4.txt:"));
+    let opts = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::TmaReduce, ..Default::default() };
+    let r = rs(&p, &rs_call(16 << 20, DType::Bf16), &opts);
+    assert_eq!((r.ctas, &*r.origin), (DEFAULT_TMA_CTAS, "explicit"));
+    // An explicit algorithm passes as it is, with the explicit origin (the backend
+    // refuses one that cannot carry the wire).
+    let bad = ReduceScatterOptions {
+        algorithm: ReduceScatterAlgorithm::SmDirect,
+        wire: Some(DType::Bf16),
+        ..Default::default()
+    };
+    let r = rs(&p, &rs_call(1 << 20, DType::F32), &bad);
+    assert_eq!((r.algorithm, r.wire), (ReduceScatterAlgorithm::SmDirect, Some(DType::Bf16)));
+}
+
+#[test]
+fn integers_and_carried_types_skip_rules_they_cannot_run() {
+    let p = planner("NVIDIA H200", 4);
+    let d = ReduceScatterOptions::default();
+    // ll reduces floats only: an i32 call in its range goes on to the next rule.
+    let i = rs(&p, &rs_call(16 << 10, DType::I32), &d);
+    assert_eq!(i.algorithm, ReduceScatterAlgorithm::SmDirect);
+    // bf16 into f32 carries bf16: ce-reduce, whatever the size.
+    let call = RsCall { output: DType::F32, ..rs_call(16 << 10, DType::Bf16) };
+    assert_eq!(rs(&p, &call, &d).algorithm, ReduceScatterAlgorithm::CeReduce);
+}
+
+#[test]
+fn no_plan_leaves_a_choice_open() {
+    for (device, world) in [("NVIDIA H200", 2), ("NVIDIA H200", 4), ("NVIDIA H100", 8), ("host", 3)] {
+        let p = planner(device, world);
+        for shift in 0..34 {
+            let bytes = 1usize << shift;
+            for context in Context::ALL {
+                for captured in [false, true] {
+                    let o = AllGatherOptions { context, ..Default::default() };
+                    let a =
+                        p.all_gather(&AgCall { shard: bytes, dtype: DType::F32, output_symmetric: true, captured }, &o);
+                    assert_ne!(a.algorithm, AllGatherAlgorithm::Auto);
+                    for (dtype, exact) in
+                        [(DType::F32, true), (DType::F32, false), (DType::Bf16, false), (DType::I64, false)]
+                    {
+                        let o = ReduceScatterOptions { context, bf16_exact: exact, ..Default::default() };
+                        let call = RsCall { captured, ..rs_call(bytes, dtype) };
+                        let r = rs(&p, &call, &o);
+                        assert_ne!(r.algorithm, ReduceScatterAlgorithm::Auto);
+                        assert_ne!(r.reduce_launch, ReduceLaunch::Auto);
+                        assert_ne!(
+                            r.algorithm,
+                            ReduceScatterAlgorithm::TmaPushReduce,
+                            "never picked: not deterministic"
+                        );
+                        assert!(r.ctas >= 1 && r.pieces >= 1);
+                        if r.wire.is_some() {
+                            assert!(r.pieces <= lowcon_abi::pad::WIRE_PIECES);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn captured_calls_take_kernel_waits_unless_told() {
+    let p = planner("NVIDIA H200", 4);
+    let call = AgCall { shard: 64 << 20, dtype: DType::Bf16, output_symmetric: true, captured: true };
+    let memop = AllGatherOptions { sync: Some(SyncMethod::StreamMemop), ..Default::default() };
+    assert_eq!(p.all_gather(&call, &memop).sync, SyncMethod::Kernel, "sync is for eager calls");
+    let both = memop.with_sync(SyncMethod::StreamMemop);
+    assert_eq!(p.all_gather(&call, &both).sync, SyncMethod::StreamMemop);
+    assert_eq!(p.all_gather(&AgCall { captured: false, ..call }, &memop).sync, SyncMethod::StreamMemop);
+}
+
+#[test]
+fn unmeasured_worlds_and_gpus_take_the_model() {
+    // 8 ranks of H200: the 4-rank table, byte bounds x 3/7.
+    let p = planner("NVIDIA H200", 8);
+    assert!(p.table().1.starts_with("model: shipped:h200-w4.txt"), "{}", p.table().1);
+    let d = AllGatherOptions::default();
+    let ll_max = (256usize << 10) * 3 / 7;
+    assert_eq!(ag(&p, ll_max, false, &d).algorithm, AllGatherAlgorithm::Ll);
+    assert_eq!(ag(&p, ll_max + 2, false, &d).algorithm, AllGatherAlgorithm::SmOneshot);
+    // 3 ranks: between 2 and 4, the larger world's table (x 3/2).
+    let p3 = planner("NVIDIA H200", 3);
+    assert!(p3.table().1.contains("h200-w4.txt") && p3.table().1.contains("x 3/2"), "{}", p3.table().1);
+    // A GPU with no table: the nearest world of any GPU's.
+    assert!(planner("NVIDIA H100 80GB HBM3", 4).table().1.starts_with("model: shipped:h200-w4.txt"));
+    // Same rules, same CRC: every rank of the same world plans alike.
+    assert_eq!(planner("NVIDIA H200", 8).fingerprint(), p.fingerprint());
+}
+
+#[test]
+fn a_table_of_the_callers_changes_the_plan() {
+    let text = "lowcon-tuning 1\nmachine gpu=H200 world=4\nsource test\n\
+                all-gather algorithm=sm-oneshot ctas=7\n\
+                reduce-scatter context=fsdp algorithm=tma-reduce ctas=5 sync=memop\n\
+                reduce-scatter algorithm=ce-reduce piece=1M max_pieces=3 launch=once\n";
+    let m = Machine { device: "NVIDIA H200".into(), sms: 132, world: 4, ranks_on_gpu: 1 };
+    let p = Planner::with_table(m, Table::parse("mine.txt", text).unwrap(), "test".into());
+    let a = ag(&p, 1 << 30, true, &AllGatherOptions::default());
+    assert_eq!((a.algorithm, a.ctas, &*a.origin), (AllGatherAlgorithm::SmOneshot, 7, "mine.txt:4"));
+    let f =
+        rs(&p, &rs_call(1 << 30, DType::Bf16), &ReduceScatterOptions { context: Context::Fsdp, ..Default::default() });
+    assert_eq!((f.algorithm, f.ctas, f.sync), (ReduceScatterAlgorithm::TmaReduce, 5, SyncMethod::StreamMemop));
+    let c = rs(&p, &rs_call(64 << 20, DType::Bf16), &ReduceScatterOptions::default());
+    assert_eq!(
+        (c.algorithm, c.pieces, c.reduce_launch, c.launch_explicit),
+        (ReduceScatterAlgorithm::CeReduce, 3, ReduceLaunch::Once, false)
+    );
+    assert_ne!(p.fingerprint(), planner("NVIDIA H200", 4).fingerprint());
+}
+
+#[test]
+fn ranks_sharing_a_gpu_get_capped_ctas() {
+    let m = Machine { device: "NVIDIA H200".into(), sms: 132, world: 4, ranks_on_gpu: 4 };
+    let p = Planner::shipped(m).unwrap();
+    let opts = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() };
+    assert_eq!(rs(&p, &rs_call(64 << 20, DType::F32), &opts).ctas, 8);
+    assert_eq!(shared_cta_cap(1, 132), None);
+    assert_eq!(shared_cta_cap(2, 132), Some(16));
+    assert_eq!(shared_cta_cap(8, 132), Some(4));
+    assert_eq!(shared_cta_cap(64, 132), Some(2));
+    for k in 2..=8 {
+        assert!(4 * k as u32 * shared_cta_cap(k, 132).unwrap() <= 132);
+    }
+}
+
+#[test]
+fn pieces_and_ctas_defaults() {
+    assert_eq!(pieces_for(1, DEFAULT_PIECE, 16), 1);
+    assert_eq!(pieces_for(4 << 20, DEFAULT_PIECE, 16), 2);
+    assert_eq!(pieces_for(256 << 20, DEFAULT_PIECE, 16), 16);
+    assert_eq!(pieces_for(1 << 30, DEFAULT_PIECE, 16), 16);
+    assert_eq!(pieces_for(64 << 20, 32 << 20, 16), 2);
+    assert_eq!(ll_ctas(8192), 16);
+    assert_eq!(ll_ctas(1), 1);
+    assert_eq!(ll_ctas(1 << 20), 32);
+    assert_eq!(oneshot_ctas(1), 4);
+    assert_eq!(oneshot_ctas(4 << 20), 32);
+}
+
+#[test]
+fn ranks_must_agree_on_the_table() {
+    let a = planner("NVIDIA H200", 4).fingerprint();
+    let b = planner("NVIDIA H200", 2).fingerprint();
+    assert!(agree(&[&a, &a, &a]).is_ok());
+    let e = agree(&[&a, &a, &b]).unwrap_err().to_string();
+    assert!(e.contains("rank 2 plans from tuning table") && e.contains("h200-w2.txt"), "{e}");
+    let bad = announce(&Err(Error::InvalidArgument("LOWCON_TUNING=\"x\": cannot read".into())));
+    let e = agree(&[&a, &bad]).unwrap_err().to_string();
+    assert!(e.contains("rank 1: no planner") && e.contains("cannot read"), "{e}");
+}
