@@ -5,9 +5,11 @@
 //! reduce-scatter output); `total` = ranks × size; algbw = total / time; busbw = algbw ×
 //! (n − 1) / n. Time: each rank runs `reps` batches of `iters` back-to-back calls between
 //! two CUDA events after `warmup` calls; a rank's time is the median batch's mean per
-//! call, and the table shows the max over ranks. Buffers are symmetric (zero-copy)
-//! unless `--staged`; NCCL's are cudaMalloc'ed (default mode) or window-registered
-//! `ncclMemAlloc` memory (copy-engine mode).
+//! call, and the table shows the max over ranks. With `--graph`, each configuration gets
+//! two rows: the eager calls timed so, and then the replays of a graph of `iters` captured
+//! calls timed the same way (a batch is one replay), each row with its own host µs per
+//! call. Buffers are symmetric (zero-copy) unless `--staged`; NCCL's are cudaMalloc'ed
+//! (default mode) or window-registered `ncclMemAlloc` memory (copy-engine mode).
 
 use lowcon::cuda::Stream;
 use lowcon::{AllGatherOptions, DType, GpuGroup, GpuGroupOptions, ReduceOp, ReduceScatterOptions, SyncMethod};
@@ -72,9 +74,9 @@ pub struct SweepOptions {
     pub staged: bool,
     /// The host backend (CPU shared memory) instead of GPUs.
     pub backend_host: bool,
-    /// Capture `iters` calls into a CUDA graph and time its replays (GPU; NCCL's calls
-    /// are captured the same way), and report the host time per call, eager against
-    /// replayed.
+    /// Besides the eager calls, capture `iters` calls into a CUDA graph and time its
+    /// replays (GPU; NCCL's calls are captured the same way): two rows per
+    /// configuration, eager and replayed, each with its device and host time per call.
     pub graph: bool,
     /// Reduce-scatter: the bf16 wire (NOTE [bf16 wire]); the data are bf16-exact f32
     /// unless `inexact`.
@@ -267,26 +269,27 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                         } else {
                             None
                         };
-                        let mx = gather_max(
-                            runner.g,
-                            &format!("sweep/{algo}/{m:?}/{ctas:?}/{pipeline:?}/{size}"),
-                            &[t.us, wrong.unwrap_or(0) as f64, t.host_eager, t.host_replay],
-                        )?;
-                        let mut r = row(
-                            a,
-                            world,
-                            "lowcon",
-                            algo,
-                            method_name(m),
-                            label_ctas,
-                            size,
-                            mx[0],
-                            wrong.map(|_| mx[1] as u64),
-                        );
-                        r.pipeline = pipeline;
-                        let r = with_wire(r, a.wire, a.dtype);
-                        let rows_here = host_split(r, a.graph, &mx[2..4]);
-                        for r in rows_here {
+                        let mut values = vec![wrong.unwrap_or(0) as f64];
+                        values.extend(t.values());
+                        let mx =
+                            gather_max(runner.g, &format!("sweep/{algo}/{m:?}/{ctas:?}/{pipeline:?}/{size}"), &values)?;
+                        let timed = Timed::from_values(&mx[1..], a.graph);
+                        let mk = |us: f64| {
+                            let mut r = row(
+                                a,
+                                world,
+                                "lowcon",
+                                algo,
+                                method_name(m),
+                                label_ctas,
+                                size,
+                                us,
+                                wrong.map(|_| mx[0] as u64),
+                            );
+                            r.pipeline = pipeline;
+                            with_wire(r, a.wire, a.dtype)
+                        };
+                        for r in host_split(mk, &timed) {
                             if rank == 0 {
                                 report::print_sweep_row(&r);
                             }
@@ -330,31 +333,58 @@ fn case_for(a: &SweepOptions, algo: &str, m: SyncMethod, count: usize) -> Res<Ca
     Ok(Case { coll, dtype: a.dtype, count, symmetric: !a.staged, misalign: 0, sync: m, channel: 0, launch })
 }
 
-/// What [`time_calls`] measured on this rank: device µs per call, and (with `--graph`)
-/// host µs per call, enqueued eagerly and replayed.
+/// Per-call times of one configuration, µs: the eager calls' (device and host), and with
+/// `--graph` the replays' (device, and the host's share of a replay). What
+/// [`time_calls`] measured on one rank, or after [`gather_max`] the max over ranks.
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct Timed {
-    us: f64,
-    host_eager: f64,
-    host_replay: f64,
+    eager: PerCall,
+    replay: Option<PerCall>,
 }
 
-/// With `--graph`, a timed row becomes two: the replayed one (its device time, and the
-/// host's share of a replay per call) and an eager one carrying only the host time per
-/// eager call (its device time is the plain sweep's). Without, the row as it is.
-fn host_split(mut r: SweepRow, graph: bool, host: &[f64]) -> Vec<SweepRow> {
-    if !graph {
-        return vec![r];
+/// Device and host µs per call: the median batch of each (they may come from different
+/// batches).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct PerCall {
+    device_us: f64,
+    host_us: f64,
+}
+
+impl Timed {
+    /// As the numbers [`gather_max`] folds: eager device, eager host, replayed device,
+    /// replayed host (zeros without a replay, so every rank sends four).
+    fn values(&self) -> [f64; 4] {
+        let r = self.replay.unwrap_or(PerCall { device_us: 0.0, host_us: 0.0 });
+        [self.eager.device_us, self.eager.host_us, r.device_us, r.host_us]
     }
-    let mut eager = r.clone();
-    eager.graph = false;
-    eager.host_us = Some(host[0]);
-    r.host_us = Some(host[1]);
-    vec![eager, r]
+
+    /// Back from [`Timed::values`] (folded over ranks); `graph`: whether replays were timed.
+    fn from_values(v: &[f64], graph: bool) -> Self {
+        Timed {
+            eager: PerCall { device_us: v[0], host_us: v[1] },
+            replay: graph.then(|| PerCall { device_us: v[2], host_us: v[3] }),
+        }
+    }
 }
 
-/// Times `call` as described in the module docs; returns this rank's µs per call. With
-/// `--graph`, `iters` calls are captured into a graph once (after the eager warm-up,
-/// which also sets up workspaces), and each batch is one replay.
+/// The table rows of one timed configuration, `mk` building a row for a device time
+/// (µs per call; it derives the bandwidths). Without replays, one row (no host time, as
+/// the plain sweep always had); with `--graph`, two: the eager calls' row (their own
+/// device time and host time per call) and the replayed one (the replays' device time
+/// and the host's share of a replay per call).
+fn host_split(mk: impl Fn(f64) -> SweepRow, t: &Timed) -> Vec<SweepRow> {
+    let Some(replay) = t.replay else {
+        return vec![SweepRow { graph: false, host_us: None, ..mk(t.eager.device_us) }];
+    };
+    let eager = SweepRow { graph: false, host_us: Some(t.eager.host_us), ..mk(t.eager.device_us) };
+    let replayed = SweepRow { graph: true, host_us: Some(replay.host_us), ..mk(replay.device_us) };
+    vec![eager, replayed]
+}
+
+/// Times `call` as described in the module docs on this rank: `reps` batches of `iters`
+/// eager calls after the warm-up, and with `--graph` then `iters` calls captured into a
+/// graph once (after the eager calls, which also set up workspaces) and `reps` batches of
+/// one replay each.
 fn time_calls(
     g: &GpuGroup,
     stream: &Stream,
@@ -362,16 +392,20 @@ fn time_calls(
     call: &mut dyn FnMut(&Stream) -> Result<(), String>,
 ) -> Res<Timed> {
     let iters = a.iters.max(1);
-    // The first call may set up the channel (workspace, LL buffer): not in the host time.
+    // The first call may set up the channel (workspace, LL buffer).
     call(stream)?;
-    let n = a.warmup.max(2) - 1;
-    let warm = std::time::Instant::now();
-    for _ in 0..n {
+    for _ in 1..a.warmup.max(2) {
         call(stream)?;
     }
-    let host_eager = warm.elapsed().as_secs_f64() * 1e6 / n as f64;
     g.synchronize(stream)?;
-    let graph = match a.graph {
+    let (e0, e1) = (stream.event(true)?, stream.event(true)?);
+    let eager = batches(g, stream, (&e0, &e1), a.reps, iters, &mut || {
+        for _ in 0..iters {
+            call(stream)?;
+        }
+        Ok(())
+    })?;
+    let replay = match a.graph {
         true => {
             stream.begin_capture()?;
             let mut captured = Ok(());
@@ -381,31 +415,37 @@ fn time_calls(
             let graph = stream.end_capture();
             captured?;
             let graph = graph?;
+            // One untimed replay first (the graph's upload).
             g.replay(&graph)?;
             g.synchronize(stream)?;
-            Some(graph)
+            Some(batches(g, stream, (&e0, &e1), a.reps, iters, &mut || g.replay(&graph).map_err(|e| e.to_string()))?)
         }
         false => None,
     };
-    let (e0, e1) = (stream.event(true)?, stream.event(true)?);
-    let (mut per_call, mut host) = (Vec::new(), Vec::new());
-    for _ in 0..a.reps.max(1) {
-        stream.record(&e0)?;
+    Ok(Timed { eager, replay })
+}
+
+/// `reps` batches of `batch` (which makes `iters` calls), each between two events on
+/// `stream` and synchronised after: the median batch's device and host µs per call.
+fn batches(
+    g: &GpuGroup,
+    stream: &Stream,
+    (e0, e1): (&lowcon::cuda::Event, &lowcon::cuda::Event),
+    reps: usize,
+    iters: usize,
+    batch: &mut dyn FnMut() -> Result<(), String>,
+) -> Res<PerCall> {
+    let (mut device, mut host) = (Vec::new(), Vec::new());
+    for _ in 0..reps.max(1) {
+        stream.record(e0)?;
         let t = std::time::Instant::now();
-        match &graph {
-            Some(graph) => g.replay(graph)?,
-            None => {
-                for _ in 0..iters {
-                    call(stream)?;
-                }
-            }
-        }
+        batch()?;
         host.push(t.elapsed().as_secs_f64() * 1e6 / iters as f64);
-        stream.record(&e1)?;
+        stream.record(e1)?;
         g.synchronize(stream)?;
-        per_call.push(e0.elapsed_ms(&e1)? as f64 * 1e3 / iters as f64);
+        device.push(e0.elapsed_ms(e1)? as f64 * 1e3 / iters as f64);
     }
-    Ok(Timed { us: median(&per_call), host_eager, host_replay: median(&host) })
+    Ok(PerCall { device_us: median(&device), host_us: median(&host) })
 }
 
 /// NCCL's rows: default mode, then copy-engine mode where this NCCL supports it.
@@ -453,16 +493,18 @@ fn nccl_rows(r: &GpuRunner, a: &SweepOptions, sizes: &[usize], in_max: usize, ou
                         }
                     };
                     let t = time_calls(r.g, r.stream, a, &mut call)?;
-                    let mx =
-                        gather_max(r.g, &format!("sweep/{mode}/{dt}/{size}"), &[t.us, t.host_eager, t.host_replay])?;
+                    let mx = gather_max(r.g, &format!("sweep/{mode}/{dt}/{size}"), &t.values())?;
                     let name = if dt == a.dtype { mode.to_string() } else { format!("{mode} {dt}") };
-                    let mut r = row(a, world, &name, mode, "-", None, size, mx[0], None);
-                    if a.wire.is_some() {
-                        // busbw on the f32 bytes (`size`), and on the bytes NCCL sent.
-                        r = with_wire(r, Some(dt), a.dtype);
-                        r.dtype = dt.name().into();
-                    }
-                    for r in host_split(r, a.graph, &mx[1..3]) {
+                    let mk = |us: f64| {
+                        let mut r = row(a, world, &name, mode, "-", None, size, us, None);
+                        if a.wire.is_some() {
+                            // busbw on the f32 bytes (`size`), and on the bytes NCCL sent.
+                            r = with_wire(r, Some(dt), a.dtype);
+                            r.dtype = dt.name().into();
+                        }
+                        r
+                    };
+                    for r in host_split(mk, &Timed::from_values(&mx, a.graph)) {
                         if rank == 0 {
                             report::print_sweep_row(&r);
                         }
@@ -485,4 +527,126 @@ fn nccl_rows(r: &GpuRunner, a: &SweepOptions, sizes: &[usize], in_max: usize, ou
         }
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(kind: Kind, graph: bool) -> SweepOptions {
+        SweepOptions {
+            kind,
+            min_bytes: 8 << 10,
+            max_bytes: 256 << 20,
+            factor: 4,
+            iters: 20,
+            warmup: 5,
+            reps: 5,
+            dtype: DType::Bf16,
+            op: ReduceOp::Sum,
+            algorithms: vec!["ll".into()],
+            methods: vec![SyncMethod::Kernel],
+            ctas: vec![None],
+            pipeline: vec![None],
+            check: false,
+            nccl: true,
+            staged: false,
+            backend_host: false,
+            graph,
+            wire: None,
+            inexact: false,
+        }
+    }
+
+    fn timed(graph: bool) -> Timed {
+        // Eager: 12 µs on the device, 6.5 µs of host per call; replayed: 5 and 0.2.
+        Timed::from_values(&[12.0, 6.5, 5.0, 0.2], graph)
+    }
+
+    #[test]
+    fn a_graph_sweep_keeps_eager_and_replayed_times_each_in_its_own_row() {
+        let a = options(Kind::AllGather, true);
+        let mk = |us| row(&a, 2, "lowcon", "ll", "kernel", None, 64 << 10, us, None);
+        let rows = host_split(mk, &timed(true));
+        assert_eq!(rows.len(), 2);
+        let (eager, replayed) = (&rows[0], &rows[1]);
+        assert_eq!((eager.graph, eager.time_us, eager.host_us), (false, 12.0, Some(6.5)));
+        assert_eq!((replayed.graph, replayed.time_us, replayed.host_us), (true, 5.0, Some(0.2)));
+        // Each row's bandwidths follow its own time: 2 × 64 KiB in 12 and in 5 µs.
+        let gbs = |us: f64| (2 * (64 << 10)) as f64 / (us * 1e-6) / 1e9;
+        assert!((eager.algbw_gbs - gbs(12.0)).abs() < 1e-9, "{eager:?}");
+        assert!((replayed.algbw_gbs - gbs(5.0)).abs() < 1e-9, "{replayed:?}");
+        assert!((eager.busbw_gbs - gbs(12.0) / 2.0).abs() < 1e-9, "{eager:?}");
+        assert_eq!((eager.label(), replayed.label()), ("lowcon ll kernel".into(), "lowcon ll kernel graph".into()));
+    }
+
+    #[test]
+    fn a_graph_sweep_over_a_wire_derives_each_rows_wire_busbw_from_its_own_time() {
+        let a = SweepOptions { dtype: DType::F32, wire: Some(DType::Bf16), ..options(Kind::ReduceScatter, true) };
+        // As NCCL's bf16 row beside an f32 sweep builds it.
+        let mk = |us| {
+            let mut r =
+                with_wire(row(&a, 2, "nccl bf16", "nccl", "-", None, 1 << 20, us, None), Some(DType::Bf16), a.dtype);
+            r.dtype = "bf16".into();
+            r
+        };
+        let rows = host_split(mk, &timed(true));
+        assert_eq!(rows.len(), 2);
+        for (r, us) in rows.iter().zip([12.0, 5.0]) {
+            assert_eq!(r.time_us, us);
+            let wire = r.wire_busbw_gbs.expect("a wire row");
+            assert!((wire - r.busbw_gbs / 2.0).abs() < 1e-9, "{r:?}");
+        }
+        assert!(rows[0].busbw_gbs < rows[1].busbw_gbs, "{rows:?}");
+        assert_eq!((rows[0].label(), rows[1].label()), ("nccl bf16".into(), "nccl bf16 graph".into()));
+    }
+
+    #[test]
+    fn a_plain_sweep_has_one_row_with_the_eager_time_and_no_host_time() {
+        let a = options(Kind::ReduceScatter, false);
+        let mk = |us| row(&a, 4, "lowcon", "ce-reduce", "kernel", None, 1 << 20, us, Some(0));
+        // Whatever the other ranks sent for the replay, a plain sweep has none.
+        let rows = host_split(mk, &timed(false));
+        assert_eq!(rows.len(), 1);
+        assert_eq!((rows[0].graph, rows[0].time_us, rows[0].host_us, rows[0].wrong), (false, 12.0, None, Some(0)));
+    }
+
+    #[test]
+    fn timings_survive_the_fold_over_ranks_in_order() {
+        let t = Timed {
+            eager: PerCall { device_us: 12.0, host_us: 6.5 },
+            replay: Some(PerCall { device_us: 5.0, host_us: 0.2 }),
+        };
+        assert_eq!(t.values(), [12.0, 6.5, 5.0, 0.2]);
+        assert_eq!(Timed::from_values(&t.values(), true), t);
+        let plain = Timed { replay: None, ..t };
+        assert_eq!(plain.values(), [12.0, 6.5, 0.0, 0.0]);
+        assert_eq!(Timed::from_values(&plain.values(), false), plain);
+        // Two ranks: the max of each number, as `gather_max` folds them.
+        let other = Timed {
+            eager: PerCall { device_us: 13.0, host_us: 6.0 },
+            replay: Some(PerCall { device_us: 4.0, host_us: 0.3 }),
+        };
+        let mx = crate::stats::max_over_ranks(&[t.values().to_vec(), other.values().to_vec()]);
+        assert_eq!(
+            Timed::from_values(&mx, true),
+            Timed {
+                eager: PerCall { device_us: 13.0, host_us: 6.5 },
+                replay: Some(PerCall { device_us: 5.0, host_us: 0.3 })
+            }
+        );
+    }
+
+    #[test]
+    fn the_sizes_go_up_by_the_factor_from_the_smallest_and_stop_at_the_largest() {
+        let k = |n: usize| n << 10;
+        // The CLI's defaults: 8K by 4 up to 256M ends at 128M.
+        let a = options(Kind::AllGather, false);
+        assert_eq!(sizes(&a), [k(8), k(32), k(128), k(512), k(2048), k(8192), k(32768), k(131072)]);
+        let a = SweepOptions { factor: 2, max_bytes: k(64), ..a };
+        assert_eq!(sizes(&a), [k(8), k(16), k(32), k(64)]);
+        // Below 2, only the smallest; sizes are whole elements.
+        let a = SweepOptions { factor: 1, min_bytes: 8191, dtype: DType::F32, ..a };
+        assert_eq!(sizes(&a), [8188]);
+    }
 }

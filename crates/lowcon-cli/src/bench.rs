@@ -47,8 +47,9 @@ impl OutputFlags {
 /// Flags of the collective sweeps.
 #[derive(Args, Clone, Debug)]
 pub struct SweepFlags {
-    /// Smallest size per rank (bytes; K/M/G suffixes).
-    #[arg(short = 'b', long = "minbytes", default_value = "64K", value_parser = parse_size)]
+    /// Smallest size per rank (bytes; K/M/G suffixes). The sizes are -b times powers of
+    /// -f, up to -e: with the defaults 8K to 128M (-f 2, or -b 64K, reaches 256M).
+    #[arg(short = 'b', long = "minbytes", default_value = "8K", value_parser = parse_size)]
     min: usize,
     /// Largest size per rank.
     #[arg(short = 'e', long = "maxbytes", default_value = "256M", value_parser = parse_size)]
@@ -92,8 +93,9 @@ pub struct SweepFlags {
     /// Use ordinary device buffers (staged through the workspace) instead of symmetric ones.
     #[arg(long)]
     staged: bool,
-    /// CUDA graphs: capture `-n` calls into a graph and time its replays (NCCL's calls
-    /// captured alike); adds the host µs per call, eager against replayed (GPU only).
+    /// CUDA graphs: besides the eager calls, capture `-n` calls into a graph and time its
+    /// replays (NCCL's calls captured alike): two rows per configuration, eager and
+    /// replayed, each with its own device µs and host µs per call (GPU only).
     #[arg(long)]
     graph: bool,
     /// `gpu`, or `host` for the CPU backend.
