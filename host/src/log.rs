@@ -40,17 +40,17 @@ pub fn warn(what: &str) {
     }
 }
 
-/// A call's plan (NOTE [one planner]), once per distinct plan and collective: shown
-/// as [`trace`] is, with the call's bytes per rank when it was first seen. Costs one
-/// check when debugging is off.
-pub fn plan(rank: usize, what: &str, bytes: usize, plan: &dyn std::fmt::Display) {
+/// A call's plan (NOTE [one planner]), once per distinct plan, collective and context
+/// hint: shown as [`trace`] is, with the call's bytes per rank when it was first seen.
+/// Costs one check when debugging is off.
+pub fn plan(rank: usize, what: &str, context: crate::coll::Context, bytes: usize, plan: &dyn std::fmt::Display) {
     static ON: OnceLock<bool> = OnceLock::new();
     let on = *ON.get_or_init(crate::config::debug) || tracing::enabled!(target: "lowcon", tracing::Level::DEBUG);
     if !on {
         return;
     }
     static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-    let key = format!("{what}: {plan}");
+    let key = format!("{what} ({context}): {plan}");
     let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
     if seen.len() < 4096 && !seen.contains(&key) {
         seen.push(key.clone());

@@ -1,11 +1,14 @@
-"""The options `lowcon.fsdp`'s reduce-scatter hook hands the group, per call: a group
-that records them stands in for lowcon's (no ranks, no launcher). Skipped where torch
-is not installed."""
+"""What `lowcon.fsdp`'s reduce-scatter hook hands the group, per call: hints, never
+choices (NOTE [one planner]: the planner in the library decides). A group that records
+the options stands in for lowcon's (no ranks, no launcher). Skipped where torch is not
+installed."""
 
 import pytest
 
 torch = pytest.importorskip("torch")
 fsdp = pytest.importorskip("lowcon.fsdp")
+
+CHOICES = ("algorithm", "ctas", "pipeline", "reduce_launch", "map_ordinary")
 
 
 class Recorder:
@@ -22,26 +25,32 @@ class Recorder:
 def one_call(world, wire, numel=1 << 22, dtype=torch.float32, **options):
     g = Recorder(world)
     rs = fsdp.LowconReduceScatter(g, wire=wire, **options)
+    rs._exact = True  # as install's post_backward wrapper says for bf16 gradients
     rs(torch.empty(numel, dtype=dtype), torch.empty(world * numel, dtype=dtype))
     assert len(g.calls) == 1
     return g.calls[0]
 
 
-def test_the_wire_takes_64_ctas_at_2_ranks():
-    # NOTE [wire CTAs inside FSDP2]: 16 CTAs made the FSDP2 step slower than the fp32 wire.
-    o = one_call(2, "bf16")
-    assert (o["wire"], o["algorithm"], o["ctas"]) == ("bf16", "ce-reduce", fsdp.WIRE_CTAS_2)
-    assert fsdp.WIRE_CTAS_2 == 64
+@pytest.mark.parametrize("world", [2, 4, 8])
+@pytest.mark.parametrize("wire", ["bf16", "auto"])
+def test_bf16_gradients_are_hinted_and_nothing_is_chosen(world, wire):
+    o = one_call(world, wire)
+    assert (o["context"], o["bf16_exact"], o["algorithm"], o["sync"]) == ("fsdp", True, "auto", "auto")
+    assert "wire" not in o and not any(k in o for k in CHOICES[1:]), o
 
 
-def test_a_callers_ctas_wins_over_the_wires():
-    assert one_call(2, "bf16", ctas=16)["ctas"] == 16
+def test_the_same_call_gets_the_same_options_at_every_world():
+    assert one_call(2, "bf16") == one_call(4, "bf16") == one_call(8, "bf16")
+    assert one_call(2, None, numel=64) == one_call(4, None, numel=64)
 
 
-def test_other_world_sizes_and_the_fp32_path_keep_the_librarys_ctas():
-    # Measured at 2 ranks only; without the wire nothing changes.
-    assert "ctas" not in one_call(4, "bf16")
-    o = one_call(2, None)
-    assert "ctas" not in o and "wire" not in o
-    # A bf16 reduce-scatter never takes the wire (nothing to split).
-    assert "ctas" not in one_call(2, "bf16", dtype=torch.bfloat16)
+def test_no_wire_sends_fp32_and_bf16_gradients_need_no_hint():
+    o = one_call(4, None)
+    assert (o["wire"], o.get("bf16_exact", False)) == ("f32", False), o
+    o = one_call(4, "bf16", dtype=torch.bfloat16)
+    assert "bf16_exact" not in o and "wire" not in o, o
+
+
+def test_a_callers_options_pass_as_they_are():
+    o = one_call(4, "bf16", ctas=16, algorithm="ce-reduce", sync="memop")
+    assert (o["ctas"], o["algorithm"], o["sync"], o["bf16_exact"]) == (16, "ce-reduce", "memop", True)

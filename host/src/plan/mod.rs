@@ -477,9 +477,14 @@ impl Planner {
             }
             _ => 1,
         };
-        let launch_explicit = opts.reduce_launch != ReduceLaunch::Auto;
+        // A launch the caller named binds ce-reduce: where the caller left the algorithm
+        // to the planner and it picked one without launches (`ll` for small chunks), the
+        // option does not apply (NOTE [one launch per call]).
+        let launch_explicit =
+            opts.reduce_launch != ReduceLaunch::Auto && (opts.algorithm != R::Auto || algorithm == R::CeReduce);
         let reduce_launch = match opts.reduce_launch {
             ReduceLaunch::Auto => rule.and_then(|r| r.choose.launch).unwrap_or(ReduceLaunch::Pieces),
+            _ if !launch_explicit => ReduceLaunch::Pieces,
             l => l,
         };
         let sync = self.sync(call.captured, (opts.sync, opts.graph_sync), rule);

@@ -239,3 +239,25 @@ fn ranks_must_agree_on_the_table() {
     let e = agree(&[&a, &bad]).unwrap_err().to_string();
     assert!(e.contains("rank 1: no planner") && e.contains("cannot read"), "{e}");
 }
+
+#[test]
+fn a_named_launch_binds_ce_reduce_only() {
+    let p = planner("NVIDIA H200", 4);
+    let once = ReduceScatterOptions { reduce_launch: ReduceLaunch::Once, context: Context::Fsdp, ..Default::default() };
+    let ordinary = |chunk| RsCall { input_symmetric: false, ..rs_call(chunk, DType::Bf16) };
+    // ll for a small chunk: the launch does not apply, quietly.
+    let small = rs(&p, &ordinary(16 << 10), &once);
+    assert_eq!(
+        (small.algorithm, small.reduce_launch, small.launch_explicit),
+        (ReduceScatterAlgorithm::Ll, ReduceLaunch::Pieces, false)
+    );
+    // ce-reduce: it binds (the backend refuses what it cannot honour).
+    let big = rs(&p, &ordinary(64 << 20), &once);
+    assert_eq!(
+        (big.algorithm, big.reduce_launch, big.launch_explicit),
+        (ReduceScatterAlgorithm::CeReduce, ReduceLaunch::Once, true)
+    );
+    // Named with an algorithm: it binds whatever the algorithm.
+    let named = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::SmDirect, ..once };
+    assert!(rs(&p, &ordinary(16 << 10), &named).launch_explicit);
+}

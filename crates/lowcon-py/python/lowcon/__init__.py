@@ -180,14 +180,17 @@ class Group:
     def all_gather(self, output, input, *, stream=None, arrivals=None, **options):
         """`output[p * n:(p + 1) * n]` receives rank p's `input` (n elements), on every rank.
 
-        Options: algorithm ("auto", "ce-pull", "ce-push", "sm-oneshot", "ll"), sync ("kernel",
-        "memop"), graph_sync (the sync of a call captured into a CUDA graph: "kernel", the
-        default whatever `sync` says, or "memop", whose waits hold no SM but cost the host
-        1.3-4.5 us per barrier at every replay; docs/graphs.md), ctas, channel (default:
-        one per stream, in order of first use),
-        allow_staging, map_ordinary (GPU, ce-pull: peers read an ordinary `input`, e.g.
-        torch's memory, in place through IPC instead of a staging copy; the call then
-        exchanges addresses with the peers' hosts; docs/python.md, "Torch memory").
+        Options: algorithm ("auto": the planner's choice, NOTE [one planner]; "ce-pull",
+        "ce-push", "sm-oneshot", "ll"), sync ("auto", "kernel", "memop"), graph_sync (the
+        sync of a call captured into a CUDA graph: "auto", kernel waits unless the tuning
+        table says otherwise, whatever `sync` says, or "kernel", or "memop", whose waits hold
+        no SM but cost the host 1.3-4.5 us per barrier at every replay; docs/graphs.md), ctas,
+        channel (default: one per stream, in order of first use), allow_staging,
+        map_ordinary (GPU, ce-pull: peers read an ordinary `input`, e.g. torch's memory, in
+        place through IPC instead of a staging copy; the call then exchanges addresses with
+        the peers' hosts; docs/python.md, "Torch memory"; None: the planner's choice),
+        context (a hint: "alone", "fsdp" or "tp", what runs beside the call). `plan()` says
+        what a call would run.
 
         arrivals (GPU; from `arrivals()`): the call records each rank's piece as it lands
         in `output` (ce-pull: one by one, in `arrivals.order`; other algorithms: all at
@@ -236,8 +239,9 @@ class Group:
 
         Options: algorithm ("auto", "ce-reduce", "sm-direct", "tma-reduce", "tma-reduce-evict",
         "tma-push-reduce": sum only, not deterministic; "ll": small messages),
-        sync, graph_sync, ctas, pipeline, channel, allow_staging, map_ordinary (as for `all_gather`;
-        ce-reduce), wire, reduce_launch.
+        sync, graph_sync, ctas, pipeline, channel, allow_staging, map_ordinary, context (as for
+        `all_gather`; map_ordinary: ce-reduce), wire, reduce_launch, bf16_exact (a hint: the
+        float32 input holds bf16 values upcast, so the planner may send the bf16 wire).
 
         The bf16 wire: with float32 `input` and `output`, `wire="bf16"` (or torch.bfloat16)
         sends the top half of each float through the copy engines and reads the bottom
@@ -246,7 +250,7 @@ class Group:
         bf16); ce-reduce or auto. A bfloat16 `input` may reduce into a float32 `output`
         (no wire needed: bf16 crosses). `stats()` counts the bytes and the fallbacks.
 
-        reduce_launch (ce-reduce): "auto" (the library's choice), "pieces" (one reduction
+        reduce_launch (ce-reduce): "auto" (the planner's choice), "pieces" (one reduction
         launch per pipeline piece) or "once" (one launch per call, its CTAs waiting for
         each piece's copies: beside a GEMM that holds every SM it waits for an SM once,
         not once per piece; stages the whole chunk; floats without a wire).
@@ -258,6 +262,23 @@ class Group:
             self._g.reduce_scatter(output, input, op, stream=fast[0], on_current=True, **options)
         else:
             self._g.reduce_scatter(output, input, op, stream=_stream_of(output, stream), **options)
+
+    def plan(self, kind, count, dtype, **options):
+        """What the planner would run for a call, as a dict (NOTE [one planner]): algorithm,
+        ctas, sync, map_ordinary, and for a reduce-scatter pieces, wire and reduce_launch;
+        origin (the tuning table's rule, "default" or "explicit"), table and table_how.
+
+        kind: "all-gather" or "reduce-scatter"; count: elements per rank (the all-gather's
+        input, the reduce-scatter's output); dtype, and out_dtype for a reduce-scatter into
+        another type; symmetric: whether the memory peers read is the pool's (the
+        all-gather's output, the reduce-scatter's input); captured: in a CUDA graph; op; and
+        the collectives' options and hints (algorithm, sync, ctas, pipeline, wire, context,
+        bf16_exact, ...), which win over the planner as they do in a call."""
+        options = dict(options)
+        for k in ("wire", "out_dtype"):
+            if options.get(k) is not None:
+                options[k] = _dtype_name(options[k])
+        return self._g.plan(kind, int(count), _dtype_name(dtype), **options)
 
     def stats(self):
         """The bytes this rank's calls moved to and from peers since the group was made, as a

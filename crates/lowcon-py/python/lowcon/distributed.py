@@ -33,12 +33,17 @@ one line naming it and where it went. LOWCON_TORCH_FALLBACK=0 turns the fallback
 those calls raise NotImplementedError naming the operation instead. NCCL refuses ranks
 sharing a GPU (LOWCON_SHARE_GPU=1), so there the CUDA fallback fails as NCCL says.
 
-The bf16 wire (NOTE [bf16 wire]) is an opt-in here: with LOWCON_TORCH_WIRE=bf16 in the
-environment when the group is made, or `pg.reduce_scatter_wire = "bf16"`, float32
-reduce_scatter_tensor calls send the top half of each float and read the bottom halves
-only where a piece is not bf16-exact: the result is the float32 one bit for bit, with half
-the bytes for bf16 values upcast (FSDP2's default reduce-scatter with bf16 parameters and
-an fp32 reduce). The default (None) sends float32.
+The backend chooses nothing itself (NOTE [one planner]): all_gather_into_tensor and
+reduce_scatter_tensor, FSDP2's entry points, pass the planner the hint `pg.context`
+("fsdp" by default, LOWCON_TORCH_CONTEXT when the group is made), so FSDP2 on this
+backend gets the plans `lowcon.fsdp`'s hooks get for the same calls. The bf16 wire (NOTE
+[bf16 wire]) needs to know that float32 inputs hold bf16 values upcast (FSDP2's
+reduce-scatter with bf16 parameters and an fp32 reduce), which the backend cannot see: with
+LOWCON_TORCH_WIRE=bf16 in the environment when the group is made, or
+`pg.reduce_scatter_wire = "bf16"`, float32 reduce_scatter_tensor calls pass the hint
+`bf16_exact=True`, and the planner sends the top half of each float where its table says
+so, reading the bottom halves only where a piece is not bf16-exact: the result is the
+float32 one bit for bit. The default (None) gives no hint.
 
 Streams: a call with async_op=False runs on the caller's current stream. With
 async_op=True it runs on the group's own stream, after the current stream's work, and
@@ -153,6 +158,9 @@ class LowconProcessGroup(dist.ProcessGroup):
         if wire not in (None, "bf16"):
             raise InvalidArgument(f"rank {rank}: LOWCON_TORCH_WIRE={wire!r}: expected bf16 or nothing")
         self.reduce_scatter_wire = wire
+        self.context = os.environ.get("LOWCON_TORCH_CONTEXT") or "fsdp"
+        if self.context not in ("alone", "fsdp", "tp"):
+            raise InvalidArgument(f"rank {rank}: LOWCON_TORCH_CONTEXT={self.context!r}: expected alone, fsdp or tp")
         self._done = LowconWork(self)  # what synchronous calls return: complete, but wait() still checks
 
     # -- identity -------------------------------------------------------------------------
@@ -260,7 +268,7 @@ class LowconProcessGroup(dist.ProcessGroup):
 
         if output.dtype not in _DIRECT:  # any other dtype: bytes
             output, input = output.view(torch.uint8), input.view(torch.uint8)
-        return self._run([output, input], opts, lambda: self._group.all_gather(output, input))
+        return self._run([output, input], opts, lambda: self._group.all_gather(output, input, context=self.context))
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         return self._coalesced(outputs, inputs, opts, self._allgather_base)
@@ -297,10 +305,9 @@ class LowconProcessGroup(dist.ProcessGroup):
             what = f"reduce_scatter_tensor ({_op_str(opts)}, {output.dtype})"
             return self._fallback(what, [output])._reduce_scatter_base(output, input, opts)
         output, input = _as_lowcon(output), _as_lowcon(input)
-        if self.reduce_scatter_wire == "bf16" and input.dtype == torch.float32 and output.dtype == torch.float32:
-            return self._run([output, input], opts,
-                             lambda: self._group.reduce_scatter(output, input, op, wire="bf16", algorithm="ce-reduce"))
-        return self._run([output, input], opts, lambda: self._group.reduce_scatter(output, input, op))
+        exact = self.reduce_scatter_wire == "bf16" and input.dtype == torch.float32 and output.dtype == torch.float32
+        return self._run([output, input], opts, lambda: self._group.reduce_scatter(
+            output, input, op, context=self.context, bf16_exact=exact))
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         return self._coalesced(outputs, inputs, opts, self._reduce_scatter_base)

@@ -13,23 +13,29 @@ with `allocate(size, *, dtype, device)` and `__call__(output_tensor, input_tenso
 [op,] async_op=False)`. Ours hand out torch's memory, as FSDP2's defaults do, so the
 collective buffers share memory with activations and peak memory stays NCCL's; the
 peers read it in place through IPC mappings of torch's segments, exchanged per call
-(`map_ordinary`; NOTE [mapped ordinary memory]). With `memory="pool"` they come from
+(`map_ordinary`, which the planner turns on for FSDP2's calls; NOTE [mapped ordinary
+memory]). With `memory="pool"` they come from
 the group's symmetric pool instead (no exchange per call, but the pool's memory is its
 own: NOTE [FSDP2 pool size]). lowcon's collectives run on FSDP2's own streams, on one
 channel per kind of hook. The hooks are per FSDP module (they do not recurse): `install`
 sets them on every one.
 
+The hooks choose nothing themselves (NOTE [one planner]): every call passes the hint
+`context="fsdp"`, and the library's planner picks the algorithm, CTAs, sync, pieces and
+wire from the tuning table of the machine (`g.plan(...)` shows what it picks). An option
+given to `install` still wins.
+
 The bf16 wire (NOTE [bf16 wire]): with FSDP2's usual mixed precision (`param_dtype=bf16`,
 `reduce_dtype=fp32`) the reduce-scatter's fp32 input holds bf16 gradients upcast, so half
-its bytes are zeros. `install` then sends only the top halves (`wire="bf16"`, ce-reduce):
-the result is the fp32 one bit for bit, and a piece that is not bf16-exact falls back to
-reading its bottom halves. Gradients accumulated in fp32 over several backward passes
+its bytes are zeros. The hooks then pass the hint `bf16_exact=True`, and the planner sends
+only the top halves where its table says so (ce-reduce): the result is the fp32 one bit
+for bit, and a piece that is not bf16-exact falls back to reading its bottom halves.
+Gradients accumulated in fp32 over several backward passes
 (`set_requires_gradient_sync(False)`) are not bf16-exact, so for a reduce of accumulated
-gradients the hooks send fp32 instead: `install` wraps each parameter group's
-`post_backward` to see whether it holds accumulated gradients before it reduces. It prints
-one line saying what it chose (`reduce_scatter_wire="auto"`, the default; "bf16": always
-for fp32 inputs; None: never). At 2 ranks the wire's kernels get 64 CTAs unless
-`reduce_scatter_options` names `ctas` (NOTE [wire CTAs inside FSDP2]).
+gradients the hooks give no hint: `install` wraps each parameter group's `post_backward`
+to see whether it holds accumulated gradients before it reduces. It prints one line
+saying what it chose (`reduce_scatter_wire="auto"`, the default; "bf16": the hint for
+every fp32 input; None: fp32 on the wire, always).
 
 Reduce-scatter ops: FSDP2 passes SUM, AVG, or PREMUL_SUM(1/f) after
 `set_gradient_divide_factor(f)`. torch does not expose PREMUL_SUM's factor in Python, so
@@ -43,24 +49,15 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as _AllGathe
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter as _ReduceScatter
 
 from . import InvalidArgument
-from ._native import LL_MAX_CHUNK_2
 from ._ops import reduce_op_name
 
-__all__ = ["LowconAllGather", "LowconReduceScatter", "install", "CE_REDUCE_MIN_BYTES", "WIRE_CTAS_2"]
+__all__ = ["LowconAllGather", "LowconReduceScatter", "install", "CONTEXT"]
 
-# Reduce-scatter outputs from this size up take ce-reduce under algorithm="auto" at 2
-# ranks (NOTE [auto inside FSDP2]); smaller ones the library's auto (ll, sm-direct).
-CE_REDUCE_MIN_BYTES = 8 << 20
-
-# NOTE [wire CTAs inside FSDP2]: the bf16 wire's pack and reduction are SM kernels
-# (NOTE [bf16 wire]) that bound its reduce-scatter, and FSDP2 waits for the reduce-scatter
-# at the end of backward. With the library's 16 CTAs (select::DEFAULT_REDUCE_CTAS) the
-# wire made the step slower than the fp32 wire in a paired run (2026-11-25, 8ae05f5,
-# 2x H200, 1024 tokens per rank, fp32 reduce): 8192x4 0.993x NCCL's step against 0.939x,
-# 4096x12 0.959x against 0.912x. With 64 CTAs: 0.910x and 0.908x, the best of every mode
-# (docs/runs/2026-11-25-8ae05f5-2xh200). Measured at 2 ranks only, so only there; a
-# caller's `ctas` (reduce_scatter_options) wins.
-WIRE_CTAS_2 = 64
+# The hint every hook call passes to the planner (NOTE [one planner]): the tuning tables'
+# rules for FSDP2 (ce-reduce reading torch's memory in place, the bf16 wire with the CTAs
+# measured inside FSDP2's step: NOTE [auto inside FSDP2], NOTE [wire CTAs inside FSDP2]
+# in docs/algorithms.md) apply to these calls.
+CONTEXT = "fsdp"
 
 
 def _check_group(g, group):
@@ -77,15 +74,12 @@ _MEMORY = ("pool", "torch")
 
 
 class _Comm:
-    def __init__(self, group, algorithm="auto", sync="kernel", memory="torch", **options):
+    def __init__(self, group, algorithm="auto", sync="auto", memory="torch", **options):
         if memory not in _MEMORY:
             raise InvalidArgument(f"rank {group.rank}: memory {memory!r}: expected \"pool\" or \"torch\"")
         self.group = group
         self.memory = memory
-        self.options = dict(algorithm=algorithm, sync=sync, **options)
-        if memory == "torch":
-            # Peers read the input where torch put it (NOTE [mapped ordinary memory]).
-            self.options.setdefault("map_ordinary", True)
+        self.options = dict(algorithm=algorithm, sync=sync, context=CONTEXT, **options)
         # One channel per kind of hook on the group, not one per stream: FSDP2 makes new
         # streams for every root (every model), which would use up the 16 channels.
         # FSDP2 issues each kind in order on one stream per root; two roots whose
@@ -152,7 +146,7 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
 
     _CHANNEL = "fsdp/reduce-scatter"
 
-    def __init__(self, group, algorithm="auto", sync="kernel", gradient_divide_factor=None, memory="torch",
+    def __init__(self, group, algorithm="auto", sync="auto", gradient_divide_factor=None, memory="torch",
                  wire=None, **options):
         if wire not in _WIRES:
             raise InvalidArgument(f"rank {group.rank}: wire {wire!r}: expected \"auto\", \"bf16\" or None")
@@ -167,7 +161,7 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
         # whether that parameter group's fp32 gradients are bf16 values upcast.
         self._exact = False
         self._pending_input = None  # (numel, dtype) of the last input handed out
-        self.wire_calls = 0  # reduce-scatters sent over the bf16 wire
+        self.wire_calls = 0  # reduce-scatters hinted bf16-exact (the planner may send them as bf16)
         self.plain_calls = 0  # and not
 
     def allocate(self, size, *, dtype, device):
@@ -187,33 +181,13 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
         _check_group(self.group, group)
         name, scale = _op_name(dist.ReduceOp.SUM if op is None else op, self.gradient_divide_factor)
         options = self.options
-        nbytes = output_tensor.numel() * output_tensor.element_size()
-        world = self.group.world_size
-        if options["algorithm"] == "auto" and self.memory == "torch" and not (world == 2 and nbytes <= LL_MAX_CHUNK_2):
-            # With torch's memory the peers read the input in place only with ce-reduce
-            # (map_ordinary): sm-direct, the library's choice here, would stage the whole
-            # input through a workspace that grows to the largest gradient bucket. `ll`
-            # (small chunks at 2 ranks) needs no staging.
-            options = dict(options, algorithm="ce-reduce")
-        elif options["algorithm"] == "auto" and world == 2 and nbytes >= CE_REDUCE_MIN_BYTES:
-            # NOTE [auto inside FSDP2]: next to FSDP2's GEMMs, ce-reduce beat the
-            # library's auto choice (sm-direct at these sizes) in a paired run
-            # (2026-11-24, 9b0b2d5, 2x H200: 4096x12 at 1024 tokens 0.918x NCCL's step
-            # against 0.931x, intervals apart; 8192x4 30% of NCCL's excess removed against
-            # 26%; tied at 4096 tokens), though alone it loses to sm-direct below 64 MiB.
-            # Measured at 2 ranks only, so only there.
-            options = dict(options, algorithm="ce-reduce")
-        if options.get("reduce_launch") == "once" and options["algorithm"] != "ce-reduce":
-            # NOTE [one launch per call]: ce-reduce's; the small chunks `ll` takes (and
-            # any other algorithm) launch as they do.
-            options = {k: v for k, v in options.items() if k != "reduce_launch"}
         if input_tensor.dtype == torch.float32 and (self.wire == "bf16" or (self.wire == "auto" and self._exact)):
-            # NOTE [bf16 wire]: the top halves through the copy engines, exact for any data.
-            options = dict(options, wire="bf16", algorithm="ce-reduce")
-            if world == 2 and "ctas" not in options:
-                options["ctas"] = WIRE_CTAS_2  # NOTE [wire CTAs inside FSDP2]
+            # NOTE [bf16 wire]: a hint; the planner decides whether the top halves go alone.
+            options = dict(options, bf16_exact=True)
             self.wire_calls += 1
         else:
+            if input_tensor.dtype == torch.float32 and self.wire is None:
+                options = dict(options, wire="f32")  # fp32 on the wire, whatever the planner would pick
             self.plain_calls += 1
         self.group.reduce_scatter(output_tensor, input_tensor, name, **options)
         if scale is not None:
@@ -262,7 +236,7 @@ def install(
     *,
     all_gather="auto",
     reduce_scatter="auto",
-    sync="kernel",
+    sync="auto",
     gradient_divide_factor=None,
     all_gather_options=None,
     reduce_scatter_options=None,
@@ -273,8 +247,8 @@ def install(
     """Set lowcon's all-gather and reduce-scatter on every FSDP module of `model` (after
     `fully_shard`, before the first forward). Returns the number of modules set.
 
-    all_gather / reduce_scatter: lowcon algorithm names ("auto" picks by size). sync:
-    "kernel" or "memop". gradient_divide_factor: also set on every module (FSDP2 then
+    all_gather / reduce_scatter: lowcon algorithm names ("auto": the planner's choice,
+    NOTE [one planner]). sync: "auto", "kernel" or "memop". gradient_divide_factor: also set on every module (FSDP2 then
     passes PREMUL_SUM, which lowcon applies after summing). all_gather_memory /
     reduce_scatter_memory: "torch" (the default: torch's allocator, sharing memory with
     activations as NCCL's buffers do; peers read them in place through IPC mappings of
@@ -311,12 +285,13 @@ def install(
         raise InvalidArgument("install: the model has no FSDP modules: call fully_shard on it first")
     if group.rank == 0:
         if reduce_scatter_wire == "auto":
-            what = (f"{wired} of {n} modules (bf16 parameters, fp32 reduce) send bf16 over the wire, fp32-exact; "
-                    "fp32 for gradients accumulated without sync" if wired else
+            what = (f"{wired} of {n} modules (bf16 parameters, fp32 reduce) hint bf16-exact gradients (the "
+                    "planner sends bf16 over the wire where its table says so, fp32-exact); no hint for gradients "
+                    "accumulated without sync" if wired else
                     f"fp32 reduce-scatters keep fp32 on the wire (no module of {n} has bf16 parameters with an "
                     "fp32 reduce)")
         elif reduce_scatter_wire == "bf16":
-            what = f"every fp32 reduce-scatter of {n} modules sends bf16 over the wire, fp32-exact"
+            what = f"every fp32 reduce-scatter of {n} modules hints bf16-exact gradients (bf16 on the wire, fp32-exact)"
         else:
             what = "the bf16 wire is off (reduce_scatter_wire=None)"
         print(f"lowcon.fsdp: {what}", flush=True)

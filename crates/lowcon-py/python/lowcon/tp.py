@@ -40,6 +40,9 @@ __all__ = [
     "group_of",
 ]
 
+# The hint every call of these ops passes to the planner (NOTE [one planner]).
+CONTEXT = "tp"
+
 _DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -150,7 +153,7 @@ def _workspace(g, st, stream, shape, dtype):
     return ws[:n].view(shape)
 
 
-def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sync="kernel", _events=None,
+def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sync="auto", _events=None,
                             _serial=False):
     """All-gathers `A_shard` along `gather_dim` into A and returns (A or None,
     [A @ B for B in Bs]); each partial matmul starts when its piece has landed.
@@ -159,7 +162,8 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sy
     float32 or bfloat16; `gather_dim` a leading dim (not the last); a non-contiguous
     `A_shard` is copied. Every rank passes the same shapes.
 
-    `sync` is the all-gather's ("kernel" or "memop", in graphs too). The first matmul waits
+    `sync` is the all-gather's ("auto": the planner's, "kernel" or "memop", in graphs too);
+    every call passes the planner the hint `context="tp"` (NOTE [one planner]). The first matmul waits
     for the all-gather's entry barrier (`Arrivals.wait_started`): a barrier behind a GEMM
     that holds every SM ran only when that GEMM ended, kernel or memop alike, and the
     peers' pieces were pulled only then (2x H200, 2026-11-26: 1.09-1.10x the GEMM alone
@@ -184,7 +188,7 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sy
 
     with torch.no_grad():  # `out=` has no autograd: the autograd forms are below
         if not cuda:
-            g.all_gather(gathered, shard)
+            g.all_gather(gathered, shard, context=CONTEXT)
             for p in range(world):
                 piece(p, gathered[p * s0:(p + 1) * s0])
         elif shard.numel() == 0:
@@ -206,7 +210,7 @@ def _overlapped(g, shard, gathered, piece, where, sync, _events, _serial):
     side, arr = st["side"], st["arrivals"]
     side.wait_stream(cur)
     with torch.cuda.stream(side):
-        g.all_gather(gathered, shard, arrivals=arr, sync=sync, graph_sync=sync)
+        g.all_gather(gathered, shard, arrivals=arr, sync=sync, graph_sync=sync, context=CONTEXT)
     try:
         order = arr.order
         # The local piece first, from the shard itself (it needs no copy), after the
@@ -261,7 +265,7 @@ def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group, *, ctas=Non
         if not cuda:
             full = torch.matmul(Am, B).contiguous()
             out = torch.empty(shape, dtype=A.dtype)
-            g.reduce_scatter(out.view(-1), full.view(-1), reduce_op)
+            g.reduce_scatter(out.view(-1), full.view(-1), reduce_op, context=CONTEXT)
             return out.movedim(0, sd)
         out = torch.empty(shape, dtype=A.dtype, device=A.device)
         if out.numel() == 0:
