@@ -18,6 +18,7 @@
 //! | [`nccl`] | the NCCL baseline, loaded at run time (default and copy-engine communicators) | used by `all-gather`, `reduce-scatter`, `overlap` |
 //! | [`report`] | result rows, their table lines, and the `--json` / `--csv` / `--plot` files | every subcommand; `plot` reads `--json` files back |
 //! | [`plot`] | the PNG: busbw vs size per collective, overlap slowdowns as bars | `--plot`, `plot`, `quick` |
+//! | [`tune`] | the planner's candidates on this box, alone, small (eager and replayed) and large, into a tuning table | `tune` |
 //! | [`reduce_kernels`] | the reduction kernels (ce-reduce's, the bf16 wire's, bulk reduce-add) and two controls on one GPU, alone and beside a saturated GEMM, per launch shape, pieces and priority | `reduce-kernels` |
 
 pub mod barrier;
@@ -33,6 +34,7 @@ pub mod rows;
 pub mod saturated;
 pub mod stats;
 pub mod sweep;
+pub mod tune;
 
 pub use report::{Output, OverlapRow, SweepRow};
 

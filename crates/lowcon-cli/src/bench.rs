@@ -295,6 +295,33 @@ pub enum BenchCommand {
     /// saturates the GEMM window (lowcon, NCCL, NCCL copy-engine, a null copy), with
     /// clocks and energy; `--mode burst` for the first test.
     Overlap(OverlapFlags),
+    /// Measure the planner's candidates on this box at this world size and write a tuning
+    /// table (NOTE [tuning tables]): small messages eager and replayed, large ones eager,
+    /// alone; FSDP2 and TP rules carried over from the table in use. Load it with
+    /// `LOWCON_TUNING=FILE`.
+    Tune {
+        /// The table to write (rank 0).
+        #[arg(long)]
+        out: PathBuf,
+        /// The table's `source` line: date, commit, machine.
+        #[arg(long, default_value = "lowcon bench tune")]
+        source: String,
+        /// Timed calls per batch.
+        #[arg(short = 'n', long, default_value_t = 20)]
+        iters: usize,
+        /// Timed batches (the median counts).
+        #[arg(long, default_value_t = 15)]
+        reps: usize,
+        /// Untimed calls first.
+        #[arg(short = 'w', long, default_value_t = 5)]
+        warmup: usize,
+        /// Largest size per rank of the small-message candidates.
+        #[arg(long, default_value = "1M", value_parser = parse_size)]
+        small_max: usize,
+        /// Largest size per rank of the large ones.
+        #[arg(long, default_value = "256M", value_parser = parse_size)]
+        large_max: usize,
+    },
     /// Draw a PNG from `--json` files of earlier runs.
     Plot {
         /// JSON-lines files written by `--json`.
@@ -368,6 +395,16 @@ pub fn run(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
         BenchCommand::ReduceScatter(f) => sweep(&f, Kind::ReduceScatter),
         BenchCommand::Overlap(f) => overlap(&f),
         BenchCommand::Quick { max, plot } => quick(max, &plot),
+        BenchCommand::Tune { out, source, iters, reps, warmup, small_max, large_max } => {
+            // SAFETY: called before anything in this process starts a thread.
+            unsafe { lowcon_bench::no_nvls() };
+            let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if !dir.is_dir() {
+                return Err(format!("--out {}: folder {} does not exist", out.display(), dir.display()).into());
+            }
+            let t = lowcon_bench::tune::TuneOptions { out, source, iters, reps, warmup, small_max, large_max };
+            lowcon_bench::tune::run(&t)
+        }
         BenchCommand::Plot { json, out } => {
             let (rows, ov, sat) = report::read_json(&json)?;
             let kernels = report::read_kernel_rows(&json)?;

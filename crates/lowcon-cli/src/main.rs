@@ -69,8 +69,13 @@ enum Command {
         #[command(subcommand)]
         scenario: selftest::Scenario,
     },
-    /// Show the CUDA driver, the visible GPUs and the embedded kernels.
-    Info,
+    /// Show the CUDA driver, the visible GPUs, the embedded kernels, and what the planner
+    /// would pick for a few sizes, from which tuning table or model.
+    Info {
+        /// Ranks to plan for (default: WORLD_SIZE, else the visible GPUs, else 2).
+        #[arg(long)]
+        world: Option<usize>,
+    },
     /// Write the embedded PTX to a directory (usable as LOWCON_PTX_DIR on machines
     /// without a nightly toolchain).
     Ptx {
@@ -144,7 +149,7 @@ fn main() -> ExitCode {
         Command::Store(cmd) => store_cmd::run(cmd).map(|()| 0),
         Command::Selftest { scenario } => selftest::run(scenario),
         Command::Bench(b) => bench::run(*b).map(|()| 0),
-        Command::Info => info().map(|()| 0),
+        Command::Info { world } => info(world).map(|()| 0),
         Command::Ptx { out } => ptx(&out).map(|()| 0),
     };
     match r {
@@ -172,14 +177,16 @@ fn parse_nproc(flag: &str, v: &str) -> Result<usize, Box<dyn std::error::Error>>
     }
 }
 
-fn info() -> Result<(), Box<dyn std::error::Error>> {
+fn info(world: Option<usize>) -> Result<(), Box<dyn std::error::Error>> {
     let kernels = lowcon::cuda::PTX.matches(".visible .entry ").count();
     let target = lowcon::cuda::PTX.lines().find_map(|l| l.strip_prefix(".target ")).unwrap_or("?");
     println!("lowcon {}: {kernels} kernels embedded, PTX target {target}", env!("CARGO_PKG_VERSION"));
+    let env_world = std::env::var("WORLD_SIZE").ok().and_then(|w| w.parse::<usize>().ok());
     match lowcon::cuda::device_count() {
         Err(lowcon::Error::NoDriver) => {
             println!("{}", lowcon::Error::NoDriver);
-            return Ok(());
+            let w = world.or(env_world).unwrap_or(2);
+            return plans(lowcon::plan::Machine::host(w));
         }
         Err(e) => return Err(e.into()),
         Ok(n) => {
@@ -197,7 +204,63 @@ fn info() -> Result<(), Box<dyn std::error::Error>> {
                     d.pci_bus_id
                 );
             }
+            if n > 0 {
+                let d = lowcon::cuda::Device::open(0)?.info()?;
+                let w = world.or(env_world).unwrap_or(n.max(2));
+                plans(lowcon::plan::Machine { device: d.name, sms: d.sm_count, world: w, ranks_on_gpu: 1 })?;
+            }
         }
+    }
+    Ok(())
+}
+
+/// What the planner picks for a few sizes per rank on `machine` (NOTE [one planner]).
+fn plans(machine: lowcon::plan::Machine) -> Result<(), Box<dyn std::error::Error>> {
+    use lowcon::plan::{AgCall, RsCall, format_bytes};
+    use lowcon::{AllGatherOptions, Context, DType, ReduceOp, ReduceScatterOptions};
+    let (world, device) = (machine.world, machine.device.clone());
+    let p = lowcon::plan::Planner::for_machine(machine)?;
+    println!("planner for {world} ranks of {device}: {}", p.table().1);
+    println!(
+        "{:>6}  {:<36} {:<46} {:<46}",
+        "bytes",
+        "all-gather (symmetric)",
+        "reduce-scatter bf16 (symmetric)",
+        "FSDP2: f32 gradients of bf16 params (torch memory)"
+    );
+    for shift in [13, 16, 18, 20, 22, 24, 26, 28] {
+        let b = 1usize << shift;
+        let ag = p.all_gather(
+            &AgCall { shard: b, dtype: DType::Bf16, output_symmetric: true, captured: false },
+            &AllGatherOptions::default(),
+        );
+        let rs_call = RsCall {
+            chunk: b,
+            input: DType::Bf16,
+            output: DType::Bf16,
+            op: ReduceOp::Sum,
+            input_symmetric: true,
+            captured: false,
+        };
+        let rs = p.reduce_scatter(&rs_call, &ReduceScatterOptions::default());
+        let f = RsCall { input: DType::F32, output: DType::F32, input_symmetric: false, ..rs_call };
+        let fo = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() };
+        let fs = p.reduce_scatter(&f, &fo);
+        let short = |a: &str, c: u32, extra: String, o: &str| {
+            format!("{a} ctas={c}{extra} [{}]", o.rsplit('/').next().unwrap_or(o))
+        };
+        println!(
+            "{:>6}  {:<36} {:<46} {:<46}",
+            format_bytes(b),
+            short(ag.algorithm.name(), ag.ctas, String::new(), &ag.origin),
+            short(rs.algorithm.name(), rs.ctas, format!(" pieces={}", rs.pieces), &rs.origin),
+            short(
+                fs.algorithm.name(),
+                fs.ctas,
+                format!(" pieces={} wire={}", fs.pieces, fs.wire.map_or("f32", |w| w.name())),
+                &fs.origin
+            )
+        );
     }
     Ok(())
 }

@@ -8,14 +8,17 @@ before anything replaces them.
 
 Modes (`--modes`, comma separated):
 - `nccl`, `nccl-b`: FSDP2's defaults (NCCL). `nccl-b` is the A/A twin: the noise floor.
-- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,ctas=N,rs_ctas=N,mem=M,agmem=M,rsmem=M,wire=W,launch=L`:
+- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,agsync=SYNC,rssync=SYNC,ctas=N,rs_ctas=N,pieces=N,mem=M,agmem=M,rsmem=M,wire=W,launch=L`:
   lowcon's hooks (`lowcon.fsdp`), with options (`agmem`/`rsmem`, or `mem` for both:
   "torch", the default, or "pool": where the all-gather outputs and reduce-scatter
   inputs live; with "torch" peers read them in place through IPC mappings; `wire`:
   "auto", the default as in `lowcon.fsdp.install` (the bf16 wire for bf16 parameters
   with an fp32 reduce, except for accumulated gradients), "bf16" or "fp32"; `launch`:
-  ce-reduce's `reduce_launch`, "pieces" or "once", the latter with `wire=fp32` only);
-  several variants may run side by side, paired.
+  ce-reduce's `reduce_launch`, "pieces" or "once", the latter with `wire=fp32` only;
+  `pieces`: the reduce-scatter's pipeline pieces, the wire's included; `agsync`/`rssync`:
+  one collective's sync). Each option names one of the planner's choices; what no option
+  names is the planner's (NOTE [one planner]). Several variants may run side by side,
+  paired.
 - `nccl-ce`: PyTorch #176613's copy-engine all-gather from 2.11's public pieces (a
   zero-CTA NCCL group over torch's NCCL symmetric memory), FSDP2's default
   reduce-scatter.
@@ -234,23 +237,31 @@ def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
         raise Skip("lowcon is not importable")
     import lowcon.fsdp
 
-    sync = opts.get("sync", "kernel")
+    # Every choice the planner makes can be named here (NOTE [one planner]); what is not
+    # named is the planner's, as in lowcon.fsdp.install.
+    sync = opts.get("sync", "auto")
     ag_opts = {"ctas": int(opts["ctas"])} if "ctas" in opts else {}
     rs_opts = {"ctas": int(opts["rs_ctas"])} if "rs_ctas" in opts else {}
     if "launch" in opts:
         rs_opts["reduce_launch"] = opts["launch"]
+    if "pieces" in opts:
+        rs_opts["pipeline"] = int(opts["pieces"])
+    if "agsync" in opts:
+        ag_opts["sync"] = opts["agsync"]
+    if "rssync" in opts:
+        rs_opts["sync"] = opts["rssync"]
     mem = opts.get("mem", "torch")  # both at once (lowcon.fsdp's default); agmem / rsmem override
     agmem, rsmem = opts.get("agmem", mem), opts.get("rsmem", mem)
     wire = opts.get("wire", "auto")
     if wire not in ("auto", "bf16", "fp32"):
         raise ValueError(f"mode {name!r}: wire {wire!r}: expected auto, bf16 or fp32")
-    ag = lowcon.fsdp.LowconAllGather(group, opts.get("ag", "auto"), sync, agmem, **ag_opts)
-    rs = lowcon.fsdp.LowconReduceScatter(group, opts.get("rs", "auto"), sync, None, rsmem,
+    ag = lowcon.fsdp.LowconAllGather(group, opts.get("ag", "auto"), ag_opts.pop("sync", sync), agmem, **ag_opts)
+    rs = lowcon.fsdp.LowconReduceScatter(group, opts.get("rs", "auto"), rs_opts.pop("sync", sync), None, rsmem,
                                          wire=None if wire == "fp32" else wire, **rs_opts)
     notes = {"lowcon": getattr(lowcon, "__version__", "?"), "all_gather": opts.get("ag", "auto"),
              "reduce_scatter": opts.get("rs", "auto"), "sync": sync, "all_gather_memory": agmem,
              "reduce_scatter_memory": rsmem, "wire": wire,
-             **{k: opts[k] for k in ("ctas", "rs_ctas", "launch") if k in opts}}
+             **{k: opts[k] for k in ("ctas", "rs_ctas", "launch", "pieces", "agsync", "rssync") if k in opts}}
     return Mode(name, ag, rs, notes, pool=group)
 
 

@@ -45,7 +45,8 @@ DEFAULT_MODES = "nccl,nccl-b,lowcon,nccl-ce,nocomm"
 DEFAULT_SWEEP = "2048x8:256,1024,4096,16384;4096x12:256,1024,4096,16384;8192x4:256,1024,4096,16384"
 
 
-LOWCON_KEYS = ("ag", "rs", "sync", "ctas", "rs_ctas", "mem", "agmem", "rsmem", "wire")
+LOWCON_KEYS = ("ag", "rs", "sync", "agsync", "rssync", "ctas", "rs_ctas", "pieces", "launch", "mem", "agmem", "rsmem",
+               "wire")
 KINDS = ("nccl", "nccl-b", "lowcon", "nccl-ce", "floor", "lowcon-pg", "nocomm", "nocomm-torch")
 NEEDS_NCCL = ("nccl", "nccl-b", "nccl-ce")
 

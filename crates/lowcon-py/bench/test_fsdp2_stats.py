@@ -271,6 +271,10 @@ def test_modes_and_arguments():
     assert fp.parse_mode("lowcon@sync=memop,rs=sm-direct") == (
         "lowcon@sync=memop,rs=sm-direct", "lowcon", {"sync": "memop", "rs": "sm-direct"})
     assert fp.parse_mode("nocomm") == ("nocomm", "nocomm", {})
+    # Every choice the planner makes can be named (launch= was refused before 0.3.0).
+    spec = "lowcon@launch=once,pieces=4,agsync=memop,rssync=kernel,rs_ctas=64,wire=fp32"
+    assert fp.parse_mode(spec)[2] == {"launch": "once", "pieces": "4", "agsync": "memop", "rssync": "kernel",
+                                      "rs_ctas": "64", "wire": "fp32"}
     for bad in ("mpi", "lowcon@speed=11", "nccl@sync=memop", "lowcon@sync"):
         with pytest.raises(ValueError):
             fp.parse_mode(bad)

@@ -250,6 +250,11 @@ impl Table {
         device.to_ascii_lowercase().contains(&self.gpu.to_ascii_lowercase()) && self.world.is_none_or(|w| w == world)
     }
 
+    /// The rules as table lines, in order (what `lowcon bench tune` carries over).
+    pub fn rule_lines(&self) -> Vec<String> {
+        self.rules.iter().map(Rule::to_string).collect()
+    }
+
     /// The machine it was measured on, in words (`4x H200`).
     pub fn machine(&self) -> String {
         match self.world {
