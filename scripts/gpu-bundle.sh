@@ -34,5 +34,6 @@ cp scripts/gpu-faults.sh bundle/gpu-faults.sh
 cp scripts/gpu-fsdp2.sh bundle/gpu-fsdp2.sh
 cp scripts/gpu-steps.sh bundle/gpu-steps.sh
 cp scripts/gpu-shared.sh bundle/gpu-shared.sh
+cp scripts/gpu-planner.sh bundle/gpu-planner.sh
 chmod +x bundle/run.sh bundle/gpu-dead-peer.sh bundle/gpu-fsdp2.sh bundle/gpu-shared.sh
 du -sh bundle

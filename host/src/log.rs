@@ -43,7 +43,7 @@ pub fn warn(what: &str) {
 /// A call's plan (NOTE [one planner]), once per distinct plan, collective and context
 /// hint: shown as [`trace`] is, with the call's bytes per rank when it was first seen.
 /// Costs one check when debugging is off.
-pub fn plan(rank: usize, what: &str, context: crate::coll::Context, bytes: usize, plan: &dyn std::fmt::Display) {
+pub fn plan(rank: usize, what: &str, context: &str, bytes: usize, plan: &dyn std::fmt::Display) {
     static ON: OnceLock<bool> = OnceLock::new();
     let on = *ON.get_or_init(crate::config::debug) || tracing::enabled!(target: "lowcon", tracing::Level::DEBUG);
     if !on {

@@ -585,7 +585,7 @@ impl GpuColl {
     ) -> AgPlan {
         let call = AgCall { shard, dtype: input.dtype, output_symmetric: output.is_symmetric(), captured };
         let plan = self.planner.all_gather(&call, opts);
-        crate::log::plan(self.sync.core.rank, "all-gather", opts.context, shard, &plan);
+        crate::log::plan(self.sync.core.rank, "all-gather", opts.context.name(), shard, &plan);
         plan
     }
 
@@ -608,7 +608,7 @@ impl GpuColl {
             captured,
         };
         let plan = self.planner.reduce_scatter(&call, opts);
-        crate::log::plan(self.sync.core.rank, "reduce-scatter", opts.context, chunk, &plan);
+        crate::log::plan(self.sync.core.rank, "reduce-scatter", opts.context.name(), chunk, &plan);
         plan
     }
 

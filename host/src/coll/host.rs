@@ -175,7 +175,7 @@ impl HostColl {
         }
         let call = AgCall { shard, dtype, output_symmetric: false, captured: false };
         let plan = self.planner.all_gather(&call, opts);
-        crate::log::plan(rank, "all-gather", opts.context, shard, &plan);
+        crate::log::plan(rank, "all-gather", opts.context.name(), shard, &plan);
         let algorithm = plan.algorithm;
         if algorithm == AllGatherAlgorithm::Ll {
             self.ll_all_gather(input, output, opts.channel, shard)?;
@@ -281,7 +281,7 @@ impl HostColl {
             captured: false,
         };
         let planned = self.planner.reduce_scatter(&call, opts);
-        crate::log::plan(rank, "reduce-scatter", opts.context, call.chunk, &planned);
+        crate::log::plan(rank, "reduce-scatter", opts.context.name(), call.chunk, &planned);
         let (chunk, plan) = check_reduce_scatter(rank, world, (n_in, dtype), (n_out, out_dtype), planned.wire)?;
         if chunk == 0 {
             return Ok(());

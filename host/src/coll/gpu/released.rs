@@ -106,7 +106,7 @@ impl GpuColl {
             captured: mode == crate::sync::gpu::graph::Mode::Captured,
         };
         let plan = self.planner.released(&call, opts);
-        crate::log::plan(rank, "released reduce-scatter", opts.context, chunk, &plan);
+        crate::log::plan(rank, "released reduce-scatter", opts.context.name(), chunk, &plan);
         let Some((buf, off)) = input.symm else {
             return refuse(format!(
                 "the input ({} bytes) must be symmetric memory (the group's pool), which peers read in place as \
