@@ -2,9 +2,9 @@
 # The planner's GPU run on a 4-GPU box (one device call, about 9 minutes), from a bundle
 # (scripts/gpu-bundle.sh): `PARTS="..." bash bundle/gpu-planner.sh` from the repository
 # root; logs and results are tarred into $OUT/planner.tgz. Parts, separated by spaces:
-#   check   the plan-driven schedules at 4 real GPUs: coll-check (kernel and memop),
-#           coll-wire, coll-bad-input
-#   tune    lowcon bench tune at 4 ranks (and at 2, on GPUs 0 and 1): the tables
+#   check   the plan-driven schedules at 4 real GPUs: coll-check (CHECK_METHODS, default
+#           kernel), coll-wire, coll-bad-input
+#   tune    lowcon bench tune at 4 ranks; tune2 also at 2, on GPUs 0 and 1: the tables
 #   info    lowcon info at 2, 4 and 8 ranks: what the planner picks, from which table
 #   small   small messages at 4 ranks, --graph sweeps 8K..1M (eager and replayed), auto
 #           and ll against NCCL, bf16 and f32, all-gather and reduce-scatter
@@ -16,7 +16,7 @@
 #   fsdp2   FSDP2 paired at 2 ranks (GPUs 0 and 1), 4096x12 and 8192x4 at 1024 tokens,
 #           20 rounds: the 2-GPU regression check
 #   tp      tp_bench.py at 4 ranks, 20 rounds
-# FSDP_MODES overrides the fsdp part's modes. Every step has a deadline (BUDGET, default
+# The parts run in this order: check, the FSDP2 ones, tune, info, small, tp. FSDP_MODES overrides the fsdp part's modes. Every step has a deadline (BUDGET, default
 # 540 s in all). Exit status 0 only if every step passed.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd); repo=$(cd "$here/.." && pwd)
@@ -24,7 +24,7 @@ out=/tmp/planner; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 parts=" ${PARTS:-check tune info small fsdp} "
 for p in $parts; do
-  case $p in check|tune|info|small|fsdp|confirm|fsdp2|tp) ;;
+  case $p in check|tune|tune2|info|small|fsdp|confirm|fsdp2|tp) ;;
     *) echo "gpu-planner.sh: unknown part $p" >&2; exit 2;;
   esac
 done
@@ -42,28 +42,11 @@ l4=("$L" launch --nproc-per-node 4 --tee --)
 vis2="CUDA_VISIBLE_DEVICES=0,1"
 l2=(env "$vis2" "$L" launch --nproc-per-node 2 --tee --)
 if has check; then
-  for m in kernel memop; do
+  for m in ${CHECK_METHODS:-kernel}; do
     st "coll-check w=4 $m" check.txt 50 "${l4[@]}" "$L" selftest coll-check --backend gpu --method "$m"
   done
   st "coll-wire w=4" check.txt 50 "${l4[@]}" "$L" selftest coll-wire --backend gpu
   st "coll-bad-input w=4" check.txt 30 "${l4[@]}" "$L" selftest coll-bad-input --backend gpu
-fi
-if has tune; then
-  src="$(date +%F), commit $(git -C "$repo" log -1 --format=%h 2>/dev/null || echo "?")"
-  st "bench tune w=4" tune.txt 100 "${l4[@]}" "$L" bench tune --out "$out/tune-w4.txt" --source "$src, 4x H200: lowcon bench tune"
-  st "bench tune w=2" tune.txt 80 "${l2[@]}" "$L" bench tune --out "$out/tune-w2.txt" --source "$src, 2x H200 (GPUs 0 and 1 of a 4x H200 box): lowcon bench tune"
-fi
-if has info; then
-  for w in 2 4 8; do st "info --world $w" info.txt 20 "$L" info --world "$w"; done
-  [ -f "$out/tune-w4.txt" ] && st "info --world 4 with the tuned table" info.txt 20 env LOWCON_TUNING="$out/tune-w4.txt" "$L" info --world 4
-fi
-if has small; then
-  for c in all-gather reduce-scatter; do
-    for d in bf16 f32; do
-      st "small $c $d w=4 (graph)" "small-$c-$d.txt" 45 "${l4[@]}" "$L" bench "$c" -b 8K -e 1M -f 2 -n 20 --reps 25 \
-        --dtype "$d" --sync kernel --graph --algorithms auto,ll --json "$out/small-$c-$d.json"
-    done
-  done
 fi
 tr4=(python3 -m torch.distributed.run --nproc-per-node 4)
 tr2=(env "$vis2" python3 -m torch.distributed.run --nproc-per-node 2)
@@ -77,6 +60,23 @@ paired() { # paired NAME SECONDS TORCHRUN... -- OPTIONS...: one paired run into 
 }
 modes=${FSDP_MODES:-nccl,nccl-b,lowcon,lowcon@sync=memop,lowcon@pieces=4,lowcon@rs_ctas=128,nccl-ce,nocomm}
 has fsdp && paired fsdp 330 "${tr4[@]}" -- --sweep "4096x12:1024;8192x4:1024" --reduce-dtypes fp32 --rounds 20 --modes "$modes"
+if has tune; then
+  src="$(date +%F), commit $(git -C "$repo" log -1 --format=%h 2>/dev/null || echo "?")"
+  st "bench tune w=4" tune.txt 100 "${l4[@]}" "$L" bench tune --out "$out/tune-w4.txt" --source "$src, 4x H200: lowcon bench tune"
+  has tune2 && st "bench tune w=2" tune.txt 80 "${l2[@]}" "$L" bench tune --out "$out/tune-w2.txt" --source "$src, 2x H200 (GPUs 0 and 1 of a 4x H200 box): lowcon bench tune"
+fi
+if has info; then
+  for w in 2 4 8; do st "info --world $w" info.txt 20 "$L" info --world "$w"; done
+  [ -f "$out/tune-w4.txt" ] && st "info --world 4 with the tuned table" info.txt 20 env LOWCON_TUNING="$out/tune-w4.txt" "$L" info --world 4
+fi
+if has small; then
+  for c in all-gather reduce-scatter; do
+    for d in bf16 f32; do
+      st "small $c $d w=4 (graph)" "small-$c-$d.txt" 45 "${l4[@]}" "$L" bench "$c" -b 8K -e 1M -f 2 -n 20 --reps 25 \
+        --dtype "$d" --sync kernel --graph --algorithms auto,ll --json "$out/small-$c-$d.json"
+    done
+  done
+fi
 has confirm && paired confirm 420 "${tr4[@]}" -- --sweep "4096x12:1024,4096;8192x4:1024" --reduce-dtypes fp32 \
   --rounds 30 --modes nccl,nccl-b,lowcon,nccl-ce,nocomm
 has fsdp2 && paired fsdp2 240 "${tr2[@]}" -- --sweep "4096x12:1024;8192x4:1024" --reduce-dtypes fp32 --rounds 20 \
