@@ -166,7 +166,7 @@ fn unmeasured_worlds_and_gpus_take_the_model() {
     let p = planner("NVIDIA H200", 8);
     assert!(p.table().1.starts_with("model: shipped:h200-w4.txt"), "{}", p.table().1);
     let d = AllGatherOptions::default();
-    let ll_max = (256usize << 10) * 3 / 7;
+    let ll_max = (512usize << 10) * 3 / 7;
     assert_eq!(ag(&p, ll_max, false, &d).algorithm, AllGatherAlgorithm::Ll);
     assert_eq!(ag(&p, ll_max + 2, false, &d).algorithm, AllGatherAlgorithm::SmOneshot);
     // 3 ranks: between 2 and 4, the larger world's table (x 3/2).
