@@ -4,7 +4,7 @@
 # root; logs and results are tarred into $OUT/planner.tgz. Parts, separated by spaces:
 #   check   the plan-driven schedules at 4 real GPUs: coll-check (CHECK_METHODS, default
 #           kernel), coll-wire, coll-bad-input
-#   tune    lowcon bench tune at 4 ranks; tune2 also at 2, on GPUs 0 and 1: the tables
+#   tune    lowcon bench tune at 4 ranks (tune2: at 2, on GPUs 0 and 1): the tables
 #   info    lowcon info at 2, 4 and 8 ranks: what the planner picks, from which table
 #   small   small messages at 4 ranks, --graph sweeps 8K..1M (eager and replayed), auto
 #           and ll against NCCL, bf16 and f32, all-gather and reduce-scatter
@@ -12,7 +12,8 @@
 #           20 rounds: NCCL, its A/A twin, lowcon as planned and candidates, NCCL-CE,
 #           no communication
 #   confirm FSDP2 paired at 4 ranks, 4096x12 at 1024 and 4096 tokens and 8192x4 at 1024,
-#           30 rounds: NCCL, its twin, lowcon as shipped, NCCL-CE, no communication
+#           30 rounds (CONFIRM_ROUNDS): NCCL, its twin, lowcon as shipped, NCCL-CE, no
+#           communication (CONFIRM_MODES)
 #   fsdp2   FSDP2 paired at 2 ranks (GPUs 0 and 1), 4096x12 and 8192x4 at 1024 tokens,
 #           20 rounds: the 2-GPU regression check
 #   tp      tp_bench.py at 4 ranks, 20 rounds
@@ -60,11 +61,14 @@ paired() { # paired NAME SECONDS TORCHRUN... -- OPTIONS...: one paired run into 
 }
 modes=${FSDP_MODES:-nccl,nccl-b,lowcon,lowcon@sync=memop,lowcon@pieces=4,lowcon@rs_ctas=128,nccl-ce,nocomm}
 has fsdp && paired fsdp 330 "${tr4[@]}" -- --sweep "4096x12:1024;8192x4:1024" --reduce-dtypes fp32 --rounds 20 --modes "$modes"
-if has tune; then
-  src="$(date +%F), commit $(git -C "$repo" log -1 --format=%h 2>/dev/null || echo "?")"
-  st "bench tune w=4" tune.txt 100 "${l4[@]}" "$L" bench tune --out "$out/tune-w4.txt" --source "$src, 4x H200: lowcon bench tune"
-  has tune2 && st "bench tune w=2" tune.txt 80 "${l2[@]}" "$L" bench tune --out "$out/tune-w2.txt" --source "$src, 2x H200 (GPUs 0 and 1 of a 4x H200 box): lowcon bench tune"
-fi
+has confirm && paired confirm 420 "${tr4[@]}" -- --sweep "4096x12:1024,4096;8192x4:1024" --reduce-dtypes fp32 \
+  --rounds "${CONFIRM_ROUNDS:-30}" --modes "${CONFIRM_MODES:-nccl,nccl-b,lowcon,nccl-ce,nocomm}"
+has fsdp2 && paired fsdp2 240 "${tr2[@]}" -- --sweep "4096x12:1024;8192x4:1024" --reduce-dtypes fp32 --rounds 20 \
+  --modes nccl,nccl-b,lowcon,nccl-ce,nocomm
+src="$(date +%F), commit ${COMMIT:-$(git -C "$repo" log -1 --format=%h 2>/dev/null || echo "?")}"
+has tune && st "bench tune w=4" tune.txt 100 "${l4[@]}" "$L" bench tune --out "$out/tune-w4.txt" --source "$src, 4x H200: lowcon bench tune"
+has tune2 && st "bench tune w=2" tune.txt 80 "${l2[@]}" "$L" bench tune --out "$out/tune-w2.txt" \
+  --source "$src, 2x H200 (GPUs 0 and 1 of a 4x H200 box): lowcon bench tune"
 if has info; then
   for w in 2 4 8; do st "info --world $w" info.txt 20 "$L" info --world "$w"; done
   [ -f "$out/tune-w4.txt" ] && st "info --world 4 with the tuned table" info.txt 20 env LOWCON_TUNING="$out/tune-w4.txt" "$L" info --world 4
@@ -77,10 +81,6 @@ if has small; then
     done
   done
 fi
-has confirm && paired confirm 420 "${tr4[@]}" -- --sweep "4096x12:1024,4096;8192x4:1024" --reduce-dtypes fp32 \
-  --rounds 30 --modes nccl,nccl-b,lowcon,nccl-ce,nocomm
-has fsdp2 && paired fsdp2 240 "${tr2[@]}" -- --sweep "4096x12:1024;8192x4:1024" --reduce-dtypes fp32 --rounds 20 \
-  --modes nccl,nccl-b,lowcon,nccl-ce,nocomm
 has tp && st "tp_bench w=4" tp.txt 120 "${tr4[@]}" "$bench/tp_bench.py" --rounds 20 --json "$out/tp.json"
 cat "$out/summary.txt"
 echo "$failures step(s) failed"
