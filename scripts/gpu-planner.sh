@@ -50,12 +50,14 @@ if has check; then
   st "coll-bad-input w=4" check.txt 30 "${l4[@]}" "$L" selftest coll-bad-input --backend gpu
 fi
 tr4=(python3 -m torch.distributed.run --nproc-per-node 4)
+read -r -a extra <<< "${FSDP2_ARGS:-}"
 tr2=(env "$vis2" python3 -m torch.distributed.run --nproc-per-node 2)
 paired() { # paired NAME SECONDS TORCHRUN... -- OPTIONS...: one paired run into $out/NAME
   local name=$1 t=$2; shift 2
   local -a run=()
   while [ "$1" != "--" ]; do run+=("$1"); shift; done; shift
-  st "paired $name" "$name.txt" "$t" "${run[@]}" "$bench/fsdp2_paired.py" --out "$out/$name" --time-budget $((t - 40)) "$@"
+  st "paired $name" "$name.txt" "$t" "${run[@]}" "$bench/fsdp2_paired.py" --out "$out/$name" --time-budget $((t - 40)) \
+    "$@" "${extra[@]}"
   python3 "$bench/fsdp2_paired.py" --report "$out/$name/paired.json" --plot "$out/$name/fsdp2.png" \
     > "$out/$name/table.txt" 2>&1 && cat "$out/$name/table.txt"
 }
@@ -74,10 +76,12 @@ if has info; then
   [ -f "$out/tune-w4.txt" ] && st "info --world 4 with the tuned table" info.txt 20 env LOWCON_TUNING="$out/tune-w4.txt" "$L" info --world 4
 fi
 if has small; then
-  for c in all-gather reduce-scatter; do
-    for d in bf16 f32; do
-      st "small $c $d w=4 (graph)" "small-$c-$d.txt" 45 "${l4[@]}" "$L" bench "$c" -b 8K -e 1M -f 2 -n 20 --reps 25 \
-        --dtype "$d" --sync kernel --graph --algorithms auto,ll --json "$out/small-$c-$d.json"
+  for k in $(seq "${SMALL_REPEAT:-1}"); do
+    for c in all-gather reduce-scatter; do
+      for d in bf16 f32; do
+        st "small $c $d w=4 (graph) #$k" "small-$c-$d-$k.txt" 45 "${l4[@]}" "$L" bench "$c" -b 8K -e 1M -f 2 -n 20 \
+          --reps 25 --dtype "$d" --sync kernel --graph --algorithms auto,ll --json "$out/small-$c-$d-$k.json"
+      done
     done
   done
 fi
