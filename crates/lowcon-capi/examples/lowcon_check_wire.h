@@ -112,12 +112,39 @@ static void check_wire_refusals(lowconComm_t comm) {
   o.recv_type = lowconFloat32;
   expect_code("recv_type on an all-gather", lowconAllGatherEx(a, b, 4, lowconBfloat16, comm, g_stream, &o),
               lowconInvalidArgument, "recv_type is for reduce-scatters");
-  /* graph_sync (0.2.2): kernel waits by default for captured calls, checked like sync. */
+  /* graph_sync (0.2.2) and sync: the planner's choice by default since 0.3.0, checked. */
   LC(lowconCollOptionsInit(&o));
-  CHECK(o.graph_sync == lowconSyncKernel, "lowconCollOptionsInit: graph_sync %d, not lowconSyncKernel", o.graph_sync);
+  CHECK(o.graph_sync == lowconSyncAuto && o.sync == lowconSyncAuto, "lowconCollOptionsInit: sync %d, graph_sync %d, "
+        "not lowconSyncAuto", o.sync, o.graph_sync);
+  CHECK(o.context == lowconContextAlone && o.bf16_exact == 0, "lowconCollOptionsInit: context %d, bf16_exact %d",
+        o.context, o.bf16_exact);
   o.graph_sync = 5;
   expect_code("graph_sync 5", lowconAllGatherEx(a, b, 4, lowconFloat32, comm, g_stream, &o), lowconInvalidArgument,
               "graph_sync 5");
+  LC(lowconCollOptionsInit(&o));
+  o.context = 7;
+  expect_code("context 7", lowconAllGatherEx(a, b, 4, lowconFloat32, comm, g_stream, &o), lowconInvalidArgument,
+              "context 7");
+  /* The plan (0.3.0): what the planner runs, as text; the options win over it. */
+  {
+    char plan[512];
+    LC(lowconCollOptionsInit(&o));
+    LC(lowconCommPlan(comm, lowconPlanReduceScatter, 1 << 22, lowconFloat32, lowconSum, 0, &o, plan, sizeof plan));
+    CHECK(strstr(plan, "algorithm=") && strstr(plan, "origin="), "lowconCommPlan: %s", plan);
+    o.context = lowconContextFsdp;
+    o.bf16_exact = 1;
+    LC(lowconCommPlan(comm, lowconPlanReduceScatter, 1 << 22, lowconFloat32, lowconSum, 0, &o, plan, sizeof plan));
+    CHECK(strstr(plan, "wire=bf16") && strstr(plan, "algorithm=ce-reduce"), "lowconCommPlan, FSDP2 hints: %s", plan);
+    o.ctas = 5;
+    o.algorithm = "sm-direct";
+    LC(lowconCommPlan(comm, lowconPlanReduceScatter, 4096, lowconBfloat16, lowconSum, 1, &o, plan, sizeof plan));
+    CHECK(strstr(plan, "algorithm=sm-direct") && strstr(plan, "ctas=5") && strstr(plan, "origin="),
+          "lowconCommPlan, explicit: %s", plan);
+    expect_code("plan into 4 bytes", lowconCommPlan(comm, lowconPlanAllGather, 8, lowconFloat32, lowconSum, 0, NULL,
+                plan, 4), lowconInvalidArgument, "bytes with its NUL");
+    expect_code("plan kind 9", lowconCommPlan(comm, 9, 8, lowconFloat32, lowconSum, 0, NULL, plan, sizeof plan),
+                lowconInvalidArgument, "plan kind 9");
+  }
   /* The ABI: a struct as a header before `wire` declared it, with canaries where the
    * newer fields would be: Init writes only its size, the call reads only its size. */
   size_t old = offsetof(lowconCollOptions, wire);

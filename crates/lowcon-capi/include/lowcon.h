@@ -30,6 +30,12 @@
 // `lowconCollOptions.reduce_launch`: one reduction launch per call.
 #define lowconReduceLaunchOnce 2
 
+// `lowconCommPlan`'s `kind`: an all-gather.
+#define lowconPlanAllGather 0
+
+// `lowconCommPlan`'s `kind`: a reduce-scatter.
+#define lowconPlanReduceScatter 1
+
 // Result codes (the values of NCCL's `ncclResult_t` where the meaning is the same).
 typedef enum {
   // The call succeeded.
@@ -543,6 +549,29 @@ lowconResult_t lowconReduceScatterReleased(const void *sendbuff,
                                            const lowconCollOptions *opts,
                                            lowconResult_t (*produce)(int dest, void *user),
                                            void *user);
+
+// (Since 0.3.0) what the communicator's planner would run for a call, as text
+// (`algorithm=ce-reduce ctas=64 sync=memop pieces=4 wire=bf16 ... origin=TABLE:LINE`),
+// NUL-terminated into `plan` (`len` bytes; a `plan` too small is refused, naming the
+// size needed). `kind`: `lowconPlanAllGather` or `lowconPlanReduceScatter`; `count`:
+// elements per rank (the all-gather's send count, the reduce-scatter's receive count);
+// `symmetric`: nonzero when the memory peers read (the all-gather's receive buffer,
+// the reduce-scatter's send buffer) comes from `lowconMemAlloc`; `opts` (NULL:
+// defaults) as the call would pass them, its `recv_type` included. The options win
+// over the planner as in a call. Eager calls only (a captured call may plan its sync
+// otherwise).
+//
+// # Safety
+// `opts` is NULL or a valid `lowconCollOptions`; `plan` points to `len` writable bytes.
+lowconResult_t lowconCommPlan(lowconComm_t comm,
+                              int kind,
+                              size_t count,
+                              lowconDataType_t datatype,
+                              lowconRedOp_t op,
+                              int symmetric,
+                              const lowconCollOptions *opts,
+                              char *plan,
+                              size_t len);
 
 #ifdef __cplusplus
 }  // extern "C"

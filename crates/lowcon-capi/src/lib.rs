@@ -40,10 +40,13 @@ mod info;
 
 mod pieces;
 
+mod plan;
+
 pub use collectives::*;
 pub use comm::*;
 pub use info::*;
 pub use pieces::*;
+pub use plan::*;
 
 /// Result codes (the values of NCCL's `ncclResult_t` where the meaning is the same).
 #[repr(C)]
