@@ -17,6 +17,11 @@
 #   fsdp2   FSDP2 paired at 2 ranks (GPUs 0 and 1), 4096x12 and 8192x4 at 1024 tokens,
 #           20 rounds: the 2-GPU regression check
 #   tp      tp_bench.py at 4 ranks, 20 rounds
+#   pygpu   the bindings on 4 GPUs with every call planned: the C check, tp_worker.py check,
+#           FSDP2 training against NCCL (gpu_fsdp_worker.py), the torch backend's ops,
+#           torch tensors through every algorithm
+#   profile FSDP2 paired at 4 ranks with --profile, 8192x4 and 4096x12 at 1024 tokens, 15
+#           rounds: lowcon, NCCL-CE, NCCL, no communication (waits, kernels, host µs)
 # The parts run in this order: check, the FSDP2 ones, tune, info, small, tp. FSDP_MODES overrides the fsdp part's modes. Every step has a deadline (BUDGET, default
 # 540 s in all). Exit status 0 only if every step passed.
 set -uo pipefail
@@ -25,7 +30,7 @@ out=/tmp/planner; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 parts=" ${PARTS:-check tune info small fsdp} "
 for p in $parts; do
-  case $p in check|tune|tune2|info|small|fsdp|confirm|fsdp2|tp) ;;
+  case $p in check|tune|tune2|info|small|fsdp|confirm|fsdp2|tp|pygpu|profile) ;;
     *) echo "gpu-planner.sh: unknown part $p" >&2; exit 2;;
   esac
 done
@@ -62,6 +67,16 @@ paired() { # paired NAME SECONDS TORCHRUN... -- OPTIONS...: one paired run into 
     > "$out/$name/table.txt" 2>&1 && cat "$out/$name/table.txt"
 }
 modes=${FSDP_MODES:-nccl,nccl-b,lowcon,lowcon@sync=memop,lowcon@pieces=4,lowcon@rs_ctas=128,nccl-ce,nocomm}
+if has pygpu; then
+  pyt=$repo/crates/lowcon-py/tests
+  st "C check w=4 (GPU, dead peers)" capi.txt 150 env CAPI_WORLDS=4 bash "$here/capi/capi-check.sh" gpu "$L" "$here/capi" \
+    "$here/capi" "$here/capi/lowcon_check.c" "$out/capi"
+  st "tp_worker check gpu w=4" py.txt 90 "${l4[@]}" python3 "$pyt/tp_worker.py" check gpu
+  st "gpu_fsdp_worker w=4 (FSDP2 vs NCCL)" py.txt 120 "${tr4[@]}" --master-port 29521 "$pyt/gpu_fsdp_worker.py"
+  st "gpu_torch_worker w=4 (every algorithm)" py.txt 90 "${l4[@]}" python3 "$pyt/gpu_torch_worker.py"
+fi
+has profile && paired profile 240 "${tr4[@]}" -- --sweep "8192x4:1024;4096x12:1024" --reduce-dtypes fp32 --rounds 15 \
+  --profile --modes nccl,lowcon,nccl-ce,nocomm
 has fsdp && paired fsdp 330 "${tr4[@]}" -- --sweep "4096x12:1024;8192x4:1024" --reduce-dtypes fp32 --rounds 20 --modes "$modes"
 has confirm && paired confirm 420 "${tr4[@]}" -- --sweep "4096x12:1024,4096;8192x4:1024" --reduce-dtypes fp32 \
   --rounds "${CONFIRM_ROUNDS:-30}" --modes "${CONFIRM_MODES:-nccl,nccl-b,lowcon,nccl-ce,nocomm}"
