@@ -73,11 +73,12 @@ if has pygpu; then
     "$here/capi" "$here/capi/lowcon_check.c" "$out/capi"
   st "tp_worker check gpu w=4" py.txt 90 "${l4[@]}" python3 "$pyt/tp_worker.py" check gpu
   st "gpu_fsdp_worker w=4 (FSDP2 vs NCCL)" py.txt 120 "${tr4[@]}" --master-port 29521 "$pyt/gpu_fsdp_worker.py"
-  st "gpu_torch_worker w=4 (every algorithm)" py.txt 90 "${l4[@]}" python3 "$pyt/gpu_torch_worker.py"
+  st "gpu_torch_worker w=4 (every algorithm)" py.txt "${TORCH_WORKER_S:-90}" "${l4[@]}" python3 "$pyt/gpu_torch_worker.py"
 fi
 has profile && paired profile 240 "${tr4[@]}" -- --sweep "8192x4:1024;4096x12:1024" --reduce-dtypes fp32 --rounds 15 \
   --profile --modes nccl,lowcon,nccl-ce,nocomm
-has fsdp && paired fsdp 330 "${tr4[@]}" -- --sweep "4096x12:1024;8192x4:1024" --reduce-dtypes fp32 --rounds 20 --modes "$modes"
+has fsdp && paired fsdp 330 "${tr4[@]}" -- --sweep "${FSDP_SWEEP:-4096x12:1024;8192x4:1024}" --reduce-dtypes fp32 \
+  --rounds 20 --modes "$modes"
 has confirm && paired confirm 420 "${tr4[@]}" -- --sweep "4096x12:1024,4096;8192x4:1024" --reduce-dtypes fp32 \
   --rounds "${CONFIRM_ROUNDS:-30}" --modes "${CONFIRM_MODES:-nccl,nccl-b,lowcon,nccl-ce,nocomm}"
 has fsdp2 && paired fsdp2 240 "${tr2[@]}" -- --sweep "4096x12:1024;8192x4:1024" --reduce-dtypes fp32 --rounds 20 \

@@ -87,6 +87,17 @@ pub fn pick_device(
     }
 }
 
+/// The variable [`tuning`] reads.
+pub const TUNING_ENV: &str = "LOWCON_TUNING";
+
+/// `LOWCON_TUNING`: a tuning table (`lowcon bench tune` writes one) the planner loads
+/// instead of the shipped table for the machine (NOTE [tuning tables] in `crate::plan`).
+/// Every rank must load the same (group creation checks). Unset or empty: the shipped
+/// tables, else the model.
+pub fn tuning() -> Option<String> {
+    std::env::var(TUNING_ENV).ok().filter(|p| !p.trim().is_empty())
+}
+
 /// `LOWCON_DEBUG=1`: log rendezvous decisions (fallbacks, mappings) and failure handling
 /// (see [`crate::log::trace`]) to stderr, where no `tracing` subscriber is installed.
 pub fn debug() -> bool {

@@ -7,7 +7,10 @@
 //!   eager and replayed from a CUDA graph (`--graph` sweeps): the fastest eager one per
 //!   size makes the eager rules, the fastest replayed one the `mode=captured` rules;
 //! - large messages (4 MiB to 256 MiB per rank, x4): the copy-engine and SM candidates,
-//!   eager, with 16 and 64 CTAs for the reductions.
+//!   eager, the reductions at the library's SM budget of 16 CTAs. More CTAs win alone
+//!   (64 beat 16 by 11-36% for sm-direct at 2 ranks, 4 to 256 MiB, 2026-11-26), but lowcon's
+//!   promise is the GEMM's speed beside it: more CTAs are a choice only where a paired
+//!   run inside a training step showed them winning (the FSDP2 wire's 64).
 //!
 //! Each size's winner is the lowest time per call (the max over ranks of each rank's
 //! median batch, `sweep`'s method); neighbouring sizes with the same winner merge into
@@ -23,6 +26,9 @@ use lowcon::{DType, GpuGroup, GpuGroupOptions, ReduceOp, SyncMethod};
 use crate::report::SweepRow;
 use crate::sweep::{Kind, SweepOptions};
 use crate::{Res, is_rank0};
+
+/// CTAs of the reductions the alone rules may choose (module docs).
+pub const ALONE_CTAS: u32 = lowcon::plan::DEFAULT_REDUCE_CTAS;
 
 /// What `lowcon bench tune` measures and where it writes.
 #[derive(Clone, Debug)]
@@ -175,7 +181,7 @@ pub fn run(t: &TuneOptions) -> Res<()> {
         Kind::ReduceScatter,
         large,
         &["sm-direct", "ce-reduce"],
-        &[Some(16), Some(64)],
+        &[Some(crate::tune::ALONE_CTAS)],
         false,
     ))?;
     if !is_rank0() {

@@ -34,7 +34,10 @@ def fail(msg):
 
 checks, seed = 0, 0
 side = torch.cuda.Stream(dev)
+t0 = time.monotonic()
 for n in (1, 1023, 70001, max(1 << 18, (1 << 24) // (w * w))):
+    if r == 0:
+        print(f"rank {r}: torch-gpu: n={n} ({checks} checks so far, {time.monotonic() - t0:.0f} s)", flush=True)
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for sync in ("kernel", "memop"):
             for algo in ("auto", "ce-pull", "ce-push", "sm-oneshot", "ll"):

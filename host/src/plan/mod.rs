@@ -38,7 +38,7 @@ use crate::sync::SyncMethod;
 pub use table::{TableWriter, format_bytes, parse_bytes};
 
 /// The variable naming a tuning table to load instead of the shipped ones.
-pub const TUNING_ENV: &str = "LOWCON_TUNING";
+pub use crate::config::TUNING_ENV;
 
 /// The tables that ship with lowcon, each measured on the box its machine line names
 /// (its `source` line says when and how).
@@ -278,8 +278,8 @@ impl Planner {
     /// The planner for `machine`: the table `LOWCON_TUNING` names, else the shipped one
     /// for the machine, else the model (NOTE [tuning tables]), which logs one line.
     pub fn for_machine(machine: Machine) -> Result<Self> {
-        match std::env::var(TUNING_ENV) {
-            Ok(path) if !path.trim().is_empty() => {
+        match crate::config::tuning() {
+            Some(path) => {
                 let text = std::fs::read_to_string(&path).map_err(|e| {
                     Error::InvalidArgument(format!("{TUNING_ENV}={path:?}: cannot read the tuning table: {e}"))
                 })?;
@@ -296,7 +296,7 @@ impl Planner {
                 };
                 Ok(Self::with_table(machine, table, how))
             }
-            _ => Self::shipped(machine),
+            None => Self::shipped(machine),
         }
     }
 
