@@ -20,6 +20,8 @@
 #   pygpu   the bindings on 4 GPUs with every call planned: the C check, tp_worker.py check,
 #           FSDP2 training against NCCL (gpu_fsdp_worker.py), the torch backend's ops,
 #           torch tensors through every algorithm
+#   plan    what only a GPU plans comes from the table (plan_gpu_worker.py, a table of its own
+#           and the shipped one): CTAs, sync, map_ordinary, lowcon.tp's released reduce-scatter
 #   profile FSDP2 paired at 4 ranks with --profile, 8192x4 and 4096x12 at 1024 tokens, 15
 #           rounds: lowcon, NCCL-CE, NCCL, no communication (waits, kernels, host µs)
 # The parts run in this order: check, the FSDP2 ones, tune, info, small, tp. FSDP_MODES overrides the fsdp part's modes. Every step has a deadline (BUDGET, default
@@ -30,7 +32,7 @@ out=/tmp/planner; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 parts=" ${PARTS:-check tune info small fsdp} "
 for p in $parts; do
-  case $p in check|tune|tune2|info|small|fsdp|confirm|fsdp2|tp|pygpu|profile) ;;
+  case $p in check|tune|tune2|info|small|fsdp|confirm|fsdp2|tp|pygpu|profile|plan) ;;
     *) echo "gpu-planner.sh: unknown part $p" >&2; exit 2;;
   esac
 done
@@ -74,6 +76,13 @@ if has pygpu; then
   st "tp_worker check gpu w=4" py.txt 90 "${l4[@]}" python3 "$pyt/tp_worker.py" check gpu
   st "gpu_fsdp_worker w=4 (FSDP2 vs NCCL)" py.txt 120 "${tr4[@]}" --master-port 29521 "$pyt/gpu_fsdp_worker.py"
   st "gpu_torch_worker w=4 (every algorithm)" py.txt "${TORCH_WORKER_S:-90}" "${l4[@]}" python3 "$pyt/gpu_torch_worker.py"
+fi
+if has plan; then
+  pyt=$repo/crates/lowcon-py/tests
+  python3 "$pyt/plan_gpu_worker.py" write-table "$out/plan-table.txt"
+  st "plan_gpu_worker w=4 (a table of its own)" plan.txt 60 env LOWCON_TUNING="$out/plan-table.txt" "${l4[@]}" \
+    python3 "$pyt/plan_gpu_worker.py" ours
+  st "plan_gpu_worker w=4 (the shipped table)" plan.txt 60 "${l4[@]}" python3 "$pyt/plan_gpu_worker.py" shipped
 fi
 has profile && paired profile 240 "${tr4[@]}" -- --sweep "8192x4:1024;4096x12:1024" --reduce-dtypes fp32 --rounds 15 \
   --profile --modes nccl,lowcon,nccl-ce,nocomm

@@ -52,7 +52,7 @@ export LOWCON_REQUIRE_GPU=1 LOWCON_SHARE_GPU=1 CUDA_VISIBLE_DEVICES=${SHARED_GPU
 # (seen at 2 ranks under MPS: coll-stress's two streams stopped at their 6th call).
 export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-8}
 # No CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: the group caps its kernels' CTAs when ranks share
-# a GPU (NOTE [shared CTAs], host/src/coll/select.rs); a per-client SM cap of 12% left too
+# a GPU (NOTE [shared CTAs], host/src/plan/mod.rs); a per-client SM cap of 12% left too
 # few SMs for torch's kernels beside them (FSDP2 at 8 ranks stopped; uncapped it passed).
 # 32 work queues per client is too many for 8 MPS clients ("device busy or unavailable").
 # CPU references in every rank: a thread or two each, as torchrun gives them.

@@ -158,8 +158,9 @@ pub fn gpu_word(device: &str) -> String {
 pub fn run(t: &TuneOptions) -> Res<()> {
     let (device, world, carried) = {
         let g = GpuGroup::from_env(GpuGroupOptions::default())?;
-        let (table, how) = g.planner().table();
-        let carried: Vec<String> = table_context_rules(&table.name, how)?;
+        // The rules the planner uses now (the model's scaled ones where no table matched).
+        let (table, _) = g.planner().table();
+        let carried: Vec<String> = table.rule_lines().into_iter().filter(|l| l.contains("context=")).collect();
         (g.device().info()?.name, g.world_size(), carried)
     };
     let small = (8 << 10, t.small_max, 2);
@@ -234,20 +235,6 @@ fn split_coll(rule: &str) -> Res<(lowcon::plan::table::Coll, &str)> {
         "reduce-scatter" => Ok((Coll::ReduceScatter, rest)),
         _ => Err(format!("rule {rule:?}: no collective").into()),
     }
-}
-
-/// The context rules (`context=fsdp|tp`) of the table the planner uses now, as lines.
-fn table_context_rules(name: &str, how: &str) -> Res<Vec<String>> {
-    let text = match name.strip_prefix("shipped:") {
-        Some(file) => lowcon::plan::SHIPPED
-            .iter()
-            .find(|(n, _)| *n == file)
-            .map(|(_, t)| t.to_string())
-            .ok_or_else(|| format!("no shipped table {file}"))?,
-        None => std::fs::read_to_string(name).map_err(|e| format!("cannot read {name} ({how}): {e}"))?,
-    };
-    let table = lowcon::plan::table::Table::parse(name, &text)?;
-    Ok(table.rule_lines().into_iter().filter(|l| l.contains("context=")).collect())
 }
 
 #[cfg(test)]

@@ -115,12 +115,12 @@ typedef struct {
   // Nonzero: ordinary buffers may be staged through the communicator's workspace
   // where the algorithm needs symmetric memory. Zero: such a call is refused.
   int allow_staging;
-  // Nonzero (GPU, "ce-pull" and "ce-reduce"): peers read an ordinary `cudaMalloc`
+  // Positive (GPU, "ce-pull" and "ce-reduce"): peers read an ordinary `cudaMalloc`
   // input in place through IPC instead of a staging copy; the call then exchanges
   // addresses with the peers' hosts. If a rank's input cannot be shared (VMM or
   // stream-ordered memory), every rank stages the call, or, with `allow_staging`
-  // zero, refuses it. Zero (the default): the planner's choice (since 0.3.0; staged
-  // unless `context` names a framework); negative: staged.
+  // zero, refuses it. Negative: staged. Zero (the default): the planner's choice
+  // (since 0.3.0; staged unless `context` names a framework whose rules read in place).
   int map_ordinary;
   // Reduce-scatter (since 0.2.0): the type that crosses the peer links, when it differs
   // from `datatype`. `lowconBfloat16` with `lowconFloat32` data sends the top half of
@@ -141,13 +141,13 @@ typedef struct {
   // once per piece; stages the whole chunk; floats without a wire, at most 64
   // pieces, else refused). A struct of 0.2.0's size leaves it at the default.
   int reduce_launch;
-  // (Since 0.2.2) the sync of a call captured into a CUDA graph: `lowconSyncKernel`
-  // (the default, whatever `sync` says: a kernel node costs the host almost nothing
-  // at each replay) or `lowconSyncMemop` (waits that hold no SM, each barrier a
-  // stream-memop node that costs the driver 1.3-4.5 us of host time at every
-  // replay). It took the padding at the end of 0.2.1's struct, whose size it keeps:
-  // `lowconCollOptionsInit` sets it, as every field, to its default. Since 0.3.0 it
-  // may be `lowconSyncAuto` (the default): the planner's choice.
+  // (Since 0.2.2) the sync of a call captured into a CUDA graph: `lowconSyncAuto` (the
+  // default since 0.3.0: the planner's choice, kernel waits unless the tuning table
+  // says otherwise, whatever `sync` says), `lowconSyncKernel` (a kernel node costs the
+  // host almost nothing at each replay) or `lowconSyncMemop` (waits that hold no SM,
+  // each barrier a stream-memop node that costs the driver 1.3-4.5 us of host time at
+  // every replay). It took the padding at the end of 0.2.1's struct, whose size it
+  // keeps: `lowconCollOptionsInit` sets it, as every field, to its default.
   lowconSync_t graph_sync;
   // (Since 0.3.0) what runs beside the call, a hint the planner reads:
   // `lowconContextAlone` (the default), `lowconContextFsdp` or `lowconContextTp`.

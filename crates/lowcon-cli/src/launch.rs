@@ -58,7 +58,7 @@ pub fn placement_env(rank: usize, nproc: usize, gpus: usize) -> Vec<(&'static st
             env.push((lowcon::config::MAX_CONNECTIONS_ENV, "8".to_string()));
         }
         // No cap on a client's share of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE): the
-        // group caps its kernels' CTAs instead (NOTE [shared CTAs] in lowcon's coll/select.rs),
+        // group caps its kernels' CTAs instead (NOTE [shared CTAs] in lowcon's plan/mod.rs),
         // and a per-client cap left too few SMs for torch's own kernels beside them (FSDP2
         // at 8 ranks on one H100 stopped with 12%, passed uncapped).
     }

@@ -400,6 +400,9 @@ impl Group {
         bf16_exact: bool,
     ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         let dt: DType = dtype.parse().map_err(to_py)?;
+        let bytes = count
+            .checked_mul(dt.size())
+            .ok_or_else(|| invalid(format!("rank {}: plan of {count} {dt} elements: the size overflows", self.rank)))?;
         let hints = Hints { context, bf16_exact };
         let fields = match kind {
             "all-gather" => {
@@ -414,8 +417,7 @@ impl Group {
                     (None, "auto"),
                     hints,
                 )?;
-                let call =
-                    lowcon::plan::AgCall { shard: count * dt.size(), dtype: dt, output_symmetric: symmetric, captured };
+                let call = lowcon::plan::AgCall { shard: bytes, dtype: dt, output_symmetric: symmetric, captured };
                 self.with(|b| Ok(b.planner().all_gather(&call, &o).fields()))?
             }
             "reduce-scatter" => {
@@ -432,7 +434,7 @@ impl Group {
                 )?;
                 let out: DType = out_dtype.unwrap_or(dtype).parse().map_err(to_py)?;
                 let call = lowcon::plan::RsCall {
-                    chunk: count * dt.size(),
+                    chunk: bytes,
                     input: dt,
                     output: out,
                     op: op.parse().map_err(to_py)?,

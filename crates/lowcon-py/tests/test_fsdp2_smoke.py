@@ -84,21 +84,20 @@ class _RecordingGroup:
         self.world_size, self.rank, self.device, self.calls = world_size, 0, None, []
 
     def reduce_scatter(self, output, input, op, **options):
-        self.calls.append(options["algorithm"])
+        self.calls.append((options["algorithm"], options["context"]))
 
 
-@pytest.mark.parametrize("memory,world,out_bytes,asked,want", [
-    ("pool", 2, 8 << 20, "auto", "ce-reduce"),      # FSDP2-sized at 2 ranks: NOTE [auto inside FSDP2]
-    ("pool", 2, (8 << 20) - 4, "auto", "auto"),     # smaller: the library's auto (ll, sm-direct)
-    ("pool", 4, 64 << 20, "auto", "auto"),          # measured at 2 ranks only
-    ("pool", 2, 64 << 20, "sm-direct", "sm-direct"),  # an explicit choice stands
-    # Torch's memory: ce-reduce reads it in place, sm-direct would stage the whole input.
-    ("torch", 2, (8 << 20) - 4, "auto", "ce-reduce"),
-    ("torch", 4, 4 << 10, "auto", "ce-reduce"),
-    ("torch", 2, 512 << 10, "auto", "auto"),        # ll's sizes at 2 ranks: no staging
-    ("torch", 2, 64 << 20, "sm-direct", "sm-direct"),
+@pytest.mark.parametrize("memory,world,out_bytes,asked", [
+    ("pool", 2, 8 << 20, "auto"),
+    ("pool", 4, 64 << 20, "auto"),
+    ("pool", 2, 64 << 20, "sm-direct"),
+    ("torch", 4, 4 << 10, "auto"),
+    ("torch", 2, 64 << 20, "sm-direct"),
 ])
-def test_the_fsdp2_reduce_scatter_picks_what_won_inside_fsdp2(memory, world, out_bytes, asked, want):
+def test_the_fsdp2_reduce_scatter_leaves_the_choice_to_the_planner(memory, world, out_bytes, asked):
+    # What won inside FSDP2 (ce-reduce reading torch's memory, ce-reduce from 8 MiB in the
+    # pool at 2 ranks) is in the tuning tables now (host/src/plan/tables/, tested in
+    # plan/tests.rs and test_plan.py): the hook passes the caller's choice and the hint.
     import torch
 
     import lowcon.fsdp
@@ -107,4 +106,4 @@ def test_the_fsdp2_reduce_scatter_picks_what_won_inside_fsdp2(memory, world, out
     rs = lowcon.fsdp.LowconReduceScatter(g, asked, memory=memory)
     out = torch.empty(out_bytes // 4, dtype=torch.float32)
     rs(out, torch.empty(out.numel() * world, dtype=torch.float32))
-    assert g.calls == [want]
+    assert g.calls == [(asked, "fsdp")]

@@ -32,11 +32,19 @@ def one_call(world, wire, numel=1 << 22, dtype=torch.float32, **options):
 
 
 @pytest.mark.parametrize("world", [2, 4, 8])
-@pytest.mark.parametrize("wire", ["bf16", "auto"])
-def test_bf16_gradients_are_hinted_and_nothing_is_chosen(world, wire):
-    o = one_call(world, wire)
+def test_bf16_gradients_are_hinted_and_nothing_is_chosen(world):
+    o = one_call(world, "auto")
     assert (o["context"], o["bf16_exact"], o["algorithm"], o["sync"]) == ("fsdp", True, "auto", "auto")
     assert "wire" not in o and not any(k in o for k in CHOICES[1:]), o
+
+
+def test_wire_bf16_asks_for_the_wire_outright():
+    o = one_call(4, "bf16")
+    assert (o["wire"], o["bf16_exact"], o["algorithm"]) == ("bf16", True, "auto"), o
+
+
+def test_a_context_of_the_callers_wins():
+    assert one_call(4, "auto", context="tp")["context"] == "tp"
 
 
 def test_the_same_call_gets_the_same_options_at_every_world():

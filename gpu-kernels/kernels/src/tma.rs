@@ -29,7 +29,7 @@
 //! target, 330 GB/s busbw on 2 ranks with 8 CTAs, is 660 GB/s algbw: every GPU loads
 //! 660 GB/s (half local, half over NVLink), 82 GB/s per CTA. A stage completes when
 //! its slowest tile (the peer's) lands, so at an NVLink round trip of 2-2.5 µs under
-//! load a CTA needs 165-205 KB in flight. The ring is 224 KiB (`select::tma_ring`: 7
+//! load a CTA needs 165-205 KB in flight. The ring is 224 KiB (`geometry::tma_ring`: 7
 //! stages of 32 KiB, the most 227 KiB of shared memory holds); with one stage being
 //! reduced, 192 KiB are in flight: 79 GB/s per CTA at 2.5 µs (8 CTAs: ~315 busbw),
 //! 98 GB/s at 2 µs (~390). 8 CTAs reach 330 only if the loaded round trip stays under

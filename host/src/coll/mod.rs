@@ -4,7 +4,7 @@
 //! types, operators, algorithms, options) lives there and is re-exported here. Its
 //! children:
 //!
-//! - `select`: the algorithms' geometry (LL rounds, tma rings, pipeline pieces, staging);
+//! - `geometry`: the algorithms' geometry (LL rounds, tma rings, pipeline pieces, staging);
 //! - `check`: argument checks and the workspace layout helpers;
 //! - `reference`: the CPU reduction (the host backend's arithmetic, the GPU's reference);
 //! - `device_buf`: [`DeviceBuf`], the GPU backend's buffer argument;

@@ -138,12 +138,7 @@ pub struct RsPlan {
     pub origin: Arc<str>,
 }
 
-fn sync_word(s: SyncMethod) -> &'static str {
-    match s {
-        SyncMethod::Kernel => "kernel",
-        SyncMethod::StreamMemop => "memop",
-    }
-}
+use table::sync_name as sync_word;
 
 impl AgPlan {
     /// The plan as `key=value` pairs (what the bindings and `lowcon info` show).
@@ -207,9 +202,10 @@ pub const DEFAULT_PIECE: usize = 16 << 20;
 pub const DEFAULT_MAX_PIECES: u32 = 16;
 
 /// Pieces of a chunk of `bytes` in pieces of about `piece` bytes: 1 below 1 MiB, else
-/// 2 to `max`.
+/// 2 (or `max`, if 1) to `max`.
 pub fn pieces_for(bytes: usize, piece: usize, max: u32) -> u32 {
-    if bytes < (1 << 20) { 1 } else { (bytes.div_ceil(piece.max(1)).clamp(2, max.max(2) as usize)) as u32 }
+    let max = max.max(1) as usize;
+    if bytes < (1 << 20) { 1 } else { bytes.div_ceil(piece.max(1)).clamp(2.min(max), max) as u32 }
 }
 
 /// Default CTAs of an LL round of `lines` lines: one line per thread up to 32 CTAs (a
@@ -333,10 +329,10 @@ impl Planner {
             base.machine(),
             machine.device
         );
-        crate::log::warn(&format!(
-            "lowcon: no tuning table for {w} ranks of {}; planning with the {how}",
-            machine.device
-        ));
+        // One rank moves nothing: no table is missing there.
+        if w > 1 {
+            crate::log::warn(&format!("no tuning table for {w} ranks of {}; planning with the {how}", machine.device));
+        }
         Ok(Self::with_table(machine, model, how))
     }
 
@@ -356,9 +352,11 @@ impl Planner {
         (&self.table, &self.how)
     }
 
-    /// What every rank of a group must share: the table's CRC and name.
+    /// What every rank of a group must share: the CRC of the rules it plans with (the
+    /// model's scaled ones included; the same table loaded from two paths agrees), and
+    /// the table's name for the message.
     pub fn fingerprint(&self) -> String {
-        format!("{:08x} {}", self.table.crc, self.table.name)
+        format!("{:08x} {}", crc32fast::hash(self.table.rule_lines().join("\n").as_bytes()), self.table.name)
     }
 
     /// This planner for a rank whose GPU `ranks_on_gpu` ranks share (NOTE [shared CTAs]).
@@ -372,8 +370,7 @@ impl Planner {
         self.cta_cap.map_or(c, |cap| c.min(cap))
     }
 
-    /// The first rule covering `probe` whose algorithm `ok` accepts; `explicit`: it
-    /// must be that one.
+    /// The first rule covering `probe` that `pick` accepts.
     fn rule<'a>(&'a self, probe: &Probe, pick: impl Fn(&Rule) -> bool) -> Option<&'a Rule> {
         self.table.rules.iter().find(|r| r.covers(probe) && pick(r))
     }
@@ -406,7 +403,11 @@ impl Planner {
             _ => 0,
         });
         let sync = self.sync(call.captured, (opts.sync, opts.graph_sync), rule);
-        let map_ordinary = opts.map_ordinary.or(rule.and_then(|r| r.choose.map)).unwrap_or(false);
+        // What the backend does: peers read an ordinary input in place in eager ce-pull
+        // calls only (NOTE [mapped ordinary memory]).
+        let map_ordinary = opts.map_ordinary.or(rule.and_then(|r| r.choose.map)).unwrap_or(false)
+            && !call.captured
+            && algorithm == AllGatherAlgorithm::CePull;
         let origin = self.origin(opts.algorithm == AllGatherAlgorithm::Auto, rule);
         AgPlan { algorithm, ctas: if ctas == 0 { 0 } else { self.cap(ctas) }, sync, map_ordinary, origin }
     }
@@ -418,11 +419,16 @@ impl Planner {
     }
 
     /// The plan of a released reduce-scatter (`lowcon.tp`'s matmul-reduce-scatter): its
-    /// copies are ce-reduce's, and where no rule names its CTAs its final reduction takes
-    /// [`RELEASED_REDUCE_CTAS`], since nothing of the call is left to overlap it.
+    /// copies are ce-reduce's, and its final reduction takes [`RELEASED_REDUCE_CTAS`],
+    /// since nothing of the call is left to overlap it, unless a rule of its own context
+    /// (`context=tp`) or the caller names others.
     pub fn released(&self, call: &RsCall, opts: &ReduceScatterOptions) -> RsPlan {
-        let opts = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::CeReduce, ..*opts };
-        self.rs(call, &opts, Some(RELEASED_REDUCE_CTAS))
+        let named = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::CeReduce, ..*opts };
+        let mut plan = self.rs(call, &named, Some(RELEASED_REDUCE_CTAS));
+        if opts.algorithm == ReduceScatterAlgorithm::Auto && &*plan.origin == "explicit" {
+            plan.origin = self.default_origin.clone();
+        }
+        plan
     }
 
     fn rs(&self, call: &RsCall, opts: &ReduceScatterOptions, default_ctas: Option<u32>) -> RsPlan {
@@ -440,27 +446,39 @@ impl Planner {
         // explicit wire (the planner's own wire is decided with the rule below).
         let explicit_carry = call.input != call.output || opts.wire.is_some_and(|w| w != call.input);
         let f32_pair = call.input == DType::F32 && call.output == DType::F32;
+        // The planner's wire must not turn the caller's options into a refusal: it has at
+        // most `WIRE_PIECES` pieces and one reduction launch per piece.
+        let wire_fits =
+            opts.pipeline.is_none_or(|p| p <= lowcon_abi::pad::WIRE_PIECES) && opts.reduce_launch != ReduceLaunch::Once;
+        let planned_wire = |r: &Rule| r.choose.wire.is_some() && f32_pair && opts.wire.is_none() && wire_fits;
+        // A launch the caller names binds ce-reduce, the one algorithm with launches:
+        // `auto` then picks among ce-reduce's rules (NOTE [one launch per call]).
+        let launch_named = opts.reduce_launch != ReduceLaunch::Auto;
         let rule = match opts.algorithm {
             R::Auto => self.rule(&probe, |r| {
                 let a = r.choose.reduce_scatter;
-                let wire = r.choose.wire.is_some() && f32_pair && opts.wire.is_none();
-                a.is_some_and(|a| rs_can_run(a, call, explicit_carry || wire))
+                a.is_some_and(|a| {
+                    rs_can_run(a, call, explicit_carry || planned_wire(r)) && (!launch_named || a == R::CeReduce)
+                })
             }),
             a => self.rule(&probe, |r| r.choose.reduce_scatter == Some(a)),
         };
         let wire = match opts.wire {
             Some(w) => (w != call.input).then_some(w),
-            None if f32_pair => rule.and_then(|r| r.choose.wire),
-            None => None,
+            None => rule.filter(|r| planned_wire(r)).and_then(|r| r.choose.wire),
         };
         let carried = explicit_carry || wire.is_some();
         let algorithm = match (opts.algorithm, rule) {
             (R::Auto, Some(r)) => r.choose.reduce_scatter.expect("picked"),
-            (R::Auto, None) if carried || call.input.is_int() => R::CeReduce,
+            (R::Auto, None) if carried || launch_named || call.input.is_int() => R::CeReduce,
             (R::Auto, None) => R::SmDirect,
             (a, _) => a,
         };
-        let ctas = opts.ctas.or(rule.and_then(|r| r.choose.ctas)).or(default_ctas).unwrap_or(match algorithm {
+        // A rule's CTAs count where it speaks for the call: for the released reduce-scatter
+        // (which has its own default), only a rule of the call's context.
+        let rule_ctas =
+            rule.filter(|r| default_ctas.is_none() || r.sel.context == Some(opts.context)).and_then(|r| r.choose.ctas);
+        let ctas = opts.ctas.or(rule_ctas).or(default_ctas).unwrap_or(match algorithm {
             R::TmaReduce | R::TmaReduceEvict | R::TmaPushReduce => DEFAULT_TMA_CTAS,
             R::Ll => ll_ctas(ll_first_round_lines(call.chunk, self.machine.world)),
             _ => DEFAULT_REDUCE_CTAS,
@@ -477,18 +495,15 @@ impl Planner {
             }
             _ => 1,
         };
-        // A launch the caller named binds ce-reduce: where the caller left the algorithm
-        // to the planner and it picked one without launches (`ll` for small chunks), the
-        // option does not apply (NOTE [one launch per call]).
-        let launch_explicit =
-            opts.reduce_launch != ReduceLaunch::Auto && (opts.algorithm != R::Auto || algorithm == R::CeReduce);
         let reduce_launch = match opts.reduce_launch {
             ReduceLaunch::Auto => rule.and_then(|r| r.choose.launch).unwrap_or(ReduceLaunch::Pieces),
-            _ if !launch_explicit => ReduceLaunch::Pieces,
             l => l,
         };
         let sync = self.sync(call.captured, (opts.sync, opts.graph_sync), rule);
-        let map_ordinary = opts.map_ordinary.or(rule.and_then(|r| r.choose.map)).unwrap_or(false);
+        // What the backend does: eager ce-reduce calls only (NOTE [mapped ordinary memory]).
+        let map_ordinary = opts.map_ordinary.or(rule.and_then(|r| r.choose.map)).unwrap_or(false)
+            && !call.captured
+            && algorithm == R::CeReduce;
         let origin = self.origin(opts.algorithm == R::Auto, rule);
         RsPlan {
             algorithm,
@@ -497,7 +512,7 @@ impl Planner {
             pieces,
             wire,
             reduce_launch,
-            launch_explicit,
+            launch_explicit: launch_named,
             map_ordinary,
             origin,
         }
@@ -541,7 +556,8 @@ pub fn agree(announced: &[&str]) -> Result<()> {
     if let Some((r, e)) = announced.iter().enumerate().find_map(|(r, a)| a.strip_prefix("error: ").map(|e| (r, e))) {
         return Err(Error::InvalidArgument(format!("rank {r}: no planner: {e}")));
     }
-    match announced.iter().enumerate().find(|(_, a)| **a != announced[0]) {
+    let crc = |a: &str| a.split(' ').next().unwrap_or("").to_string();
+    match announced.iter().enumerate().find(|(_, a)| crc(a) != crc(announced[0])) {
         Some((r, a)) => Err(Error::InvalidArgument(format!(
             "rank {r} plans from tuning table {a:?} but rank 0 from {:?}: every rank must load the same table \
              ({TUNING_ENV} names it; NOTE [tuning tables])",

@@ -19,11 +19,12 @@
 //! | `context` | `alone`, `fsdp`, `tp` | the caller's hint ([`Context`]) |
 //! | `dtype` | `f32`, `bf16`, ... (comma-separated) | the input's element type |
 //! | `mem` | `symmetric`, `ordinary` | all-gather: the output's memory; reduce-scatter: the input's |
-//! | `bytes` | `LO..HI` (`K`, `M`, `G`): more than LO, up to HI included; either may be left out | per rank: the all-gather's shard, the reduce-scatter's input chunk |
+//! | `bytes` | `LO..HI` (`K`, `M`, `G`): from LO to HI, both included; either may be left out | per rank: the all-gather's shard, the reduce-scatter's input chunk |
 //! | `exact` | `yes`, `no` | the caller's `bf16_exact` hint |
 //! | `mode` | `eager`, `captured` | whether the call is captured into a CUDA graph |
 //!
-//! Choices say what runs: `algorithm`, `ctas`, `sync` and `graph_sync` (`kernel`,
+//! Since the first rule that covers a call wins, `..1M` then `1M..4M` give 1 MiB to the
+//! first. Choices say what runs: `algorithm` (every rule names one), `ctas`, `sync` and `graph_sync` (`kernel`,
 //! `memop`), `piece` (bytes of a pipeline piece: ce-reduce and the wire), `max_pieces`,
 //! `wire` (`bf16`), `launch` (`pieces`, `once`), `map` (`yes`, `no`: read an ordinary
 //! input in place). For an `auto` call the first rule that covers it and names an
@@ -74,7 +75,7 @@ pub(crate) struct Selectors {
     pub(crate) context: Option<Context>,
     pub(crate) dtypes: Option<Vec<DType>>,
     pub(crate) mem: Option<Mem>,
-    /// Per-rank bytes: more than `lo` (0: from 0), up to `hi` included.
+    /// Per-rank bytes: from `lo` to `hi`, both included.
     pub(crate) bytes: (usize, usize),
     pub(crate) exact: Option<bool>,
     pub(crate) captured: Option<bool>,
@@ -124,8 +125,7 @@ impl Rule {
             && s.context.is_none_or(|c| c == p.context)
             && s.dtypes.as_ref().is_none_or(|d| d.contains(&p.dtype))
             && s.mem.is_none_or(|m| m == p.mem)
-            && (p.bytes > s.bytes.0 || s.bytes.0 == 0)
-            && p.bytes <= s.bytes.1
+            && (s.bytes.0..=s.bytes.1).contains(&p.bytes)
             && s.exact.is_none_or(|e| e == p.exact)
             && s.captured.is_none_or(|c| c == p.captured)
     }
@@ -188,7 +188,8 @@ fn yes_no(v: &str) -> Option<bool> {
     }
 }
 
-fn sync_name(s: SyncMethod) -> &'static str {
+/// A sync method's name in tables and plans.
+pub(crate) fn sync_name(s: SyncMethod) -> &'static str {
     match s {
         SyncMethod::Kernel => "kernel",
         SyncMethod::StreamMemop => "memop",
@@ -211,8 +212,12 @@ impl Table {
             let head = words.next().unwrap_or("");
             match head {
                 "machine" => {
+                    if gpu.is_some() {
+                        return Err(bad(name, n, "a second machine line (a table is for one machine)"));
+                    }
                     for w in words {
                         match w.split_once('=') {
+                            Some(("gpu", "")) => return Err(bad(name, n, "machine: gpu= names no GPU")),
                             Some(("gpu", v)) => gpu = Some(v.to_string()),
                             Some(("world", "*")) => world = None,
                             Some(("world", v)) => {
@@ -273,8 +278,13 @@ fn parse_rule<'a>(
 ) -> Result<Rule> {
     let mut sel = Selectors { bytes: (0, usize::MAX), ..Default::default() };
     let mut ch = Choices::default();
+    let mut seen: Vec<&str> = Vec::new();
     for w in words {
         let (k, v) = w.split_once('=').ok_or_else(|| bad(name, n, format!("{w:?}: expected key=value")))?;
+        if seen.contains(&k) {
+            return Err(bad(name, n, format!("{k} is given twice")));
+        }
+        seen.push(k);
         let val = |what: &str| bad(name, n, format!("{k}={v:?}: expected {what}"));
         match k {
             "context" => sel.context = Some(v.parse().map_err(|_| val("alone, fsdp or tp"))?),
@@ -294,8 +304,8 @@ fn parse_rule<'a>(
                 let lo = if lo.is_empty() { Some(0) } else { parse_bytes(lo) };
                 let hi = if hi.is_empty() { Some(usize::MAX) } else { parse_bytes(hi) };
                 match (lo, hi) {
-                    (Some(lo), Some(hi)) if lo < hi => sel.bytes = (lo, hi),
-                    _ => return Err(val("LO..HI with LO < HI (K, M, G suffixes)")),
+                    (Some(lo), Some(hi)) if lo <= hi => sel.bytes = (lo, hi),
+                    _ => return Err(val("LO..HI with LO <= HI (K, M, G suffixes)")),
                 }
             }
             "exact" => sel.exact = Some(yes_no(v).ok_or_else(|| val("yes or no"))?),
@@ -347,6 +357,9 @@ fn parse_rule<'a>(
             "map" => ch.map = Some(yes_no(v).ok_or_else(|| val("yes or no"))?),
             _ => return Err(bad(name, n, format!("unknown key {k:?}"))),
         }
+    }
+    if ch.all_gather.is_none() && ch.reduce_scatter.is_none() {
+        return Err(bad(name, n, "a rule names its algorithm (algorithm=...)"));
     }
     if coll == Coll::AllGather && (ch.wire.is_some() || ch.piece.is_some() || ch.launch.is_some()) {
         return Err(bad(name, n, "an all-gather has no wire, piece or launch"));
@@ -489,9 +502,10 @@ mod tests {
         let ag = &t.rules[0];
         assert!(ag.covers(&probe(Coll::AllGather, 0)) && ag.covers(&probe(Coll::AllGather, 256 << 10)));
         assert!(!ag.covers(&probe(Coll::AllGather, (256 << 10) + 1)) && !ag.covers(&probe(Coll::ReduceScatter, 8)));
-        let above = Table::parse("t", &format!("{FORMAT}\nmachine gpu=x\nall-gather bytes=1M..4M\n")).unwrap();
+        let text = format!("{FORMAT}\nmachine gpu=x\nall-gather bytes=1M..4M algorithm=ll\n");
+        let above = Table::parse("t", &text).unwrap();
         let r = &above.rules[0];
-        assert!(!r.covers(&probe(Coll::AllGather, 1 << 20)) && r.covers(&probe(Coll::AllGather, (1 << 20) + 2)));
+        assert!(!r.covers(&probe(Coll::AllGather, (1 << 20) - 2)) && r.covers(&probe(Coll::AllGather, 1 << 20)));
         assert!(r.covers(&probe(Coll::AllGather, 4 << 20)) && !r.covers(&probe(Coll::AllGather, (4 << 20) + 2)));
         let wire = &t.rules[1];
         let fsdp = Probe { context: Context::Fsdp, exact: true, ..probe(Coll::ReduceScatter, 1 << 30) };
@@ -527,7 +541,17 @@ mod tests {
             ("lowcon-tuning 1\nmachine gpu=a\nreduce-scatter bytes=2M..1M\n", "line 3: bytes=\"2M..1M\""),
             ("lowcon-tuning 1\nmachine gpu=a\nreduce-scatter colour=red\n", "line 3: unknown key \"colour\""),
             ("lowcon-tuning 1\nmachine gpu=a\nreduce-scatter ctas=0\n", "line 3: ctas=\"0\""),
-            ("lowcon-tuning 1\nmachine gpu=a\nall-gather wire=bf16\n", "line 3: an all-gather has no wire"),
+            ("lowcon-tuning 1\nmachine gpu=a\nreduce-scatter ctas=4\n", "line 3: a rule names its algorithm"),
+            (
+                "lowcon-tuning 1\nmachine gpu=a\nall-gather algorithm=ll algorithm=ce-pull\n",
+                "line 3: algorithm is given twice",
+            ),
+            ("lowcon-tuning 1\nmachine gpu=\n", "line 2: machine: gpu= names no GPU"),
+            ("lowcon-tuning 1\nmachine gpu=a\nmachine gpu=b\n", "line 3: a second machine line"),
+            (
+                "lowcon-tuning 1\nmachine gpu=a\nall-gather algorithm=ll wire=bf16\n",
+                "line 3: an all-gather has no wire",
+            ),
             ("lowcon-tuning 1\nmachine gpu=a\nreduce-scatter algorithm=sm-direct wire=bf16\n", "runs on ce-reduce"),
             ("lowcon-tuning 1\nmachine gpu=a\nbroadcast\n", "line 3: \"broadcast\""),
         ] {

@@ -241,23 +241,51 @@ fn ranks_must_agree_on_the_table() {
 }
 
 #[test]
-fn a_named_launch_binds_ce_reduce_only() {
+fn a_named_launch_binds_ce_reduce() {
     let p = planner("NVIDIA H200", 4);
-    let once = ReduceScatterOptions { reduce_launch: ReduceLaunch::Once, context: Context::Fsdp, ..Default::default() };
-    let ordinary = |chunk| RsCall { input_symmetric: false, ..rs_call(chunk, DType::Bf16) };
-    // ll for a small chunk: the launch does not apply, quietly.
-    let small = rs(&p, &ordinary(16 << 10), &once);
-    assert_eq!(
-        (small.algorithm, small.reduce_launch, small.launch_explicit),
-        (ReduceScatterAlgorithm::Ll, ReduceLaunch::Pieces, false)
-    );
-    // ce-reduce: it binds (the backend refuses what it cannot honour).
-    let big = rs(&p, &ordinary(64 << 20), &once);
-    assert_eq!(
-        (big.algorithm, big.reduce_launch, big.launch_explicit),
-        (ReduceScatterAlgorithm::CeReduce, ReduceLaunch::Once, true)
-    );
-    // Named with an algorithm: it binds whatever the algorithm.
+    let once = ReduceScatterOptions { reduce_launch: ReduceLaunch::Once, ..Default::default() };
+    // auto picks among ce-reduce's rules (ll would otherwise take 16 KiB, sm-direct 64 MiB).
+    for chunk in [16 << 10, 64 << 20] {
+        let r = rs(&p, &rs_call(chunk, DType::Bf16), &once);
+        assert_eq!(
+            (r.algorithm, r.reduce_launch, r.launch_explicit),
+            (ReduceScatterAlgorithm::CeReduce, ReduceLaunch::Once, true)
+        );
+    }
+    // Named with another algorithm it binds too: the backend refuses it, naming why.
     let named = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::SmDirect, ..once };
-    assert!(rs(&p, &ordinary(16 << 10), &named).launch_explicit);
+    assert!(rs(&p, &rs_call(16 << 10, DType::Bf16), &named).launch_explicit);
+    // The planner's wire never turns the caller's options into a refusal: no wire with
+    // one launch per call, or with more pieces than the wire has.
+    let fsdp = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..once };
+    assert_eq!(rs(&p, &rs_call(64 << 20, DType::F32), &fsdp).wire, None);
+    let many = ReduceScatterOptions { pipeline: Some(100), reduce_launch: ReduceLaunch::Auto, ..fsdp };
+    assert_eq!(rs(&p, &rs_call(64 << 20, DType::F32), &many).wire, None);
+    let fine = ReduceScatterOptions { pipeline: Some(8), ..many };
+    assert_eq!(rs(&p, &rs_call(64 << 20, DType::F32), &fine).wire, Some(DType::Bf16));
+}
+
+#[test]
+fn the_released_reduce_scatter_keeps_its_ctas_unless_a_tp_rule_names_others() {
+    let tp = ReduceScatterOptions { context: Context::Tp, ..Default::default() };
+    let call = rs_call(64 << 20, DType::Bf16);
+    // h200-w2.txt ends in a ce-reduce rule with 16 CTAs: not the released call's.
+    let p2 = planner("NVIDIA H200", 2);
+    let r = p2.released(&call, &tp);
+    assert_eq!((r.algorithm, r.ctas), (ReduceScatterAlgorithm::CeReduce, RELEASED_REDUCE_CTAS));
+    let text = "lowcon-tuning 1\nmachine gpu=H200 world=2\nreduce-scatter context=tp algorithm=ce-reduce ctas=5\n";
+    let m = Machine { device: "NVIDIA H200".into(), sms: 132, world: 2, ranks_on_gpu: 1 };
+    let mine = Planner::with_table(m, Table::parse("tp.txt", text).unwrap(), "test".into());
+    assert_eq!(mine.released(&call, &tp).ctas, 5);
+    assert_eq!(&*planner("NVIDIA H200", 4).released(&call, &tp).origin, "default");
+}
+
+#[test]
+fn plans_say_what_the_backend_does_with_ordinary_memory() {
+    let p = planner("NVIDIA H200", 4);
+    let fsdp = ReduceScatterOptions { context: Context::Fsdp, ..Default::default() };
+    let call = RsCall { input_symmetric: false, ..rs_call(64 << 20, DType::Bf16) };
+    assert!(rs(&p, &call, &fsdp).map_ordinary);
+    assert!(!rs(&p, &RsCall { captured: true, ..call }, &fsdp).map_ordinary, "eager calls only");
+    assert_eq!(pieces_for(64 << 20, 1 << 20, 1), 1, "max_pieces=1 is honoured");
 }

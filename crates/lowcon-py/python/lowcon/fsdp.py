@@ -28,7 +28,8 @@ given to `install` still wins.
 The bf16 wire (NOTE [bf16 wire]): with FSDP2's usual mixed precision (`param_dtype=bf16`,
 `reduce_dtype=fp32`) the reduce-scatter's fp32 input holds bf16 gradients upcast, so half
 its bytes are zeros. The hooks then pass the hint `bf16_exact=True`, and the planner sends
-only the top halves where its table says so (ce-reduce): the result is the fp32 one bit
+only the top halves where its table says so (ce-reduce; `reduce_scatter_wire="bf16"` asks
+for the wire outright): the result is the fp32 one bit
 for bit, and a piece that is not bf16-exact falls back to reading its bottom halves.
 Gradients accumulated in fp32 over several backward passes
 (`set_requires_gradient_sync(False)`) are not bf16-exact, so for a reduce of accumulated
@@ -55,7 +56,7 @@ __all__ = ["LowconAllGather", "LowconReduceScatter", "install", "CONTEXT"]
 
 # The hint every hook call passes to the planner (NOTE [one planner]): the tuning tables'
 # rules for FSDP2 (ce-reduce reading torch's memory in place, the bf16 wire with the CTAs
-# measured inside FSDP2's step: NOTE [auto inside FSDP2], NOTE [wire CTAs inside FSDP2]
+# measured inside FSDP2's step: NOTE [auto inside FSDP2] and NOTE [wire CTAs inside FSDP2]
 # in docs/algorithms.md) apply to these calls.
 CONTEXT = "fsdp"
 
@@ -79,7 +80,7 @@ class _Comm:
             raise InvalidArgument(f"rank {group.rank}: memory {memory!r}: expected \"pool\" or \"torch\"")
         self.group = group
         self.memory = memory
-        self.options = dict(algorithm=algorithm, sync=sync, context=CONTEXT, **options)
+        self.options = {"context": CONTEXT, **dict(algorithm=algorithm, sync=sync, **options)}
         # One channel per kind of hook on the group, not one per stream: FSDP2 makes new
         # streams for every root (every model), which would use up the 16 channels.
         # FSDP2 issues each kind in order on one stream per root; two roots whose
@@ -182,8 +183,11 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
         name, scale = _op_name(dist.ReduceOp.SUM if op is None else op, self.gradient_divide_factor)
         options = self.options
         if input_tensor.dtype == torch.float32 and (self.wire == "bf16" or (self.wire == "auto" and self._exact)):
-            # NOTE [bf16 wire]: a hint; the planner decides whether the top halves go alone.
+            # NOTE [bf16 wire]: "auto" hints, and the planner decides whether the top halves
+            # go alone; "bf16" asks for the wire, as an explicit option does.
             options = dict(options, bf16_exact=True)
+            if self.wire == "bf16":
+                options["wire"] = "bf16"
             self.wire_calls += 1
         else:
             if input_tensor.dtype == torch.float32 and self.wire is None:

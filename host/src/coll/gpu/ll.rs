@@ -16,7 +16,7 @@ use crate::coll::geometry::ll_rounds;
 use crate::cuda::kernels::LlArgs;
 use crate::cuda::{Stream, raw};
 use crate::error::{Error, Result};
-use crate::plan::{AgPlan, RsPlan, ll_ctas};
+use crate::plan::{AgPlan, RsPlan};
 use crate::sync::SyncMethod;
 use crate::sync::gpu::graph::Mode;
 
@@ -81,7 +81,7 @@ impl GpuColl {
                 n,
                 aligned,
             };
-            launch(&a, ctas.min(ll_ctas(n)))?;
+            launch(&a, ctas.min(n.div_ceil(crate::cuda::kernels::COLL_THREADS as u64).max(1) as u32))?;
         }
         if mode == Mode::Eager {
             self.sync.track_ll(stream)?;
