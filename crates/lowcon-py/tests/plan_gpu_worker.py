@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 MODE = sys.argv[1]
-RANK = int(os.environ["RANK"])
+RANK = int(os.environ.get("RANK", "0"))
 os.environ["LOWCON_DEBUG"] = "1"
 
 # The table of `ours` (every rule differs from the shipped h200 tables).
@@ -31,6 +31,9 @@ all-gather algorithm=ce-pull
 reduce-scatter algorithm=sm-direct ctas=3
 """
 
+if MODE == "write-table":
+    open(sys.argv[2], "w").write(TABLE)
+    sys.exit(0)
 log = tempfile.NamedTemporaryFile("w+", prefix=f"plan-gpu-r{RANK}-", suffix=".log", delete=False)
 saved = os.dup(2)
 os.dup2(log.fileno(), 2)
@@ -113,7 +116,4 @@ def main():
 
 
 if __name__ == "__main__":
-    if MODE == "write-table":
-        open(sys.argv[2], "w").write(TABLE)
-        sys.exit(0)
     main()
