@@ -23,10 +23,7 @@ pub fn run(iters: usize, warmup: usize, json: bool) -> Res<()> {
         )?;
         let max = |k: usize| mx[k];
         if rank == 0 {
-            let name = match method {
-                SyncMethod::Kernel => "kernel",
-                SyncMethod::StreamMemop => "memop",
-            };
+            let name = method.name();
             println!("{name:<8} {world:>6} {:>12.2} {:>10.2} {:>18.2}", max(0), max(1), max(2));
             if json {
                 println!(

@@ -217,7 +217,7 @@ pub fn run(a: &OverlapOptions) -> Res<Vec<OverlapRow>> {
         for &m in &a.methods {
             for &ctas in &a.ctas {
                 let c = ctas.map(|c| format!(" ctas={c}")).unwrap_or_default();
-                let name = format!("lowcon {algo} {}{c}", crate::sweep::method_name(m));
+                let name = format!("lowcon {algo} {}{c}", m.name());
                 let (ic, oc) = (in_bytes / 2, out_bytes / 2);
                 let mut colls = |s: &Stream| -> Res<()> {
                     for _ in 0..a.colls {

@@ -534,7 +534,7 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
                                     (Kind::ReduceScatter, Some(w)) => format!(" f32 wire={w}"),
                                     _ => String::new(),
                                 };
-                                format!("lowcon {algo} {}{w}", crate::sweep::method_name(*method))
+                                format!("lowcon {algo} {}{w}", method.name())
                             }
                             Impl::Nccl { ce, dtype } => {
                                 let n = if *ce { "nccl-ce" } else { "nccl" };

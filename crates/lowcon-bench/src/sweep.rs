@@ -122,13 +122,6 @@ fn sizes(a: &SweepOptions) -> Vec<usize> {
     v
 }
 
-pub(crate) fn method_name(m: SyncMethod) -> &'static str {
-    match m {
-        SyncMethod::Kernel => "kernel",
-        SyncMethod::StreamMemop => "memop",
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn row(
     a: &SweepOptions,
@@ -280,7 +273,7 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                                 world,
                                 "lowcon",
                                 algo,
-                                method_name(m),
+                                m.name(),
                                 label_ctas,
                                 size,
                                 us,

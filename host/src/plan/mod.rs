@@ -138,15 +138,13 @@ pub struct RsPlan {
     pub origin: Arc<str>,
 }
 
-use table::sync_name as sync_word;
-
 impl AgPlan {
     /// The plan as `key=value` pairs (what the bindings and `lowcon info` show).
     pub fn fields(&self) -> Vec<(&'static str, String)> {
         vec![
             ("algorithm", self.algorithm.name().into()),
             ("ctas", self.ctas.to_string()),
-            ("sync", sync_word(self.sync).into()),
+            ("sync", self.sync.name().into()),
             ("map_ordinary", self.map_ordinary.to_string()),
             ("origin", self.origin.to_string()),
         ]
@@ -159,7 +157,7 @@ impl RsPlan {
         vec![
             ("algorithm", self.algorithm.name().into()),
             ("ctas", self.ctas.to_string()),
-            ("sync", sync_word(self.sync).into()),
+            ("sync", self.sync.name().into()),
             ("pieces", self.pieces.to_string()),
             ("wire", self.wire.map_or("none".into(), |w| w.name().into())),
             ("reduce_launch", self.reduce_launch.name().into()),

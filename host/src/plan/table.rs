@@ -188,14 +188,6 @@ fn yes_no(v: &str) -> Option<bool> {
     }
 }
 
-/// A sync method's name in tables and plans.
-pub(crate) fn sync_name(s: SyncMethod) -> &'static str {
-    match s {
-        SyncMethod::Kernel => "kernel",
-        SyncMethod::StreamMemop => "memop",
-    }
-}
-
 impl Table {
     /// Parses `text`, naming the table `name` in errors (with the line).
     pub fn parse(name: &str, text: &str) -> Result<Table> {
@@ -406,10 +398,10 @@ impl fmt::Display for Rule {
             w.push(format!("ctas={v}"));
         }
         if let Some(v) = c.sync {
-            w.push(format!("sync={}", sync_name(v)));
+            w.push(format!("sync={}", v.name()));
         }
         if let Some(v) = c.graph_sync {
-            w.push(format!("graph_sync={}", sync_name(v)));
+            w.push(format!("graph_sync={}", v.name()));
         }
         if let Some(v) = c.piece {
             w.push(format!("piece={}", format_bytes(v)));

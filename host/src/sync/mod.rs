@@ -40,6 +40,16 @@ pub enum SyncMethod {
     StreamMemop,
 }
 
+impl SyncMethod {
+    /// The name used in options, tables, plans and benchmark rows (what `FromStr` reads).
+    pub const fn name(self) -> &'static str {
+        match self {
+            SyncMethod::Kernel => "kernel",
+            SyncMethod::StreamMemop => "memop",
+        }
+    }
+}
+
 impl std::str::FromStr for SyncMethod {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
