@@ -345,6 +345,11 @@ class HostTimes:
         times = self.us
 
         class Timed:
+            # lowcon.fsdp's accumulation watch reaches the hook through `wrapped`: without
+            # it the wrapped reduce-scatter gets no bf16-exact hint, and the profile would
+            # time the fp32 path instead of the one that ships (it did, until 2026-11-26).
+            wrapped = comm
+
             def allocate(self, *a, **k):  # noqa: ANN001, ANN002, ANN003
                 t0 = time.perf_counter()
                 try:

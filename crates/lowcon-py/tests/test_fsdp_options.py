@@ -62,3 +62,43 @@ def test_no_wire_sends_fp32_and_bf16_gradients_need_no_hint():
 def test_a_callers_options_pass_as_they_are():
     o = one_call(4, "bf16", ctas=16, algorithm="ce-reduce", sync="memop")
     assert (o["ctas"], o["algorithm"], o["sync"], o["bf16_exact"]) == (16, "ce-reduce", "memop", True)
+
+
+class FakeParamGroup:
+    """What the accumulation watch needs of FSDP2's FSDPParamGroup: post_backward (which
+    calls the reduce-scatter hook), _reduce_scatter_comm and fsdp_params."""
+
+    class Param:
+        def __init__(self, accumulated):
+            self.unsharded_accumulated_grad = object() if accumulated else None
+
+    def __init__(self, hook, accumulated=False):
+        self._reduce_scatter_comm = hook
+        self.fsdp_params = [self.Param(accumulated)]
+
+    def post_backward(self):
+        self._reduce_scatter_comm(torch.empty(64), torch.empty(4 * 64))
+
+
+class Timer:
+    """A profiler's wrapper around a hook, as fsdp2_modes.HostTimes makes."""
+
+    def __init__(self, hook):
+        self.wrapped = hook
+
+    def __call__(self, *a, **k):
+        return self.wrapped(*a, **k)
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_the_accumulation_watch_reaches_wrapped_hooks(wrapped):
+    g = Recorder(4)
+    rs = fsdp.LowconReduceScatter(g, wire="auto")
+    pg = FakeParamGroup(Timer(rs) if wrapped else rs)
+    fsdp._watch_accumulation(pg)
+    pg.post_backward()
+    assert g.calls[-1].get("bf16_exact") is True, g.calls[-1]
+    # Accumulated gradients are not bf16-exact: no hint.
+    pg.fsdp_params = [FakeParamGroup.Param(True)]
+    pg.post_backward()
+    assert "bf16_exact" not in g.calls[-1] and rs._exact is False, g.calls[-1]

@@ -210,18 +210,31 @@ def _bf16_params_fp32_reduce(module):
     return mp is not None and mp.param_dtype == torch.bfloat16 and mp.reduce_dtype == torch.float32
 
 
+def _unwrap(hook):
+    """The lowcon hook inside `hook`: a wrapper around a hook (a profiler's timer, say)
+    names the hook it wraps as `wrapped`, so the accumulation watch still reaches it."""
+    seen = 0
+    while hook is not None and not isinstance(hook, LowconReduceScatter) and seen < 8:
+        inner = getattr(hook, "wrapped", None)
+        if inner is None:
+            break
+        hook, seen = inner, seen + 1
+    return hook
+
+
 def _watch_accumulation(pg):
     """Wraps the parameter group's post_backward (which reduces, through the group's
     reduce-scatter hook, `_reduce_scatter_comm` in torch 2.11): the reduce it makes sends
     bf16 only if no gradient of the group accumulated in fp32 over an earlier backward
     without sync (torch 2.11's `unsharded_accumulated_grad`). Whatever lowcon hook the group
-    holds when it reduces is told."""
+    holds when it reduces is told, also through wrappers that name it `wrapped` (without
+    that a wrapped hook gets no hint, and fp32 goes on the wire)."""
     if getattr(pg, "_lowcon_wire_watched", False):
         return
     original = pg.post_backward
 
     def post_backward(*args, **kwargs):
-        hook = getattr(pg, "_reduce_scatter_comm", None)
+        hook = _unwrap(getattr(pg, "_reduce_scatter_comm", None))
         if not isinstance(hook, LowconReduceScatter):
             return original(*args, **kwargs)
         hook._exact = not any(getattr(fp, "unsharded_accumulated_grad", None) is not None for fp in pg.fsdp_params)
