@@ -33,11 +33,13 @@ import os
 import random
 import socket
 import sys
+import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fsdp2_model as fm  # noqa: E402
+import fsdp2_profile as fprof  # noqa: E402
 import fsdp2_stats as st  # noqa: E402
 
 SCHEMA = "lowcon-fsdp2-paired/1"
@@ -144,9 +146,9 @@ def report(paths: List[str], plot: Optional[str] = None) -> int:
         print(st.format_rows(docs))
     if plot:
         print(write_plot(docs, plot))
-    text = st.format_bytes(docs)
-    if text:
-        print(text)
+    for text in (st.format_bytes(docs), fprof.format_profile(docs)):
+        if text:
+            print(text)
     for d in docs:
         for m, missed in d.get("missed", {}).items():
             for line in missed:
@@ -386,13 +388,23 @@ def profile(modes: List[Any], step: Any, batch: Any, clock: Any, device: Any, ar
                 step(m, batch(20_000))
                 torch.cuda.synchronize(device)
             entry["kernels"] = fmodes.kernel_table(prof)
-            if rank == 0 and args.out:
-                path = os.path.join(args.out, f"trace-{cfg.key}-{reduce_dtype}-{m.name.replace('@', '_')}.json")
-                prof.export_chrome_trace(path)
+            # Every rank reads its own trace for its copy rates (NOTE [copy rate]); rank 0
+            # keeps its trace.
+            name = f"trace-{cfg.key}-{reduce_dtype}-{m.name.replace('@', '_')}"
+            keep = rank == 0 and args.out
+            path = os.path.join(args.out, name + ".json") if keep else os.path.join(
+                tempfile.gettempdir(), f"lowcon-{os.getpid()}-{name}.json")
+            prof.export_chrome_trace(path)
+            with open(path) as f:
+                rates = fprof.copy_rates(json.load(f).get("traceEvents", []))
+            if keep:
                 with open(path, "rb") as f, gzip.open(path + ".gz", "wb") as g:
                     g.write(f.read())
-                os.remove(path)
                 entry["trace"] = os.path.basename(path) + ".gz"
+            os.remove(path)
+            per_rank: List[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(per_rank, rates)
+            entry["copies"] = per_rank
         out[m.name] = entry
         dist.barrier()
     base = out.get(st.BOUND, {}).get("waits_ms")

@@ -310,3 +310,58 @@ def test_memory_table():
     assert row["lowcon"][4:] == ["20.80", "1.040", "1.50", "ok"]
     assert row["lowcon@x"][-1] == "missed" and row["nocomm-torch"][5] == "1.000"
     assert "out of memory" in t[-1]
+
+
+def _trace():
+    """One GPU's synthetic trace: an all-gather range with a recorded copy launch, a
+    reduce-scatter range whose copies' launches are not recorded (lowcon's
+    cuMemcpyAsync), FSDP's copy-out range, and a copy launched outside every range."""
+    X = lambda cat, name, ts, dur, **a: {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "args": a}  # noqa: E731
+    return [
+        X("user_annotation", "FSDP::all_gather (layers.0)", 0, 100),
+        X("cuda_runtime", "cudaMemcpyAsync", 10, 1, correlation=1),
+        X("user_annotation", "FSDP::post_backward_reduce (layers.0)", 200, 100),
+        X("cuda_driver", "cuLaunchKernel", 210, 1, correlation=5),  # recorded, before the copies
+        X("user_annotation", "FSDP::all_gather_copy_out (layers.0)", 400, 10),
+        X("cuda_runtime", "cudaLaunchKernel", 401, 1, correlation=9),
+        X("cuda_runtime", "cudaLaunchKernel", 500, 1, correlation=20),
+        # all-gather: 2 GB over 1000..2000 µs and 1500..2500 (union 1.5 ms)
+        X("gpu_memcpy", "Memcpy PtoP (Device -> Device)", 1000, 1000, correlation=1, bytes=1_000_000_000),
+        X("gpu_memcpy", "Memcpy PtoP (Device -> Device)", 1500, 1000, correlation=2, bytes=1_000_000_000),
+        # reduce-scatter, launches 6 and 7 not recorded: 0.5 GB over 2000..3000 (overlap 0.5 ms)
+        X("gpu_memcpy", "Memcpy PtoP (Device -> Device)", 2000, 1000, correlation=6, bytes=500_000_000),
+        X("gpu_memcpy", "Memcpy PtoP (Device -> Device)", 5000, 0, correlation=7, bytes=0),
+        # launched in the copy-out range and after every range: other
+        X("gpu_memcpy", "Memcpy PtoP (Device -> Device)", 6000, 10, correlation=10, bytes=7),
+        X("gpu_memcpy", "Memcpy PtoP (Device -> Device)", 7000, 10, correlation=21, bytes=7),
+        X("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 8000, 10, correlation=22, bytes=9),
+    ]
+
+
+def test_copy_rates_split_by_call_and_join_unrecorded_launches():
+    import fsdp2_profile as fp
+
+    r = fp.copy_rates(_trace())
+    ag, rs, other = r["all-gather"], r["reduce-scatter"], r["other"]
+    assert (ag["copies"], ag["gb"], ag["union_ms"]) == (2, 2.0, 1.5)
+    assert abs(ag["gbps"] - 2.0 / 1.5e-3) < 1e-6
+    assert (rs["copies"], rs["gb"], rs["union_ms"]) == (2, 0.5, 1.0)
+    assert (other["copies"], other["gb"]) == (2, 14e-9)
+    assert abs(r["overlap_ms"] - 0.5) < 1e-9
+    assert fp.union_us([(0, 1), (0.5, 2), (3, 4)]) == 3.0
+
+
+def test_the_profile_table_shows_the_slowest_all_gather():
+    import fsdp2_profile as fp
+
+    fast = fp.copy_rates(_trace())
+    slow = {"all-gather": dict(fast["all-gather"], gbps=100.0)}
+    doc = {"shape": "8192x4", "tokens_per_rank": 1024, "profile": {"lowcon": {
+        "waits_ms": {"forward layers.0": 1.0, "forward layers.1": 2.0, "backward layers.0": 4.0,
+                     "reduce-scatter layers.0": 0.5, "final root": 0.25},
+        "host_us": {"all-gather": {"median_us": 120.0, "p90_us": 150.0}},
+        "copies": [fast, slow, None]}}}
+    text = fp.format_profile([doc])
+    line = text.splitlines()[-1]
+    assert "3.0/4.0/0.5/0.2" in line and "120 (150)" in line and " 100 (2, 2.00 GB, 1.5 ms)" in line, text
+    assert fp.format_profile([{"shape": "x", "tokens_per_rank": 1}]) == ""
