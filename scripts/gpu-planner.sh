@@ -21,7 +21,8 @@
 #           FSDP2 training against NCCL (gpu_fsdp_worker.py), the torch backend's ops,
 #           torch tensors through every algorithm
 #   plan    what only a GPU plans comes from the table (plan_gpu_worker.py, a table of its own
-#           and the shipped one): CTAs, sync, map_ordinary, lowcon.tp's released reduce-scatter
+#           and the shipped one): CTAs, sync, map_ordinary, lowcon.tp's released reduce-scatter;
+#           and the honest floor's traffic calls leave every path correct (traffic_gpu_worker.py)
 #   profile FSDP2 paired at 4 ranks with --profile, 8192x4 and 4096x12 at 1024 tokens, 15
 #           rounds: lowcon, NCCL-CE, NCCL, no communication (waits, kernels, host µs)
 # The parts run in this order: check, the FSDP2 ones, tune, info, small, tp. FSDP_MODES overrides the fsdp part's modes. Every step has a deadline (BUDGET, default
@@ -83,6 +84,7 @@ if has plan; then
   st "plan_gpu_worker w=4 (a table of its own)" plan.txt 60 env LOWCON_TUNING="$out/plan-table.txt" "${l4[@]}" \
     python3 "$pyt/plan_gpu_worker.py" ours
   st "plan_gpu_worker w=4 (the shipped table)" plan.txt 60 "${l4[@]}" python3 "$pyt/plan_gpu_worker.py" shipped
+  st "traffic_gpu_worker w=4" plan.txt 60 "${l4[@]}" python3 "$pyt/traffic_gpu_worker.py"
 fi
 has profile && paired profile 240 "${tr4[@]}" -- --sweep "8192x4:1024;4096x12:1024" --reduce-dtypes fp32 --rounds 15 \
   --profile --modes nccl,lowcon,nccl-ce,nocomm

@@ -16,17 +16,20 @@ Modes (`--modes`, comma separated):
   with an fp32 reduce, except for accumulated gradients), "bf16" or "fp32"; `launch`:
   ce-reduce's `reduce_launch`, "pieces" or "once", the latter with `wire=fp32` only;
   `pieces`: the reduce-scatter's pipeline pieces, the wire's included; `agsync`/`rssync`:
-  one collective's sync). Each option names one of the planner's choices; what no option
-  names is the planner's (NOTE [one planner]). Several variants may run side by side,
-  paired.
+  one collective's sync; `traffic=1`: the honest floor, NOTE [honest floor]: every call
+  runs its plan's copies as the mode would, with no barrier, signal or SM kernel, so
+  the step's results are garbage and its losses are not checked). Each option names one
+  of the planner's choices; what no option names is the planner's (NOTE [one planner]).
+  Several variants may run side by side, paired.
 - `nccl-ce`: PyTorch #176613's copy-engine all-gather from 2.11's public pieces (a
   zero-CTA NCCL group over torch's NCCL symmetric memory), FSDP2's default
   reduce-scatter.
-- `floor`: the traffic floor. lowcon's hooks and pool, but each call only moves its
-  collective's bytes between the GPUs (`Group.traffic`: copy engines, no sync, no
-  reduction), so the step's results are garbage and its losses are not checked. Its
-  excess over `nocomm` is what the bytes alone cost the step; a mode's excess over it
-  is waiting, syncing and reducing.
+- `floor`: the f32 traffic floor. lowcon's hooks and pool, but each call only moves its
+  collective's f32 bytes between the GPUs (`Group.traffic`: three copies per call on one
+  stream, no sync, no reduction), so the step's results are garbage and its losses are
+  not checked. Its excess over `nocomm` is what the bytes alone cost the step; a mode's
+  excess over it is waiting, syncing and reducing. `lowcon@traffic=1` is the honest
+  floor: the shipped path's copies (pieces, streams, wire bytes, torch memory).
 - `lowcon-pg`: FSDP2 on a `lowcon` process group (`lowcon.distributed`), no hooks: the
   model is sharded on a mesh of that group, so it is a model of its own even with
   `--method switch`.
@@ -250,6 +253,9 @@ def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
         ag_opts["sync"] = opts["agsync"]
     if "rssync" in opts:
         rs_opts["sync"] = opts["rssync"]
+    traffic = opts.get("traffic", "0") not in ("0", "no", "false")
+    if traffic:
+        ag_opts["traffic"] = rs_opts["traffic"] = True
     mem = opts.get("mem", "torch")  # both at once (lowcon.fsdp's default); agmem / rsmem override
     agmem, rsmem = opts.get("agmem", mem), opts.get("rsmem", mem)
     wire = opts.get("wire", "auto")
@@ -261,8 +267,9 @@ def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
     notes = {"lowcon": getattr(lowcon, "__version__", "?"), "all_gather": opts.get("ag", "auto"),
              "reduce_scatter": opts.get("rs", "auto"), "sync": sync, "all_gather_memory": agmem,
              "reduce_scatter_memory": rsmem, "wire": wire,
-             **{k: opts[k] for k in ("ctas", "rs_ctas", "launch", "pieces", "agsync", "rssync") if k in opts}}
-    return Mode(name, ag, rs, notes, pool=group)
+             **{k: opts[k] for k in ("ctas", "rs_ctas", "launch", "pieces", "agsync", "rssync", "traffic") if k in opts}}
+    # The honest floor's results are garbage by design: its losses are not compared.
+    return Mode(name, ag, rs, notes, pool=group, check_loss=not traffic)
 
 
 def floor_mode(name: str, group: Any) -> Mode:

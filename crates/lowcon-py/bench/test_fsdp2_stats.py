@@ -275,6 +275,7 @@ def test_modes_and_arguments():
     spec = "lowcon@launch=once,pieces=4,agsync=memop,rssync=kernel,rs_ctas=64,wire=fp32"
     assert fp.parse_mode(spec)[2] == {"launch": "once", "pieces": "4", "agsync": "memop", "rssync": "kernel",
                                       "rs_ctas": "64", "wire": "fp32"}
+    assert fp.parse_mode("lowcon@traffic=1")[2] == {"traffic": "1"}  # the honest floor
     for bad in ("mpi", "lowcon@speed=11", "nccl@sync=memop", "lowcon@sync"):
         with pytest.raises(ValueError):
             fp.parse_mode(bad)

@@ -53,6 +53,7 @@ pub(crate) fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
         reduce_launch: reduce_launch.parse().map_err(to_py)?,
         context: hints.context.parse::<Context>().map_err(to_py)?,
         bf16_exact: hints.bf16_exact,
+        traffic: false,
     })
 }
 

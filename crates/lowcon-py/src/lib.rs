@@ -155,7 +155,8 @@ impl Group {
     /// All-gather into `output` (world x input elements) from `input`. `on_current`: `stream` is torch's current stream (see `collective`).
     /// `arrivals` (from `arrivals()`): record each rank's piece as it lands (NOTE [per-piece arrivals]).
     /// `context` ("alone", "fsdp", "tp") hints the planner what runs beside the call.
-    #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "auto", graph_sync = "auto", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = None, stream = None, on_current = false, arrivals = None, context = "alone"))]
+    /// `traffic`: a benchmark instrument, the call's copies without its sync (NOTE [honest floor]).
+    #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "auto", graph_sync = "auto", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = None, stream = None, on_current = false, arrivals = None, context = "alone", traffic = false))]
     #[allow(clippy::too_many_arguments)]
     fn all_gather<'py>(
         &self,
@@ -174,8 +175,9 @@ impl Group {
         on_current: bool,
         arrivals: Option<PyRef<'py, PyArrivals>>,
         context: &str,
+        traffic: bool,
     ) -> PyResult<()> {
-        let opts = options(
+        let mut opts = options(
             algorithm,
             (sync, graph_sync),
             ctas,
@@ -186,6 +188,7 @@ impl Group {
             (None, "auto"),
             Hints { context, bf16_exact: false },
         )?;
+        opts.traffic = traffic;
         let arrivals = arrivals.map(|a| a.inner.clone());
         self.collective(py, output, input, Which::AllGather(opts, arrivals), stream, on_current)
     }
@@ -226,8 +229,9 @@ impl Group {
     /// ("sum", "avg", "min", "max"). `wire`: "bf16" sends an f32 input's top halves
     /// (NOTE [bf16 wire]); a bf16 input may reduce into an f32 output. `reduce_launch`:
     /// "auto", "pieces" or "once" (NOTE [one launch per call]). `context` and
-    /// `bf16_exact` are hints for the planner (NOTE [one planner]).
-    #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "auto", graph_sync = "auto", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = None, wire = None, reduce_launch = "auto", stream = None, on_current = false, context = "alone", bf16_exact = false))]
+    /// `bf16_exact` are hints for the planner (NOTE [one planner]). `traffic`: a benchmark
+    /// instrument, the call's copies without its sync and reduction (NOTE [honest floor]).
+    #[pyo3(signature = (output, input, op = "sum", *, algorithm = "auto", sync = "auto", graph_sync = "auto", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = None, wire = None, reduce_launch = "auto", stream = None, on_current = false, context = "alone", bf16_exact = false, traffic = false))]
     #[allow(clippy::too_many_arguments)]
     fn reduce_scatter<'py>(
         &self,
@@ -249,9 +253,10 @@ impl Group {
         on_current: bool,
         context: &str,
         bf16_exact: bool,
+        traffic: bool,
     ) -> PyResult<()> {
         let op: ReduceOp = op.parse().map_err(to_py)?;
-        let opts = options(
+        let mut opts = options(
             algorithm,
             (sync, graph_sync),
             ctas,
@@ -262,6 +267,7 @@ impl Group {
             (wire, reduce_launch),
             Hints { context, bf16_exact },
         )?;
+        opts.traffic = traffic;
         self.collective(py, output, input, Which::ReduceScatter(op, opts), stream, on_current)
     }
 

@@ -177,6 +177,12 @@ def bad(g):
         ("traffic floor on the host backend", lambda: g.traffic(np.zeros(3 * w, np.float32),
                                                                 np.zeros(3, np.float32), "all-gather"),
          [f"rank {r}", "host backend"]),
+        ("honest floor on the host backend", lambda: g.reduce_scatter(np.zeros(3, np.float32),
+                                                                      np.zeros(3 * w, np.float32), traffic=True),
+         [f"rank {r}", "host backend", "traffic"]),
+        ("honest floor's all-gather on the host backend",
+         lambda: g.all_gather(np.zeros(3 * w, np.float32), np.zeros(3, np.float32), traffic=True),
+         [f"rank {r}", "host backend", "traffic"]),
     ]
     for what, call, needles in cases:
         try:

@@ -259,6 +259,12 @@ impl GpuColl {
         let captured = mode == Mode::Captured;
         let plan = self.plan_all_gather(shard, &input, &output, captured, opts);
         let algorithm = plan.algorithm;
+        // A traffic call (NOTE [honest floor]) passes no barrier.
+        let sync = !opts.traffic;
+        if opts.traffic {
+            let ce = matches!(algorithm, AllGatherAlgorithm::CePull | AllGatherAlgorithm::CePush);
+            floor::check_traffic(rank, mode, ce, algorithm.name())?;
+        }
         // NOTE [per-piece arrivals]: ce-pull records each piece as it lands, the others all at the end.
         let (each, at_end) = match algorithm {
             AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto => (arrivals, None),
@@ -346,14 +352,18 @@ impl GpuColl {
                     ce_copy(copy, out + rank as u64 * s, input.ptr, own)?;
                     each.map_or(Ok(()), |a| a.record(copy, rank))?;
                     copy.record(join)?;
-                    self.enter(stream, ch, plan.sync, mode)?;
+                    if sync {
+                        self.enter(stream, ch, plan.sync, mode)?;
+                    }
                     each.map_or(Ok(()), |a| a.record_started(stream))?;
                     for p in rotated(rank, world).filter(|&p| p != rank) {
                         ce_copy(stream, out + p as u64 * s, shard_of(p), shard)?;
                         each.map_or(Ok(()), |a| a.record(stream, p))?;
                     }
                     stream.wait(join)?;
-                    self.exit(stream, ch, plan.sync, mode)?;
+                    if sync {
+                        self.exit(stream, ch, plan.sync, mode)?;
+                    }
                 }
                 AllGatherAlgorithm::CePush => {
                     let dst = match output.symm {
@@ -364,11 +374,15 @@ impl GpuColl {
                     copy.wait(fork)?;
                     ce_copy(copy, out + rank as u64 * s, input.ptr, own)?;
                     copy.record(join)?;
-                    self.enter(stream, ch, plan.sync, mode)?;
+                    if sync {
+                        self.enter(stream, ch, plan.sync, mode)?;
+                    }
                     for p in rotated(rank, world).filter(|&p| p != rank) {
                         ce_copy(stream, dst.peer(p) + rank as u64 * s, input.ptr, shard)?;
                     }
-                    self.exit(stream, ch, plan.sync, mode)?;
+                    if sync {
+                        self.exit(stream, ch, plan.sync, mode)?;
+                    }
                     if stage_out {
                         let local = dst.peer(rank);
                         ce_copy(stream, out, local, rank * shard)?;
@@ -427,6 +441,10 @@ impl GpuColl {
         let algorithm = wire::algorithm(rank, carry, (algorithm, plan.pieces), input.dtype, output.dtype)?;
         check_push_op(rank, algorithm, op)?;
         wire_steps::refuse_bf16_in_place(rank, carry, &input, &output)?;
+        if opts.traffic {
+            let ce = algorithm == ReduceScatterAlgorithm::CeReduce || (carry == Plan::Split && world > 1);
+            floor::check_traffic(rank, mode, ce, algorithm.name())?;
+        }
         let pe = piece_elems(output.count, plan.pieces);
         let pieces = output.count.div_ceil(pe);
         let once = launch::once(
@@ -449,7 +467,14 @@ impl GpuColl {
             }
             // At one rank nothing crosses a link: the f32 path below.
             _ if carry == Plan::Split && world > 1 => {
-                return self.wire_reduce_scatter(&input, &output, op, stream, (opts.channel, &plan), mode);
+                return self.wire_reduce_scatter(
+                    &input,
+                    &output,
+                    op,
+                    stream,
+                    (opts.channel, &plan),
+                    (mode, opts.traffic),
+                );
             }
             _ => {}
         }
@@ -516,6 +541,7 @@ impl GpuColl {
                         sync: plan.sync,
                         mode,
                         once,
+                        traffic: opts.traffic,
                     };
                     self.ce_reduce(&c)?;
                 }

@@ -165,6 +165,7 @@ impl HostColl {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         self.sync.core.check_usable()?;
         opts.check(rank)?;
+        no_traffic(rank, opts.traffic)?;
         input.check(rank)?;
         let n_in = elems(rank, "all-gather input", input.len(), dtype)?;
         let n_out = elems(rank, "all-gather output", output.len(), dtype)?;
@@ -268,6 +269,7 @@ impl HostColl {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         self.sync.core.check_usable()?;
         opts.check(rank)?;
+        no_traffic(rank, opts.traffic)?;
         input.check(rank)?;
         let n_in = elems(rank, "reduce-scatter input", input.len(), dtype)?;
         let n_out = elems(rank, "reduce-scatter output", output.len(), out_dtype)?;
@@ -413,5 +415,17 @@ impl HostColl {
             reduce_into(dtype, ReduceOp::Sum, world, &srcs, output);
             Ok(())
         })
+    }
+}
+
+/// The traffic instrument (`CollOptions::traffic`, NOTE [honest floor]) measures copies
+/// between GPUs: the host backend has none.
+fn no_traffic(rank: usize, traffic: bool) -> Result<()> {
+    match traffic {
+        true => Err(Error::InvalidArgument(format!(
+            "rank {rank}: traffic calls (a benchmark instrument) measure the copies between GPUs: the host backend \
+             has none"
+        ))),
+        false => Ok(()),
     }
 }

@@ -417,6 +417,13 @@ pub struct CollOptions<A> {
     /// bytes and stays exact (NOTE [bf16 wire]). The planner may then pick the wire; the
     /// result is the f32 one bit for bit whatever the data holds.
     pub bf16_exact: bool,
+    /// A benchmark instrument, not a collective (GPU backend, eager calls, the
+    /// copy-engine algorithms: ce-pull, ce-push, ce-reduce and the bf16 wire): the call
+    /// runs its plan's copies exactly as the collective would (the same pieces, streams,
+    /// wire bytes and mapped inputs) and leaves out every barrier, signal and SM kernel
+    /// (the reduction, the wire's pack), so its output is garbage (NOTE [honest floor]
+    /// in `coll::gpu::floor`). Every rank must pass the same value.
+    pub traffic: bool,
 }
 
 impl<A: Default> Default for CollOptions<A> {
@@ -434,6 +441,7 @@ impl<A: Default> Default for CollOptions<A> {
             reduce_launch: ReduceLaunch::Auto,
             context: Context::Alone,
             bf16_exact: false,
+            traffic: false,
         }
     }
 }

@@ -70,6 +70,8 @@ pub(super) struct CeCall<'a> {
     pub sync: SyncMethod,
     pub mode: Mode,
     pub once: bool,
+    /// NOTE [honest floor]: the copies and events only.
+    pub traffic: bool,
 }
 
 impl GpuColl {
@@ -89,10 +91,13 @@ impl GpuColl {
         let world32 = world as u32;
         let flags = self.sync.pads.local_ptr() + lowcon_abi::pad::once_flag_offset(world32, c.channel, 0) as u64;
         let stride = align256(n * esize);
-        self.enter(stream, c.channel, c.sync, c.mode)?;
+        let sync = !c.traffic;
+        if sync {
+            self.enter(stream, c.channel, c.sync, c.mode)?;
+        }
         stream.record(start)?;
         copy.wait(start)?;
-        if c.once {
+        if c.once && sync {
             let pad = self.sync.pad_args();
             let a = OnceArgs {
                 own: c.own,
@@ -136,6 +141,9 @@ impl GpuColl {
                 unsafe { ce_copy(copy, slots + (staged_slot(p, rank) * slot) as u64, from, len * esize)? };
             }
             if c.once {
+                if !sync {
+                    continue;
+                }
                 // SAFETY: piece `i`'s flag in this rank's live pad (`i < WIRE_PIECES`,
                 // checked by `coll::launch`).
                 unsafe { raw::mem_op::write_u32(copy.raw(), flags + 4 * i as u64, 1)? };
@@ -143,6 +151,10 @@ impl GpuColl {
             }
             copy.record(&copied[i])?;
             stream.wait(&copied[i])?;
+            if !sync {
+                stream.record(&reduced[i])?;
+                continue;
+            }
             let own = c.own + (first * esize) as u64;
             let dst = c.out + (first * c.out_size) as u64;
             let vec_ok = own.is_multiple_of(16) && dst.is_multiple_of(16);
@@ -167,6 +179,9 @@ impl GpuColl {
             copy.record(&copied[pieces - 1])?;
             stream.wait(&copied[pieces - 1])?;
         }
-        self.exit(stream, c.channel, c.sync, c.mode)
+        match sync {
+            true => self.exit(stream, c.channel, c.sync, c.mode),
+            false => Ok(()),
+        }
     }
 }

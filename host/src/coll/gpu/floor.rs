@@ -17,11 +17,29 @@
 //! live allocation of the group (the caller's symmetric buffers, mapped on every rank,
 //! which outlive the call as any collective's buffers do).
 
+//!
+//! NOTE [honest floor]
+//! The floor above moves the f32 bytes from pool memory, three copies per call on one
+//! stream: not what the shipped path issues. A call with `CollOptions::traffic` is the
+//! honest floor: the planner plans it as the collective (the same algorithm, pieces,
+//! wire, memory, mapped inputs and their host exchange), and it enqueues the same copies
+//! on the same streams in the same order, with the same events between them, but no
+//! barrier, no signal and no SM kernel (the reduction, the wire's pack). So a step's
+//! excess over `nocomm` with traffic calls is what the copies cost as the shipped path
+//! issues them; the excess of the real calls over it is the sync, the reductions and the
+//! waiting. Only the copy-engine algorithms take it (ce-pull, ce-push, ce-reduce, the
+//! bf16 wire), eagerly: the others move their bytes in kernels. Its reads race with the
+//! peers' writes as the floor's do (garbage, memory-safe: every address is inside a
+//! live allocation, mapped inputs kept open as a real call keeps them), and it writes
+//! only this rank's memory. Pads are not touched, so a real call after it on the same
+//! channel finds them as the last real call left them.
+
 use super::{GpuColl, Sym, ce_copy};
 use crate::coll::check::{check_all_gather, check_reduce_scatter, rotated};
 use crate::coll::device_buf::DeviceBuf;
 use crate::cuda::Stream;
 use crate::error::{Error, Result};
+use crate::sync::gpu::graph::Mode;
 
 impl GpuColl {
     /// The all-gather's traffic alone (module docs): `output` must be symmetric.
@@ -83,4 +101,21 @@ fn floor_needs_symmetric(rank: usize, what: &str, which: &str) -> Error {
         "rank {rank}: the {what} traffic floor moves bytes between the ranks' symmetric buffers, and the {which} is \
          ordinary device memory: allocate it from the group's pool"
     ))
+}
+
+/// Refuses a traffic call (NOTE [honest floor]) the instrument cannot run: captured, or an
+/// algorithm that moves its bytes in kernels.
+pub(super) fn check_traffic(rank: usize, mode: Mode, copy_engines: bool, algorithm: &str) -> Result<()> {
+    if mode == Mode::Captured {
+        return Err(Error::InvalidArgument(format!(
+            "rank {rank}: traffic calls (a benchmark instrument) run eagerly, not inside a CUDA graph capture"
+        )));
+    }
+    if !copy_engines {
+        return Err(Error::InvalidArgument(format!(
+            "rank {rank}: traffic calls run the copy-engine algorithms (ce-pull, ce-push, ce-reduce, the bf16 wire), \
+             and this call's plan is {algorithm}, which moves its bytes in kernels: name a copy-engine algorithm"
+        )));
+    }
+    Ok(())
 }

@@ -47,7 +47,7 @@ impl GpuColl {
         op: ReduceOp,
         stream: &Stream,
         (ch, plan): (u32, &RsPlan),
-        mode: Mode,
+        (mode, traffic): (Mode, bool),
     ) -> Result<()> {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         let n = output.count;
@@ -86,7 +86,10 @@ impl GpuColl {
             stream.record(fork)?;
             pack.wait(fork)?;
             copy.wait(fork)?;
-            for i in 0..count {
+            // NOTE [honest floor]: a traffic call packs nothing, signals nothing and
+            // reduces nothing: the copies and their events only.
+            let sync = !traffic;
+            for i in (0..count).filter(|_| sync) {
                 let first = i * pe;
                 let a = WirePackArgs {
                     src,
@@ -115,7 +118,9 @@ impl GpuColl {
                 if i >= STAGING_DEPTH {
                     copy.wait(&reduced[i - STAGING_DEPTH])?;
                 }
-                self.sync.wait_piece(copy, plan.sync, ch, i as u32)?;
+                if sync {
+                    self.sync.wait_piece(copy, plan.sync, ch, i as u32)?;
+                }
                 for p in super::rotated(rank, world).filter(|&p| p != rank) {
                     let from = ws.peer_ptr(p) + layout.slot(layout.hi, rank, p, first) as u64;
                     let to = ws.local_ptr() + layout.stage(world, pe, i, super::staged_slot(p, rank)) as u64;
@@ -123,6 +128,10 @@ impl GpuColl {
                 }
                 copy.record(&copied[i])?;
                 stream.wait(&copied[i])?;
+                if !sync {
+                    stream.record(&reduced[i])?;
+                    continue;
+                }
                 let a = WireReduceArgs {
                     own: src + ((rank * n + first) * 4) as u64,
                     own_bf16: false,
@@ -146,7 +155,9 @@ impl GpuColl {
                 stream.record(&reduced[i])?;
             }
             stream.wait(packed)?;
-            self.exit(stream, ch, plan.sync, mode)?;
+            if sync {
+                self.exit(stream, ch, plan.sync, mode)?;
+            }
         }
         self.count(Moved::Wire((world - 1) * n * 2, (world - 1) * count));
         // Registered before the channel is released (as every call).
