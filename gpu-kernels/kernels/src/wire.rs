@@ -14,7 +14,8 @@
 //! - **Reduce** (`lowcon_wire_reduce_{f32,bf16}`, one launch per piece): sources in rank
 //!   order, in f32, as every lowcon reduction: this rank's own chunk from its input
 //!   (f32, or bf16 for a bf16 input with an f32 output), each peer's high halves from
-//!   the local staging slot its copy landed in, joined with that peer's low halves read
+//!   the local staging slot its copy landed in (or, read directly, `staged` null: from
+//!   the peer's high plane over NVLink, as sm-direct reads), joined with that peer's low halves read
 //!   over NVLink when its flag is set (else zero, which is exact: the flag says every
 //!   bottom half was zero). So the result is the f32 reduce-scatter's, bit for bit.
 //!   CTA 0 resets this rank's piece words of the piece (its own wait saw them) and
@@ -244,6 +245,23 @@ struct Piece {
     vec_ok: bool,
 }
 
+/// Peer slot `k`'s top halves of this piece: its local staging slot, or with `staged`
+/// null (read directly) the peer's high plane over NVLink.
+///
+/// # Safety
+/// As [`wire_reduce`], with `k < world - 1`.
+#[inline(always)]
+unsafe fn hi_ptr(a: &Piece, w: &Wire, k: u32) -> *const u16 {
+    if !a.staged.is_null() {
+        // SAFETY: `world - 1` slots `pe` apart (contract).
+        return unsafe { a.staged.add(k as usize * a.pe as usize) };
+    }
+    let p = slot_rank(k, a.rank);
+    let at = w.hi_off + 2 * (plane_slot(a.rank, p) as u64 * w.stride + w.first);
+    // SAFETY: `lo_bases` holds `world` bases whose high planes are in bounds (contract).
+    unsafe { (*w.lo_bases.add(p as usize) + at) as *const u16 }
+}
+
 /// Peer slot `k`'s bottom halves of this piece over NVLink, or null where its flag is
 /// clear (or for a bf16 input, which has none).
 ///
@@ -282,6 +300,8 @@ macro_rules! wire_fixed {
             let peers = [$($($k),+),+].len() as u32;
             // SAFETY: (each) k < world - 1.
             let lo = ($(($(unsafe { lo_ptr(w, a.rank, $k) },)+),)+);
+            // SAFETY: (each) k < world - 1.
+            let hi = ($(($(unsafe { hi_ptr(&a, w, $k) },)+),)+);
             let (start, step) = grid_stride();
             let mut scalar_from = 0;
             if a.vec_ok {
@@ -294,7 +314,7 @@ macro_rules! wire_fixed {
                     let mut acc = [0.0f32; 8];
                     let mut started = false;
                     $(
-                        let hv = ($(unsafe { ld_v16(a.staged.add($k * a.pe as usize).cast::<V16>().add(i as usize)) },)+);
+                        let hv = ($(unsafe { ld_v16(hi.$g.$i.cast::<V16>().add(i as usize)) },)+);
                         let lv = ($(
                             if lo.$g.$i.is_null() {
                                 V16([0; 4])
@@ -333,7 +353,7 @@ macro_rules! wire_fixed {
                         if $k == a.rank {
                             fold1(&mut acc, &mut started, a.op, own);
                         }
-                        let h = a.staged.add($k * a.pe as usize + i as usize).read() as u32;
+                        let h = hi.$g.$i.add(i as usize).read() as u32;
                         let l = if lo.$g.$i.is_null() { 0 } else { lo.$g.$i.add(i as usize).read() as u32 };
                         fold1(&mut acc, &mut started, a.op, f32::from_bits(h << 16 | l));
                     )+)+
@@ -362,6 +382,8 @@ wire_fixed!(wire7; 0: (0 0, 1 1, 2 2, 3 3) 1: (0 4, 1 5, 2 6));
 struct Wire {
     lo_bases: *const u64,
     lo_off: u64,
+    /// The high plane's offset in every workspace (read directly: `staged` null).
+    hi_off: u64,
     stride: u64,
     first: u64,
     flags: *const u32,
@@ -375,7 +397,8 @@ struct Wire {
 ///
 /// # Safety
 /// `a.own` holds `len` own elements, `a.staged` `world - 1` slots of `a.pe >= len` top
-/// halves, `a.dst` `len` f32s (`vec_ok` only if `own` and `dst` are 16-byte aligned: the
+/// halves (or null: read from the peers' high planes at `w.hi_off`, then `w.lo_bases`
+/// is not null and every peer signalled the piece), `a.dst` `len` f32s (`vec_ok` only if `own` and `dst` are 16-byte aligned: the
 /// staging and the planes always are); `w.flags` is this rank's flags of the piece
 /// (`world` words), `w.lo_bases` a device array of `world` workspace bases (or null: no
 /// bottom halves) whose bottom-half ranges are in bounds, `w.reset` this rank's
@@ -439,8 +462,7 @@ unsafe fn wire_reduce_any<O: Own>(a: Piece, w: Wire) -> u64 {
                 if p == a.rank {
                     O::load1(a.own, i)
                 } else {
-                    let k = plane_slot(p, a.rank) as u64;
-                    let h = a.staged.add((k * a.pe + i) as usize).read() as u32;
+                    let h = hi_ptr(&a, &w, plane_slot(p, a.rank)).add(i as usize).read() as u32;
                     let mut l = 0u32;
                     if !w.lo_bases.is_null() && ld_relaxed_sys_u32(w.flags.add(p as usize)) != 0 {
                         let at = w.lo_off + 2 * (plane_slot(a.rank, p) as u64 * w.stride + w.first + i);
@@ -464,7 +486,8 @@ macro_rules! wire_reduce_kernel {
         ///
         /// # Safety
         /// See `wire_reduce`: `own` is this rank's chunk piece in its input, `staged` the
-        /// piece's staging (`world - 1` slots `pe` apart), `dst` the output piece;
+        /// piece's staging (`world - 1` slots `pe` apart; null: the peers' high planes at
+        /// `hi_off`, read directly), `dst` the output piece;
         /// `lo_bases` null for a bf16 input (then `flags`, `reset` and `stats` unused).
         #[allow(clippy::too_many_arguments)]
         #[unsafe(no_mangle)]
@@ -480,6 +503,7 @@ macro_rules! wire_reduce_kernel {
             vec_ok: u32,
             lo_bases: *const u64,
             lo_off: u64,
+            hi_off: u64,
             stride: u64,
             first: u64,
             flags: *const u32,
@@ -487,7 +511,7 @@ macro_rules! wire_reduce_kernel {
             stats: *mut u64,
         ) {
             let a = Piece { own: own.cast::<u8>(), staged, pe, len, dst, rank, world, op, vec_ok: vec_ok != 0 };
-            let w = Wire { lo_bases, lo_off, stride, first, flags, reset, stats };
+            let w = Wire { lo_bases, lo_off, hi_off, stride, first, flags, reset, stats };
             // SAFETY: forwarded from the caller.
             unsafe { wire_reduce::<$own>(a, w) };
         }

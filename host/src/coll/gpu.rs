@@ -442,8 +442,8 @@ impl GpuColl {
         check_push_op(rank, algorithm, op)?;
         wire_steps::refuse_bf16_in_place(rank, carry, &input, &output)?;
         if opts.traffic {
-            let ce = algorithm == ReduceScatterAlgorithm::CeReduce || (carry == Plan::Split && world > 1);
-            floor::check_traffic(rank, mode, ce, algorithm.name())?;
+            // ce-reduce, with or without the wire (sm-direct's wire has no copies).
+            floor::check_traffic(rank, mode, algorithm == ReduceScatterAlgorithm::CeReduce, algorithm.name())?;
         }
         let pe = piece_elems(output.count, plan.pieces);
         let pieces = output.count.div_ceil(pe);

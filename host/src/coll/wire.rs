@@ -121,6 +121,13 @@ pub(crate) fn algorithm(
     match (plan, algorithm) {
         (Plan::Same, a) => Ok(a),
         (_, ReduceScatterAlgorithm::Auto | ReduceScatterAlgorithm::CeReduce) => Ok(ReduceScatterAlgorithm::CeReduce),
+        // NOTE [the wire read directly] (coll::gpu::wire_steps): the split wire's planes
+        // read over NVLink by the reduction.
+        (Plan::Split, ReduceScatterAlgorithm::SmDirect) => Ok(ReduceScatterAlgorithm::SmDirect),
+        (Plan::Split, a) => Err(Error::InvalidArgument(format!(
+            "rank {rank}: reduce-scatter of {input} into {output} over a bf16 wire runs on ce-reduce, sm-direct (or \
+             auto), not {a}"
+        ))),
         (_, a) => Err(Error::InvalidArgument(format!(
             "rank {rank}: reduce-scatter of {input} into {output} over a bf16 wire runs on ce-reduce (or auto), not \
              {a}"
@@ -306,10 +313,15 @@ mod tests {
     fn the_wire_runs_on_ce_reduce_and_the_others_refuse_by_name() {
         use ReduceScatterAlgorithm as A;
         assert_eq!(algorithm(0, Plan::Same, (A::Ll, 1), F32, F32).unwrap(), A::Ll);
+        // The split wire read directly (NOTE [the wire read directly]); a bf16 input has no planes.
+        assert_eq!(algorithm(0, Plan::Split, (A::SmDirect, 4), F32, F32).unwrap(), A::SmDirect);
+        let e = algorithm(2, Plan::Bf16In, (A::SmDirect, 1), Bf16, F32).unwrap_err().to_string();
+        assert!(e.contains("rank 2") && e.contains("sm-direct"), "{e}");
         for p in [Plan::Split, Plan::Bf16In] {
             assert_eq!(algorithm(0, p, (A::Auto, 1), F32, F32).unwrap(), A::CeReduce);
             assert_eq!(algorithm(0, p, (A::CeReduce, 64), F32, F32).unwrap(), A::CeReduce);
-            for a in [A::SmDirect, A::TmaReduce, A::TmaReduceEvict, A::TmaPushReduce, A::Ll] {
+            let kernels = [A::SmDirect, A::TmaReduce, A::TmaReduceEvict, A::TmaPushReduce, A::Ll];
+            for a in kernels.into_iter().filter(|&a| p == Plan::Bf16In || a != A::SmDirect) {
                 let e = algorithm(1, p, (a, 1), Bf16, F32).unwrap_err().to_string();
                 assert!(e.contains("rank 1") && e.contains(a.name()) && e.contains("bf16 into f32"), "{e}");
             }

@@ -322,6 +322,7 @@ impl ReduceKernels {
                         vec_ok: true,
                         lo_bases: device_ptr(&self.plane_table),
                         lo_off,
+                        hi_off: 0,
                         stride: n as u64,
                         first: first as u64,
                         flags: pads + pad::wire_flag_offset(w, 0, 0, 0) as u64,

@@ -244,11 +244,12 @@ pub fn shared_cta_cap(ranks_on_gpu: usize, sm_count: u32) -> Option<u32> {
 
 /// Which reduce-scatter algorithms can run a call: integers reduce on ce-reduce and
 /// sm-direct, `tma-push-reduce` only sums, and a call whose links carry another type
-/// than its input's (the bf16 wire, a bf16 input into f32) runs on ce-reduce.
+/// than its input's runs on ce-reduce (a bf16 input into f32) or on ce-reduce and
+/// sm-direct (the bf16 wire of an f32 call: NOTE [the wire read directly]).
 fn rs_can_run(a: ReduceScatterAlgorithm, call: &RsCall, carried: bool) -> bool {
     use ReduceScatterAlgorithm as R;
     if carried {
-        return a == R::CeReduce;
+        return a == R::CeReduce || (a == R::SmDirect && call.input == DType::F32 && call.output == DType::F32);
     }
     if call.input.is_int() && !matches!(a, R::CeReduce | R::SmDirect) {
         return false;
@@ -481,9 +482,11 @@ impl Planner {
             R::Ll => ll_ctas(ll_first_round_lines(call.chunk, self.machine.world)),
             _ => DEFAULT_REDUCE_CTAS,
         });
-        let pieces = match (algorithm, opts.pipeline) {
-            (R::CeReduce, Some(p)) => p,
-            (R::CeReduce, None) => {
+        // ce-reduce's pipeline, and the wire's pieces (sm-direct's too).
+        let piped = algorithm == R::CeReduce || (algorithm == R::SmDirect && wire.is_some());
+        let pieces = match (piped, opts.pipeline) {
+            (true, Some(p)) => p,
+            (true, None) => {
                 let piece = rule.and_then(|r| r.choose.piece).unwrap_or(DEFAULT_PIECE);
                 let mut max = rule.and_then(|r| r.choose.max_pieces).unwrap_or(DEFAULT_MAX_PIECES);
                 if wire.is_some() {

@@ -356,8 +356,9 @@ fn parse_rule<'a>(
     if coll == Coll::AllGather && (ch.wire.is_some() || ch.piece.is_some() || ch.launch.is_some()) {
         return Err(bad(name, n, "an all-gather has no wire, piece or launch"));
     }
-    if ch.wire.is_some() && ch.reduce_scatter.is_some_and(|a| a != ReduceScatterAlgorithm::CeReduce) {
-        return Err(bad(name, n, "the bf16 wire runs on ce-reduce"));
+    let wire_ok = |a| matches!(a, ReduceScatterAlgorithm::CeReduce | ReduceScatterAlgorithm::SmDirect);
+    if ch.wire.is_some() && ch.reduce_scatter.is_some_and(|a| !wire_ok(a)) {
+        return Err(bad(name, n, "the bf16 wire runs on ce-reduce or sm-direct"));
     }
     Ok(Rule { coll, sel, choose: ch, origin })
 }
@@ -544,7 +545,10 @@ mod tests {
                 "lowcon-tuning 1\nmachine gpu=a\nall-gather algorithm=ll wire=bf16\n",
                 "line 3: an all-gather has no wire",
             ),
-            ("lowcon-tuning 1\nmachine gpu=a\nreduce-scatter algorithm=sm-direct wire=bf16\n", "runs on ce-reduce"),
+            (
+                "lowcon-tuning 1\nmachine gpu=a\nreduce-scatter algorithm=ll wire=bf16\n",
+                "runs on ce-reduce or sm-direct",
+            ),
             ("lowcon-tuning 1\nmachine gpu=a\nbroadcast\n", "line 3: \"broadcast\""),
         ] {
             let e = Table::parse("t.txt", text).unwrap_err().to_string();

@@ -289,3 +289,34 @@ fn plans_say_what_the_backend_does_with_ordinary_memory() {
     assert!(!rs(&p, &RsCall { captured: true, ..call }, &fsdp).map_ordinary, "eager calls only");
     assert_eq!(pieces_for(64 << 20, 1 << 20, 1), 1, "max_pieces=1 is honoured");
 }
+
+#[test]
+fn the_wire_read_directly_is_sm_direct_with_pieces() {
+    // NOTE [the wire read directly]: sm-direct carries an f32 call's bf16 wire, in pieces.
+    let p = planner("NVIDIA H200", 4);
+    let call = RsCall { input_symmetric: false, ..rs_call(64 << 20, DType::F32) };
+    let named = ReduceScatterOptions {
+        algorithm: ReduceScatterAlgorithm::SmDirect,
+        wire: Some(DType::Bf16),
+        context: Context::Fsdp,
+        bf16_exact: true,
+        ..Default::default()
+    };
+    let d = rs(&p, &call, &named);
+    assert_eq!((d.algorithm, d.wire, d.map_ordinary), (ReduceScatterAlgorithm::SmDirect, Some(DType::Bf16), false));
+    assert!(d.pieces > 1, "the wire's pieces: {}", d.pieces);
+    // A table may pick it for hinted calls; without the hint sm-direct keeps f32 and one piece.
+    let text = "lowcon-tuning 1\nmachine gpu=H200 world=4\nsource test\n\
+                reduce-scatter context=fsdp exact=yes dtype=f32 algorithm=sm-direct wire=bf16 ctas=24 piece=8M\n\
+                reduce-scatter algorithm=sm-direct\n";
+    let t = Planner::with_table(
+        Machine { device: "NVIDIA H200".into(), sms: 132, world: 4, ranks_on_gpu: 1 },
+        Table::parse("t", text).unwrap(),
+        "test".into(),
+    );
+    let hinted = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() };
+    let h = rs(&t, &call, &hinted);
+    assert_eq!((h.algorithm, h.wire, h.ctas, h.pieces), (ReduceScatterAlgorithm::SmDirect, Some(DType::Bf16), 24, 8));
+    let plain = rs(&t, &call, &ReduceScatterOptions { bf16_exact: false, ..hinted });
+    assert_eq!((plain.algorithm, plain.wire, plain.pieces), (ReduceScatterAlgorithm::SmDirect, None, 1));
+}

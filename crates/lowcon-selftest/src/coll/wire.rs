@@ -214,7 +214,12 @@ pub fn wire_suite(r: &Runner, sync: SyncMethod, large: usize) -> Result<String, 
                 symmetric: k % 2 == 1,
                 misalign: if k == 2 { 1 } else { 0 },
                 pipeline: if (k + o) % 2 == 0 { None } else { Some(3) },
-                algorithm: if k == 0 { ReduceScatterAlgorithm::Auto } else { ReduceScatterAlgorithm::CeReduce },
+                // NOTE [the wire read directly]: sm-direct reads the planes over NVLink.
+                algorithm: match k {
+                    0 => ReduceScatterAlgorithm::Auto,
+                    _ if (k + o) % 3 == 0 => ReduceScatterAlgorithm::SmDirect,
+                    _ => ReduceScatterAlgorithm::CeReduce,
+                },
                 ..base
             };
             split_case(r, &c, Data::Exact, &format!("wire/exact/{o}/{k}"))?;
@@ -281,7 +286,8 @@ pub fn wire_suite(r: &Runner, sync: SyncMethod, large: usize) -> Result<String, 
     .into_iter()
     .enumerate()
     {
-        let c = Typed { op, count, pipeline, symmetric: k % 2 == 0, ..base };
+        let algorithm = if k % 3 == 1 { ReduceScatterAlgorithm::SmDirect } else { ReduceScatterAlgorithm::CeReduce };
+        let c = Typed { op, count, pipeline, symmetric: k % 2 == 0, algorithm, ..base };
         fallbacks += split_case(r, &c, data, &format!("wire/inexact/{k}"))?;
         cases += 1;
     }
@@ -295,8 +301,8 @@ pub fn wire_suite(r: &Runner, sync: SyncMethod, large: usize) -> Result<String, 
 fn refusals(r: &Runner, base: &Typed) -> Result<String, String> {
     let (rank, world) = (r.rank(), r.world());
     let bad = [
-        (Typed { algorithm: ReduceScatterAlgorithm::SmDirect, ..*base }, "runs on ce-reduce"),
-        (Typed { algorithm: ReduceScatterAlgorithm::Ll, ..*base }, "runs on ce-reduce"),
+        (Typed { algorithm: ReduceScatterAlgorithm::TmaReduce, ..*base }, "runs on ce-reduce, sm-direct"),
+        (Typed { algorithm: ReduceScatterAlgorithm::Ll, ..*base }, "runs on ce-reduce, sm-direct"),
         (Typed { wire: Some(DType::F16), ..*base }, "only bf16"),
         (Typed { input: DType::Bf16, output: DType::Bf16, wire: Some(DType::F32), ..*base }, "wider than the input"),
         (Typed { input: DType::I32, output: DType::I32, wire: Some(DType::Bf16), ..*base }, "float reduce-scatters"),

@@ -12,12 +12,19 @@
 //! Then the caller's stream joins the pack stream and passes the exit barrier (peers
 //! may pack into their workspaces again once every rank has read them). No entry
 //! barrier: peers never read this rank's input, only what it packed and signalled.
+//!
+//! NOTE [the wire read directly]
+//! With `sm-direct` the wire has no copies: the caller's stream waits for every peer's
+//! signal of piece `i`, and `wire_reduce(i)` reads the peers' high planes over NVLink
+//! (as it reads their low planes where flagged), so the copy engines are left to what
+//! else runs (FSDP2's all-gathers) at the price of SM time spent on NVLink loads. No
+//! staging ring.
 
 use super::{GpuColl, ce_copy};
-use crate::coll::ReduceOp;
 use crate::coll::device_buf::DeviceBuf;
 use crate::coll::geometry::STAGING_DEPTH;
 use crate::coll::wire::{Layout, Moved, pieces};
+use crate::coll::{ReduceOp, ReduceScatterAlgorithm};
 use crate::cuda::kernels::{COLL_THREADS, WirePackArgs, WireReduceArgs};
 use crate::cuda::{Stream, StreamPriority};
 use crate::error::Result;
@@ -52,7 +59,9 @@ impl GpuColl {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         let n = output.count;
         let (pe, count) = pieces(rank, n, plan.pieces)?;
-        let layout = Layout::new(world, n, pe, true);
+        let direct = plan.algorithm == ReduceScatterAlgorithm::SmDirect;
+        // NOTE [the wire read directly]: no staging ring (pieces of 0 elements in it).
+        let layout = Layout::new(world, n, if direct { 0 } else { pe }, true);
         let ctas = plan.ctas;
         let mut st = self.channel(ch);
         // Events: the fork, the pack stream's join, then per piece copied and reduced.
@@ -115,27 +124,34 @@ impl GpuColl {
             for i in 0..count {
                 let first = i * pe;
                 let len = pe.min(n - first);
-                if i >= STAGING_DEPTH {
-                    copy.wait(&reduced[i - STAGING_DEPTH])?;
-                }
-                if sync {
-                    self.sync.wait_piece(copy, plan.sync, ch, i as u32)?;
-                }
-                for p in super::rotated(rank, world).filter(|&p| p != rank) {
-                    let from = ws.peer_ptr(p) + layout.slot(layout.hi, rank, p, first) as u64;
-                    let to = ws.local_ptr() + layout.stage(world, pe, i, super::staged_slot(p, rank)) as u64;
-                    ce_copy(copy, to, from, len * 2)?;
-                }
-                copy.record(&copied[i])?;
-                stream.wait(&copied[i])?;
-                if !sync {
-                    stream.record(&reduced[i])?;
-                    continue;
-                }
+                let staged = if direct {
+                    // Traffic calls never get here (a kernel algorithm: refused).
+                    self.sync.wait_piece(stream, plan.sync, ch, i as u32)?;
+                    0
+                } else {
+                    if i >= STAGING_DEPTH {
+                        copy.wait(&reduced[i - STAGING_DEPTH])?;
+                    }
+                    if sync {
+                        self.sync.wait_piece(copy, plan.sync, ch, i as u32)?;
+                    }
+                    for p in super::rotated(rank, world).filter(|&p| p != rank) {
+                        let from = ws.peer_ptr(p) + layout.slot(layout.hi, rank, p, first) as u64;
+                        let to = ws.local_ptr() + layout.stage(world, pe, i, super::staged_slot(p, rank)) as u64;
+                        ce_copy(copy, to, from, len * 2)?;
+                    }
+                    copy.record(&copied[i])?;
+                    stream.wait(&copied[i])?;
+                    if !sync {
+                        stream.record(&reduced[i])?;
+                        continue;
+                    }
+                    ws.local_ptr() + layout.stage(world, pe, i, 0) as u64
+                };
                 let a = WireReduceArgs {
                     own: src + ((rank * n + first) * 4) as u64,
                     own_bf16: false,
-                    staged: ws.local_ptr() + layout.stage(world, pe, i, 0) as u64,
+                    staged,
                     pe: pe as u64,
                     len: len as u64,
                     dst: out + (first * 4) as u64,
@@ -145,6 +161,7 @@ impl GpuColl {
                     vec_ok: own_vec,
                     lo_bases: crate::cuda::device_ptr(ws.device_peer_ptrs()),
                     lo_off: layout.lo as u64,
+                    hi_off: layout.hi as u64,
                     stride: layout.stride as u64,
                     first: first as u64,
                     flags: pads + pad::wire_flag_offset(w32, ch, i as u32, 0) as u64,

@@ -41,7 +41,8 @@ pub(crate) struct WireReduceArgs {
     /// This rank's own chunk piece in its input, bf16 (`own_bf16`) or f32.
     pub own: u64,
     pub own_bf16: bool,
-    /// The piece's staging: `world - 1` slots `pe` elements apart.
+    /// The piece's staging: `world - 1` slots `pe` elements apart; 0: the peers' high
+    /// planes at `hi_off` in their workspaces, read over NVLink (sm-direct's wire).
     pub staged: u64,
     pub pe: u64,
     pub len: u64,
@@ -55,6 +56,7 @@ pub(crate) struct WireReduceArgs {
     /// elements between chunk slots; the piece starts at element `first`.
     pub lo_bases: u64,
     pub lo_off: u64,
+    pub hi_off: u64,
     pub stride: u64,
     pub first: u64,
     /// This rank's inexact flags of the piece, its piece words, its counters.
@@ -90,6 +92,7 @@ impl WireReduceArgs {
             vec_ok,
             lo_bases: 0,
             lo_off: 0,
+            hi_off: 0,
             stride: 0,
             first: 0,
             flags: 0,
@@ -141,7 +144,14 @@ impl Kernels {
         let mut l = stream.cuda_stream().launch_builder(&self.wire_reduce[usize::from(a.own_bf16)]);
         let vec_ok = a.vec_ok as u32;
         l.arg(&a.own).arg(&a.staged).arg(&a.pe).arg(&a.len).arg(&a.dst).arg(&a.rank).arg(&a.world).arg(&a.op);
-        l.arg(&vec_ok).arg(&a.lo_bases).arg(&a.lo_off).arg(&a.stride).arg(&a.first).arg(&a.flags).arg(&a.reset);
+        l.arg(&vec_ok)
+            .arg(&a.lo_bases)
+            .arg(&a.lo_off)
+            .arg(&a.hi_off)
+            .arg(&a.stride)
+            .arg(&a.first)
+            .arg(&a.flags)
+            .arg(&a.reset);
         l.arg(&a.stats);
         // SAFETY: matches `lowcon_wire_reduce_*`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(wire_reduce)"))?;
