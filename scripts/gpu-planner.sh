@@ -24,7 +24,8 @@
 #           and the shipped one): CTAs, sync, map_ordinary, lowcon.tp's released reduce-scatter;
 #           and the honest floor's traffic calls leave every path correct (traffic_gpu_worker.py)
 #   profile FSDP2 paired at 4 ranks with --profile, 8192x4 and 4096x12 at 1024 tokens, 15
-#           rounds: lowcon, NCCL-CE, NCCL, no communication (waits, kernels, host µs)
+#           rounds: lowcon, NCCL-CE, NCCL, no communication (waits, kernels, host µs, copy
+#           rates); PROFILE_SWEEP, PROFILE_MODES, PROFILE_ROUNDS, PROFILE_S override
 # The parts run in this order: check, the FSDP2 ones, tune, info, small, tp. FSDP_MODES overrides the fsdp part's modes. Every step has a deadline (BUDGET, default
 # 540 s in all). Exit status 0 only if every step passed.
 set -uo pipefail
@@ -86,9 +87,9 @@ if has plan; then
   st "plan_gpu_worker w=4 (the shipped table)" plan.txt 60 "${l4[@]}" python3 "$pyt/plan_gpu_worker.py" shipped
   st "traffic_gpu_worker w=4" plan.txt 60 "${l4[@]}" python3 "$pyt/traffic_gpu_worker.py"
 fi
-has profile && paired profile 240 "${tr4[@]}" -- --sweep "8192x4:1024;4096x12:1024" --reduce-dtypes fp32 --rounds 15 \
-  --profile --modes nccl,lowcon,nccl-ce,nocomm
-has fsdp && paired fsdp 330 "${tr4[@]}" -- --sweep "${FSDP_SWEEP:-4096x12:1024;8192x4:1024}" --reduce-dtypes fp32 \
+has profile && paired profile "${PROFILE_S:-240}" "${tr4[@]}" -- --sweep "${PROFILE_SWEEP:-8192x4:1024;4096x12:1024}" \
+  --reduce-dtypes fp32 --rounds "${PROFILE_ROUNDS:-15}" --profile --modes "${PROFILE_MODES:-nccl,lowcon,nccl-ce,nocomm}"
+has fsdp && paired fsdp "${FSDP_S:-330}" "${tr4[@]}" -- --sweep "${FSDP_SWEEP:-4096x12:1024;8192x4:1024}" --reduce-dtypes fp32 \
   --rounds 20 --modes "$modes"
 has confirm && paired confirm 420 "${tr4[@]}" -- --sweep "4096x12:1024,4096;8192x4:1024" --reduce-dtypes fp32 \
   --rounds "${CONFIRM_ROUNDS:-30}" --modes "${CONFIRM_MODES:-nccl,nccl-b,lowcon,nccl-ce,nocomm}"

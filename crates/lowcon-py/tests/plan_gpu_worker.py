@@ -105,7 +105,10 @@ def main():
         if mapped != 0:
             fail(f"map=no, yet {mapped} peer allocations were mapped")
     else:
-        logged("reduce-scatter", "fsdp", "algorithm=ce-reduce ctas=64", "wire=bf16", "origin=shipped:")
+        # The shipped table's rule for this world (4x H200: the wire read directly, 2x H200:
+        # on ce-reduce), as g.plan reads it.
+        p = g.plan("reduce-scatter", n, "float32", context="fsdp", bf16_exact=True, wire="bf16")
+        logged("reduce-scatter", "fsdp", f"algorithm={p['algorithm']} ctas=64", "wire=bf16", "origin=shipped:")
         logged("reduce-scatter", "fsdp", "algorithm=ce-reduce", "wire=none", "map_ordinary=true", "origin=shipped:")
         logged("released reduce-scatter", "tp", "algorithm=ce-reduce ctas=64")
         if mapped == 0:

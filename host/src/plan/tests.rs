@@ -62,8 +62,11 @@ fn fsdp_gets_the_wire_only_for_exact_f32_and_reads_torch_memory_in_place() {
     let fsdp = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() };
     let call = RsCall { input_symmetric: false, ..rs_call(64 << 20, DType::F32) };
     let w = rs(&p, &call, &fsdp);
-    assert_eq!((w.algorithm, w.wire, w.ctas), (ReduceScatterAlgorithm::CeReduce, Some(DType::Bf16), 64));
-    assert_eq!(w.pieces, 4, "64 MiB in 16 MiB pieces");
+    // NOTE [the wire read directly]: sm-direct's wire, 64 MiB pieces, 2 to 8 of them.
+    assert_eq!((w.algorithm, w.wire, w.ctas), (ReduceScatterAlgorithm::SmDirect, Some(DType::Bf16), 64));
+    assert_eq!((w.pieces, w.sync), (2, SyncMethod::StreamMemop), "64 MiB: at least 2 pieces");
+    let layer = |mib: usize| rs(&p, &RsCall { input_symmetric: false, ..rs_call(mib << 20, DType::F32) }, &fsdp).pieces;
+    assert_eq!((layer(192), layer(771)), (3, 8), "4096x12's and 8192x4's layers");
     assert!(w.origin.starts_with("shipped:h200-w4.txt:"), "{}", w.origin);
     // Not exact: no wire; torch memory: ce-reduce reading it in place.
     let plain = rs(&p, &call, &ReduceScatterOptions { bf16_exact: false, ..fsdp });
@@ -78,6 +81,10 @@ fn fsdp_gets_the_wire_only_for_exact_f32_and_reads_torch_memory_in_place() {
     let mine = ReduceScatterOptions { ctas: Some(8), pipeline: Some(3), wire: Some(DType::F32), ..fsdp };
     let m = rs(&p, &call, &mine);
     assert_eq!((m.ctas, m.pieces, m.wire), (8, 3, None));
+    assert_eq!((m.algorithm, m.map_ordinary), (ReduceScatterAlgorithm::CeReduce, true), "the wire's rule is skipped");
+    // The caller who names the rule's wire gets the rule.
+    let named = rs(&p, &call, &ReduceScatterOptions { wire: Some(DType::Bf16), ..fsdp });
+    assert_eq!((named.algorithm, named.wire, named.ctas), (ReduceScatterAlgorithm::SmDirect, Some(DType::Bf16), 64));
 }
 
 #[test]
