@@ -13,10 +13,12 @@
 #           no communication
 #   confirm FSDP2 paired at 4 ranks, 4096x12 at 1024 and 4096 tokens and 8192x4 at 1024,
 #           30 rounds (CONFIRM_ROUNDS): NCCL, its twin, lowcon as shipped, NCCL-CE, no
-#           communication (CONFIRM_MODES)
+#           communication (CONFIRM_MODES, CONFIRM_SWEEP, CONFIRM_S)
 #   fsdp2   FSDP2 paired at 2 ranks (GPUs 0 and 1), 4096x12 and 8192x4 at 1024 tokens,
 #           20 rounds: the 2-GPU regression check
-#   tp      tp_bench.py at 4 ranks, 20 rounds
+#   ctas    small messages at 4 ranks, 64K..1M, bf16: ll, and sm-direct / sm-oneshot at the
+#           default, 32, 64 and 128 CTAs, eager and replayed, NCCL beside (CTAS_REPEAT runs, 3)
+#   tp      tp_bench.py at 4 ranks, 20 rounds (TP_ARGS: more options, e.g. --profile DIR)
 #   pygpu   the bindings on 4 GPUs with every call planned: the C check, tp_worker.py check,
 #           FSDP2 training against NCCL (gpu_fsdp_worker.py), the torch backend's ops,
 #           torch tensors through every algorithm
@@ -34,7 +36,7 @@ out=/tmp/planner; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 parts=" ${PARTS:-check tune info small fsdp} "
 for p in $parts; do
-  case $p in check|tune|tune2|info|small|fsdp|confirm|fsdp2|tp|pygpu|profile|plan) ;;
+  case $p in check|tune|tune2|info|small|ctas|fsdp|confirm|fsdp2|tp|pygpu|profile|plan) ;;
     *) echo "gpu-planner.sh: unknown part $p" >&2; exit 2;;
   esac
 done
@@ -91,7 +93,7 @@ has profile && paired profile "${PROFILE_S:-240}" "${tr4[@]}" -- --sweep "${PROF
   --reduce-dtypes fp32 --rounds "${PROFILE_ROUNDS:-15}" --profile --modes "${PROFILE_MODES:-nccl,lowcon,nccl-ce,nocomm}"
 has fsdp && paired fsdp "${FSDP_S:-330}" "${tr4[@]}" -- --sweep "${FSDP_SWEEP:-4096x12:1024;8192x4:1024}" --reduce-dtypes fp32 \
   --rounds 20 --modes "$modes"
-has confirm && paired confirm 420 "${tr4[@]}" -- --sweep "4096x12:1024,4096;8192x4:1024" --reduce-dtypes fp32 \
+has confirm && paired confirm "${CONFIRM_S:-420}" "${tr4[@]}" -- --sweep "${CONFIRM_SWEEP:-4096x12:1024,4096;8192x4:1024}" --reduce-dtypes fp32 \
   --rounds "${CONFIRM_ROUNDS:-30}" --modes "${CONFIRM_MODES:-nccl,nccl-b,lowcon,nccl-ce,nocomm}"
 has fsdp2 && paired fsdp2 240 "${tr2[@]}" -- --sweep "4096x12:1024;8192x4:1024" --reduce-dtypes fp32 --rounds 20 \
   --modes nccl,nccl-b,lowcon,nccl-ce,nocomm
@@ -113,7 +115,19 @@ if has small; then
     done
   done
 fi
-has tp && st "tp_bench w=4" tp.txt 120 "${tr4[@]}" "$bench/tp_bench.py" --rounds 20 --json "$out/tp.json"
+if has ctas; then
+  for k in $(seq "${CTAS_REPEAT:-3}"); do
+    st "ctas reduce-scatter bf16 w=4 #$k" "ctas-rs-$k.txt" 60 "${l4[@]}" "$L" bench reduce-scatter -b 64K -e 1M -f 2 \
+      -n 20 --reps 25 --dtype bf16 --sync kernel --graph --algorithms ll,sm-direct --ctas default,32,64,128 \
+      --json "$out/ctas-rs-$k.json"
+    st "ctas all-gather bf16 w=4 #$k" "ctas-ag-$k.txt" 60 "${l4[@]}" "$L" bench all-gather -b 64K -e 1M -f 2 \
+      -n 20 --reps 25 --dtype bf16 --sync kernel --graph --algorithms ll,sm-oneshot --ctas default,32,64,128 \
+      --json "$out/ctas-ag-$k.json"
+  done
+fi
+read -r -a tp_args <<< "${TP_ARGS:-}"
+has tp && st "tp_bench w=4" tp.txt "${TP_S:-120}" "${tr4[@]}" "$bench/tp_bench.py" --rounds 20 --json "$out/tp.json" \
+  "${tp_args[@]}"
 cat "$out/summary.txt"
 echo "$failures step(s) failed"
 [ "$failures" = 0 ]
