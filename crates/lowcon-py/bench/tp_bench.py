@@ -12,6 +12,9 @@ Llama-style MLP shapes split over the ranks (sequence parallel):
 
 Modes (each op): `gemm` (the matmul alone, on the gathered / unreduced operand),
 `lowcon` (lowcon.tp's fused op), `lowcon-twin` (the same again: the A/A noise),
+`lowcon-memop` (the all-gather-matmul with `sync="memop"`: its first GEMM does not wait
+for the entry barrier, NOTE [memop start] in lowcon/tp.py), `lowcon-c128` (the
+matmul-reduce-scatter's final reduction on 128 CTAs),
 `lowcon-unfused` (lowcon's all-gather or reduce-scatter, then / after the matmul),
 `nccl-unfused` (NCCL's), `symm-mem` (torch.ops.symm_mem's fused op; skipped where it
 cannot run, with the reason printed). Each round times every mode `--iters` times with
@@ -60,7 +63,7 @@ GEMM_MARKS = ("gemm", "nvjet", "cutlass", "xmma", "wgmma")
 # torch.cuda._sleep's spin_kernel: torch.ops.symm_mem's matmul-reduce-scatter launches
 # that one itself).
 MARKER = "FillFunctor<short>"
-FUSED_MODES = ("lowcon", "lowcon-twin", "symm-mem")
+FUSED_MODES = ("lowcon", "lowcon-twin", "lowcon-memop", "lowcon-c128", "symm-mem")
 
 
 def is_gemm(name):
@@ -395,8 +398,10 @@ def main():
         if op == "ag-mm":
             if mode == "gemm":
                 return lambda: torch.matmul(x_full, w_up)
-            if mode in ("lowcon", "lowcon-twin"):
+            if mode in ("lowcon", "lowcon-twin", "lowcon-c128"):
                 return lambda: tp.fused_all_gather_matmul(x, [w_up], 0, g, return_A=False)
+            if mode == "lowcon-memop":
+                return lambda: tp.fused_all_gather_matmul(x, [w_up], 0, g, return_A=False, sync="memop")
             if mode == "lowcon-unfused":
                 return lambda: (g.all_gather(x_full, x), torch.matmul(x_full, w_up))
             if mode == "nccl-unfused":
@@ -406,8 +411,10 @@ def main():
         else:
             if mode == "gemm":
                 return lambda: torch.matmul(h, w_down)
-            if mode in ("lowcon", "lowcon-twin"):
+            if mode in ("lowcon", "lowcon-twin", "lowcon-memop"):
                 return lambda: tp.fused_matmul_reduce_scatter(h, w_down, "sum", 0, g)
+            if mode == "lowcon-c128":
+                return lambda: tp.fused_matmul_reduce_scatter(h, w_down, "sum", 0, g, ctas=128)
             if mode == "lowcon-unfused":
                 return lambda: (torch.matmul(h, w_down, out=mm_full), g.reduce_scatter(rs_out, mm_full))
             if mode == "nccl-unfused":

@@ -300,8 +300,6 @@ macro_rules! wire_fixed {
             let peers = [$($($k),+),+].len() as u32;
             // SAFETY: (each) k < world - 1.
             let lo = ($(($(unsafe { lo_ptr(w, a.rank, $k) },)+),)+);
-            // SAFETY: (each) k < world - 1.
-            let hi = ($(($(unsafe { hi_ptr(&a, w, $k) },)+),)+);
             let (start, step) = grid_stride();
             let mut scalar_from = 0;
             if a.vec_ok {
@@ -314,7 +312,10 @@ macro_rules! wire_fixed {
                     let mut acc = [0.0f32; 8];
                     let mut started = false;
                     $(
-                        let hv = ($(unsafe { ld_v16(hi.$g.$i.cast::<V16>().add(i as usize)) },)+);
+                        // The top halves' addresses are made where they are read (not kept
+                        // beside the bottom halves' for the whole loop: at 8 ranks that
+                        // spilled registers).
+                        let hv = ($(unsafe { ld_v16(hi_ptr(&a, w, $k).cast::<V16>().add(i as usize)) },)+);
                         let lv = ($(
                             if lo.$g.$i.is_null() {
                                 V16([0; 4])
@@ -353,7 +354,7 @@ macro_rules! wire_fixed {
                         if $k == a.rank {
                             fold1(&mut acc, &mut started, a.op, own);
                         }
-                        let h = hi.$g.$i.add(i as usize).read() as u32;
+                        let h = hi_ptr(&a, w, $k).add(i as usize).read() as u32;
                         let l = if lo.$g.$i.is_null() { 0 } else { lo.$g.$i.add(i as usize).read() as u32 };
                         fold1(&mut acc, &mut started, a.op, f32::from_bits(h << 16 | l));
                     )+)+

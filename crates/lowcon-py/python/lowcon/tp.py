@@ -138,6 +138,24 @@ def _state(g):
     return st
 
 
+# NOTE [memop start]: the first GEMM of a fused all-gather-matmul waited for the
+# all-gather's entry barrier, because a kernel barrier queued behind a GEMM that holds every
+# SM runs only when that GEMM ends. At 4 ranks that wait was most of the op's excess (4x
+# H200, 2026-11-26: the first GEMM started 197 us after the op, symm_mem's after 36). A
+# barrier of stream memory operations holds no SM, so with memop sync (the planner's, or
+# `sync="memop"`) the first GEMM does not wait for it.
+def _memop_start(g, st, shard, sync):
+    """Whether the all-gather of `shard` with `sync` runs stream-memop barriers (the
+    planner's plan for it, asked once per shape, dtype and sync)."""
+    key = (shard.numel(), shard.dtype, sync, torch.cuda.is_current_stream_capturing())
+    memo = st.setdefault("memop_start", {})
+    if key not in memo:
+        plan = g.plan("all-gather", shard.numel(), shard.dtype, context=CONTEXT, sync=sync, graph_sync=sync,
+                      captured=key[3])
+        memo[key] = plan["sync"] == "memop"
+    return memo[key]
+
+
 def _workspace(g, st, stream, shape, dtype):
     """A view of `shape` at the start of the (stream, dtype) workspace, grown if needed
     (every rank makes the same calls, so every rank grows it at the same call)."""
@@ -214,8 +232,10 @@ def _overlapped(g, shard, gathered, piece, where, sync, _events, _serial):
     try:
         order = arr.order
         # The local piece first, from the shard itself (it needs no copy), after the
-        # entry barrier, so that the barrier does not wait for this GEMM's SMs.
-        arr.wait_started(cur)
+        # entry barrier, so that a kernel barrier does not wait for this GEMM's SMs. A
+        # stream-memop barrier needs no SM: then the GEMM starts at once (NOTE [memop start]).
+        if not _memop_start(g, st, shard, sync):
+            arr.wait_started(cur)
         if _serial:
             for p in order:
                 arr.wait(p, cur)
