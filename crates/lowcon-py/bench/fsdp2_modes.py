@@ -18,7 +18,9 @@ Modes (`--modes`, comma separated):
   `pieces`: the reduce-scatter's pipeline pieces, the wire's included; `agsync`/`rssync`:
   one collective's sync; `traffic=1`: the honest floor, NOTE [honest floor]: every call
   runs its plan's copies as the mode would, with no barrier, signal or SM kernel, so
-  the step's results are garbage and its losses are not checked). Each option names one
+  the step's results are garbage and its losses are not checked; only plans that pull
+  over the copy engines have copies to keep, so `ag` and `rs` default to ce-pull and
+  ce-reduce there). Each option names one
   of the planner's choices; what no option names is the planner's (NOTE [one planner]).
   Several variants may run side by side, paired.
 - `nccl-ce`: PyTorch #176613's copy-engine all-gather from 2.11's public pieces (a
@@ -253,9 +255,12 @@ def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
         ag_opts["sync"] = opts["agsync"]
     if "rssync" in opts:
         rs_opts["sync"] = opts["rssync"]
-    traffic = opts.get("traffic", "0") not in ("0", "no", "false")
+    traffic = opts.get("traffic", "0").lower() in ("1", "yes", "true", "on")
     if traffic:
         ag_opts["traffic"] = rs_opts["traffic"] = True
+        # The honest floor runs copy-engine plans that pull (NOTE [honest floor]): where
+        # the mode names no algorithm, ce-pull and ce-reduce (the wire on it, as planned).
+        opts = {"ag": "ce-pull", "rs": "ce-reduce", **opts}
     mem = opts.get("mem", "torch")  # both at once (lowcon.fsdp's default); agmem / rsmem override
     agmem, rsmem = opts.get("agmem", mem), opts.get("rsmem", mem)
     wire = opts.get("wire", "auto")

@@ -4,11 +4,13 @@ plan's copies without sync, and leave the group as they found it. Started on GPU
 
     lowcon launch --nproc-per-node 4 -- python traffic_gpu_worker.py
 
-For each copy-engine path (ce-pull from torch memory, ce-push into the pool, ce-reduce
-from torch memory per piece and once per call, the bf16 wire), three traffic calls on the
-collective's channel, then the real call on fresh data, checked exactly against a torch
-reference (small odd integers: every sum is exact in f32). Traffic calls of the kernel
-algorithms (ll, sm-direct) are refused with an error naming the rank. Prints
+For each copy-engine path that pulls (ce-pull from torch memory and from the pool,
+ce-reduce from torch memory per piece and once per call, the bf16 wire on ce-reduce),
+three traffic calls on the collective's channel, then the real call on fresh data, checked
+exactly against a torch reference (small odd integers: every sum is exact in f32); after
+the last traffic calls, a real ce-push and a real wire call read by sm-direct on the same
+channels, checked too. Traffic calls of ce-push (it writes into the peers' memory) and of
+the kernel algorithms (ll, sm-direct) are refused with an error naming the rank. Prints
 "rank R: traffic ok".
 """
 
@@ -38,9 +40,10 @@ def main():
     torch.cuda.set_device(dev)
     n = (1 << 22) + 192  # 16 MiB of f32 and a ragged tail: several pieces
     seed = 10
-    ag_cases = (("ce-pull torch", dict(algorithm="ce-pull", map_ordinary=True), False),
-                ("ce-push pool", dict(algorithm="ce-push"), True))
-    for name, opts, pool in ag_cases:
+    ag_cases = (("ce-pull torch", dict(algorithm="ce-pull", map_ordinary=True), False, None),
+                ("ce-pull pool", dict(algorithm="ce-pull"), True, None),
+                ("ce-push after traffic", dict(algorithm="ce-pull"), True, dict(algorithm="ce-push")))
+    for name, opts, pool, real in ag_cases:
         seed += 1
         out = g.empty([w * n], torch.float32, framework="torch") if pool else torch.empty(w * n, device=dev)
         inp = data(seed, RANK, n).to(dev)
@@ -48,15 +51,17 @@ def main():
             g.all_gather(out, inp, traffic=True, **opts)
         inp.copy_(data(seed + 100, RANK, n).to(dev))
         out.fill_(float("nan"))
-        g.all_gather(out, inp, **opts)
+        g.all_gather(out, inp, **(real or opts))
         torch.cuda.synchronize(dev)
         want = torch.cat([data(seed + 100, p, n) for p in range(w)])
         if not torch.equal(out.cpu(), want):
             fail(f"all-gather {name} after traffic calls: wrong result")
-    rs_cases = (("ce-reduce torch", dict(algorithm="ce-reduce", map_ordinary=True, pipeline=4)),
-                ("ce-reduce once", dict(algorithm="ce-reduce", reduce_launch="once", pipeline=4)),
-                ("bf16 wire", dict(algorithm="ce-reduce", wire="bf16", pipeline=4)))
-    for name, opts in rs_cases:
+    wire = dict(algorithm="ce-reduce", wire="bf16", pipeline=4)
+    rs_cases = (("ce-reduce torch", dict(algorithm="ce-reduce", map_ordinary=True, pipeline=4), None),
+                ("ce-reduce once", dict(algorithm="ce-reduce", reduce_launch="once", pipeline=4), None),
+                ("bf16 wire", wire, None),
+                ("the wire read directly after traffic", wire, dict(wire, algorithm="sm-direct")))
+    for name, opts, real in rs_cases:
         seed += 1
         inp = data(seed, RANK, w * n).to(dev)
         out = torch.empty(n, device=dev)
@@ -64,13 +69,14 @@ def main():
             g.reduce_scatter(out, inp, traffic=True, **opts)
         inp.copy_(data(seed + 100, RANK, w * n).to(dev))
         out.fill_(float("nan"))
-        g.reduce_scatter(out, inp, **opts)
+        g.reduce_scatter(out, inp, **(real or opts))
         torch.cuda.synchronize(dev)
         want = sum(data(seed + 100, p, w * n)[RANK * n:(RANK + 1) * n] for p in range(w))
         if not torch.equal(out.cpu(), want):
             fail(f"reduce-scatter {name} after traffic calls: wrong result")
     big, small = torch.ones(w * 1024, device=dev), torch.ones(1024, device=dev)
     for what, call in (("ll", lambda: g.all_gather(big, small, algorithm="ll", traffic=True)),
+                       ("ce-push", lambda: g.all_gather(big, small, algorithm="ce-push", traffic=True)),
                        ("sm-direct", lambda: g.reduce_scatter(small, big, algorithm="sm-direct", traffic=True))):
         try:
             call()

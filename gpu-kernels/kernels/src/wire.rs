@@ -315,6 +315,8 @@ macro_rules! wire_fixed {
                         // The top halves' addresses are made where they are read (not kept
                         // beside the bottom halves' for the whole loop: at 8 ranks that
                         // spilled registers).
+                        // SAFETY: (each) i < nv vectors of every peer's top halves (the
+                        // contract; `hi_ptr`), and of its bottom halves where flagged (`lo_ptr`).
                         let hv = ($(unsafe { ld_v16(hi_ptr(&a, w, $k).cast::<V16>().add(i as usize)) },)+);
                         let lv = ($(
                             if lo.$g.$i.is_null() {
@@ -458,7 +460,8 @@ unsafe fn wire_reduce_any<O: Own>(a: Piece, w: Wire) -> u64 {
         let mut acc = 0.0f32;
         let mut started = false;
         for p in 0..a.world {
-            // SAFETY: (the block) as in `reduce_piece` and `lo_ptrs`.
+            // SAFETY: (the block) i < len elements of every source: the own chunk, the peer's
+            // top halves (`hi_ptr`) and, where flagged, its bottom halves (as `lo_ptr`).
             let v = unsafe {
                 if p == a.rank {
                     O::load1(a.own, i)

@@ -259,11 +259,11 @@ impl GpuColl {
         let captured = mode == Mode::Captured;
         let plan = self.plan_all_gather(shard, &input, &output, captured, opts);
         let algorithm = plan.algorithm;
-        // A traffic call (NOTE [honest floor]) passes no barrier.
+        // A traffic call (NOTE [honest floor]) passes no barrier: ce-pull only, whose
+        // copies write this rank's memory alone.
         let sync = !opts.traffic;
         if opts.traffic {
-            let ce = matches!(algorithm, AllGatherAlgorithm::CePull | AllGatherAlgorithm::CePush);
-            floor::check_traffic(rank, mode, ce, algorithm.name())?;
+            floor::check_traffic(rank, mode, algorithm == AllGatherAlgorithm::CePull, algorithm.name())?;
         }
         // NOTE [per-piece arrivals]: ce-pull records each piece as it lands, the others all at the end.
         let (each, at_end) = match algorithm {
@@ -374,15 +374,11 @@ impl GpuColl {
                     copy.wait(fork)?;
                     ce_copy(copy, out + rank as u64 * s, input.ptr, own)?;
                     copy.record(join)?;
-                    if sync {
-                        self.enter(stream, ch, plan.sync, mode)?;
-                    }
+                    self.enter(stream, ch, plan.sync, mode)?;
                     for p in rotated(rank, world).filter(|&p| p != rank) {
                         ce_copy(stream, dst.peer(p) + rank as u64 * s, input.ptr, shard)?;
                     }
-                    if sync {
-                        self.exit(stream, ch, plan.sync, mode)?;
-                    }
+                    self.exit(stream, ch, plan.sync, mode)?;
                     if stage_out {
                         let local = dst.peer(rank);
                         ce_copy(stream, out, local, rank * shard)?;

@@ -418,7 +418,7 @@ pub struct CollOptions<A> {
     /// result is the f32 one bit for bit whatever the data holds.
     pub bf16_exact: bool,
     /// A benchmark instrument, not a collective (GPU backend, eager calls, the
-    /// copy-engine algorithms: ce-pull, ce-push, ce-reduce and the bf16 wire): the call
+    /// copy-engine algorithms that pull: ce-pull, ce-reduce and the bf16 wire on it): the call
     /// runs its plan's copies exactly as the collective would (the same pieces, streams,
     /// wire bytes and mapped inputs) and leaves out every barrier, signal and SM kernel
     /// (the reduction, the wire's pack), so its output is garbage (NOTE [honest floor]

@@ -450,25 +450,25 @@ impl Planner {
         let wire_fits =
             opts.pipeline.is_none_or(|p| p <= lowcon_abi::pad::WIRE_PIECES) && opts.reduce_launch != ReduceLaunch::Once;
         let planned_wire = |r: &Rule| r.choose.wire.is_some() && f32_pair && opts.wire.is_none() && wire_fits;
+        // A rule that sends the wire speaks only for f32 calls that may take it: not for a
+        // caller who named another wire (f32 included), or whose options the wire cannot
+        // keep (its CTAs and sync were measured for the wire).
+        let wire_ok = |r: &Rule| {
+            r.choose.wire.is_none() || !f32_pair || (wire_fits && opts.wire.is_none_or(|w| Some(w) == r.choose.wire))
+        };
         // A launch the caller names binds ce-reduce, the one algorithm with launches:
         // `auto` then picks among ce-reduce's rules (NOTE [one launch per call]).
         let launch_named = opts.reduce_launch != ReduceLaunch::Auto;
         let rule = match opts.algorithm {
-            // A rule that sends the wire speaks only for f32 calls that may take it: not
-            // for a caller who named another wire (f32 included), or whose options the
-            // wire cannot keep.
             R::Auto => self.rule(&probe, |r| {
                 let a = r.choose.reduce_scatter;
-                let wire_ok = r.choose.wire.is_none()
-                    || !f32_pair
-                    || (wire_fits && opts.wire.is_none_or(|w| Some(w) == r.choose.wire));
                 a.is_some_and(|a| {
                     rs_can_run(a, call, explicit_carry || planned_wire(r))
                         && (!launch_named || a == R::CeReduce)
-                        && wire_ok
+                        && wire_ok(r)
                 })
             }),
-            a => self.rule(&probe, |r| r.choose.reduce_scatter == Some(a)),
+            a => self.rule(&probe, |r| r.choose.reduce_scatter == Some(a) && wire_ok(r)),
         };
         let wire = match opts.wire {
             Some(w) => (w != call.input).then_some(w),

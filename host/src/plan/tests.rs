@@ -327,3 +327,23 @@ fn the_wire_read_directly_is_sm_direct_with_pieces() {
     let plain = rs(&t, &call, &ReduceScatterOptions { bf16_exact: false, ..hinted });
     assert_eq!((plain.algorithm, plain.wire, plain.pieces), (ReduceScatterAlgorithm::SmDirect, None, 1));
 }
+
+#[test]
+fn named_algorithms_and_launches_keep_or_skip_the_wire_rule_as_they_can_take_it() {
+    let p = planner("NVIDIA H200", 4);
+    let call = RsCall { input_symmetric: false, ..rs_call(256 << 20, DType::F32) };
+    let fsdp = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() };
+    // ce-reduce named: the wire on ce-reduce, as measured before the wire read directly.
+    let ce = rs(&p, &call, &ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::CeReduce, ..fsdp });
+    assert_eq!(
+        (ce.algorithm, ce.wire, ce.ctas, ce.sync),
+        (ReduceScatterAlgorithm::CeReduce, Some(DType::Bf16), 64, SyncMethod::StreamMemop)
+    );
+    // A launch named binds ce-reduce, and keeps the wire.
+    let l = rs(&p, &call, &ReduceScatterOptions { reduce_launch: ReduceLaunch::Pieces, ..fsdp });
+    assert_eq!((l.algorithm, l.wire), (ReduceScatterAlgorithm::CeReduce, Some(DType::Bf16)));
+    // sm-direct named with f32 on the wire: not the wire's rule (its CTAs and sync).
+    let f = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::SmDirect, wire: Some(DType::F32), ..fsdp };
+    let f = rs(&p, &call, &f);
+    assert_eq!((f.algorithm, f.wire, f.ctas, f.pieces), (ReduceScatterAlgorithm::SmDirect, None, 16, 1));
+}

@@ -192,7 +192,7 @@ class Group:
         context (a hint: "alone", "fsdp" or "tp", what runs beside the call). `plan()` says
         what a call would run. traffic=True is a benchmark instrument, not a collective:
         the call's copies as planned, without its barriers, so `output` is garbage (GPU,
-        eager, ce-pull and ce-push; NOTE [honest floor] in docs/benchmarks.md).
+        eager, ce-pull; NOTE [honest floor] in host/src/coll/gpu/floor.rs).
 
         arrivals (GPU; from `arrivals()`): the call records each rank's piece as it lands
         in `output` (ce-pull: one by one, in `arrivals.order`; other algorithms: all at
@@ -244,7 +244,7 @@ class Group:
         sync, graph_sync, ctas, pipeline, channel, allow_staging, map_ordinary, context (as for
         `all_gather`; map_ordinary: ce-reduce), wire, reduce_launch, bf16_exact (a hint: the
         float32 input holds bf16 values upcast, so the planner may send the bf16 wire),
-        traffic (the instrument of `all_gather`: ce-reduce's and the wire's copies as
+        traffic (the instrument of `all_gather`: ce-reduce's and its wire's copies as
         planned, without barriers, signals, pack or reduction; `output` is garbage).
 
         The bf16 wire: with float32 `input` and `output`, `wire="bf16"` (or torch.bfloat16)

@@ -27,12 +27,16 @@
 //! barrier, no signal and no SM kernel (the reduction, the wire's pack). So a step's
 //! excess over `nocomm` with traffic calls is what the copies cost as the shipped path
 //! issues them; the excess of the real calls over it is the sync, the reductions and the
-//! waiting. Only the copy-engine algorithms take it (ce-pull, ce-push, ce-reduce, the
-//! bf16 wire), eagerly: the others move their bytes in kernels. Its reads race with the
-//! peers' writes as the floor's do (garbage, memory-safe: every address is inside a
-//! live allocation, mapped inputs kept open as a real call keeps them), and it writes
-//! only this rank's memory. Pads are not touched, so a real call after it on the same
-//! channel finds them as the last real call left them.
+//! waiting. Only the copy-engine algorithms that pull take it (ce-pull, ce-reduce, the
+//! bf16 wire on ce-reduce), eagerly: the others move their bytes in kernels, and ce-push
+//! writes into the peers' memory, where without its exit barrier a late copy could land
+//! on what a peer's next real call staged or packed. Its reads race with the peers'
+//! writes as the floor's do (garbage, memory-safe: every address is inside a live
+//! allocation, mapped inputs kept open as a real call keeps them), and it writes only
+//! this rank's memory, in stream order before the caller's next call. Pads are not
+//! touched, so a real call after it on the same channel finds them as the last real call
+//! left them. It counts the bytes it moves in `stats()`, as a real call does (no
+//! fallbacks: it reads no bottom halves).
 
 use super::{GpuColl, Sym, ce_copy};
 use crate::coll::check::{check_all_gather, check_reduce_scatter, rotated};
@@ -113,8 +117,9 @@ pub(super) fn check_traffic(rank: usize, mode: Mode, copy_engines: bool, algorit
     }
     if !copy_engines {
         return Err(Error::InvalidArgument(format!(
-            "rank {rank}: traffic calls run the copy-engine algorithms (ce-pull, ce-push, ce-reduce, the bf16 wire), \
-             and this call's plan is {algorithm}, which moves its bytes in kernels: name a copy-engine algorithm"
+            "rank {rank}: traffic calls run the copy-engine algorithms that pull (ce-pull, ce-reduce, the bf16 wire \
+             on ce-reduce), and this call's plan is {algorithm} (kernels, or ce-push, which writes into the peers' \
+             memory): name ce-pull or ce-reduce"
         )));
     }
     Ok(())

@@ -85,6 +85,9 @@ impl GpuColl {
         if opts.wire.is_some_and(|w| w != input.dtype) {
             return refuse("it sends the input's own type (no wire)".into());
         }
+        if opts.traffic {
+            return refuse("traffic calls (the honest floor) do not apply to a released reduce-scatter".into());
+        }
         if opts.pipeline.is_some() || opts.reduce_launch != crate::coll::ReduceLaunch::Auto {
             return refuse("pipeline and reduce_launch do not apply (one piece per chunk, one reduction)".into());
         }
