@@ -15,7 +15,7 @@
 #           30 rounds (CONFIRM_ROUNDS): NCCL, its twin, lowcon as shipped, NCCL-CE, no
 #           communication (CONFIRM_MODES, CONFIRM_SWEEP, CONFIRM_S)
 #   fsdp2   FSDP2 paired at 2 ranks (GPUs 0 and 1), 4096x12 and 8192x4 at 1024 tokens,
-#           20 rounds: the 2-GPU regression check
+#           20 rounds: the 2-GPU regression check (FSDP2_W2_MODES overrides the modes)
 #   ctas    small messages at 4 ranks, 64K..1M, bf16: ll, and sm-direct / sm-oneshot at the
 #           default, 32, 64 and 128 CTAs, eager and replayed, NCCL beside (CTAS_REPEAT runs, 3)
 #   tp      tp_bench.py at 4 ranks, 20 rounds (TP_ARGS: more options, e.g. --profile DIR)
@@ -96,7 +96,7 @@ has fsdp && paired fsdp "${FSDP_S:-330}" "${tr4[@]}" -- --sweep "${FSDP_SWEEP:-4
 has confirm && paired confirm "${CONFIRM_S:-420}" "${tr4[@]}" -- --sweep "${CONFIRM_SWEEP:-4096x12:1024,4096;8192x4:1024}" --reduce-dtypes fp32 \
   --rounds "${CONFIRM_ROUNDS:-30}" --modes "${CONFIRM_MODES:-nccl,nccl-b,lowcon,nccl-ce,nocomm}"
 has fsdp2 && paired fsdp2 240 "${tr2[@]}" -- --sweep "4096x12:1024;8192x4:1024" --reduce-dtypes fp32 --rounds 20 \
-  --modes nccl,nccl-b,lowcon,nccl-ce,nocomm
+  --modes "${FSDP2_W2_MODES:-nccl,nccl-b,lowcon,nccl-ce,nocomm}"
 src="$(date +%F), commit ${COMMIT:-$(git -C "$repo" log -1 --format=%h 2>/dev/null || echo "?")}"
 has tune && st "bench tune w=4" tune.txt 100 "${l4[@]}" "$L" bench tune --out "$out/tune-w4.txt" --source "$src, 4x H200: lowcon bench tune"
 has tune2 && st "bench tune w=2" tune.txt 80 "${l2[@]}" "$L" bench tune --out "$out/tune-w2.txt" \
