@@ -401,8 +401,8 @@ pub struct CollOptions<A> {
     /// from the input's (NOTE [bf16 wire] in `coll::wire`). `Some(DType::Bf16)` with an
     /// f32 input and output sends the top half of each f32 through the copy engines and
     /// reads the bottom half only for pieces where it is nonzero: the result is the f32
-    /// reduce-scatter's, bit for bit, for every input (ce-reduce or auto only). A bf16
-    /// input with an f32 output needs no wire (its input is bf16). `None`: the input's
+    /// reduce-scatter's, bit for bit, for every input (ce-reduce, sm-direct or auto only).
+    /// A bf16 input with an f32 output needs no wire (its input is bf16). `None`: the input's
     /// type, unless the planner picks the bf16 wire for a call hinted `bf16_exact`. All-gathers
     /// refuse a wire.
     pub wire: Option<DType>,

@@ -251,8 +251,8 @@ class Group:
         sends the top half of each float through the copy engines and reads the bottom
         half only for pieces where it is nonzero, so the result is the float32 one bit for
         bit, with half the bytes when the values are bf16-exact (gradients upcast from
-        bf16); ce-reduce or auto. A bfloat16 `input` may reduce into a float32 `output`
-        (no wire needed: bf16 crosses). `stats()` counts the bytes and the fallbacks.
+        bf16); ce-reduce, sm-direct (reading the peers' planes directly) or auto. A
+        bfloat16 `input` may reduce into a float32 `output` (no wire needed: bf16 crosses). `stats()` counts the bytes and the fallbacks.
 
         reduce_launch (ce-reduce): "auto" (the planner's choice), "pieces" (one reduction
         launch per pipeline piece) or "once" (one launch per call, its CTAs waiting for
