@@ -115,7 +115,15 @@ def wire(g):
         if moved["wire_bytes"] != peers * n * 2 or moved["fallback_pieces"] != (peers if inexact else 0):
             fail(f"wire bf16 n={n} inexact={inexact}: counters moved by {moved}")
         checks += 1
-    for kwargs, what in [(dict(wire="f16"), "only bf16"), (dict(wire="bf16", algorithm="sm-direct"), "ce-reduce"),
+    # sm-direct carries the wire too (NOTE [the wire read directly]): bit for bit the f32 call's.
+    got = np.full(1023, np.nan, np.float32)
+    inp = (data(120, r, 1023 * w, np.float32) / np.float32(32)).astype(np.float32)
+    g.reduce_scatter(got, inp, "sum", wire="bf16", algorithm="sm-direct")
+    want = np.full(1023, np.nan, np.float32)
+    g.reduce_scatter(want, inp, "sum", algorithm="ce-reduce")
+    if got.tobytes() != want.tobytes():
+        fail("wire bf16 on sm-direct: not the f32 call's result")
+    for kwargs, what in [(dict(wire="f16"), "only bf16"), (dict(wire="bf16", algorithm="tma-reduce"), "ce-reduce"),
                          (dict(wire="bf16", algorithm="ll"), "ce-reduce")]:
         try:
             g.reduce_scatter(np.zeros(8, np.float32), np.zeros(8 * w, np.float32), "sum", **kwargs)
