@@ -165,18 +165,12 @@ pub fn run(t: &TuneOptions) -> Res<()> {
     };
     let small = (8 << 10, t.small_max, 2);
     let large = ((t.small_max * 4).max(4 << 20), t.large_max, 4);
-    // Small messages: the kernels at their default CTAs and at 64 and 128 (ll past 64 KiB
-    // and the one-shot kernels at 1 MiB are faster on more CTAs than their defaults: 4x
-    // H200, 2026-11-26).
+    // Small messages: the algorithms with SM parts at their default CTAs and at 64 and 128
+    // (ll past 64 KiB and the one-shot kernels at 1 MiB are faster on more CTAs than their
+    // defaults: 4x H200, 2026-11-26); the all-gather's copy-engine ones have no CTAs.
     let small_ctas = [None, Some(64), Some(128)];
-    let ag_small = crate::sweep::gpu(&sweep(
-        t,
-        Kind::AllGather,
-        small,
-        &["ll", "sm-oneshot", "ce-pull", "ce-push"],
-        &small_ctas,
-        true,
-    ))?;
+    let mut ag_small = crate::sweep::gpu(&sweep(t, Kind::AllGather, small, &["ll", "sm-oneshot"], &small_ctas, true))?;
+    ag_small.extend(crate::sweep::gpu(&sweep(t, Kind::AllGather, small, &["ce-pull", "ce-push"], &[None], true))?);
     let rs_small =
         crate::sweep::gpu(&sweep(t, Kind::ReduceScatter, small, &["ll", "sm-direct", "ce-reduce"], &small_ctas, true))?;
     let ag_large =

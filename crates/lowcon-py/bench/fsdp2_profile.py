@@ -30,6 +30,8 @@ from __future__ import annotations
 import bisect
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from fsdp2_stats import _fmt
+
 KINDS = ("all-gather", "reduce-scatter")
 # The compute stream's waits by phase (fsdp2_modes.FsdpWaits: "phase layer" keys): the
 # all-gathers in forward and backward, the reduce-scatter before the next is issued, the
@@ -116,10 +118,6 @@ def copy_rates(events: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         both = union_us([(s, t) for s, t, _ in ag + rs])
         out["overlap_ms"] = (out["all-gather"]["union_ms"] + out["reduce-scatter"]["union_ms"]) - both / 1e3
     return out
-
-
-def _fmt(x: Any, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
 
 
 def _table(head: Sequence[str], lines: List[Sequence[str]], title: str) -> str:

@@ -211,15 +211,9 @@ def _bf16_params_fp32_reduce(module):
 
 
 def _unwrap(hook):
-    """The lowcon hook inside `hook`: a wrapper around a hook (a profiler's timer, say)
-    names the hook it wraps as `wrapped`, so the accumulation watch still reaches it."""
-    seen = 0
-    while hook is not None and not isinstance(hook, LowconReduceScatter) and seen < 8:
-        inner = getattr(hook, "wrapped", None)
-        if inner is None:
-            break
-        hook, seen = inner, seen + 1
-    return hook
+    """The hook inside `hook`: a wrapper around a hook (a profiler's timer, say) names the
+    hook it wraps as `wrapped`, so the accumulation watch still reaches it."""
+    return getattr(hook, "wrapped", hook)
 
 
 def _watch_accumulation(pg):

@@ -107,15 +107,15 @@ fn floor_needs_symmetric(rank: usize, what: &str, which: &str) -> Error {
     ))
 }
 
-/// Refuses a traffic call (NOTE [honest floor]) the instrument cannot run: captured, or an
-/// algorithm that moves its bytes in kernels.
-pub(super) fn check_traffic(rank: usize, mode: Mode, copy_engines: bool, algorithm: &str) -> Result<()> {
+/// Refuses a traffic call (NOTE [honest floor]) the instrument cannot run: captured, or a
+/// plan that does not pull over the copy engines (`pulls` false: kernels, or ce-push).
+pub(super) fn check_traffic(rank: usize, mode: Mode, pulls: bool, algorithm: &str) -> Result<()> {
     if mode == Mode::Captured {
         return Err(Error::InvalidArgument(format!(
             "rank {rank}: traffic calls (a benchmark instrument) run eagerly, not inside a CUDA graph capture"
         )));
     }
-    if !copy_engines {
+    if !pulls {
         return Err(Error::InvalidArgument(format!(
             "rank {rank}: traffic calls run the copy-engine algorithms that pull (ce-pull, ce-reduce, the bf16 wire \
              on ce-reduce), and this call's plan is {algorithm} (kernels, or ce-push, which writes into the peers' \

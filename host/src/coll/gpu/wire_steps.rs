@@ -98,27 +98,29 @@ impl GpuColl {
             // NOTE [honest floor]: a traffic call packs nothing, signals nothing and
             // reduces nothing: the copies and their events only.
             let sync = !traffic;
-            for i in (0..count).filter(|_| sync) {
-                let first = i * pe;
-                let a = WirePackArgs {
-                    src,
-                    n: n as u64,
-                    first: first as u64,
-                    len: pe.min(n - first) as u64,
-                    hi: ws.local_ptr() + layout.hi as u64,
-                    lo: ws.local_ptr() + layout.lo as u64,
-                    stride: layout.stride as u64,
-                    rank: r32,
-                    world: w32,
-                    channel: ch,
-                    piece: i as u32,
-                    pads: crate::cuda::device_ptr(self.sync.pads.device_peer_ptrs()),
-                    sig: self.sync.piece_pads(plan.sync),
-                    scratch: pads + pad::wire_or_offset(w32, ch) as u64,
-                    counter: pads + pad::counter_offset(w32, ch) as u64,
-                    vec_ok: pack_vec,
-                };
-                kernels.wire_pack(pack, (ctas, COLL_THREADS), &a)?;
+            if sync {
+                for i in 0..count {
+                    let first = i * pe;
+                    let a = WirePackArgs {
+                        src,
+                        n: n as u64,
+                        first: first as u64,
+                        len: pe.min(n - first) as u64,
+                        hi: ws.local_ptr() + layout.hi as u64,
+                        lo: ws.local_ptr() + layout.lo as u64,
+                        stride: layout.stride as u64,
+                        rank: r32,
+                        world: w32,
+                        channel: ch,
+                        piece: i as u32,
+                        pads: crate::cuda::device_ptr(self.sync.pads.device_peer_ptrs()),
+                        sig: self.sync.piece_pads(plan.sync),
+                        scratch: pads + pad::wire_or_offset(w32, ch) as u64,
+                        counter: pads + pad::counter_offset(w32, ch) as u64,
+                        vec_ok: pack_vec,
+                    };
+                    kernels.wire_pack(pack, (ctas, COLL_THREADS), &a)?;
+                }
             }
             pack.record(packed)?;
             for i in 0..count {
