@@ -179,6 +179,13 @@ typedef struct {
   unsigned long long wire_pieces;
   // Of those, the pieces whose bottom halves were read.
   unsigned long long fallback_pieces;
+  // Host rendezvous this rank made (blocking exchanges with the other ranks through
+  // the host: the store, the address mailbox), the communicator's creation included.
+  unsigned long long host_rendezvous;
+  // Calls reading peers' ordinary memory in place whose addresses were predicted
+  // from the same call before, and of those the ones fixed by a copy.
+  unsigned long long predicted_calls;
+  unsigned long long mispredicted_calls;
 } lowconCollStats;
 
 // A reduction operator (`lowconSum`, ...). Float reductions accumulate in f32 in rank

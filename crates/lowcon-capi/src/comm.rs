@@ -335,6 +335,9 @@ pub unsafe extern "C" fn lowconCommGetStats(comm: lowconComm_t, stats: *mut lowc
             fallback_bytes: s.fallback_bytes,
             wire_pieces: s.wire_pieces,
             fallback_pieces: s.fallback_pieces,
+            host_rendezvous: s.host_rendezvous,
+            predicted_calls: s.predicted_calls,
+            mispredicted_calls: s.mispredicted_calls,
         };
         // SAFETY: the caller's struct holds `size` bytes (contract), no more than `out`.
         unsafe { std::ptr::copy_nonoverlapping(std::ptr::addr_of!(out).cast::<u8>(), p.cast::<u8>(), size) };

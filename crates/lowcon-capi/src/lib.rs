@@ -258,6 +258,13 @@ pub struct lowconCollStats {
     pub wire_pieces: c_ulonglong,
     /// Of those, the pieces whose bottom halves were read.
     pub fallback_pieces: c_ulonglong,
+    /// Host rendezvous this rank made (blocking exchanges with the other ranks through
+    /// the host: the store, the address mailbox), the communicator's creation included.
+    pub host_rendezvous: c_ulonglong,
+    /// Calls reading peers' ordinary memory in place whose addresses were predicted
+    /// from the same call before, and of those the ones fixed by a copy.
+    pub predicted_calls: c_ulonglong,
+    pub mispredicted_calls: c_ulonglong,
 }
 
 struct Comm {

@@ -485,6 +485,9 @@ impl Group {
         d.set_item("wire_pieces", s.wire_pieces)?;
         d.set_item("fallback_pieces", s.fallback_pieces)?;
         d.set_item("total_bytes", s.total_bytes())?;
+        d.set_item("host_rendezvous", s.host_rendezvous)?;
+        d.set_item("predicted_calls", s.predicted_calls)?;
+        d.set_item("mispredicted_calls", s.mispredicted_calls)?;
         Ok(d)
     }
 

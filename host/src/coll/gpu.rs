@@ -29,6 +29,7 @@ mod mapped;
 mod push;
 mod released;
 mod steps;
+mod verify;
 mod wire_steps;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -47,7 +48,7 @@ use crate::cuda::kernels::TmaArgs;
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
-use crate::memory::mapped::PeerMaps;
+use crate::memory::mapped::{Exchanged, PeerMaps};
 use crate::plan::{AgCall, AgPlan, Planner, RsCall, RsPlan};
 use crate::sync::SyncMethod;
 use crate::sync::gpu::GpuSync;
@@ -61,8 +62,9 @@ pub(crate) struct GpuColl {
     pub(crate) sync: Arc<GpuSync>,
     /// Decides every call (NOTE [one planner]; the CTA cap of ranks sharing a GPU too).
     pub(crate) planner: Arc<Planner>,
-    /// Ordinary inputs that peers read in place (`map_ordinary`).
-    maps: Box<PeerMaps>,
+    /// Ordinary inputs that peers read in place (`map_ordinary`), and the check of
+    /// their predicted addresses (NOTE [addresses predicted]).
+    mapping: Box<verify::Mapping>,
     /// Bytes moved to and from peers, as enqueued (NOTE [bf16 wire]; the device counts
     /// the fallbacks).
     counters: Box<Counters>,
@@ -125,8 +127,9 @@ impl GpuColl {
     /// Collective (the address mailbox).
     pub(crate) fn new(sync: Arc<GpuSync>, planner: Arc<Planner>) -> Result<Self> {
         let channels = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(ChannelState::default())).collect();
-        let maps = Box::new(PeerMaps::new(&sync.core, &sync.device)?);
-        Ok(Self { channels, sync, planner, maps, counters: Box::default() })
+        let maps = Arc::new(PeerMaps::new(&sync.core, &sync.device)?);
+        let mapping = Box::new(verify::Mapping { verifier: verify::Verifier::new(&sync)?, maps });
+        Ok(Self { channels, sync, planner, mapping, counters: Box::default() })
     }
 
     /// Bytes of this rank's workspaces and LL buffers, over every channel (what the
@@ -315,10 +318,20 @@ impl GpuColl {
         }
         let ch = opts.channel;
         let mut st = self.channel(ch);
+        // NOTE [addresses predicted]: not for calls whose arrivals report each peer's
+        // shard as it lands (a fix would land after), nor for traffic calls.
+        let predict = arrivals.is_none() && !opts.traffic;
         let peers = match mapped {
-            true => self.exchange(&mut st, opts.allow_staging, ch, (input.ptr, input.bytes()), "all-gather input")?,
+            true => self.exchange(
+                &mut st,
+                (opts.allow_staging, predict),
+                ch,
+                (input.ptr, input.bytes()),
+                "all-gather input",
+            )?,
             false => None,
         };
+        let predicted = peers.as_ref().is_some_and(Exchanged::is_predicted);
         // A rank that cannot share: every rank stages instead.
         let stage_in = stage_in || (mapped && peers.is_none());
         let need = if stage_in { align256(shard) } else { 0 } + if stage_out { world * shard } else { 0 };
@@ -328,82 +341,106 @@ impl GpuColl {
         let (fork, join) = (&st.events[0], &st.events[1]);
         let out = output.ptr;
         let s = shard as u64;
-        // SAFETY: (the whole block) every pointer is a checked device buffer of this rank
-        // or a mapped symmetric buffer of the group, sized as checked above; the
-        // barriers order peers' accesses (module docs of `coll`).
-        unsafe {
-            match algorithm {
-                AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto => {
-                    // Where peer p's shard is: its mapped input, its input, or (in place)
-                    // its output slot.
-                    let shard_of: Box<dyn Fn(usize) -> u64> = match (&peers, output.symm) {
-                        (Some(a), _) => Box::new(|p| a.addrs[p]),
-                        (None, Some((buf, off))) if in_place => {
-                            let src = Sym { buf, off };
-                            Box::new(move |p| src.peer(p) + p as u64 * s)
+        // The event after the predicted copies, for the verifier.
+        let mut checked = None;
+        // Once the wait for the verifier is enqueued, its job is submitted whatever
+        // fails after (or the stream would wait for ever).
+        let enqueued: Result<()> = (|| {
+            // SAFETY: (the whole block) every pointer is a checked device buffer of this rank
+            // or a mapped symmetric buffer of the group, sized as checked above; the
+            // barriers order peers' accesses (module docs of `coll`).
+            unsafe {
+                match algorithm {
+                    AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto => {
+                        // Where peer p's shard is: its mapped input, its input, or (in place)
+                        // its output slot.
+                        let shard_of: Box<dyn Fn(usize) -> u64> = match (&peers, output.symm) {
+                            (Some(a), _) => Box::new(|p| a.addrs[p]),
+                            (None, Some((buf, off))) if in_place => {
+                                let src = Sym { buf, off };
+                                Box::new(move |p| src.peer(p) + p as u64 * s)
+                            }
+                            _ => {
+                                let src = self.symmetric_input(stream, &input, ws, 0)?;
+                                Box::new(move |p| src.peer(p))
+                            }
+                        };
+                        stream.record(fork)?;
+                        copy.wait(fork)?;
+                        ce_copy(copy, out + rank as u64 * s, input.ptr, own)?;
+                        each.map_or(Ok(()), |a| a.record(copy, rank))?;
+                        copy.record(join)?;
+                        if sync {
+                            self.enter(stream, ch, plan.sync, mode)?;
                         }
-                        _ => {
-                            let src = self.symmetric_input(stream, &input, ws, 0)?;
-                            Box::new(move |p| src.peer(p))
+                        each.map_or(Ok(()), |a| a.record_started(stream))?;
+                        for p in rotated(rank, world).filter(|&p| p != rank) {
+                            ce_copy(stream, out + p as u64 * s, shard_of(p), shard)?;
+                            each.map_or(Ok(()), |a| a.record(stream, p))?;
                         }
-                    };
-                    stream.record(fork)?;
-                    copy.wait(fork)?;
-                    ce_copy(copy, out + rank as u64 * s, input.ptr, own)?;
-                    each.map_or(Ok(()), |a| a.record(copy, rank))?;
-                    copy.record(join)?;
-                    if sync {
+                        if predicted {
+                            let after = self.mapping.verifier.event(stream)?;
+                            stream.record(&after)?;
+                            self.mapping.verifier.wait(stream, ch, st.map_seq)?;
+                            checked = Some(after);
+                        }
+                        stream.wait(join)?;
+                        if sync {
+                            self.exit(stream, ch, plan.sync, mode)?;
+                        }
+                    }
+                    AllGatherAlgorithm::CePush => {
+                        let dst = match output.symm {
+                            Some((buf, off)) => Sym { buf, off },
+                            None => Sym { buf: ws.expect("workspace sized"), off: 0 },
+                        };
+                        stream.record(fork)?;
+                        copy.wait(fork)?;
+                        ce_copy(copy, out + rank as u64 * s, input.ptr, own)?;
+                        copy.record(join)?;
                         self.enter(stream, ch, plan.sync, mode)?;
-                    }
-                    each.map_or(Ok(()), |a| a.record_started(stream))?;
-                    for p in rotated(rank, world).filter(|&p| p != rank) {
-                        ce_copy(stream, out + p as u64 * s, shard_of(p), shard)?;
-                        each.map_or(Ok(()), |a| a.record(stream, p))?;
-                    }
-                    stream.wait(join)?;
-                    if sync {
+                        for p in rotated(rank, world).filter(|&p| p != rank) {
+                            ce_copy(stream, dst.peer(p) + rank as u64 * s, input.ptr, shard)?;
+                        }
                         self.exit(stream, ch, plan.sync, mode)?;
+                        if stage_out {
+                            let local = dst.peer(rank);
+                            ce_copy(stream, out, local, rank * shard)?;
+                            let after = (rank as u64 + 1) * s;
+                            ce_copy(stream, out + after, local + after, (world - rank - 1) * shard)?;
+                        }
+                        stream.wait(join)?;
                     }
-                }
-                AllGatherAlgorithm::CePush => {
-                    let dst = match output.symm {
-                        Some((buf, off)) => Sym { buf, off },
-                        None => Sym { buf: ws.expect("workspace sized"), off: 0 },
-                    };
-                    stream.record(fork)?;
-                    copy.wait(fork)?;
-                    ce_copy(copy, out + rank as u64 * s, input.ptr, own)?;
-                    copy.record(join)?;
-                    self.enter(stream, ch, plan.sync, mode)?;
-                    for p in rotated(rank, world).filter(|&p| p != rank) {
-                        ce_copy(stream, dst.peer(p) + rank as u64 * s, input.ptr, shard)?;
+                    AllGatherAlgorithm::Ll => unreachable!("handled by ll_all_gather"),
+                    AllGatherAlgorithm::SmOneshot => {
+                        let src = self.symmetric_input(stream, &input, ws, 0)?;
+                        let ctas = plan.ctas;
+                        let vec_ok = src.off.is_multiple_of(16) && out.is_multiple_of(16) && shard.is_multiple_of(16);
+                        let kernels = self.sync.device.kernels()?;
+                        self.one_shot(stream, (ch, plan.sync, mode), |f| {
+                            kernels.allgather_oneshot(stream, f, ctas, src.bases(), src.off as u64, out, s, vec_ok)
+                        })?;
                     }
-                    self.exit(stream, ch, plan.sync, mode)?;
-                    if stage_out {
-                        let local = dst.peer(rank);
-                        ce_copy(stream, out, local, rank * shard)?;
-                        let after = (rank as u64 + 1) * s;
-                        ce_copy(stream, out + after, local + after, (world - rank - 1) * shard)?;
-                    }
-                    stream.wait(join)?;
-                }
-                AllGatherAlgorithm::Ll => unreachable!("handled by ll_all_gather"),
-                AllGatherAlgorithm::SmOneshot => {
-                    let src = self.symmetric_input(stream, &input, ws, 0)?;
-                    let ctas = plan.ctas;
-                    let vec_ok = src.off.is_multiple_of(16) && out.is_multiple_of(16) && shard.is_multiple_of(16);
-                    let kernels = self.sync.device.kernels()?;
-                    self.one_shot(stream, (ch, plan.sync, mode), |f| {
-                        kernels.allgather_oneshot(stream, f, ctas, src.bases(), src.off as u64, out, s, vec_ok)
-                    })?;
                 }
             }
-        }
-        at_end.map_or(Ok(()), |a| a.record_all(stream))?;
-        self.count(Moved::AllGather((world - 1) * shard));
+            at_end.map_or(Ok(()), |a| a.record_all(stream))
+        })();
         // Registered before the channel is released, so that no other user of the
         // channel can retire the workspace ahead of this call's sequence number.
-        self.finish(stream, mode, peers.as_ref())?;
+        let call = match &enqueued {
+            Ok(()) => self.finish(stream, mode, peers.as_ref()),
+            Err(e) => Err(e.failure_copy()),
+        };
+        if let (Some(after), Some(ex)) = (checked, peers) {
+            // A call never registered keeps its mappings open (never "completed").
+            let done_at = *call.as_ref().unwrap_or(&(u64::MAX / 2));
+            let job = verify::Job { channel: ch, seq: st.map_seq, call: done_at, ex, after, out, shard };
+            // Submitted before the channel is released: jobs queue in call order.
+            self.mapping.verifier.submit(&self.sync, &self.mapping.maps, job)?;
+        }
+        enqueued?;
+        call?;
+        self.count(Moved::AllGather((world - 1) * shard));
         drop(st);
         Ok(())
     }
@@ -489,9 +526,13 @@ impl GpuColl {
         let ch = opts.channel;
         let mut st = self.channel(ch);
         let peers = match mapped {
-            true => {
-                self.exchange(&mut st, opts.allow_staging, ch, (input.ptr, input.bytes()), "reduce-scatter input")?
-            }
+            true => self.exchange(
+                &mut st,
+                (opts.allow_staging, false),
+                ch,
+                (input.ptr, input.bytes()),
+                "reduce-scatter input",
+            )?,
             false => None,
         };
         // A rank that cannot share: every rank stages instead.

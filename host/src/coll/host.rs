@@ -121,7 +121,7 @@ impl HostColl {
 
     /// The counters (NOTE [bf16 wire]).
     pub(crate) fn stats(&self) -> super::CollStats {
-        self.counters.read((0, 0))
+        super::CollStats { host_rendezvous: self.sync.core.store_rendezvous(), ..self.counters.read((0, 0)) }
     }
 
     /// Runs `f` with the channel's workspace grown to at least `need` bytes (collective

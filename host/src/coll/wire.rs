@@ -213,6 +213,15 @@ pub struct CollStats {
     pub wire_pieces: u64,
     /// Of those, the pieces whose bottom halves it had to read.
     pub fallback_pieces: u64,
+    /// Host rendezvous this rank made: blocking exchanges with the other ranks through
+    /// the host (the store, the address mailbox), its group's creation included. With
+    /// `map_ordinary`, a call this rank made before makes none (NOTE [addresses
+    /// predicted]).
+    pub host_rendezvous: u64,
+    /// `map_ordinary` calls whose peer addresses were predicted, and of those the ones
+    /// where a peer's buffer was elsewhere (fixed by a copy before the call completed).
+    pub predicted_calls: u64,
+    pub mispredicted_calls: u64,
 }
 
 impl CollStats {
@@ -271,6 +280,7 @@ impl Counters {
             fallback_bytes: self.fallback.load(Relaxed) + device.1,
             wire_pieces: self.wire_pieces.load(Relaxed),
             fallback_pieces: self.fallback_pieces.load(Relaxed) + device.0,
+            ..CollStats::default()
         }
     }
 }

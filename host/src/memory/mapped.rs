@@ -8,25 +8,28 @@
 //! is either staged through symmetric memory (a local copy) or, with `map_ordinary`,
 //! mapped: every rank publishes, in a shared host mailbox, the allocation that holds its
 //! buffer (its IPC handle, its process-unique buffer id, the buffer's offset in it and
-//! its size), waits for every peer's entry of the same call, opens the handles it has
-//! not opened yet, then publishes a verdict word and reads every peer's (so that a rank
-//! whose open failed makes every rank stage). The allocator's segments live long, so
-//! after the first step no handle is opened any more and a call costs two host
-//! rendezvous (no GPU sync, no store).
+//! its size) and opens the peers' handles it has not opened yet. The allocator's
+//! segments live long, so after the first step no handle is opened any more, and a call
+//! the rank made before (same channel, address and size) predicts where the peers'
+//! buffers are instead of waiting for their entries (NOTE [addresses predicted]): in
+//! steady state a call makes no host rendezvous. A first call waits for every peer's
+//! entry (one rendezvous).
 //!
 //! Safety of the cache: an entry is keyed by (peer, buffer id). A segment freed and
 //! re-allocated by the peer at the same address gets a new id, so a stale mapping is
-//! never used; the first time a peer publishes an allocation overlapping a cached one
-//! with another id, the old one is closed (no work of ours can still read it: the peer
-//! only freed it after the calls that used it, and those end with a barrier). At most
-//! `MAX_OPEN_PER_PEER` stay open per peer: beyond, the least recently used ones that no
-//! call in flight uses (pinned from the exchange until the call is registered with the
-//! watchdog, then until the watchdog saw it complete) are closed. The
-//! mailbox of each channel has two slots per rank, used alternately: a rank writes its
-//! slot for call k + 2 only after it read every peer's entry of call k + 1, which every
-//! peer writes only after it read everything of call k.
+//! never used. A mapping is closed only when no call in flight uses it: pinned from the
+//! exchange until the call is registered with the watchdog, then until the watchdog saw
+//! it complete. Beyond `MAX_OPEN_PER_PEER` per peer, and when a peer publishes an
+//! allocation overlapping a cached one with another id (it freed the old one), the idle
+//! ones are closed, least recently used first.
+//!
+//! The mailbox of each channel has `DEPTH` entries per rank, used in turn: a rank writes
+//! its entry of call k + `DEPTH` only once every peer has read its entry of call k (each
+//! rank publishes, per channel and peer, the seq below which it read every entry).
+//! Since the addresses are predicted (NOTE [addresses predicted]), a rank usually posts
+//! without waiting, and reads the peers' entries later, off the calling thread.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -38,19 +41,24 @@ use crate::memory::gpu::Drain;
 use crate::memory::host::{HostBuffer, alloc};
 use crate::rendezvous::GroupCore;
 
-/// Bytes of one mailbox entry: the seq word, the fields below, the ack word at the end.
+/// Bytes of one mailbox entry: the seq word, then the fields below.
 const ENTRY: usize = 128;
 /// Bytes of the fields.
 const BODY: usize = 112;
-/// Entries per rank: two per channel.
-const SLOTS: usize = 2 * lowcon_abi::pad::CHANNELS as usize;
+/// Entries per channel and rank: a rank may post this many calls of a channel ahead of
+/// the slowest peer's reading of them (NOTE [addresses predicted]).
+pub(crate) const DEPTH: usize = 8;
+/// Entries per rank.
+const SLOTS: usize = DEPTH * lowcon_abi::pad::CHANNELS as usize;
 /// Entry flag: this rank could not share its buffer (its log says why).
 const UNSHAREABLE: u64 = 1;
 /// More exported handles than this (allocations come and go) and the list starts anew.
 const MAX_EXPORTS: usize = 4096;
+/// More remembered predictions than this and the list starts anew.
+const MAX_PREDICTIONS: usize = 4096;
 
 // The fields after the seq word fit an entry.
-const _: () = assert!(BODY >= 48 + raw::ipc::HANDLE_BYTES && 8 + BODY <= ENTRY - 8);
+const _: () = assert!(BODY >= 48 + raw::ipc::HANDLE_BYTES && 8 + BODY <= ENTRY);
 
 /// What a rank publishes for one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +90,31 @@ impl Entry {
         handle.copy_from_slice(&b[48..48 + raw::ipc::HANDLE_BYTES]);
         Self { buffer_id: w(0), base: w(1), size: w(2), offset: w(3), bytes: w(4), flags: w(5), handle }
     }
+
+    fn unshareable(bytes: usize) -> Self {
+        Self {
+            buffer_id: 0,
+            base: 0,
+            size: 0,
+            offset: 0,
+            bytes: bytes as u64,
+            flags: UNSHAREABLE,
+            handle: [0; raw::ipc::HANDLE_BYTES],
+        }
+    }
+
+    /// Where the buffer is, as a prediction compares it.
+    fn place(&self) -> Place {
+        Place { buffer_id: self.buffer_id, offset: self.offset, bytes: self.bytes }
+    }
+}
+
+/// A peer buffer's place: its allocation (buffer id), its offset there, its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Place {
+    buffer_id: u64,
+    offset: u64,
+    bytes: u64,
 }
 
 /// A peer's allocation opened in this process.
@@ -99,10 +132,15 @@ struct Opened {
 /// calls completed are closed (and opened again if used again).
 pub const MAX_OPEN_PER_PEER: usize = 64;
 
+/// The key of a prediction: this rank's call (channel, buffer address, bytes).
+type PredictionKey = (u32, u64, u64);
+
 #[derive(Default)]
 struct Cache {
     opened: HashMap<(usize, u64), Opened>,
     exported: HashMap<u64, [u8; raw::ipc::HANDLE_BYTES]>,
+    /// Every rank's place (this rank's: unused) the last time this rank made this call.
+    predictions: HashMap<PredictionKey, Vec<Place>>,
 }
 
 /// Where one call's buffer is on every rank, and the mappings it pinned.
@@ -110,10 +148,21 @@ pub(crate) struct Exchanged {
     /// Every rank's buffer, as this process reaches it.
     pub(crate) addrs: Vec<u64>,
     keys: Vec<(usize, u64)>,
+    /// The places the addresses were predicted from, when they were (NOTE [addresses
+    /// predicted]); `None` when every peer's entry of the call was read.
+    predicted: Option<(PredictionKey, Vec<Place>)>,
 }
 
-/// What an exchange found: every rank's buffer mapped, or a rank that cannot share its
-/// own (every rank learns the same, so all stage the call, or all refuse it).
+impl Exchanged {
+    /// Whether the addresses are a prediction that [`PeerMaps::verify`] must check.
+    pub(crate) fn is_predicted(&self) -> bool {
+        self.predicted.is_some()
+    }
+}
+
+/// What an exchange found: every rank's buffer mapped (or predicted), or a rank that
+/// cannot share its own (every rank that read the entries learns the same, so all stage
+/// the call, or all refuse it).
 pub(crate) enum Shared {
     Mapped(Exchanged),
     Unshareable {
@@ -122,54 +171,167 @@ pub(crate) enum Shared {
     },
 }
 
+/// A peer whose buffer was not where this rank predicted: where it is.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Miss {
+    pub(crate) peer: usize,
+    pub(crate) addr: u64,
+}
+
+/// The entries this rank has read of each (channel, peer), as the lowest seq below which
+/// all are read (what the peer may overwrite) and the ones read above it.
+#[derive(Default)]
+struct Consumed {
+    floor: u64,
+    above: BTreeSet<u64>,
+}
+
 /// A GPU group's mailbox and its cache of opened peer allocations.
 pub(crate) struct PeerMaps {
     mailbox: HostBuffer,
     cache: Mutex<Cache>,
+    consumed: Mutex<HashMap<(u32, usize), Consumed>>,
     device: Device,
     drain: Drain,
     rank: usize,
+    world: usize,
     /// Whether this rank has logged that it cannot share (once per group).
     warned: AtomicBool,
+    /// Calls whose peers' entries the calling thread waited for.
+    pub(crate) blocking: AtomicU64,
+    /// Calls whose addresses were predicted, and those whose prediction missed.
+    pub(crate) predicted: AtomicU64,
+    pub(crate) mispredicted: AtomicU64,
 }
 
 impl PeerMaps {
-    /// Collective: the mailbox (a few KiB of shared host memory per rank).
+    /// Collective: the mailbox (a few tens of KiB of shared host memory per rank).
     pub(crate) fn new(core: &GroupCore, device: &Device) -> Result<Self> {
-        let mailbox = alloc(core, SLOTS * ENTRY)?;
+        let consumed = lowcon_abi::pad::CHANNELS as usize * core.world * 8;
+        let mailbox = alloc(core, SLOTS * ENTRY + consumed)?;
         Ok(Self {
             mailbox,
             cache: Mutex::new(Cache::default()),
+            consumed: Mutex::new(HashMap::new()),
             device: device.clone(),
             drain: Drain::new(core),
             rank: core.rank,
+            world: core.world,
             warned: AtomicBool::new(false),
+            blocking: AtomicU64::new(0),
+            predicted: AtomicU64::new(0),
+            mispredicted: AtomicU64::new(0),
         })
     }
 
-    /// The word at byte `off` of `owner`'s mailbox entry `slot`: 0 the seq (written last
-    /// of the entry), `ENTRY - 8` the ack of the second round.
-    fn word(&self, owner: usize, slot: usize, off: usize) -> &AtomicU64 {
-        // SAFETY: `slot` < SLOTS and `off` is 0 or ENTRY - 8, so the word is inside the
-        // owner's mapping, which lives as long as `self`; page-aligned base and 8-byte
-        // multiples, so aligned; these words are only ever accessed atomically.
-        unsafe { AtomicU64::from_ptr(self.mailbox.peer_ptr(owner).add(slot * ENTRY + off).cast::<u64>()) }
+    /// The word at byte `off` of `owner`'s mailbox.
+    fn word(&self, owner: usize, off: usize) -> &AtomicU64 {
+        // SAFETY: every caller passes an 8-byte multiple inside the owner's mapping
+        // (entries' seq words, consumed words), which lives as long as `self`;
+        // page-aligned base, so aligned; these words are only ever accessed atomically.
+        unsafe { AtomicU64::from_ptr(self.mailbox.peer_ptr(owner).add(off).cast::<u64>()) }
+    }
+
+    fn slot(channel: u32, seq: u64) -> usize {
+        channel as usize * DEPTH + (seq % DEPTH as u64) as usize
     }
 
     fn seq_of(&self, owner: usize, slot: usize) -> &AtomicU64 {
-        self.word(owner, slot, 0)
+        self.word(owner, slot * ENTRY)
     }
 
-    fn ack_of(&self, owner: usize, slot: usize) -> &AtomicU64 {
-        self.word(owner, slot, ENTRY - 8)
+    /// In `owner`'s mailbox: the seq below which `owner` has read every entry of `src`'s
+    /// on `channel`.
+    fn consumed_of(&self, owner: usize, channel: u32, src: usize) -> &AtomicU64 {
+        self.word(owner, SLOTS * ENTRY + (channel as usize * self.world + src) * 8)
     }
 
-    /// Exchanges this call's buffer (`bytes` at `ptr`, this rank's `what`) with every
-    /// peer; returns where every rank's buffer is mapped in this process (this rank's
-    /// own: `ptr`). `seq` is the channel's count of such calls, starting at 1, the same
-    /// on every rank. Every rank gets the same answer when a rank cannot share its buffer
-    /// (`Shared::Unshareable`, logged once by that rank), and the same error when the
-    /// sizes differ.
+    /// Records that this rank read peer `p`'s entry `seq` of `channel`.
+    fn mark_read(&self, channel: u32, p: usize, seq: u64) {
+        let mut all = self.consumed.lock().unwrap_or_else(|e| e.into_inner());
+        let c = all.entry((channel, p)).or_default();
+        c.above.insert(seq);
+        while c.above.remove(&(c.floor + 1)) {
+            c.floor += 1;
+        }
+        self.consumed_of(self.rank, channel, p).store(c.floor, Ordering::Release);
+    }
+
+    /// Writes this rank's entry of call `seq` of `channel`, once every peer has read the
+    /// entry it replaces (a wait only when a peer is `DEPTH` calls of the channel behind).
+    fn post(&self, core: &GroupCore, channel: u32, seq: u64, mine: &Entry) -> Result<()> {
+        let slot = Self::slot(channel, seq);
+        if seq > DEPTH as u64 {
+            let want = seq - DEPTH as u64;
+            for p in (0..self.world).filter(|&p| p != self.rank) {
+                let w = self.consumed_of(p, channel, self.rank);
+                core.spin_until(
+                    p,
+                    || (w.load(Ordering::Acquire) >= want).then_some(()),
+                    |s: u64| {
+                        format!(
+                            "its reading of this rank's address of call {want} on channel {channel} (it read up to \
+                             {s})"
+                        )
+                    },
+                    || w.load(Ordering::Relaxed),
+                )?;
+            }
+        }
+        self.mailbox.write(self.rank, slot * ENTRY + 8, &mine.to_bytes())?;
+        self.seq_of(self.rank, slot).store(seq, Ordering::Release);
+        Ok(())
+    }
+
+    /// Every rank's entry of call `seq` of `channel` (this rank's: `mine`), waiting for
+    /// the peers that have not posted it yet.
+    fn read_entries(&self, core: &GroupCore, channel: u32, seq: u64, mine: Entry, what: &str) -> Result<Vec<Entry>> {
+        let slot = Self::slot(channel, seq);
+        let mut entries = Vec::with_capacity(self.world);
+        for p in 0..self.world {
+            if p == self.rank {
+                entries.push(mine);
+                continue;
+            }
+            let word = self.seq_of(p, slot);
+            let seen = core.spin_until(
+                p,
+                || {
+                    let w = word.load(Ordering::Acquire);
+                    (w >= seq).then_some(w)
+                },
+                |w: u64| format!("its {what}'s address on channel {channel} (call {seq}, its mailbox holds {w})"),
+                || word.load(Ordering::Relaxed),
+            )?;
+            if seen != seq {
+                return Err(core.fail(Error::GroupFailed(format!(
+                    "rank {}: rank {p} is at another call of channel {channel}'s address exchange ({seen}, this rank \
+                     {seq}): the ranks' calls with map_ordinary differ",
+                    core.rank
+                ))));
+            }
+            let mut b = [0u8; BODY];
+            self.mailbox.read(p, slot * ENTRY + 8, &mut b)?;
+            entries.push(Entry::from_bytes(&b));
+            self.mark_read(channel, p, seq);
+        }
+        Ok(entries)
+    }
+
+    /// Publishes this call's buffer (`bytes` at `ptr`, this rank's `what`, call `seq` of
+    /// `channel`, counted from 1 alike on every rank; `predict`: whether the caller can
+    /// have a prediction checked) and returns where every rank's
+    /// buffer is mapped in this process (this rank's own: `ptr`).
+    ///
+    /// NOTE [addresses predicted]. When this rank made the same call (channel, address,
+    /// bytes) before, the peers' addresses are predicted from what they were then, and
+    /// the call does not wait for anyone: the returned [`Exchanged`] says so, and the
+    /// caller has [`PeerMaps::verify`] check it against the peers' entries (off the
+    /// calling thread) before anything reads what the predicted copies wrote. Otherwise
+    /// it waits for every peer's entry of the call and opens what is not open yet: an
+    /// open that fails fails the group (every peer then fails its call, naming this
+    /// rank), and a rank that cannot share its buffer makes every rank that read the
+    /// entries stage the call (`Shared::Unshareable`).
     ///
     /// The peers' allocations it used stay pinned (never closed) until [`PeerMaps::settle`]
     /// gives the watchdog's sequence number of the call; `done_before(s)` says whether
@@ -178,52 +340,43 @@ impl PeerMaps {
     pub(crate) fn exchange(
         &self,
         core: &GroupCore,
-        channel: u32,
-        seq: u64,
-        ptr: u64,
-        bytes: usize,
-        what: &str,
+        (channel, seq): (u32, u64),
+        (ptr, bytes): (u64, usize),
+        (what, predict): (&str, bool),
         done_before: &dyn Fn(u64) -> bool,
     ) -> Result<Shared> {
         let (rank, world) = (core.rank, core.world);
-        let slot = 2 * channel as usize + (seq % 2) as usize;
         self.device.bind_to_thread()?;
         // The cache is locked only around its own use, never while waiting for peers:
         // threads driving other channels exchange meanwhile (holding it across the wait
         // deadlocks two ranks whose threads reach two channels in opposite orders).
-        let described = {
+        let key: PredictionKey = (channel, ptr, bytes as u64);
+        let (described, predicted) = {
             let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            self.describe(&mut cache, ptr, bytes)
+            let d = self.describe(&mut cache, ptr, bytes);
+            let predicted = match d {
+                Ok(_) if predict => Self::predict(&mut cache, rank, key, ptr),
+                _ => None,
+            };
+            (d, predicted)
         };
         let (mine, local_err) = match described {
             Ok(e) => (e, None),
-            Err(e) => (
-                Entry {
-                    buffer_id: 0,
-                    base: 0,
-                    size: 0,
-                    offset: 0,
-                    bytes: bytes as u64,
-                    flags: UNSHAREABLE,
-                    handle: [0; raw::ipc::HANDLE_BYTES],
-                },
-                Some(e),
-            ),
+            Err(e) => (Entry::unshareable(bytes), Some(e)),
         };
-        self.mailbox.write(rank, slot * ENTRY + 8, &mine.to_bytes())?;
-        self.seq_of(rank, slot).store(seq, Ordering::Release);
-        let mut entries = Vec::with_capacity(world);
-        for p in 0..world {
-            if p == rank {
-                entries.push(mine);
-                continue;
+        if let Err(e) = self.post(core, channel, seq, &mine) {
+            if let Some(ex) = &predicted {
+                self.unpin(ex);
             }
-            self.wait_for(core, p, slot, 0, seq, channel, &format!("its {what}'s address"))?;
-            let mut b = [0u8; BODY];
-            self.mailbox.read(p, slot * ENTRY + 8, &mut b)?;
-            entries.push(Entry::from_bytes(&b));
+            return Err(e);
         }
-        // Decided alike on every rank, from the same entries, before anything is opened.
+        if let Some(ex) = predicted {
+            self.predicted.fetch_add(1, Ordering::Relaxed);
+            return Ok(Shared::Mapped(ex));
+        }
+        self.blocking.fetch_add(1, Ordering::Relaxed);
+        let entries = self.read_entries(core, channel, seq, mine, what)?;
+        // Decided alike on every rank that read the entries, before anything is opened.
         if let Some(first) = entries.iter().position(|e| e.flags & UNSHAREABLE != 0) {
             let why = match local_err {
                 Some(e) => self.warn_once(format!("rank {rank}: the {what}: {e}")),
@@ -237,88 +390,119 @@ impl PeerMaps {
                 e.bytes
             )));
         }
-        // Open what is not open yet, and pin it; then a second round, so that a rank
-        // whose open failed makes every rank stage rather than wait in barriers for it.
         let mut addrs = Vec::with_capacity(world);
         let mut keys = Vec::with_capacity(world);
-        let opened: Result<()> = {
-            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            let mut r = Ok(());
-            for (p, e) in entries.iter().enumerate() {
-                if p == rank {
-                    addrs.push(ptr);
-                    continue;
-                }
-                match self.open(&mut cache, rank, p, e, done_before) {
-                    Ok(local) => {
-                        cache.opened.get_mut(&(p, e.buffer_id)).expect("just opened").pins += 1;
-                        keys.push((p, e.buffer_id));
-                        addrs.push(local + e.offset);
-                    }
-                    Err(err) => {
-                        r = Err(err);
-                        break;
-                    }
-                }
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        for (p, e) in entries.iter().enumerate() {
+            if p == rank {
+                addrs.push(ptr);
+                continue;
             }
-            r
-        };
-        let ok = opened.is_ok();
-        self.ack_of(rank, slot).store(seq << 1 | ok as u64, Ordering::Release);
-        let mut failed = (!ok).then_some(rank);
-        for p in (0..world).filter(|&p| p != rank) {
-            let ack =
-                self.wait_for(core, p, slot, ENTRY - 8, seq << 1, channel, "its mapping of this rank's buffer")?;
-            if ack & 1 == 0 && failed.is_none() {
-                failed = Some(p);
+            match self.open(&mut cache, rank, p, e, done_before) {
+                Ok(local) => {
+                    cache.opened.get_mut(&(p, e.buffer_id)).expect("just opened").pins += 1;
+                    keys.push((p, e.buffer_id));
+                    addrs.push(local + e.offset);
+                }
+                Err(err) => {
+                    drop(cache);
+                    self.unpin(&Exchanged { addrs, keys, predicted: None });
+                    // The peers will wait for this rank in the call's barriers: the
+                    // group fails, and they name this rank.
+                    return Err(core.fail(Error::GroupFailed(format!("rank {rank}: mapping the peers' {what}: {err}"))));
+                }
             }
         }
-        let ex = Exchanged { addrs, keys };
-        match (failed, opened) {
-            (None, _) => Ok(Shared::Mapped(ex)),
-            (Some(first), opened) => {
-                self.unpin(&ex);
-                let why = match opened {
-                    Err(e) => self.warn_once(format!("rank {rank}: mapping the peers' {what}: {e}")),
-                    Ok(()) => format!("rank {first} could not map its peers' {what} (its log says why)"),
-                };
-                Ok(Shared::Unshareable { why })
-            }
-        }
+        Self::remember(&mut cache, key, entries.iter().map(Entry::place).collect());
+        Ok(Shared::Mapped(Exchanged { addrs, keys, predicted: None }))
     }
 
-    /// Spins until peer `p`'s word at `off` of mailbox `slot` reaches `want` (a call's
-    /// seq, or seq << 1 for acks, whose low bit is a verdict); returns the word.
+    /// The addresses of call `key` from the places its last run found, pinned; `None`
+    /// when it never ran or a peer's allocation is no longer open.
+    fn predict(cache: &mut Cache, rank: usize, key: PredictionKey, ptr: u64) -> Option<Exchanged> {
+        let places = cache.predictions.get(&key)?.clone();
+        let mut addrs = Vec::with_capacity(places.len());
+        let mut keys = Vec::with_capacity(places.len());
+        for (p, pl) in places.iter().enumerate() {
+            if p == rank {
+                addrs.push(ptr);
+                continue;
+            }
+            let o = cache.opened.get(&(p, pl.buffer_id))?;
+            addrs.push(o.local + pl.offset);
+            keys.push((p, pl.buffer_id));
+        }
+        for k in &keys {
+            cache.opened.get_mut(k).expect("looked up above").pins += 1;
+        }
+        Some(Exchanged { addrs, keys, predicted: Some((key, places)) })
+    }
+
+    fn remember(cache: &mut Cache, key: PredictionKey, places: Vec<Place>) {
+        if cache.predictions.len() >= MAX_PREDICTIONS && !cache.predictions.contains_key(&key) {
+            cache.predictions.clear();
+        }
+        cache.predictions.insert(key, places);
+    }
+
+    /// Checks the predicted addresses of call `seq` of `channel` (NOTE [addresses
+    /// predicted]) against the peers' entries, waiting for those not posted yet; returns
+    /// the peers whose buffer is elsewhere, with where it is mapped now (opened if
+    /// needed, pinned until every call below `call + 1` completed: `call` is the
+    /// watchdog's number of the call). The prediction is updated either way. A peer
+    /// that cannot share its buffer any more, or a different size, fails the group.
     #[allow(clippy::too_many_arguments)]
-    fn wait_for(
+    pub(crate) fn verify(
         &self,
         core: &GroupCore,
-        p: usize,
-        slot: usize,
-        off: usize,
-        want: u64,
         channel: u32,
+        seq: u64,
+        ex: &Exchanged,
+        call: u64,
         what: &str,
-    ) -> Result<u64> {
-        let word = self.word(p, slot, off);
-        let strip = |w: u64| if off == 0 { w } else { w & !1 };
-        let seen = core.spin_until(
-            p,
-            || {
-                let w = word.load(Ordering::Acquire);
-                (strip(w) >= want).then_some(w)
-            },
-            |w: u64| format!("{what} on channel {channel} (mailbox word {want:#x}, saw {w:#x})"),
-            || word.load(Ordering::Relaxed),
-        )?;
-        if strip(seen) != want {
-            return Err(core.fail(Error::GroupFailed(format!(
-                "rank {}: rank {p} is at another call of channel {channel}'s address exchange ({seen:#x}, this rank \
-                 {want:#x}): the ranks' calls with map_ordinary differ",
-                core.rank
-            ))));
+        done_before: &dyn Fn(u64) -> bool,
+    ) -> Result<Vec<Miss>> {
+        let rank = core.rank;
+        let Some((key, places)) = &ex.predicted else { return Ok(Vec::new()) };
+        self.device.bind_to_thread()?;
+        // This rank's own entry is not read back: the placeholder is never compared.
+        let entries = self.read_entries(core, channel, seq, Entry::unshareable(0), what)?;
+        let mut misses = Vec::new();
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        for (p, e) in entries.iter().enumerate() {
+            if p == rank || e.place() == places[p] {
+                continue;
+            }
+            if e.flags & UNSHAREABLE != 0 || e.bytes != key.2 {
+                let why = if e.flags & UNSHAREABLE != 0 {
+                    format!("rank {p} could not share its {what} of call {seq} on channel {channel} any more")
+                } else {
+                    format!("rank {p}'s {what} has {} bytes, this rank's {}", e.bytes, key.2)
+                };
+                return Err(core.fail(Error::GroupFailed(format!(
+                    "rank {rank}: {why}, after this rank predicted where it was (NOTE [addresses predicted]): every \
+                     rank must make the same calls, from memory that stays shareable"
+                ))));
+            }
+            let local = match self.open(&mut cache, rank, p, e, done_before) {
+                Ok(l) => l,
+                Err(err) => {
+                    return Err(core.fail(Error::GroupFailed(format!("rank {rank}: mapping the peers' {what}: {err}"))));
+                }
+            };
+            let o = cache.opened.get_mut(&(p, e.buffer_id)).expect("just opened");
+            o.used_before = o.used_before.max(call + 1);
+            misses.push(Miss { peer: p, addr: local + e.offset });
         }
-        Ok(seen)
+        if !misses.is_empty() {
+            self.mispredicted.fetch_add(1, Ordering::Relaxed);
+            let mut now = places.clone();
+            for m in &misses {
+                now[m.peer] = entries[m.peer].place();
+            }
+            Self::remember(&mut cache, *key, now);
+        }
+        Ok(misses)
     }
 
     fn warn_once(&self, why: String) -> String {
@@ -439,11 +623,14 @@ impl PeerMaps {
                 e.offset, e.bytes, e.size
             )));
         }
-        // The peer freed what overlaps this allocation: close the old mappings.
+        // The peer freed what overlaps this allocation: close the old mappings that no
+        // call in flight uses (a predicted call may still read one: NOTE [addresses
+        // predicted]; those go once idle, as the least recently used).
         let mut stale: Vec<(usize, u64)> = cache
             .opened
             .iter()
             .filter(|((q, _), o)| *q == p && o.peer_base < e.base + e.size && e.base < o.peer_base + o.size)
+            .filter(|(_, o)| o.pins == 0 && done_before(o.used_before))
             .map(|(k, _)| *k)
             .collect();
         // Too many open: the least recently used whose calls all completed.
@@ -461,9 +648,8 @@ impl PeerMaps {
         }
         for k in stale {
             if let Some(o) = cache.opened.remove(&k) {
-                // SAFETY: either the peer freed the allocation after the calls that read
-                // it, which ended with a barrier (module docs), or every call that used
-                // it has completed (`done_before`).
+                // SAFETY: unpinned, and every call that used it has completed
+                // (`done_before`).
                 unsafe { Self::close(self.rank, o) };
             }
         }

@@ -7,7 +7,7 @@
 //! one host (same boot id), and gives the ranks a common group id, from which the
 //! abstract socket names derive.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -51,6 +51,8 @@ pub(crate) struct GroupCore {
     pub(crate) mesh: Mesh,
     pub(crate) infos: Vec<PeerInfo>,
     store: Mutex<StoreSlot>,
+    /// The store's count of waits (`StoreSlot::waits`), read without its lock.
+    store_waits: Arc<AtomicU64>,
     /// Breaks off a store wait in progress on `abort` (the waiting thread holds `store`),
     /// where the store can (lowcon's can; a framework's wait ends at its timeout).
     store_interrupt: Option<lowcon_store::StoreInterrupter>,
@@ -126,11 +128,22 @@ impl Store for Shared {
 pub(crate) struct StoreSlot {
     store: Shared,
     generations: std::collections::HashMap<String, u64>,
+    /// Waits for the other ranks through the store (all-gathers, barriers, reads of
+    /// what others publish): host rendezvous, counted for `stats()`.
+    waits: Arc<AtomicU64>,
 }
 
 impl StoreSlot {
     fn new(store: Box<dyn Store>) -> Self {
-        Self { store: Shared(Arc::new(Mutex::new(store))), generations: std::collections::HashMap::new() }
+        Self {
+            store: Shared(Arc::new(Mutex::new(store))),
+            generations: std::collections::HashMap::new(),
+            waits: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn waited(&self) {
+        self.waits.fetch_add(1, Ordering::Relaxed);
     }
 
     fn next(&mut self, name: &str) -> u64 {
@@ -154,6 +167,7 @@ impl StoreSlot {
         gone: Watch<'_>,
     ) -> Result<Vec<Vec<u8>>> {
         use lowcon_store::kv::all_gather_key;
+        self.waited();
         let generation = self.next(name);
         self.store.set(&all_gather_key(name, generation, rank), data)?;
         let keys: Vec<String> = (0..world).map(|r| all_gather_key(name, generation, r)).collect();
@@ -186,6 +200,7 @@ impl StoreSlot {
 
     /// A barrier of `world` ranks.
     pub(crate) fn barrier(&mut self, name: &str, world: usize, timeout: Duration) -> Result<()> {
+        self.waited();
         let generation = self.next(name);
         Ok(lowcon_store::kv::barrier(&mut self.store, name, generation, world, timeout)?)
     }
@@ -199,6 +214,7 @@ impl StoreSlot {
     }
 
     pub(crate) fn multi_get(&mut self, keys: &[&str], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        self.waited();
         Ok(self.store.multi_get(keys, timeout)?)
     }
 }
@@ -340,11 +356,18 @@ impl GroupCore {
             mesh,
             infos,
             store_interrupt,
+            store_waits: store.waits.clone(),
             store: Mutex::new(store),
             next_alloc: Mutex::new(0),
             failed: Mutex::new(None),
             broken: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// Host rendezvous this rank made through the store since the group was made
+    /// (its creation's included).
+    pub(crate) fn store_rendezvous(&self) -> u64 {
+        self.store_waits.load(Ordering::Relaxed)
     }
 
     pub(crate) fn store(&self) -> MutexGuard<'_, StoreSlot> {

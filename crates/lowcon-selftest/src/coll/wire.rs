@@ -144,6 +144,9 @@ fn delta(a: &CollStats, b: &CollStats) -> CollStats {
         fallback_bytes: b.fallback_bytes - a.fallback_bytes,
         wire_pieces: b.wire_pieces - a.wire_pieces,
         fallback_pieces: b.fallback_pieces - a.fallback_pieces,
+        host_rendezvous: b.host_rendezvous - a.host_rendezvous,
+        predicted_calls: b.predicted_calls - a.predicted_calls,
+        mispredicted_calls: b.mispredicted_calls - a.mispredicted_calls,
     }
 }
 

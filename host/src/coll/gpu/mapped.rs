@@ -10,22 +10,24 @@ use crate::memory::mapped::{Exchanged, Shared};
 impl GpuColl {
     /// Closes the peer allocations no call in flight uses; returns how many.
     pub(crate) fn release_mappings(&self) -> Result<usize> {
-        self.maps.release_idle(&|s| self.sync.done_before(s))
+        self.mapping.maps.release_idle(&|s| self.sync.done_before(s))
     }
 
     /// Peer allocations opened for `map_ordinary` calls.
     pub(crate) fn mapped_allocations(&self) -> usize {
-        self.maps.opened()
+        self.mapping.maps.opened()
     }
 
     /// The next exchange of the channel `st`: every rank's address of `bytes` at `ptr`
-    /// (pinned until [`GpuColl::track_mapped`]).
+    /// (pinned until [`GpuColl::track_mapped`]), predicted when `predict` allows and
+    /// this rank made the same call before (NOTE [addresses predicted]: the caller then
+    /// has the verifier check it).
     /// `Ok(None)`: a rank cannot share its buffer, so the call stages it (every rank
     /// decides the same), or is refused when staging is off.
     pub(super) fn exchange(
         &self,
         st: &mut ChannelState,
-        allow_staging: bool,
+        (allow_staging, predict): (bool, bool),
         channel: u32,
         (ptr, bytes): (u64, usize),
         what: &str,
@@ -34,7 +36,7 @@ impl GpuColl {
         // part in the exchange, so the sequence numbers stay equal.
         st.map_seq += 1;
         let done = |s: u64| self.sync.done_before(s);
-        match self.maps.exchange(&self.sync.core, channel, st.map_seq, ptr, bytes, what, &done)? {
+        match self.mapping.maps.exchange(&self.sync.core, (channel, st.map_seq), (ptr, bytes), (what, predict), &done)? {
             Shared::Mapped(ex) => Ok(Some(ex)),
             Shared::Unshareable { .. } if allow_staging => Ok(None),
             Shared::Unshareable { why, .. } => Err(Error::InvalidArgument(format!(
@@ -45,12 +47,13 @@ impl GpuColl {
         }
     }
 
-    /// Registers the call just enqueued with the watchdog, and unpins its mappings.
-    pub(super) fn track_mapped(&self, stream: &Stream, ex: Option<&Exchanged>) -> Result<()> {
+    /// Registers the call just enqueued with the watchdog, and unpins its mappings;
+    /// returns the watchdog's number of the call.
+    pub(super) fn track_mapped(&self, stream: &Stream, ex: Option<&Exchanged>) -> Result<u64> {
         let call = self.sync.track(stream)?;
         if let Some(ex) = ex {
-            self.maps.settle(ex, call);
+            self.mapping.maps.settle(ex, call);
         }
-        Ok(())
+        Ok(call)
     }
 }

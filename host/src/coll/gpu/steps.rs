@@ -51,10 +51,10 @@ impl GpuColl {
 
     /// Registers an eager call with the watchdog (and its mapped inputs); a captured
     /// call is registered by each replay instead (`track_replay`).
-    pub(super) fn finish(&self, stream: &Stream, mode: Mode, peers: Option<&Exchanged>) -> Result<()> {
+    pub(super) fn finish(&self, stream: &Stream, mode: Mode, peers: Option<&Exchanged>) -> Result<u64> {
         match mode {
             Mode::Eager => self.track_mapped(stream, peers),
-            Mode::Captured => Ok(()),
+            Mode::Captured => Ok(0),
         }
     }
 

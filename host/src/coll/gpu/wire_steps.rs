@@ -42,7 +42,14 @@ impl GpuColl {
     /// The counters: the host's, plus the fallbacks the GPU counted (read from the pad
     /// on the side stream, bounded).
     pub(crate) fn stats(&self) -> Result<crate::coll::CollStats> {
-        Ok(self.counters.read(self.sync.read_stats()?))
+        use std::sync::atomic::Ordering::Relaxed;
+        let maps = &self.mapping.maps;
+        Ok(crate::coll::CollStats {
+            host_rendezvous: self.sync.core.store_rendezvous() + maps.blocking.load(Relaxed),
+            predicted_calls: maps.predicted.load(Relaxed),
+            mispredicted_calls: maps.mispredicted.load(Relaxed),
+            ..self.counters.read(self.sync.read_stats()?)
+        })
     }
 
     /// The split-wire reduce-scatter (see the module docs): `input` and `output` are
