@@ -288,15 +288,19 @@ def format_bytes(docs: Sequence[Dict[str, Any]]) -> str:
     """Bytes per step to and from peers, per rank, as lowcon's counters saw them
     (`bytes_per_step`): every byte, the bf16 wire's top halves, its fallbacks."""
     head = ("shape", "tok/rank", "rdtype", "mode", "GB/step", "all-gather GB", "reduce-scatter GB", "wire GB",
-            "fallback GB", "fallback pieces")
+            "fallback GB", "fallback pieces", "rendezvous", "predicted (missed)")
     lines = []
     for d in docs:
         for m, b in d.get("bytes_per_step", {}).items():
             gb = lambda k: f"{b.get(k, 0) / 1e9:.3f}"  # noqa: E731
             pieces = f"{b.get('fallback_pieces', 0)} / {b.get('wire_pieces', 0)}"
+            # Host rendezvous and predicted map_ordinary calls in the step (NOTE
+            # [addresses predicted]); absent from runs before they were counted.
+            meets = str(b["host_rendezvous"]) if "host_rendezvous" in b else "-"
+            pred = f"{b['predicted_calls']} ({b.get('mispredicted_calls', 0)})" if "predicted_calls" in b else "-"
             lines.append((d["shape"], str(d["tokens_per_rank"]), d["reduce_dtype"], m, gb("total_bytes"),
                           gb("all_gather_bytes"), gb("reduce_scatter_bytes"), gb("wire_bytes"), gb("fallback_bytes"),
-                          pieces))
+                          pieces, meets, pred))
     if not lines:
         return ""
     widths = [max(len(h), *(len(str(l[i])) for l in lines)) for i, h in enumerate(head)]

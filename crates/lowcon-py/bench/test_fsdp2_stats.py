@@ -299,6 +299,10 @@ def test_wire_modes_and_the_bytes_table():
     text = st.format_bytes(docs)
     assert "lowcon@wire=bf16" in text and "7.700" in text and "2.570" in text and "0 / 96" in text, text
     assert st.format_bytes([{"shape": "x", "tokens_per_rank": 1, "reduce_dtype": "fp32"}]) == ""
+    # Rendezvous and predicted calls per step, when the run counted them.
+    docs[0]["bytes_per_step"]["lowcon@wire=bf16"].update(host_rendezvous=0, predicted_calls=25, mispredicted_calls=2)
+    row = [l for l in st.format_bytes(docs).splitlines() if l.startswith("4096x12")][0].split()
+    assert row[-3:] == ["0", "25", "(2)"], row
 
 
 def test_memory_table():

@@ -240,6 +240,11 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
         checked += res?;
         calls += 50;
     }
+    // NOTE [addresses predicted]: the same call again makes no host rendezvous, and a
+    // rank whose peers' buffers moved still gets the right result.
+    let (c, k) = predicted_calls(r, sync)?;
+    checked += c;
+    calls += k;
     // Sizes that differ between ranks: refused on every rank, naming the size.
     let n = 1000 + if rank == 0 { 8 } else { 0 };
     let out = Legacy::new(4 * (n + 8) * world)?;
@@ -296,6 +301,68 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     Ok(format!(
         "map_ordinary {sync:?}: {calls} calls, {checked} elements ok, {open} peer allocations open, then released; two channels from two threads at once; differing sizes refused, unshareable memory staged (or refused without staging) on every rank"
     ))
+}
+
+/// Predicted addresses (NOTE [addresses predicted]), every result checked: 12 calls on
+/// the same buffers make one host rendezvous (the first) on every rank and predict the
+/// other 11; then rank 0 keeps its input while every other rank alternates between two
+/// allocations and, halfway, frees one and allocates it again (a new buffer id, most
+/// likely at the same address): rank 0's predictions miss and are fixed by copies, the
+/// others' hold. Returns the checked elements and the calls.
+fn predicted_calls(r: &GpuRunner, sync: SyncMethod) -> Result<(usize, usize), String> {
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let n = 3 << 18;
+    let opts = AllGatherOptions {
+        algorithm: AllGatherAlgorithm::CePull,
+        sync: Some(sync),
+        channel: 2,
+        map_ordinary: Some(true),
+        ..Default::default()
+    };
+    let seed = seed_of_rank0(|mine| r.g.all_gather_bytes("mapped-predicted", mine))?;
+    let out = Legacy::new(4 * n * world)?;
+    let mut bufs = [Legacy::new(4 * n)?, Legacy::new(4 * n)?];
+    let mut checked = 0;
+    let upload = |ptr: u64, s: u64| -> Result<(), String> {
+        let data = input_bytes(DType::F32, s, rank, 0, n);
+        // SAFETY: `ptr` holds n f32; synchronous copy.
+        unsafe { raw::mem_op::copy_from_host(r.stream.raw(), ptr, &data) }.map_err(e)
+    };
+    let before = r.g.stats().map_err(e)?;
+    for i in 0..12u64 {
+        upload(bufs[0].ptr, seed ^ i)?;
+        checked += gather_checked(r, r.stream, &opts, bufs[0].ptr, out.ptr, n, seed ^ i, &format!("same call {i}"))?;
+    }
+    let mid = r.g.stats().map_err(e)?;
+    let (meets, predicted) =
+        (mid.host_rendezvous - before.host_rendezvous, mid.predicted_calls - before.predicted_calls);
+    if meets != 1 || predicted != 11 || mid.mispredicted_calls != before.mispredicted_calls {
+        return Err(format!(
+            "rank {rank}: 12 identical map_ordinary calls made {meets} host rendezvous (want 1) and predicted \
+             {predicted} (want 11), {} mispredicted (want 0)",
+            mid.mispredicted_calls - before.mispredicted_calls
+        ));
+    }
+    for i in 0..12u64 {
+        if rank != 0 && i == 6 {
+            bufs[1] = Legacy::new(4 * n)?;
+        }
+        let src = if rank == 0 { bufs[0].ptr } else { bufs[(i % 2) as usize].ptr };
+        let s = seed ^ (100 + i);
+        upload(src, s)?;
+        checked += gather_checked(r, r.stream, &opts, src, out.ptr, n, s, &format!("moving peers, call {i}"))?;
+    }
+    let end = r.g.stats().map_err(e)?;
+    let missed = end.mispredicted_calls - mid.mispredicted_calls;
+    // Rank 0 predicts all 12 (its call never changes) and misses whenever the peers'
+    // buffer differs from its last call's: every call but the first.
+    if rank == 0 && missed < 11 {
+        return Err(format!("rank 0: peers alternating buffers: {missed} of 12 calls mispredicted (want 11)"));
+    }
+    if rank != 0 && missed != 0 {
+        return Err(format!("rank {rank}: rank 0 kept its buffer, yet {missed} calls mispredicted"));
+    }
+    Ok((checked, 24))
 }
 
 /// VMM memory without an IPC handle type: `cuIpcGetMemHandle` refuses it.
