@@ -491,6 +491,17 @@ impl Group {
         Ok(d)
     }
 
+    /// Whether `map_ordinary` all-gathers predict the peers' addresses (GPU; nothing on
+    /// the host backend). NOTE [addresses predicted].
+    fn set_address_prediction(&self, on: bool) -> PyResult<()> {
+        self.with(|b| {
+            if let Some(g) = b.as_gpu() {
+                g.set_address_prediction(on);
+            }
+            Ok(())
+        })
+    }
+
     /// Closes the peer allocations `map_ordinary` calls opened that no call in flight
     /// uses (GPU; 0 on the host backend). Returns how many.
     fn release_mappings(&self) -> PyResult<usize> {

@@ -96,7 +96,17 @@ class Model(nn.Module):
         return self.head(self.norm(x))
 
 
-def train(mode, reduce_dtype=torch.float32, factor=None, group=None, mesh=None, **lowcon_args):
+# The group's counters over the last lowcon run's steps after the second (`train`).
+STEADY = {}
+
+
+def train(mode, reduce_dtype=torch.float32, factor=None, group=None, mesh=None, churn=False, predict=True,
+          **lowcon_args):
+    """`churn`: every step another sequence length, `empty_cache()` every other step, and
+    on each rank a live tensor of a rank- and step-dependent size, so that torch's
+    allocator puts FSDP2's buffers elsewhere on each rank and step (NOTE [addresses
+    predicted] must then fix what it predicted). `predict`: the group's address
+    prediction (set back on afterwards)."""
     torch.manual_seed(0)  # the same weights on every rank and in every mode
     model = Model().to(dev)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
@@ -116,12 +126,23 @@ def train(mode, reduce_dtype=torch.float32, factor=None, group=None, mesh=None, 
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     gen = torch.Generator(device=dev).manual_seed(1000 + rank)  # each rank its own batch
     losses = []
-    for _ in range(STEPS):
+    grp = group or g
+    if mode == "lowcon":
+        grp.set_address_prediction(predict)
+    for step in range(STEPS):
+        if mode == "lowcon" and step == 2:
+            before = grp.stats()
+        seq, junk = SEQ, None
+        if churn:
+            seq = SEQ - 16 * ((step * 7 + 3) % 5)
+            if step % 2:
+                torch.cuda.empty_cache()
+            junk = torch.empty((rank + 1) * (1 << 18) + step * 12345, dtype=torch.uint8, device=dev)
         # A learnable pattern (each token is the previous plus a per-row stride), so the
         # loss falls fast and a wrongly scaled gradient shows. Random tokens barely train.
         start = torch.randint(0, VOCAB, (BATCH, 1), device=dev, generator=gen)
         stride = torch.randint(1, 4, (BATCH, 1), device=dev, generator=gen)
-        tokens = (start + stride * torch.arange(SEQ + 1, device=dev)) % VOCAB
+        tokens = (start + stride * torch.arange(seq + 1, device=dev)) % VOCAB
         logits = model(tokens[:, :-1])
         loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
         loss.backward()
@@ -137,7 +158,14 @@ def train(mode, reduce_dtype=torch.float32, factor=None, group=None, mesh=None, 
         mean = loss.detach().clone()
         dist.all_reduce(mean)  # SUM: Gloo has no AVG
         losses.append(mean.item() / world)
+        del junk
     g.check()
+    if mode == "lowcon":
+        torch.cuda.synchronize()
+        after = grp.stats()
+        STEADY.clear()
+        STEADY.update({k: after[k] - before[k] for k in ("host_rendezvous", "predicted_calls", "mispredicted_calls")})
+        grp.set_address_prediction(True)
     if mode == "lowcon" and lowcon_args.get("all_gather_memory") == "torch" and world > 1:
         # The all-gathers read torch's memory in place: peers' segments were opened.
         grp = group or g
@@ -209,6 +237,30 @@ for name, ref, args in runs:
     lines.append(f"  {name:<36} max |loss - {REFNAME}| {d:.2e} (tolerance {t:.2e})")
     if not d <= t:
         fail(f"lowcon {name}: losses {got} differ from {REFNAME}'s {ref} by {d:.3e} > {t:.3e}")
+# NOTE [addresses predicted]. With torch memory in steady state the all-gathers make no
+# host rendezvous (the reduce-scatters go over the bf16 wire or the pool's ways: none
+# either), and the losses are those of the path that waits for every peer's address,
+# bit for bit.
+got = train("lowcon", all_gather_memory="torch", reduce_scatter_memory="torch")
+steady = dict(STEADY)
+unpredicted = train("lowcon", all_gather_memory="torch", reduce_scatter_memory="torch", predict=False)
+plain = dict(STEADY)
+lines.append(f"  {'torch memory, steps 3..' + str(STEPS):<36} per step: {steady} (prediction off: {plain})")
+if world > 1 and (steady["host_rendezvous"] != 0 or steady["predicted_calls"] == 0):
+    fail(f"torch memory in steady state: {steady} over {STEPS - 2} steps: want no host rendezvous and predicted calls")
+if world > 1 and plain["predicted_calls"] != 0:
+    fail(f"set_address_prediction(False) still predicted: {plain}")
+if got != unpredicted:
+    fail(f"predicted addresses changed the losses: {got} against {unpredicted} without prediction")
+# Churn: other sequence lengths, empty_cache, each rank allocating differently. The
+# predictions miss and are fixed; the losses still match the reference's.
+ref_churn = train("ref", churn=True)
+got = train("lowcon", churn=True, all_gather_memory="torch", reduce_scatter_memory="torch")
+d = maxdiff(got, ref_churn)
+lines.append(f"  {'torch memory under churn':<36} max |loss - {REFNAME}| {d:.2e} (tolerance {tol(ref_churn):.2e}); "
+             f"steps 3..: {STEADY}")
+if not d <= tol(ref_churn):
+    fail(f"torch memory under churn: losses {got} differ from {REFNAME}'s {ref_churn} by {d:.3e}")
 ref_bf16_premul = train("ref", reduce_dtype=torch.bfloat16, factor=PREMUL)
 # Groups over torch's own store: the world's process group, and HSDP's shard dimension of
 # a 1 x world DeviceMesh (replication across boxes would go to NCCL; here it is 1).

@@ -416,6 +416,15 @@ impl GpuGroup {
         self.coll.release_mappings()
     }
 
+    /// Whether `map_ordinary` all-gathers predict the peers' addresses from the same
+    /// call before (NOTE [addresses predicted]; on by default). Off, every such call
+    /// waits for every peer's address (a host rendezvous per call), as before 0.4. Not
+    /// collective: a rank's choice changes only how it learns where its peers' buffers
+    /// are, never what it computes.
+    pub fn set_address_prediction(&self, on: bool) {
+        self.coll.set_address_prediction(on)
+    }
+
     /// The traffic floor of an all-gather (a measurement, not a collective): this rank's
     /// shard is copied into every peer's slot of the symmetric `output` with no barrier,
     /// so the results are garbage (`coll::gpu::floor`). Every rank makes the same call.

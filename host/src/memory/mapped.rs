@@ -197,6 +197,8 @@ pub(crate) struct PeerMaps {
     world: usize,
     /// Whether this rank has logged that it cannot share (once per group).
     warned: AtomicBool,
+    /// Whether calls that allow it are predicted (NOTE [addresses predicted]).
+    pub(crate) predicting: AtomicBool,
     /// Calls whose peers' entries the calling thread waited for.
     pub(crate) blocking: AtomicU64,
     /// Calls whose addresses were predicted, and those whose prediction missed.
@@ -218,6 +220,7 @@ impl PeerMaps {
             rank: core.rank,
             world: core.world,
             warned: AtomicBool::new(false),
+            predicting: AtomicBool::new(true),
             blocking: AtomicU64::new(0),
             predicted: AtomicU64::new(0),
             mispredicted: AtomicU64::new(0),
@@ -355,7 +358,9 @@ impl PeerMaps {
             let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
             let d = self.describe(&mut cache, ptr, bytes);
             let predicted = match d {
-                Ok(_) if predict => Self::predict(&mut cache, rank, key, ptr),
+                Ok(_) if predict && self.predicting.load(Ordering::Relaxed) => {
+                    Self::predict(&mut cache, rank, key, ptr)
+                }
                 _ => None,
             };
             (d, predicted)

@@ -290,8 +290,21 @@ class Group:
         fallback_bytes and fallback_pieces (bottom halves read where a piece was not
         bf16-exact), wire_pieces, total_bytes. Calls count as they are enqueued (a captured
         call once, not per replay); the fallbacks are counted by the GPU as its reductions run,
-        so synchronize first for the calls just enqueued."""
+        so synchronize first for the calls just enqueued. Also host_rendezvous (the blocking
+        exchanges with the other ranks through the host this rank made: the store, the
+        address mailbox; the group's creation included), and predicted_calls and
+        mispredicted_calls (all-gathers reading torch memory in place whose peer addresses
+        were predicted, and those fixed by a copy: `set_address_prediction`)."""
         return self._g.stats()
+
+    def set_address_prediction(self, on):
+        """Whether all-gathers that read the peers' torch memory in place (`map_ordinary`,
+        lowcon.fsdp's default) predict where the peers' buffers are from the same call
+        before, checked off the calling thread (on by default: no host rendezvous per call
+        in steady state). Off, every such call waits for every peer's address, as lowcon
+        0.3 did. Per rank, not collective; results are the same either way (GPU; nothing
+        on the host backend)."""
+        self._g.set_address_prediction(bool(on))
 
     def release_mappings(self):
         """Closes the peers' allocations that `map_ordinary` calls (lowcon.fsdp's torch

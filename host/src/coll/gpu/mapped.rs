@@ -13,6 +13,11 @@ impl GpuColl {
         self.mapping.maps.release_idle(&|s| self.sync.done_before(s))
     }
 
+    /// NOTE [addresses predicted] on or off for this rank.
+    pub(crate) fn set_address_prediction(&self, on: bool) {
+        self.mapping.maps.predicting.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Peer allocations opened for `map_ordinary` calls.
     pub(crate) fn mapped_allocations(&self) -> usize {
         self.mapping.maps.opened()
@@ -36,7 +41,13 @@ impl GpuColl {
         // part in the exchange, so the sequence numbers stay equal.
         st.map_seq += 1;
         let done = |s: u64| self.sync.done_before(s);
-        match self.mapping.maps.exchange(&self.sync.core, (channel, st.map_seq), (ptr, bytes), (what, predict), &done)? {
+        match self.mapping.maps.exchange(
+            &self.sync.core,
+            (channel, st.map_seq),
+            (ptr, bytes),
+            (what, predict),
+            &done,
+        )? {
             Shared::Mapped(ex) => Ok(Some(ex)),
             Shared::Unshareable { .. } if allow_staging => Ok(None),
             Shared::Unshareable { why, .. } => Err(Error::InvalidArgument(format!(
