@@ -171,6 +171,14 @@ pub(crate) enum Shared {
     },
 }
 
+/// What [`PeerMaps::verify`] found.
+pub(crate) enum Verified {
+    /// This peer has not posted its entry of the call yet.
+    Pending(usize),
+    /// The peers whose buffers were elsewhere (none: every prediction held).
+    Done(Vec<Miss>),
+}
+
 /// A peer whose buffer was not where this rank predicted: where it is.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Miss {
@@ -397,29 +405,41 @@ impl PeerMaps {
         }
         let mut addrs = Vec::with_capacity(world);
         let mut keys = Vec::with_capacity(world);
+        let mut retired = Vec::new();
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut failed = None;
         for (p, e) in entries.iter().enumerate() {
             if p == rank {
                 addrs.push(ptr);
                 continue;
             }
-            match self.open(&mut cache, rank, p, e, done_before) {
+            match self.open(&mut cache, (rank, p), e, done_before, Some(&mut retired)) {
                 Ok(local) => {
                     cache.opened.get_mut(&(p, e.buffer_id)).expect("just opened").pins += 1;
                     keys.push((p, e.buffer_id));
                     addrs.push(local + e.offset);
                 }
                 Err(err) => {
-                    drop(cache);
-                    self.unpin(&Exchanged { addrs, keys, predicted: None });
-                    // The peers will wait for this rank in the call's barriers: the
-                    // group fails, and they name this rank.
-                    return Err(core.fail(Error::GroupFailed(format!("rank {rank}: mapping the peers' {what}: {err}"))));
+                    failed = Some(err);
+                    break;
                 }
             }
         }
-        Self::remember(&mut cache, key, entries.iter().map(Entry::place).collect());
-        Ok(Shared::Mapped(Exchanged { addrs, keys, predicted: None }))
+        if failed.is_none() {
+            Self::remember(&mut cache, key, entries.iter().map(Entry::place).collect());
+        }
+        drop(cache);
+        self.close_all(retired);
+        let ex = Exchanged { addrs, keys, predicted: None };
+        match failed {
+            None => Ok(Shared::Mapped(ex)),
+            Some(err) => {
+                self.unpin(&ex);
+                // The peers will wait for this rank in the call's barriers: the group
+                // fails, and they name this rank.
+                Err(core.fail(Error::GroupFailed(format!("rank {rank}: mapping the peers' {what}: {err}"))))
+            }
+        }
     }
 
     /// The addresses of call `key` from the places its last run found, pinned; `None`
@@ -451,26 +471,37 @@ impl PeerMaps {
     }
 
     /// Checks the predicted addresses of call `seq` of `channel` (NOTE [addresses
-    /// predicted]) against the peers' entries, waiting for those not posted yet; returns
-    /// the peers whose buffer is elsewhere, with where it is mapped now (opened if
-    /// needed, pinned until every call below `call + 1` completed: `call` is the
-    /// watchdog's number of the call). The prediction is updated either way. A peer
-    /// that cannot share its buffer any more, or a different size, fails the group.
+    /// predicted]) against the peers' entries, without waiting: `Pending(p)` while peer
+    /// `p` has not posted its entry yet. Otherwise returns the peers whose buffer is
+    /// elsewhere, with where it is mapped now (opened if needed, kept open until every
+    /// call below `call + 1` completed: `call` is the watchdog's number of the call), and
+    /// updates the prediction. A peer that cannot share its buffer any more, or posted
+    /// another size, fails the group. Never closes a mapping (`open`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn verify(
         &self,
         core: &GroupCore,
-        channel: u32,
-        seq: u64,
+        (channel, seq): (u32, u64),
         ex: &Exchanged,
         call: u64,
         what: &str,
         done_before: &dyn Fn(u64) -> bool,
-    ) -> Result<Vec<Miss>> {
+    ) -> Result<Verified> {
         let rank = core.rank;
-        let Some((key, places)) = &ex.predicted else { return Ok(Vec::new()) };
-        self.device.bind_to_thread()?;
-        // This rank's own entry is not read back: the placeholder is never compared.
+        let Some((key, places)) = &ex.predicted else { return Ok(Verified::Done(Vec::new())) };
+        let slot = Self::slot(channel, seq);
+        for p in (0..self.world).filter(|&p| p != rank) {
+            let seen = self.seq_of(p, slot).load(Ordering::Acquire);
+            if seen < seq {
+                return Ok(Verified::Pending(p));
+            }
+            if seen != seq {
+                return Err(core.fail(Error::GroupFailed(format!(
+                    "rank {rank}: rank {p} is at another call of channel {channel}'s address exchange ({seen}, this \
+                     rank {seq}): the ranks' calls with map_ordinary differ"
+                ))));
+            }
+        }
         let entries = self.read_entries(core, channel, seq, Entry::unshareable(0), what)?;
         let mut misses = Vec::new();
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
@@ -489,7 +520,7 @@ impl PeerMaps {
                      rank must make the same calls, from memory that stays shareable"
                 ))));
             }
-            let local = match self.open(&mut cache, rank, p, e, done_before) {
+            let local = match self.open(&mut cache, (rank, p), e, done_before, None) {
                 Ok(l) => l,
                 Err(err) => {
                     return Err(core.fail(Error::GroupFailed(format!("rank {rank}: mapping the peers' {what}: {err}"))));
@@ -507,7 +538,7 @@ impl PeerMaps {
             }
             Self::remember(&mut cache, *key, now);
         }
-        Ok(misses)
+        Ok(Verified::Done(misses))
     }
 
     fn warn_once(&self, why: String) -> String {
@@ -543,21 +574,24 @@ impl PeerMaps {
     /// how many. A peer's freed segment goes back to its driver only once every importer
     /// closed it: call on every rank before the peers empty their allocator's cache.
     pub(crate) fn release_idle(&self, done_before: &dyn Fn(u64) -> bool) -> Result<usize> {
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        let idle: Vec<(usize, u64)> =
-            cache.opened.iter().filter(|(_, o)| o.pins == 0 && done_before(o.used_before)).map(|(k, _)| *k).collect();
-        if idle.is_empty() {
+        let retired: Vec<Opened> = {
+            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            let idle: Vec<(usize, u64)> = cache
+                .opened
+                .iter()
+                .filter(|(_, o)| o.pins == 0 && done_before(o.used_before))
+                .map(|(k, _)| *k)
+                .collect();
+            idle.iter().filter_map(|k| cache.opened.remove(k)).collect()
+        };
+        if retired.is_empty() {
             return Ok(0);
         }
+        let n = retired.len();
         self.device.bind_to_thread()?;
-        for k in &idle {
-            if let Some(o) = cache.opened.remove(k) {
-                // SAFETY: unpinned, and every call that used it has completed
-                // (`done_before`).
-                unsafe { Self::close(self.rank, o) };
-            }
-        }
-        Ok(idle.len())
+        // Not under the cache's lock (`open`).
+        self.close_all(retired);
+        Ok(n)
     }
 
     /// The call that used `ex` is registered with the watchdog as `call`: its mappings
@@ -609,14 +643,19 @@ impl PeerMaps {
         Ok(Entry { buffer_id, base, size: size as u64, offset, bytes: bytes as u64, flags: 0, handle })
     }
 
-    /// Peer `p`'s allocation `e`, opened here (cached).
+    /// Peer `p`'s allocation `e`, opened here (cached). The idle mappings it retires
+    /// (the peer's freed allocations that overlap `e`, the least recently used beyond
+    /// `MAX_OPEN_PER_PEER`) go into `retire` when given, for the caller to close once it
+    /// no longer holds the cache's lock (`close_all`): closing may wait for the device,
+    /// and the device may wait for the verifier, which takes the lock (NOTE [addresses
+    /// predicted]). The verifier passes `None`: it never closes anything.
     fn open(
         &self,
         cache: &mut Cache,
-        rank: usize,
-        p: usize,
+        (rank, p): (usize, usize),
         e: &Entry,
         done_before: &dyn Fn(u64) -> bool,
+        retire: Option<&mut Vec<Opened>>,
     ) -> Result<sys::CUdeviceptr> {
         if let Some(o) = cache.opened.get(&(p, e.buffer_id)) {
             return Ok(o.local);
@@ -628,35 +667,32 @@ impl PeerMaps {
                 e.offset, e.bytes, e.size
             )));
         }
-        // The peer freed what overlaps this allocation: close the old mappings that no
-        // call in flight uses (a predicted call may still read one: NOTE [addresses
-        // predicted]; those go once idle, as the least recently used).
-        let mut stale: Vec<(usize, u64)> = cache
-            .opened
-            .iter()
-            .filter(|((q, _), o)| *q == p && o.peer_base < e.base + e.size && e.base < o.peer_base + o.size)
-            .filter(|(_, o)| o.pins == 0 && done_before(o.used_before))
-            .map(|(k, _)| *k)
-            .collect();
-        // Too many open: the least recently used whose calls all completed.
-        let mut idle: Vec<(u64, (usize, u64))> = cache
-            .opened
-            .iter()
-            .filter(|((q, _), o)| *q == p && o.pins == 0 && done_before(o.used_before))
-            .map(|(k, o)| (o.used_before, *k))
-            .collect();
-        let open_after = cache.opened.keys().filter(|(q, _)| *q == p).count() + 1 - stale.len();
-        if open_after > MAX_OPEN_PER_PEER {
-            idle.retain(|(_, k)| !stale.contains(k));
-            idle.sort_unstable();
-            stale.extend(idle.iter().take(open_after - MAX_OPEN_PER_PEER).map(|(_, k)| *k));
-        }
-        for k in stale {
-            if let Some(o) = cache.opened.remove(&k) {
-                // SAFETY: unpinned, and every call that used it has completed
-                // (`done_before`).
-                unsafe { Self::close(self.rank, o) };
+        if let Some(retire) = retire {
+            // The peer freed what overlaps this allocation: its old mappings that no call
+            // in flight uses go (a predicted call may still read one: those go once idle,
+            // as the least recently used).
+            let idle = |o: &Opened| o.pins == 0 && done_before(o.used_before);
+            let mut stale: Vec<(usize, u64)> = cache
+                .opened
+                .iter()
+                .filter(|((q, _), o)| *q == p && o.peer_base < e.base + e.size && e.base < o.peer_base + o.size)
+                .filter(|(_, o)| idle(o))
+                .map(|(k, _)| *k)
+                .collect();
+            // Too many open: the least recently used whose calls all completed.
+            let mut lru: Vec<(u64, (usize, u64))> = cache
+                .opened
+                .iter()
+                .filter(|((q, _), o)| *q == p && idle(o))
+                .map(|(k, o)| (o.used_before, *k))
+                .collect();
+            let open_after = cache.opened.keys().filter(|(q, _)| *q == p).count() + 1 - stale.len();
+            if open_after > MAX_OPEN_PER_PEER {
+                lru.retain(|(_, k)| !stale.contains(k));
+                lru.sort_unstable();
+                stale.extend(lru.iter().take(open_after - MAX_OPEN_PER_PEER).map(|(_, k)| *k));
             }
+            retire.extend(stale.iter().filter_map(|k| cache.opened.remove(k)));
         }
         // SAFETY: a handle another process exported; the context is current.
         let local = unsafe { raw::ipc::open_handle(&e.handle) }.map_err(|err| {
@@ -669,6 +705,15 @@ impl PeerMaps {
             .opened
             .insert((p, e.buffer_id), Opened { peer_base: e.base, size: e.size, local, pins: 0, used_before: 0 });
         Ok(local)
+    }
+
+    /// Closes mappings taken out of the cache (without its lock held).
+    fn close_all(&self, retired: Vec<Opened>) {
+        for o in retired {
+            // SAFETY: taken out of the cache unpinned, with every call that used it
+            // completed (`done_before`), so no pending work uses it.
+            unsafe { Self::close(self.rank, o) };
+        }
     }
 
     /// Peer allocations opened now (for tests and stats).

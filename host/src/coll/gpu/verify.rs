@@ -4,8 +4,9 @@
 //! An all-gather whose peers' addresses were predicted enqueues its copies at once, then
 //! an event and a wait on this channel's verify word (a stream memory operation). The
 //! verifier thread reads the peers' entries of the call from the mailbox (the peers
-//! posted them when they made the call: a wait only while a peer's host is behind),
-//! and on its own stream enqueues, in call order: for each peer whose buffer was not
+//! posted them when they made the call: it polls while a peer's host is behind, never
+//! holding up another channel), and on the channel's stream of its own enqueues, in
+//! call order: for each peer whose buffer was not
 //! where this rank predicted, a copy from where it is, after the event (so after the
 //! predicted copy it overwrites); then the write of the call's number into the verify
 //! word, which releases the caller's stream. Nothing after the call reads its output
@@ -14,7 +15,7 @@
 //! peer allocation this rank keeps open (pinned until the call completed): never a
 //! freed mapping.
 //!
-//! Writes to a verify word come from one stream in call order, so the word only grows,
+//! Writes to a verify word come from its channel's stream in call order, so it only grows,
 //! and a wait for call k passes only once every fix of calls up to k has landed. When a
 //! check fails (a dead peer, a peer whose buffer cannot be shared any more) the group
 //! fails, naming the rank, and the word is written anyway so that the streams drain; the
@@ -24,13 +25,14 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use lowcon_abi::pad::CHANNELS;
 
 use crate::cuda::{Event, Stream, StreamPriority, raw};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::memory::gpu::Drain;
-use crate::memory::mapped::{Exchanged, PeerMaps};
+use crate::memory::mapped::{Exchanged, PeerMaps, Verified};
 use crate::memory::pinned::Pinned;
 use crate::sync::gpu::GpuSync;
 
@@ -113,12 +115,11 @@ impl Verifier {
     /// Hands a predicted call to the verifier thread (started on first use).
     pub(super) fn submit(&self, sync: &Arc<GpuSync>, maps: &Arc<PeerMaps>, job: Job) -> Result<()> {
         if !self.started.swap(true, Ordering::AcqRel) {
-            let stream = sync.device.stream(StreamPriority::High)?;
             let rank = sync.core.rank;
             let (shared, sync, maps) = (self.shared.clone(), sync.clone(), maps.clone());
             let t = std::thread::Builder::new()
                 .name(format!("lowcon-verify-{rank}"))
-                .spawn(move || run(&shared, &sync, &maps, &stream))
+                .spawn(move || run(&shared, &sync, &maps))
                 .map_err(|e| {
                     crate::error::Error::GroupFailed(format!("rank {rank}: starting the verifier thread: {e}"))
                 })?;
@@ -142,47 +143,121 @@ impl Drop for Verifier {
     }
 }
 
-fn run(shared: &Shared, sync: &GpuSync, maps: &PeerMaps, stream: &Stream) {
+/// The verifier thread: jobs of each channel in call order, channels independent (a
+/// job whose peers have not posted yet holds up only later jobs of its channel: one
+/// queue for all once let two ranks' channels wait on each other), on one stream per
+/// channel. Never a driver call that waits for the device (the device may be waiting
+/// for this thread).
+fn run(shared: &Shared, sync: &GpuSync, maps: &PeerMaps) {
     let rank = sync.core.rank;
     if let Err(e) = sync.device.bind_to_thread() {
         crate::log::warn(&format!("rank {rank}: the verifier thread cannot use the device: {e}"));
     }
+    let channels = CHANNELS as usize;
+    let mut queues: Vec<VecDeque<(Job, Instant)>> = (0..channels).map(|_| VecDeque::new()).collect();
+    let mut streams: Vec<Option<Stream>> = (0..channels).map(|_| None).collect();
     loop {
-        let job = {
+        {
             let mut q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
-            loop {
-                if let Some(j) = q.jobs.pop_front() {
-                    break j;
-                }
+            let idle = queues.iter().all(VecDeque::is_empty);
+            if idle && q.jobs.is_empty() {
                 if q.stop {
                     return;
                 }
                 q = shared.wake.wait(q).unwrap_or_else(|p| p.into_inner());
             }
-        };
-        if let Err(e) = check(shared, sync, maps, stream, &job) {
-            // The group has failed (named in `e`); release the caller's stream.
-            crate::log::trace(rank, &format!("checking predicted addresses: {e}"));
-            let _ = sync.core.fail(e);
-            let word = shared.words.dev + 4 * job.channel as u64;
-            // SAFETY: a word of the live pinned allocation.
-            if unsafe { raw::mem_op::write_u32(stream.raw(), word, job.seq as u32) }.is_err() {
-                let _ = stream.synchronize();
-                // SAFETY: as above, through the host mapping; the stream drained, so no
-                // earlier write of ours lands after this one.
-                unsafe {
-                    std::ptr::write_volatile(shared.words.host.cast::<u32>().add(job.channel as usize), job.seq as u32)
-                };
+            let now = Instant::now();
+            while let Some(j) = q.jobs.pop_front() {
+                queues[j.channel as usize].push_back((j, now));
             }
         }
-        shared.events.lock().unwrap_or_else(|p| p.into_inner()).push(job.after);
+        let mut pending = false;
+        for (ch, queue) in queues.iter_mut().enumerate() {
+            while let Some((job, since)) = queue.front() {
+                let stream = match &streams[ch] {
+                    Some(s) => s,
+                    None => match sync.device.stream(StreamPriority::High) {
+                        Ok(s) => streams[ch].insert(s),
+                        Err(e) => {
+                            crate::log::warn(&format!("rank {rank}: the verifier's stream: {e}"));
+                            std::thread::sleep(Duration::from_millis(1));
+                            pending = true;
+                            break;
+                        }
+                    },
+                };
+                match check(shared, sync, maps, stream, job, *since) {
+                    Ok(false) => {
+                        pending = true;
+                        break;
+                    }
+                    Ok(true) => {}
+                    Err(e) => {
+                        // The group has failed (named in `e`); release the caller's stream.
+                        crate::log::trace(rank, &format!("checking predicted addresses: {e}"));
+                        let _ = sync.core.fail(e);
+                        release(shared, stream, job);
+                    }
+                }
+                let (job, _) = queue.pop_front().expect("looked at above");
+                shared.events.lock().unwrap_or_else(|p| p.into_inner()).push(job.after);
+            }
+        }
+        if pending {
+            // Peers' hosts post their entries when they make the call: poll for them.
+            let q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+            if q.jobs.is_empty() {
+                let _ = shared.wake.wait_timeout(q, POLL).unwrap_or_else(|p| p.into_inner());
+            }
+        }
     }
 }
 
-/// Checks one job and enqueues its fixes and its verify word.
-fn check(shared: &Shared, sync: &GpuSync, maps: &PeerMaps, stream: &Stream, job: &Job) -> Result<()> {
+/// How long the verifier waits for peers' entries between looks.
+const POLL: Duration = Duration::from_micros(20);
+
+/// Writes a failed job's verify word so that the caller's stream drains.
+fn release(shared: &Shared, stream: &Stream, job: &Job) {
+    let word = shared.words.dev + 4 * job.channel as u64;
+    // SAFETY: a word of the live pinned allocation.
+    if unsafe { raw::mem_op::write_u32(stream.raw(), word, job.seq as u32) }.is_err() {
+        // Through the host mapping, after the earlier writes of this channel's stream
+        // (which only waits for events the callers' streams record before their waits).
+        let _ = stream.synchronize();
+        // SAFETY: as above.
+        unsafe { std::ptr::write_volatile(shared.words.host.cast::<u32>().add(job.channel as usize), job.seq as u32) };
+    }
+}
+
+/// Checks one job and enqueues its fixes and its verify word; `Ok(false)` while a peer
+/// has not posted its entry (an error once the group's timeout passed since `since`,
+/// or at once when its process is gone).
+fn check(shared: &Shared, sync: &GpuSync, maps: &PeerMaps, stream: &Stream, job: &Job, since: Instant) -> Result<bool> {
+    let core = &sync.core;
     let done = |s: u64| sync.done_before(s);
-    let misses = maps.verify(&sync.core, job.channel, job.seq, &job.ex, job.call, "all-gather input", &done)?;
+    let misses = match maps.verify(core, (job.channel, job.seq), &job.ex, job.call, "all-gather input", &done)? {
+        Verified::Done(m) => m,
+        Verified::Pending(p) => {
+            core.check_usable()?;
+            let what = format!("its all-gather input's address of call {} on channel {}", job.seq, job.channel);
+            if core.mesh.peer_hung_up(p) {
+                return Err(core.fail(Error::PeerGone {
+                    rank: core.rank,
+                    peer: p,
+                    what: format!("waiting for {what}"),
+                }));
+            }
+            if since.elapsed() > core.timeout {
+                return Err(core.fail(Error::PeerTimeout {
+                    rank: core.rank,
+                    peer: p,
+                    what,
+                    secs: core.timeout.as_secs_f64(),
+                }));
+            }
+            return Ok(false);
+        }
+    };
     // SAFETY: (the whole block) the destinations are the caller's output (live: the
     // caller's stream waits for the verify word before anything after the call); the
     // sources are peer allocations opened and kept open until the call completed
@@ -194,6 +269,7 @@ fn check(shared: &Shared, sync: &GpuSync, maps: &PeerMaps, stream: &Stream, job:
                 raw::mem_op::copy(stream.raw(), job.out + (m.peer * job.shard) as u64, m.addr, job.shard)?;
             }
         }
-        raw::mem_op::write_u32(stream.raw(), shared.words.dev + 4 * job.channel as u64, job.seq as u32)
+        raw::mem_op::write_u32(stream.raw(), shared.words.dev + 4 * job.channel as u64, job.seq as u32)?;
     }
+    Ok(true)
 }
