@@ -15,7 +15,7 @@
 #           30 rounds (CONFIRM_ROUNDS): NCCL, its twin, lowcon as shipped, NCCL-CE, no
 #           communication (CONFIRM_MODES, CONFIRM_SWEEP, CONFIRM_S)
 #   fsdp2   FSDP2 paired at 2 ranks (GPUs 0 and 1), 4096x12 and 8192x4 at 1024 tokens,
-#           20 rounds: the 2-GPU regression check (FSDP2_W2_MODES overrides the modes)
+#           20 rounds: the 2-GPU regression check (FSDP2_W2_MODES, _SWEEP, _ROUNDS, _S override)
 #   ctas    small messages at 4 ranks, 64K..1M, bf16: ll, and sm-direct / sm-oneshot at the
 #           default, 32, 64 and 128 CTAs, eager and replayed, NCCL beside (CTAS_REPEAT runs, 3)
 #   tp      tp_bench.py at 4 ranks, 20 rounds (TP_ARGS: more options, e.g. --profile DIR)
@@ -27,7 +27,8 @@
 #           and the honest floor's traffic calls leave every path correct (traffic_gpu_worker.py)
 #   profile FSDP2 paired at 4 ranks with --profile, 8192x4 and 4096x12 at 1024 tokens, 15
 #           rounds: lowcon, NCCL-CE, NCCL, no communication (waits, kernels, host µs, copy
-#           rates); PROFILE_SWEEP, PROFILE_MODES, PROFILE_ROUNDS, PROFILE_S override
+#           rates); PROFILE_SWEEP, PROFILE_MODES, PROFILE_ROUNDS, PROFILE_S override;
+#           PROFILE_NPROC=2 runs it at 2 ranks (GPUs 0 and 1)
 # The parts run in this order: check, the FSDP2 ones, tune, info, small, tp. FSDP_MODES overrides the fsdp part's modes. Every step has a deadline (BUDGET, default
 # 540 s in all). Exit status 0 only if every step passed.
 set -uo pipefail
@@ -89,14 +90,15 @@ if has plan; then
   st "plan_gpu_worker w=4 (the shipped table)" plan.txt 60 "${l4[@]}" python3 "$pyt/plan_gpu_worker.py" shipped
   st "traffic_gpu_worker w=4" plan.txt 60 "${l4[@]}" python3 "$pyt/traffic_gpu_worker.py"
 fi
-has profile && paired profile "${PROFILE_S:-240}" "${tr4[@]}" -- --sweep "${PROFILE_SWEEP:-8192x4:1024;4096x12:1024}" \
+prof=("${tr4[@]}"); [ "${PROFILE_NPROC:-4}" = 2 ] && prof=("${tr2[@]}")
+has profile && paired profile "${PROFILE_S:-240}" "${prof[@]}" -- --sweep "${PROFILE_SWEEP:-8192x4:1024;4096x12:1024}" \
   --reduce-dtypes fp32 --rounds "${PROFILE_ROUNDS:-15}" --profile --modes "${PROFILE_MODES:-nccl,lowcon,nccl-ce,nocomm}"
 has fsdp && paired fsdp "${FSDP_S:-330}" "${tr4[@]}" -- --sweep "${FSDP_SWEEP:-4096x12:1024;8192x4:1024}" --reduce-dtypes fp32 \
   --rounds 20 --modes "$modes"
 has confirm && paired confirm "${CONFIRM_S:-420}" "${tr4[@]}" -- --sweep "${CONFIRM_SWEEP:-4096x12:1024,4096;8192x4:1024}" --reduce-dtypes fp32 \
   --rounds "${CONFIRM_ROUNDS:-30}" --modes "${CONFIRM_MODES:-nccl,nccl-b,lowcon,nccl-ce,nocomm}"
-has fsdp2 && paired fsdp2 240 "${tr2[@]}" -- --sweep "4096x12:1024;8192x4:1024" --reduce-dtypes fp32 --rounds 20 \
-  --modes "${FSDP2_W2_MODES:-nccl,nccl-b,lowcon,nccl-ce,nocomm}"
+has fsdp2 && paired fsdp2 "${FSDP2_W2_S:-240}" "${tr2[@]}" -- --sweep "${FSDP2_W2_SWEEP:-4096x12:1024;8192x4:1024}" \
+  --reduce-dtypes fp32 --rounds "${FSDP2_W2_ROUNDS:-20}" --modes "${FSDP2_W2_MODES:-nccl,nccl-b,lowcon,nccl-ce,nocomm}"
 src="$(date +%F), commit ${COMMIT:-$(git -C "$repo" log -1 --format=%h 2>/dev/null || echo "?")}"
 has tune && st "bench tune w=4" tune.txt 100 "${l4[@]}" "$L" bench tune --out "$out/tune-w4.txt" --source "$src, 4x H200: lowcon bench tune"
 has tune2 && st "bench tune w=2" tune.txt 80 "${l2[@]}" "$L" bench tune --out "$out/tune-w2.txt" \

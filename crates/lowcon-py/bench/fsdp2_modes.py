@@ -8,7 +8,7 @@ before anything replaces them.
 
 Modes (`--modes`, comma separated):
 - `nccl`, `nccl-b`: FSDP2's defaults (NCCL). `nccl-b` is the A/A twin: the noise floor.
-- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,agsync=SYNC,rssync=SYNC,ctas=N,rs_ctas=N,pieces=N,mem=M,agmem=M,rsmem=M,wire=W,launch=L`:
+- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,agsync=SYNC,rssync=SYNC,ctas=N,rs_ctas=N,pieces=N,mem=M,agmem=M,rsmem=M,wire=W,launch=L,predict=0`:
   lowcon's hooks (`lowcon.fsdp`), with options (`agmem`/`rsmem`, or `mem` for both:
   "torch", the default, or "pool": where the all-gather outputs and reduce-scatter
   inputs live; with "torch" peers read them in place through IPC mappings; `wire`:
@@ -20,8 +20,9 @@ Modes (`--modes`, comma separated):
   runs its plan's copies as the mode would, with no barrier, signal or SM kernel, so
   the step's results are garbage and its losses are not checked; only plans that pull
   over the copy engines have copies to keep, so `ag` and `rs` default to ce-pull and
-  ce-reduce there). Each option names one
-  of the planner's choices; what no option names is the planner's (NOTE [one planner]).
+  ce-reduce there); `predict=0`: the all-gathers wait for the peers' addresses at
+  every call instead of predicting them (NOTE [addresses predicted]; 0.3's way).
+  Each option names one of the planner's choices; what no option names is the planner's (NOTE [one planner]).
   Several variants may run side by side, paired.
 - `nccl-ce`: PyTorch #176613's copy-engine all-gather from 2.11's public pieces (a
   zero-CTA NCCL group over torch's NCCL symmetric memory), FSDP2's default
@@ -137,8 +138,10 @@ class Mode:
     `mesh`: the mode's own device mesh (its model is sharded on it), else the run's."""
 
     def __init__(self, name: str, ag: Any = None, rs: Any = None, notes: Optional[Dict[str, Any]] = None,
-                 pool: Any = None, mesh: Any = None, check_loss: bool = True) -> None:
+                 pool: Any = None, mesh: Any = None, check_loss: bool = True, predict: bool = True) -> None:
         self.name, self.ag, self.rs = name, ag, rs
+        # The group's address prediction while this mode runs (NOTE [addresses predicted]).
+        self.predict = predict
         self.notes = notes or {}
         self.pool = pool  # a lowcon group whose pool and workspaces this mode uses, else None
         self.mesh = mesh
@@ -208,6 +211,8 @@ class Switch:
                 ag, rs = wrap(ag, "all-gather"), wrap(rs, "reduce-scatter")
             m.set_custom_all_gather(ag)
             m.set_custom_reduce_scatter(rs)
+        if mode.pool is not None and hasattr(mode.pool, "set_address_prediction"):
+            mode.pool.set_address_prediction(mode.predict)
         self.current = mode.name
 
 
@@ -272,9 +277,11 @@ def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
     notes = {"lowcon": getattr(lowcon, "__version__", "?"), "all_gather": opts.get("ag", "auto"),
              "reduce_scatter": opts.get("rs", "auto"), "sync": sync, "all_gather_memory": agmem,
              "reduce_scatter_memory": rsmem, "wire": wire,
-             **{k: opts[k] for k in ("ctas", "rs_ctas", "launch", "pieces", "agsync", "rssync", "traffic") if k in opts}}
+             **{k: opts[k] for k in ("ctas", "rs_ctas", "launch", "pieces", "agsync", "rssync", "traffic", "predict")
+                if k in opts}}
+    predict = opts.get("predict", "1").lower() in ("1", "yes", "true", "on")
     # The honest floor's results are garbage by design: its losses are not compared.
-    return Mode(name, ag, rs, notes, pool=group, check_loss=not traffic)
+    return Mode(name, ag, rs, notes, pool=group, check_loss=not traffic, predict=predict)
 
 
 def floor_mode(name: str, group: Any) -> Mode:

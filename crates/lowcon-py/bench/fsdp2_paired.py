@@ -293,7 +293,9 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
     memory = {}
     for m in modes:
         pool = m.pool_bytes() or 0
-        memory[m.name] = state[m.name] + transient[m.name] + pool
+        # NCCL's modes: its internal buffers too (measured at start-up, `worker`).
+        internal = getattr(args, "nccl_internal", 0) if m.name.startswith("nccl") else 0
+        memory[m.name] = state[m.name] + transient[m.name] + pool + internal
     mem_t = torch.tensor([memory[n] for n in names], dtype=torch.float64, device=device)
     dist.all_reduce(mem_t, op=dist.ReduceOp.MAX)
     # Counted after the measured rounds (and their memory), in both kinds of run.
@@ -323,8 +325,9 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         "memory_method": "this rank's parameter and optimizer-state shards + torch's peak allocation during the "
                          "step above its value after zero_grad (activations, gradients, NCCL's buffers from "
                          "torch's allocator) + lowcon's whole pool (its collective buffers; shared by every lowcon "
-                         "mode of the configuration, trimmed between configurations); NCCL's internal buffers are "
-                         "not counted; max over ranks",
+                         "mode of the configuration, trimmed between configurations); for NCCL's modes, NCCL's internal "
+                         "buffers (env.nccl_internal_bytes: the device memory its set-up and first all-reduce, "
+                         "all-gather and reduce-scatter took outside torch's allocator); max over ranks",
         **fm.comm_compute(cfg, world, 4 if reduce_dtype == "fp32" else 2),
         "mfu_nccl": None,
     }
@@ -438,7 +441,20 @@ def worker(args: argparse.Namespace) -> int:
         # to split, which the `lowcon` Python process group has none of: lowcon-pg's
         # group could not be made (2026-11-24, 2x H200). Without it NCCL starts lazily.
         bound = None if any(kind == "lowcon-pg" for _, kind, _ in args.mode_specs) else device
+        torch.cuda.synchronize(device)
+        free0, reserved0 = torch.cuda.mem_get_info(device)[0], torch.cuda.memory_reserved(device)
         dist.init_process_group("nccl", device_id=bound)
+        # NCCL's internal buffers (its channels' FIFOs, outside torch's allocator): the
+        # device memory its communicator's set-up and first collectives take, less what
+        # torch's allocator reserved meanwhile. Added to the NCCL modes' memory.
+        probe = torch.ones(1 << 20, device=device)
+        dist.all_reduce(probe)
+        dist.all_gather_into_tensor(torch.empty(probe.numel() * dist.get_world_size(), device=device), probe)
+        dist.reduce_scatter_tensor(probe[: probe.numel() // dist.get_world_size()], probe)
+        torch.cuda.synchronize(device)
+        del probe
+        nccl_internal = max(0, free0 - torch.cuda.mem_get_info(device)[0]
+                            - (torch.cuda.memory_reserved(device) - reserved0))
     rank, world = dist.get_rank(), dist.get_world_size()
     import fsdp2_modes as fmodes
 
@@ -459,6 +475,10 @@ def worker(args: argparse.Namespace) -> int:
     if device.type == "cuda":
         env.update(cuda=torch.version.cuda, nccl=".".join(map(str, torch.cuda.nccl.version())),
                    device_name=torch.cuda.get_device_name(device))
+        if not args.memory_only:
+            t = torch.tensor([float(nccl_internal)], dtype=torch.float64, device=device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            env["nccl_internal_bytes"] = args.nccl_internal = int(t.item())
     doc: Dict[str, Any] = {"schema": SCHEMA, "env": env, "args": vars(args), "skipped": skipped,
                            "notes": {m.name: m.notes for m in modes if m.notes}, "configs": []}
     if rank == 0:

@@ -12,9 +12,10 @@ torch 2.11's `FSDPModule.set_custom_all_gather` / `set_custom_reduce_scatter` ta
 with `allocate(size, *, dtype, device)` and `__call__(output_tensor, input_tensor, group,
 [op,] async_op=False)`. Ours hand out torch's memory, as FSDP2's defaults do, so the
 collective buffers share memory with activations and peak memory stays NCCL's; the
-peers read it in place through IPC mappings of torch's segments, exchanged per call
-(`map_ordinary`, which the planner turns on for FSDP2's calls; NOTE [mapped ordinary
-memory]). With `memory="pool"` they come from
+peers read it in place through IPC mappings of torch's segments (`map_ordinary`, which
+the planner turns on for FSDP2's calls; NOTE [mapped ordinary memory]), at addresses
+predicted from the previous step's same call and checked off the calling thread, so a
+steady-state step makes no host rendezvous (NOTE [addresses predicted]). With `memory="pool"` they come from
 the group's symmetric pool instead (no exchange per call, but the pool's memory is its
 own: NOTE [FSDP2 pool size]). lowcon's collectives run on FSDP2's own streams, on one
 channel per kind of hook. The hooks are per FSDP module (they do not recurse): `install`
