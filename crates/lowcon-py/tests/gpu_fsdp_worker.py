@@ -19,6 +19,7 @@ twice NCCL's) must exceed it, which shows the comparison can fail.
 Prints "rank R: fsdp ok: ..." and exits 0 on success.
 """
 
+import faulthandler
 import math
 import os
 import sys
@@ -35,6 +36,9 @@ import lowcon.fsdp
 
 VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH, STEPS = 1024, 512, 8, 4, 256, 4, 10
 
+# A hang shows where every rank's Python stood (LOWCON_DUMP_AFTER seconds, then exit).
+if os.environ.get("LOWCON_DUMP_AFTER"):
+    faulthandler.dump_traceback_later(float(os.environ["LOWCON_DUMP_AFTER"]), exit=True)
 rank = int(os.environ["RANK"])
 dev = torch.device("cuda", lowcon.device_index())
 torch.cuda.set_device(dev)

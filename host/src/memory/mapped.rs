@@ -132,8 +132,10 @@ struct Opened {
 /// calls completed are closed (and opened again if used again).
 pub const MAX_OPEN_PER_PEER: usize = 64;
 
-/// The key of a prediction: this rank's call (channel, buffer address, bytes).
-type PredictionKey = (u32, u64, u64);
+/// The key of a prediction: this rank's call (channel, buffer address, bytes, and the
+/// allocation's buffer id: a segment freed and made again, as after `empty_cache()`,
+/// is a new call, so the peers' allocations of the old one are not predicted).
+type PredictionKey = (u32, u64, u64, u64);
 
 #[derive(Default)]
 struct Cache {
@@ -175,6 +177,9 @@ pub(crate) enum Shared {
 pub(crate) enum Verified {
     /// This peer has not posted its entry of the call yet.
     Pending(usize),
+    /// A peer's allocation cannot be opened yet (why): an old mapping at its address
+    /// must be closed first, once nothing in flight reads it.
+    Blocked(String),
     /// The peers whose buffers were elsewhere (none: every prediction held).
     Done(Vec<Miss>),
 }
@@ -361,18 +366,18 @@ impl PeerMaps {
         // The cache is locked only around its own use, never while waiting for peers:
         // threads driving other channels exchange meanwhile (holding it across the wait
         // deadlocks two ranks whose threads reach two channels in opposite orders).
-        let key: PredictionKey = (channel, ptr, bytes as u64);
         let (described, predicted) = {
             let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
             let d = self.describe(&mut cache, ptr, bytes);
-            let predicted = match d {
-                Ok(_) if predict && self.predicting.load(Ordering::Relaxed) => {
-                    Self::predict(&mut cache, rank, key, ptr)
+            let predicted = match &d {
+                Ok(e) if predict && self.predicting.load(Ordering::Relaxed) => {
+                    Self::predict(&mut cache, rank, (channel, ptr, bytes as u64, e.buffer_id), ptr)
                 }
                 _ => None,
             };
             (d, predicted)
         };
+        let key: PredictionKey = (channel, ptr, bytes as u64, described.as_ref().map_or(0, |e| e.buffer_id));
         let (mine, local_err) = match described {
             Ok(e) => (e, None),
             Err(e) => (Entry::unshareable(bytes), Some(e)),
@@ -405,7 +410,18 @@ impl PeerMaps {
         }
         let mut addrs = Vec::with_capacity(world);
         let mut keys = Vec::with_capacity(world);
-        let mut retired = Vec::new();
+        // First the idle mappings the opens retire, closed without the cache's lock
+        // (`open`), and before the opens: the driver refuses to open an allocation at
+        // the address of one still open.
+        let retired: Vec<Opened> = {
+            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            let mut retired = Vec::new();
+            for (p, e) in entries.iter().enumerate().filter(|(p, _)| *p != rank) {
+                Self::retire_for(&mut cache, p, e, done_before, &mut retired);
+            }
+            retired
+        };
+        self.close_all(retired);
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         let mut failed = None;
         for (p, e) in entries.iter().enumerate() {
@@ -413,7 +429,7 @@ impl PeerMaps {
                 addrs.push(ptr);
                 continue;
             }
-            match self.open(&mut cache, (rank, p), e, done_before, Some(&mut retired)) {
+            match self.open(&mut cache, (rank, p), e) {
                 Ok(local) => {
                     cache.opened.get_mut(&(p, e.buffer_id)).expect("just opened").pins += 1;
                     keys.push((p, e.buffer_id));
@@ -429,7 +445,6 @@ impl PeerMaps {
             Self::remember(&mut cache, key, entries.iter().map(Entry::place).collect());
         }
         drop(cache);
-        self.close_all(retired);
         let ex = Exchanged { addrs, keys, predicted: None };
         match failed {
             None => Ok(Shared::Mapped(ex)),
@@ -476,7 +491,9 @@ impl PeerMaps {
     /// elsewhere, with where it is mapped now (opened if needed, kept open until every
     /// call below `call + 1` completed: `call` is the watchdog's number of the call), and
     /// updates the prediction. A peer that cannot share its buffer any more, or posted
-    /// another size, fails the group. Never closes a mapping (`open`).
+    /// another size, fails the group. Closes a mapping only where the driver requires
+    /// it and nothing reads it any more (`Blocked` until then): `copies_done` says
+    /// whether this call's predicted copies have run.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn verify(
         &self,
@@ -485,7 +502,7 @@ impl PeerMaps {
         ex: &Exchanged,
         call: u64,
         what: &str,
-        done_before: &dyn Fn(u64) -> bool,
+        (done_before, copies_done): (&dyn Fn(u64) -> bool, &dyn Fn() -> bool),
     ) -> Result<Verified> {
         let rank = core.rank;
         let Some((key, places)) = &ex.predicted else { return Ok(Verified::Done(Vec::new())) };
@@ -502,7 +519,15 @@ impl PeerMaps {
                 ))));
             }
         }
-        let entries = self.read_entries(core, channel, seq, Entry::unshareable(0), what)?;
+        // Read, not yet marked as read: a job that must wait (below) reads them again.
+        let mut entries = Vec::with_capacity(self.world);
+        for p in 0..self.world {
+            let mut b = [0u8; BODY];
+            if p != rank {
+                self.mailbox.read(p, slot * ENTRY + 8, &mut b)?;
+            }
+            entries.push(Entry::from_bytes(&b));
+        }
         let mut misses = Vec::new();
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         for (p, e) in entries.iter().enumerate() {
@@ -520,7 +545,36 @@ impl PeerMaps {
                      rank must make the same calls, from memory that stays shareable"
                 ))));
             }
-            let local = match self.open(&mut cache, (rank, p), e, done_before, None) {
+            if !cache.opened.contains_key(&(p, e.buffer_id)) && Self::overlapped(&cache, p, e) {
+                // The peer freed an allocation this rank still has open and made this one
+                // at its address: the driver opens it only once the old mapping is
+                // closed. That needs every call that reads the old one done, this call's
+                // predicted copies included (`copies_done`), and no later call pinning it.
+                let stale: Vec<(usize, u64)> = cache
+                    .opened
+                    .iter()
+                    .filter(|((q, id), o)| {
+                        *q == p && *id != e.buffer_id && o.peer_base < e.base + e.size && e.base < o.peer_base + o.size
+                    })
+                    .map(|(k, _)| *k)
+                    .collect();
+                let closable = stale.iter().all(|k| {
+                    let o = &cache.opened[k];
+                    o.pins == 0 && o.used_before <= call + 1
+                }) && done_before(call)
+                    && copies_done();
+                if !closable {
+                    return Ok(Verified::Blocked(format!(
+                        "rank {p}'s {what} of call {seq} on channel {channel} is in an allocation made at the address \
+                         of one this rank still reads (calls in flight use it)"
+                    )));
+                }
+                let retired: Vec<Opened> = stale.iter().filter_map(|k| cache.opened.remove(k)).collect();
+                drop(cache);
+                self.close_all(retired);
+                cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            }
+            let local = match self.open(&mut cache, (rank, p), e) {
                 Ok(l) => l,
                 Err(err) => {
                     return Err(core.fail(Error::GroupFailed(format!("rank {rank}: mapping the peers' {what}: {err}"))));
@@ -537,6 +591,10 @@ impl PeerMaps {
                 now[m.peer] = entries[m.peer].place();
             }
             Self::remember(&mut cache, *key, now);
+        }
+        drop(cache);
+        for p in (0..self.world).filter(|&p| p != rank) {
+            self.mark_read(channel, p, seq);
         }
         Ok(Verified::Done(misses))
     }
@@ -643,20 +701,51 @@ impl PeerMaps {
         Ok(Entry { buffer_id, base, size: size as u64, offset, bytes: bytes as u64, flags: 0, handle })
     }
 
-    /// Peer `p`'s allocation `e`, opened here (cached). The idle mappings it retires
-    /// (the peer's freed allocations that overlap `e`, the least recently used beyond
-    /// `MAX_OPEN_PER_PEER`) go into `retire` when given, for the caller to close once it
-    /// no longer holds the cache's lock (`close_all`): closing may wait for the device,
-    /// and the device may wait for the verifier, which takes the lock (NOTE [addresses
-    /// predicted]). The verifier passes `None`: it never closes anything.
-    fn open(
-        &self,
+    /// Takes out of the cache, into `retired`, the idle mappings that opening peer `p`'s
+    /// allocation `e` retires: the peer's freed allocations that overlap it (the driver
+    /// refuses to open an allocation at the address of one still open), and the least
+    /// recently used beyond `MAX_OPEN_PER_PEER`. Idle: no call in flight uses it (a
+    /// predicted call may still read a freed one: it goes once idle). The caller closes
+    /// them once it no longer holds the cache's lock (`close_all`): closing may wait for
+    /// the device, and the device may be waiting for the verifier, which takes the lock.
+    fn retire_for(
         cache: &mut Cache,
-        (rank, p): (usize, usize),
+        p: usize,
         e: &Entry,
         done_before: &dyn Fn(u64) -> bool,
-        retire: Option<&mut Vec<Opened>>,
-    ) -> Result<sys::CUdeviceptr> {
+        retired: &mut Vec<Opened>,
+    ) {
+        if cache.opened.contains_key(&(p, e.buffer_id)) {
+            return;
+        }
+        let idle = |o: &Opened| o.pins == 0 && done_before(o.used_before);
+        let mut stale: Vec<(usize, u64)> = cache
+            .opened
+            .iter()
+            .filter(|((q, _), o)| *q == p && o.peer_base < e.base + e.size && e.base < o.peer_base + o.size)
+            .filter(|(_, o)| idle(o))
+            .map(|(k, _)| *k)
+            .collect();
+        let mut lru: Vec<(u64, (usize, u64))> =
+            cache.opened.iter().filter(|((q, _), o)| *q == p && idle(o)).map(|(k, o)| (o.used_before, *k)).collect();
+        let open_after = cache.opened.keys().filter(|(q, _)| *q == p).count() + 1 - stale.len();
+        if open_after > MAX_OPEN_PER_PEER {
+            lru.retain(|(_, k)| !stale.contains(k));
+            lru.sort_unstable();
+            stale.extend(lru.iter().take(open_after - MAX_OPEN_PER_PEER).map(|(_, k)| *k));
+        }
+        retired.extend(stale.iter().filter_map(|k| cache.opened.remove(k)));
+    }
+
+    /// Whether a mapping of peer `p` that overlaps its allocation `e` is still open.
+    fn overlapped(cache: &Cache, p: usize, e: &Entry) -> bool {
+        cache.opened.iter().any(|((q, id), o)| {
+            *q == p && *id != e.buffer_id && o.peer_base < e.base + e.size && e.base < o.peer_base + o.size
+        })
+    }
+
+    /// Peer `p`'s allocation `e`, opened here (cached). Closes nothing (`retire_for`).
+    fn open(&self, cache: &mut Cache, (rank, p): (usize, usize), e: &Entry) -> Result<sys::CUdeviceptr> {
         if let Some(o) = cache.opened.get(&(p, e.buffer_id)) {
             return Ok(o.local);
         }
@@ -666,33 +755,6 @@ impl PeerMaps {
                  allocation {} bytes)",
                 e.offset, e.bytes, e.size
             )));
-        }
-        if let Some(retire) = retire {
-            // The peer freed what overlaps this allocation: its old mappings that no call
-            // in flight uses go (a predicted call may still read one: those go once idle,
-            // as the least recently used).
-            let idle = |o: &Opened| o.pins == 0 && done_before(o.used_before);
-            let mut stale: Vec<(usize, u64)> = cache
-                .opened
-                .iter()
-                .filter(|((q, _), o)| *q == p && o.peer_base < e.base + e.size && e.base < o.peer_base + o.size)
-                .filter(|(_, o)| idle(o))
-                .map(|(k, _)| *k)
-                .collect();
-            // Too many open: the least recently used whose calls all completed.
-            let mut lru: Vec<(u64, (usize, u64))> = cache
-                .opened
-                .iter()
-                .filter(|((q, _), o)| *q == p && idle(o))
-                .map(|(k, o)| (o.used_before, *k))
-                .collect();
-            let open_after = cache.opened.keys().filter(|(q, _)| *q == p).count() + 1 - stale.len();
-            if open_after > MAX_OPEN_PER_PEER {
-                lru.retain(|(_, k)| !stale.contains(k));
-                lru.sort_unstable();
-                stale.extend(lru.iter().take(open_after - MAX_OPEN_PER_PEER).map(|(_, k)| *k));
-            }
-            retire.extend(stale.iter().filter_map(|k| cache.opened.remove(k)));
         }
         // SAFETY: a handle another process exported; the context is current.
         let local = unsafe { raw::ipc::open_handle(&e.handle) }.map_err(|err| {

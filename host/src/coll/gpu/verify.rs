@@ -20,6 +20,13 @@
 //! check fails (a dead peer, a peer whose buffer cannot be shared any more) the group
 //! fails, naming the rank, and the word is written anyway so that the streams drain; the
 //! group then refuses further work.
+//!
+//! The verifier closes a mapping in one case only: a peer freed an allocation and made
+//! the one this call reads at its address, which the driver opens only once the old
+//! mapping is closed. It waits (polling) until nothing reads the old one (this call's
+//! predicted copies done, no call in flight pinning it); `scripts/probes/
+//! ipc_close_blocks.cu` checks that closing does not wait for the device, which may be
+//! waiting for the verifier.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -235,8 +242,27 @@ fn release(shared: &Shared, stream: &Stream, job: &Job) {
 fn check(shared: &Shared, sync: &GpuSync, maps: &PeerMaps, stream: &Stream, job: &Job, since: Instant) -> Result<bool> {
     let core = &sync.core;
     let done = |s: u64| sync.done_before(s);
-    let misses = match maps.verify(core, (job.channel, job.seq), &job.ex, job.call, "all-gather input", &done)? {
+    let copies_done = || job.after.is_complete().unwrap_or(false);
+    let misses = match maps.verify(
+        core,
+        (job.channel, job.seq),
+        &job.ex,
+        job.call,
+        "all-gather input",
+        (&done, &copies_done),
+    )? {
         Verified::Done(m) => m,
+        Verified::Blocked(why) => {
+            core.check_usable()?;
+            if since.elapsed() > core.timeout {
+                return Err(core.fail(Error::GroupFailed(format!(
+                    "rank {}: {why}, for {:.0} s (NOTE [addresses predicted])",
+                    core.rank,
+                    core.timeout.as_secs_f64()
+                ))));
+            }
+            return Ok(false);
+        }
         Verified::Pending(p) => {
             core.check_usable()?;
             let what = format!("its all-gather input's address of call {} on channel {}", job.seq, job.channel);
