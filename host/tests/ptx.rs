@@ -45,6 +45,7 @@ fn sync_kernels_keep_system_scope_ordering() {
         ),
         (kernel_names::PUT_SIGNAL, &["fence.acq_rel.sys", "st.release.sys"][..]),
         (kernel_names::WAIT_SIGNAL, &["ld.acquire.sys", "%globaltimer", "atom.acq_rel.sys.cas"][..]),
+        (kernel_names::WAIT_WORD, &["ld.acquire.sys", "%globaltimer", "atom.acq_rel.sys.cas"][..]),
     ] {
         let body = entry_body(name);
         for instr in needs {

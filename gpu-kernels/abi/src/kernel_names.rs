@@ -12,6 +12,8 @@ pub const BARRIER: &str = "lowcon_barrier";
 pub const PUT_SIGNAL: &str = "lowcon_put_signal";
 /// `wait_signal(pad, rank, world, peer, channel, epoch, timeout_ns, err)`: one thread.
 pub const WAIT_SIGNAL: &str = "lowcon_wait_signal";
+/// Waits for a word of pinned host memory (NOTE [addresses predicted]).
+pub const WAIT_WORD: &str = "lowcon_wait_word";
 /// `allgather_oneshot(...)`: one kernel reads every peer's shard (optionally with
 /// the entry and exit barriers fused in).
 pub const ALLGATHER_ONESHOT: &str = "lowcon_allgather_oneshot";
@@ -116,6 +118,7 @@ pub const ALL: &[&str] = &[
     BARRIER,
     PUT_SIGNAL,
     WAIT_SIGNAL,
+    WAIT_WORD,
     ALLGATHER_ONESHOT,
     REDUCE[0],
     REDUCE[1],

@@ -177,3 +177,36 @@ pub unsafe extern "ptx-kernel" fn lowcon_wait_signal(
     // SAFETY: forwarded from the caller.
     unsafe { wait(pads, rank, world, peer, channel, pad::P2P, epoch, timeout_ns, err) };
 }
+
+/// Waits until the word at `word` (pinned host memory the host writes: the verify word
+/// of NOTE [addresses predicted]) reaches `value` (wrapping, as epochs), then acquires.
+/// A kernel, not a stream memory operation, so that the wait does not hold up other
+/// streams that share its hardware queue (the host's write may depend on one of them).
+/// A timeout or the group's abort reports in `err` and returns. Launch one thread.
+///
+/// # Safety
+/// `word` is valid mapped memory for the kernel's life; `err` a valid `ErrorRecord`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn lowcon_wait_word(
+    word: *const u32,
+    value: u32,
+    rank: u32,
+    channel: u32,
+    timeout_ns: u64,
+    err: *mut ErrorRecord,
+) {
+    // SAFETY: forwarded from the caller.
+    if let Err(t) = unsafe { wait_epoch_acquire_sys_or_abort(word, value, timeout_ns, err.cast::<u32>()) } {
+        let rec = ErrorRecord {
+            code: status::WAIT_TIMEOUT,
+            rank,
+            peer: ErrorRecord::NO_PEER,
+            channel,
+            expected: value as u64,
+            observed: t.observed as u64,
+            waited_ns: t.waited_ns,
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { report_error(err, rec) };
+    }
+}

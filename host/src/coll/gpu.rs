@@ -381,7 +381,7 @@ impl GpuColl {
                         if predicted {
                             let after = self.mapping.verifier.event(stream)?;
                             stream.record(&after)?;
-                            self.mapping.verifier.wait(stream, ch, st.map_seq)?;
+                            self.mapping.verifier.wait(&self.sync, stream, ch, st.map_seq)?;
                             checked = Some(after);
                         }
                         stream.wait(join)?;

@@ -33,6 +33,7 @@ pub struct Kernels {
     barrier: CudaFunction,
     put_signal: CudaFunction,
     wait_signal: CudaFunction,
+    wait_word: CudaFunction,
     release: CudaFunction,
     release_wait: CudaFunction,
     allgather_oneshot: CudaFunction,
@@ -150,6 +151,7 @@ impl Kernels {
             barrier: f(names::BARRIER)?,
             put_signal: f(names::PUT_SIGNAL)?,
             wait_signal: f(names::WAIT_SIGNAL)?,
+            wait_word: f(names::WAIT_WORD)?,
             release: f(names::RELEASE)?,
             release_wait: f(names::RELEASE_WAIT)?,
             allgather_oneshot: f(names::ALLGATHER_ONESHOT)?,
@@ -236,6 +238,28 @@ impl Kernels {
         l.arg(&a.pads).arg(&a.rank).arg(&a.world).arg(&peer).arg(&channel).arg(&epoch).arg(&a.timeout_ns).arg(&a.err);
         // SAFETY: matches `lowcon_wait_signal`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(wait_signal)"))?;
+        Ok(())
+    }
+
+    /// Enqueues a one-thread wait for the word at `word` (pinned host memory) to reach
+    /// `value` (`lowcon_wait_word`).
+    ///
+    /// # Safety
+    /// `word` stays valid mapped memory until the kernel has run; `a.err` is the group's
+    /// error record.
+    pub(crate) unsafe fn wait_word(
+        &self,
+        stream: &Stream,
+        a: PadArgs,
+        word: u64,
+        value: u32,
+        channel: u32,
+    ) -> Result<()> {
+        let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
+        let mut l = stream.cuda_stream().launch_builder(&self.wait_word);
+        l.arg(&word).arg(&value).arg(&a.rank).arg(&channel).arg(&a.timeout_ns).arg(&a.err);
+        // SAFETY: matches `lowcon_wait_word`'s signature; validity is the caller's.
+        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(wait_word)"))?;
         Ok(())
     }
 

@@ -177,9 +177,6 @@ pub(crate) enum Shared {
 pub(crate) enum Verified {
     /// This peer has not posted its entry of the call yet.
     Pending(usize),
-    /// A peer's allocation cannot be opened yet (why): an old mapping at its address
-    /// must be closed first, once nothing in flight reads it.
-    Blocked(String),
     /// The peers whose buffers were elsewhere (none: every prediction held).
     Done(Vec<Miss>),
 }
@@ -490,10 +487,9 @@ impl PeerMaps {
     /// `p` has not posted its entry yet. Otherwise returns the peers whose buffer is
     /// elsewhere, with where it is mapped now (opened if needed, kept open until every
     /// call below `call + 1` completed: `call` is the watchdog's number of the call), and
-    /// updates the prediction. A peer that cannot share its buffer any more, or posted
-    /// another size, fails the group. Closes a mapping only where the driver requires
-    /// it and nothing reads it any more (`Blocked` until then): `copies_done` says
-    /// whether this call's predicted copies have run.
+    /// updates the prediction. A peer that cannot share its buffer any more, posted
+    /// another size, or made its allocation at the address of one still mapped here,
+    /// fails the group. Never closes a mapping (closing waits for the device).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn verify(
         &self,
@@ -502,7 +498,6 @@ impl PeerMaps {
         ex: &Exchanged,
         call: u64,
         what: &str,
-        (done_before, copies_done): (&dyn Fn(u64) -> bool, &dyn Fn() -> bool),
     ) -> Result<Verified> {
         let rank = core.rank;
         let Some((key, places)) = &ex.predicted else { return Ok(Verified::Done(Vec::new())) };
@@ -548,31 +543,13 @@ impl PeerMaps {
             if !cache.opened.contains_key(&(p, e.buffer_id)) && Self::overlapped(&cache, p, e) {
                 // The peer freed an allocation this rank still has open and made this one
                 // at its address: the driver opens it only once the old mapping is
-                // closed. That needs every call that reads the old one done, this call's
-                // predicted copies included (`copies_done`), and no later call pinning it.
-                let stale: Vec<(usize, u64)> = cache
-                    .opened
-                    .iter()
-                    .filter(|((q, id), o)| {
-                        *q == p && *id != e.buffer_id && o.peer_base < e.base + e.size && e.base < o.peer_base + o.size
-                    })
-                    .map(|(k, _)| *k)
-                    .collect();
-                let closable = stale.iter().all(|k| {
-                    let o = &cache.opened[k];
-                    o.pins == 0 && o.used_before <= call + 1
-                }) && done_before(call)
-                    && copies_done();
-                if !closable {
-                    return Ok(Verified::Blocked(format!(
-                        "rank {p}'s {what} of call {seq} on channel {channel} is in an allocation made at the address \
-                         of one this rank still reads (calls in flight use it)"
-                    )));
-                }
-                let retired: Vec<Opened> = stale.iter().filter_map(|k| cache.opened.remove(k)).collect();
-                drop(cache);
-                self.close_all(retired);
-                cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+                // closed, and closing waits for the device, which waits for this call.
+                return Err(core.fail(Error::GroupFailed(format!(
+                    "rank {rank}: rank {p}'s {what} of call {seq} on channel {channel} is in an allocation made at \
+                     the address of one this rank mapped and predicted from (NOTE [addresses predicted]): a rank \
+                     freed memory its peers still read; call set_address_prediction(False), or release_mappings() \
+                     on every rank after freeing"
+                ))));
             }
             let local = match self.open(&mut cache, (rank, p), e) {
                 Ok(l) => l,

@@ -2,31 +2,35 @@
 //! `memory::mapped`), off the calling thread.
 //!
 //! An all-gather whose peers' addresses were predicted enqueues its copies at once, then
-//! an event and a wait on this channel's verify word (a stream memory operation). The
-//! verifier thread reads the peers' entries of the call from the mailbox (the peers
-//! posted them when they made the call: it polls while a peer's host is behind, never
-//! holding up another channel), and on the channel's stream of its own enqueues, in
-//! call order: for each peer whose buffer was not
-//! where this rank predicted, a copy from where it is, after the event (so after the
-//! predicted copy it overwrites); then the write of the call's number into the verify
-//! word, which releases the caller's stream. Nothing after the call reads its output
-//! before that, and the peers' exit barrier waits for it, so a wrong prediction costs a
-//! copy, never a wrong result. A predicted copy that missed read some other part of a
-//! peer allocation this rank keeps open (pinned until the call completed): never a
-//! freed mapping.
+//! an event and a one-thread kernel that waits for this channel's verify word (a word of
+//! pinned host memory). The verifier thread reads the peers' entries of the call from
+//! the mailbox (the peers posted them when they made the call: it polls while a peer's
+//! host is behind, never holding up another channel). Where every prediction held, it
+//! writes the call's number into the word from the host. Otherwise it enqueues on the
+//! channel's stream of its own, after the event (so after the predicted copies they
+//! overwrite), a copy of each shard from where it is, records an event, and writes the
+//! word once that event completed. Nothing after the call reads its output before the
+//! word, and the peers' exit barriers wait for this rank's, which follows it: a wrong
+//! prediction costs a copy, never a wrong result. A predicted copy that missed read some
+//! other part of a peer allocation this rank keeps open (pinned until the call
+//! completed), never a closed mapping.
 //!
-//! Writes to a verify word come from its channel's stream in call order, so it only grows,
-//! and a wait for call k passes only once every fix of calls up to k has landed. When a
-//! check fails (a dead peer, a peer whose buffer cannot be shared any more) the group
-//! fails, naming the rank, and the word is written anyway so that the streams drain; the
-//! group then refuses further work.
+//! Why a kernel waits and the host writes: a stream memory operation that waits holds up
+//! every stream sharing its hardware queue (`CUDA_DEVICE_MAX_CONNECTIONS`), the
+//! verifier's among them, and a word written from a stream could sit behind it: both
+//! deadlocked at 2 ranks sharing a GPU under MPS. A spinning kernel does not hold up its
+//! queue, and a host write goes through none.
 //!
-//! The verifier closes a mapping in one case only: a peer freed an allocation and made
-//! the one this call reads at its address, which the driver opens only once the old
-//! mapping is closed. It waits (polling) until nothing reads the old one (this call's
-//! predicted copies done, no call in flight pinning it); `scripts/probes/
-//! ipc_close_blocks.cu` checks that closing does not wait for the device, which may be
-//! waiting for the verifier.
+//! Each channel's jobs run in call order, so its word only grows. When a check fails (a
+//! dead peer, a peer whose buffer cannot be shared any more) the group fails, naming the
+//! rank, and the word is written anyway so that the streams drain; the group then
+//! refuses further work. The verifier never closes a mapping: closing waits for the
+//! device (`scripts/probes/ipc_close_blocks.cu`: 3 s while a kernel was parked), which
+//! may be waiting for the verifier. So a peer that frees an allocation and makes the one
+//! a predicted call reads at the same address, which the driver opens only once the old
+//! mapping is closed, fails the group, named (calls that rank made before keep their
+//! own allocation in the prediction's key, so the usual `empty_cache()` on every rank
+//! makes new calls, not wrong predictions).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -109,14 +113,15 @@ impl Verifier {
         }
     }
 
-    /// Enqueues on `stream` the wait for the check of call `seq` of `channel`.
+    /// Enqueues on `stream` the wait for the check of call `seq` of `channel` (a kernel).
     ///
     /// # Safety
     /// A job for that call is handed to [`Verifier::submit`] after this.
-    pub(super) unsafe fn wait(&self, stream: &Stream, channel: u32, seq: u64) -> Result<()> {
+    pub(super) unsafe fn wait(&self, sync: &GpuSync, stream: &Stream, channel: u32, seq: u64) -> Result<()> {
         let word = self.shared.words.dev + 4 * channel as u64;
-        // SAFETY: a word of the live pinned allocation; the job's check writes it.
-        unsafe { raw::mem_op::wait_geq_u32(stream.raw(), word, seq as u32) }
+        // SAFETY: a word of the live pinned allocation (it lives as long as the group's
+        // collectives, which drain before it goes); the job's check writes it.
+        unsafe { sync.device.kernels()?.wait_word(stream, sync.pad_args(), word, seq as u32, channel) }
     }
 
     /// Hands a predicted call to the verifier thread (started on first use).
@@ -150,18 +155,23 @@ impl Drop for Verifier {
     }
 }
 
+/// A job whose fixes are on their way: the word is written once `fixed` completed.
+struct Fixing {
+    fixed: Event,
+}
+
 /// The verifier thread: jobs of each channel in call order, channels independent (a
 /// job whose peers have not posted yet holds up only later jobs of its channel: one
-/// queue for all once let two ranks' channels wait on each other), on one stream per
-/// channel. Never a driver call that waits for the device (the device may be waiting
-/// for this thread).
+/// queue for all once let two ranks' channels wait on each other), a stream per channel
+/// for the fixes. Never a driver call that waits for the device (it may be waiting for
+/// this thread).
 fn run(shared: &Shared, sync: &GpuSync, maps: &PeerMaps) {
     let rank = sync.core.rank;
     if let Err(e) = sync.device.bind_to_thread() {
         crate::log::warn(&format!("rank {rank}: the verifier thread cannot use the device: {e}"));
     }
     let channels = CHANNELS as usize;
-    let mut queues: Vec<VecDeque<(Job, Instant)>> = (0..channels).map(|_| VecDeque::new()).collect();
+    let mut queues: Vec<VecDeque<(Job, Instant, Option<Fixing>)>> = (0..channels).map(|_| VecDeque::new()).collect();
     let mut streams: Vec<Option<Stream>> = (0..channels).map(|_| None).collect();
     loop {
         {
@@ -175,43 +185,57 @@ fn run(shared: &Shared, sync: &GpuSync, maps: &PeerMaps) {
             }
             let now = Instant::now();
             while let Some(j) = q.jobs.pop_front() {
-                queues[j.channel as usize].push_back((j, now));
+                queues[j.channel as usize].push_back((j, now, None));
             }
         }
         let mut pending = false;
         for (ch, queue) in queues.iter_mut().enumerate() {
-            while let Some((job, since)) = queue.front() {
-                let stream = match &streams[ch] {
-                    Some(s) => s,
-                    None => match sync.device.stream(StreamPriority::High) {
-                        Ok(s) => streams[ch].insert(s),
-                        Err(e) => {
-                            crate::log::warn(&format!("rank {rank}: the verifier's stream: {e}"));
-                            std::thread::sleep(Duration::from_millis(1));
-                            pending = true;
-                            break;
-                        }
+            while let Some((job, since, fixing)) = queue.front_mut() {
+                let step = match fixing {
+                    Some(f) => match f.fixed.is_complete() {
+                        Ok(true) => Ok(true),
+                        Ok(false) => Ok(false),
+                        Err(e) => Err(e),
                     },
+                    None => {
+                        let stream = match &streams[ch] {
+                            Some(s) => Ok(s),
+                            None => sync.device.stream(StreamPriority::High).map(|s| &*streams[ch].insert(s)),
+                        };
+                        stream.and_then(|st| check(sync, maps, st, job, *since)).map(|c| match c {
+                            Checked::Pending => false,
+                            Checked::Done => true,
+                            Checked::Fixing(f) => {
+                                *fixing = Some(f);
+                                false
+                            }
+                        })
+                    }
                 };
-                match check(shared, sync, maps, stream, job, *since) {
+                match step {
                     Ok(false) => {
                         pending = true;
                         break;
                     }
                     Ok(true) => {}
                     Err(e) => {
-                        // The group has failed (named in `e`); release the caller's stream.
+                        // The group has failed (named in `e`): release the caller's
+                        // stream (its output is not to be trusted; the group refuses
+                        // further work).
                         crate::log::trace(rank, &format!("checking predicted addresses: {e}"));
                         let _ = sync.core.fail(e);
-                        release(shared, stream, job);
                     }
                 }
-                let (job, _) = queue.pop_front().expect("looked at above");
-                shared.events.lock().unwrap_or_else(|p| p.into_inner()).push(job.after);
+                let (job, _, fixing) = queue.pop_front().expect("looked at above");
+                write_word(shared, job.channel, job.seq);
+                let mut events = shared.events.lock().unwrap_or_else(|p| p.into_inner());
+                events.push(job.after);
+                events.extend(fixing.map(|f| f.fixed));
             }
         }
         if pending {
-            // Peers' hosts post their entries when they make the call: poll for them.
+            // Peers' hosts post their entries when they make the call, and fixes run on
+            // the device: poll for both.
             let q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
             if q.jobs.is_empty() {
                 let _ = shared.wake.wait_timeout(q, POLL).unwrap_or_else(|p| p.into_inner());
@@ -220,49 +244,34 @@ fn run(shared: &Shared, sync: &GpuSync, maps: &PeerMaps) {
     }
 }
 
-/// How long the verifier waits for peers' entries between looks.
+/// How long the verifier waits between looks at what it waits for.
 const POLL: Duration = Duration::from_micros(20);
 
-/// Writes a failed job's verify word so that the caller's stream drains.
-fn release(shared: &Shared, stream: &Stream, job: &Job) {
-    let word = shared.words.dev + 4 * job.channel as u64;
-    // SAFETY: a word of the live pinned allocation.
-    if unsafe { raw::mem_op::write_u32(stream.raw(), word, job.seq as u32) }.is_err() {
-        // Through the host mapping, after the earlier writes of this channel's stream
-        // (which only waits for events the callers' streams record before their waits).
-        let _ = stream.synchronize();
-        // SAFETY: as above.
-        unsafe { std::ptr::write_volatile(shared.words.host.cast::<u32>().add(job.channel as usize), job.seq as u32) };
-    }
+/// Releases the callers' waits for calls up to `seq` of `channel` (host write; the
+/// kernels read it with system-scope acquires).
+fn write_word(shared: &Shared, channel: u32, seq: u64) {
+    std::sync::atomic::fence(Ordering::SeqCst);
+    // SAFETY: a word of the live pinned allocation; only this thread writes it.
+    unsafe { std::ptr::write_volatile(shared.words.host.cast::<u32>().add(channel as usize), seq as u32) };
+    std::sync::atomic::fence(Ordering::SeqCst);
 }
 
-/// Checks one job and enqueues its fixes and its verify word; `Ok(false)` while a peer
-/// has not posted its entry (an error once the group's timeout passed since `since`,
-/// or at once when its process is gone).
-fn check(shared: &Shared, sync: &GpuSync, maps: &PeerMaps, stream: &Stream, job: &Job, since: Instant) -> Result<bool> {
+/// What checking a job found.
+enum Checked {
+    /// A peer has not posted its entry yet, or an allocation cannot be opened yet.
+    Pending,
+    /// Every prediction held: write the word.
+    Done,
+    /// Fixes enqueued: write the word once they ran.
+    Fixing(Fixing),
+}
+
+/// Checks one job and enqueues its fixes; an error once the group's timeout passed since
+/// `since` with a peer missing, or at once when its process is gone.
+fn check(sync: &GpuSync, maps: &PeerMaps, stream: &Stream, job: &Job, since: Instant) -> Result<Checked> {
     let core = &sync.core;
-    let done = |s: u64| sync.done_before(s);
-    let copies_done = || job.after.is_complete().unwrap_or(false);
-    let misses = match maps.verify(
-        core,
-        (job.channel, job.seq),
-        &job.ex,
-        job.call,
-        "all-gather input",
-        (&done, &copies_done),
-    )? {
+    let misses = match maps.verify(core, (job.channel, job.seq), &job.ex, job.call, "all-gather input")? {
         Verified::Done(m) => m,
-        Verified::Blocked(why) => {
-            core.check_usable()?;
-            if since.elapsed() > core.timeout {
-                return Err(core.fail(Error::GroupFailed(format!(
-                    "rank {}: {why}, for {:.0} s (NOTE [addresses predicted])",
-                    core.rank,
-                    core.timeout.as_secs_f64()
-                ))));
-            }
-            return Ok(false);
-        }
         Verified::Pending(p) => {
             core.check_usable()?;
             let what = format!("its all-gather input's address of call {} on channel {}", job.seq, job.channel);
@@ -281,21 +290,23 @@ fn check(shared: &Shared, sync: &GpuSync, maps: &PeerMaps, stream: &Stream, job:
                     secs: core.timeout.as_secs_f64(),
                 }));
             }
-            return Ok(false);
+            return Ok(Checked::Pending);
         }
     };
+    if misses.is_empty() {
+        return Ok(Checked::Done);
+    }
+    let fixed = stream.event(false)?;
     // SAFETY: (the whole block) the destinations are the caller's output (live: the
     // caller's stream waits for the verify word before anything after the call); the
     // sources are peer allocations opened and kept open until the call completed
     // (`verify`); the peers' exit barriers wait for this rank's, which follows the word.
     unsafe {
-        if !misses.is_empty() {
-            stream.wait(&job.after)?;
-            for m in &misses {
-                raw::mem_op::copy(stream.raw(), job.out + (m.peer * job.shard) as u64, m.addr, job.shard)?;
-            }
+        stream.wait(&job.after)?;
+        for m in &misses {
+            raw::mem_op::copy(stream.raw(), job.out + (m.peer * job.shard) as u64, m.addr, job.shard)?;
         }
-        raw::mem_op::write_u32(stream.raw(), shared.words.dev + 4 * job.channel as u64, job.seq as u32)?;
     }
-    Ok(true)
+    stream.record(&fixed)?;
+    Ok(Checked::Fixing(Fixing { fixed }))
 }
