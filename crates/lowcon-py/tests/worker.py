@@ -85,6 +85,20 @@ def check(g):
     if not np.array_equal(out, np.concatenate([data(seed, p, 4, np.float32) for p in range(w)])):
         fail("in-place all-gather")
     checks += 1
+    # Host rendezvous (stats()): the group's creation made some; calls whose workspaces
+    # are already grown make none (a collective call meets its peers through the pads).
+    made = g.stats()["host_rendezvous"]
+    if made <= 0:
+        fail(f"host_rendezvous {made} after creating the group and growing workspaces: the store's waits are counted")
+    for k in range(3):
+        inp = data(seed + k, r, 70001, np.float32)
+        out = np.full(70001 * w, np.nan, dtype=np.float32)
+        g.all_gather(out, inp, algorithm="ce-pull")
+        if not np.array_equal(out, np.concatenate([data(seed + k, p, 70001, np.float32) for p in range(w)])):
+            fail(f"all-gather after the counters, call {k}")
+    if g.stats()["host_rendezvous"] != made:
+        fail(f"3 calls of sizes seen before made {g.stats()['host_rendezvous'] - made} host rendezvous (want 0)")
+    checks += 1
     return f"{checks} checks, {w} ranks"
 
 

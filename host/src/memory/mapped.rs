@@ -200,6 +200,8 @@ struct Consumed {
 pub(crate) struct PeerMaps {
     mailbox: HostBuffer,
     cache: Mutex<Cache>,
+    /// Duplicate mappings the verifier made and must not close (closed at drop).
+    leaked: Mutex<Vec<Opened>>,
     consumed: Mutex<HashMap<(u32, usize), Consumed>>,
     device: Device,
     drain: Drain,
@@ -224,6 +226,7 @@ impl PeerMaps {
         Ok(Self {
             mailbox,
             cache: Mutex::new(Cache::default()),
+            leaked: Mutex::new(Vec::new()),
             consumed: Mutex::new(HashMap::new()),
             device: device.clone(),
             drain: Drain::new(core),
@@ -363,16 +366,13 @@ impl PeerMaps {
         // The cache is locked only around its own use, never while waiting for peers:
         // threads driving other channels exchange meanwhile (holding it across the wait
         // deadlocks two ranks whose threads reach two channels in opposite orders).
-        let (described, predicted) = {
-            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-            let d = self.describe(&mut cache, ptr, bytes);
-            let predicted = match &d {
-                Ok(e) if predict && self.predicting.load(Ordering::Relaxed) => {
-                    Self::predict(&mut cache, rank, (channel, ptr, bytes as u64, e.buffer_id), ptr)
-                }
-                _ => None,
-            };
-            (d, predicted)
+        let described = self.describe(ptr, bytes);
+        let predicted = match &described {
+            Ok(e) if predict && self.predicting.load(Ordering::Relaxed) => {
+                let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+                Self::predict(&mut cache, rank, (channel, ptr, bytes as u64, e.buffer_id), ptr)
+            }
+            _ => None,
         };
         let key: PredictionKey = (channel, ptr, bytes as u64, described.as_ref().map_or(0, |e| e.buffer_id));
         let (mine, local_err) = match described {
@@ -419,29 +419,51 @@ impl PeerMaps {
             retired
         };
         self.close_all(retired);
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         let mut failed = None;
+        let mut extra = Vec::new();
+        let mut opened = Vec::with_capacity(world);
         for (p, e) in entries.iter().enumerate() {
             if p == rank {
-                addrs.push(ptr);
+                opened.push(ptr);
                 continue;
             }
-            match self.open(&mut cache, (rank, p), e) {
-                Ok(local) => {
-                    cache.opened.get_mut(&(p, e.buffer_id)).expect("just opened").pins += 1;
-                    keys.push((p, e.buffer_id));
-                    addrs.push(local + e.offset);
-                }
+            match self.open((rank, p), e, &mut extra) {
+                Ok(local) => opened.push(local),
                 Err(err) => {
                     failed = Some(err);
                     break;
                 }
             }
         }
-        if failed.is_none() {
-            Self::remember(&mut cache, key, entries.iter().map(Entry::place).collect());
+        self.close_all(extra);
+        {
+            let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            for (p, e) in entries.iter().enumerate().take(opened.len()) {
+                if p == rank {
+                    addrs.push(ptr);
+                    continue;
+                }
+                // Opened just above; pinned now, so that nothing closes it before the
+                // call is registered (`settle`). Another thread's `retire_for` may have
+                // taken it out meanwhile only if idle and unpinned: then open again.
+                match cache.opened.get_mut(&(p, e.buffer_id)) {
+                    Some(o) => {
+                        o.pins += 1;
+                        keys.push((p, e.buffer_id));
+                        addrs.push(o.local + e.offset);
+                    }
+                    None => {
+                        failed.get_or_insert(Error::GroupFailed(format!(
+                            "rank {rank}: rank {p}'s allocation was closed by another thread while this call opened it"
+                        )));
+                        break;
+                    }
+                }
+            }
+            if failed.is_none() {
+                Self::remember(&mut cache, key, entries.iter().map(Entry::place).collect());
+            }
         }
-        drop(cache);
         let ex = Exchanged { addrs, keys, predicted: None };
         match failed {
             None => Ok(Shared::Mapped(ex)),
@@ -551,15 +573,26 @@ impl PeerMaps {
                      on every rank after freeing"
                 ))));
             }
-            let local = match self.open(&mut cache, (rank, p), e) {
-                Ok(l) => l,
-                Err(err) => {
+            if !cache.opened.contains_key(&(p, e.buffer_id)) {
+                // Opened without the cache's lock (`open`); a duplicate another thread
+                // made meanwhile stays open until the group ends (closing waits for the
+                // device, which the verifier must never do).
+                drop(cache);
+                let mut extra = Vec::new();
+                let opened = self.open((rank, p), e, &mut extra);
+                self.leaked.lock().unwrap_or_else(|p| p.into_inner()).extend(extra);
+                if let Err(err) = opened {
                     return Err(core.fail(Error::GroupFailed(format!("rank {rank}: mapping the peers' {what}: {err}"))));
                 }
+                cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            }
+            let Some(o) = cache.opened.get_mut(&(p, e.buffer_id)) else {
+                return Err(core.fail(Error::GroupFailed(format!(
+                    "rank {rank}: rank {p}'s allocation was closed by another thread while the verifier opened it"
+                ))));
             };
-            let o = cache.opened.get_mut(&(p, e.buffer_id)).expect("just opened");
             o.used_before = o.used_before.max(call + 1);
-            misses.push(Miss { peer: p, addr: local + e.offset });
+            misses.push(Miss { peer: p, addr: o.local + e.offset });
         }
         if !misses.is_empty() {
             self.mispredicted.fetch_add(1, Ordering::Relaxed);
@@ -641,8 +674,11 @@ impl PeerMaps {
         }
     }
 
-    /// This rank's entry for `bytes` at `ptr`.
-    fn describe(&self, cache: &mut Cache, ptr: u64, bytes: usize) -> Result<Entry> {
+    /// This rank's entry for `bytes` at `ptr`. Takes the cache's lock only around its
+    /// map: no driver call is made under it (NOTE [addresses predicted]: a driver call
+    /// that waits for the device would hold up the verifier, which the device may be
+    /// waiting for).
+    fn describe(&self, ptr: u64, bytes: usize) -> Result<Entry> {
         let rank_hint = "map_ordinary needs memory from cudaMalloc or cuMemAlloc (torch's default caching \
                          allocator; not expandable segments, cudaMallocAsync or a memory pool)";
         // SAFETY: the group's context is current (`exchange`).
@@ -658,8 +694,9 @@ impl PeerMaps {
                 "the {bytes}-byte buffer at {ptr:#x} runs past the end of its allocation ({size} bytes at {base:#x})"
             )));
         }
-        let handle = match cache.exported.get(&buffer_id) {
-            Some(h) => *h,
+        let known = self.cache.lock().unwrap_or_else(|p| p.into_inner()).exported.get(&buffer_id).copied();
+        let handle = match known {
+            Some(h) => h,
             None => {
                 // SAFETY: `base` is the base of a live allocation of this context.
                 let h = unsafe { raw::ipc::get_handle(base) }.map_err(|e| {
@@ -668,6 +705,7 @@ impl PeerMaps {
                          {rank_hint}"
                     ))
                 })?;
+                let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
                 if cache.exported.len() >= MAX_EXPORTS {
                     cache.exported.clear();
                 }
@@ -721,9 +759,12 @@ impl PeerMaps {
         })
     }
 
-    /// Peer `p`'s allocation `e`, opened here (cached). Closes nothing (`retire_for`).
-    fn open(&self, cache: &mut Cache, (rank, p): (usize, usize), e: &Entry) -> Result<sys::CUdeviceptr> {
-        if let Some(o) = cache.opened.get(&(p, e.buffer_id)) {
+    /// Peer `p`'s allocation `e`, opened here and cached, without holding the cache's
+    /// lock across the driver's call (`describe`). Closes nothing (`retire_for`). An
+    /// allocation another thread opened meanwhile keeps that thread's mapping; this
+    /// one's goes into `extra` (closed by the caller, outside the lock, or at drop).
+    fn open(&self, (rank, p): (usize, usize), e: &Entry, extra: &mut Vec<Opened>) -> Result<sys::CUdeviceptr> {
+        if let Some(o) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).opened.get(&(p, e.buffer_id)) {
             return Ok(o.local);
         }
         if e.offset + e.bytes > e.size {
@@ -740,10 +781,19 @@ impl PeerMaps {
                 e.size, e.buffer_id
             ))
         })?;
-        cache
-            .opened
-            .insert((p, e.buffer_id), Opened { peer_base: e.base, size: e.size, local, pins: 0, used_before: 0 });
-        Ok(local)
+        let fresh = Opened { peer_base: e.base, size: e.size, local, pins: 0, used_before: 0 };
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        match cache.opened.get(&(p, e.buffer_id)) {
+            Some(o) => {
+                let kept = o.local;
+                extra.push(fresh);
+                Ok(kept)
+            }
+            None => {
+                cache.opened.insert((p, e.buffer_id), fresh);
+                Ok(local)
+            }
+        }
     }
 
     /// Closes mappings taken out of the cache (without its lock held).
@@ -773,7 +823,8 @@ impl Drop for PeerMaps {
         if self.drain.wait(&self.device, "the group's peer mappings").is_err() {
             return;
         }
-        for (_, o) in cache.opened.drain() {
+        let leaked = std::mem::take(self.leaked.get_mut().unwrap_or_else(|p| p.into_inner()));
+        for o in cache.opened.drain().map(|(_, o)| o).chain(leaked) {
             // SAFETY: the device is idle.
             unsafe { Self::close(rank, o) };
         }

@@ -282,12 +282,15 @@ fn check(sync: &GpuSync, maps: &PeerMaps, stream: &Stream, job: &Job, since: Ins
                     what: format!("waiting for {what}"),
                 }));
             }
-            if since.elapsed() > core.timeout {
+            // Before the caller's wait kernel times out (the group's timeout), so that
+            // the error names what the verifier waited for.
+            let limit = core.timeout.mul_f64(0.75);
+            if since.elapsed() > limit {
                 return Err(core.fail(Error::PeerTimeout {
                     rank: core.rank,
                     peer: p,
                     what,
-                    secs: core.timeout.as_secs_f64(),
+                    secs: limit.as_secs_f64(),
                 }));
             }
             return Ok(Checked::Pending);
