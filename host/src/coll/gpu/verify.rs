@@ -137,6 +137,7 @@ impl Verifier {
                 })?;
             *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
         }
+        crate::log::trace(sync.core.rank, &format!("verifier: channel {} call {} submitted", job.channel, job.seq));
         let mut q = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
         q.jobs.push_back(job);
         self.shared.wake.notify_one();
@@ -170,6 +171,7 @@ fn run(shared: &Shared, sync: &GpuSync, maps: &PeerMaps) {
     if let Err(e) = sync.device.bind_to_thread() {
         crate::log::warn(&format!("rank {rank}: the verifier thread cannot use the device: {e}"));
     }
+    crate::log::trace(rank, "verifier: started");
     let channels = CHANNELS as usize;
     let mut queues: Vec<VecDeque<(Job, Instant, Option<Fixing>)>> = (0..channels).map(|_| VecDeque::new()).collect();
     let mut streams: Vec<Option<Stream>> = (0..channels).map(|_| None).collect();
@@ -202,6 +204,7 @@ fn run(shared: &Shared, sync: &GpuSync, maps: &PeerMaps) {
                             Some(s) => Ok(s),
                             None => sync.device.stream(StreamPriority::High).map(|s| &*streams[ch].insert(s)),
                         };
+                        crate::log::trace(rank, &format!("verifier: channel {ch} call {}: checking", job.seq));
                         stream.and_then(|st| check(sync, maps, st, job, *since)).map(|c| match c {
                             Checked::Pending => false,
                             Checked::Done => true,
@@ -228,6 +231,7 @@ fn run(shared: &Shared, sync: &GpuSync, maps: &PeerMaps) {
                 }
                 let (job, _, fixing) = queue.pop_front().expect("looked at above");
                 write_word(shared, job.channel, job.seq);
+                crate::log::trace(rank, &format!("verifier: channel {ch} call {}: released", job.seq));
                 let mut events = shared.events.lock().unwrap_or_else(|p| p.into_inner());
                 events.push(job.after);
                 events.extend(fixing.map(|f| f.fixed));
