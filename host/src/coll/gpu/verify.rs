@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use lowcon_abi::pad::CHANNELS;
 
-use crate::cuda::{Event, Stream, StreamPriority, raw};
+use crate::cuda::{Event, Stream, raw};
 use crate::error::{Error, Result};
 use crate::memory::gpu::Drain;
 use crate::memory::mapped::{Exchanged, PeerMaps, Verified};
@@ -60,6 +60,11 @@ pub(super) struct Job {
     /// Peer `p`'s shard lands at `out + p * shard`, `shard` bytes.
     pub(super) out: u64,
     pub(super) shard: usize,
+    /// The channel's stream for fixes, and the event recorded after them: made by the
+    /// caller, since the driver may hold up their creation while the device waits (seen
+    /// under MPS: `cuStreamCreate` waited 60 s for the caller's wait kernel).
+    pub(super) fix: Stream,
+    pub(super) fixed: Event,
 }
 
 struct Queue {
@@ -104,7 +109,7 @@ impl Verifier {
         Ok(Self { shared, thread: Mutex::new(None), started: AtomicBool::new(false) })
     }
 
-    /// An event for [`Job::after`] (reused once the verifier enqueued its wait).
+    /// An event for [`Job::after`] or [`Job::fixed`] (reused once the job is done).
     pub(super) fn event(&self, stream: &Stream) -> Result<Event> {
         let free = self.shared.events.lock().unwrap_or_else(|p| p.into_inner()).pop();
         match free {
@@ -156,16 +161,15 @@ impl Drop for Verifier {
     }
 }
 
-/// A job whose fixes are on their way: the word is written once `fixed` completed.
-struct Fixing {
-    fixed: Event,
-}
+/// A job whose fixes are on their way: the word is written once `Job::fixed` completed.
+struct Fixing;
 
 /// The verifier thread: jobs of each channel in call order, channels independent (a
 /// job whose peers have not posted yet holds up only later jobs of its channel: one
-/// queue for all once let two ranks' channels wait on each other), a stream per channel
-/// for the fixes. Never a driver call that waits for the device (it may be waiting for
-/// this thread).
+/// queue for all once let two ranks' channels wait on each other), the fixes on the
+/// channel's stream. It makes no driver call that creates anything or that may wait for
+/// the device (which may be waiting for it): enqueues, event queries and opening peer
+/// allocations only.
 fn run(shared: &Shared, sync: &GpuSync, maps: &PeerMaps) {
     let rank = sync.core.rank;
     if let Err(e) = sync.device.bind_to_thread() {
@@ -174,7 +178,6 @@ fn run(shared: &Shared, sync: &GpuSync, maps: &PeerMaps) {
     crate::log::trace(rank, "verifier: started");
     let channels = CHANNELS as usize;
     let mut queues: Vec<VecDeque<(Job, Instant, Option<Fixing>)>> = (0..channels).map(|_| VecDeque::new()).collect();
-    let mut streams: Vec<Option<Stream>> = (0..channels).map(|_| None).collect();
     loop {
         {
             let mut q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -194,22 +197,18 @@ fn run(shared: &Shared, sync: &GpuSync, maps: &PeerMaps) {
         for (ch, queue) in queues.iter_mut().enumerate() {
             while let Some((job, since, fixing)) = queue.front_mut() {
                 let step = match fixing {
-                    Some(f) => match f.fixed.is_complete() {
+                    Some(Fixing) => match job.fixed.is_complete() {
                         Ok(true) => Ok(true),
                         Ok(false) => Ok(false),
                         Err(e) => Err(e),
                     },
                     None => {
-                        let stream = match &streams[ch] {
-                            Some(s) => Ok(s),
-                            None => sync.device.stream(StreamPriority::High).map(|s| &*streams[ch].insert(s)),
-                        };
                         crate::log::trace(rank, &format!("verifier: channel {ch} call {}: checking", job.seq));
-                        stream.and_then(|st| check(sync, maps, st, job, *since)).map(|c| match c {
+                        check(sync, maps, job, *since).map(|c| match c {
                             Checked::Pending => false,
                             Checked::Done => true,
-                            Checked::Fixing(f) => {
-                                *fixing = Some(f);
+                            Checked::Fixing => {
+                                *fixing = Some(Fixing);
                                 false
                             }
                         })
@@ -229,12 +228,12 @@ fn run(shared: &Shared, sync: &GpuSync, maps: &PeerMaps) {
                         let _ = sync.core.fail(e);
                     }
                 }
-                let (job, _, fixing) = queue.pop_front().expect("looked at above");
+                let (job, _, _) = queue.pop_front().expect("looked at above");
                 write_word(shared, job.channel, job.seq);
                 crate::log::trace(rank, &format!("verifier: channel {ch} call {}: released", job.seq));
                 let mut events = shared.events.lock().unwrap_or_else(|p| p.into_inner());
                 events.push(job.after);
-                events.extend(fixing.map(|f| f.fixed));
+                events.push(job.fixed);
             }
         }
         if pending {
@@ -267,12 +266,12 @@ enum Checked {
     /// Every prediction held: write the word.
     Done,
     /// Fixes enqueued: write the word once they ran.
-    Fixing(Fixing),
+    Fixing,
 }
 
 /// Checks one job and enqueues its fixes; an error once the group's timeout passed since
 /// `since` with a peer missing, or at once when its process is gone.
-fn check(sync: &GpuSync, maps: &PeerMaps, stream: &Stream, job: &Job, since: Instant) -> Result<Checked> {
+fn check(sync: &GpuSync, maps: &PeerMaps, job: &Job, since: Instant) -> Result<Checked> {
     let core = &sync.core;
     let misses = match maps.verify(core, (job.channel, job.seq), &job.ex, job.call, "all-gather input")? {
         Verified::Done(m) => m,
@@ -303,7 +302,7 @@ fn check(sync: &GpuSync, maps: &PeerMaps, stream: &Stream, job: &Job, since: Ins
     if misses.is_empty() {
         return Ok(Checked::Done);
     }
-    let fixed = stream.event(false)?;
+    let stream = &job.fix;
     // SAFETY: (the whole block) the destinations are the caller's output (live: the
     // caller's stream waits for the verify word before anything after the call); the
     // sources are peer allocations opened and kept open until the call completed
@@ -314,6 +313,6 @@ fn check(sync: &GpuSync, maps: &PeerMaps, stream: &Stream, job: &Job, since: Ins
             raw::mem_op::copy(stream.raw(), job.out + (m.peer * job.shard) as u64, m.addr, job.shard)?;
         }
     }
-    stream.record(&fixed)?;
-    Ok(Checked::Fixing(Fixing { fixed }))
+    stream.record(&job.fixed)?;
+    Ok(Checked::Fixing)
 }
