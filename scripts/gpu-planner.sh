@@ -17,7 +17,8 @@
 #   fsdp2   FSDP2 paired at 2 ranks (GPUs 0 and 1), 4096x12 and 8192x4 at 1024 tokens,
 #           20 rounds: the 2-GPU regression check (FSDP2_W2_MODES, _SWEEP, _ROUNDS, _S override)
 #   ctas    small messages at 4 ranks, 64K..1M, bf16: ll, and sm-direct / sm-oneshot at the
-#           default, 32, 64 and 128 CTAs, eager and replayed, NCCL beside (CTAS_REPEAT runs, 3)
+#           default, 32, 64 and 128 CTAs, eager and replayed, NCCL beside (CTAS_REPEAT runs, 3;
+#           CTAS_NPROC=2: at 2 ranks; CTAS_RS_ONLY=1: the reduce-scatters only)
 #   tp      tp_bench.py at 4 ranks, 20 rounds (TP_ARGS: more options, e.g. --profile DIR)
 #   pygpu   the bindings on 4 GPUs with every call planned: the C check, tp_worker.py check,
 #           FSDP2 training against NCCL (gpu_fsdp_worker.py), the torch backend's ops,
@@ -118,11 +119,13 @@ if has small; then
   done
 fi
 if has ctas; then
+  lc=("${l4[@]}"); [ "${CTAS_NPROC:-4}" = 2 ] && lc=("${l2[@]}")
   for k in $(seq "${CTAS_REPEAT:-3}"); do
-    st "ctas reduce-scatter bf16 w=4 #$k" "ctas-rs-$k.txt" 60 "${l4[@]}" "$L" bench reduce-scatter -b 64K -e 1M -f 2 \
+    st "ctas reduce-scatter bf16 w=${CTAS_NPROC:-4} #$k" "ctas-rs-$k.txt" 60 "${lc[@]}" "$L" bench reduce-scatter -b 64K -e 1M -f 2 \
       -n 20 --reps 25 --dtype bf16 --sync kernel --graph --algorithms ll,sm-direct --ctas default,32,64,128 \
       --json "$out/ctas-rs-$k.json"
-    st "ctas all-gather bf16 w=4 #$k" "ctas-ag-$k.txt" 60 "${l4[@]}" "$L" bench all-gather -b 64K -e 1M -f 2 \
+    [ -n "${CTAS_RS_ONLY:-}" ] && continue
+    st "ctas all-gather bf16 w=${CTAS_NPROC:-4} #$k" "ctas-ag-$k.txt" 60 "${lc[@]}" "$L" bench all-gather -b 64K -e 1M -f 2 \
       -n 20 --reps 25 --dtype bf16 --sync kernel --graph --algorithms ll,sm-oneshot --ctas default,32,64,128 \
       --json "$out/ctas-ag-$k.json"
   done

@@ -42,7 +42,10 @@ fn two_ranks_keep_the_measured_two_rank_rules() {
     assert_eq!(ag(&p, 4 << 20, false, &d).algorithm, AllGatherAlgorithm::CePull);
     let r = ReduceScatterOptions::default();
     assert_eq!(rs(&p, &rs_call(64 << 10, DType::Bf16), &r).algorithm, ReduceScatterAlgorithm::Ll);
-    let big = rs(&p, &rs_call((512 << 10) + 2, DType::Bf16), &r);
+    // ll on 128 CTAs from 256 KiB to 1 MiB (2026-11-26, 20b3be4).
+    let mid = rs(&p, &rs_call(512 << 10, DType::Bf16), &r);
+    assert_eq!((mid.algorithm, mid.ctas), (ReduceScatterAlgorithm::Ll, 128));
+    let big = rs(&p, &rs_call((1 << 20) + 2, DType::Bf16), &r);
     assert_eq!((big.algorithm, big.ctas), (ReduceScatterAlgorithm::SmDirect, 16));
 }
 
