@@ -50,6 +50,9 @@ DEFAULT_SWEEP = "2048x8:256,1024,4096,16384;4096x12:256,1024,4096,16384;8192x4:2
 LOWCON_KEYS = ("ag", "rs", "sync", "agsync", "rssync", "ctas", "rs_ctas", "pieces", "launch", "mem", "agmem", "rsmem",
                "wire", "traffic", "predict")
 KINDS = ("nccl", "nccl-b", "lowcon", "nccl-ce", "floor", "lowcon-pg", "nocomm", "nocomm-torch")
+# The modes `--hsdp` runs on its replicate x shard mesh (the others build groups of their own
+# over the world).
+HSDP_KINDS = ("nccl", "nccl-b", "lowcon", "nocomm")
 NEEDS_NCCL = ("nccl", "nccl-b", "nccl-ce")
 
 
@@ -196,7 +199,7 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
     import fsdp2_modes as fmodes
 
     world, rank = dist.get_world_size(), dist.get_rank()
-    mesh = init_device_mesh(device.type, (world,))
+    mesh = args.mesh if getattr(args, "mesh", None) is not None else init_device_mesh(device.type, (world,))
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                               reduce_dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[reduce_dtype])
     method = choose_method(args, cfg, len(modes), world, device)
@@ -459,13 +462,23 @@ def worker(args: argparse.Namespace) -> int:
     import fsdp2_modes as fmodes
 
     specs = args.mode_specs
+    # HSDP: one replicate x shard mesh for every model; lowcon's group over the shard dim.
+    args.mesh, shard_pg = None, None
+    if args.hsdp > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        if world % args.hsdp:
+            raise SystemExit(f"--hsdp {args.hsdp}: the world of {world} ranks does not split into {args.hsdp} replicas")
+        args.mesh = init_device_mesh(device.type, (args.hsdp, world // args.hsdp),
+                                     mesh_dim_names=("replicate", "shard"))
+        shard_pg = args.mesh.get_group("shard")
     group = None
     if any(kind == "lowcon" for _, kind, _ in specs):
         try:
             import lowcon
             import lowcon.fsdp  # noqa: F401
 
-            group = lowcon.from_process_group(backend="host" if args.cpu else "gpu")
+            group = lowcon.from_process_group(shard_pg, backend="host" if args.cpu else "gpu")
         except ImportError as e:
             print(f"lowcon is not importable: {e}", flush=True)
     modes, skipped = fmodes.make_modes(specs, device, group)
@@ -479,7 +492,8 @@ def worker(args: argparse.Namespace) -> int:
             t = torch.tensor([float(nccl_internal)], dtype=torch.float64, device=device)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             env["nccl_internal_bytes"] = args.nccl_internal = int(t.item())
-    doc: Dict[str, Any] = {"schema": SCHEMA, "env": env, "args": vars(args), "skipped": skipped,
+    doc: Dict[str, Any] = {"schema": SCHEMA, "env": env, "args": {k: v for k, v in vars(args).items() if k != "mesh"},
+                           "hsdp": args.hsdp, "skipped": skipped,
                            "notes": {m.name: m.notes for m in modes if m.notes}, "configs": []}
     if rank == 0:
         print(f"torch {env['torch']}, {world} x {env.get('device_name', device)}; modes "
@@ -558,6 +572,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--time-budget", type=float, default=0.0, help="seconds; later configurations are skipped")
     p.add_argument("--cpu", action="store_true", help="gloo and lowcon's host backend (a smoke test)")
+    p.add_argument("--hsdp", type=int, default=1, metavar="R",
+                   help="HSDP: every model on a replicate x shard mesh of R replicas of world/R shards; FSDP2 "
+                        "all-reduces across replicas with its default process group (NCCL, gloo on the CPU), and "
+                        "lowcon's modes run on the shard dimension (nccl, nccl-b, lowcon and nocomm modes only)")
     p.add_argument("--memory-only", action="store_true",
                    help="report peak memory only, against nocomm-torch (allowed with ranks sharing a GPU, where NCCL "
                         "cannot run and times mean nothing)")
@@ -582,6 +600,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
             p.error("--memory-only compares with nocomm-torch: add it to --modes")
     if not names or len(set(names)) != len(names):
         p.error(f"--modes {args.modes!r}: give each mode once")
+    if args.hsdp < 1:
+        p.error(f"--hsdp {args.hsdp}: the replicas must be at least 1")
+    if args.hsdp > 1:
+        other = [s for s, kind, _ in args.mode_specs if kind not in HSDP_KINDS]
+        if other:
+            p.error(f"--hsdp runs the modes {', '.join(HSDP_KINDS)} on its mesh: drop {', '.join(other)}")
     for d in args.reduce_dtypes.split(","):
         if d not in ("fp32", "bf16"):
             p.error(f"--reduce-dtypes: {d!r} is not fp32 or bf16")

@@ -56,6 +56,33 @@ def test_fsdp2_paired_on_the_host_backend(tmp_path):
     assert cfg["pool_trimmed_bytes"] > 0, cfg.get("pool_trimmed_bytes")
 
 
+def test_hsdp_on_the_host_backend(tmp_path):
+    """`--hsdp 2` at 4 ranks: every model on a 2 x 2 replicate x shard mesh, lowcon's hooks
+    on the shard dimension (a group over that subgroup), FSDP2's replica all-reduce on gloo;
+    lowcon trains the reference's model."""
+    p = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-port", str(free_port()),
+         str(BENCH), "--cpu", "--hsdp", "2", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "2",
+         "--warmup", "1", "--modes", "nccl,nccl-b,lowcon,nocomm", "--method", "models", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    doc = json.loads((tmp_path / "paired.json").read_text())
+    assert doc["hsdp"] == 2, doc.get("hsdp")
+    (cfg,) = doc["configs"]
+    checks = {m: v["check"] for m, v in cfg["losses"]["modes"].items()}
+    assert checks.get("lowcon") == "ok", (checks, cfg["loss_curves"])
+    # The all-gathers ran on lowcon's 2-rank shard group: 1 peer's bytes per shard.
+    assert cfg["bytes_per_step"]["lowcon"]["all_gather_bytes"] > 0, cfg["bytes_per_step"]
+
+
+def test_hsdp_refuses_modes_it_cannot_place():
+    p = subprocess.run([sys.executable, str(BENCH), "--cpu", "--hsdp", "2", "--modes", "nccl,nccl-ce"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "drop nccl-ce" in p.stderr, p.stderr
+
+
 def test_fsdp2_memory_only_needs_no_nccl(tmp_path):
     """`--memory-only` (what ranks sharing a GPU can measure): peak memory per mode against
     nocomm-torch, no timing table."""
