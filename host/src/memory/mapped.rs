@@ -16,16 +16,18 @@
 //! entry (one rendezvous).
 //!
 //! Safety of the cache: an entry is keyed by (peer, buffer id). A segment freed and
-//! re-allocated by the peer at the same address gets a new id, so a stale mapping is
-//! never used. A mapping is closed only when no call in flight uses it: pinned from the
-//! exchange until the call is registered with the watchdog, then until the watchdog saw
-//! it complete. Beyond `MAX_OPEN_PER_PEER` per peer, and when a peer publishes an
-//! allocation overlapping a cached one with another id (it freed the old one), the idle
-//! ones are closed, least recently used first.
+//! re-allocated by the peer at the same address gets a new id, so a stale mapping never
+//! serves a result (a predicted copy may read one, and is then copied over before the
+//! call completes). The driver opens such a new segment only once the old mapping is
+//! closed (CUDA_ERROR_ALREADY_MAPPED). A mapping is closed only when no call in flight
+//! uses it: pinned from the exchange until the call is registered with the watchdog,
+//! then until the watchdog saw it complete. Beyond `MAX_OPEN_PER_PEER` per peer, and
+//! when a peer publishes an allocation overlapping a cached one with another id (it
+//! freed the old one), the idle ones are closed, least recently used first.
 //!
 //! The mailbox of each channel has `DEPTH` entries per rank, used in turn: a rank writes
 //! its entry of call k + `DEPTH` only once every peer has read its entry of call k (each
-//! rank publishes, per channel and peer, the seq below which it read every entry).
+//! rank publishes, per channel and peer, the seq up to which it read every entry).
 //! Since the addresses are predicted (NOTE [addresses predicted]), a rank usually posts
 //! without waiting, and reads the peers' entries later, off the calling thread.
 
