@@ -86,8 +86,6 @@ struct ChannelState {
     kept: Vec<SymmetricBuffer>,
     /// Calls with a mapped input so far (the address exchange's sequence number).
     map_seq: u64,
-    /// The stream of the verifier's fixes on this channel (first predicted call).
-    fix: Option<Stream>,
 }
 
 /// Where every rank's copy of some data lives: a symmetric buffer and a byte offset.
@@ -338,18 +336,13 @@ impl GpuColl {
         let stage_in = stage_in || (mapped && peers.is_none());
         let need = if stage_in { align256(shard) } else { 0 } + if stage_out { world * shard } else { 0 };
         self.prepare(&mut st, ch, mode, need, 2)?;
-        // The fixes' stream (NOTE [addresses predicted]), made here, never by the verifier.
-        if predicted && st.fix.is_none() {
-            st.fix = Some(self.sync.device.stream(StreamPriority::High)?);
-        }
-        let fix_stream = st.fix.clone();
 
         let ws = st.workspace.as_ref();
         let copy = st.copy.as_ref().expect("prepared");
         let (fork, join) = (&st.events[0], &st.events[1]);
         let out = output.ptr;
         let s = shard as u64;
-        // The event after the predicted copies, for the verifier.
+        // What the verifier needs of a predicted call (`Verifier::arm`).
         let mut checked = None;
         // Once the wait for the verifier is enqueued, its job is submitted whatever
         // fails after (or the stream would wait for ever).
@@ -387,12 +380,7 @@ impl GpuColl {
                             each.map_or(Ok(()), |a| a.record(stream, p))?;
                         }
                         if predicted {
-                            let after = self.mapping.verifier.event(stream)?;
-                            let fixed = self.mapping.verifier.event(stream)?;
-                            let fix = fix_stream.clone().expect("made for predicted calls");
-                            stream.record(&after)?;
-                            self.mapping.verifier.wait(&self.sync, stream, ch, st.map_seq)?;
-                            checked = Some((after, fixed, fix));
+                            checked = Some(self.mapping.verifier.arm(&self.sync, stream, ch, st.map_seq)?);
                         }
                         stream.wait(join)?;
                         if sync {
@@ -441,10 +429,10 @@ impl GpuColl {
             Ok(()) => self.finish(stream, mode, peers.as_ref()),
             Err(e) => Err(e.failure_copy()),
         };
-        if let (Some((after, fixed, fix)), Some(ex)) = (checked, peers) {
+        if let (Some(armed), Some(ex)) = (checked, peers) {
             // A call never registered keeps its mappings open (never "completed").
             let done_at = *call.as_ref().unwrap_or(&(u64::MAX / 2));
-            let job = verify::Job { channel: ch, seq: st.map_seq, call: done_at, ex, after, out, shard, fix, fixed };
+            let job = verify::Job { channel: ch, seq: st.map_seq, call: done_at, ex, armed, out, shard };
             // Submitted before the channel is released: jobs queue in call order.
             self.mapping.verifier.submit(&self.sync, &self.mapping.maps, job)?;
         }

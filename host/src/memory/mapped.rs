@@ -526,27 +526,11 @@ impl PeerMaps {
         let rank = core.rank;
         let Some((key, places)) = &ex.predicted else { return Ok(Verified::Done(Vec::new())) };
         let slot = Self::slot(channel, seq);
-        for p in (0..self.world).filter(|&p| p != rank) {
-            let seen = self.seq_of(p, slot).load(Ordering::Acquire);
-            if seen < seq {
-                return Ok(Verified::Pending(p));
-            }
-            if seen != seq {
-                return Err(core.fail(Error::GroupFailed(format!(
-                    "rank {rank}: rank {p} is at another call of channel {channel}'s address exchange ({seen}, this \
-                     rank {seq}): the ranks' calls with map_ordinary differ"
-                ))));
-            }
+        if let Some(p) = (0..self.world).find(|&p| p != rank && self.seq_of(p, slot).load(Ordering::Acquire) < seq) {
+            return Ok(Verified::Pending(p));
         }
-        // Read, not yet marked as read: a job that must wait (below) reads them again.
-        let mut entries = Vec::with_capacity(self.world);
-        for p in 0..self.world {
-            let mut b = [0u8; BODY];
-            if p != rank {
-                self.mailbox.read(p, slot * ENTRY + 8, &mut b)?;
-            }
-            entries.push(Entry::from_bytes(&b));
-        }
+        // Every peer posted: this reads at once (and names a peer at another call).
+        let entries = self.read_entries(core, channel, seq, Entry::unshareable(0), what)?;
         let mut misses = Vec::new();
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         for (p, e) in entries.iter().enumerate() {
@@ -603,10 +587,6 @@ impl PeerMaps {
                 now[m.peer] = entries[m.peer].place();
             }
             Self::remember(&mut cache, *key, now);
-        }
-        drop(cache);
-        for p in (0..self.world).filter(|&p| p != rank) {
-            self.mark_read(channel, p, seq);
         }
         Ok(Verified::Done(misses))
     }

@@ -420,26 +420,36 @@ impl GroupCore {
                 continue;
             }
             if spins.is_multiple_of(256) {
-                // Aborted from another thread (`HostGroup::abort`, Ctrl-C in Python).
-                self.check_usable()?;
-                if self.mesh.peer_hung_up(peer) {
-                    return Err(self.fail(Error::PeerGone {
-                        rank: self.rank,
-                        peer,
-                        what: format!("waiting for {}", describe(state())),
-                    }));
-                }
-                if start.elapsed() > self.timeout {
-                    return Err(self.fail(Error::PeerTimeout {
-                        rank: self.rank,
-                        peer,
-                        what: describe(state()),
-                        secs: self.timeout.as_secs_f64(),
-                    }));
-                }
+                self.keep_waiting(peer, start, self.timeout, || describe(state()))?;
             }
             if spins < 1024 { std::thread::yield_now() } else { std::thread::sleep(Duration::from_micros(20)) }
         }
+    }
+
+    /// Whether a wait for `peer` that began at `start` may go on: an error (the group
+    /// then fails) once the group was aborted from another thread (`HostGroup::abort`,
+    /// Ctrl-C in Python), the peer's process is gone, or `limit` has passed. `what` names
+    /// what is awaited.
+    pub(crate) fn keep_waiting(
+        &self,
+        peer: usize,
+        start: Instant,
+        limit: Duration,
+        what: impl Fn() -> String,
+    ) -> Result<()> {
+        self.check_usable()?;
+        if self.mesh.peer_hung_up(peer) {
+            return Err(self.fail(Error::PeerGone { rank: self.rank, peer, what: format!("waiting for {}", what()) }));
+        }
+        if start.elapsed() > limit {
+            return Err(self.fail(Error::PeerTimeout {
+                rank: self.rank,
+                peer,
+                what: what(),
+                secs: limit.as_secs_f64(),
+            }));
+        }
+        Ok(())
     }
 
     /// Whether the group has failed.

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use lowcon_abi::pad::CHANNELS;
 
-use crate::cuda::{Event, Stream, raw};
+use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::gpu::Drain;
 use crate::memory::mapped::{Exchanged, PeerMaps, Verified};
@@ -55,16 +55,19 @@ pub(super) struct Job {
     /// The watchdog's number of the call.
     pub(super) call: u64,
     pub(super) ex: Exchanged,
-    /// Recorded on the caller's stream after the predicted copies.
-    pub(super) after: Event,
+    pub(super) armed: Armed,
     /// Peer `p`'s shard lands at `out + p * shard`, `shard` bytes.
     pub(super) out: u64,
     pub(super) shard: usize,
-    /// The channel's stream for fixes, and the event recorded after them: made by the
-    /// caller, since the driver may hold up their creation while the device waits (seen
-    /// under MPS: `cuStreamCreate` waited 60 s for the caller's wait kernel).
-    pub(super) fix: Stream,
-    pub(super) fixed: Event,
+}
+
+/// What [`Verifier::arm`] made for a job.
+pub(super) struct Armed {
+    /// Recorded on the caller's stream after the predicted copies.
+    after: Event,
+    /// Recorded on `fix`, the channel's stream of fixes, after them.
+    fixed: Event,
+    fix: Stream,
 }
 
 struct Queue {
@@ -90,6 +93,8 @@ pub(super) struct Mapping {
 /// The verifier of a GPU group: its thread starts with the first predicted call.
 pub(super) struct Verifier {
     shared: Arc<Shared>,
+    /// Per channel, the stream of the verifier's fixes (made by callers: `arm`).
+    fix_streams: Mutex<Vec<Option<Stream>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     started: AtomicBool,
 }
@@ -106,27 +111,43 @@ impl Verifier {
             words,
             events: Mutex::new(Vec::new()),
         });
-        Ok(Self { shared, thread: Mutex::new(None), started: AtomicBool::new(false) })
+        let fix_streams = Mutex::new(vec![None; CHANNELS as usize]);
+        Ok(Self { shared, fix_streams, thread: Mutex::new(None), started: AtomicBool::new(false) })
     }
 
-    /// An event for [`Job::after`] or [`Job::fixed`] (reused once the job is done).
-    pub(super) fn event(&self, stream: &Stream) -> Result<Event> {
+    /// Enqueues on `stream`, after a call's predicted copies, what the verifier needs:
+    /// an event (`Armed::after`), then a one-thread kernel that waits for the check of call
+    /// `seq` of `channel`. Returns the pieces of the job, whose fixes' stream and event
+    /// are made here, by the caller, never by the verifier (the driver may hold up their
+    /// creation while the device waits: seen under MPS, `cuStreamCreate` waited 60 s for
+    /// the caller's wait kernel).
+    ///
+    /// # Safety
+    /// A job with the returned pieces is handed to [`Verifier::submit`] after this.
+    pub(super) unsafe fn arm(&self, sync: &GpuSync, stream: &Stream, channel: u32, seq: u64) -> Result<Armed> {
+        let fix = {
+            let mut streams = self.fix_streams.lock().unwrap_or_else(|p| p.into_inner());
+            match &streams[channel as usize] {
+                Some(s) => s.clone(),
+                None => streams[channel as usize].insert(sync.device.stream(StreamPriority::High)?).clone(),
+            }
+        };
+        let (after, fixed) = (self.event(stream)?, self.event(stream)?);
+        stream.record(&after)?;
+        let word = self.shared.words.dev + 4 * channel as u64;
+        // SAFETY: a word of the live pinned allocation (it lives as long as the group's
+        // collectives, which drain before it goes); the job's check writes it.
+        unsafe { sync.device.kernels()?.wait_word(stream, sync.pad_args(), word, seq as u32, channel)? };
+        Ok(Armed { after, fixed, fix })
+    }
+
+    /// An event from the pool (events return to it once their job is done).
+    fn event(&self, stream: &Stream) -> Result<Event> {
         let free = self.shared.events.lock().unwrap_or_else(|p| p.into_inner()).pop();
         match free {
             Some(e) => Ok(e),
             None => stream.event(false),
         }
-    }
-
-    /// Enqueues on `stream` the wait for the check of call `seq` of `channel` (a kernel).
-    ///
-    /// # Safety
-    /// A job for that call is handed to [`Verifier::submit`] after this.
-    pub(super) unsafe fn wait(&self, sync: &GpuSync, stream: &Stream, channel: u32, seq: u64) -> Result<()> {
-        let word = self.shared.words.dev + 4 * channel as u64;
-        // SAFETY: a word of the live pinned allocation (it lives as long as the group's
-        // collectives, which drain before it goes); the job's check writes it.
-        unsafe { sync.device.kernels()?.wait_word(stream, sync.pad_args(), word, seq as u32, channel) }
     }
 
     /// Hands a predicted call to the verifier thread (started on first use).
@@ -137,9 +158,7 @@ impl Verifier {
             let t = std::thread::Builder::new()
                 .name(format!("lowcon-verify-{rank}"))
                 .spawn(move || run(&shared, &sync, &maps))
-                .map_err(|e| {
-                    crate::error::Error::GroupFailed(format!("rank {rank}: starting the verifier thread: {e}"))
-                })?;
+                .map_err(|e| Error::GroupFailed(format!("rank {rank}: starting the verifier thread: {e}")))?;
             *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
         }
         crate::log::trace(sync.core.rank, &format!("verifier: channel {} call {} submitted", job.channel, job.seq));
@@ -161,9 +180,6 @@ impl Drop for Verifier {
     }
 }
 
-/// A job whose fixes are on their way: the word is written once `Job::fixed` completed.
-struct Fixing;
-
 /// The verifier thread: jobs of each channel in call order, channels independent (a
 /// job whose peers have not posted yet holds up only later jobs of its channel: one
 /// queue for all once let two ranks' channels wait on each other), the fixes on the
@@ -177,7 +193,9 @@ fn run(shared: &Shared, sync: &GpuSync, maps: &PeerMaps) {
     }
     crate::log::trace(rank, "verifier: started");
     let channels = CHANNELS as usize;
-    let mut queues: Vec<VecDeque<(Job, Instant, Option<Fixing>)>> = (0..channels).map(|_| VecDeque::new()).collect();
+    // Per channel: the jobs, when each arrived, and whether its fixes are on their way
+    // (the word is written once `Armed::fixed` completed).
+    let mut queues: Vec<VecDeque<(Job, Instant, bool)>> = (0..channels).map(|_| VecDeque::new()).collect();
     loop {
         {
             let mut q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -190,29 +208,23 @@ fn run(shared: &Shared, sync: &GpuSync, maps: &PeerMaps) {
             }
             let now = Instant::now();
             while let Some(j) = q.jobs.pop_front() {
-                queues[j.channel as usize].push_back((j, now, None));
+                queues[j.channel as usize].push_back((j, now, false));
             }
         }
         let mut pending = false;
         for (ch, queue) in queues.iter_mut().enumerate() {
             while let Some((job, since, fixing)) = queue.front_mut() {
-                let step = match fixing {
-                    Some(Fixing) => match job.fixed.is_complete() {
-                        Ok(true) => Ok(true),
-                        Ok(false) => Ok(false),
-                        Err(e) => Err(e),
-                    },
-                    None => {
-                        crate::log::trace(rank, &format!("verifier: channel {ch} call {}: checking", job.seq));
-                        check(sync, maps, job, *since).map(|c| match c {
-                            Checked::Pending => false,
-                            Checked::Done => true,
-                            Checked::Fixing => {
-                                *fixing = Some(Fixing);
-                                false
-                            }
-                        })
-                    }
+                let step = if *fixing {
+                    job.armed.fixed.is_complete()
+                } else {
+                    check(sync, maps, job, *since).map(|c| match c {
+                        Checked::Pending => false,
+                        Checked::Done => true,
+                        Checked::Fixing => {
+                            *fixing = true;
+                            false
+                        }
+                    })
                 };
                 match step {
                     Ok(false) => {
@@ -232,8 +244,8 @@ fn run(shared: &Shared, sync: &GpuSync, maps: &PeerMaps) {
                 write_word(shared, job.channel, job.seq);
                 crate::log::trace(rank, &format!("verifier: channel {ch} call {}: released", job.seq));
                 let mut events = shared.events.lock().unwrap_or_else(|p| p.into_inner());
-                events.push(job.after);
-                events.push(job.fixed);
+                events.push(job.armed.after);
+                events.push(job.armed.fixed);
             }
         }
         if pending {
@@ -276,43 +288,28 @@ fn check(sync: &GpuSync, maps: &PeerMaps, job: &Job, since: Instant) -> Result<C
     let misses = match maps.verify(core, (job.channel, job.seq), &job.ex, job.call, "all-gather input")? {
         Verified::Done(m) => m,
         Verified::Pending(p) => {
-            core.check_usable()?;
-            let what = format!("its all-gather input's address of call {} on channel {}", job.seq, job.channel);
-            if core.mesh.peer_hung_up(p) {
-                return Err(core.fail(Error::PeerGone {
-                    rank: core.rank,
-                    peer: p,
-                    what: format!("waiting for {what}"),
-                }));
-            }
             // Before the caller's wait kernel times out (the group's timeout), so that
             // the error names what the verifier waited for.
-            let limit = core.timeout.mul_f64(0.75);
-            if since.elapsed() > limit {
-                return Err(core.fail(Error::PeerTimeout {
-                    rank: core.rank,
-                    peer: p,
-                    what,
-                    secs: limit.as_secs_f64(),
-                }));
-            }
+            core.keep_waiting(p, since, core.timeout.mul_f64(0.75), || {
+                format!("its all-gather input's address of call {} on channel {}", job.seq, job.channel)
+            })?;
             return Ok(Checked::Pending);
         }
     };
     if misses.is_empty() {
         return Ok(Checked::Done);
     }
-    let stream = &job.fix;
+    let stream = &job.armed.fix;
     // SAFETY: (the whole block) the destinations are the caller's output (live: the
     // caller's stream waits for the verify word before anything after the call); the
     // sources are peer allocations opened and kept open until the call completed
     // (`verify`); the peers' exit barriers wait for this rank's, which follows the word.
     unsafe {
-        stream.wait(&job.after)?;
+        stream.wait(&job.armed.after)?;
         for m in &misses {
             raw::mem_op::copy(stream.raw(), job.out + (m.peer * job.shard) as u64, m.addr, job.shard)?;
         }
     }
-    stream.record(&job.fixed)?;
+    stream.record(&job.armed.fixed)?;
     Ok(Checked::Fixing)
 }
