@@ -3,14 +3,16 @@
 # (scripts/gpu-bundle.sh): `PARTS="..." bash bundle/gpu-planner.sh` from the repository
 # root; logs and results are tarred into $OUT/planner.tgz. Parts, separated by spaces:
 #   check   the plan-driven schedules at 4 real GPUs: coll-check (CHECK_METHODS, default
-#           kernel), coll-wire, coll-bad-input
+#           kernel), coll-wire, coll-bad-input, coll-mapped
 #   tune    lowcon bench tune at 4 ranks (tune2: at 2, on GPUs 0 and 1): the tables
 #   info    lowcon info at 2, 4 and 8 ranks: what the planner picks, from which table
 #   small   small messages at 4 ranks, --graph sweeps 8K..1M (eager and replayed), auto
 #           and ll against NCCL, bf16 and f32, all-gather and reduce-scatter
 #   fsdp    FSDP2 paired at 4 ranks, 4096x12 and 8192x4 at 1024 tokens, fp32 reduce,
 #           20 rounds: NCCL, its A/A twin, lowcon as planned and candidates, NCCL-CE,
-#           no communication
+#           no communication (FSDP_SWEEP, FSDP_ROUNDS, FSDP_S override)
+#   smallfsdp FSDP2 paired at 4 ranks, the small model 2048x8 at 256 and 1024 tokens, 60 rounds
+#           (SMALLFSDP_ROUNDS): NCCL, its twin, lowcon, NCCL-CE, no communication
 #   confirm FSDP2 paired at 4 ranks, 4096x12 at 1024 and 4096 tokens and 8192x4 at 1024,
 #           30 rounds (CONFIRM_ROUNDS): NCCL, its twin, lowcon as shipped, NCCL-CE, no
 #           communication (CONFIRM_MODES, CONFIRM_SWEEP, CONFIRM_S)
@@ -38,7 +40,7 @@ out=/tmp/planner; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 parts=" ${PARTS:-check tune info small fsdp} "
 for p in $parts; do
-  case $p in check|tune|tune2|info|small|ctas|fsdp|confirm|fsdp2|tp|pygpu|profile|plan) ;;
+  case $p in check|tune|tune2|info|small|ctas|fsdp|smallfsdp|confirm|fsdp2|tp|pygpu|profile|plan) ;;
     *) echo "gpu-planner.sh: unknown part $p" >&2; exit 2;;
   esac
 done
@@ -61,6 +63,7 @@ if has check; then
   done
   st "coll-wire w=4" check.txt 50 "${l4[@]}" "$L" selftest coll-wire --backend gpu
   st "coll-bad-input w=4" check.txt 30 "${l4[@]}" "$L" selftest coll-bad-input --backend gpu
+  st "coll-mapped w=4 (addresses predicted)" check.txt 60 "${l4[@]}" "$L" selftest coll-mapped
 fi
 tr4=(python3 -m torch.distributed.run --nproc-per-node 4)
 read -r -a extra <<< "${FSDP2_ARGS:-}"
@@ -95,7 +98,9 @@ prof=("${tr4[@]}"); [ "${PROFILE_NPROC:-4}" = 2 ] && prof=("${tr2[@]}")
 has profile && paired profile "${PROFILE_S:-240}" "${prof[@]}" -- --sweep "${PROFILE_SWEEP:-8192x4:1024;4096x12:1024}" \
   --reduce-dtypes fp32 --rounds "${PROFILE_ROUNDS:-15}" --profile --modes "${PROFILE_MODES:-nccl,lowcon,nccl-ce,nocomm}"
 has fsdp && paired fsdp "${FSDP_S:-330}" "${tr4[@]}" -- --sweep "${FSDP_SWEEP:-4096x12:1024;8192x4:1024}" --reduce-dtypes fp32 \
-  --rounds 20 --modes "$modes"
+  --rounds "${FSDP_ROUNDS:-20}" --modes "$modes"
+has smallfsdp && paired smallfsdp "${SMALLFSDP_S:-150}" "${tr4[@]}" -- --sweep "2048x8:256,1024" --reduce-dtypes fp32 \
+  --rounds "${SMALLFSDP_ROUNDS:-60}" --modes "${SMALLFSDP_MODES:-nccl,nccl-b,lowcon,nccl-ce,nocomm}"
 has confirm && paired confirm "${CONFIRM_S:-420}" "${tr4[@]}" -- --sweep "${CONFIRM_SWEEP:-4096x12:1024,4096;8192x4:1024}" --reduce-dtypes fp32 \
   --rounds "${CONFIRM_ROUNDS:-30}" --modes "${CONFIRM_MODES:-nccl,nccl-b,lowcon,nccl-ce,nocomm}"
 has fsdp2 && paired fsdp2 "${FSDP2_W2_S:-240}" "${tr2[@]}" -- --sweep "${FSDP2_W2_SWEEP:-4096x12:1024;8192x4:1024}" \
