@@ -63,7 +63,8 @@ if has check; then
   done
   st "coll-wire w=4" check.txt 50 "${l4[@]}" "$L" selftest coll-wire --backend gpu
   st "coll-bad-input w=4" check.txt 30 "${l4[@]}" "$L" selftest coll-bad-input --backend gpu
-  st "coll-mapped w=4 (addresses predicted)" check.txt 60 "${l4[@]}" "$L" selftest coll-mapped
+  st "coll-mapped w=4 (addresses predicted)" check.txt "${MAPPED_S:-150}" env LOWCON_TIMEOUT_MS="${MAPPED_TIMEOUT_MS:-30000}" \
+    "${l4[@]}" "$L" selftest coll-mapped
 fi
 tr4=(python3 -m torch.distributed.run --nproc-per-node 4)
 read -r -a extra <<< "${FSDP2_ARGS:-}"
