@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e)); exit(1); } } while (0)
-#define DK(x) do { CUresult e = (x); if (e != CUDA_SUCCESS) { const char *s; cuGetErrorString(e, &s); printf("%s: %s\n", #x, s); exit(1); } } while (0)
+#define CK(x) do { cudaError_t ck_ = (x); if (ck_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(ck_)); exit(1); } } while (0)
+#define DK(x) do { CUresult dk_ = (x); if (dk_ != CUDA_SUCCESS) { const char *s_; cuGetErrorString(dk_, &s_); printf("%s: %s\n", #x, s_); exit(1); } } while (0)
 
 __global__ void park(volatile int *flag) { while (*flag == 0) { } }
 __global__ void noop() {}
@@ -49,6 +49,10 @@ int main() {
       {"kernel launch (other stream)", [&] { noop<<<1, 1, 0, other>>>(); CK(cudaGetLastError()); }},
       {"cuStreamWaitValue32 enqueue (other stream)", [&] { DK(cuStreamWaitValue32(other, (CUdeviceptr)flag_d, 0, CU_STREAM_WAIT_VALUE_GEQ)); }},
       {"cudaHostAlloc 4 KiB", [] { void *p; CK(cudaHostAlloc(&p, 4096, cudaHostAllocMapped)); }},
+      {"cudaMemcpyAsync H2D pageable (other stream)", [&] { static char host[1 << 20]; CK(cudaMemcpyAsync(dst, host, sizeof host, cudaMemcpyHostToDevice, other)); }},
+      {"cudaMemcpyAsync D2H pageable (other stream)", [&] { static char host[1 << 20]; CK(cudaMemcpyAsync(host, src, sizeof host, cudaMemcpyDeviceToHost, other)); }},
+      {"cudaStreamSynchronize (other stream)", [&] { CK(cudaStreamSynchronize(other)); }},
+      {"cudaMemset (legacy stream)", [&] { CK(cudaMemset(dst, 0, 4096)); }},
       {"cudaIpcGetMemHandle", [&] { cudaIpcMemHandle_t h; CK(cudaIpcGetMemHandle(&h, src)); }},
   };
   for (int pass = 0; pass < 2; pass++) {
