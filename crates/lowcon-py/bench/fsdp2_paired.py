@@ -135,6 +135,11 @@ def load(paths: List[str]) -> List[Dict[str, Any]]:
         if doc.get("schema") != SCHEMA:
             raise SystemExit(f"{p}: not a {SCHEMA} document (schema {doc.get('schema')!r})")
         docs.extend(doc["configs"])
+    for d in docs:
+        # The loss check is a function of the curves alone: judged again with today's
+        # rule (NOTE [loss tolerance]), so older files read the same way.
+        if "loss_curves" in d:
+            d["losses"] = st.judge_losses(d["loss_curves"])
     return docs
 
 
@@ -149,7 +154,7 @@ def report(paths: List[str], plot: Optional[str] = None) -> int:
         print(st.format_rows(docs))
     if plot:
         print(write_plot(docs, plot))
-    for text in (st.format_bytes(docs), fprof.format_profile(docs)):
+    for text in (st.format_bytes(docs), st.format_own_memory(docs), fprof.format_profile(docs)):
         if text:
             print(text)
     for d in docs:
@@ -334,6 +339,11 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         **fm.comm_compute(cfg, world, 4 if reduce_dtype == "fp32" else 2),
         "mfu_nccl": None,
     }
+    if pools and hasattr(pools[0].pool, "pool_stats"):
+        # Where lowcon's own memory is (rank 0's): its pool and each channel's workspace.
+        own = pools[0].pool.pool_stats()
+        doc["lowcon_memory"] = {"pool_bytes": int(own["pool_bytes"]),
+                                "workspace_channels": {str(c): int(b) for c, b in own.get("workspace_channels", {}).items()}}
     if args.bound_for_world and args.bound_for_world != world:
         doc["bound_world"] = world
         world_for = args.bound_for_world

@@ -207,6 +207,15 @@ def test_targets():
     assert any("slower" in m for m in st.check_targets(doc, "lowcon", "communication-bound"))
 
 
+def test_own_memory():
+    docs = [{"shape": "8192x4", "tokens_per_rank": 1024, "reduce_dtype": "fp32",
+             "lowcon_memory": {"pool_bytes": 2**30, "workspace_channels": {"1": 2**29, "3": 3 * 2**30}}},
+            {"shape": "x", "tokens_per_rank": 1, "reduce_dtype": "fp32"}]
+    text = st.format_own_memory(docs)
+    assert "8192x4 1024 fp32: 4.50 GiB = pool 1.00 + workspaces (channel 3: 3.00, channel 1: 0.50)" in text
+    assert st.format_own_memory(docs[1:]) == ""
+
+
 def test_losses():
     ref = [10.4, 10.3, 10.2]
     j = st.judge_losses({"nccl": ref, "nccl-b": [10.4, 10.3002, 10.2], "lowcon": [10.4, 10.3015, 10.2],
@@ -217,6 +226,18 @@ def test_losses():
     assert j["tolerance"] == st.LOSS_FLOOR and j["modes"]["lowcon"]["check"] == "ok"
     assert j["modes"]["nan"]["check"] == "wrong"
     assert st.judge_losses({"lowcon": ref}) == {"tolerance": None, "modes": {}}
+    # Without a twin: the uncalibrated floor; a wrong gradient still fails.
+    j = st.judge_losses({"nccl": ref, "lowcon": [10.4, 10.3016, 10.2], "bad": [10.4, 10.33, 10.2]})
+    assert j["tolerance"] == st.LOSS_FLOOR_UNCALIBRATED
+    assert j["modes"]["lowcon"]["check"] == "ok" and j["modes"]["bad"]["check"] == "wrong"
+    # Another summation order drifts only after the judged rounds: ok, its drift reported;
+    # a step wrong within them is not.
+    long = [10.0 - 0.01 * i for i in range(60)]
+    late = long[:49] + [x + 2e-3 for x in long[49:]]
+    early = long[:5] + [x + 2e-3 for x in long[5:]]
+    j = st.judge_losses({"nccl": long, "nccl-b": long, "late": late, "early": early})
+    assert j["modes"]["late"]["check"] == "ok" and j["modes"]["late"]["drift"] == pytest.approx(2e-3)
+    assert j["modes"]["early"]["check"] == "wrong"
     assert st.max_abs_diff([1.0], [1.0, 2.0]) == math.inf
 
 

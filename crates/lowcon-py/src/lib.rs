@@ -372,6 +372,12 @@ impl Group {
         d.set_item("allocations", s.allocs)?;
         let ws = self.with(|b| Ok(b.as_gpu().map_or(0, |g| g.workspace_bytes()))).unwrap_or(0);
         d.set_item("workspace_bytes", ws)?;
+        let split = self.with(|b| Ok(b.as_gpu().map_or_else(Vec::new, |g| g.workspace_split()))).unwrap_or_default();
+        let per = pyo3::types::PyDict::new(py);
+        for (ch, bytes) in split {
+            per.set_item(ch, bytes)?;
+        }
+        d.set_item("workspace_channels", per)?;
         let mapped = self.with(|b| Ok(b.as_gpu().map_or(0, |g| g.mapped_allocations()))).unwrap_or(0);
         d.set_item("mapped_allocations", mapped)?;
         Ok(d)

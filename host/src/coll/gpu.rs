@@ -88,6 +88,15 @@ struct ChannelState {
     map_seq: u64,
 }
 
+impl ChannelState {
+    /// Bytes of its workspace, LL buffer and kept workspaces.
+    fn held(&self) -> usize {
+        self.workspace.as_ref().map_or(0, SymmetricBuffer::len)
+            + self.ll.as_ref().map_or(0, SymmetricBuffer::len)
+            + self.kept.iter().map(SymmetricBuffer::len).sum::<usize>()
+    }
+}
+
 /// Where every rank's copy of some data lives: a symmetric buffer and a byte offset.
 #[derive(Clone, Copy)]
 struct Sym<'b> {
@@ -135,12 +144,17 @@ impl GpuColl {
     /// Bytes of this rank's workspaces and LL buffers, over every channel (what the
     /// group holds beside its pads; a channel busy in a call is skipped, not waited for).
     pub(crate) fn workspace_bytes(&self) -> usize {
-        let held = |st: &ChannelState| {
-            st.workspace.as_ref().map_or(0, SymmetricBuffer::len)
-                + st.ll.as_ref().map_or(0, SymmetricBuffer::len)
-                + st.kept.iter().map(SymmetricBuffer::len).sum::<usize>()
-        };
-        self.channels.iter().filter_map(|c| c.try_lock().ok().map(|st| held(&st))).sum()
+        self.workspace_split().iter().map(|&(_, b)| b).sum()
+    }
+
+    /// [`GpuColl::workspace_bytes`] per channel that holds any (the bf16 wire's planes
+    /// are its channel's workspace), as (channel, bytes), channel order.
+    pub(crate) fn workspace_split(&self) -> Vec<(u32, usize)> {
+        (0u32..)
+            .zip(&self.channels)
+            .filter_map(|(ch, c)| c.try_lock().ok().map(|st| (ch, st.held())))
+            .filter(|&(_, b)| b > 0)
+            .collect()
     }
 
     fn check_buf(&self, what: &str, b: &DeviceBuf<'_>) -> Result<()> {

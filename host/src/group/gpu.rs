@@ -399,6 +399,12 @@ impl GpuGroup {
         self.coll.workspace_bytes()
     }
 
+    /// [`GpuGroup::workspace_bytes`] per channel that holds any, as (channel, bytes): where
+    /// lowcon's own memory is (the bf16 wire's planes are its channel's workspace).
+    pub fn workspace_split(&self) -> Vec<(u32, usize)> {
+        self.coll.workspace_split()
+    }
+
     /// Peer allocations this rank has opened for `map_ordinary` calls, over all peers
     /// (each stays open until its address comes back with another allocation, until it
     /// is among the least recently used idle ones beyond [`crate::MAX_PEER_MAPPINGS`] per

@@ -208,7 +208,13 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     drop(bufs);
     // Two threads on two channels at once, each exchanging per call: no rank's exchange
     // may hold up another channel's (the cache was once locked across the wait, and two
-    // ranks whose threads reached the channels in opposite orders deadlocked).
+    // ranks whose threads reached the channels in opposite orders deadlocked). Kernel
+    // sync in both passes: with memop sync, two threads' calls in flight at once may
+    // deadlock across ranks once the process has more streams than hardware queues (a
+    // wait on one stream holds up another's signal, and the threads enqueue in
+    // rank-dependent order; docs/design.md, "Enough hardware queues"). This test's process
+    // has more than 8 (every channel's copy and fix streams); on 4x H200 it hung in 2
+    // runs of 5 there.
     let seed = seed_of_rank0(|mine| r.g.all_gather_bytes("mapped-threads", mine))?;
     let n = 4097;
     let work = |ch: u32| -> Result<usize, String> {
@@ -217,7 +223,7 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
         let (inp, out) = (Legacy::new(4 * n)?, Legacy::new(4 * n * world)?);
         let opts = AllGatherOptions {
             algorithm: AllGatherAlgorithm::CePull,
-            sync: Some(sync),
+            sync: Some(SyncMethod::Kernel),
             channel: ch,
             map_ordinary: Some(true),
             ..Default::default()
