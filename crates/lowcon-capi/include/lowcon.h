@@ -186,6 +186,13 @@ typedef struct {
   // from the same call before, and of those the ones fixed by a copy.
   unsigned long long predicted_calls;
   unsigned long long mispredicted_calls;
+  // Collective calls this rank made, the host nanoseconds they took from entry to
+  // return, and of those the nanoseconds spent in host rendezvous (the communicator's
+  // creation included): what is left is the library's own work, mostly the launches
+  // and copies it enqueues.
+  unsigned long long host_calls;
+  unsigned long long host_call_ns;
+  unsigned long long host_rendezvous_ns;
 } lowconCollStats;
 
 // A reduction operator (`lowconSum`, ...). Float reductions accumulate in f32 in rank

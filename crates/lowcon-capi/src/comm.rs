@@ -338,6 +338,9 @@ pub unsafe extern "C" fn lowconCommGetStats(comm: lowconComm_t, stats: *mut lowc
             host_rendezvous: s.host_rendezvous,
             predicted_calls: s.predicted_calls,
             mispredicted_calls: s.mispredicted_calls,
+            host_calls: s.host_calls,
+            host_call_ns: s.host_call_ns,
+            host_rendezvous_ns: s.host_rendezvous_ns,
         };
         // SAFETY: the caller's struct holds `size` bytes (contract), no more than `out`.
         unsafe { std::ptr::copy_nonoverlapping(std::ptr::addr_of!(out).cast::<u8>(), p.cast::<u8>(), size) };

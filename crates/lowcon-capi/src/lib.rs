@@ -265,6 +265,13 @@ pub struct lowconCollStats {
     /// from the same call before, and of those the ones fixed by a copy.
     pub predicted_calls: c_ulonglong,
     pub mispredicted_calls: c_ulonglong,
+    /// Collective calls this rank made, the host nanoseconds they took from entry to
+    /// return, and of those the nanoseconds spent in host rendezvous (the communicator's
+    /// creation included): what is left is the library's own work, mostly the launches
+    /// and copies it enqueues.
+    pub host_calls: c_ulonglong,
+    pub host_call_ns: c_ulonglong,
+    pub host_rendezvous_ns: c_ulonglong,
 }
 
 struct Comm {

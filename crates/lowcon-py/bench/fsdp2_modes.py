@@ -355,13 +355,17 @@ def nccl_ce_mode(name: str, device: Any) -> Mode:
 
 class HostTimes:
     """Host time inside every comm call, per kind ("all-gather", "all-gather allocate",
-    ...): `wrap` is given to `Switch.set`."""
+    ...): `wrap` is given to `Switch.set`. With a lowcon group, each call's time inside
+    the library and in host rendezvous too (`Group.host_clock()`, NOTE [host time]): kinds
+    "all-gather library", "all-gather rendezvous", ...; the rest is the hook's own Python."""
 
-    def __init__(self) -> None:
+    def __init__(self, group: Any = None) -> None:
         self.us: Dict[str, List[float]] = defaultdict(list)
+        self.clock = getattr(group, "host_clock", None)
 
     def wrap(self, comm: Any, kind: str) -> Any:
         times = self.us
+        clock = self.clock
 
         class Timed:
             # lowcon.fsdp's accumulation watch reaches the hook through `wrapped`: without
@@ -377,11 +381,16 @@ class HostTimes:
                     times[kind + " allocate"].append(1e6 * (time.perf_counter() - t0))
 
             def __call__(self, *a, **k):  # noqa: ANN001, ANN002, ANN003
+                c0 = clock() if clock else None
                 t0 = time.perf_counter()
                 try:
                     return comm(*a, **k)
                 finally:
                     times[kind].append(1e6 * (time.perf_counter() - t0))
+                    if c0 is not None:
+                        c1 = clock()
+                        times[kind + " library"].append((c1[1] - c0[1]) / 1e3)
+                        times[kind + " rendezvous"].append((c1[2] - c0[2]) / 1e3)
 
         return Timed()
 

@@ -385,7 +385,7 @@ def profile(modes: List[Any], step: Any, batch: Any, clock: Any, device: Any, ar
 
     out: Dict[str, Any] = {}
     for m in modes:
-        host = fmodes.HostTimes()
+        host = fmodes.HostTimes(m.pool)
         with fmodes.FsdpWaits(clock) as waits:
             for i in range(args.profile_steps):
                 step(m, batch(10_000 + i), wrap=host.wrap)

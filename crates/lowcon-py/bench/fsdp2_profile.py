@@ -139,7 +139,8 @@ def format_profile(docs: Sequence[Dict[str, Any]]) -> str:
     rate]: GB/s (copies, GB, union ms) of the all-gather and the reduce-scatter, and their
     overlap), the slowest rank's all-gather rate shown."""
     head = ("shape", "tok/rank", "mode", "waits ms fwd/bwd/rs/final", "host µs AG", "host µs RS",
-            "AG copy GB/s (n, GB, ms)", "RS copy GB/s (n, GB, ms)", "AG|RS overlap ms")
+            "AG / RS: library (rendezvous) µs", "AG copy GB/s (n, GB, ms)", "RS copy GB/s (n, GB, ms)",
+            "AG|RS overlap ms")
     lines = []
     for d in docs:
         for m, p in (d.get("profile") or {}).items():
@@ -149,9 +150,14 @@ def format_profile(docs: Sequence[Dict[str, Any]]) -> str:
             h = p.get("host_us", {})
             host = [f"{_fmt(h[k]['median_us'], '.0f')} ({_fmt(h[k]['p90_us'], '.0f')})" if k in h else "-"
                     for k in KINDS]
+            # NOTE [host time]: medians of the library's part of each call and of its
+            # host rendezvous; the hook's own Python is the rest of its host time.
+            split = " / ".join(f"{_fmt(h[k + ' library']['median_us'], '.0f')} "
+                               f"({_fmt(h[k + ' rendezvous']['median_us'], '.0f')})"
+                               if k + " library" in h and k + " rendezvous" in h else "-" for k in KINDS)
             ranks = [r for r in p.get("copies", []) if r]
             slow = min(ranks, key=lambda r: (r.get("all-gather") or {}).get("gbps") or 0.0) if ranks else {}
-            lines.append((d["shape"], str(d["tokens_per_rank"]), m, waits, host[0], host[1],
+            lines.append((d["shape"], str(d["tokens_per_rank"]), m, waits, host[0], host[1], split,
                           _rate(slow.get("all-gather")), _rate(slow.get("reduce-scatter")),
                           _fmt(slow.get("overlap_ms"), ".1f")))
     if not lines:

@@ -391,3 +391,31 @@ def test_the_profile_table_shows_the_slowest_all_gather():
     line = text.splitlines()[-1]
     assert "3.0/4.0/0.5/0.2" in line and "120 (150)" in line and " 100 (2, 2.00 GB, 1.5 ms)" in line, text
     assert fp.format_profile([{"shape": "x", "tokens_per_rank": 1}]) == ""
+    # NOTE [host time]: the library's part of a hook call and its rendezvous.
+    doc["profile"]["lowcon"]["host_us"].update({"all-gather library": {"median_us": 80.0, "p90_us": 90.0},
+                                                "all-gather rendezvous": {"median_us": 0.0, "p90_us": 0.0}})
+    assert "80 (0) / -" in fp.format_profile([doc]).splitlines()[-1]
+
+
+def test_host_times_split_a_call_with_the_group_clock():
+    import fsdp2_modes as fm
+
+    class Clock:
+        def __init__(self):
+            self.now = [0, 0, 0]
+
+        def host_clock(self):
+            return tuple(self.now)
+
+    g = Clock()
+
+    def hook(*_a):
+        g.now = [g.now[0] + 1, g.now[1] + 40_000, g.now[2] + 15_000]
+
+    t = fm.HostTimes(g)
+    t.wrap(hook, "all-gather")()
+    assert t.us["all-gather library"] == [40.0] and t.us["all-gather rendezvous"] == [15.0]
+    assert t.us["all-gather"][0] >= 0.0
+    plain = fm.HostTimes()
+    plain.wrap(hook, "reduce-scatter")()
+    assert set(plain.us) == {"reduce-scatter"}

@@ -494,7 +494,17 @@ impl Group {
         d.set_item("host_rendezvous", s.host_rendezvous)?;
         d.set_item("predicted_calls", s.predicted_calls)?;
         d.set_item("mispredicted_calls", s.mispredicted_calls)?;
+        d.set_item("host_calls", s.host_calls)?;
+        d.set_item("host_call_ns", s.host_call_ns)?;
+        d.set_item("host_rendezvous_ns", s.host_rendezvous_ns)?;
         Ok(d)
+    }
+
+    /// Where this rank's host time in collective calls went (NOTE [host time]): a tuple
+    /// (calls, their nanoseconds from entry to return, the nanoseconds of host
+    /// rendezvous), read without a device call (cheap enough to read around every call).
+    fn host_clock(&self) -> PyResult<(u64, u64, u64)> {
+        self.with(|b| Ok(b.host_clock()))
     }
 
     /// Whether `map_ordinary` all-gathers predict the peers' addresses (GPU; nothing on

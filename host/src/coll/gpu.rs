@@ -260,6 +260,8 @@ impl GpuColl {
         opts: &AllGatherOptions,
         arrivals: Option<&Arrivals>,
     ) -> Result<()> {
+        // NOTE [host time]: the whole call, timed.
+        let _call = self.sync.core.clock.call();
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         let mode = self.sync.begin(stream)?;
         opts.check(rank)?;
@@ -469,6 +471,8 @@ impl GpuColl {
         stream: &Stream,
         opts: &ReduceScatterOptions,
     ) -> Result<()> {
+        // NOTE [host time]: the whole call, timed.
+        let _call = self.sync.core.clock.call();
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         let mode = self.sync.begin(stream)?;
         opts.check(rank)?;

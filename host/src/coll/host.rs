@@ -121,7 +121,14 @@ impl HostColl {
 
     /// The counters (NOTE [bf16 wire]).
     pub(crate) fn stats(&self) -> super::CollStats {
-        super::CollStats { host_rendezvous: self.sync.core.store_rendezvous(), ..self.counters.read((0, 0)) }
+        let (host_calls, host_call_ns, host_rendezvous_ns) = self.sync.core.clock.read();
+        super::CollStats {
+            host_rendezvous: self.sync.core.store_rendezvous(),
+            host_calls,
+            host_call_ns,
+            host_rendezvous_ns,
+            ..self.counters.read((0, 0))
+        }
     }
 
     /// Runs `f` with the channel's workspace grown to at least `need` bytes (collective
@@ -162,6 +169,8 @@ impl HostColl {
         dtype: DType,
         opts: &AllGatherOptions,
     ) -> Result<()> {
+        // NOTE [host time]: the whole call, timed.
+        let _call = self.sync.core.clock.call();
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         self.sync.core.check_usable()?;
         opts.check(rank)?;
@@ -266,6 +275,8 @@ impl HostColl {
         op: ReduceOp,
         opts: &ReduceScatterOptions,
     ) -> Result<()> {
+        // NOTE [host time]: the whole call, timed.
+        let _call = self.sync.core.clock.call();
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         self.sync.core.check_usable()?;
         opts.check(rank)?;

@@ -222,6 +222,14 @@ pub struct CollStats {
     /// where a peer's buffer was elsewhere (fixed by a copy before the call completed).
     pub predicted_calls: u64,
     pub mispredicted_calls: u64,
+    /// Collective calls this rank made (all-gathers and reduce-scatters), the host
+    /// nanoseconds they took from entry to return, and of those the nanoseconds spent in
+    /// host rendezvous, the group's creation's included (NOTE [host time] in
+    /// `rendezvous`): per call, what is not rendezvous is the library's own work, mostly
+    /// the launches and copies it enqueues.
+    pub host_calls: u64,
+    pub host_call_ns: u64,
+    pub host_rendezvous_ns: u64,
 }
 
 impl CollStats {

@@ -233,6 +233,12 @@ impl GpuGroup {
         self.sync().core.rank
     }
 
+    /// Where this rank's host time in collective calls went (NOTE [host time]):
+    /// (calls, their ns, the ns of host rendezvous), read without a device call.
+    pub fn host_clock(&self) -> (u64, u64, u64) {
+        self.sync().core.clock.read()
+    }
+
     /// Number of ranks.
     pub fn world_size(&self) -> usize {
         self.sync().core.world

@@ -122,6 +122,12 @@ impl HostGroup {
         self.core().rank
     }
 
+    /// Where this rank's host time in collective calls went (NOTE [host time]):
+    /// (calls, their ns, the ns of host rendezvous).
+    pub fn host_clock(&self) -> (u64, u64, u64) {
+        self.core().clock.read()
+    }
+
     /// Number of ranks.
     pub fn world_size(&self) -> usize {
         self.core().world

@@ -213,8 +213,6 @@ pub(crate) struct PeerMaps {
     warned: AtomicBool,
     /// Whether calls that allow it are predicted (NOTE [addresses predicted]).
     pub(crate) predicting: AtomicBool,
-    /// Calls whose peers' entries the calling thread waited for.
-    pub(crate) blocking: AtomicU64,
     /// Calls whose addresses were predicted, and those whose prediction missed.
     pub(crate) predicted: AtomicU64,
     pub(crate) mispredicted: AtomicU64,
@@ -236,7 +234,6 @@ impl PeerMaps {
             world: core.world,
             warned: AtomicBool::new(false),
             predicting: AtomicBool::new(true),
-            blocking: AtomicU64::new(0),
             predicted: AtomicU64::new(0),
             mispredicted: AtomicU64::new(0),
         })
@@ -391,8 +388,10 @@ impl PeerMaps {
             self.predicted.fetch_add(1, Ordering::Relaxed);
             return Ok(Shared::Mapped(ex));
         }
-        self.blocking.fetch_add(1, Ordering::Relaxed);
+        // A host rendezvous: the calling thread waits for every peer's entry.
+        let waiting = core.clock.rendezvous();
         let entries = self.read_entries(core, channel, seq, mine, what)?;
+        drop(waiting);
         // Decided alike on every rank that read the entries, before anything is opened.
         if let Some(first) = entries.iter().position(|e| e.flags & UNSHAREABLE != 0) {
             let why = match local_err {

@@ -51,8 +51,9 @@ pub(crate) struct GroupCore {
     pub(crate) mesh: Mesh,
     pub(crate) infos: Vec<PeerInfo>,
     store: Mutex<StoreSlot>,
-    /// The store's count of waits (`StoreSlot::waits`), read without its lock.
-    store_waits: Arc<AtomicU64>,
+    /// Where this rank's host time goes (NOTE [host time]): shared with the store slot,
+    /// read without its lock.
+    pub(crate) clock: Arc<HostClock>,
     /// Breaks off a store wait in progress on `abort` (the waiting thread holds `store`),
     /// where the store can (lowcon's can; a framework's wait ends at its timeout).
     store_interrupt: Option<lowcon_store::StoreInterrupter>,
@@ -122,15 +123,68 @@ impl Store for Shared {
     }
 }
 
+/// NOTE [host time]: where a rank's host time in collective calls goes, for `stats()`:
+/// the calls (from entry to return: checks, plan, rendezvous, enqueues), and of that
+/// time the host rendezvous (blocking waits for the other ranks through the store or the
+/// address mailbox). What is left is the library's own work, mostly the launches and
+/// copies it enqueues; a binding's time is what its caller measures around the call,
+/// less the call's. Two clock reads per call and per wait.
+#[derive(Debug, Default)]
+pub(crate) struct HostClock {
+    /// Host rendezvous, and the nanoseconds spent in them.
+    pub(crate) rendezvous: AtomicU64,
+    pub(crate) rendezvous_ns: AtomicU64,
+    /// Collective calls (all-gathers, reduce-scatters), and their nanoseconds.
+    pub(crate) calls: AtomicU64,
+    pub(crate) call_ns: AtomicU64,
+}
+
+/// Adds its lifetime to one of [`HostClock`]'s counters when dropped.
+pub(crate) struct Timed<'a> {
+    ns: &'a AtomicU64,
+    start: std::time::Instant,
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        let ns = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.ns.fetch_add(ns, Ordering::Relaxed);
+    }
+}
+
+impl HostClock {
+    /// A host rendezvous starts: counted now, timed until the guard drops.
+    pub(crate) fn rendezvous(&self) -> Timed<'_> {
+        self.rendezvous.fetch_add(1, Ordering::Relaxed);
+        Timed { ns: &self.rendezvous_ns, start: std::time::Instant::now() }
+    }
+
+    /// A collective call starts: counted now, timed until the guard drops.
+    pub(crate) fn call(&self) -> Timed<'_> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        Timed { ns: &self.call_ns, start: std::time::Instant::now() }
+    }
+
+    /// (calls, call ns, rendezvous ns).
+    pub(crate) fn read(&self) -> (u64, u64, u64) {
+        (
+            self.calls.load(Ordering::Relaxed),
+            self.call_ns.load(Ordering::Relaxed),
+            self.rendezvous_ns.load(Ordering::Relaxed),
+        )
+    }
+}
+
 /// A group's store (any [`Store`]: lowcon's TCP store or a framework's), shareable with
 /// the groups its shrinks make, and how many times each barrier or all-gather name has
 /// been used, so names can repeat.
 pub(crate) struct StoreSlot {
     store: Shared,
     generations: std::collections::HashMap<String, u64>,
-    /// Waits for the other ranks through the store (all-gathers, barriers, reads of
-    /// what others publish): host rendezvous, counted for `stats()`.
-    waits: Arc<AtomicU64>,
+    /// Where the group's host time goes (shared with its `GroupCore`): the store's
+    /// waits for the other ranks (all-gathers, barriers, reads of what others publish)
+    /// are host rendezvous, counted and timed for `stats()`.
+    clock: Arc<HostClock>,
 }
 
 impl StoreSlot {
@@ -138,12 +192,8 @@ impl StoreSlot {
         Self {
             store: Shared(Arc::new(Mutex::new(store))),
             generations: std::collections::HashMap::new(),
-            waits: Arc::new(AtomicU64::new(0)),
+            clock: Arc::new(HostClock::default()),
         }
-    }
-
-    fn waited(&self) {
-        self.waits.fetch_add(1, Ordering::Relaxed);
     }
 
     fn next(&mut self, name: &str) -> u64 {
@@ -167,7 +217,8 @@ impl StoreSlot {
         gone: Watch<'_>,
     ) -> Result<Vec<Vec<u8>>> {
         use lowcon_store::kv::all_gather_key;
-        self.waited();
+        let clock = self.clock.clone();
+        let _waiting = clock.rendezvous();
         let generation = self.next(name);
         self.store.set(&all_gather_key(name, generation, rank), data)?;
         let keys: Vec<String> = (0..world).map(|r| all_gather_key(name, generation, r)).collect();
@@ -200,7 +251,8 @@ impl StoreSlot {
 
     /// A barrier of `world` ranks.
     pub(crate) fn barrier(&mut self, name: &str, world: usize, timeout: Duration) -> Result<()> {
-        self.waited();
+        let clock = self.clock.clone();
+        let _waiting = clock.rendezvous();
         let generation = self.next(name);
         Ok(lowcon_store::kv::barrier(&mut self.store, name, generation, world, timeout)?)
     }
@@ -214,7 +266,8 @@ impl StoreSlot {
     }
 
     pub(crate) fn multi_get(&mut self, keys: &[&str], timeout: Duration) -> Result<Vec<Vec<u8>>> {
-        self.waited();
+        let clock = self.clock.clone();
+        let _waiting = clock.rendezvous();
         Ok(self.store.multi_get(keys, timeout)?)
     }
 }
@@ -356,7 +409,7 @@ impl GroupCore {
             mesh,
             infos,
             store_interrupt,
-            store_waits: store.waits.clone(),
+            clock: store.clock.clone(),
             store: Mutex::new(store),
             next_alloc: Mutex::new(0),
             failed: Mutex::new(None),
@@ -367,7 +420,7 @@ impl GroupCore {
     /// Host rendezvous this rank made through the store since the group was made
     /// (its creation's included).
     pub(crate) fn store_rendezvous(&self) -> u64 {
-        self.store_waits.load(Ordering::Relaxed)
+        self.clock.rendezvous.load(Ordering::Relaxed)
     }
 
     pub(crate) fn store(&self) -> MutexGuard<'_, StoreSlot> {

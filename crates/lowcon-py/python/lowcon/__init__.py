@@ -294,8 +294,18 @@ class Group:
         exchanges with the other ranks through the host this rank made: the store, the
         address mailbox; the group's creation included), and predicted_calls and
         mispredicted_calls (all-gathers reading torch memory in place whose peer addresses
-        were predicted, and those fixed by a copy: `set_address_prediction`)."""
+        were predicted, and those fixed by a copy: `set_address_prediction`). And where the
+        host time of collective calls goes (NOTE [host time]): host_calls, host_call_ns (from
+        entry to return in the library) and host_rendezvous_ns (of those, and of the group's
+        creation, the blocking waits for other ranks); a hook's own time is what the caller
+        measures around the call, less host_call_ns."""
         return self._g.stats()
+
+    def host_clock(self):
+        """(host_calls, host_call_ns, host_rendezvous_ns) of `stats()`, read without a device
+        call: cheap enough to read around every call, to split a caller's time per call
+        into its own, the library's and the rendezvous' (NOTE [host time])."""
+        return self._g.host_clock()
 
     def set_address_prediction(self, on):
         """Whether all-gathers that read the peers' torch memory in place (`map_ordinary`,
