@@ -21,6 +21,9 @@
 #   ctas    small messages at 4 ranks, 64K..1M, bf16: ll, and sm-direct / sm-oneshot at the
 #           default, 32, 64 and 128 CTAs, eager and replayed, NCCL beside (CTAS_REPEAT runs, 3;
 #           CTAS_NPROC=2: at 2 ranks; CTAS_RS_ONLY=1: the reduce-scatters only)
+#   churn   FSDP2 under allocator churn at 4 ranks (fsdp2_churn.py): NCCL, then lowcon, each in
+#           its own job, CHURN_STEPS (2000) steps of a 2048x8 model, a new sequence length each
+#           (CHURN_ARGS: more options), empty_cache() every 37: device memory in use over time
 #   tp      tp_bench.py at 4 ranks, 20 rounds (TP_ARGS: more options, e.g. --profile DIR)
 #   pygpu   the bindings on 4 GPUs with every call planned: the C check, tp_worker.py check,
 #           FSDP2 training against NCCL (gpu_fsdp_worker.py), the torch backend's ops,
@@ -40,7 +43,7 @@ out=/tmp/planner; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 parts=" ${PARTS:-check tune info small fsdp} "
 for p in $parts; do
-  case $p in check|tune|tune2|info|small|ctas|fsdp|smallfsdp|confirm|fsdp2|tp|pygpu|profile|plan) ;;
+  case $p in check|tune|tune2|info|small|ctas|fsdp|smallfsdp|churn|confirm|fsdp2|tp|pygpu|profile|plan) ;;
     *) echo "gpu-planner.sh: unknown part $p" >&2; exit 2;;
   esac
 done
@@ -135,6 +138,14 @@ if has ctas; then
       -n 20 --reps 25 --dtype bf16 --sync kernel --graph --algorithms ll,sm-oneshot --ctas default,32,64,128 \
       --json "$out/ctas-ag-$k.json"
   done
+fi
+if has churn; then
+  read -r -a churn_args <<< "${CHURN_ARGS:-}"
+  for m in nccl lowcon; do
+    st "churn $m w=4" churn.txt "${CHURN_S:-150}" "${tr4[@]}" --master-port 29531 "$bench/fsdp2_churn.py" --mode "$m" \
+      --out "$out/churn" --steps "${CHURN_STEPS:-2000}" "${churn_args[@]}"
+  done
+  python3 "$bench/fsdp2_churn.py" --report "$out"/churn/churn-*.json > "$out/churn/report.txt" 2>&1 && cat "$out/churn/report.txt"
 fi
 read -r -a tp_args <<< "${TP_ARGS:-}"
 has tp && st "tp_bench w=4" tp.txt "${TP_S:-120}" "${tr4[@]}" "$bench/tp_bench.py" --rounds 20 --json "$out/tp.json" \

@@ -419,3 +419,23 @@ def test_host_times_split_a_call_with_the_group_clock():
     plain = fm.HostTimes()
     plain.wrap(hook, "reduce-scatter")()
     assert set(plain.us) == {"reduce-scatter"}
+
+
+def test_churn_report(tmp_path, capsys):
+    import json
+
+    import fsdp2_churn as fc
+
+    def write(mode, in_use):
+        rows = [{"step": 100 * (i + 1), "in_use_gib": v, "reserved_gib": 1.0, "step_ms": 30.0, "loss": 5.0,
+                 **({"mapped_allocations": 6, "host_rendezvous": 40, "predicted_calls": 900,
+                     "mispredicted_calls": 3} if mode == "lowcon" else {})} for i, v in enumerate(in_use)]
+        p = tmp_path / f"churn-{mode}.json"
+        p.write_text(json.dumps({"mode": mode, "world": 4, "args": {}, "samples": rows}))
+        return str(p)
+
+    fc.report([write("nccl", [3.0, 3.2, 3.1, 3.2]), write("lowcon", [3.1, 3.3, 3.3, 3.3])])
+    out = capsys.readouterr().out
+    assert "ratio 1.031" in out and "not growing" in out and "6 peer allocations mapped" in out, out
+    fc.report([write("nccl", [3.0, 3.2, 3.1, 3.2]), write("lowcon", [3.1, 3.3, 3.9, 4.4])])
+    assert "still growing" in capsys.readouterr().out
