@@ -142,7 +142,7 @@ fi
 if has churn; then
   read -r -a churn_args <<< "${CHURN_ARGS:-}"
   for m in nccl lowcon; do
-    st "churn $m w=4" churn.txt "${CHURN_S:-150}" "${tr4[@]}" --master-port 29531 "$bench/fsdp2_churn.py" --mode "$m" \
+    st "churn $m w=4" churn.txt "${CHURN_S:-300}" "${tr4[@]}" --master-port 29531 "$bench/fsdp2_churn.py" --mode "$m" \
       --out "$out/churn" --steps "${CHURN_STEPS:-2000}" "${churn_args[@]}"
   done
   python3 "$bench/fsdp2_churn.py" --report "$out"/churn/churn-*.json > "$out/churn/report.txt" 2>&1 && cat "$out/churn/report.txt"
