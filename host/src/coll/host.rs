@@ -121,14 +121,7 @@ impl HostColl {
 
     /// The counters (NOTE [bf16 wire]).
     pub(crate) fn stats(&self) -> super::CollStats {
-        let (host_calls, host_call_ns, host_rendezvous_ns) = self.sync.core.clock.read();
-        super::CollStats {
-            host_rendezvous: self.sync.core.store_rendezvous(),
-            host_calls,
-            host_call_ns,
-            host_rendezvous_ns,
-            ..self.counters.read((0, 0))
-        }
+        self.sync.core.with_host_time(self.counters.read((0, 0)))
     }
 
     /// Runs `f` with the channel's workspace grown to at least `need` bytes (collective

@@ -44,16 +44,11 @@ impl GpuColl {
     pub(crate) fn stats(&self) -> Result<crate::coll::CollStats> {
         use std::sync::atomic::Ordering::Relaxed;
         let maps = &self.mapping.maps;
-        let (host_calls, host_call_ns, host_rendezvous_ns) = self.sync.core.clock.read();
-        Ok(crate::coll::CollStats {
-            host_rendezvous: self.sync.core.store_rendezvous(),
-            host_calls,
-            host_call_ns,
-            host_rendezvous_ns,
+        Ok(self.sync.core.with_host_time(crate::coll::CollStats {
             predicted_calls: maps.predicted.load(Relaxed),
             mispredicted_calls: maps.mispredicted.load(Relaxed),
             ..self.counters.read(self.sync.read_stats()?)
-        })
+        }))
     }
 
     /// The split-wire reduce-scatter (see the module docs): `input` and `output` are
