@@ -121,7 +121,7 @@ impl HostColl {
 
     /// The counters (NOTE [bf16 wire]).
     pub(crate) fn stats(&self) -> super::CollStats {
-        self.sync.core.with_host_time(self.counters.read((0, 0)))
+        self.counters.read((0, 0)).with_host_time(&self.sync.core)
     }
 
     /// Runs `f` with the channel's workspace grown to at least `need` bytes (collective

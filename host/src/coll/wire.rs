@@ -233,6 +233,21 @@ pub struct CollStats {
 }
 
 impl CollStats {
+    /// These counters with the group's host rendezvous (the store's waits and the address
+    /// mailbox's, since the group was made, its creation's included) and its host time
+    /// (NOTE [host time] in `rendezvous`) filled in: what both backends' `stats()` report
+    /// alike.
+    pub(crate) fn with_host_time(self, core: &crate::rendezvous::GroupCore) -> Self {
+        let (host_calls, host_call_ns, host_rendezvous_ns) = core.clock.read();
+        Self {
+            host_rendezvous: core.clock.rendezvous.load(std::sync::atomic::Ordering::Relaxed),
+            host_calls,
+            host_call_ns,
+            host_rendezvous_ns,
+            ..self
+        }
+    }
+
     /// Every byte moved to or from peers.
     pub fn total_bytes(&self) -> u64 {
         self.all_gather_bytes + self.reduce_scatter_bytes + self.wire_bytes + self.fallback_bytes

@@ -417,20 +417,6 @@ impl GroupCore {
         })
     }
 
-    /// `stats` with this rank's host rendezvous (the store's waits and the address
-    /// mailbox's, since the group was made, its creation's included) and its host time
-    /// (NOTE [host time]) filled in: what both backends' `stats()` report alike.
-    pub(crate) fn with_host_time(&self, stats: crate::coll::CollStats) -> crate::coll::CollStats {
-        let (host_calls, host_call_ns, host_rendezvous_ns) = self.clock.read();
-        crate::coll::CollStats {
-            host_rendezvous: self.clock.rendezvous.load(Ordering::Relaxed),
-            host_calls,
-            host_call_ns,
-            host_rendezvous_ns,
-            ..stats
-        }
-    }
-
     pub(crate) fn store(&self) -> MutexGuard<'_, StoreSlot> {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
     }

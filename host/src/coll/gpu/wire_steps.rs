@@ -44,11 +44,12 @@ impl GpuColl {
     pub(crate) fn stats(&self) -> Result<crate::coll::CollStats> {
         use std::sync::atomic::Ordering::Relaxed;
         let maps = &self.mapping.maps;
-        Ok(self.sync.core.with_host_time(crate::coll::CollStats {
+        Ok(crate::coll::CollStats {
             predicted_calls: maps.predicted.load(Relaxed),
             mispredicted_calls: maps.mispredicted.load(Relaxed),
             ..self.counters.read(self.sync.read_stats()?)
-        }))
+        }
+        .with_host_time(&self.sync.core))
     }
 
     /// The split-wire reduce-scatter (see the module docs): `input` and `output` are
