@@ -507,6 +507,17 @@ impl Group {
         self.with(|b| Ok(b.host_clock()))
     }
 
+    /// Whether eager all-gathers batch their peer copies (GPU; nothing on the host
+    /// backend). NOTE [batched copies].
+    fn set_copy_batching(&self, on: bool) -> PyResult<()> {
+        self.with(|b| {
+            if let Some(g) = b.as_gpu() {
+                g.set_copy_batching(on);
+            }
+            Ok(())
+        })
+    }
+
     /// Whether `map_ordinary` all-gathers predict the peers' addresses (GPU; nothing on
     /// the host backend). NOTE [addresses predicted].
     fn set_address_prediction(&self, on: bool) -> PyResult<()> {

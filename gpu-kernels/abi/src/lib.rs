@@ -276,9 +276,10 @@ mod tests {
                 }
             }
         }
-        // The piece words follow: ranks 0-3 share one word, rank 4 has the next.
+        // The piece words follow: ranks 0-3 share one word, rank 4 has the next; the
+        // "read" signals (NOTE [plane ring]) have words of their own.
         for c in 0..pad::CHANNELS {
-            for piece in 0..pad::WIRE_PIECES {
+            for piece in (0..pad::WIRE_PIECES).chain((0..pad::WIRE_PIECES).map(pad::read_piece)) {
                 let a = pad::piece_slot(c, piece, 0, world) as usize;
                 assert_eq!(pad::piece_slot(c, piece, 3, world) as usize, a);
                 let b = pad::piece_slot(c, piece, 4, world) as usize;
@@ -326,7 +327,10 @@ mod tests {
                 }
             }
             let last_round = pad::release_round_offset(world, pad::CHANNELS - 1, world - 1, pad::RELEASE_SEEN) + 4;
-            assert_eq!(last_round, pad::buffer_bytes(world));
+            // Then the wire reductions' counters, which end it.
+            assert_eq!(last_round, pad::reduce_counter_offset(world, 0));
+            let last_reduce = pad::reduce_counter_offset(world, pad::CHANNELS - 1) + 4;
+            assert_eq!(last_reduce, pad::buffer_bytes(world));
         }
     }
 
@@ -414,6 +418,17 @@ pub mod pad {
     pub const WIRE_PIECES: u32 = 64;
     /// Source ranks per piece word (one byte each).
     pub const RANKS_PER_WORD: u32 = 4;
+    /// Piece signals per channel: [`WIRE_PIECES`] "packed" signals (a sender to its
+    /// receivers: piece `i` may be read), then as many "read" signals (a receiver to its
+    /// senders: piece `i`'s plane slot may be packed again, [`read_piece`]).
+    pub const PIECE_SIGNALS: u32 = 2 * WIRE_PIECES;
+
+    /// The piece-word index of the "read" signal of piece `piece` (NOTE [plane ring] in
+    /// `host/src/coll/gpu/wire_steps.rs`): a receiver sets its byte in each sender's word
+    /// once its reduction of the piece read the sender's planes.
+    pub const fn read_piece(piece: u32) -> u32 {
+        WIRE_PIECES + piece
+    }
 
     /// Index (in `u32`s) of the slot in which peer `from` signals on `(channel, kind)`.
     #[inline(always)]
@@ -432,10 +447,11 @@ pub mod pad {
     }
 
     /// Index (in `u32`s) of the piece word in which rank `from` signals piece `piece` of
-    /// a bf16-wire call on `channel`: its byte is `from % RANKS_PER_WORD`.
+    /// a bf16-wire call on `channel` (`piece < PIECE_SIGNALS`: a "read" signal is
+    /// [`read_piece`]): its byte is `from % RANKS_PER_WORD`.
     #[inline(always)]
     pub const fn piece_slot(channel: u32, piece: u32, from: u32, world: u32) -> u32 {
-        slots(world) + (channel * WIRE_PIECES + piece) * piece_words(world) + from / RANKS_PER_WORD
+        slots(world) + (channel * PIECE_SIGNALS + piece) * piece_words(world) + from / RANKS_PER_WORD
     }
 
     /// The value piece word `word` holds once every rank but `rank` signalled: a byte of
@@ -458,7 +474,7 @@ pub mod pad {
     /// Bytes of one rank's pad (the epoch slots and the piece words) for a world of
     /// `world` ranks: all a host pad holds.
     pub const fn bytes(world: u32) -> usize {
-        (slots(world) + CHANNELS * WIRE_PIECES * piece_words(world)) as usize * 4
+        (slots(world) + CHANNELS * PIECE_SIGNALS * piece_words(world)) as usize * 4
     }
 
     /// Byte offset, in a rank's pad buffer, of the per-channel staging word that
@@ -534,10 +550,19 @@ pub mod pad {
         release_offset(world, CHANNELS, 0) + (((channel * world + peer) * 2 + which) * 4) as usize
     }
 
+    /// Byte offset, in a rank's pad buffer, of the per-channel CTA counter of the
+    /// bf16-wire reductions, which find their last CTA with it to send the "read"
+    /// signals (NOTE [plane ring]); a counter of its own, since the channel's packs run
+    /// at the same time on another stream. It returns to 0 after every launch.
+    pub const fn reduce_counter_offset(world: u32, channel: u32) -> usize {
+        release_round_offset(world, CHANNELS, 0, 0) + channel as usize * 4
+    }
+
     /// Bytes of one rank's whole pad buffer: slots, piece words, staging words,
     /// counters, LL round counters, bf16-wire flags and scratch, the statistics, the
-    /// one-launch reductions' piece flags, and the release words and rounds.
+    /// one-launch reductions' piece flags, the release words and rounds, and the
+    /// wire reductions' counters.
     pub const fn buffer_bytes(world: u32) -> usize {
-        release_round_offset(world, CHANNELS, 0, 0)
+        reduce_counter_offset(world, CHANNELS)
     }
 }

@@ -22,6 +22,11 @@
 //!   counts the fallback pieces and bytes.
 //! - **Wait** (`lowcon_wire_wait`, kernel sync): one thread per piece word of this rank's
 //!   device pad spins until every other rank's byte is set, bounded like every wait.
+//! - **Plane ring** (NOTE [plane ring] in `host/src/coll/gpu/wire_steps.rs`): where the
+//!   planes hold fewer slots than the call has pieces, a reduction given `read_sig`
+//!   tells each sender, from its last CTA (the channel's reduction counter), that it has
+//!   read the piece (the piece's "read" word, `pad::read_piece`); the pack that refills
+//!   the slot waits for it (on the host side) and its CTA 0 resets it (`read_reset`).
 
 use lowcon_abi::{ErrorRecord, pad, status};
 
@@ -80,7 +85,9 @@ fn join8(hi: V16, lo: V16) -> [f32; 8] {
 /// device arrays of `world` pad bases (the device pads, and the pads this call's waits
 /// poll, host or device) with the layout of `lowcon_abi::pad`; `scratch` and `counter`
 /// are this rank's words of the channel; `piece < pad::WIRE_PIECES`; `vec_ok` only if
-/// `src`, `n` and `first` keep every chunk's piece 16-byte aligned.
+/// `src`, `n` and `first` keep every chunk's piece 16-byte aligned; `read_reset` null or
+/// this rank's `piece_words(world)` "read" words of the piece whose plane slot this pack
+/// refills, which the stream has already waited for.
 #[allow(clippy::too_many_arguments)]
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn lowcon_wire_pack(
@@ -100,7 +107,17 @@ pub unsafe extern "ptx-kernel" fn lowcon_wire_pack(
     scratch: *mut u32,
     counter: *mut u32,
     vec_ok: u32,
+    read_reset: *mut u32,
 ) {
+    if !read_reset.is_null() && block_idx_x() == 0 && thread_idx_x() == 0 {
+        // The stream waited for every reader's byte; zeroed before this CTA counts
+        // itself in (`last_cta`), so before the last CTA signals the piece, which
+        // readers need before they read it and set their bytes again.
+        for word in 0..pad::piece_words(world) {
+            // SAFETY: `piece_words(world)` words of this rank's pad (contract).
+            unsafe { st_relaxed_sys_u32(read_reset.add(word as usize), 0) };
+        }
+    }
     let (start, step) = grid_stride();
     for k in 0..world - 1 {
         let q = slot_rank(k, rank);
@@ -392,6 +409,11 @@ struct Wire {
     flags: *const u32,
     reset: *mut u32,
     stats: *mut u64,
+    /// The channel's reduction counter, and the pads (`world` bases) and byte offset in
+    /// each of this rank's byte of the piece's "read" word; `read_sig` null: no signal.
+    counter: *mut u32,
+    read_sig: *const u64,
+    read_byte: u64,
 }
 
 /// The reduction of one piece (module note), dispatched on the world size so that each
@@ -406,7 +428,10 @@ struct Wire {
 /// (`world` words), `w.lo_bases` a device array of `world` workspace bases (or null: no
 /// bottom halves) whose bottom-half ranges are in bounds, `w.reset` this rank's
 /// `piece_words(world)` piece words of the piece (or null), `w.stats` this rank's
-/// counters (or null).
+/// counters (or null); `w.read_sig` null, or the `world` pad bases of every rank whose
+/// byte `w.read_byte` this rank sets once every CTA has read the piece, with `w.counter`
+/// the channel's reduction counter, 0 when the launch began, used by no other kernel
+/// running at the same time.
 #[inline(always)]
 unsafe fn wire_reduce<O: Own>(a: Piece, w: Wire) {
     // SAFETY: (each arm) forwarded from the caller.
@@ -438,6 +463,19 @@ unsafe fn wire_reduce<O: Own>(a: Piece, w: Wire) {
                 red_add_relaxed_gpu_u64(w.stats.add(1), fallbacks * a.len * 2);
             }
         }
+    }
+    // NOTE [plane ring]: every CTA's reads of the senders' planes are done (program order
+    // before its count, `last_cta`'s fences) before the last one tells the senders.
+    // SAFETY: the channel's reduction counter (contract).
+    if w.read_sig.is_null() || !unsafe { last_cta(w.counter) } {
+        return;
+    }
+    let mut k = thread_idx_x();
+    while k < a.world - 1 {
+        let p = slot_rank(k, a.rank);
+        // SAFETY: `read_sig` holds `world` pad bases with this rank's byte at `read_byte`.
+        unsafe { st_release_sys_u8((*w.read_sig.add(p as usize) + w.read_byte) as *mut u8, 1) };
+        k += block_dim_x();
     }
 }
 
@@ -492,7 +530,8 @@ macro_rules! wire_reduce_kernel {
         /// See `wire_reduce`: `own` is this rank's chunk piece in its input, `staged` the
         /// piece's staging (`world - 1` slots `pe` apart; null: the peers' high planes at
         /// `hi_off`, read directly), `dst` the output piece;
-        /// `lo_bases` null for a bf16 input (then `flags`, `reset` and `stats` unused).
+        /// `lo_bases` null for a bf16 input (then `flags`, `reset` and `stats` unused);
+        /// `read_sig` null: no "read" signal (then `counter` and `read_byte` unused).
         #[allow(clippy::too_many_arguments)]
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(
@@ -513,9 +552,12 @@ macro_rules! wire_reduce_kernel {
             flags: *const u32,
             reset: *mut u32,
             stats: *mut u64,
+            counter: *mut u32,
+            read_sig: *const u64,
+            read_byte: u64,
         ) {
             let a = Piece { own: own.cast::<u8>(), staged, pe, len, dst, rank, world, op, vec_ok: vec_ok != 0 };
-            let w = Wire { lo_bases, lo_off, hi_off, stride, first, flags, reset, stats };
+            let w = Wire { lo_bases, lo_off, hi_off, stride, first, flags, reset, stats, counter, read_sig, read_byte };
             // SAFETY: forwarded from the caller.
             unsafe { wire_reduce::<$own>(a, w) };
         }

@@ -82,6 +82,11 @@ pub(crate) fn tma_split(off: usize, n: usize, esize: usize) -> (usize, usize) {
 /// Staging slots of ce-reduce: copies may run this many pieces ahead of the reduction.
 pub(crate) const STAGING_DEPTH: usize = 3;
 
+/// Pieces a bf16-wire plane holds per chunk slot when a call has more (NOTE [plane
+/// ring] in `coll::gpu::wire_steps`): packs may run this many pieces ahead of the
+/// slowest reader.
+pub(crate) const PLANE_RING: usize = 3;
+
 /// Elements per ce-reduce piece: `count / pieces` rounded up to a multiple of 64
 /// elements, so every piece but the last keeps 16-byte alignment.
 pub(crate) fn piece_elems(count: usize, pieces: u32) -> usize {

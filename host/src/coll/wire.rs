@@ -150,21 +150,39 @@ pub(crate) struct Layout {
     pub(crate) staging: usize,
     /// Bytes in all.
     pub(crate) bytes: usize,
+    /// Pieces a chunk slot of a plane holds (NOTE [plane ring] in
+    /// `coll::gpu::wire_steps`): 0, every piece at its place in the chunk; else piece `i`
+    /// in ring slot `i % ring`, `pe` elements each.
+    pub(crate) ring: usize,
+    pe: usize,
 }
 
 impl Layout {
     /// The layout for chunks of `n` elements in pieces of `pe` (a `Bf16In` call needs
     /// only the staging ring: `split == false`).
     pub(crate) fn new(world: usize, n: usize, pe: usize, split: bool) -> Self {
-        let stride = (n * 2).div_ceil(256) * 256 / 2;
+        Self::ringed(world, n, (pe, pe), split, 0)
+    }
+
+    /// As [`Layout::new`], with planes that hold `ring` pieces of `plane_pe` elements
+    /// per chunk slot (0: the whole chunk), and a staging ring of pieces of `pe`.
+    pub(crate) fn ringed(world: usize, n: usize, (pe, plane_pe): (usize, usize), split: bool, ring: usize) -> Self {
+        let elems = if ring == 0 { n } else { ring * plane_pe };
+        let stride = (elems * 2).div_ceil(256) * 256 / 2;
         let plane = if split { (world - 1) * stride * 2 } else { 0 };
         let staging = 2 * plane;
         let bytes = staging + super::geometry::STAGING_DEPTH * (world - 1) * pe * 2;
-        Self { hi: 0, lo: plane, stride, staging, bytes }
+        Self { hi: 0, lo: plane, stride, staging, bytes, ring, pe: plane_pe }
+    }
+
+    /// Where piece `piece` (starting at element `first` of its chunk) lies in a chunk
+    /// slot of the planes, in elements.
+    pub(crate) fn plane_first(&self, piece: usize, first: usize) -> usize {
+        if self.ring == 0 { first } else { (piece % self.ring) * self.pe }
     }
 
     /// Byte offset of destination `q`'s chunk slot, element `first`, in rank `rank`'s
-    /// plane starting at `plane`.
+    /// plane starting at `plane` (`first` as [`Layout::plane_first`] places it).
     pub(crate) fn slot(&self, plane: usize, q: usize, rank: usize, first: usize) -> usize {
         // Slots skip the owner's own chunk (as `check::staged_slot`).
         let slot = if q < rank { q } else { q - 1 };
@@ -387,5 +405,25 @@ mod tests {
         let e = pieces(2, 100, 65).unwrap_err().to_string();
         assert!(e.contains("rank 2: pipeline 65") && e.contains("at most 64"), "{e}");
         assert_eq!(pieces(0, 1 << 25, 8).unwrap().1, 8);
+    }
+
+    #[test]
+    fn a_plane_ring_holds_its_pieces_apart_in_less_memory() {
+        // NOTE [plane ring]: 8 pieces through a ring of 3 slots per chunk slot.
+        let (world, n) = (4usize, 1 << 20);
+        let (pe, count) = pieces(0, n, 8).unwrap();
+        let full = Layout::new(world, n, 0, true);
+        let ring = Layout::ringed(world, n, (0, pe), true, 3);
+        assert_eq!(count, 8);
+        assert!(ring.bytes * 8 <= full.bytes * 3 + 8 * 256 * world, "{} of {}", ring.bytes, full.bytes);
+        assert!(ring.stride >= 3 * pe && ring.stride % 128 == 0);
+        // Pieces 0, 3, 6 share ring slot 0; every slot is whole and inside its chunk slot.
+        let at: Vec<_> = (0..count).map(|i| ring.plane_first(i, i * pe)).collect();
+        assert_eq!(at, [0, pe, 2 * pe, 0, pe, 2 * pe, 0, pe]);
+        assert!(at.iter().all(|&f| f + pe <= ring.stride && (2 * f) % 16 == 0));
+        // Without a ring every piece keeps its own place.
+        assert_eq!(full.plane_first(5, 5 * pe), 5 * pe);
+        // The last chunk slot of the high plane ends where the low plane begins.
+        assert_eq!(ring.slot(ring.hi, world - 1, 0, 2 * pe) + 2 * pe, ring.lo - 2 * (ring.stride - 3 * pe));
     }
 }

@@ -524,6 +524,59 @@ pub mod mem_op {
         check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, stream) })
     }
 
+    /// Enqueues `copies` (destination, source, bytes) as one `cuMemcpyBatchAsync_v2`
+    /// (NOTE [batched copies] in `coll::gpu`): the driver may run them at once, on several
+    /// copy engines, where copies enqueued one by one on a stream run one after another.
+    /// Each source is read in stream order. Falls back to one copy each where the driver
+    /// predates CUDA 13 or the stream is a legacy default stream (which the batch call
+    /// refuses, as NCCL's copy-engine collectives found). Never while capturing: the
+    /// caller checks (captured batches are not supported by every driver).
+    ///
+    /// # Safety
+    /// Every range is valid device memory (this device or mapped peers) when it runs.
+    pub unsafe fn copy_batch(
+        stream: sys::CUstream,
+        copies: &[(sys::CUdeviceptr, sys::CUdeviceptr, usize)],
+    ) -> Result<()> {
+        let copies: Vec<_> = copies.iter().copied().filter(|c| c.2 > 0).collect();
+        let legacy = stream.is_null() || stream as usize == 1 || stream as usize == 2;
+        if copies.len() < 2 || legacy || !batch_copies_supported() {
+            for &(dst, src, bytes) in &copies {
+                // SAFETY: forwarded from the caller.
+                unsafe { copy(stream, dst, src, bytes)? };
+            }
+            return Ok(());
+        }
+        let (mut d, mut s, mut n): (Vec<_>, Vec<_>, Vec<_>) = (
+            copies.iter().map(|c| c.0).collect(),
+            copies.iter().map(|c| c.1).collect(),
+            copies.iter().map(|c| c.2).collect(),
+        );
+        // SAFETY: an all-zero CUmemcpyAttributes is a valid value (invalid location
+        // types, no flags), set below as NCCL's copy-engine collectives set it.
+        let mut attr: sys::CUmemcpyAttributes = unsafe { std::mem::zeroed() };
+        attr.srcAccessOrder = sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+        if crate::config::copy_engine_hint() {
+            attr.flags = sys::CUmemcpyFlags::CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE as u32;
+        }
+        let mut first = 0usize;
+        // SAFETY: `d`, `s` and `n` are arrays of `copies.len()` entries that outlive the
+        // call (the driver reads them before it returns); one attribute applies from copy
+        // 0; the ranges are valid per the caller.
+        check("cuMemcpyBatchAsync_v2", unsafe {
+            sys::cuMemcpyBatchAsync_v2(
+                d.as_mut_ptr(),
+                s.as_mut_ptr(),
+                n.as_mut_ptr(),
+                copies.len(),
+                &mut attr,
+                &mut first,
+                1,
+                stream,
+            )
+        })
+    }
+
     /// Whether the driver has `cuMemcpyBatchAsync_v2` (CUDA 13; cudarc would panic on
     /// a missing symbol, so older drivers are never asked). Logged once when not.
     fn batch_copies_supported() -> bool {

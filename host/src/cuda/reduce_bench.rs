@@ -305,6 +305,7 @@ impl ReduceKernels {
                         scratch: pads + pad::wire_or_offset(w, 0) as u64,
                         counter: pads + pad::counter_offset(w, 0) as u64,
                         vec_ok: true,
+                        read_reset: 0,
                     };
                     kernels.wire_pack(stream, shape, &a)
                 }
@@ -328,6 +329,9 @@ impl ReduceKernels {
                         flags: pads + pad::wire_flag_offset(w, 0, 0, 0) as u64,
                         reset: pads + 4 * pad::piece_slot(0, 0, 0, w) as u64,
                         stats: pads + pad::stats_offset(w) as u64,
+                        counter: 0,
+                        read_sig: 0,
+                        read_byte: 0,
                     };
                     kernels.wire_reduce(stream, shape, &a)
                 }

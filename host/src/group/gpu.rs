@@ -428,6 +428,13 @@ impl GpuGroup {
         self.coll.release_mappings()
     }
 
+    /// Whether an eager all-gather hands its peer copies to the driver as one batch
+    /// (NOTE [batched copies] in `coll::gpu`; on by default) or one by one. Not
+    /// collective, and results are the same either way: for measuring it.
+    pub fn set_copy_batching(&self, on: bool) {
+        self.coll.set_copy_batching(on)
+    }
+
     /// Whether `map_ordinary` all-gathers predict the peers' addresses from the same
     /// call before (NOTE [addresses predicted]; on by default). Off, every such call
     /// waits for every peer's address (a host rendezvous per call), as before 0.4. Not

@@ -307,6 +307,14 @@ class Group:
         into its own, the library's and the rendezvous' (NOTE [host time])."""
         return self._g.host_clock()
 
+    def set_copy_batching(self, on):
+        """Whether an eager all-gather hands its copies from (or to) its peers to the driver
+        as one batch (`cuMemcpyBatchAsync`, as NCCL's copy-engine all-gather does; on by
+        default), which may run them at once on several copy engines, or one by one on the
+        stream. Per rank, not collective; results are the same either way (GPU; nothing on
+        the host backend). For measuring it (fsdp2_paired.py's `lowcon@batch=0`)."""
+        self._g.set_copy_batching(bool(on))
+
     def set_address_prediction(self, on):
         """Whether all-gathers that read the peers' torch memory in place (`map_ordinary`,
         lowcon.fsdp's default) predict where the peers' buffers are from the same call

@@ -12,7 +12,8 @@
 //! - a bf16 input into an f32 output, against the f32 call on the same values upcast;
 //! - inputs that are not bf16-exact: random f32 (every piece falls back), one inexact
 //!   element on one rank (one piece on one rank), and NaN, infinities, denormals,
-//!   -0.0 and values past bf16's range beside exact ones;
+//!   -0.0 and values past bf16's range beside exact ones; some with more pieces than
+//!   the planes' ring holds (NOTE [plane ring]), read directly and staged;
 //! - refusals, each followed by a good call (the group stays usable).
 //!
 //! `gpu_wire_graph` captures wire calls into a CUDA graph and checks its replays.
@@ -285,6 +286,12 @@ pub fn wire_suite(r: &Runner, sync: SyncMethod, large: usize) -> Result<String, 
         (Data::Special, ReduceOp::Sum, 1003, Some(2)),
         (Data::Special, ReduceOp::Min, 65_541, Some(5)),
         (Data::Special, ReduceOp::Max, 4099, None),
+        // More pieces than the planes' ring holds (NOTE [plane ring]): slots packed again
+        // once every reader signalled it read them, read directly (k % 3 == 1) and staged.
+        (Data::Random, ReduceOp::Sum, 262_147, Some(8)),
+        (Data::OneInexact, ReduceOp::Sum, 100_003, Some(6)),
+        (Data::Special, ReduceOp::Max, 65_541, Some(9)),
+        (Data::OneInexact, ReduceOp::Avg, 131_075, Some(7)),
     ]
     .into_iter()
     .enumerate()

@@ -19,10 +19,30 @@
 //! (as it reads their low planes where flagged), so the copy engines are left to what
 //! else runs (FSDP2's all-gathers) at the price of SM time spent on NVLink loads. No
 //! staging ring.
+//!
+//! NOTE [plane ring]
+//! The planes were the size of the input less one chunk (3/4 of it at 4 ranks): FSDP2's
+//! largest reduce-scatter at 8192x4 kept 2.26 GiB of them per rank, which put lowcon's
+//! peak at 1.06x NCCL's (4x H200, 2026-11-26). Where a call has more pieces than
+//! `PLANE_RING`, each chunk slot of a plane holds `PLANE_RING` pieces, piece `i` in
+//! ring slot `i % PLANE_RING`, and a slot is packed again only once every reader is
+//! done with it:
+//! - the reduction of piece `i` (for `i + PLANE_RING < pieces`) tells every sender, from
+//!   its last CTA (the channel's reduction counter), that it read the piece: a byte in
+//!   the sender's "read" word of `i` (`pad::read_piece`), as packs signal theirs;
+//! - the pack of piece `i + PLANE_RING` waits on the pack stream for every reader's byte
+//!   (memop or kernel, as the piece waits) and its CTA 0 zeroes the word before its
+//!   last CTA signals the piece;
+//! - *no reset erases a signal*: a reader sets its byte of `i` again only in a later call,
+//!   after reading that call's piece `i`, which follows this pack (stream order) and its
+//!   system-scope fence;
+//! - the pieces past `pieces - PLANE_RING` signal nothing: nothing waits for them in the
+//!   call, and the next call's packs wait for the exit barrier as before.
+//! A failed group releases the "read" waits as it releases the piece waits.
 
 use super::{GpuColl, ce_copy};
 use crate::coll::device_buf::DeviceBuf;
-use crate::coll::geometry::STAGING_DEPTH;
+use crate::coll::geometry::{PLANE_RING, STAGING_DEPTH};
 use crate::coll::wire::{Layout, Moved, pieces};
 use crate::coll::{ReduceOp, ReduceScatterAlgorithm};
 use crate::cuda::kernels::{COLL_THREADS, WirePackArgs, WireReduceArgs};
@@ -68,7 +88,9 @@ impl GpuColl {
         let (pe, count) = pieces(rank, n, plan.pieces)?;
         let direct = plan.algorithm == ReduceScatterAlgorithm::SmDirect;
         // NOTE [the wire read directly]: no staging ring (pieces of 0 elements in it).
-        let layout = Layout::new(world, n, if direct { 0 } else { pe }, true);
+        // NOTE [plane ring]: planes of `PLANE_RING` pieces where the call has more.
+        let ring = if count > PLANE_RING { PLANE_RING } else { 0 };
+        let layout = Layout::ringed(world, n, (if direct { 0 } else { pe }, pe), true, ring);
         let ctas = plan.ctas;
         let mut st = self.channel(ch);
         // Events: the fork, the pack stream's join, then per piece copied and reduced.
@@ -101,17 +123,32 @@ impl GpuColl {
         unsafe {
             stream.record(fork)?;
             pack.wait(fork)?;
-            copy.wait(fork)?;
+            // Read directly, the copy stream has nothing to do (and each piece's reduced
+            // event nothing to order): driver calls saved are host time saved.
+            if !direct {
+                copy.wait(fork)?;
+            }
             // NOTE [honest floor]: a traffic call packs nothing, signals nothing and
             // reduces nothing: the copies and their events only.
             let sync = !traffic;
             if sync {
                 for i in 0..count {
                     let first = i * pe;
+                    // Where the piece lies in the planes: the kernel addresses the source
+                    // and the planes with one `first`, so the source moves by the difference.
+                    let pf = layout.plane_first(i, first);
+                    let read_reset = match i.checked_sub(ring) {
+                        Some(j) if ring > 0 => {
+                            let j = pad::read_piece(j as u32);
+                            self.sync.wait_piece(pack, plan.sync, ch, j)?;
+                            self.sync.piece_word(plan.sync, ch, j)
+                        }
+                        _ => 0,
+                    };
                     let a = WirePackArgs {
-                        src,
+                        src: src + ((first - pf) * 4) as u64,
                         n: n as u64,
-                        first: first as u64,
+                        first: pf as u64,
                         len: pe.min(n - first) as u64,
                         hi: ws.local_ptr() + layout.hi as u64,
                         lo: ws.local_ptr() + layout.lo as u64,
@@ -125,6 +162,7 @@ impl GpuColl {
                         scratch: pads + pad::wire_or_offset(w32, ch) as u64,
                         counter: pads + pad::counter_offset(w32, ch) as u64,
                         vec_ok: pack_vec,
+                        read_reset,
                     };
                     kernels.wire_pack(pack, (ctas, COLL_THREADS), &a)?;
                 }
@@ -132,6 +170,7 @@ impl GpuColl {
             pack.record(packed)?;
             for i in 0..count {
                 let first = i * pe;
+                let pf = layout.plane_first(i, first);
                 let len = pe.min(n - first);
                 let staged = if direct {
                     // Traffic calls never get here (a kernel algorithm: refused).
@@ -145,7 +184,7 @@ impl GpuColl {
                         self.sync.wait_piece(copy, plan.sync, ch, i as u32)?;
                     }
                     for p in super::rotated(rank, world).filter(|&p| p != rank) {
-                        let from = ws.peer_ptr(p) + layout.slot(layout.hi, rank, p, first) as u64;
+                        let from = ws.peer_ptr(p) + layout.slot(layout.hi, rank, p, pf) as u64;
                         let to = ws.local_ptr() + layout.stage(world, pe, i, super::staged_slot(p, rank)) as u64;
                         ce_copy(copy, to, from, len * 2)?;
                     }
@@ -172,13 +211,20 @@ impl GpuColl {
                     lo_off: layout.lo as u64,
                     hi_off: layout.hi as u64,
                     stride: layout.stride as u64,
-                    first: first as u64,
+                    first: pf as u64,
                     flags: pads + pad::wire_flag_offset(w32, ch, i as u32, 0) as u64,
                     reset: self.sync.piece_word(plan.sync, ch, i as u32),
                     stats: pads + pad::stats_offset(w32) as u64,
+                    // NOTE [plane ring]: the senders learn that this rank read the piece.
+                    counter: pads + pad::reduce_counter_offset(w32, ch) as u64,
+                    read_sig: if ring > 0 && i + ring < count { self.sync.piece_pads(plan.sync) } else { 0 },
+                    read_byte: pad::piece_slot(ch, pad::read_piece(i as u32), r32, w32) as u64 * 4
+                        + (r32 % pad::RANKS_PER_WORD) as u64,
                 };
                 kernels.wire_reduce(stream, (ctas, COLL_THREADS), &a)?;
-                stream.record(&reduced[i])?;
+                if !direct {
+                    stream.record(&reduced[i])?;
+                }
             }
             stream.wait(packed)?;
             if sync {

@@ -32,6 +32,9 @@ pub(crate) struct WirePackArgs {
     pub scratch: u64,
     pub counter: u64,
     pub vec_ok: bool,
+    /// This rank's "read" words of the piece whose plane slot this pack refills
+    /// (NOTE [plane ring]), already waited for; 0: none.
+    pub read_reset: u64,
 }
 
 /// The arguments of one bf16-wire reduction: see `gpu-kernels/kernels/src/wire.rs`
@@ -63,6 +66,12 @@ pub(crate) struct WireReduceArgs {
     pub flags: u64,
     pub reset: u64,
     pub stats: u64,
+    /// NOTE [plane ring]: the channel's reduction counter, the device array of the pads
+    /// the senders' waits poll (0: no "read" signal), and the byte offset of this
+    /// rank's byte of the piece's "read" word in each.
+    pub counter: u64,
+    pub read_sig: u64,
+    pub read_byte: u64,
 }
 
 impl WireReduceArgs {
@@ -98,6 +107,9 @@ impl WireReduceArgs {
             flags: 0,
             reset: 0,
             stats: 0,
+            counter: 0,
+            read_sig: 0,
+            read_byte: 0,
         }
     }
 }
@@ -121,7 +133,7 @@ impl Kernels {
         let vec_ok = a.vec_ok as u32;
         l.arg(&a.src).arg(&a.n).arg(&a.first).arg(&a.len).arg(&a.hi).arg(&a.lo).arg(&a.stride);
         l.arg(&a.rank).arg(&a.world).arg(&a.channel).arg(&a.piece).arg(&a.pads).arg(&a.sig);
-        l.arg(&a.scratch).arg(&a.counter).arg(&vec_ok);
+        l.arg(&a.scratch).arg(&a.counter).arg(&vec_ok).arg(&a.read_reset);
         // SAFETY: matches `lowcon_wire_pack`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(wire_pack)"))?;
         Ok(())
@@ -152,7 +164,7 @@ impl Kernels {
             .arg(&a.first)
             .arg(&a.flags)
             .arg(&a.reset);
-        l.arg(&a.stats);
+        l.arg(&a.stats).arg(&a.counter).arg(&a.read_sig).arg(&a.read_byte);
         // SAFETY: matches `lowcon_wire_reduce_*`'s signature; validity is the caller's.
         unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(wire_reduce)"))?;
         Ok(())

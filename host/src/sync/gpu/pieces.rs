@@ -79,7 +79,7 @@ impl GpuSync {
         loop {
             let mut consumed = 0;
             for channel in (0..pad::CHANNELS).filter(|c| used & (1 << c) != 0) {
-                for piece in 0..pad::WIRE_PIECES {
+                for piece in 0..pad::PIECE_SIGNALS {
                     for w in 0..pad::piece_words(world) {
                         let slot = pad::piece_slot(channel, piece, w * pad::RANKS_PER_WORD, world) as usize;
                         if self.host_pad.release_piece(slot, pad::piece_mask(world, rank, w)) {
@@ -104,7 +104,7 @@ impl GpuSync {
         let used = self.wire_channels.load(Ordering::Relaxed);
         let (rank, world) = (self.core.rank as u32, self.core.world as u32);
         for channel in (0..pad::CHANNELS).filter(|c| used & (1 << c) != 0) {
-            for piece in 0..pad::WIRE_PIECES {
+            for piece in 0..pad::PIECE_SIGNALS {
                 for w in 0..pad::piece_words(world) {
                     let mask = pad::piece_mask(world, rank, w);
                     let slot = pad::piece_slot(channel, piece, w * pad::RANKS_PER_WORD, world) as usize;
