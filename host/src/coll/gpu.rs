@@ -68,8 +68,6 @@ pub(crate) struct GpuColl {
     /// Bytes moved to and from peers, as enqueued (NOTE [bf16 wire]; the device counts
     /// the fallbacks).
     counters: Box<Counters>,
-    /// NOTE [batched copies] on (the default) or off for this rank.
-    batching: std::sync::atomic::AtomicBool,
 }
 
 /// Per-channel state of a group's collectives.
@@ -167,14 +165,14 @@ impl GpuColl {
     pub(crate) fn new(sync: Arc<GpuSync>, planner: Arc<Planner>) -> Result<Self> {
         let channels = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(ChannelState::default())).collect();
         let maps = Arc::new(PeerMaps::new(&sync.core, &sync.device)?);
-        let mapping = Box::new(verify::Mapping { verifier: verify::Verifier::new(&sync)?, maps });
         let batching = std::sync::atomic::AtomicBool::new(true);
-        Ok(Self { channels, sync, planner, mapping, counters: Box::default(), batching })
+        let mapping = Box::new(verify::Mapping { verifier: verify::Verifier::new(&sync)?, maps, batching });
+        Ok(Self { channels, sync, planner, mapping, counters: Box::default() })
     }
 
     /// NOTE [batched copies] on or off for this rank.
     pub(crate) fn set_copy_batching(&self, on: bool) {
-        self.batching.store(on, std::sync::atomic::Ordering::Relaxed);
+        self.mapping.batching.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Bytes of this rank's workspaces and LL buffers, over every channel (what the
@@ -393,7 +391,7 @@ impl GpuColl {
         let copy = st.copy.as_ref().expect("prepared");
         let (fork, join) = (&st.events[0], &st.events[1]);
         // NOTE [batched copies].
-        let batch = mode == Mode::Eager && self.batching.load(std::sync::atomic::Ordering::Relaxed);
+        let batch = mode == Mode::Eager && self.mapping.batching.load(std::sync::atomic::Ordering::Relaxed);
         let out = output.ptr;
         let s = shard as u64;
         // What the verifier needs of a predicted call (`Verifier::arm`).

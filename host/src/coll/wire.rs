@@ -416,11 +416,11 @@ mod tests {
         let ring = Layout::ringed(world, n, (0, pe), true, 3);
         assert_eq!(count, 8);
         assert!(ring.bytes * 8 <= full.bytes * 3 + 8 * 256 * world, "{} of {}", ring.bytes, full.bytes);
-        assert!(ring.stride >= 3 * pe && ring.stride % 128 == 0);
+        assert!(ring.stride >= 3 * pe && ring.stride.is_multiple_of(128));
         // Pieces 0, 3, 6 share ring slot 0; every slot is whole and inside its chunk slot.
         let at: Vec<_> = (0..count).map(|i| ring.plane_first(i, i * pe)).collect();
         assert_eq!(at, [0, pe, 2 * pe, 0, pe, 2 * pe, 0, pe]);
-        assert!(at.iter().all(|&f| f + pe <= ring.stride && (2 * f) % 16 == 0));
+        assert!(at.iter().all(|&f| f + pe <= ring.stride && (2 * f).is_multiple_of(16)));
         // Without a ring every piece keeps its own place.
         assert_eq!(full.plane_first(5, 5 * pe), 5 * pe);
         // The last chunk slot of the high plane ends where the low plane begins.

@@ -83,11 +83,14 @@ struct Shared {
     events: Mutex<Vec<Event>>,
 }
 
-/// A GPU group's mapped peer memory and the check of its predicted addresses.
+/// How a GPU group reads its peers' memory: the mapped peer memory, the check of its
+/// predicted addresses, and whether its copies go in batches.
 pub(super) struct Mapping {
     /// Ordinary inputs that peers read in place (`map_ordinary`).
     pub(super) maps: Arc<PeerMaps>,
     pub(super) verifier: Verifier,
+    /// NOTE [batched copies] on (the default) or off for this rank.
+    pub(super) batching: std::sync::atomic::AtomicBool,
 }
 
 /// The verifier of a GPU group: its thread starts with the first predicted call.

@@ -38,6 +38,7 @@
 //!   system-scope fence;
 //! - the pieces past `pieces - PLANE_RING` signal nothing: nothing waits for them in the
 //!   call, and the next call's packs wait for the exit barrier as before.
+//!
 //! A failed group releases the "read" waits as it releases the piece waits.
 
 use super::{GpuColl, ce_copy};
