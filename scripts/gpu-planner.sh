@@ -24,6 +24,8 @@
 #   churn   FSDP2 under allocator churn at 4 ranks (fsdp2_churn.py): NCCL, then lowcon, each in
 #           its own job, CHURN_STEPS (2000) steps of a 2048x8 model, a new sequence length each
 #           (CHURN_ARGS: more options), empty_cache() every 37: device memory in use over time
+#   churn2  as churn at 2 ranks, NCCL on GPUs 0 and 1 beside lowcon on GPUs 2 and 3, at once
+#           (one deadline, CHURN_S, for both)
 #   tp      tp_bench.py at 4 ranks, 20 rounds (TP_ARGS: more options, e.g. --profile DIR)
 #   pygpu   the bindings on 4 GPUs with every call planned: the C check, tp_worker.py check,
 #           FSDP2 training against NCCL (gpu_fsdp_worker.py), the torch backend's ops,
@@ -43,7 +45,7 @@ out=/tmp/planner; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 parts=" ${PARTS:-check tune info small fsdp} "
 for p in $parts; do
-  case $p in check|tune|tune2|info|small|ctas|fsdp|smallfsdp|churn|confirm|fsdp2|tp|pygpu|profile|plan) ;;
+  case $p in check|tune|tune2|info|small|ctas|fsdp|smallfsdp|churn|churn2|confirm|fsdp2|tp|pygpu|profile|plan) ;;
     *) echo "gpu-planner.sh: unknown part $p" >&2; exit 2;;
   esac
 done
@@ -145,6 +147,22 @@ if has churn; then
     st "churn $m w=4" churn.txt "${CHURN_S:-300}" "${tr4[@]}" --master-port 29531 "$bench/fsdp2_churn.py" --mode "$m" \
       --out "$out/churn" --steps "${CHURN_STEPS:-2000}" "${churn_args[@]}"
   done
+  python3 "$bench/fsdp2_churn.py" --report "$out"/churn/churn-*.json > "$out/churn/report.txt" 2>&1 && cat "$out/churn/report.txt"
+fi
+if has churn2; then
+  read -r -a churn_args <<< "${CHURN_ARGS:-}"
+  mkdir -p "$out/churn"
+  # shellcheck disable=SC2016 # expanded by the inner shell
+  st "churn nccl w=2 (GPUs 0,1) beside lowcon w=2 (GPUs 2,3)" churn.txt "${CHURN_S:-300}" bash -c '
+    script=$1 dir=$2 steps=$3; shift 3
+    CUDA_VISIBLE_DEVICES=0,1 python3 -m torch.distributed.run --nproc-per-node 2 --master-port 29531 "$script" \
+      --mode nccl --out "$dir" --steps "$steps" "$@" > "$dir/nccl.log" 2>&1 & a=$!
+    CUDA_VISIBLE_DEVICES=2,3 python3 -m torch.distributed.run --nproc-per-node 2 --master-port 29541 "$script" \
+      --mode lowcon --out "$dir" --steps "$steps" "$@" > "$dir/lowcon.log" 2>&1 & b=$!
+    trap "kill $a $b 2>/dev/null" TERM
+    wait $a; ra=$?; wait $b; rb=$?
+    tail -n 5 "$dir/nccl.log" "$dir/lowcon.log"; [ $ra = 0 ] && [ $rb = 0 ]' \
+    churn2 "$bench/fsdp2_churn.py" "$out/churn" "${CHURN_STEPS:-2000}" "${churn_args[@]}"
   python3 "$bench/fsdp2_churn.py" --report "$out"/churn/churn-*.json > "$out/churn/report.txt" 2>&1 && cat "$out/churn/report.txt"
 fi
 read -r -a tp_args <<< "${TP_ARGS:-}"

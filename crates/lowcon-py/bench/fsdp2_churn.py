@@ -97,15 +97,21 @@ def run(args: argparse.Namespace) -> None:
             samples.append(sample)
             if rank == 0:
                 print(json.dumps(sample), flush=True)
+                # Written at every sample: a run cut short by a deadline keeps what it saw.
+                save(args, world, samples)
             t_last, steps_since = time.perf_counter(), 0
-    if rank == 0:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, f"churn-{args.mode}.json"), "w") as f:
-            json.dump({"mode": args.mode, "world": world, "args": vars(args), "samples": samples}, f, indent=1)
     dist.barrier()
     if group is not None:
         group.close()
     dist.destroy_process_group()
+
+
+def save(args: argparse.Namespace, world: int, samples: List[Dict[str, Any]]) -> None:
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"churn-{args.mode}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump({"mode": args.mode, "world": world, "args": vars(args), "samples": samples}, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 def report(paths: List[str]) -> int:
@@ -129,6 +135,12 @@ def report(paths: List[str]) -> int:
         half = len(ours) // 2
         late_growth = max(s["in_use_gib"] for s in ours[half:]) - max(s["in_use_gib"] for s in ours[:half])
         last = ours[-1]
+        # The same steps see the same lengths and data in both runs: their losses must agree
+        # (to the summation order's noise), or lowcon read something stale.
+        ref_loss = {s["step"]: s["loss"] for s in ref}
+        diffs = [abs(s["loss"] - ref_loss[s["step"]]) for s in ours if s["step"] in ref_loss]
+        if diffs:
+            print(f"losses at {len(diffs)} common samples: largest |lowcon - NCCL| {max(diffs):.2e}")
         print(f"peak device memory in use: lowcon {peak:.2f} GiB, NCCL {peak_ref:.2f} GiB, ratio {peak / peak_ref:.3f} "
               f"(target 1.05); lowcon's second half minus its first: {late_growth:+.2f} GiB "
               f"({'still growing' if late_growth > 0.05 else 'not growing'})")

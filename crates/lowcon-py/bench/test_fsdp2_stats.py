@@ -426,8 +426,8 @@ def test_churn_report(tmp_path, capsys):
 
     import fsdp2_churn as fc
 
-    def write(mode, in_use):
-        rows = [{"step": 100 * (i + 1), "in_use_gib": v, "reserved_gib": 1.0, "step_ms": 30.0, "loss": 5.0,
+    def write(mode, in_use, loss=5.0):
+        rows = [{"step": 100 * (i + 1), "in_use_gib": v, "reserved_gib": 1.0, "step_ms": 30.0, "loss": loss,
                  **({"mapped_allocations": 6, "host_rendezvous": 40, "predicted_calls": 900,
                      "mispredicted_calls": 3} if mode == "lowcon" else {})} for i, v in enumerate(in_use)]
         p = tmp_path / f"churn-{mode}.json"
@@ -437,5 +437,6 @@ def test_churn_report(tmp_path, capsys):
     fc.report([write("nccl", [3.0, 3.2, 3.1, 3.2]), write("lowcon", [3.1, 3.3, 3.3, 3.3])])
     out = capsys.readouterr().out
     assert "ratio 1.031" in out and "not growing" in out and "6 peer allocations mapped" in out, out
-    fc.report([write("nccl", [3.0, 3.2, 3.1, 3.2]), write("lowcon", [3.1, 3.3, 3.9, 4.4])])
-    assert "still growing" in capsys.readouterr().out
+    fc.report([write("nccl", [3.0, 3.2, 3.1, 3.2]), write("lowcon", [3.1, 3.3, 3.9, 4.4], loss=5.25)])
+    out = capsys.readouterr().out
+    assert "still growing" in out and "4 common samples: largest |lowcon - NCCL| 2.50e-01" in out, out
