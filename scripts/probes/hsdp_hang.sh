@@ -13,7 +13,7 @@ bench=crates/lowcon-py/bench
 run() { # run NAME MODES SECONDS [ENV...]
   local name=$1 modes=$2 t=$3; shift 3
   env "$@" timeout -k 5 "$t" python3 -m torch.distributed.run --nproc-per-node 4 "$bench/fsdp2_paired.py" --hsdp 2 \
-    --sweep 8192x4:1024 --reduce-dtypes fp32 --rounds 3 --modes "$modes" --out "$out/$name" > "$out/$name.txt" 2>&1 &
+    --sweep 8192x4:1024 --reduce-dtypes fp32 --rounds "${ROUNDS:-3}" --modes "$modes" --out "$out/$name" > "$out/$name.txt" 2>&1 &
   local pid=$!
   for _ in $(seq $((t - 15))); do sleep 1; kill -0 $pid 2>/dev/null || break; done
   if kill -0 $pid 2>/dev/null; then
@@ -27,7 +27,9 @@ run() { # run NAME MODES SECONDS [ENV...]
   fi
   wait $pid; echo "$name exit $?" >> "$out/summary.txt"
 }
-run lowcon nccl,lowcon 75 LOWCON_TIMEOUT_MS=120000 LOWCON_DEBUG=1
-run predict0 nccl,lowcon@predict=0 75 LOWCON_TIMEOUT_MS=120000
+# HANG_MODES: the first run's modes instead (the failing job's: nccl,nccl-b,lowcon,nocomm);
+# ONLY_FIRST=1: that run alone.
+run lowcon "${HANG_MODES:-nccl,lowcon}" "${HANG_S:-75}" LOWCON_TIMEOUT_MS=120000 LOWCON_DEBUG=1
+[ -n "${ONLY_FIRST:-}" ] || run predict0 nccl,lowcon@predict=0 75 LOWCON_TIMEOUT_MS=120000
 tar -C "${OUT:-/tmp}" -czf "${OUT:-/tmp}/hsdp-hang.tgz" hsdp-hang
 cat "$out/summary.txt" "$out/tools.txt"
