@@ -187,7 +187,11 @@ def choose_method(args: argparse.Namespace, cfg: fm.ModelConfig, n_modes: int, w
     if device.type != "cuda":
         return "models"
     free, _ = torch.cuda.mem_get_info(device)
-    per_model = 16 * fm.param_counts(cfg)["total"] / world  # fp32 weights, grads, two Adam moments
+    # fp32 weights, grads, two Adam moments, sharded over the shard dim only: with --hsdp R a
+    # rank holds R times a plain FSDP rank's share (8192x4 on 2x2 filled four models into
+    # 142 of 143 GB, and torch's allocator, freeing its cache to retry, then waited for
+    # kernels that waited for peers: 4x H200, 2026-11-27).
+    per_model = 16 * fm.param_counts(cfg)["total"] / (world // max(1, getattr(args, "hsdp", 1)))
     activations = cfg.tokens_per_rank * cfg.depth * (16 * cfg.width + 6 * cfg.ffn) * 2 + \
         cfg.tokens_per_rank * cfg.vocab * 10
     return "models" if n_modes * per_model + activations < 0.7 * free else "switch"
