@@ -7,7 +7,8 @@
 #   tune    lowcon bench tune at 4 ranks (tune2: at 2, on GPUs 0 and 1): the tables
 #   info    lowcon info at 2, 4 and 8 ranks: what the planner picks, from which table
 #   small   small messages at 4 ranks, --graph sweeps 8K..1M (eager and replayed), auto
-#           and ll against NCCL, bf16 and f32, all-gather and reduce-scatter
+#           and ll against NCCL, bf16 and f32 (SMALL_DTYPES), all-gather and reduce-scatter;
+#           SMALL_TAG names the files (small-TAG-...) of a run with other settings
 #   fsdp    FSDP2 paired at 4 ranks, 4096x12 and 8192x4 at 1024 tokens, fp32 reduce,
 #           20 rounds: NCCL, its A/A twin, lowcon as planned and candidates, NCCL-CE,
 #           no communication (FSDP_SWEEP, FSDP_ROUNDS, FSDP_S override)
@@ -33,6 +34,11 @@
 #   plan    what only a GPU plans comes from the table (plan_gpu_worker.py, a table of its own
 #           and the shipped one): CTAs, sync, map_ordinary, lowcon.tp's released reduce-scatter;
 #           and the honest floor's traffic calls leave every path correct (traffic_gpu_worker.py)
+#   timeline small LL calls against NCCL's at 4 ranks, eager and replayed, from a torch profiler
+#           trace (scripts/probes/small_timeline.py, TIMELINE_BYTES): kernel time and the gaps
+#           between calls, with NOTE [LL launch overlap] on and off (LOWCON_LL_OVERLAP)
+#   deadpeer a rank dies at 4 ranks (SIGKILL, kernel and memop sync; a clean exit under 16 MiB
+#           staged calls; one during graph replays): the survivors name it (gpu-dead-peer.sh)
 #   profile FSDP2 paired at 4 ranks with --profile, 8192x4 and 4096x12 at 1024 tokens, 15
 #           rounds: lowcon, NCCL-CE, NCCL, no communication (waits, kernels, host µs, copy
 #           rates); PROFILE_SWEEP, PROFILE_MODES, PROFILE_ROUNDS, PROFILE_S override;
@@ -45,7 +51,7 @@ out=/tmp/planner; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 parts=" ${PARTS:-check tune info small fsdp} "
 for p in $parts; do
-  case $p in check|tune|tune2|info|small|ctas|fsdp|smallfsdp|churn|churn2|confirm|fsdp2|tp|pygpu|profile|plan) ;;
+  case $p in check|tune|tune2|info|small|ctas|fsdp|smallfsdp|churn|churn2|confirm|fsdp2|tp|pygpu|profile|plan|timeline|deadpeer) ;;
     *) echo "gpu-planner.sh: unknown part $p" >&2; exit 2;;
   esac
 done
@@ -72,6 +78,21 @@ if has check; then
     "${l4[@]}" "$L" selftest coll-mapped
 fi
 tr4=(python3 -m torch.distributed.run --nproc-per-node 4)
+if has timeline; then
+  for o in 1 0; do
+    st "timeline LOWCON_LL_OVERLAP=$o w=4" timeline.txt 60 env LOWCON_LL_OVERLAP=$o "${tr4[@]}" --master-port 29531 \
+      "$repo/scripts/probes/small_timeline.py" --bytes "${TIMELINE_BYTES:-16384}" --out "$out/timeline-$o"
+  done
+fi
+if has deadpeer; then
+  for m in kernel memop; do
+    st "dead peer w=4 $m (SIGKILL)" deadpeer.txt 80 bash "$here/gpu-dead-peer.sh" 0,1,2,3 4 "$m" "$L" "$out" 300
+  done
+  st "dead peer w=4 (clean exit under staged calls)" deadpeer.txt 80 env DP_ARGS="--exit exit --elems 4194304 --staged" \
+    bash "$here/gpu-dead-peer.sh" 0,1,2,3 4 kernel "$L" "$out" 300
+  st "dead peer w=4 (during graph replays)" deadpeer.txt 80 env DP_SCENARIO="coll-graph" \
+    bash "$here/gpu-dead-peer.sh" 0,1,2,3 4 kernel "$L" "$out" 50
+fi
 read -r -a extra <<< "${FSDP2_ARGS:-}"
 tr2=(env "$vis2" python3 -m torch.distributed.run --nproc-per-node 2)
 paired() { # paired NAME SECONDS TORCHRUN... -- OPTIONS...: one paired run into $out/NAME
@@ -120,11 +141,12 @@ if has info; then
   [ -f "$out/tune-w4.txt" ] && st "info --world 4 with the tuned table" info.txt 20 env LOWCON_TUNING="$out/tune-w4.txt" "$L" info --world 4
 fi
 if has small; then
+  t=${SMALL_TAG:+$SMALL_TAG-}
   for k in $(seq "${SMALL_REPEAT:-1}"); do
     for c in all-gather reduce-scatter; do
-      for d in bf16 f32; do
-        st "small $c $d w=4 (graph) #$k" "small-$c-$d-$k.txt" 45 "${l4[@]}" "$L" bench "$c" -b 8K -e 1M -f 2 -n 20 \
-          --reps 25 --dtype "$d" --sync kernel --graph --algorithms auto,ll --json "$out/small-$c-$d-$k.json"
+      for d in ${SMALL_DTYPES:-bf16 f32}; do
+        st "small $t$c $d w=4 (graph) #$k" "small-$t$c-$d-$k.txt" 45 "${l4[@]}" "$L" bench "$c" -b 8K -e 1M -f 2 -n 20 \
+          --reps 25 --dtype "$d" --sync kernel --graph --algorithms auto,ll --json "$out/small-$t$c-$d-$k.json"
       done
     done
   done

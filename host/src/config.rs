@@ -128,6 +128,13 @@ pub fn copy_engine_hint() -> bool {
     *ON.get_or_init(|| std::env::var("LOWCON_COPY_ENGINE_HINT").is_ok_and(|v| v == "1"))
 }
 
+/// `LOWCON_LL_OVERLAP=0`: launch LL rounds as plain kernels, without programmatic
+/// stream serialization (NOTE [LL launch overlap] in `cuda::kernels`). Read once.
+pub fn ll_overlap() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("LOWCON_LL_OVERLAP").map_or(true, |v| v != "0"))
+}
+
 /// `LOWCON_MEMOP_BATCH=0`: enqueue a stream-memop barrier's operations one node each,
 /// as before NOTE [memop batches], to measure what batching saves. Default: one batch.
 pub fn memop_batch() -> bool {

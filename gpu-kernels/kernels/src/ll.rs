@@ -229,6 +229,11 @@ macro_rules! ll_kernel {
             $dst: *mut u8,
             $($arg: $ty),*
         ) {
+            // NOTE [LL launch overlap] (`host/src/cuda/kernels.rs`): nothing before this
+            // wait, which returns once the stream's previous kernel has completed; then
+            // the next LL round may be scheduled.
+            crate::thread::wait_prior_grids();
+            crate::thread::launch_dependents();
             // The round (NOTE [LL rounds on the device]): read by every CTA before it
             // counts itself out, advanced by the last CTA, so the next LL kernel of the
             // channel (eager or replayed) reads the next one.

@@ -59,3 +59,21 @@ pub fn sync_threads_or(pred: bool) -> bool {
     };
     out != 0
 }
+
+/// Waits until the grids this one depends on programmatically have completed and their
+/// memory is visible (`griddepcontrol.wait`; returns at once for a grid launched
+/// without programmatic serialization). NOTE [LL launch overlap] in
+/// `host/src/cuda/kernels.rs`.
+#[inline(always)]
+pub fn wait_prior_grids() {
+    // SAFETY: no operands; valid PTX from ISA 7.8 on sm_90 (the kernels' target).
+    unsafe { asm!("griddepcontrol.wait;", options(nostack)) };
+}
+
+/// Lets the stream's next programmatically serialized grid be scheduled once every CTA
+/// of this one has called this or exited (`griddepcontrol.launch_dependents`).
+#[inline(always)]
+pub fn launch_dependents() {
+    // SAFETY: as `wait_prior_grids`.
+    unsafe { asm!("griddepcontrol.launch_dependents;", options(nostack)) };
+}

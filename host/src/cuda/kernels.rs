@@ -55,7 +55,24 @@ pub struct Kernels {
     wire_wait: CudaFunction,
     reduce_once: [CudaFunction; 3],
     spin: CudaFunction,
+    /// Whether LL rounds are launched overlapped (NOTE [LL launch overlap]): decided at
+    /// load, cleared if the driver refuses the attribute.
+    ll_overlap: std::sync::atomic::AtomicBool,
 }
+
+// NOTE [LL launch overlap]
+// An LL call is one short kernel, and back-to-back LL calls (a sweep, a replayed graph
+// of small collectives, a model's many small all-gathers) spend part of each call in
+// the gap between one kernel's end and the next one's start. Each LL round is launched
+// with programmatic stream serialization allowed (`raw::launch::programmatic`): its
+// CTAs may be scheduled while the stream's previous kernel runs, and every CTA starts
+// with `griddepcontrol.wait`, which returns once that kernel has completed and its
+// memory is visible, so nothing the round reads or writes (the round counter, the LL
+// buffers, the source) moves earlier, and NOTE [LL protocol]'s argument holds as it
+// is. Every LL CTA then triggers its dependents at once (`launch_dependents`): a
+// following LL round can be scheduled as soon as this one's CTAs are all resident.
+// Any other kernel after it is launched as usual, and waits for the whole round.
+// Needs a driver of CUDA 12.3 or later and sm_90; `LOWCON_LL_OVERLAP=0` turns it off.
 
 /// The arguments of one LL round: see `gpu-kernels/kernels/src/ll.rs` for their contract.
 #[derive(Clone, Copy, Debug)]
@@ -174,6 +191,9 @@ impl Kernels {
             wire_wait: f(names::WIRE_WAIT)?,
             reduce_once: [f(names::REDUCE_ONCE[0])?, f(names::REDUCE_ONCE[1])?, f(names::REDUCE_ONCE[2])?],
             spin: f(names::SPIN)?,
+            ll_overlap: std::sync::atomic::AtomicBool::new(
+                crate::config::ll_overlap() && super::driver_version().is_ok_and(|v| v >= (12, 3)),
+            ),
             _module: module,
         })
     }
@@ -453,9 +473,46 @@ impl Kernels {
         a: &LlArgs,
         extra: u32,
     ) -> Result<()> {
+        let aligned = a.aligned as u32;
+        if self.ll_overlap.load(Ordering::Relaxed) {
+            // The LL kernels' parameters, in order (`ll_kernel!` in `gpu-kernels/kernels/src/ll.rs`).
+            let mut params: [*mut std::ffi::c_void; 16] = [
+                std::ptr::from_ref(&pad.rank).cast_mut().cast(),
+                std::ptr::from_ref(&pad.world).cast_mut().cast(),
+                std::ptr::from_ref(&channel).cast_mut().cast(),
+                std::ptr::from_ref(&pad.timeout_ns).cast_mut().cast(),
+                std::ptr::from_ref(&pad.err).cast_mut().cast(),
+                std::ptr::from_ref(&a.bases).cast_mut().cast(),
+                std::ptr::from_ref(&a.seq).cast_mut().cast(),
+                std::ptr::from_ref(&a.counter).cast_mut().cast(),
+                std::ptr::from_ref(&a.slot).cast_mut().cast(),
+                std::ptr::from_ref(&a.src).cast_mut().cast(),
+                std::ptr::from_ref(&a.dst).cast_mut().cast(),
+                std::ptr::from_ref(&a.bytes).cast_mut().cast(),
+                std::ptr::from_ref(&a.first).cast_mut().cast(),
+                std::ptr::from_ref(&a.n).cast_mut().cast(),
+                std::ptr::from_ref(&extra).cast_mut().cast(),
+                std::ptr::from_ref(&aligned).cast_mut().cast(),
+            ];
+            // SAFETY: one pointer per parameter of the LL kernels, each to a live value of
+            // the parameter's type; the kernels start with `griddepcontrol.wait` (NOTE [LL
+            // launch overlap]); validity of what they point to is the caller's.
+            let launched = unsafe {
+                super::raw::launch::programmatic(
+                    func.cu_function(),
+                    (ctas, COLL_THREADS, 0),
+                    stream.raw(),
+                    &mut params,
+                )
+            }?;
+            if launched {
+                return Ok(());
+            }
+            // This driver does not take the attribute: plain launches from now on.
+            self.ll_overlap.store(false, Ordering::Relaxed);
+        }
         let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (COLL_THREADS, 1, 1), shared_mem_bytes: 0 };
         let mut l = stream.cuda_stream().launch_builder(func);
-        let aligned = a.aligned as u32;
         l.arg(&pad.rank).arg(&pad.world).arg(&channel).arg(&pad.timeout_ns).arg(&pad.err);
         l.arg(&a.bases).arg(&a.seq).arg(&a.counter).arg(&a.slot).arg(&a.src).arg(&a.dst).arg(&a.bytes);
         l.arg(&a.first).arg(&a.n).arg(&extra).arg(&aligned);

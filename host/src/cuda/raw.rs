@@ -224,6 +224,52 @@ pub mod ipc {
 /// A captured graph's nodes.
 pub mod graph;
 
+/// Kernel launches cudarc's builder cannot make.
+pub mod launch {
+    use super::*;
+
+    /// Launches `func` on `stream` with programmatic stream serialization allowed
+    /// (NOTE [LL launch overlap] in `crate::cuda::kernels`): the grid may be scheduled
+    /// while the stream's previous kernel still runs, once that kernel's CTAs have all
+    /// triggered (`griddepcontrol.launch_dependents`) or exited, and must itself start
+    /// with `griddepcontrol.wait`. Returns `Ok(false)`, with nothing enqueued, where
+    /// the driver does not support the attribute.
+    ///
+    /// # Safety
+    /// `func` is a loaded kernel of the stream's context that waits as above, and
+    /// `params` holds one pointer per kernel parameter, to a value of that parameter's
+    /// type, alive until this returns.
+    pub unsafe fn programmatic(
+        func: sys::CUfunction,
+        (grid, block, smem): (u32, u32, u32),
+        stream: sys::CUstream,
+        params: &mut [*mut c_void],
+    ) -> Result<bool> {
+        // SAFETY: plain data; the union member set is the one the attribute's id names.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let cfg = sys::CUlaunchConfig {
+            gridDimX: grid,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: smem,
+            hStream: stream,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: `cfg` and `attr` live across the call; the rest is the caller's.
+        let r = unsafe { sys::cuLaunchKernelEx(&cfg, func, params.as_mut_ptr(), std::ptr::null_mut()) };
+        match r {
+            sys::CUresult::CUDA_ERROR_NOT_SUPPORTED | sys::CUresult::CUDA_ERROR_NOT_FOUND => Ok(false),
+            r => check("cuLaunchKernelEx", r).map(|()| true),
+        }
+    }
+}
+
 pub mod capture {
     use super::*;
 
