@@ -5,7 +5,11 @@
 //! reduce-scatter output); `total` = ranks × size; algbw = total / time; busbw = algbw ×
 //! (n − 1) / n. Time: each rank runs `reps` batches of `iters` back-to-back calls between
 //! two CUDA events after `warmup` calls; a rank's time is the median batch's mean per
-//! call, and the table shows the max over ranks. With `--graph`, each configuration gets
+//! call, and the table shows the max over ranks. Each batch's first event follows a
+//! device barrier of the ranks (lowcon's, on its channel 0), so a rank whose host comes
+//! back late from the previous batch's synchronisation adds nothing to the others' time
+//! (before 2026-11-27 it did: eager rows of calls faster on the GPU than their host
+//! could queue them ran up to 2x slow, by the luck of each batch). With `--graph`, each configuration gets
 //! two rows: the eager calls timed so, and then the replays of a graph of `iters` captured
 //! calls timed the same way (a batch is one replay), each row with its own host µs per
 //! call. Buffers are symmetric (zero-copy) unless `--staged`; NCCL's are cudaMalloc'ed
@@ -430,6 +434,8 @@ fn batches(
 ) -> Res<PerCall> {
     let (mut device, mut host) = (Vec::new(), Vec::new());
     for _ in 0..reps.max(1) {
+        // The ranks meet on the device first (module docs): the batch starts together.
+        g.barrier(stream, 0, SyncMethod::Kernel)?;
         stream.record(e0)?;
         let t = std::time::Instant::now();
         batch()?;
