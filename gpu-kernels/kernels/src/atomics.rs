@@ -166,6 +166,24 @@ pub fn fence_acq_rel_sys() {
     unsafe { asm!("fence.acq_rel.sys;", options(nostack)) };
 }
 
+/// `fence.acq_rel.gpu`: as [`fence_acq_rel_sys`], for memory only this GPU's threads
+/// share (it does not wait for this thread's writes to peers' memory to land there).
+#[inline(always)]
+pub fn fence_acq_rel_gpu() {
+    // SAFETY: a fence has no operands and cannot fault.
+    unsafe { asm!("fence.acq_rel.gpu;", options(nostack)) };
+}
+
+/// `st.release.gpu.u32`: as [`st_release_sys_u32`], at GPU scope.
+///
+/// # Safety
+/// As [`st_release_sys_u32`].
+#[inline(always)]
+pub unsafe fn st_release_gpu_u32(p: *mut u32, v: u32) {
+    // SAFETY: the caller guarantees `p` is valid and aligned.
+    unsafe { asm!("st.release.gpu.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack)) };
+}
+
 /// `%globaltimer`: nanoseconds of a GPU-wide clock (updated every ~µs). Used to bound
 /// every spin by wall time rather than by iteration count.
 #[inline(always)]

@@ -25,7 +25,9 @@
 
 use lowcon_abi::{ErrorRecord, pad};
 
-use crate::atomics::{atom_add_relaxed_gpu_u32, fence_acq_rel_sys, st_release_sys_u32};
+use crate::atomics::{
+    atom_add_relaxed_gpu_u32, fence_acq_rel_gpu, fence_acq_rel_sys, st_release_gpu_u32, st_release_sys_u32,
+};
 use crate::sync::{reset, signal, wait};
 use crate::thread::{block_dim_x, block_idx_x, grid_dim_x, grid_stride, sync_threads_or, thread_idx_x};
 
@@ -230,6 +232,31 @@ pub(crate) unsafe fn last_cta(counter: *mut u32) -> bool {
             // SAFETY: as above; the next launch on this channel starts after this
             // kernel completes, so nobody counts concurrently with the reset.
             unsafe { st_release_sys_u32(counter, 0) };
+        }
+    }
+    sync_threads_or(last)
+}
+
+/// As [`last_cta`], ordering at GPU scope only: for a last CTA that acts on this GPU's
+/// memory alone (the LL kernels' round counter, NOTE [LL rounds on the device]), where
+/// a system-scope fence would also wait, in every CTA, for its stores into the peers'
+/// memory to land, which nothing here needs (the LL lines carry their own flags).
+///
+/// # Safety
+/// As [`last_cta`].
+#[inline(always)]
+pub(crate) unsafe fn last_cta_local(counter: *mut u32) -> bool {
+    let mut last = false;
+    sync_threads_or(false);
+    if thread_idx_x() == 0 {
+        fence_acq_rel_gpu();
+        // SAFETY: the caller's contract.
+        let before = unsafe { atom_add_relaxed_gpu_u32(counter, 1) };
+        last = before == grid_dim_x() - 1;
+        if last {
+            fence_acq_rel_gpu();
+            // SAFETY: as in `last_cta`.
+            unsafe { st_release_gpu_u32(counter, 0) };
         }
     }
     sync_threads_or(last)

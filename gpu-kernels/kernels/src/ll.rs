@@ -245,7 +245,7 @@ macro_rules! ll_kernel {
             let run = || $body;
             run();
             // SAFETY: `counter` is this rank's counter word of the channel.
-            if unsafe { crate::coll::last_cta(counter) } && thread_idx_x() == 0 {
+            if unsafe { crate::coll::last_cta_local(counter) } && thread_idx_x() == 0 {
                 // SAFETY: as above; no CTA of this launch reads `seq` any more.
                 unsafe { core::ptr::write_volatile(seq, round + 1) };
             }

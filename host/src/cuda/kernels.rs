@@ -498,12 +498,7 @@ impl Kernels {
             // the parameter's type; the kernels start with `griddepcontrol.wait` (NOTE [LL
             // launch overlap]); validity of what they point to is the caller's.
             let launched = unsafe {
-                super::raw::launch::programmatic(
-                    func.cu_function(),
-                    (ctas, COLL_THREADS, 0),
-                    stream.raw(),
-                    &mut params,
-                )
+                super::raw::launch::programmatic(func.cu_function(), (ctas, COLL_THREADS, 0), stream.raw(), &mut params)
             }?;
             if launched {
                 return Ok(());
