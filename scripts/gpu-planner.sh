@@ -8,7 +8,8 @@
 #   info    lowcon info at 2, 4 and 8 ranks: what the planner picks, from which table
 #   small   small messages at 4 ranks, --graph sweeps 8K..1M (eager and replayed), auto
 #           and ll against NCCL, bf16 and f32 (SMALL_DTYPES), all-gather and reduce-scatter;
-#           SMALL_TAG names the files (small-TAG-...) of a run with other settings
+#           SMALL_TAG names the files (small-TAG-...) of a run with other settings;
+#           SMALL_NPROC=2 runs it at 2 ranks (GPUs 0 and 1)
 #   fsdp    FSDP2 paired at 4 ranks, 4096x12 and 8192x4 at 1024 tokens, fp32 reduce,
 #           20 rounds: NCCL, its A/A twin, lowcon as planned and candidates, NCCL-CE,
 #           no communication (FSDP_SWEEP, FSDP_ROUNDS, FSDP_S override)
@@ -142,10 +143,11 @@ if has info; then
 fi
 if has small; then
   t=${SMALL_TAG:+$SMALL_TAG-}
+  ls=("${l4[@]}"); [ "${SMALL_NPROC:-4}" = 2 ] && ls=("${l2[@]}")
   for k in $(seq "${SMALL_REPEAT:-1}"); do
     for c in all-gather reduce-scatter; do
       for d in ${SMALL_DTYPES:-bf16 f32}; do
-        st "small $t$c $d w=4 (graph) #$k" "small-$t$c-$d-$k.txt" 45 "${l4[@]}" "$L" bench "$c" -b 8K -e 1M -f 2 -n 20 \
+        st "small $t$c $d w=${SMALL_NPROC:-4} (graph) #$k" "small-$t$c-$d-$k.txt" 45 "${ls[@]}" "$L" bench "$c" -b 8K -e 1M -f 2 -n 20 \
           --reps 25 --dtype "$d" --sync kernel --graph --algorithms auto,ll --json "$out/small-$t$c-$d-$k.json"
       done
     done

@@ -114,6 +114,30 @@ fn ll_kernels_keep_their_line_stores_and_loads() {
     }
 }
 
+#[test]
+fn ll_kernels_wait_for_the_prior_grid_before_touching_memory() {
+    // NOTE [LL launch overlap] (host/src/cuda/kernels.rs): an LL round may be scheduled
+    // while the stream's previous kernel still runs, so every CTA must pass
+    // `griddepcontrol.wait` before its first load or store (the round counter, the LL
+    // buffers, the source); its CTA count-out is ordered at GPU scope (`last_cta_local`).
+    let memory = |l: &&str| {
+        (l.starts_with("ld.") && !l.starts_with("ld.param"))
+            || ["st.", "atom.", "red.", "cp."].iter().any(|p| l.starts_with(p))
+    };
+    for name in std::iter::once(&kernel_names::LL_ALLGATHER).chain(kernel_names::LL_RS.iter()) {
+        let lines = instructions(entry_body(name));
+        let wait = lines
+            .iter()
+            .position(|l| l.starts_with("griddepcontrol.wait"))
+            .unwrap_or_else(|| panic!("{name}: no griddepcontrol.wait"));
+        let first = lines.iter().position(memory).unwrap_or_else(|| panic!("{name}: no memory access"));
+        assert!(wait < first, "{name}: `{}` comes before griddepcontrol.wait", lines[first]);
+        for instr in ["griddepcontrol.launch_dependents", "fence.acq_rel.gpu"] {
+            assert!(lines.iter().any(|l| l.starts_with(instr)), "{name} lost `{instr}`");
+        }
+    }
+}
+
 /// The body of the `.func` whose name contains `fragment` (its definition: the last
 /// `.func` line naming it, up to the closing brace).
 fn func_body(fragment: &str) -> &'static str {
