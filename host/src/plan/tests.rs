@@ -50,6 +50,22 @@ fn two_ranks_keep_the_measured_two_rank_rules() {
 }
 
 #[test]
+fn two_ranks_send_fsdps_wire_in_64_mib_pieces() {
+    // h200-w2.txt (2026-11-27): a piece costs the host a pack, a wait and a reduction, which
+    // a small model's step does not hide; 16 MiB pieces made 2048x8 slower than NCCL.
+    let p = planner("NVIDIA H200", 2);
+    let fsdp = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() };
+    let layer = |mib: usize| rs(&p, &RsCall { input_symmetric: false, ..rs_call(mib << 20, DType::F32) }, &fsdp);
+    let small = layer(96);
+    assert_eq!((small.algorithm, small.wire, small.ctas), (ReduceScatterAlgorithm::CeReduce, Some(DType::Bf16), 64));
+    assert_eq!(
+        (small.pieces, layer(384).pieces, layer(1536).pieces),
+        (2, 6, 16),
+        "2048x8's, 4096x12's, 8192x4's layers"
+    );
+}
+
+#[test]
 fn four_ranks_take_ll_for_small_messages_too() {
     let p = planner("NVIDIA H200", 4);
     let d = AllGatherOptions::default();
