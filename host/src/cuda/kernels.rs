@@ -72,7 +72,9 @@ pub struct Kernels {
 // is. Every LL CTA then triggers its dependents at once (`launch_dependents`): a
 // following LL round can be scheduled as soon as this one's CTAs are all resident.
 // Any other kernel after it is launched as usual, and waits for the whole round.
-// Needs a driver of CUDA 12.3 or later and sm_90; `LOWCON_LL_OVERLAP=0` turns it off.
+// Needs a driver of CUDA 12.3 or later and sm_90; `LOWCON_LL_OVERLAP=0` turns it off, and
+// so does a group whose ranks share the GPU: an early round's CTAs are resident while they
+// wait, which would break NOTE [shared CTAs]'s count of the kernels each rank holds.
 
 /// The arguments of one LL round: see `gpu-kernels/kernels/src/ll.rs` for their contract.
 #[derive(Clone, Copy, Debug)]
@@ -196,6 +198,16 @@ impl Kernels {
             ),
             _module: module,
         })
+    }
+
+    /// Launches LL rounds as plain kernels from now on (NOTE [LL launch overlap]).
+    pub(crate) fn keep_ll_rounds_apart(&self) {
+        self.ll_overlap.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether LL rounds are launched overlapped.
+    pub fn ll_overlap(&self) -> bool {
+        self.ll_overlap.load(Ordering::Relaxed)
     }
 
     /// Enqueues the one-CTA barrier kernel.

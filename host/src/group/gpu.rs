@@ -147,6 +147,10 @@ impl GpuGroup {
         let mine = core.infos[rank].get("pci");
         let ranks_on_gpu = core.infos.iter().filter(|i| i.get("pci") == mine).count();
         let planner = Arc::new(planner?.sharing(ranks_on_gpu));
+        if ranks_on_gpu > 1 {
+            // NOTE [LL launch overlap]: not where ranks share the GPU (NOTE [shared CTAs]).
+            device.kernels()?.keep_ll_rounds_apart();
+        }
         let name = opts.name.clone();
         let sync = Arc::new(
             GpuSync::new(core, device, opts.handles)
