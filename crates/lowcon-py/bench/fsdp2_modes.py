@@ -63,6 +63,8 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatt
 from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllocMixin
 from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup, TrainingState
 
+from fsdp2_profile import ENQUEUES
+
 
 class Skip(Exception):
     """The mode cannot run here; the message says why."""
@@ -364,15 +366,27 @@ class HostTimes:
     """Host time inside every comm call, per kind ("all-gather", "all-gather allocate",
     ...): `wrap` is given to `Switch.set`. With a lowcon group, each call's time inside
     the library and in host rendezvous too (`Group.host_clock()`, NOTE [host time]): kinds
-    "all-gather library", "all-gather rendezvous", ...; the rest is the hook's own Python."""
+    "all-gather library", "all-gather rendezvous", ...; the rest is the hook's own Python.
+    And what the library handed the driver (`lowcon.enqueue_clock()`, NOTE [enqueue
+    clock]): "all-gather launch" (µs) and "all-gather launch calls", the same for memop,
+    copy and event. `enqueued` replaces lowcon's clock (tests)."""
 
-    def __init__(self, group: Any = None) -> None:
+    def __init__(self, group: Any = None, enqueued: Any = None) -> None:
         self.us: Dict[str, List[float]] = defaultdict(list)
         self.clock = getattr(group, "host_clock", None)
+        if enqueued is None and self.clock is not None:
+            try:
+                import lowcon
+
+                enqueued = getattr(lowcon, "enqueue_clock", None)
+            except ImportError:
+                enqueued = None
+        self.enqueued = enqueued
 
     def wrap(self, comm: Any, kind: str) -> Any:
         times = self.us
         clock = self.clock
+        enqueued = self.enqueued
 
         class Timed:
             # lowcon.fsdp's accumulation watch reaches the hook through `wrapped`: without
@@ -389,11 +403,17 @@ class HostTimes:
 
             def __call__(self, *a, **k):  # noqa: ANN001, ANN002, ANN003
                 c0 = clock() if clock else None
+                e0 = enqueued() if enqueued else None
                 t0 = time.perf_counter()
                 try:
                     return comm(*a, **k)
                 finally:
                     times[kind].append(1e6 * (time.perf_counter() - t0))
+                    if e0 is not None:
+                        e1 = enqueued()
+                        for q in ENQUEUES:
+                            times[f"{kind} {q}"].append((e1[q][1] - e0[q][1]) / 1e3)
+                            times[f"{kind} {q} calls"].append(float(e1[q][0] - e0[q][0]))
                     if c0 is not None:
                         c1 = clock()
                         times[kind + " library"].append((c1[1] - c0[1]) / 1e3)

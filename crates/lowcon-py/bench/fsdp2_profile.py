@@ -33,6 +33,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 from fsdp2_stats import _fmt
 
 KINDS = ("all-gather", "reduce-scatter")
+# The kinds of enqueue (NOTE [enqueue clock]), as `lowcon.enqueue_clock()` names them.
+ENQUEUES = ("launch", "memop", "copy", "event")
 # The compute stream's waits by phase (fsdp2_modes.FsdpWaits: "phase layer" keys): the
 # all-gathers in forward and backward, the reduce-scatter before the next is issued, the
 # last one.
@@ -162,4 +164,25 @@ def format_profile(docs: Sequence[Dict[str, Any]]) -> str:
                           _fmt(slow.get("overlap_ms"), ".1f")))
     if not lines:
         return ""
-    return _table(head, lines, "profile per step (copies: the rank with the slowest all-gather rate; NOTE [copy rate]):")
+    text = _table(head, lines, "profile per step (copies: the rank with the slowest all-gather rate; NOTE [copy rate]):")
+    enq = format_enqueues(docs)
+    return text + ("\n" + enq if enq else "")
+
+
+def format_enqueues(docs: Sequence[Dict[str, Any]]) -> str:
+    """Per configuration and mode with a lowcon group: what one hook call handed the driver
+    (NOTE [enqueue clock]), medians: host µs and calls per kind of enqueue."""
+    head = ("shape", "tok/rank", "mode", "hook") + tuple(f"{q} µs (calls)" for q in ENQUEUES)
+    lines = []
+    for d in docs:
+        for m, p in (d.get("profile") or {}).items():
+            h = p.get("host_us", {})
+            for k in KINDS:
+                if f"{k} launch" not in h:
+                    continue
+                cells = tuple(f"{_fmt(h[f'{k} {q}']['median_us'], '.1f')} ({_fmt(h[f'{k} {q} calls']['median_us'], '.0f')})"
+                              for q in ENQUEUES)
+                lines.append((d["shape"], str(d["tokens_per_rank"]), m, k) + cells)
+    if not lines:
+        return ""
+    return _table(head, lines, "what one hook call enqueues, median (NOTE [enqueue clock]):")

@@ -421,6 +421,32 @@ def test_host_times_split_a_call_with_the_group_clock():
     assert set(plain.us) == {"reduce-scatter"}
 
 
+def test_host_times_split_a_call_by_what_it_enqueued():
+    # NOTE [enqueue clock]: the calls and µs of each kind of enqueue, per hook call.
+    import fsdp2_modes as fm
+    import fsdp2_profile as fp
+
+    now = {q: (0, 0) for q in fp.ENQUEUES}
+
+    class Group:
+        def host_clock(self):
+            return (0, 0, 0)
+
+    def hook(*_a):
+        now["launch"] = (now["launch"][0] + 3, now["launch"][1] + 9_000)
+        now["memop"] = (now["memop"][0] + 2, now["memop"][1] + 5_000)
+
+    t = fm.HostTimes(Group(), enqueued=lambda: dict(now))
+    t.wrap(hook, "reduce-scatter")()
+    assert t.us["reduce-scatter launch"] == [9.0] and t.us["reduce-scatter launch calls"] == [3.0]
+    assert t.us["reduce-scatter memop"] == [5.0] and t.us["reduce-scatter copy calls"] == [0.0]
+    doc = {"shape": "8192x4", "tokens_per_rank": 1024,
+           "profile": {"lowcon": {"host_us": {k: {"median_us": v[0], "p90_us": v[0]} for k, v in t.us.items()}}}}
+    table = fp.format_enqueues([doc])
+    assert "9.0 (3)" in table and "5.0 (2)" in table and "reduce-scatter" in table, table
+    assert fp.format_enqueues([{"shape": "x", "tokens_per_rank": 1, "profile": {"nccl": {"host_us": {}}}}]) == ""
+
+
 def test_churn_report(tmp_path, capsys):
     import json
 

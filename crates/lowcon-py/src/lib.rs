@@ -605,6 +605,15 @@ impl Group {
     }
 }
 
+/// This thread's enqueues so far (NOTE [enqueue clock] in `lowcon::cuda::enqueued`):
+/// kind ("launch", "memop", "copy", "event") to (calls, nanoseconds). Read it around a
+/// call to split the library's host time by what it handed the driver.
+#[pyfunction]
+fn enqueue_clock() -> std::collections::HashMap<&'static str, (u64, u64)> {
+    let t = lowcon::cuda::enqueued::totals();
+    lowcon::cuda::enqueued::Enqueue::ALL.iter().map(|k| (k.name(), t[*k as usize])).collect()
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Group>()?;
@@ -612,6 +621,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(placement::device_count, m)?)?;
     m.add_function(wrap_pyfunction!(placement::device_index, m)?)?;
     m.add_function(wrap_pyfunction!(placement::share_gpu, m)?)?;
+    m.add_function(wrap_pyfunction!(enqueue_clock, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

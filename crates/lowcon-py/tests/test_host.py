@@ -221,6 +221,16 @@ def test_init_outside_a_job_is_a_clear_error(monkeypatch):
         lowcon.init("tpu")
 
 
+def test_the_enqueue_clock_has_every_kind():
+    """NOTE [enqueue clock]: this thread's driver enqueues by kind, (calls, ns) each. The host
+    backend hands the driver nothing, so its clock does not move (a GPU call's does:
+    fsdp2_profile.py splits FSDP2's hooks with it)."""
+    before = lowcon.enqueue_clock()
+    assert sorted(before) == ["copy", "event", "launch", "memop"]
+    assert all(isinstance(c, int) and isinstance(ns, int) and c >= 0 and ns >= 0 for c, ns in before.values())
+    assert lowcon.enqueue_clock() == before
+
+
 def test_the_shared_gpu_variables(monkeypatch):
     """LOWCON_SHARE_GPU and the device a rank's group would pick, as Python sees them (the
     rules are lowcon's own: docs/cli.md); malformed values are errors naming them."""

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, DriverError, LaunchArgs, LaunchConfig, PushKernelArg,
+};
 use cudarc::nvrtc::Ptx;
 use lowcon_abi::{ErrorRecord, RoundTripReport, kernel_names as names, reduce_dtype};
 
@@ -75,6 +77,17 @@ pub struct Kernels {
 // Needs a driver of CUDA 12.3 or later and sm_90; `LOWCON_LL_OVERLAP=0` turns it off, and
 // so does a group whose ranks share the GPU: an early round's CTAs are resident while they
 // wait, which would break NOTE [shared CTAs]'s count of the kernels each rank holds.
+
+/// `l.launch(cfg)`, its host time counted (NOTE [enqueue clock] in `cuda::enqueued`).
+///
+/// # Safety
+/// As cudarc's `LaunchArgs::launch`: the arguments match the kernel's parameters and
+/// what they point to is valid until it has run.
+unsafe fn timed_launch(l: &mut LaunchArgs<'_>, cfg: LaunchConfig) -> std::result::Result<(), DriverError> {
+    let _t = super::enqueued::time(super::enqueued::Enqueue::Launch);
+    // SAFETY: forwarded from the caller.
+    unsafe { l.launch(cfg) }.map(drop)
+}
 
 /// The arguments of one LL round: see `gpu-kernels/kernels/src/ll.rs` for their contract.
 #[derive(Clone, Copy, Debug)]
@@ -229,7 +242,7 @@ impl Kernels {
         l.arg(&a.pads).arg(&a.rank).arg(&a.world).arg(&channel).arg(&kind).arg(&epoch);
         l.arg(&a.timeout_ns).arg(&a.err);
         // SAFETY: matches `lowcon_barrier`'s signature; pointer validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(barrier)"))?;
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(barrier)"))?;
         Ok(())
     }
 
@@ -249,7 +262,7 @@ impl Kernels {
         let mut l = stream.cuda_stream().launch_builder(&self.put_signal);
         l.arg(&a.pads).arg(&a.rank).arg(&a.world).arg(&peer).arg(&channel).arg(&epoch);
         // SAFETY: matches `lowcon_put_signal`'s signature; validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(put_signal)"))?;
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(put_signal)"))?;
         Ok(())
     }
 
@@ -269,7 +282,7 @@ impl Kernels {
         let mut l = stream.cuda_stream().launch_builder(&self.wait_signal);
         l.arg(&a.pads).arg(&a.rank).arg(&a.world).arg(&peer).arg(&channel).arg(&epoch).arg(&a.timeout_ns).arg(&a.err);
         // SAFETY: matches `lowcon_wait_signal`'s signature; validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(wait_signal)"))?;
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(wait_signal)"))?;
         Ok(())
     }
 
@@ -291,7 +304,7 @@ impl Kernels {
         let mut l = stream.cuda_stream().launch_builder(&self.wait_word);
         l.arg(&word).arg(&value).arg(&a.rank).arg(&channel).arg(&a.timeout_ns).arg(&a.err);
         // SAFETY: matches `lowcon_wait_word`'s signature; validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(wait_word)"))?;
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(wait_word)"))?;
         Ok(())
     }
 
@@ -320,7 +333,7 @@ impl Kernels {
         l.arg(&f);
         l.arg(&bases).arg(&src_off).arg(&dst).arg(&shard).arg(&vec_ok);
         // SAFETY: matches `lowcon_allgather_oneshot`'s signature; validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(allgather_oneshot)"))?;
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(allgather_oneshot)"))?;
         Ok(())
     }
 
@@ -356,7 +369,7 @@ impl Kernels {
         let mut l = stream.cuda_stream().launch_builder(func);
         l.arg(&own).arg(&own_idx).arg(&staged).arg(&stride).arg(&world).arg(&dst).arg(&n).arg(&op).arg(&last);
         // SAFETY: matches `lowcon_reduce_*`'s signature; validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(reduce)"))?;
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(reduce)"))?;
         Ok(())
     }
 
@@ -389,7 +402,7 @@ impl Kernels {
         l.arg(&f);
         l.arg(&bases).arg(&off).arg(&dst).arg(&n).arg(&op).arg(&vec_ok);
         // SAFETY: matches `lowcon_rs_direct_*`'s signature; validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(rs_direct)"))?;
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(rs_direct)"))?;
         Ok(())
     }
 
@@ -423,7 +436,7 @@ impl Kernels {
         l.arg(&a.bases).arg(&a.off).arg(&a.dst).arg(&a.n).arg(&a.op).arg(&a.head).arg(&a.body);
         l.arg(&a.tile).arg(&a.stages).arg(&vec_out).arg(&hint);
         // SAFETY: matches `lowcon_tma_reduce_*`'s signature; validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(tma_reduce)"))?;
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(tma_reduce)"))?;
         Ok(())
     }
 
@@ -506,12 +519,20 @@ impl Kernels {
                 std::ptr::from_ref(&extra).cast_mut().cast(),
                 std::ptr::from_ref(&aligned).cast_mut().cast(),
             ];
-            // SAFETY: one pointer per parameter of the LL kernels, each to a live value of
-            // the parameter's type; the kernels start with `griddepcontrol.wait` (NOTE [LL
-            // launch overlap]); validity of what they point to is the caller's.
-            let launched = unsafe {
-                super::raw::launch::programmatic(func.cu_function(), (ctas, COLL_THREADS, 0), stream.raw(), &mut params)
-            }?;
+            let launched = {
+                let _t = super::enqueued::time(super::enqueued::Enqueue::Launch);
+                // SAFETY: one pointer per parameter of the LL kernels, each to a live value
+                // of the parameter's type; the kernels start with `griddepcontrol.wait` (NOTE
+                // [LL launch overlap]); validity of what they point to is the caller's.
+                unsafe {
+                    super::raw::launch::programmatic(
+                        func.cu_function(),
+                        (ctas, COLL_THREADS, 0),
+                        stream.raw(),
+                        &mut params,
+                    )
+                }?
+            };
             if launched {
                 return Ok(());
             }
@@ -524,7 +545,7 @@ impl Kernels {
         l.arg(&a.bases).arg(&a.seq).arg(&a.counter).arg(&a.slot).arg(&a.src).arg(&a.dst).arg(&a.bytes);
         l.arg(&a.first).arg(&a.n).arg(&extra).arg(&aligned);
         // SAFETY: matches the LL kernels' signature; validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv(what))?;
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv(what))?;
         Ok(())
     }
 
@@ -557,7 +578,7 @@ impl Kernels {
         l.arg(&f);
         l.arg(&a.src).arg(&a.stride).arg(&a.bases).arg(&a.acc_off).arg(&a.body).arg(&a.tile);
         // SAFETY: matches `lowcon_tma_push_reduce_*`'s signature; validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(tma_push_reduce)"))?;
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(tma_push_reduce)"))?;
         Ok(())
     }
 

@@ -8,6 +8,7 @@
 //! one, as the symmetric-memory layer needs them.
 
 mod device;
+pub mod enqueued;
 pub(crate) mod kernels;
 pub mod raw;
 mod reduce_bench;

@@ -468,6 +468,7 @@ pub mod mem_op {
     /// # Safety
     /// `addr` is 4-byte-aligned device memory valid when the operation runs.
     pub unsafe fn write_u32(stream: sys::CUstream, addr: sys::CUdeviceptr, value: u32) -> Result<()> {
+        let _t = crate::cuda::enqueued::time(crate::cuda::enqueued::Enqueue::Memop);
         // SAFETY: forwarded from the caller.
         check("cuStreamWriteValue32", unsafe {
             sys::cuStreamWriteValue32_v2(
@@ -487,6 +488,7 @@ pub mod mem_op {
     /// # Safety
     /// `addr` is 4-byte-aligned device memory valid while the wait runs.
     pub unsafe fn wait_geq_u32(stream: sys::CUstream, addr: sys::CUdeviceptr, value: u32) -> Result<()> {
+        let _t = crate::cuda::enqueued::time(crate::cuda::enqueued::Enqueue::Memop);
         // SAFETY: forwarded from the caller.
         check("cuStreamWaitValue32", unsafe {
             sys::cuStreamWaitValue32_v2(
@@ -539,6 +541,7 @@ pub mod mem_op {
     /// # Safety
     /// `dst` is valid device memory of at least `bytes` bytes when it runs.
     pub unsafe fn fill(stream: sys::CUstream, dst: sys::CUdeviceptr, value: u8, bytes: usize) -> Result<()> {
+        let _t = crate::cuda::enqueued::time(crate::cuda::enqueued::Enqueue::Copy);
         // SAFETY: forwarded from the caller.
         check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(dst, value, bytes, stream) })
     }
@@ -548,6 +551,7 @@ pub mod mem_op {
     /// # Safety
     /// `dst` is valid, 4-byte-aligned device memory for `words` words when it runs.
     pub unsafe fn fill_u32(stream: sys::CUstream, dst: sys::CUdeviceptr, value: u32, words: usize) -> Result<()> {
+        let _t = crate::cuda::enqueued::time(crate::cuda::enqueued::Enqueue::Copy);
         // SAFETY: forwarded from the caller.
         check("cuMemsetD32Async", unsafe { sys::cuMemsetD32Async(dst, value, words, stream) })
     }
@@ -562,6 +566,7 @@ pub mod mem_op {
         src: sys::CUdeviceptr,
         bytes: usize,
     ) -> Result<()> {
+        let _t = crate::cuda::enqueued::time(crate::cuda::enqueued::Enqueue::Copy);
         if crate::config::copy_engine_hint() && batch_copies_supported() {
             // SAFETY: forwarded from the caller.
             return unsafe { copy_prefer_engines(stream, dst, src, bytes) };
@@ -606,6 +611,7 @@ pub mod mem_op {
             attr.flags = sys::CUmemcpyFlags::CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE as u32;
         }
         let mut first = 0usize;
+        let _t = crate::cuda::enqueued::time(crate::cuda::enqueued::Enqueue::Copy);
         // SAFETY: `d`, `s` and `n` are arrays of `copies.len()` entries that outlive the
         // call (the driver reads them before it returns); one attribute applies from copy
         // 0; the ranges are valid per the caller.

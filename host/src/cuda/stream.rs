@@ -131,11 +131,13 @@ impl Stream {
 
     /// Records an event on this stream.
     pub fn record(&self, event: &Event) -> Result<()> {
+        let _t = super::enqueued::time(super::enqueued::Enqueue::Event);
         event.inner.record(&self.inner).map_err(drv("cuEventRecord"))
     }
 
     /// Makes future work on this stream wait for `event`.
     pub fn wait(&self, event: &Event) -> Result<()> {
+        let _t = super::enqueued::time(super::enqueued::Enqueue::Event);
         self.inner.wait(&event.inner).map_err(drv("cuStreamWaitEvent"))
     }
 

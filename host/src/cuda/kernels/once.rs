@@ -3,6 +3,7 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
+use super::timed_launch;
 use super::{COLL_THREADS, Kernels};
 use crate::cuda::Stream;
 use crate::error::{Result, drv};
@@ -58,7 +59,7 @@ impl Kernels {
         l.arg(&a.op).arg(&vec_ok).arg(&a.flags).arg(&a.counter).arg(&a.err).arg(&a.timeout_ns).arg(&a.rank);
         l.arg(&a.channel);
         // SAFETY: matches `lowcon_reduce_once_*`'s signature; validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(reduce_once)"))?;
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(reduce_once)"))?;
         Ok(())
     }
 }

@@ -3,6 +3,7 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
+use super::timed_launch;
 use super::{Kernels, PadArgs};
 use crate::cuda::Stream;
 use crate::error::{Result, drv};
@@ -17,7 +18,7 @@ impl Kernels {
         let mut l = stream.cuda_stream().launch_builder(&self.release);
         l.arg(&a.pads).arg(&a.rank).arg(&a.world).arg(&peer).arg(&channel);
         // SAFETY: matches `lowcon_release`'s signature; validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(release)"))?;
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(release)"))?;
         Ok(())
     }
 
@@ -30,7 +31,7 @@ impl Kernels {
         let mut l = stream.cuda_stream().launch_builder(&self.release_wait);
         l.arg(&a.pads).arg(&a.rank).arg(&a.world).arg(&peer).arg(&channel).arg(&a.timeout_ns).arg(&a.err);
         // SAFETY: matches `lowcon_release_wait`'s signature; validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(release_wait)"))?;
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(release_wait)"))?;
         Ok(())
     }
 }

@@ -3,6 +3,7 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
+use super::timed_launch;
 use super::{COLL_THREADS, Kernels, PadArgs};
 use crate::cuda::Stream;
 use crate::error::{Result, drv};
@@ -135,7 +136,7 @@ impl Kernels {
         l.arg(&a.rank).arg(&a.world).arg(&a.channel).arg(&a.piece).arg(&a.pads).arg(&a.sig);
         l.arg(&a.scratch).arg(&a.counter).arg(&vec_ok).arg(&a.read_reset);
         // SAFETY: matches `lowcon_wire_pack`'s signature; validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(wire_pack)"))?;
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(wire_pack)"))?;
         Ok(())
     }
 
@@ -166,7 +167,7 @@ impl Kernels {
             .arg(&a.reset);
         l.arg(&a.stats).arg(&a.counter).arg(&a.read_sig).arg(&a.read_byte);
         // SAFETY: matches `lowcon_wire_reduce_*`'s signature; validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(wire_reduce)"))?;
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(wire_reduce)"))?;
         Ok(())
     }
 
@@ -181,7 +182,7 @@ impl Kernels {
         let mut l = stream.cuda_stream().launch_builder(&self.wire_wait);
         l.arg(&word0).arg(&a.rank).arg(&a.world).arg(&channel).arg(&a.timeout_ns).arg(&a.err);
         // SAFETY: matches `lowcon_wire_wait`'s signature; validity is the caller's.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(wire_wait)"))?;
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(wire_wait)"))?;
         Ok(())
     }
 
@@ -191,7 +192,7 @@ impl Kernels {
         let mut l = stream.cuda_stream().launch_builder(&self.spin);
         l.arg(&ns);
         // SAFETY: matches `lowcon_spin`'s signature; it touches no memory.
-        unsafe { l.launch(cfg) }.map_err(drv("cuLaunchKernel(spin)"))?;
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(spin)"))?;
         Ok(())
     }
 }

@@ -56,6 +56,7 @@ pub unsafe fn batch(stream: sys::CUstream, ops: &[Op]) -> Result<()> {
             p
         })
         .collect();
+    let _t = crate::cuda::enqueued::time(crate::cuda::enqueued::Enqueue::Memop);
     // SAFETY: `params` holds `ops.len()` initialised entries; the addresses are the
     // caller's.
     check("cuStreamBatchMemOp", unsafe {
