@@ -220,21 +220,8 @@ impl Fused {
 /// used by no other kernel running at the same time.
 #[inline(always)]
 pub(crate) unsafe fn last_cta(counter: *mut u32) -> bool {
-    let mut last = false;
-    sync_threads_or(false);
-    if thread_idx_x() == 0 {
-        fence_acq_rel_sys();
-        // SAFETY: the caller's contract.
-        let before = unsafe { atom_add_relaxed_gpu_u32(counter, 1) };
-        last = before == grid_dim_x() - 1;
-        if last {
-            fence_acq_rel_sys();
-            // SAFETY: as above; the next launch on this channel starts after this
-            // kernel completes, so nobody counts concurrently with the reset.
-            unsafe { st_release_sys_u32(counter, 0) };
-        }
-    }
-    sync_threads_or(last)
+    // SAFETY: the caller's contract.
+    unsafe { count_out::<true>(counter) }
 }
 
 /// As [`last_cta`], ordering at GPU scope only: for a last CTA that acts on this GPU's
@@ -246,17 +233,30 @@ pub(crate) unsafe fn last_cta(counter: *mut u32) -> bool {
 /// As [`last_cta`].
 #[inline(always)]
 pub(crate) unsafe fn last_cta_local(counter: *mut u32) -> bool {
+    // SAFETY: the caller's contract.
+    unsafe { count_out::<false>(counter) }
+}
+
+/// [`last_cta`] (`SYS`: fences and the reset at system scope) and [`last_cta_local`]
+/// (at GPU scope).
+///
+/// # Safety
+/// As [`last_cta`].
+#[inline(always)]
+unsafe fn count_out<const SYS: bool>(counter: *mut u32) -> bool {
+    let fence = || if SYS { fence_acq_rel_sys() } else { fence_acq_rel_gpu() };
     let mut last = false;
     sync_threads_or(false);
     if thread_idx_x() == 0 {
-        fence_acq_rel_gpu();
+        fence();
         // SAFETY: the caller's contract.
         let before = unsafe { atom_add_relaxed_gpu_u32(counter, 1) };
         last = before == grid_dim_x() - 1;
         if last {
-            fence_acq_rel_gpu();
-            // SAFETY: as in `last_cta`.
-            unsafe { st_release_gpu_u32(counter, 0) };
+            fence();
+            // SAFETY: as above; the next launch on this channel starts after this
+            // kernel completes, so nobody counts concurrently with the reset.
+            unsafe { if SYS { st_release_sys_u32(counter, 0) } else { st_release_gpu_u32(counter, 0) } };
         }
     }
     sync_threads_or(last)

@@ -218,11 +218,6 @@ impl Kernels {
         self.ll_overlap.store(false, Ordering::Relaxed);
     }
 
-    /// Whether LL rounds are launched overlapped.
-    pub fn ll_overlap(&self) -> bool {
-        self.ll_overlap.load(Ordering::Relaxed)
-    }
-
     /// Enqueues the one-CTA barrier kernel.
     ///
     /// # Safety
