@@ -135,6 +135,13 @@ pub fn ll_overlap() -> bool {
     *ON.get_or_init(|| std::env::var("LOWCON_LL_OVERLAP").map_or(true, |v| v != "0"))
 }
 
+/// `LOWCON_WIRE_REPLAYS=0`: an eager split-wire reduce-scatter is enqueued call by call,
+/// never launched as a graph (NOTE [wire replays] in `coll::gpu`). Read when a group is
+/// made; every rank must set it alike (checked at group creation).
+pub fn wire_replays() -> bool {
+    std::env::var("LOWCON_WIRE_REPLAYS").map_or(true, |v| v != "0")
+}
+
 /// `LOWCON_MEMOP_BATCH=0`: enqueue a stream-memop barrier's operations one node each,
 /// as before NOTE [memop batches], to measure what batching saves. Default: one batch.
 pub fn memop_batch() -> bool {

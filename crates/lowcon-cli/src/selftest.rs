@@ -281,6 +281,7 @@ pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
                     return Ok(suite);
                 }
                 let suite = format!("{suite}; {}", coll::gpu_wire_in_place(&r, m)?);
+                let suite = format!("{suite}; {}", coll::gpu_wire_replays(&r, m, 14)?);
                 if replays == 0 {
                     return Ok(suite);
                 }

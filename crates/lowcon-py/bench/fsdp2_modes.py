@@ -8,7 +8,7 @@ before anything replaces them.
 
 Modes (`--modes`, comma separated):
 - `nccl`, `nccl-b`: FSDP2's defaults (NCCL). `nccl-b` is the A/A twin: the noise floor.
-- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,agsync=SYNC,rssync=SYNC,ctas=N,rs_ctas=N,pieces=N,mem=M,agmem=M,rsmem=M,wire=W,launch=L,predict=0,batch=0`:
+- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,agsync=SYNC,rssync=SYNC,ctas=N,rs_ctas=N,pieces=N,mem=M,agmem=M,rsmem=M,wire=W,launch=L,predict=0,batch=0,replays=0`:
   lowcon's hooks (`lowcon.fsdp`), with options (`agmem`/`rsmem`, or `mem` for both:
   "torch", the default, or "pool": where the all-gather outputs and reduce-scatter
   inputs live; with "torch" peers read them in place through IPC mappings; `wire`:
@@ -23,7 +23,9 @@ Modes (`--modes`, comma separated):
   ce-reduce there); `predict=0`: the all-gathers wait for the peers' addresses at
   every call instead of predicting them (NOTE [addresses predicted]; 0.3's way);
   `batch=0`: the all-gathers enqueue their peer copies one by one instead of as one
-  batch (NOTE [batched copies]).
+  batch (NOTE [batched copies]); `replays=0`: the bf16 wire's reduce-scatters are
+  enqueued piece by piece at every call instead of launched as one graph (NOTE [wire
+  replays]).
   Each option names one of the planner's choices; what no option names is the planner's (NOTE [one planner]).
   Several variants may run side by side, paired.
 - `nccl-ce`: PyTorch #176613's copy-engine all-gather from 2.11's public pieces (a
@@ -143,11 +145,11 @@ class Mode:
 
     def __init__(self, name: str, ag: Any = None, rs: Any = None, notes: Optional[Dict[str, Any]] = None,
                  pool: Any = None, mesh: Any = None, check_loss: bool = True, predict: bool = True,
-                 batch: bool = True) -> None:
+                 batch: bool = True, replays: bool = True) -> None:
         self.name, self.ag, self.rs = name, ag, rs
         # The group's address prediction and copy batching while this mode runs (NOTE
         # [addresses predicted], NOTE [batched copies]).
-        self.predict, self.batch = predict, batch
+        self.predict, self.batch, self.replays = predict, batch, replays
         self.notes = notes or {}
         self.pool = pool  # a lowcon group whose pool and workspaces this mode uses, else None
         self.mesh = mesh
@@ -221,6 +223,9 @@ class Switch:
             mode.pool.set_address_prediction(mode.predict)
         if mode.pool is not None and hasattr(mode.pool, "set_copy_batching"):
             mode.pool.set_copy_batching(mode.batch)
+        if mode.pool is not None and hasattr(mode.pool, "set_wire_replays"):
+            # Collective: every rank switches modes at the same step.
+            mode.pool.set_wire_replays(mode.replays)
         self.current = mode.name
 
 
@@ -285,12 +290,14 @@ def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
     notes = {"lowcon": getattr(lowcon, "__version__", "?"), "all_gather": opts.get("ag", "auto"),
              "reduce_scatter": opts.get("rs", "auto"), "sync": sync, "all_gather_memory": agmem,
              "reduce_scatter_memory": rsmem, "wire": wire,
-             **{k: opts[k] for k in ("ctas", "rs_ctas", "launch", "pieces", "agsync", "rssync", "traffic", "predict", "batch")
-                if k in opts}}
+             **{k: opts[k] for k in ("ctas", "rs_ctas", "launch", "pieces", "agsync", "rssync", "traffic", "predict",
+                                     "batch", "replays") if k in opts}}
     predict = opts.get("predict", "1").lower() in ("1", "yes", "true", "on")
     batch = opts.get("batch", "1").lower() in ("1", "yes", "true", "on")
+    replays = opts.get("replays", "1").lower() in ("1", "yes", "true", "on")
     # The honest floor's results are garbage by design: its losses are not compared.
-    return Mode(name, ag, rs, notes, pool=group, check_loss=not traffic, predict=predict, batch=batch)
+    return Mode(name, ag, rs, notes, pool=group, check_loss=not traffic, predict=predict, batch=batch,
+                replays=replays)
 
 
 def floor_mode(name: str, group: Any) -> Mode:

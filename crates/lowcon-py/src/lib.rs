@@ -497,6 +497,8 @@ impl Group {
         d.set_item("host_calls", s.host_calls)?;
         d.set_item("host_call_ns", s.host_call_ns)?;
         d.set_item("host_rendezvous_ns", s.host_rendezvous_ns)?;
+        d.set_item("wire_replays", s.wire_replays)?;
+        d.set_item("wire_captures", s.wire_captures)?;
         Ok(d)
     }
 
@@ -513,6 +515,18 @@ impl Group {
         self.with(|b| {
             if let Some(g) = b.as_gpu() {
                 g.set_copy_batching(on);
+            }
+            Ok(())
+        })
+    }
+
+    /// Whether eager bf16-wire reduce-scatters are launched as one graph from their
+    /// shape's second call on (GPU; nothing on the host backend). Every rank must make
+    /// the same choice between the same calls. NOTE [wire replays].
+    fn set_wire_replays(&self, on: bool) -> PyResult<()> {
+        self.with(|b| {
+            if let Some(g) = b.as_gpu() {
+                g.set_wire_replays(on);
             }
             Ok(())
         })

@@ -28,6 +28,7 @@ mod ll;
 mod mapped;
 mod push;
 mod released;
+mod replays;
 mod steps;
 mod verify;
 mod wire_steps;
@@ -86,6 +87,8 @@ struct ChannelState {
     kept: Vec<SymmetricBuffer>,
     /// Calls with a mapped input so far (the address exchange's sequence number).
     map_seq: u64,
+    /// Split-wire calls launched as graphs (NOTE [wire replays]).
+    replays: replays::Replays,
 }
 
 impl ChannelState {
@@ -166,7 +169,8 @@ impl GpuColl {
         let channels = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(ChannelState::default())).collect();
         let maps = Arc::new(PeerMaps::new(&sync.core, &sync.device)?);
         let batching = std::sync::atomic::AtomicBool::new(true);
-        let mapping = Box::new(verify::Mapping { verifier: verify::Verifier::new(&sync)?, maps, batching });
+        let replaying = std::sync::atomic::AtomicBool::new(crate::config::wire_replays());
+        let mapping = Box::new(verify::Mapping { verifier: verify::Verifier::new(&sync)?, maps, batching, replaying });
         Ok(Self { channels, sync, planner, mapping, counters: Box::default() })
     }
 
@@ -242,6 +246,7 @@ impl GpuColl {
             // once they are done (a call never waits for the GPU).
             // A workspace that captured calls use stays for the group's life: their
             // graphs may be replayed at any time (NOTE [graph flags]).
+            st.replays.workspace_replaced();
             match st.workspace.replace(grown) {
                 Some(old) if st.captured => st.kept.push(old),
                 Some(old) => self.sync.retire(old),
@@ -565,6 +570,9 @@ impl GpuColl {
             }
             // At one rank nothing crosses a link: the f32 path below.
             _ if carry == Plan::Split && world > 1 => {
+                if mode == Mode::Eager && !opts.traffic && self.replays_wire() {
+                    return self.wire_replayed(&input, &output, op, stream, (opts.channel, &plan));
+                }
                 return self.wire_reduce_scatter(
                     &input,
                     &output,

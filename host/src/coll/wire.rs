@@ -248,6 +248,10 @@ pub struct CollStats {
     pub host_calls: u64,
     pub host_call_ns: u64,
     pub host_rendezvous_ns: u64,
+    /// Eager split-wire reduce-scatters launched as a graph, and the captures made for
+    /// them (NOTE [wire replays] in `coll::gpu`; 0 on the host backend).
+    pub wire_replays: u64,
+    pub wire_captures: u64,
 }
 
 impl CollStats {

@@ -17,6 +17,7 @@ mod stream;
 pub use device::{Device, DeviceInfo};
 pub use kernels::{Kernels, PTX, RoundTripBuffers};
 pub use reduce_bench::{KernelKind, ReduceKernels, Shape};
+pub(crate) use stream::Exec;
 pub use stream::{DeviceRecord, Event, Graph, Stream, StreamPriority, device_ptr};
 
 use std::sync::OnceLock;

@@ -261,3 +261,74 @@ impl Graph {
         &self.stream
     }
 }
+
+/// An executable graph lowcon captured for itself (NOTE [wire replays] in
+/// `crate::coll::gpu::replays`): launched on any stream of its context, updated in place
+/// from a new capture of the same shape, destroyed when dropped (a run in flight
+/// finishes first).
+pub(crate) struct Exec {
+    exec: sys::CUgraphExec,
+}
+
+// SAFETY: an executable graph is a driver handle, usable from any thread of the process
+// (the caller serialises its launches and updates: the channel lock).
+unsafe impl Send for Exec {}
+
+impl Exec {
+    /// Captures what `record` enqueues on `stream` (which it may fork into other streams
+    /// and join back, as a collective does), then instantiates it, or updates `reuse`
+    /// with it when the driver can (`reuse` is consumed either way). The capture is
+    /// ended on every path, so an error leaves `stream` usable.
+    pub(crate) fn capture(
+        stream: &Stream,
+        reuse: Option<Exec>,
+        record: impl FnOnce(&Stream) -> Result<()>,
+    ) -> Result<Exec> {
+        // SAFETY: `stream` is live and, being lowcon's own, not being captured.
+        unsafe { raw::graph::begin_capture(stream.raw())? };
+        let recorded = record(stream);
+        // SAFETY: captured on this thread just above.
+        let ended = unsafe { raw::graph::end_capture(stream.raw()) };
+        // The recording's error first: an invalidated capture fails to end because of it.
+        let graph = match ended {
+            Ok(g) if !g.is_null() => g,
+            Ok(_) => {
+                recorded?;
+                return Err(Error::InvalidArgument("lowcon's own capture recorded no work".into()));
+            }
+            Err(e) => {
+                recorded?;
+                return Err(e);
+            }
+        };
+        if let Err(e) = recorded {
+            // SAFETY: the graph just ended, owned here.
+            let _ = unsafe { raw::graph::destroy_graph(graph) };
+            return Err(e);
+        }
+        let made = match reuse {
+            // SAFETY: both live; the exec is ours alone (consumed).
+            Some(old) if unsafe { raw::graph::update(old.exec, graph) }.unwrap_or(false) => Ok(old),
+            _ => {
+                // SAFETY: `graph` is live.
+                unsafe { raw::graph::instantiate(graph) }.map(|exec| Exec { exec })
+            }
+        };
+        // SAFETY: instantiated or applied above; the executable graph does not need it.
+        let _ = unsafe { raw::graph::destroy_graph(graph) };
+        made
+    }
+
+    /// Enqueues one run on `stream` (of the context it was captured in).
+    pub(crate) fn launch(&self, stream: &Stream) -> Result<()> {
+        // SAFETY: both live; `stream` belongs to the group's context like the capture's.
+        unsafe { raw::graph::launch(self.exec, stream.raw()) }
+    }
+}
+
+impl Drop for Exec {
+    fn drop(&mut self) {
+        // SAFETY: owned here, never launched after.
+        let _ = unsafe { raw::graph::destroy_exec(self.exec) };
+    }
+}

@@ -439,6 +439,16 @@ impl GpuGroup {
         self.coll.set_copy_batching(on)
     }
 
+    /// Whether an eager split-wire reduce-scatter (the bf16 wire) is launched as one
+    /// graph from its shape's second call on (NOTE [wire replays] in `coll::gpu`; on by
+    /// default, `LOWCON_WIRE_REPLAYS=0` turns it off at creation). **Every rank must make
+    /// the same choice, between the same calls**: a replayed call meets its peers on
+    /// other signal slots than an eager one, so ranks that differ wait for each other
+    /// until the group's timeout names the peer. Results are the same either way.
+    pub fn set_wire_replays(&self, on: bool) {
+        self.coll.set_wire_replays(on)
+    }
+
     /// Whether `map_ordinary` all-gathers predict the peers' addresses from the same
     /// call before (NOTE [addresses predicted]; on by default). Off, every such call
     /// waits for every peer's address (a host rendezvous per call), as before 0.4. Not

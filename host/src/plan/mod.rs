@@ -551,13 +551,19 @@ impl Planner {
 }
 
 /// What a rank tells its peers at group creation: its planner's fingerprint, or why it
-/// has none (every rank then fails alike, naming it, instead of waiting for it).
+/// has none (every rank then fails alike, naming it, instead of waiting for it); and
+/// the switches that change how ranks meet on the device, which every rank must share
+/// too (`LOWCON_WIRE_REPLAYS`, NOTE [wire replays] in `coll::gpu`).
 pub fn announce(planner: &Result<Planner>) -> String {
     match planner {
-        Ok(p) => p.fingerprint(),
+        Ok(p) if crate::config::wire_replays() => p.fingerprint(),
+        Ok(p) => format!("{} {REPLAYS_OFF}", p.fingerprint()),
         Err(e) => format!("error: {e}"),
     }
 }
+
+/// The mark of a rank with NOTE [wire replays] off, in its announcement.
+const REPLAYS_OFF: &str = "[LOWCON_WIRE_REPLAYS=0]";
 
 /// Checks that every rank announced the same planner ([`announce`]): else an error
 /// naming the first rank that failed or that differs from rank 0.
@@ -572,7 +578,18 @@ pub fn agree(announced: &[&str]) -> Result<()> {
              ({TUNING_ENV} names it; NOTE [tuning tables])",
             announced[0]
         ))),
-        None => Ok(()),
+        None => match announced.iter().position(|a| a.ends_with(REPLAYS_OFF) != announced[0].ends_with(REPLAYS_OFF)) {
+            Some(r) => {
+                let on = |a: &str| if a.ends_with(REPLAYS_OFF) { "0" } else { "1 (the default)" };
+                Err(Error::InvalidArgument(format!(
+                    "rank {r} has LOWCON_WIRE_REPLAYS={} but rank 0 has {}: every rank must set it alike (it \
+                     changes how a reduce-scatter's ranks meet on the device; NOTE [wire replays])",
+                    on(announced[r]),
+                    on(announced[0])
+                )))
+            }
+            None => Ok(()),
+        },
     }
 }
 

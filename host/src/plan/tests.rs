@@ -264,6 +264,13 @@ fn ranks_must_agree_on_the_table() {
     let bad = announce(&Err(Error::InvalidArgument("LOWCON_TUNING=\"x\": cannot read".into())));
     let e = agree(&[&a, &bad]).unwrap_err().to_string();
     assert!(e.contains("rank 1: no planner") && e.contains("cannot read"), "{e}");
+    // NOTE [wire replays]: a rank that turned them off is named.
+    let off = format!("{a} [LOWCON_WIRE_REPLAYS=0]");
+    assert!(agree(&[&off, &off]).is_ok());
+    let e = agree(&[&a, &a, &off]).unwrap_err().to_string();
+    assert!(e.contains("rank 2 has LOWCON_WIRE_REPLAYS=0 but rank 0 has 1"), "{e}");
+    let e = agree(&[&off, &a]).unwrap_err().to_string();
+    assert!(e.contains("rank 1 has LOWCON_WIRE_REPLAYS=1 (the default) but rank 0 has 0"), "{e}");
 }
 
 #[test]

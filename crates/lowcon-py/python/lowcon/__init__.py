@@ -299,7 +299,9 @@ class Group:
         host time of collective calls goes (NOTE [host time]): host_calls, host_call_ns (from
         entry to return in the library) and host_rendezvous_ns (of those, and of the group's
         creation, the blocking waits for other ranks); a hook's own time is what the caller
-        measures around the call, less host_call_ns."""
+        measures around the call, less host_call_ns. And wire_replays and wire_captures:
+        eager bf16-wire reduce-scatters launched as one graph, and the captures made for
+        them (`set_wire_replays`)."""
         return self._g.stats()
 
     def host_clock(self):
@@ -315,6 +317,16 @@ class Group:
         stream. Per rank, not collective; results are the same either way (GPU; nothing on
         the host backend). For measuring it (fsdp2_paired.py's `lowcon@batch=0`)."""
         self._g.set_copy_batching(bool(on))
+
+    def set_wire_replays(self, on):
+        """Whether an eager bf16-wire reduce-scatter (lowcon.fsdp's default for f32
+        gradients) is launched as one CUDA graph from its shape's second call on, instead of
+        a pack, a wait and a reduction per piece (on by default; `LOWCON_WIRE_REPLAYS=0`
+        turns it off for groups made after). Collective choice: every rank must make the same
+        one between the same calls, or the ranks wait for each other until the group's
+        timeout names a peer. Results are the same either way (GPU; nothing on the host
+        backend). For measuring it (fsdp2_paired.py's `lowcon@replays=0`)."""
+        self._g.set_wire_replays(bool(on))
 
     def set_address_prediction(self, on):
         """Whether all-gathers that read the peers' torch memory in place (`map_ordinary`,

@@ -374,4 +374,4 @@ use runners::Mem;
 pub use runners::{GpuRunner, Runner, host_group};
 pub use suite::{gpu_stress, host_stress, run_suite, suite};
 pub use typed::Typed;
-pub use wire::{gpu_wire_graph, gpu_wire_in_place, wire_suite};
+pub use wire::{gpu_wire_graph, gpu_wire_in_place, gpu_wire_replays, wire_suite};

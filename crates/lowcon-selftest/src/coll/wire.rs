@@ -16,7 +16,9 @@
 //!   the planes' ring holds (NOTE [plane ring]), read directly and staged;
 //! - refusals, each followed by a good call (the group stays usable).
 //!
-//! `gpu_wire_graph` captures wire calls into a CUDA graph and checks its replays.
+//! `gpu_wire_graph` captures wire calls into a CUDA graph and checks its replays;
+//! `gpu_wire_replays` checks eager calls that lowcon launches as graphs itself (NOTE
+//! [wire replays]).
 
 use lowcon::CollStats;
 use lowcon::cuda::Graph;
@@ -474,4 +476,114 @@ pub fn gpu_wire_graph(run: &Runner, sync: SyncMethod, replays: usize) -> Result<
         }
     }
     Ok(format!("{sync:?}: 2 captured wire calls replayed {replays} times, {checked} elements bit-exact"))
+}
+
+/// NOTE [wire replays]: eager split-wire calls of one shape, from the second on launched
+/// as a graph, one per set of buffers. Each shape (staged and read directly, the latter
+/// with more pieces than the planes' ring) runs `calls` times over two buffer sets in an
+/// irregular order, with fresh data (exact and not) and poisoned outputs; every output
+/// is checked bit for bit against the eager f32 ce-reduce of the same data, and the
+/// counters against what each call must have done: the first call of a shape eager,
+/// then one capture per buffer set, and replays for the rest. Midway the channel's
+/// workspace grows, which must drop the graphs (a capture again per buffer set); then
+/// replays are turned off for a few calls on every rank (no replay counted, same bits).
+pub fn gpu_wire_replays(run: &Runner, sync: SyncMethod, calls: usize) -> Result<String, String> {
+    let r = run.gpu("the bf16 wire launched as graphs")?;
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let ch = 5;
+    let staged = Typed {
+        algorithm: ReduceScatterAlgorithm::CeReduce,
+        op: ReduceOp::Sum,
+        input: DType::F32,
+        output: DType::F32,
+        wire: Some(DType::Bf16),
+        count: 100_003,
+        symmetric: false,
+        misalign: 0,
+        sync,
+        channel: ch,
+        pipeline: Some(4),
+    };
+    let direct = Typed {
+        algorithm: ReduceScatterAlgorithm::SmDirect,
+        op: ReduceOp::Avg,
+        count: 65_541,
+        pipeline: Some(7),
+        ..staged
+    };
+    let (calls, off_from) = (calls.max(8), calls.max(8) - 3);
+    let mut checked = 0;
+    for c in [staged, direct] {
+        let sets = (0..2)
+            .map(|_| {
+                Ok((Mem::new(r.g, r.stream, false, c.count * world * 4)?, Mem::new(r.g, r.stream, false, c.count * 4)?))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let pieces = piece_count(c.count, c.pipeline).1;
+        let start = run.stats()?;
+        let (mut want_replays, mut want_captures) = (0u64, 0u64);
+        let mut graphs = [false, false];
+        for i in 0..calls {
+            // Sets in the order A A B A B B A ...: hits, misses and switches.
+            let s = usize::from(matches!(i % 6, 2 | 4 | 5));
+            if i == calls / 2 {
+                // Collective: a larger workspace replaces the one the graphs hold.
+                r.g.reserve_workspace(ch, 96 << 20).map_err(|m| format!("rank {rank}: reserve: {m}"))?;
+                graphs = [false, false];
+            }
+            let on = i < off_from;
+            r.g.set_wire_replays(on);
+            if on && i > 0 {
+                want_replays += 1;
+                if !graphs[s] {
+                    want_captures += 1;
+                    graphs[s] = true;
+                }
+            }
+            let data = if i % 3 == 1 { Data::Random } else { Data::Exact };
+            let seed = run.shared_seed(&format!("wire-replays/{}/{i}", c.name()))?;
+            let input = to_bytes(&f32_input(data, seed, rank, world, c.count));
+            let (inp, out) = &sets[s];
+            // SAFETY: the buffers hold these sizes (allocated above); synchronous copies.
+            unsafe {
+                raw::mem_op::copy_from_host(r.stream.raw(), inp.ptr(), &input).map_err(e)?;
+                raw::mem_op::fill(r.stream.raw(), out.ptr(), 0xFF, c.count * 4).map_err(e)?;
+            }
+            let before = run.stats()?;
+            let (ib, ob) = (inp.buf(0, c.count * world, c.input)?, out.buf(0, c.count, c.output)?);
+            r.g.reduce_scatter(ib, ob, c.op, r.stream, &c.opts()).map_err(|m| format!("rank {rank}: call {i}: {m}"))?;
+            r.g.synchronize(r.stream).map_err(|m| format!("rank {rank}: call {i}: {m}"))?;
+            let d = delta(&before, &run.stats()?);
+            if d.wire_pieces != ((world - 1) * pieces) as u64 {
+                return Err(format!("rank {rank}: {} call {i}: counters moved by {d:?}", c.name()));
+            }
+            let mut got = vec![0u8; c.count * 4];
+            // SAFETY: `out` holds this many bytes; synchronous copy.
+            unsafe { raw::mem_op::copy_to_host(r.stream.raw(), &mut got, out.ptr()) }.map_err(e)?;
+            let want = run.run_typed(&Typed { channel: 0, ..c.f32_twin() }, &input)?;
+            if let Some(first) = first_difference(&got, &want, 4) {
+                return Err(format!(
+                    "rank {rank}: {} call {i} (buffer set {s}, replays {on}, {data:?} data): not the f32 result; \
+                     first: {first}",
+                    c.name()
+                ));
+            }
+            checked += c.count;
+        }
+        r.g.set_wire_replays(true);
+        let end = run.stats()?;
+        let got = (end.wire_replays - start.wire_replays, end.wire_captures - start.wire_captures);
+        if got != (want_replays, want_captures) {
+            return Err(format!(
+                "rank {rank}: {}: {} calls made {} replays and {} captures; want {want_replays} and {want_captures}",
+                c.name(),
+                calls,
+                got.0,
+                got.1
+            ));
+        }
+    }
+    Ok(format!(
+        "{sync:?}: 2 wire shapes x {calls} eager calls over 2 buffer sets, replayed, {checked} elements bit-exact"
+    ))
 }

@@ -91,6 +91,9 @@ pub(super) struct Mapping {
     pub(super) verifier: Verifier,
     /// NOTE [batched copies] on (the default) or off for this rank.
     pub(super) batching: std::sync::atomic::AtomicBool,
+    /// NOTE [wire replays] on (the default) or off, every rank alike. Here, boxed with
+    /// the other switch, so that `Group`'s variants stay alike in size.
+    pub(super) replaying: std::sync::atomic::AtomicBool,
 }
 
 /// The verifier of a GPU group: its thread starts with the first predicted call.

@@ -65,9 +65,17 @@ impl GpuColl {
     pub(crate) fn stats(&self) -> Result<crate::coll::CollStats> {
         use std::sync::atomic::Ordering::Relaxed;
         let maps = &self.mapping.maps;
+        let (mut wire_replays, mut wire_captures) = (0, 0);
+        for ch in 0..self.channels.len() {
+            let st = self.channel(ch as u32);
+            wire_replays += st.replays.launched;
+            wire_captures += st.replays.captured;
+        }
         Ok(crate::coll::CollStats {
             predicted_calls: maps.predicted.load(Relaxed),
             mispredicted_calls: maps.mispredicted.load(Relaxed),
+            wire_replays,
+            wire_captures,
             ..self.counters.read(self.sync.read_stats()?)
         }
         .with_host_time(&self.sync.core))
@@ -232,12 +240,17 @@ impl GpuColl {
                 self.exit(stream, ch, plan.sync, mode)?;
             }
         }
-        self.count(Moved::Wire((world - 1) * n * 2, (world - 1) * count));
+        self.count(moved(world, n, count));
         // Registered before the channel is released (as every call).
         self.finish(stream, mode, None)?;
         drop(st);
         Ok(())
     }
+}
+
+/// What a split-wire call of `count` pieces of `n` elements per chunk moves (top halves).
+pub(super) fn moved(world: usize, n: usize, count: usize) -> Moved {
+    Moved::Wire((world - 1) * n * 2, (world - 1) * count)
 }
 
 /// Whether two byte ranges (address, length) share a byte.

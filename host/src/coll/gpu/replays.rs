@@ -1,0 +1,212 @@
+//! NOTE [wire replays]: an eager split-wire reduce-scatter (NOTE [bf16 wire]) enqueues a
+//! pack and a reduction per piece, their waits, and the events that fork and join its
+//! streams: at 4 ranks, 16 launches and 14 stream-memop waits for 8192x4's layers of
+//! 8 pieces. Each launch cost the host about 7 µs inside FSDP2 (NOTE [enqueue clock],
+//! 4x H200, 2026-11-27), so the reduce-scatter hook spent 202 µs in the library
+//! against NCCL's whole hook at 150-219. The call's work is the same at every step, so
+//! it is captured once into a CUDA graph and launched as one: the kernels of a graph
+//! cost the host nearly nothing at launch, and its memop waits about what eager ones
+//! cost (NOTE [memop batches]).
+//!
+//! What makes a replay safe:
+//! - **every rank takes the same path.** A replayed call synchronises as a captured
+//!   one (NOTE [graph flags]: its exit barrier on graph flags, not epochs), so an eager
+//!   call on one rank and a replay on another would wait on different slots. The path
+//!   is chosen from what every rank has alike: a call's shape (its channel, sizes,
+//!   plan and operation; every rank makes the same calls) replays from its second call
+//!   on. The buffers, which differ between ranks, only choose which graph: a rank whose
+//!   graph for the shape was captured with other buffers captures again (updating an
+//!   old graph in place where the driver can), so it still replays;
+//! - **nothing stale.** A graph holds the call's buffers and the channel's workspace:
+//!   it is found by the buffers' addresses and the workspace's generation, so a call
+//!   with other buffers, or after the workspace grew, never runs an old graph. The
+//!   caller's buffers are the caller's to keep alive until the call ran, as for any
+//!   call;
+//! - **failures.** The replay is registered with the watchdog like a user's replay
+//!   (`track_replay`), so a dead peer is named and its waits released as for
+//!   captured calls. A failed capture is an error of the call (a rank cannot fall back
+//!   to the eager path alone);
+//! - **memory.** The first call of a shape runs eagerly and sizes the workspace, so a
+//!   capture never needs to grow it. Unlike a user's capture, lowcon's own do not keep
+//!   an old workspace alive when a larger one replaces it: their graphs are dropped
+//!   with it, and the watchdog frees it once the runs registered before are done.
+//!
+//! Off with `LOWCON_WIRE_REPLAYS=0` (part of the plan fingerprint every rank must
+//! share) or `set_wire_replays(false)` on every rank alike.
+
+use std::collections::HashSet;
+
+use super::{GpuColl, ReduceOp};
+use crate::coll::device_buf::DeviceBuf;
+use crate::cuda::{Exec, Stream, StreamPriority};
+use crate::error::Result;
+use crate::plan::RsPlan;
+use crate::sync::SyncMethod;
+use crate::sync::gpu::graph::Mode;
+
+/// Graphs a channel keeps (least recently launched dropped first): one per layer of
+/// FSDP2 models up to this many layers replays at every step.
+const MAX_GRAPHS: usize = 96;
+/// Shapes a channel remembers; past this, it forgets them all (every rank at the same
+/// call) and each replays again from its second call.
+const MAX_SHAPES: usize = 1024;
+
+/// What makes two split-wire calls on a channel the same work, apart from buffers.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub(super) struct Shape {
+    n: usize,
+    pieces: u32,
+    ctas: u32,
+    memop: bool,
+    algorithm: &'static str,
+    op: u32,
+}
+
+impl Shape {
+    fn of(n: usize, plan: &RsPlan, op: ReduceOp) -> Self {
+        Self {
+            n,
+            pieces: plan.pieces,
+            ctas: plan.ctas,
+            memop: plan.sync == SyncMethod::StreamMemop,
+            algorithm: plan.algorithm.name(),
+            op: op.code(),
+        }
+    }
+}
+
+/// Which graph runs a call: its shape, its buffers and the workspace generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Key {
+    shape: Shape,
+    src: u64,
+    out: u64,
+    generation: u64,
+}
+
+struct Cached {
+    key: Key,
+    exec: Exec,
+    used: u64,
+}
+
+/// A channel's replays: the shapes seen, the graphs, the stream they are captured on.
+#[derive(Default)]
+pub(super) struct Replays {
+    seen: HashSet<Shape>,
+    graphs: Vec<Cached>,
+    clock: u64,
+    generation: u64,
+    capture: Option<Stream>,
+    /// Calls launched as a graph, and captures made.
+    pub(super) launched: u64,
+    pub(super) captured: u64,
+}
+
+impl Replays {
+    /// The channel's workspace was replaced: its graphs go with it.
+    pub(super) fn workspace_replaced(&mut self) {
+        self.generation += 1;
+        self.graphs.clear();
+    }
+
+    fn key(&self, shape: Shape, src: u64, out: u64) -> Key {
+        Key { shape, src, out, generation: self.generation }
+    }
+
+    fn find(&mut self, key: Key) -> Option<&Exec> {
+        self.clock += 1;
+        let now = self.clock;
+        self.graphs.iter_mut().find(|c| c.key == key).map(|c| {
+            c.used = now;
+            &c.exec
+        })
+    }
+
+    /// A graph to update for `key`: the one captured for its shape with other buffers
+    /// when the channel is full, else the least recently launched (`None` below the cap).
+    fn take_for_update(&mut self, key: Key) -> Option<Exec> {
+        if self.graphs.len() < MAX_GRAPHS {
+            return None;
+        }
+        let i =
+            self.graphs.iter().enumerate().min_by_key(|(_, c)| (c.key.shape != key.shape, c.used)).map(|(i, _)| i)?;
+        Some(self.graphs.swap_remove(i).exec)
+    }
+}
+
+impl GpuColl {
+    /// NOTE [wire replays] on or off for this rank (every rank alike).
+    pub(crate) fn set_wire_replays(&self, on: bool) {
+        self.mapping.replaying.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether an eager split-wire call replays (NOTE [wire replays]).
+    pub(super) fn replays_wire(&self) -> bool {
+        self.mapping.replaying.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// An eager split-wire reduce-scatter (as `wire_reduce_scatter`), launched as a
+    /// graph from its shape's second call on (NOTE [wire replays]).
+    pub(super) fn wire_replayed(
+        &self,
+        input: &DeviceBuf<'_>,
+        output: &DeviceBuf<'_>,
+        op: ReduceOp,
+        stream: &Stream,
+        (ch, plan): (u32, &RsPlan),
+    ) -> Result<()> {
+        let shape = Shape::of(output.count, plan, op);
+        {
+            let mut st = self.channel(ch);
+            if st.replays.seen.contains(&shape) {
+                let key = st.replays.key(shape, input.ptr, output.ptr);
+                if let Some(exec) = st.replays.find(key) {
+                    exec.launch(stream)?;
+                    st.replays.launched += 1;
+                    drop(st);
+                    let (world, n) = (self.sync.core.world, output.count);
+                    let count = crate::coll::wire::pieces(self.sync.core.rank, n, plan.pieces)?.1;
+                    self.count(super::wire_steps::moved(world, n, count));
+                    return self.sync.track_replay(stream);
+                }
+            } else {
+                drop(st);
+                self.wire_reduce_scatter(input, output, op, stream, (ch, plan), (Mode::Eager, false))?;
+                let mut st = self.channel(ch);
+                if st.replays.seen.len() >= MAX_SHAPES {
+                    st.replays.seen.clear();
+                }
+                st.replays.seen.insert(shape);
+                return Ok(());
+            }
+        }
+        // A shape seen before, with buffers this channel has no graph for: capture one.
+        let (capture, reuse, kept) = {
+            let mut st = self.channel(ch);
+            if st.replays.capture.is_none() {
+                st.replays.capture = Some(self.sync.device.stream(StreamPriority::Default)?);
+            }
+            let key = st.replays.key(shape, input.ptr, output.ptr);
+            let reuse = st.replays.take_for_update(key);
+            (st.replays.capture.clone().expect("just made"), reuse, st.captured)
+        };
+        let exec = Exec::capture(&capture, reuse, |s| {
+            self.wire_reduce_scatter(input, output, op, s, (ch, plan), (Mode::Captured, false))
+        });
+        let mut st = self.channel(ch);
+        // Lowcon's own graphs do not pin the workspace (module docs).
+        st.captured = kept;
+        let exec = exec?;
+        exec.launch(stream)?;
+        let key = st.replays.key(shape, input.ptr, output.ptr);
+        let used = st.replays.clock + 1;
+        st.replays.clock = used;
+        st.replays.graphs.push(Cached { key, exec, used });
+        st.replays.captured += 1;
+        st.replays.launched += 1;
+        drop(st);
+        // The capture counted the call's bytes (`wire_reduce_scatter`).
+        self.sync.track_replay(stream)
+    }
+}
