@@ -185,6 +185,22 @@ class FloorReduceScatter(FloorAllGather):
         return None
 
 
+def group_switches(mode: Any) -> None:
+    """Puts `mode`'s settings on the lowcon group it shares with the other lowcon modes
+    (address prediction, copy batching, NOTE [wire replays]): at every step of the mode,
+    since with a model per mode nothing else switches the shared group (the same call
+    on every rank, at the same step: the replays' switch is collective)."""
+    pool = mode.pool
+    if pool is None:
+        return
+    if hasattr(pool, "set_address_prediction"):
+        pool.set_address_prediction(mode.predict)
+    if hasattr(pool, "set_copy_batching"):
+        pool.set_copy_batching(mode.batch)
+    if hasattr(pool, "set_wire_replays"):
+        pool.set_wire_replays(mode.replays)
+
+
 class Switch:
     """One model's FSDP modules, switchable between modes: saves FSDP's default comms
     first, so `nccl` means FSDP's own objects again after another mode ran."""
@@ -219,13 +235,7 @@ class Switch:
                 ag, rs = wrap(ag, "all-gather"), wrap(rs, "reduce-scatter")
             m.set_custom_all_gather(ag)
             m.set_custom_reduce_scatter(rs)
-        if mode.pool is not None and hasattr(mode.pool, "set_address_prediction"):
-            mode.pool.set_address_prediction(mode.predict)
-        if mode.pool is not None and hasattr(mode.pool, "set_copy_batching"):
-            mode.pool.set_copy_batching(mode.batch)
-        if mode.pool is not None and hasattr(mode.pool, "set_wire_replays"):
-            # Collective: every rank switches modes at the same step.
-            mode.pool.set_wire_replays(mode.replays)
+        group_switches(mode)
         self.current = mode.name
 
 

@@ -244,6 +244,9 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         model, opt, switch = built[mode.name]
         if method == "switch" or wrap is not None:
             switch.set(mode, wrap)
+        else:
+            # Each mode has its model, but the lowcon modes share one group.
+            fmodes.group_switches(mode)
         t0 = clock.mark()
         opt.zero_grad(set_to_none=True)
         if cuda:

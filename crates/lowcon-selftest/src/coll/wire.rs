@@ -513,7 +513,7 @@ pub fn gpu_wire_replays(run: &Runner, sync: SyncMethod, calls: usize) -> Result<
     };
     let (calls, off_from) = (calls.max(8), calls.max(8) - 3);
     let mut checked = 0;
-    for c in [staged, direct] {
+    for (k, c) in [staged, direct].into_iter().enumerate() {
         let sets = (0..2)
             .map(|_| {
                 Ok((Mem::new(r.g, r.stream, false, c.count * world * 4)?, Mem::new(r.g, r.stream, false, c.count * 4)?))
@@ -527,8 +527,9 @@ pub fn gpu_wire_replays(run: &Runner, sync: SyncMethod, calls: usize) -> Result<
             // Sets in the order A A B A B B A ...: hits, misses and switches.
             let s = usize::from(matches!(i % 6, 2 | 4 | 5));
             if i == calls / 2 {
-                // Collective: a larger workspace replaces the one the graphs hold.
-                r.g.reserve_workspace(ch, 96 << 20).map_err(|m| format!("rank {rank}: reserve: {m}"))?;
+                // Collective: a larger workspace replaces the one the graphs hold (larger
+                // than the last shape's too).
+                r.g.reserve_workspace(ch, (96 + 64 * k) << 20).map_err(|m| format!("rank {rank}: reserve: {m}"))?;
                 graphs = [false, false];
             }
             let on = i < off_from;
