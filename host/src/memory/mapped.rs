@@ -31,10 +31,11 @@
 //! Since the addresses are predicted (NOTE [addresses predicted]), a rank usually posts
 //! without waiting, and reads the peers' entries later, off the calling thread. A post
 //! that must wait (a peer `DEPTH` calls of the channel behind) is a host rendezvous and
-//! counts as one. `DEPTH` is 64: with 8, FSDP2's all-gathers at 4096x12 on 4x H200 waited
-//! here about 0.8 ms on one call in ten once their reduce-scatters were launched as
-//! graphs (NOTE [wire replays]) and the hosts ran further ahead (2026-11-27); a rank is
-//! rarely 64 calls of a channel (2.5 steps of that model) ahead of another.
+//! counts as one. `DEPTH` bounds how far a rank's host runs ahead of its peers' on a
+//! channel, and so how much work its streams hold: with 64, `coll-mapped`'s two threads
+//! (channels 5 and 6, kernel sync) timed out at 4 ranks on 4x H200 (2026-11-27: a rank's
+//! verify wait on channel 6 never saw its word while a peer was 24 calls ahead; not
+//! analysed further), so it stays 8.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -54,7 +55,7 @@ const ENTRY: usize = 128;
 const BODY: usize = 112;
 /// Entries per channel and rank: a rank may post this many calls of a channel ahead of
 /// the slowest peer's reading of them (NOTE [addresses predicted]).
-pub(crate) const DEPTH: usize = 64;
+pub(crate) const DEPTH: usize = 8;
 /// Entries per rank.
 const SLOTS: usize = DEPTH * lowcon_abi::pad::CHANNELS as usize;
 /// Entry flag: this rank could not share its buffer (its log says why).
