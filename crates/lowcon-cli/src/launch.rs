@@ -65,6 +65,20 @@ pub fn placement_env(rank: usize, nproc: usize, gpus: usize) -> Vec<(&'static st
     env
 }
 
+/// The hardware work queues (`CUDA_DEVICE_MAX_CONNECTIONS`) a rank asks for where the
+/// user chose none and ranks do not share a GPU (sharing ranks get 8: `placement_env`):
+/// 32, the most. With the driver's default 8, a process's streams share queues, and a
+/// wait at a queue's head holds back another stream's work behind it: `coll-mapped`'s two
+/// threads on channels 5 and 6 (kernel sync) timed out at about the same call in 3 of 6 runs at
+/// 4 ranks on 4x H200 with 8 queues and passed 3 of 3 with 32 (2026-11-27; docs/design.md,
+/// "Enough hardware queues").
+pub fn queues_env(nproc: usize, gpus: Option<usize>) -> Option<String> {
+    if std::env::var_os(lowcon::config::MAX_CONNECTIONS_ENV).is_some() || gpus.is_some_and(|g| nproc > g) {
+        return None;
+    }
+    Some("32".to_string())
+}
+
 enum Event {
     Exited { rank: usize, status: std::io::Result<ExitStatus> },
     Signal(i32),
@@ -154,6 +168,9 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, String> {
             .process_group(0);
         if let Some(m) = opts.gpus {
             cmd.envs(placement_env(rank, opts.nproc, m));
+        }
+        if let Some(q) = queues_env(opts.nproc, opts.gpus) {
+            cmd.env(lowcon::config::MAX_CONNECTIONS_ENV, q);
         }
         if opts.tee {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());

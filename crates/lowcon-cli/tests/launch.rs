@@ -85,17 +85,18 @@ fn gpus_places_ranks_round_robin_and_shares_only_when_needed() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    // As many GPUs as ranks: placed, not shared.
+    // As many GPUs as ranks: placed, not shared, with every hardware queue (32).
     let (out, _) = launch(&["--nproc-per-node", "2", "--gpus", "2", "--tee"], script);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", stderr(&out));
     assert!(
-        stdout.contains("[rank 0] D=0 S=unset C=unset\n") && stdout.contains("[rank 1] D=1 S=unset C=unset\n"),
+        stdout.contains("[rank 0] D=0 S=unset C=32\n") && stdout.contains("[rank 1] D=1 S=unset C=32\n"),
         "{stdout}"
     );
-    // Without --gpus nothing is set.
+    // Without --gpus nothing is placed; the queues as above.
     let (out, _) = launch(&["--nproc-per-node", "2", "--tee"], script);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("[rank 1] D=unset S=unset C=unset\n"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("[rank 1] D=unset S=unset C=32\n"), "{stdout}");
     // Bad values are clear errors.
     let (out, _) = launch(&["--nproc-per-node", "2", "--gpus", "0"], script);
     assert!(
