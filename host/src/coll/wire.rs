@@ -285,6 +285,9 @@ pub(crate) struct Counters {
     wire_pieces: std::sync::atomic::AtomicU64,
     fallback: std::sync::atomic::AtomicU64,
     fallback_pieces: std::sync::atomic::AtomicU64,
+    /// NOTE [wire replays]: split-wire calls launched as a graph, and captures made.
+    wire_replays: std::sync::atomic::AtomicU64,
+    wire_captures: std::sync::atomic::AtomicU64,
 }
 
 /// What one call adds to the counters.
@@ -315,6 +318,15 @@ impl Counters {
         };
     }
 
+    /// A split-wire call launched as a graph (NOTE [wire replays]), `captured` for it.
+    pub(crate) fn replayed(&self, captured: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.wire_replays.fetch_add(1, Relaxed);
+        if captured {
+            self.wire_captures.fetch_add(1, Relaxed);
+        }
+    }
+
     /// The counts so far, with `device`'s (fallback pieces, bytes) added.
     pub(crate) fn read(&self, device: (u64, u64)) -> CollStats {
         use std::sync::atomic::Ordering::Relaxed;
@@ -325,6 +337,8 @@ impl Counters {
             fallback_bytes: self.fallback.load(Relaxed) + device.1,
             wire_pieces: self.wire_pieces.load(Relaxed),
             fallback_pieces: self.fallback_pieces.load(Relaxed) + device.0,
+            wire_replays: self.wire_replays.load(Relaxed),
+            wire_captures: self.wire_captures.load(Relaxed),
             ..CollStats::default()
         }
     }

@@ -484,7 +484,8 @@ pub fn gpu_wire_graph(run: &Runner, sync: SyncMethod, replays: usize) -> Result<
 /// irregular order, with fresh data (exact and not) and poisoned outputs; every output
 /// is checked bit for bit against the eager f32 ce-reduce of the same data, and the
 /// counters against what each call must have done: the first call of a shape eager,
-/// then one capture per buffer set, and replays for the rest. Midway the channel's
+/// then one capture per buffer set, and replays for the rest. Each rank walks the buffer
+/// sets in its own order, so one rank captures while another replays a graph it has. Midway the channel's
 /// workspace grows, which must drop the graphs (a capture again per buffer set); then
 /// replays are turned off for a few calls on every rank (no replay counted, same bits).
 /// At one rank the call takes the f32 path: no replay at all.
@@ -525,8 +526,10 @@ pub fn gpu_wire_replays(run: &Runner, sync: SyncMethod, calls: usize) -> Result<
         let (mut want_replays, mut want_captures) = (0u64, 0u64);
         let mut graphs = [false, false];
         for i in 0..calls {
-            // Sets in the order A A B A B B A ...: hits, misses and switches.
-            let s = usize::from(matches!(i % 6, 2 | 4 | 5));
+            // Sets in the order A A B A B B A ..., shifted by the rank: hits, misses and
+            // switches, and a rank capturing while a peer replays (the path is the
+            // shape's, the graph the rank's own).
+            let s = usize::from(matches!((i + rank) % 6, 2 | 4 | 5));
             if i == calls / 2 {
                 // Collective: a larger workspace replaces the one the graphs hold (larger
                 // than the last shape's too).

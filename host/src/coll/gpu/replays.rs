@@ -51,12 +51,13 @@ const MAX_GRAPHS: usize = 96;
 /// call) and each replays again from its second call.
 const MAX_SHAPES: usize = 1024;
 
-/// What makes two split-wire calls on a channel the same work, apart from buffers.
+/// What makes two split-wire calls on a channel the same work, apart from buffers and
+/// CTAs: only what every rank has alike (the CTAs are capped per rank where ranks share a
+/// GPU unevenly, NOTE [shared CTAs], so they choose a graph, not the path).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub(super) struct Shape {
     n: usize,
     pieces: u32,
-    ctas: u32,
     memop: bool,
     algorithm: &'static str,
     op: u32,
@@ -67,7 +68,6 @@ impl Shape {
         Self {
             n,
             pieces: plan.pieces,
-            ctas: plan.ctas,
             memop: plan.sync == SyncMethod::StreamMemop,
             algorithm: plan.algorithm.name(),
             op: op.code(),
@@ -75,10 +75,11 @@ impl Shape {
     }
 }
 
-/// Which graph runs a call: its shape, its buffers and the workspace generation.
+/// Which graph runs a call: its shape, CTAs and buffers, and the workspace generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Key {
     shape: Shape,
+    ctas: u32,
     src: u64,
     out: u64,
     generation: u64,
@@ -98,9 +99,6 @@ pub(super) struct Replays {
     clock: u64,
     generation: u64,
     capture: Option<Stream>,
-    /// Calls launched as a graph, and captures made.
-    pub(super) launched: u64,
-    pub(super) captured: u64,
 }
 
 impl Replays {
@@ -110,8 +108,8 @@ impl Replays {
         self.graphs.clear();
     }
 
-    fn key(&self, shape: Shape, src: u64, out: u64) -> Key {
-        Key { shape, src, out, generation: self.generation }
+    fn key(&self, shape: Shape, ctas: u32, src: u64, out: u64) -> Key {
+        Key { shape, ctas, src, out, generation: self.generation }
     }
 
     fn find(&mut self, key: Key) -> Option<&Exec> {
@@ -157,40 +155,39 @@ impl GpuColl {
         (ch, plan): (u32, &RsPlan),
     ) -> Result<()> {
         let shape = Shape::of(output.count, plan, op);
-        {
-            let mut st = self.channel(ch);
-            if st.replays.seen.contains(&shape) {
-                let key = st.replays.key(shape, input.ptr, output.ptr);
-                if let Some(exec) = st.replays.find(key) {
-                    exec.launch(stream)?;
-                    st.replays.launched += 1;
-                    drop(st);
-                    let (world, n) = (self.sync.core.world, output.count);
-                    let count = crate::coll::wire::pieces(self.sync.core.rank, n, plan.pieces)?.1;
-                    self.count(super::wire_steps::moved(world, n, count));
-                    return self.sync.track_replay(stream);
-                }
-            } else {
-                drop(st);
-                self.wire_reduce_scatter(input, output, op, stream, (ch, plan), (Mode::Eager, false))?;
-                let mut st = self.channel(ch);
-                if st.replays.seen.len() >= MAX_SHAPES {
-                    st.replays.seen.clear();
-                }
-                st.replays.seen.insert(shape);
-                return Ok(());
+        let mut st = self.channel(ch);
+        // The path depends on the call sequence alone: a shape is seen from its first call
+        // on, whatever that call's outcome on this rank.
+        if !st.replays.seen.contains(&shape) {
+            if st.replays.seen.len() >= MAX_SHAPES {
+                st.replays.seen.clear();
             }
+            st.replays.seen.insert(shape);
+            drop(st);
+            return self.wire_reduce_scatter(input, output, op, stream, (ch, plan), (Mode::Eager, false));
+        }
+        // Taken before any capture: a graph is keyed by the workspace it was captured on.
+        let key = st.replays.key(shape, plan.ctas, input.ptr, output.ptr);
+        if let Some(exec) = st.replays.find(key) {
+            exec.launch(stream)?;
+            // Registered before the channel is released, as every call.
+            self.sync.track_replay(stream)?;
+            drop(st);
+            let (world, n) = (self.sync.core.world, output.count);
+            let count = crate::coll::wire::pieces(self.sync.core.rank, n, plan.pieces)?.1;
+            self.count(super::wire_steps::moved(world, n, count));
+            self.counters.replayed(false);
+            return Ok(());
         }
         // A shape seen before, with buffers this channel has no graph for: capture one.
-        let (capture, reuse, kept) = {
-            let mut st = self.channel(ch);
-            if st.replays.capture.is_none() {
-                st.replays.capture = Some(self.sync.device.stream(StreamPriority::Default)?);
-            }
-            let key = st.replays.key(shape, input.ptr, output.ptr);
-            let reuse = st.replays.take_for_update(key);
-            (st.replays.capture.clone().expect("just made"), reuse, st.captured)
-        };
+        if st.replays.capture.is_none() {
+            st.replays.capture = Some(self.sync.device.stream(StreamPriority::Default)?);
+        }
+        let capture = st.replays.capture.clone().expect("just made");
+        let reuse = st.replays.take_for_update(key);
+        let kept = st.captured;
+        // `wire_reduce_scatter` takes the channel itself.
+        drop(st);
         let exec = Exec::capture(&capture, reuse, |s| {
             self.wire_reduce_scatter(input, output, op, s, (ch, plan), (Mode::Captured, false))
         });
@@ -199,14 +196,13 @@ impl GpuColl {
         st.captured = kept;
         let exec = exec?;
         exec.launch(stream)?;
-        let key = st.replays.key(shape, input.ptr, output.ptr);
-        let used = st.replays.clock + 1;
-        st.replays.clock = used;
+        self.sync.track_replay(stream)?;
+        st.replays.clock += 1;
+        let used = st.replays.clock;
         st.replays.graphs.push(Cached { key, exec, used });
-        st.replays.captured += 1;
-        st.replays.launched += 1;
         drop(st);
         // The capture counted the call's bytes (`wire_reduce_scatter`).
-        self.sync.track_replay(stream)
+        self.counters.replayed(true);
+        Ok(())
     }
 }

@@ -65,17 +65,9 @@ impl GpuColl {
     pub(crate) fn stats(&self) -> Result<crate::coll::CollStats> {
         use std::sync::atomic::Ordering::Relaxed;
         let maps = &self.mapping.maps;
-        let (mut wire_replays, mut wire_captures) = (0, 0);
-        for ch in 0..self.channels.len() {
-            let st = self.channel(ch as u32);
-            wire_replays += st.replays.launched;
-            wire_captures += st.replays.captured;
-        }
         Ok(crate::coll::CollStats {
             predicted_calls: maps.predicted.load(Relaxed),
             mispredicted_calls: maps.mispredicted.load(Relaxed),
-            wire_replays,
-            wire_captures,
             ..self.counters.read(self.sync.read_stats()?)
         }
         .with_host_time(&self.sync.core))

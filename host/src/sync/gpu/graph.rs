@@ -21,6 +21,12 @@
 //! kernels keep the order too: their last CTA resets the entry slots (every CTA has
 //! passed its entry wait by then) before it signals the exit.
 //!
+//! A captured bf16-wire reduce-scatter (and lowcon's own replays of eager ones, NOTE [wire
+//! replays] in `coll::gpu::replays`) has an exit barrier only. Its flags are safe all the
+//! same: a peer's next exit signal on the channel follows its reductions of the next
+//! call, which wait for this rank's packs of that call, which this rank enqueues after
+//! its exit wait and reset (stream order).
+//!
 //! What else a captured call must not decide per call:
 //! - LL rounds live on the device (NOTE [LL rounds on the device]);
 //! - workspaces and LL buffers must exist before the capture (growing them is
