@@ -85,34 +85,54 @@ struct Key {
     generation: u64,
 }
 
-struct Cached {
+struct Cached<E> {
     key: Key,
-    exec: Exec,
+    exec: E,
     used: u64,
 }
 
-/// A channel's replays: the shapes seen, the graphs, the stream they are captured on.
-#[derive(Default)]
-pub(super) struct Replays {
+/// A channel's replays: the shapes seen, the graphs (`E`: an executable graph; anything,
+/// in the tests), the stream they are captured on.
+pub(super) struct Replays<E = Exec> {
     seen: HashSet<Shape>,
-    graphs: Vec<Cached>,
+    graphs: Vec<Cached<E>>,
     clock: u64,
     generation: u64,
     capture: Option<Stream>,
 }
 
-impl Replays {
+impl<E> Default for Replays<E> {
+    fn default() -> Self {
+        Self { seen: HashSet::new(), graphs: Vec::new(), clock: 0, generation: 0, capture: None }
+    }
+}
+
+impl<E> Replays<E> {
     /// The channel's workspace was replaced: its graphs go with it.
     pub(super) fn workspace_replaced(&mut self) {
         self.generation += 1;
         self.graphs.clear();
     }
 
+    /// Whether a call of `shape` is its first on the channel (then run eagerly): the
+    /// shape is seen from now on, whatever the call's outcome, so that the path depends
+    /// on the call sequence alone. Past `MAX_SHAPES` every shape is forgotten at once.
+    fn first_call(&mut self, shape: Shape) -> bool {
+        if self.seen.contains(&shape) {
+            return false;
+        }
+        if self.seen.len() >= MAX_SHAPES {
+            self.seen.clear();
+        }
+        self.seen.insert(shape);
+        true
+    }
+
     fn key(&self, shape: Shape, ctas: u32, src: u64, out: u64) -> Key {
         Key { shape, ctas, src, out, generation: self.generation }
     }
 
-    fn find(&mut self, key: Key) -> Option<&Exec> {
+    fn find(&mut self, key: Key) -> Option<&E> {
         self.clock += 1;
         let now = self.clock;
         self.graphs.iter_mut().find(|c| c.key == key).map(|c| {
@@ -123,13 +143,20 @@ impl Replays {
 
     /// A graph to update for `key`: the one captured for its shape with other buffers
     /// when the channel is full, else the least recently launched (`None` below the cap).
-    fn take_for_update(&mut self, key: Key) -> Option<Exec> {
+    fn take_for_update(&mut self, key: Key) -> Option<E> {
         if self.graphs.len() < MAX_GRAPHS {
             return None;
         }
         let i =
             self.graphs.iter().enumerate().min_by_key(|(_, c)| (c.key.shape != key.shape, c.used)).map(|(i, _)| i)?;
         Some(self.graphs.swap_remove(i).exec)
+    }
+
+    /// Keeps `exec` as the graph of `key`, as just launched.
+    fn insert(&mut self, key: Key, exec: E) {
+        self.clock += 1;
+        let used = self.clock;
+        self.graphs.push(Cached { key, exec, used });
     }
 }
 
@@ -158,11 +185,7 @@ impl GpuColl {
         let mut st = self.channel(ch);
         // The path depends on the call sequence alone: a shape is seen from its first call
         // on, whatever that call's outcome on this rank.
-        if !st.replays.seen.contains(&shape) {
-            if st.replays.seen.len() >= MAX_SHAPES {
-                st.replays.seen.clear();
-            }
-            st.replays.seen.insert(shape);
+        if st.replays.first_call(shape) {
             drop(st);
             return self.wire_reduce_scatter(input, output, op, stream, (ch, plan), (Mode::Eager, false));
         }
@@ -197,12 +220,76 @@ impl GpuColl {
         let exec = exec?;
         exec.launch(stream)?;
         self.sync.track_replay(stream)?;
-        st.replays.clock += 1;
-        let used = st.replays.clock;
-        st.replays.graphs.push(Cached { key, exec, used });
+        st.replays.insert(key, exec);
         drop(st);
         // The capture counted the call's bytes (`wire_reduce_scatter`).
         self.counters.replayed(true);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(n: usize) -> Shape {
+        Shape { n, pieces: 4, memop: true, algorithm: "sm-direct", op: 0 }
+    }
+
+    #[test]
+    fn a_shape_replays_from_its_second_call_whatever_the_buffers() {
+        let mut r = Replays::<u32>::default();
+        assert!(r.first_call(shape(10)));
+        assert!(!r.first_call(shape(10)));
+        assert!(r.first_call(shape(11)), "another size is another shape");
+        // The path never looks at CTAs or buffers (they differ between ranks): a key does.
+        let (a, b) = (r.key(shape(10), 64, 1, 2), r.key(shape(10), 32, 1, 2));
+        assert_ne!(a, b);
+        assert!(!r.first_call(shape(10)));
+    }
+
+    #[test]
+    fn shapes_are_forgotten_all_at_once_past_the_cap() {
+        let mut r = Replays::<u32>::default();
+        for n in 0..MAX_SHAPES {
+            assert!(r.first_call(shape(n)));
+        }
+        assert!(!r.first_call(shape(0)));
+        // The next new shape clears the set: every rank forgets at the same call.
+        assert!(r.first_call(shape(MAX_SHAPES)));
+        assert!(r.first_call(shape(0)), "forgotten, so a first call again");
+    }
+
+    #[test]
+    fn a_graph_is_found_by_its_buffers_and_the_workspace_generation() {
+        let mut r = Replays::<u32>::default();
+        let k = r.key(shape(10), 64, 0x1000, 0x2000);
+        r.insert(k, 7);
+        assert_eq!(r.find(k), Some(&7));
+        assert_eq!(r.find(r.key(shape(10), 64, 0x1000, 0x3000)), None, "other output");
+        assert_eq!(r.find(r.key(shape(10), 64, 0x1100, 0x2000)), None, "other input");
+        r.workspace_replaced();
+        assert_eq!(r.find(k), None, "the old graph went with the workspace");
+        assert_eq!(r.find(r.key(shape(10), 64, 0x1000, 0x2000)), None, "a new key, no graph yet");
+    }
+
+    #[test]
+    fn a_full_channel_updates_its_graph_of_the_same_shape_first_else_the_oldest() {
+        let mut r = Replays::<u32>::default();
+        assert!(r.take_for_update(r.key(shape(1), 64, 0, 0)).is_none(), "below the cap nothing is taken");
+        for i in 0..MAX_GRAPHS as u64 {
+            // Shape 1 for the first graph only; the rest are shape 2, launched later.
+            let s = if i == 5 { shape(1) } else { shape(2) };
+            let k = r.key(s, 64, i, i);
+            r.insert(k, i as u32);
+        }
+        // A new buffer set of shape 1 takes shape 1's graph, though others are older.
+        assert_eq!(r.take_for_update(r.key(shape(1), 64, 999, 999)), Some(5));
+        r.insert(r.key(shape(1), 64, 999, 999), 5);
+        // A shape with no graph takes the least recently launched: graph 0, unless found
+        // since.
+        let k0 = r.key(shape(2), 64, 0, 0);
+        assert_eq!(r.find(k0), Some(&0));
+        assert_eq!(r.take_for_update(r.key(shape(3), 64, 7, 7)), Some(1));
     }
 }
