@@ -45,6 +45,16 @@ pub struct LaunchOptions {
     pub command: Vec<OsString>,
 }
 
+/// `eprintln!` in one write: stderr is unbuffered, and `eprintln!` writes its pieces one
+/// by one, so a rank's line pumped at the same moment (`pump`) could land inside
+/// the launcher's message (seen in the fault matrix: "lowcon launch: rank [rank 1] ...").
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let line = format!("{}\n", format_args!($($arg)*));
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    }};
+}
+
 /// The GPU placement variables `lowcon launch --gpus M` gives rank `rank` of `nproc`.
 pub fn placement_env(rank: usize, nproc: usize, gpus: usize) -> Vec<(&'static str, String)> {
     let mut env = vec![(lowcon::config::DEVICE_ENV, (rank % gpus).to_string())];
@@ -218,7 +228,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, String> {
     let mut interrupted: Option<i32> = None;
     let mut kill_at: Option<Instant> = None;
     if let Some(e) = &spawn_error {
-        eprintln!("lowcon launch: {e}; stopping the ranks already started");
+        say!("lowcon launch: {e}; stopping the ranks already started");
         signal_groups(&pids, Signal::SIGTERM);
         kill_at = Some(Instant::now() + opts.grace);
     }
@@ -227,7 +237,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, String> {
             Some(t) => match rx.recv_timeout(t.saturating_duration_since(Instant::now())) {
                 Ok(ev) => ev,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    eprintln!(
+                    say!(
                         "lowcon launch: {running} rank(s) still running {:.1} s after SIGTERM; sending SIGKILL",
                         opts.grace.as_secs_f64()
                     );
@@ -248,14 +258,14 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, String> {
                 let status = match status {
                     Ok(s) => s,
                     Err(e) => {
-                        eprintln!("lowcon launch: cannot wait for rank {rank}: {e}");
+                        say!("lowcon launch: cannot wait for rank {rank}: {e}");
                         continue;
                     }
                 };
                 finished += usize::from(status.success());
                 if opts.keep_going && status.signal().is_some() && first_failure.is_none() && interrupted.is_none() {
                     let how = describe(&status);
-                    eprintln!(
+                    say!(
                         "lowcon launch: rank {rank} (pid {}) died: {how}; the others keep going (--keep-going)",
                         pids[rank].unwrap_or(0)
                     );
@@ -264,7 +274,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, String> {
                 }
                 if !status.success() && first_failure.is_none() && interrupted.is_none() {
                     let how = describe(&status);
-                    eprintln!(
+                    say!(
                         "lowcon launch: rank {rank} (pid {}) failed first: {how}; stopping the other ranks",
                         pids[rank].unwrap_or(0)
                     );
@@ -276,10 +286,10 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, String> {
             Event::Signal(sig) => {
                 let signal = Signal::try_from(sig).unwrap_or(Signal::SIGTERM);
                 if interrupted.is_some() || first_failure.is_some() {
-                    eprintln!("lowcon launch: {} again: killing every rank now", signal.as_str());
+                    say!("lowcon launch: {} again: killing every rank now", signal.as_str());
                     signal_groups(&pids, Signal::SIGKILL);
                 } else {
-                    eprintln!("lowcon launch: received {}; forwarding it to every rank", signal.as_str());
+                    say!("lowcon launch: received {}; forwarding it to every rank", signal.as_str());
                     interrupted = Some(sig);
                     signal_groups(&pids, signal);
                     kill_at = Some(Instant::now() + opts.grace);
@@ -301,14 +311,14 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, String> {
     Ok(match (spawn_error, first_failure, interrupted) {
         (Some(_), _, _) => 1,
         (None, Some((rank, how, code)), _) => {
-            eprintln!("lowcon launch: job failed: rank {rank} exited first with {how}");
+            say!("lowcon launch: job failed: rank {rank} exited first with {how}");
             if code == 0 { 1 } else { code }
         }
         (None, None, Some(sig)) => 128 + sig,
         (None, None, None) if lost.is_empty() => 0,
         (None, None, None) => {
             let ok = finished > 0;
-            eprintln!(
+            say!(
                 "lowcon launch: job {}: {} died, {finished} rank(s) finished",
                 if ok { "finished without them" } else { "failed" },
                 lost.join(", ")
