@@ -60,13 +60,7 @@ pub fn placement_env(rank: usize, nproc: usize, gpus: usize) -> Vec<(&'static st
     let mut env = vec![(lowcon::config::DEVICE_ENV, (rank % gpus).to_string())];
     if nproc > gpus {
         env.push((lowcon::config::SHARE_GPU_ENV, "1".to_string()));
-        // Under MPS a client gets few hardware work queues unless it asks; lowcon's calls
-        // on several streams then share one queue, and a wait on one stream holds back
-        // another stream's signal that a peer waits for (a cross-rank deadlock). Ask for
-        // the 8 a process gets without MPS, unless the user chose.
-        if std::env::var_os(lowcon::config::MAX_CONNECTIONS_ENV).is_none() {
-            env.push((lowcon::config::MAX_CONNECTIONS_ENV, "8".to_string()));
-        }
+        // Their hardware work queues: `queues_env`.
         // No cap on a client's share of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE): the
         // group caps its kernels' CTAs instead (NOTE [shared CTAs] in lowcon's plan/mod.rs),
         // and a per-client cap left too few SMs for torch's own kernels beside them (FSDP2
@@ -75,18 +69,21 @@ pub fn placement_env(rank: usize, nproc: usize, gpus: usize) -> Vec<(&'static st
     env
 }
 
-/// The hardware work queues (`CUDA_DEVICE_MAX_CONNECTIONS`) a rank asks for where the
-/// user chose none and ranks do not share a GPU (sharing ranks get 8: `placement_env`):
-/// 32, the most. With the driver's default 8, a process's streams share queues, and a
-/// wait at a queue's head holds back another stream's work behind it: `coll-mapped`'s two
-/// threads on channels 5 and 6 (kernel sync) timed out at about the same call in 3 of 6 runs at
-/// 4 ranks on 4x H200 with 8 queues and passed 3 of 3 with 32 (2026-11-27; docs/design.md,
-/// "Enough hardware queues").
+/// The hardware work queues (`CUDA_DEVICE_MAX_CONNECTIONS`) a rank asks for, unless the
+/// user chose (docs/design.md, "Enough hardware queues"). With fewer queues than streams,
+/// a wait at a queue's head holds back another stream's work behind it, which a peer may
+/// wait for (a cross-rank deadlock).
+/// - Ranks sharing a GPU (MPS): 8, what a process gets without MPS (a client gets few
+///   unless it asks, and 32 per client is too many for 8 clients).
+/// - A GPU each: 32, the most. With the driver's default 8, `coll-mapped`'s two threads on
+///   channels 5 and 6 (kernel sync) timed out at about the same call in 3 of 6 runs at 4
+///   ranks on 4x H200 and passed 3 of 3 with 32 (2026-11-27).
 pub fn queues_env(nproc: usize, gpus: Option<usize>) -> Option<String> {
-    if std::env::var_os(lowcon::config::MAX_CONNECTIONS_ENV).is_some() || gpus.is_some_and(|g| nproc > g) {
+    if std::env::var_os(lowcon::config::MAX_CONNECTIONS_ENV).is_some() {
         return None;
     }
-    Some("32".to_string())
+    let sharing = gpus.is_some_and(|g| nproc > g);
+    Some(if sharing { "8" } else { "32" }.to_string())
 }
 
 enum Event {

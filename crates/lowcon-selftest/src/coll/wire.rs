@@ -153,6 +153,24 @@ fn delta(a: &CollStats, b: &CollStats) -> CollStats {
     }
 }
 
+/// An f32 sum over the bf16 wire on `ce-reduce`, one element, plain buffers, the default
+/// pieces, on `channel`: what every wire case here starts from.
+fn wire_case(sync: SyncMethod, channel: u32) -> Typed {
+    Typed {
+        algorithm: ReduceScatterAlgorithm::CeReduce,
+        op: ReduceOp::Sum,
+        input: DType::F32,
+        output: DType::F32,
+        wire: Some(DType::Bf16),
+        count: 1,
+        symmetric: false,
+        misalign: 0,
+        sync,
+        channel,
+        pipeline: None,
+    }
+}
+
 /// Runs one split-wire case on `data` and its f32 twin; checks bits, the reference (for
 /// exact data) and the counters. Returns the fallback pieces this rank read.
 fn split_case(r: &Runner, c: &Typed, data: Data, tag: &str) -> Result<u64, String> {
@@ -193,19 +211,7 @@ fn split_case(r: &Runner, c: &Typed, data: Data, tag: &str) -> Result<u64, Strin
 /// The wire suite (module docs) on one backend and sync method; `large` is the big count.
 pub fn wire_suite(r: &Runner, sync: SyncMethod, large: usize) -> Result<String, String> {
     let (rank, world) = (r.rank(), r.world());
-    let base = Typed {
-        algorithm: ReduceScatterAlgorithm::CeReduce,
-        op: ReduceOp::Sum,
-        input: DType::F32,
-        output: DType::F32,
-        wire: Some(DType::Bf16),
-        count: 1,
-        symmetric: false,
-        misalign: 0,
-        sync,
-        channel: 0,
-        pipeline: None,
-    };
+    let base = wire_case(sync, 0);
     let counts = [1usize, 7, 1003, 65_541, large];
     let mut cases = 0;
     // f32 over the bf16 wire, exact data.
@@ -394,19 +400,7 @@ pub fn gpu_wire_graph(run: &Runner, sync: SyncMethod, replays: usize) -> Result<
     let (rank, world) = (r.g.rank(), r.g.world_size());
     let ch = 6;
     r.g.reserve_workspace(ch, 64 << 20).map_err(e)?;
-    let split = Typed {
-        algorithm: ReduceScatterAlgorithm::CeReduce,
-        op: ReduceOp::Sum,
-        input: DType::F32,
-        output: DType::F32,
-        wire: Some(DType::Bf16),
-        count: 100_003,
-        symmetric: false,
-        misalign: 0,
-        sync,
-        channel: ch,
-        pipeline: Some(4),
-    };
+    let split = Typed { count: 100_003, pipeline: Some(4), ..wire_case(sync, ch) };
     let bf16_in = Typed { input: DType::Bf16, wire: None, count: 50_001, op: ReduceOp::Avg, pipeline: None, ..split };
     let calls = [split, bf16_in];
     let bufs = calls
@@ -493,19 +487,7 @@ pub fn gpu_wire_replays(run: &Runner, sync: SyncMethod, calls: usize) -> Result<
     let r = run.gpu("the bf16 wire launched as graphs")?;
     let (rank, world) = (r.g.rank(), r.g.world_size());
     let ch = 5;
-    let staged = Typed {
-        algorithm: ReduceScatterAlgorithm::CeReduce,
-        op: ReduceOp::Sum,
-        input: DType::F32,
-        output: DType::F32,
-        wire: Some(DType::Bf16),
-        count: 100_003,
-        symmetric: false,
-        misalign: 0,
-        sync,
-        channel: ch,
-        pipeline: Some(4),
-    };
+    let staged = Typed { count: 100_003, pipeline: Some(4), ..wire_case(sync, ch) };
     let direct = Typed {
         algorithm: ReduceScatterAlgorithm::SmDirect,
         op: ReduceOp::Avg,
