@@ -39,7 +39,11 @@
 #           trace (scripts/probes/small_timeline.py, TIMELINE_BYTES): kernel time and the gaps
 #           between calls, with NOTE [LL launch overlap] on and off (LOWCON_LL_OVERLAP)
 #   deadpeer a rank dies at 4 ranks (SIGKILL, kernel and memop sync; a clean exit under 16 MiB
-#           staged calls; one during graph replays): the survivors name it (gpu-dead-peer.sh)
+#           staged calls; one during graph replays; SIGKILL and a clean exit between the bf16
+#           wire's own graph launches): the survivors name it (gpu-dead-peer.sh)
+#   graphcost the host's time per cudaGraphLaunch by what the graph holds (kernels, memop waits,
+#           copies, the wire's shapes), with 8 and 32 hardware queues
+#           (scripts/probes/graph_launch_cost.cu, built here with nvcc)
 #   profile FSDP2 paired at 4 ranks with --profile, 8192x4 and 4096x12 at 1024 tokens, 15
 #           rounds: lowcon, NCCL-CE, NCCL, no communication (waits, kernels, host µs, copy
 #           rates); PROFILE_SWEEP, PROFILE_MODES, PROFILE_ROUNDS, PROFILE_S override;
@@ -52,7 +56,7 @@ out=/tmp/planner; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 parts=" ${PARTS:-check tune info small fsdp} "
 for p in $parts; do
-  case $p in check|tune|tune2|info|small|ctas|fsdp|smallfsdp|churn|churn2|confirm|fsdp2|tp|pygpu|profile|plan|timeline|deadpeer) ;;
+  case $p in check|tune|tune2|info|small|ctas|fsdp|smallfsdp|churn|churn2|confirm|fsdp2|tp|pygpu|profile|plan|timeline|deadpeer|graphcost) ;;
     *) echo "gpu-planner.sh: unknown part $p" >&2; exit 2;;
   esac
 done
@@ -85,6 +89,13 @@ if has timeline; then
       "$repo/scripts/probes/small_timeline.py" --bytes "${TIMELINE_BYTES:-16384}" --out "$out/timeline-$o"
   done
 fi
+if has graphcost; then
+  st "graph launch cost (nvcc)" graphcost.txt 60 nvcc -O2 -arch=sm_90 -o /tmp/graph_launch_cost \
+    "$repo/scripts/probes/graph_launch_cost.cu" -lcuda
+  for c in 8 32; do
+    st "graph launch cost, $c queues" graphcost.txt 60 env CUDA_DEVICE_MAX_CONNECTIONS=$c /tmp/graph_launch_cost 1
+  done
+fi
 if has deadpeer; then
   for m in kernel memop; do
     st "dead peer w=4 $m (SIGKILL)" deadpeer.txt 80 bash "$here/gpu-dead-peer.sh" 0,1,2,3 4 "$m" "$L" "$out" 300
@@ -93,6 +104,13 @@ if has deadpeer; then
     bash "$here/gpu-dead-peer.sh" 0,1,2,3 4 kernel "$L" "$out" 300
   st "dead peer w=4 (during graph replays)" deadpeer.txt 80 env DP_SCENARIO="coll-graph" \
     bash "$here/gpu-dead-peer.sh" 0,1,2,3 4 kernel "$L" "$out" 50
+  # NOTE [wire replays]: the victim dies between the wire's own graph launches.
+  for m in kernel memop; do
+    st "dead peer w=4 $m (SIGKILL, wire replays)" deadpeer.txt 80 env DP_ARGS="--wire --elems 1048576" \
+      bash "$here/gpu-dead-peer.sh" 0,1,2,3 4 "$m" "$L" "$out" 200
+  done
+  st "dead peer w=4 (clean exit, wire replays)" deadpeer.txt 80 env DP_ARGS="--exit exit --wire --elems 1048576" \
+    bash "$here/gpu-dead-peer.sh" 0,1,2,3 4 memop "$L" "$out" 200
 fi
 read -r -a extra <<< "${FSDP2_ARGS:-}"
 tr2=(env "$vis2" python3 -m torch.distributed.run --nproc-per-node 2)

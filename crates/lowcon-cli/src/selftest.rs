@@ -164,7 +164,8 @@ pub(crate) enum Scenario {
     },
     /// Collectives: one rank leaves mid-loop (SIGKILL, or `--exit exit`: `_exit(0)`);
     /// the others must name it. GPU: `--elems` f32 per rank (default 16384), `--staged`
-    /// from ordinary buffers.
+    /// from ordinary buffers, `--wire`: bf16-wire reduce-scatters instead, launched as one
+    /// graph from the second call on (NOTE [wire replays]).
     CollDeadPeer {
         #[arg(long, default_value = "host")]
         backend: String,
@@ -178,6 +179,8 @@ pub(crate) enum Scenario {
         elems: usize,
         #[arg(long)]
         staged: bool,
+        #[arg(long, conflicts_with = "staged")]
+        wire: bool,
         #[arg(long, default_value_t = 10_000)]
         timeout_ms: u64,
         #[arg(long)]
@@ -354,14 +357,19 @@ pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
                 _ => coll::Runner::from_env(false, None).and_then(|r| coll::host_stress(&r, iters, streams)),
             },
         ),
-        Scenario::CollDeadPeer { backend, victim, kill_at, exit, elems, staged, timeout_ms, method } => {
+        Scenario::CollDeadPeer { backend, victim, kill_at, exit, elems, staged, wire, timeout_ms, method } => {
+            let call = match (staged, wire) {
+                (_, true) => dead_peer::DeadPeerCall::Wire,
+                (true, _) => dead_peer::DeadPeerCall::Staged,
+                _ => dead_peer::DeadPeerCall::AllGather,
+            };
             let victim = victim.unwrap_or(world - 1);
             let t = Duration::from_millis(timeout_ms);
             let exit: dead_peer::Exit = exit.parse()?;
             (
                 "coll-dead-peer",
                 match backend.as_str() {
-                    "gpu" => dead_peer::gpu_dead_peer(victim, kill_at, exit, elems, staged, t, methods(&method)?[0]),
+                    "gpu" => dead_peer::gpu_dead_peer(victim, kill_at, exit, elems, call, t, methods(&method)?[0]),
                     _ => dead_peer::host_dead_peer(victim, kill_at, exit, t),
                 },
             )

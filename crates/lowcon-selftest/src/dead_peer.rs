@@ -4,7 +4,10 @@
 
 use std::time::Duration;
 
-use lowcon::{AllGatherAlgorithm, AllGatherOptions, DType, HostInput, ReduceLaunch, SyncMethod};
+use lowcon::{
+    AllGatherAlgorithm, AllGatherOptions, DType, HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm,
+    ReduceScatterOptions, SyncMethod,
+};
 
 use crate::coll::{Case, Coll, Runner, host_group, input_bytes};
 
@@ -31,33 +34,50 @@ pub fn host_dead_peer(victim: usize, kill_at: usize, exit: Exit, timeout: Durati
     res
 }
 
-/// GPU backend: [`dead_peer_loop`] over all-gathers of `count` f32 elements per rank
-/// (from symmetric buffers, or `staged` from ordinary ones), enqueued back to back,
-/// never synchronising until the end.
+/// What the GPU dead-peer loop calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeadPeerCall {
+    /// All-gathers from symmetric buffers.
+    AllGather,
+    /// All-gathers from ordinary buffers (staged).
+    Staged,
+    /// bf16-wire reduce-scatters of ordinary buffers: from the second call on, each is
+    /// launched as one graph (NOTE [wire replays]), so the victim dies between replays.
+    Wire,
+}
+
+/// GPU backend: [`dead_peer_loop`] over `call`s of `count` f32 elements per rank (the
+/// all-gather's input, the reduce-scatter's output), enqueued back to back, never
+/// synchronising until the end.
 #[allow(clippy::too_many_arguments)]
 pub fn gpu_dead_peer(
     victim: usize,
     kill_at: usize,
     exit: Exit,
     count: usize,
-    staged: bool,
+    call: DeadPeerCall,
     timeout: Duration,
     sync: SyncMethod,
 ) -> Result<String, String> {
     let run = Runner::from_env(true, Some(timeout))?;
     let r = run.gpu("coll-dead-peer")?;
     let (rank, world) = (r.g.rank(), r.g.world_size());
+    let coll = match call {
+        DeadPeerCall::Wire => Coll::ReduceScatter(ReduceScatterAlgorithm::Auto, ReduceOp::Sum),
+        _ => Coll::AllGather(AllGatherAlgorithm::Auto),
+    };
     let case = Case {
         launch: ReduceLaunch::Auto,
-        coll: Coll::AllGather(AllGatherAlgorithm::Auto),
+        coll,
         dtype: DType::F32,
         count,
-        symmetric: !staged,
+        symmetric: call == DeadPeerCall::AllGather,
         misalign: 0,
         sync,
         channel: 0,
     };
-    let (inp, out) = r.prepare(&case, &input_bytes(DType::F32, 7, rank, 0, case.count))?;
+    let (inp, out) = r.prepare(&case, &input_bytes(DType::F32, 7, rank, 0, case.in_count(world)))?;
+    let wire = ReduceScatterOptions { wire: Some(DType::Bf16), ..case.rs_opts(ReduceScatterAlgorithm::Auto) };
     let res = dead_peer_loop(
         rank,
         victim,
@@ -66,13 +86,21 @@ pub fn gpu_dead_peer(
         1000,
         timeout,
         |_| {
-            let ib = inp.buf(0, case.count, case.dtype).map_err(lowcon::Error::InvalidArgument)?;
-            let ob = out.buf(0, case.count * world, case.dtype).map_err(lowcon::Error::InvalidArgument)?;
-            r.g.all_gather(ib, ob, r.stream, &case.ag_opts(AllGatherAlgorithm::Auto))
+            let ib = inp.buf(0, case.in_count(world), case.dtype).map_err(lowcon::Error::InvalidArgument)?;
+            let ob = out.buf(0, case.out_count(world), case.dtype).map_err(lowcon::Error::InvalidArgument)?;
+            match call {
+                DeadPeerCall::Wire => r.g.reduce_scatter(ib, ob, ReduceOp::Sum, r.stream, &wire),
+                _ => r.g.all_gather(ib, ob, r.stream, &case.ag_opts(AllGatherAlgorithm::Auto)),
+            }
         },
         || r.g.synchronize(r.stream),
     );
-    lowcon::log::trace(rank, &format!("dead-peer loop ended: {res:?}"));
+    let replays = r.g.stats().map(|s| s.wire_replays).unwrap_or(0);
+    lowcon::log::trace(rank, &format!("dead-peer loop ended ({replays} wire replays): {res:?}"));
+    // The wire's calls must have replayed: a loop of eager calls would not test the graphs.
+    if call == DeadPeerCall::Wire && world > 1 && replays == 0 {
+        return Err(format!("rank {rank}: coll-dead-peer --wire: no call was replayed (wire_replays 0)"));
+    }
     crate::survivors_barrier("coll-dead-peer", world - 1)?;
     drop((inp, out));
     drop(run);

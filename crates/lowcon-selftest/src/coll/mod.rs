@@ -80,14 +80,14 @@ impl Case {
         )
     }
 
-    fn in_count(&self, world: usize) -> usize {
+    pub(crate) fn in_count(&self, world: usize) -> usize {
         match self.coll {
             Coll::AllGather(_) => self.count,
             Coll::ReduceScatter(..) => self.count * world,
         }
     }
 
-    fn out_count(&self, world: usize) -> usize {
+    pub(crate) fn out_count(&self, world: usize) -> usize {
         match self.coll {
             Coll::AllGather(_) => self.count * world,
             Coll::ReduceScatter(..) => self.count,
