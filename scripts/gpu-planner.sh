@@ -42,7 +42,8 @@
 #           staged calls; one during graph replays; SIGKILL and a clean exit between the bf16
 #           wire's own graph launches): the survivors name it (gpu-dead-peer.sh)
 #   graphcost the host's time per cudaGraphLaunch by what the graph holds (kernels, memop waits,
-#           copies, the wire's shapes), with 8 and 32 hardware queues
+#           copies, the wire's shapes), with 8 and 32 hardware queues, and with the host's
+#           caches flushed before each call
 #           (scripts/probes/graph_launch_cost.cu, built here with nvcc)
 #   profile FSDP2 paired at 4 ranks with --profile, 8192x4 and 4096x12 at 1024 tokens, 15
 #           rounds: lowcon, NCCL-CE, NCCL, no communication (waits, kernels, host µs, copy
@@ -95,6 +96,8 @@ if has graphcost; then
   for c in 8 32; do
     st "graph launch cost, $c queues" graphcost.txt 60 env CUDA_DEVICE_MAX_CONNECTIONS=$c /tmp/graph_launch_cost 1
   done
+  st "graph launch cost, 32 queues, cold caches" graphcost.txt 120 env CUDA_DEVICE_MAX_CONNECTIONS=32 PROBE_COLD=1 \
+    /tmp/graph_launch_cost 1
 fi
 if has deadpeer; then
   for m in kernel memop; do

@@ -187,6 +187,32 @@ fn captured_calls_take_kernel_waits_unless_told() {
 }
 
 #[test]
+fn lowcon_replays_of_eager_calls_wait_as_captured_ones_unless_told() {
+    // NOTE [replay sync]: FSDP2's wire at 4 ranks is planned with memop waits (the rule's
+    // sync=memop), and its replays take kernel waits (the rule names no graph_sync).
+    let p = planner("NVIDIA H200", 4);
+    let fsdp = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() };
+    let call = RsCall { input_symmetric: false, ..rs_call(256 << 20, DType::F32) };
+    let planned = rs(&p, &call, &fsdp);
+    assert_eq!(
+        (planned.wire, planned.sync, planned.replay_sync),
+        (Some(DType::Bf16), SyncMethod::StreamMemop, SyncMethod::Kernel)
+    );
+    // An explicit eager method holds for the replays; an explicit graph_sync wins.
+    let memop = ReduceScatterOptions { sync: Some(SyncMethod::StreamMemop), ..fsdp };
+    assert_eq!(rs(&p, &call, &memop).replay_sync, SyncMethod::StreamMemop);
+    let both = ReduceScatterOptions { graph_sync: Some(SyncMethod::Kernel), ..memop };
+    assert_eq!(rs(&p, &call, &both).replay_sync, SyncMethod::Kernel);
+    // A rule's graph_sync speaks for the replays.
+    let text = "lowcon-tuning 1\nmachine gpu=H200 world=4\nsource test\n\
+                reduce-scatter algorithm=sm-direct sync=memop graph_sync=memop\n";
+    let m = Machine { device: "NVIDIA H200".into(), sms: 132, world: 4, ranks_on_gpu: 1 };
+    let t = Planner::with_table(m, Table::parse("mine.txt", text).unwrap(), "test".into());
+    assert_eq!(rs(&t, &call, &ReduceScatterOptions::default()).replay_sync, SyncMethod::StreamMemop);
+    assert!(planned.to_string().contains("replay_sync=kernel"), "{planned}");
+}
+
+#[test]
 fn unmeasured_worlds_and_gpus_take_the_model() {
     // 8 ranks of H200: the 4-rank table, byte bounds x 3/7.
     let p = planner("NVIDIA H200", 8);

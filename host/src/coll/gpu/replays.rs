@@ -6,7 +6,8 @@
 //! against NCCL's whole hook at 150-219. The call's work is the same at every step, so
 //! it is captured once into a CUDA graph and launched as one: the kernels of a graph
 //! cost the host nearly nothing at launch, and its memop waits about what eager ones
-//! cost (NOTE [memop batches]).
+//! cost (NOTE [memop batches]), so the graph waits with kernels unless the caller or the
+//! rule asks otherwise (NOTE [replay sync] in `plan`).
 //!
 //! What makes a replay safe:
 //! - **every rank takes the same path.** A replayed call synchronises as a captured
@@ -68,7 +69,7 @@ impl Shape {
         Self {
             n,
             pieces: plan.pieces,
-            memop: plan.sync == SyncMethod::StreamMemop,
+            memop: plan.replay_sync == SyncMethod::StreamMemop,
             algorithm: plan.algorithm.name(),
             op: op.code(),
         }
@@ -182,6 +183,9 @@ impl GpuColl {
         (ch, plan): (u32, &RsPlan),
     ) -> Result<()> {
         let shape = Shape::of(output.count, plan, op);
+        // NOTE [replay sync]: the graphs wait as captured calls do (kernel waits unless the
+        // caller or the rule says otherwise); the first, eager, call as planned.
+        let replayed = RsPlan { sync: plan.replay_sync, ..plan.clone() };
         let mut st = self.channel(ch);
         // The path depends on the call sequence alone: a shape is seen from its first call
         // on, whatever that call's outcome on this rank.
@@ -212,7 +216,7 @@ impl GpuColl {
         // `wire_reduce_scatter` takes the channel itself.
         drop(st);
         let exec = Exec::capture(&capture, reuse, |s| {
-            self.wire_reduce_scatter(input, output, op, s, (ch, plan), (Mode::Captured, false))
+            self.wire_reduce_scatter(input, output, op, s, (ch, &replayed), (Mode::Captured, false))
         });
         let mut st = self.channel(ch);
         // Lowcon's own graphs do not pin the workspace (module docs).
