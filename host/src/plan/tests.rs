@@ -50,9 +50,10 @@ fn two_ranks_keep_the_measured_two_rank_rules() {
 }
 
 #[test]
-fn two_ranks_send_fsdps_wire_in_64_mib_pieces() {
+fn two_ranks_send_fsdps_wire_in_64_mib_pieces_at_most_4() {
     // h200-w2.txt (2026-11-27): a piece costs the host a pack, a wait and a reduction, which
-    // a small model's step does not hide; 16 MiB pieces made 2048x8 slower than NCCL.
+    // a small model's step does not hide; 16 MiB pieces made 2048x8 slower than NCCL. Even
+    // launched as one graph a piece's copy costs the host about 7 µs: at most 4.
     let p = planner("NVIDIA H200", 2);
     let fsdp = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() };
     let layer = |mib: usize| rs(&p, &RsCall { input_symmetric: false, ..rs_call(mib << 20, DType::F32) }, &fsdp);
@@ -60,7 +61,7 @@ fn two_ranks_send_fsdps_wire_in_64_mib_pieces() {
     assert_eq!((small.algorithm, small.wire, small.ctas), (ReduceScatterAlgorithm::CeReduce, Some(DType::Bf16), 64));
     assert_eq!(
         (small.pieces, layer(384).pieces, layer(1536).pieces),
-        (2, 6, 16),
+        (2, 4, 4),
         "2048x8's, 4096x12's, 8192x4's layers"
     );
 }
