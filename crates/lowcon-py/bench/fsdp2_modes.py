@@ -16,7 +16,8 @@ Modes (`--modes`, comma separated):
   with an fp32 reduce, except for accumulated gradients), "bf16" or "fp32"; `launch`:
   ce-reduce's `reduce_launch`, "pieces" or "once", the latter with `wire=fp32` only;
   `pieces`: the reduce-scatter's pipeline pieces, the wire's included; `agsync`/`rssync`:
-  one collective's sync; `traffic=1`: the honest floor, NOTE [honest floor]: every call
+  one collective's sync (`rssync` holds for the wire's own graphs too, NOTE [replay sync]:
+  `rssync=memop` is the graph with memop waits that lowcon launched before b7a0fea); `traffic=1`: the honest floor, NOTE [honest floor]: every call
   runs its plan's copies as the mode would, with no barrier, signal or SM kernel, so
   the step's results are garbage and its losses are not checked; only plans that pull
   over the copy engines have copies to keep, so `ag` and `rs` default to ce-pull and
