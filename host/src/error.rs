@@ -100,11 +100,29 @@ pub enum Error {
     },
 
     /// A kernel's bounded wait expired; the record names the waiting rank and the peer.
-    #[error(
-        "GPU wait timed out on rank {} waiting for peer {} (channel {}, expected epoch {}, saw {}, after {:.3} s)",
-        .0.rank, .0.peer, .0.channel, .0.expected, .0.observed, .0.waited_ns as f64 * 1e-9
-    )]
+    #[error("{}", describe_timeout(.0))]
     DeviceTimeout(ErrorRecord),
+}
+
+/// A kernel's timeout in words: the peer it waited for, or, for the waits that no single
+/// peer's signal ends (`ErrorRecord::NO_PEER`: the address verifier's release of a
+/// predicted call, written by this rank's host; a reduction's wait for its own piece's
+/// copies), what they waited for instead.
+fn describe_timeout(r: &ErrorRecord) -> String {
+    let whom = match r.peer {
+        ErrorRecord::NO_PEER => "a word no single peer writes (the address verifier's release of a predicted \
+                                 call, or a piece's own copies)"
+            .to_string(),
+        p => format!("peer {p}"),
+    };
+    format!(
+        "GPU wait timed out on rank {} waiting for {whom} (channel {}, expected epoch {}, saw {}, after {:.3} s)",
+        r.rank,
+        r.channel,
+        r.expected,
+        r.observed,
+        r.waited_ns as f64 * 1e-9
+    )
 }
 
 /// `Result` with lowcon's [`Error`].
@@ -161,4 +179,29 @@ impl Error {
 /// `.map_err(drv("cuXxx"))`: attach the call name to a cudarc error.
 pub(crate) fn drv(call: &'static str) -> impl FnOnce(DriverError) -> Error {
     move |e| Error::driver(call, e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_timeout_names_the_peer_or_what_it_waited_for() {
+        let r = ErrorRecord {
+            code: 1,
+            rank: 2,
+            peer: 3,
+            channel: 5,
+            expected: 48,
+            observed: 47,
+            waited_ns: 60_000_000_000,
+        };
+        let s = Error::DeviceTimeout(r).to_string();
+        assert!(
+            s.contains("on rank 2 waiting for peer 3 (channel 5, expected epoch 48, saw 47, after 60.000 s)"),
+            "{s}"
+        );
+        let s = Error::DeviceTimeout(ErrorRecord { peer: ErrorRecord::NO_PEER, ..r }).to_string();
+        assert!(s.contains("waiting for a word no single peer writes") && !s.contains("4294967295"), "{s}");
+    }
 }
