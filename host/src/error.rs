@@ -107,11 +107,12 @@ pub enum Error {
 /// A kernel's timeout in words: the peer it waited for, or, for the waits that no single
 /// peer's signal ends (`ErrorRecord::NO_PEER`: the address verifier's release of a
 /// predicted call, written by this rank's host; a reduction's wait for its own piece's
-/// copies), what they waited for instead.
+/// copies; a wire piece wait whose word showed no missing peer), what they waited for.
 fn describe_timeout(r: &ErrorRecord) -> String {
     let whom = match r.peer {
-        ErrorRecord::NO_PEER => "a word no single peer writes (the address verifier's release of a predicted \
-                                 call, or a piece's own copies)"
+        ErrorRecord::NO_PEER => "a word no single peer's signal ends (the address verifier's release of a \
+                                 predicted call, a piece's own copies, or a wire piece whose late peer could not be \
+                                 told)"
             .to_string(),
         p => format!("peer {p}"),
     };
@@ -202,6 +203,6 @@ mod tests {
             "{s}"
         );
         let s = Error::DeviceTimeout(ErrorRecord { peer: ErrorRecord::NO_PEER, ..r }).to_string();
-        assert!(s.contains("waiting for a word no single peer writes") && !s.contains("4294967295"), "{s}");
+        assert!(s.contains("waiting for a word no single peer's signal ends") && !s.contains("4294967295"), "{s}");
     }
 }

@@ -95,15 +95,19 @@ pub fn gpu_dead_peer(
         },
         || r.g.synchronize(r.stream),
     );
-    let replays = r.g.stats().map(|s| s.wire_replays).unwrap_or(0);
-    lowcon::log::trace(rank, &format!("dead-peer loop ended ({replays} wire replays): {res:?}"));
-    // The wire's calls must have replayed: a loop of eager calls would not test the graphs.
-    if call == DeadPeerCall::Wire && world > 1 && replays == 0 {
-        return Err(format!("rank {rank}: coll-dead-peer --wire: no call was replayed (wire_replays 0)"));
-    }
+    // The replays are counted on the host: readable after the group failed, unless the
+    // stats' device read fails too (then not judged).
+    let replays = r.g.stats().map(|s| s.wire_replays);
+    lowcon::log::trace(rank, &format!("dead-peer loop ended ({replays:?} wire replays): {res:?}"));
     crate::survivors_barrier("coll-dead-peer", world - 1)?;
     drop((inp, out));
     drop(run);
     lowcon::log::trace(rank, "buffers and group released");
-    res
+    // The loop's own verdict first; then, for the wire, that its calls replayed (a loop
+    // of eager calls would not test the graphs).
+    let detail = res?;
+    if call == DeadPeerCall::Wire && world > 1 && matches!(replays, Ok(0)) {
+        return Err(format!("rank {rank}: coll-dead-peer --wire: no call was replayed (wire_replays 0)"));
+    }
+    Ok(detail)
 }

@@ -123,8 +123,8 @@ pub struct RsPlan {
     /// How its barriers and signals run.
     pub sync: SyncMethod,
     /// How they run where lowcon launches an eager call as a graph of its own (NOTE
-    /// [wire replays] in `coll::gpu::replays`): the caller's `graph_sync`, else its `sync`,
-    /// else the rule's `graph_sync`, else kernel waits (NOTE [replay sync]).
+    /// [wire replays] in `coll::gpu::replays`): as in a captured call, the caller's
+    /// `graph_sync`, else the rule's, else kernel waits (NOTE [replay sync]).
     pub replay_sync: SyncMethod,
     /// Pipeline pieces (`ce-reduce` and the wire; 1 otherwise).
     pub pieces: u32,
@@ -514,7 +514,8 @@ impl Planner {
             l => l,
         };
         let sync = self.sync(call.captured, (opts.sync, opts.graph_sync), rule);
-        let replay_sync = replay_sync((opts.sync, opts.graph_sync), rule);
+        // NOTE [replay sync]: lowcon's own graph of an eager call waits as a captured call.
+        let replay_sync = self.sync(true, (opts.sync, opts.graph_sync), rule);
         // What the backend does: eager ce-reduce calls only (NOTE [mapped ordinary memory]).
         let map_ordinary = opts.map_ordinary.or(rule.and_then(|r| r.choose.map)).unwrap_or(false)
             && !call.captured
@@ -557,19 +558,16 @@ impl Planner {
     }
 }
 
-/// NOTE [replay sync]: an eager call that lowcon launches as a graph of its own (NOTE
-/// [wire replays]) waits as a captured call does (NOTE [captured sync]): a graph's
-/// stream-memop wait costs the host 1-1.4 µs at every launch, a copy 1.2-2, a kernel
-/// nearly nothing (a graph of 31 kernels, the wire's 8 pieces with wait kernels,
-/// launched in 2.0-3.2 µs; with memop waits in 24-35; `scripts/probes/graph_launch_cost.cu`,
-/// 4x H200, 2026-11-27). So kernel waits, unless the caller asked for a method (its
-/// `graph_sync`, else its `sync`: an explicit eager choice holds for the replays too)
-/// or the rule names a `graph_sync`. Every rank derives it alike (options and rules are
-/// rank-consistent), and the eager first call and the replays each use their own pad
-/// slots (NOTE [graph flags]).
-fn replay_sync((sync, graph_sync): (Option<SyncMethod>, Option<SyncMethod>), rule: Option<&Rule>) -> SyncMethod {
-    graph_sync.or(sync).or(rule.and_then(|r| r.choose.graph_sync)).unwrap_or(SyncMethod::Kernel)
-}
+// NOTE [replay sync]: an eager call that lowcon launches as a graph of its own (NOTE
+// [wire replays] in `coll::gpu::replays`) waits as a captured call does (NOTE [captured
+// sync]): the caller's `graph_sync`, else the rule's, else kernel waits; the call's eager
+// `sync` speaks for its eager enqueues only. A graph's stream-memop wait costs the host
+// 1-1.4 µs at every launch, a copy 1.2-2, a kernel nearly nothing (a graph of 31 kernels,
+// the wire's 8 pieces with wait kernels, launched in 2.0-3.2 µs; with memop waits in
+// 24-35; `scripts/probes/graph_launch_cost.cu`, 4x H200, 2026-11-27). Every rank derives
+// it alike (options and rules are rank-consistent), and the eager first call and the
+// replays each use their own pad slots (NOTE [graph flags]). The rule is the eager
+// call's (a `mode=captured` rule speaks for user captures only).
 
 /// What a rank tells its peers at group creation: its planner's fingerprint, or why it
 /// has none (every rank then fails alike, naming it, instead of waiting for it); and

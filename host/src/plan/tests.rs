@@ -199,17 +199,25 @@ fn lowcon_replays_of_eager_calls_wait_as_captured_ones_unless_told() {
         (planned.wire, planned.sync, planned.replay_sync),
         (Some(DType::Bf16), SyncMethod::StreamMemop, SyncMethod::Kernel)
     );
-    // An explicit eager method holds for the replays; an explicit graph_sync wins.
+    // As for a captured call: the eager `sync` speaks for the eager enqueues only, the
+    // caller's graph_sync wins.
     let memop = ReduceScatterOptions { sync: Some(SyncMethod::StreamMemop), ..fsdp };
-    assert_eq!(rs(&p, &call, &memop).replay_sync, SyncMethod::StreamMemop);
-    let both = ReduceScatterOptions { graph_sync: Some(SyncMethod::Kernel), ..memop };
-    assert_eq!(rs(&p, &call, &both).replay_sync, SyncMethod::Kernel);
-    // A rule's graph_sync speaks for the replays.
+    assert_eq!(rs(&p, &call, &memop).replay_sync, SyncMethod::Kernel);
+    let graph = ReduceScatterOptions { graph_sync: Some(SyncMethod::StreamMemop), ..fsdp };
+    assert_eq!(rs(&p, &call, &graph).replay_sync, SyncMethod::StreamMemop);
+    // A rule's graph_sync speaks for the replays, over the caller's eager sync.
     let text = "lowcon-tuning 1\nmachine gpu=H200 world=4\nsource test\n\
                 reduce-scatter algorithm=sm-direct sync=memop graph_sync=memop\n";
     let m = Machine { device: "NVIDIA H200".into(), sms: 132, world: 4, ranks_on_gpu: 1 };
     let t = Planner::with_table(m, Table::parse("mine.txt", text).unwrap(), "test".into());
     assert_eq!(rs(&t, &call, &ReduceScatterOptions::default()).replay_sync, SyncMethod::StreamMemop);
+    let kernel = ReduceScatterOptions { sync: Some(SyncMethod::Kernel), ..Default::default() };
+    assert_eq!(rs(&t, &call, &kernel).replay_sync, SyncMethod::StreamMemop);
+    // Whatever decides it, a replay waits as a user's capture of the same call would.
+    for o in [fsdp, memop, graph] {
+        let captured = rs(&p, &RsCall { captured: true, ..call }, &o).sync;
+        assert_eq!(rs(&p, &call, &o).replay_sync, captured, "{o:?}");
+    }
     assert!(planned.to_string().contains("replay_sync=kernel"), "{planned}");
 }
 
