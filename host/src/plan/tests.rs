@@ -20,6 +20,17 @@ fn rs(p: &Planner, call: &RsCall, opts: &ReduceScatterOptions) -> RsPlan {
     p.reduce_scatter(call, opts)
 }
 
+/// FSDP2's reduce-scatter options for bf16-exact f32 gradients (the wire's rule).
+fn fsdp_exact() -> ReduceScatterOptions {
+    ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() }
+}
+
+/// A planner of one H200 rank of 4 with the table `text` (named `name`).
+fn h200_w4_with(name: &str, text: &str) -> Planner {
+    let m = Machine { device: "NVIDIA H200".into(), sms: 132, world: 4, ranks_on_gpu: 1 };
+    Planner::with_table(m, Table::parse(name, text).unwrap(), "test".into())
+}
+
 #[test]
 fn every_shipped_table_parses_and_is_found_for_its_machine() {
     for (name, text) in SHIPPED {
@@ -55,7 +66,7 @@ fn two_ranks_send_fsdps_wire_in_64_mib_pieces_at_most_4() {
     // a small model's step does not hide; 16 MiB pieces made 2048x8 slower than NCCL. Even
     // launched as one graph a piece's copy costs the host about 7 µs: at most 4.
     let p = planner("NVIDIA H200", 2);
-    let fsdp = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() };
+    let fsdp = fsdp_exact();
     let layer = |mib: usize| rs(&p, &RsCall { input_symmetric: false, ..rs_call(mib << 20, DType::F32) }, &fsdp);
     let small = layer(96);
     assert_eq!((small.algorithm, small.wire, small.ctas), (ReduceScatterAlgorithm::CeReduce, Some(DType::Bf16), 64));
@@ -79,7 +90,7 @@ fn four_ranks_take_ll_for_small_messages_too() {
 #[test]
 fn fsdp_gets_the_wire_only_for_exact_f32_and_reads_torch_memory_in_place() {
     let p = planner("NVIDIA H200", 4);
-    let fsdp = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() };
+    let fsdp = fsdp_exact();
     let call = RsCall { input_symmetric: false, ..rs_call(64 << 20, DType::F32) };
     let w = rs(&p, &call, &fsdp);
     // NOTE [the wire read directly]: sm-direct's wire, 64 MiB pieces, 2 to 8 of them.
@@ -192,7 +203,7 @@ fn lowcon_replays_of_eager_calls_wait_as_captured_ones_unless_told() {
     // NOTE [replay sync]: FSDP2's wire at 4 ranks is planned with memop waits (the rule's
     // sync=memop), and its replays take kernel waits (the rule names no graph_sync).
     let p = planner("NVIDIA H200", 4);
-    let fsdp = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() };
+    let fsdp = fsdp_exact();
     let call = RsCall { input_symmetric: false, ..rs_call(256 << 20, DType::F32) };
     let planned = rs(&p, &call, &fsdp);
     assert_eq!(
@@ -208,8 +219,7 @@ fn lowcon_replays_of_eager_calls_wait_as_captured_ones_unless_told() {
     // A rule's graph_sync speaks for the replays, over the caller's eager sync.
     let text = "lowcon-tuning 1\nmachine gpu=H200 world=4\nsource test\n\
                 reduce-scatter algorithm=sm-direct sync=memop graph_sync=memop\n";
-    let m = Machine { device: "NVIDIA H200".into(), sms: 132, world: 4, ranks_on_gpu: 1 };
-    let t = Planner::with_table(m, Table::parse("mine.txt", text).unwrap(), "test".into());
+    let t = h200_w4_with("mine.txt", text);
     assert_eq!(rs(&t, &call, &ReduceScatterOptions::default()).replay_sync, SyncMethod::StreamMemop);
     let kernel = ReduceScatterOptions { sync: Some(SyncMethod::Kernel), ..Default::default() };
     assert_eq!(rs(&t, &call, &kernel).replay_sync, SyncMethod::StreamMemop);
@@ -245,8 +255,7 @@ fn a_table_of_the_callers_changes_the_plan() {
                 all-gather algorithm=sm-oneshot ctas=7\n\
                 reduce-scatter context=fsdp algorithm=tma-reduce ctas=5 sync=memop\n\
                 reduce-scatter algorithm=ce-reduce piece=1M max_pieces=3 launch=once\n";
-    let m = Machine { device: "NVIDIA H200".into(), sms: 132, world: 4, ranks_on_gpu: 1 };
-    let p = Planner::with_table(m, Table::parse("mine.txt", text).unwrap(), "test".into());
+    let p = h200_w4_with("mine.txt", text);
     let a = ag(&p, 1 << 30, true, &AllGatherOptions::default());
     assert_eq!((a.algorithm, a.ctas, &*a.origin), (AllGatherAlgorithm::SmOneshot, 7, "mine.txt:4"));
     let f =
@@ -264,7 +273,7 @@ fn a_table_of_the_callers_changes_the_plan() {
 fn ranks_sharing_a_gpu_get_capped_ctas() {
     let m = Machine { device: "NVIDIA H200".into(), sms: 132, world: 4, ranks_on_gpu: 4 };
     let p = Planner::shipped(m).unwrap();
-    let opts = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() };
+    let opts = fsdp_exact();
     assert_eq!(rs(&p, &rs_call(64 << 20, DType::F32), &opts).ctas, 8);
     assert_eq!(shared_cta_cap(1, 132), None);
     assert_eq!(shared_cta_cap(2, 132), Some(16));
@@ -377,12 +386,8 @@ fn the_wire_read_directly_is_sm_direct_with_pieces() {
     let text = "lowcon-tuning 1\nmachine gpu=H200 world=4\nsource test\n\
                 reduce-scatter context=fsdp exact=yes dtype=f32 algorithm=sm-direct wire=bf16 ctas=24 piece=8M\n\
                 reduce-scatter algorithm=sm-direct\n";
-    let t = Planner::with_table(
-        Machine { device: "NVIDIA H200".into(), sms: 132, world: 4, ranks_on_gpu: 1 },
-        Table::parse("t", text).unwrap(),
-        "test".into(),
-    );
-    let hinted = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() };
+    let t = h200_w4_with("t", text);
+    let hinted = fsdp_exact();
     let h = rs(&t, &call, &hinted);
     assert_eq!((h.algorithm, h.wire, h.ctas, h.pieces), (ReduceScatterAlgorithm::SmDirect, Some(DType::Bf16), 24, 8));
     let plain = rs(&t, &call, &ReduceScatterOptions { bf16_exact: false, ..hinted });
@@ -393,7 +398,7 @@ fn the_wire_read_directly_is_sm_direct_with_pieces() {
 fn named_algorithms_and_launches_keep_or_skip_the_wire_rule_as_they_can_take_it() {
     let p = planner("NVIDIA H200", 4);
     let call = RsCall { input_symmetric: false, ..rs_call(256 << 20, DType::F32) };
-    let fsdp = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() };
+    let fsdp = fsdp_exact();
     // ce-reduce named: the wire on ce-reduce, as measured before the wire read directly.
     let ce = rs(&p, &call, &ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::CeReduce, ..fsdp });
     assert_eq!(
