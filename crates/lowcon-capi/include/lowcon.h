@@ -193,6 +193,11 @@ typedef struct {
   unsigned long long host_calls;
   unsigned long long host_call_ns;
   unsigned long long host_rendezvous_ns;
+  // Of the host rendezvous, the address mailbox's posts that waited for a peer to
+  // read the entry they replace (this rank 8 calls of a channel ahead of that peer's
+  // host), and their nanoseconds.
+  unsigned long long mailbox_waits;
+  unsigned long long mailbox_wait_ns;
 } lowconCollStats;
 
 // A reduction operator (`lowconSum`, ...). Float reductions accumulate in f32 in rank

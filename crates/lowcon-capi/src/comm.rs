@@ -341,6 +341,8 @@ pub unsafe extern "C" fn lowconCommGetStats(comm: lowconComm_t, stats: *mut lowc
             host_calls: s.host_calls,
             host_call_ns: s.host_call_ns,
             host_rendezvous_ns: s.host_rendezvous_ns,
+            mailbox_waits: s.mailbox_waits,
+            mailbox_wait_ns: s.mailbox_wait_ns,
         };
         // SAFETY: the caller's struct holds `size` bytes (contract), no more than `out`.
         unsafe { std::ptr::copy_nonoverlapping(std::ptr::addr_of!(out).cast::<u8>(), p.cast::<u8>(), size) };

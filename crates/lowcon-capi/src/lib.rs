@@ -272,6 +272,11 @@ pub struct lowconCollStats {
     pub host_calls: c_ulonglong,
     pub host_call_ns: c_ulonglong,
     pub host_rendezvous_ns: c_ulonglong,
+    /// Of the host rendezvous, the address mailbox's posts that waited for a peer to
+    /// read the entry they replace (this rank 8 calls of a channel ahead of that peer's
+    /// host), and their nanoseconds.
+    pub mailbox_waits: c_ulonglong,
+    pub mailbox_wait_ns: c_ulonglong,
 }
 
 struct Comm {

@@ -387,7 +387,8 @@ class HostTimes:
     """Host time inside every comm call, per kind ("all-gather", "all-gather allocate",
     ...): `wrap` is given to `Switch.set`. With a lowcon group, each call's time inside
     the library and in host rendezvous too (`Group.host_clock()`, NOTE [host time]): kinds
-    "all-gather library", "all-gather rendezvous", ...; the rest is the hook's own Python.
+    "all-gather library", "all-gather rendezvous", ..., and of the rendezvous the address
+    mailbox's post waits ("all-gather mailbox"); the rest is the hook's own Python.
     And what the library handed the driver (`lowcon.enqueue_clock()`, NOTE [enqueue
     clock]): "all-gather launch" (µs) and "all-gather launch calls", the same for memop,
     copy and event. `enqueued` replaces lowcon's clock (tests)."""
@@ -439,6 +440,8 @@ class HostTimes:
                         c1 = clock()
                         times[kind + " library"].append((c1[1] - c0[1]) / 1e3)
                         times[kind + " rendezvous"].append((c1[2] - c0[2]) / 1e3)
+                        if len(c1) > 3:
+                            times[kind + " mailbox"].append((c1[3] - c0[3]) / 1e3)
 
         return Timed()
 

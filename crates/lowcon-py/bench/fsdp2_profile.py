@@ -141,7 +141,7 @@ def format_profile(docs: Sequence[Dict[str, Any]]) -> str:
     rate]: GB/s (copies, GB, union ms) of the all-gather and the reduce-scatter, and their
     overlap), the slowest rank's all-gather rate shown."""
     head = ("shape", "tok/rank", "mode", "waits ms fwd/bwd/rs/final", "host µs AG", "host µs RS",
-            "AG / RS: library (rendezvous) µs", "AG copy GB/s (n, GB, ms)", "RS copy GB/s (n, GB, ms)",
+            "AG / RS: library (rendezvous) µs", "AG / RS rendezvous p90 (mailbox p90) µs", "AG copy GB/s (n, GB, ms)", "RS copy GB/s (n, GB, ms)",
             "AG|RS overlap ms")
     lines = []
     for d in docs:
@@ -157,9 +157,14 @@ def format_profile(docs: Sequence[Dict[str, Any]]) -> str:
             split = " / ".join(f"{_fmt(h[k + ' library']['median_us'], '.0f')} "
                                f"({_fmt(h[k + ' rendezvous']['median_us'], '.0f')})"
                                if k + " library" in h and k + " rendezvous" in h else "-" for k in KINDS)
+            # The tail: a rendezvous' p90, and of it the address mailbox's post waits
+            # (a rank 8 calls of a channel ahead of a peer's host).
+            tail = " / ".join(f"{_fmt(h[k + ' rendezvous']['p90_us'], '.0f')} "
+                              f"({_fmt(h[k + ' mailbox']['p90_us'], '.0f') if k + ' mailbox' in h else '-'})"
+                              if k + " rendezvous" in h else "-" for k in KINDS)
             ranks = [r for r in p.get("copies", []) if r]
             slow = min(ranks, key=lambda r: (r.get("all-gather") or {}).get("gbps") or 0.0) if ranks else {}
-            lines.append((d["shape"], str(d["tokens_per_rank"]), m, waits, host[0], host[1], split,
+            lines.append((d["shape"], str(d["tokens_per_rank"]), m, waits, host[0], host[1], split, tail,
                           _rate(slow.get("all-gather")), _rate(slow.get("reduce-scatter")),
                           _fmt(slow.get("overlap_ms"), ".1f")))
     if not lines:

@@ -395,6 +395,10 @@ def test_the_profile_table_shows_the_slowest_all_gather():
     doc["profile"]["lowcon"]["host_us"].update({"all-gather library": {"median_us": 80.0, "p90_us": 90.0},
                                                 "all-gather rendezvous": {"median_us": 0.0, "p90_us": 0.0}})
     assert "80 (0) / -" in fp.format_profile([doc]).splitlines()[-1]
+    # The rendezvous' tail, and of it the mailbox's post waits.
+    doc["profile"]["lowcon"]["host_us"].update({"all-gather rendezvous": {"median_us": 0.0, "p90_us": 700.0},
+                                                "all-gather mailbox": {"median_us": 0.0, "p90_us": 650.0}})
+    assert "700 (650) / -" in fp.format_profile([doc]).splitlines()[-1]
 
 
 def test_host_times_split_a_call_with_the_group_clock():
@@ -402,7 +406,7 @@ def test_host_times_split_a_call_with_the_group_clock():
 
     class Clock:
         def __init__(self):
-            self.now = [0, 0, 0]
+            self.now = [0, 0, 0, 0]
 
         def host_clock(self):
             return tuple(self.now)
@@ -410,11 +414,12 @@ def test_host_times_split_a_call_with_the_group_clock():
     g = Clock()
 
     def hook(*_a):
-        g.now = [g.now[0] + 1, g.now[1] + 40_000, g.now[2] + 15_000]
+        g.now = [g.now[0] + 1, g.now[1] + 40_000, g.now[2] + 15_000, g.now[3] + 12_000]
 
     t = fm.HostTimes(g)
     t.wrap(hook, "all-gather")()
     assert t.us["all-gather library"] == [40.0] and t.us["all-gather rendezvous"] == [15.0]
+    assert t.us["all-gather mailbox"] == [12.0]
     assert t.us["all-gather"][0] >= 0.0
     plain = fm.HostTimes()
     plain.wrap(hook, "reduce-scatter")()

@@ -497,6 +497,8 @@ impl Group {
         d.set_item("host_calls", s.host_calls)?;
         d.set_item("host_call_ns", s.host_call_ns)?;
         d.set_item("host_rendezvous_ns", s.host_rendezvous_ns)?;
+        d.set_item("mailbox_waits", s.mailbox_waits)?;
+        d.set_item("mailbox_wait_ns", s.mailbox_wait_ns)?;
         d.set_item("wire_replays", s.wire_replays)?;
         d.set_item("wire_captures", s.wire_captures)?;
         Ok(d)
@@ -504,8 +506,9 @@ impl Group {
 
     /// Where this rank's host time in collective calls went (NOTE [host time]): a tuple
     /// (calls, their nanoseconds from entry to return, the nanoseconds of host
-    /// rendezvous), read without a device call (cheap enough to read around every call).
-    fn host_clock(&self) -> PyResult<(u64, u64, u64)> {
+    /// rendezvous, of those the nanoseconds of the address mailbox's post waits), read
+    /// without a device call (cheap enough to read around every call).
+    fn host_clock(&self) -> PyResult<(u64, u64, u64, u64)> {
         self.with(|b| Ok(b.host_clock()))
     }
 

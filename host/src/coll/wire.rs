@@ -248,6 +248,12 @@ pub struct CollStats {
     pub host_calls: u64,
     pub host_call_ns: u64,
     pub host_rendezvous_ns: u64,
+    /// Of the host rendezvous, the address mailbox's posts that waited for a peer to
+    /// read the entry they replace (this rank `DEPTH` = 8 calls of a channel ahead of that
+    /// peer's host), and their nanoseconds: backpressure between the hosts, not an
+    /// exchange the call needed.
+    pub mailbox_waits: u64,
+    pub mailbox_wait_ns: u64,
     /// Eager split-wire reduce-scatters launched as a graph, and the captures made for
     /// them (NOTE [wire replays] in `coll::gpu`; 0 on the host backend).
     pub wire_replays: u64,
@@ -260,12 +266,14 @@ impl CollStats {
     /// (NOTE [host time] in `rendezvous`) filled in: what both backends' `stats()` report
     /// alike.
     pub(crate) fn with_host_time(self, core: &crate::rendezvous::GroupCore) -> Self {
-        let (host_calls, host_call_ns, host_rendezvous_ns) = core.clock.read();
+        let (host_calls, host_call_ns, host_rendezvous_ns, mailbox_wait_ns) = core.clock.read();
         Self {
             host_rendezvous: core.clock.rendezvous.load(std::sync::atomic::Ordering::Relaxed),
             host_calls,
             host_call_ns,
             host_rendezvous_ns,
+            mailbox_waits: core.clock.mailbox_waits.load(std::sync::atomic::Ordering::Relaxed),
+            mailbox_wait_ns,
             ..self
         }
     }

@@ -148,8 +148,9 @@ impl Group {
     }
 
     /// Where this rank's host time in collective calls went (NOTE [host time]):
-    /// (calls, their ns, the ns of host rendezvous), read without a device call.
-    pub fn host_clock(&self) -> (u64, u64, u64) {
+    /// (calls, their ns, the ns of host rendezvous, of those the ns of mailbox waits),
+    /// read without a device call.
+    pub fn host_clock(&self) -> (u64, u64, u64, u64) {
         match self {
             Group::Gpu(g) => g.host_clock(),
             Group::Host(g) => g.host_clock(),

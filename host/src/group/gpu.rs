@@ -238,8 +238,9 @@ impl GpuGroup {
     }
 
     /// Where this rank's host time in collective calls went (NOTE [host time]):
-    /// (calls, their ns, the ns of host rendezvous), read without a device call.
-    pub fn host_clock(&self) -> (u64, u64, u64) {
+    /// (calls, their ns, the ns of host rendezvous, of those the ns of mailbox waits),
+    /// read without a device call.
+    pub fn host_clock(&self) -> (u64, u64, u64, u64) {
         self.sync().core.clock.read()
     }
 

@@ -123,8 +123,8 @@ impl HostGroup {
     }
 
     /// Where this rank's host time in collective calls went (NOTE [host time]):
-    /// (calls, their ns, the ns of host rendezvous).
-    pub fn host_clock(&self) -> (u64, u64, u64) {
+    /// (calls, their ns, the ns of host rendezvous, of those the ns of mailbox waits).
+    pub fn host_clock(&self) -> (u64, u64, u64, u64) {
         self.core().clock.read()
     }
 

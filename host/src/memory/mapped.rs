@@ -30,8 +30,8 @@
 //! rank publishes, per channel and peer, the seq up to which it read every entry).
 //! Since the addresses are predicted (NOTE [addresses predicted]), a rank usually posts
 //! without waiting, and reads the peers' entries later, off the calling thread. A post
-//! that must wait (a peer `DEPTH` calls of the channel behind) is a host rendezvous and
-//! counts as one. `DEPTH` bounds how far a rank's host runs ahead of its peers' on a
+//! that must wait (a peer `DEPTH` calls of the channel behind) is a host rendezvous, and
+//! counts as one and as a mailbox wait (`stats()`). `DEPTH` bounds how far a rank's host runs ahead of its peers' on a
 //! channel, and so how much work its streams hold: with 64, `coll-mapped`'s two threads
 //! (channels 5 and 6, kernel sync) timed out at 4 ranks on 4x H200 (2026-11-27: a rank's
 //! verify wait on channel 6 never saw its word while a peer was 24 calls ahead; not
@@ -294,8 +294,9 @@ impl PeerMaps {
             let want = seq - DEPTH as u64;
             let behind = (0..self.world)
                 .any(|p| p != self.rank && self.consumed_of(p, channel, self.rank).load(Ordering::Acquire) < want);
-            // A wait for a peer's host: a host rendezvous (NOTE [host time]).
-            let _waiting = behind.then(|| core.clock.rendezvous());
+            // A wait for a peer's host: a host rendezvous, counted apart too (NOTE [host
+            // time]).
+            let _waiting = behind.then(|| core.clock.mailbox_wait());
             for p in (0..self.world).filter(|&p| p != self.rank) {
                 let w = self.consumed_of(p, channel, self.rank);
                 core.spin_until(

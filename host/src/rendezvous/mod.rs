@@ -128,20 +128,27 @@ impl Store for Shared {
 /// time the host rendezvous (blocking waits for the other ranks through the store or the
 /// address mailbox). What is left is the library's own work, mostly the launches and
 /// copies it enqueues; a binding's time is what its caller measures around the call,
-/// less the call's. Two clock reads per call and per wait.
+/// less the call's. Two clock reads per call and per wait. Of the rendezvous, the
+/// address mailbox's posts that waited (a rank `DEPTH` calls of a channel ahead of a
+/// peer's host, `memory::mapped`) are also counted apart: they are backpressure between
+/// the hosts, not an exchange the call needs.
 #[derive(Debug, Default)]
 pub(crate) struct HostClock {
     /// Host rendezvous, and the nanoseconds spent in them.
     pub(crate) rendezvous: AtomicU64,
     pub(crate) rendezvous_ns: AtomicU64,
+    /// Of those, the mailbox posts that waited for a peer's reading, and their ns.
+    pub(crate) mailbox_waits: AtomicU64,
+    pub(crate) mailbox_wait_ns: AtomicU64,
     /// Collective calls (all-gathers, reduce-scatters), and their nanoseconds.
     pub(crate) calls: AtomicU64,
     pub(crate) call_ns: AtomicU64,
 }
 
-/// Adds its lifetime to one of [`HostClock`]'s counters when dropped.
+/// Adds its lifetime to one or two of [`HostClock`]'s counters when dropped.
 pub(crate) struct Timed<'a> {
     ns: &'a AtomicU64,
+    also: Option<&'a AtomicU64>,
     start: std::time::Instant,
 }
 
@@ -149,6 +156,9 @@ impl Drop for Timed<'_> {
     fn drop(&mut self) {
         let ns = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.ns.fetch_add(ns, Ordering::Relaxed);
+        if let Some(also) = self.also {
+            also.fetch_add(ns, Ordering::Relaxed);
+        }
     }
 }
 
@@ -156,21 +166,29 @@ impl HostClock {
     /// A host rendezvous starts: counted now, timed until the guard drops.
     pub(crate) fn rendezvous(&self) -> Timed<'_> {
         self.rendezvous.fetch_add(1, Ordering::Relaxed);
-        Timed { ns: &self.rendezvous_ns, start: std::time::Instant::now() }
+        Timed { ns: &self.rendezvous_ns, also: None, start: std::time::Instant::now() }
+    }
+
+    /// A mailbox post waits for a peer's reading: a host rendezvous, also counted apart.
+    pub(crate) fn mailbox_wait(&self) -> Timed<'_> {
+        self.rendezvous.fetch_add(1, Ordering::Relaxed);
+        self.mailbox_waits.fetch_add(1, Ordering::Relaxed);
+        Timed { ns: &self.rendezvous_ns, also: Some(&self.mailbox_wait_ns), start: std::time::Instant::now() }
     }
 
     /// A collective call starts: counted now, timed until the guard drops.
     pub(crate) fn call(&self) -> Timed<'_> {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        Timed { ns: &self.call_ns, start: std::time::Instant::now() }
+        Timed { ns: &self.call_ns, also: None, start: std::time::Instant::now() }
     }
 
-    /// (calls, call ns, rendezvous ns).
-    pub(crate) fn read(&self) -> (u64, u64, u64) {
+    /// (calls, call ns, rendezvous ns, of which mailbox wait ns).
+    pub(crate) fn read(&self) -> (u64, u64, u64, u64) {
         (
             self.calls.load(Ordering::Relaxed),
             self.call_ns.load(Ordering::Relaxed),
             self.rendezvous_ns.load(Ordering::Relaxed),
+            self.mailbox_wait_ns.load(Ordering::Relaxed),
         )
     }
 }
@@ -595,6 +613,24 @@ impl GroupCore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mailbox_wait_is_a_rendezvous_counted_apart_too() {
+        let clock = HostClock::default();
+        {
+            let _r = clock.rendezvous();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        {
+            let _m = clock.mailbox_wait();
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        let (calls, call_ns, rdv_ns, mailbox_ns) = clock.read();
+        assert_eq!((calls, call_ns), (0, 0));
+        assert_eq!(clock.rendezvous.load(Ordering::Relaxed), 2);
+        assert_eq!(clock.mailbox_waits.load(Ordering::Relaxed), 1);
+        assert!(mailbox_ns >= 3_000_000 && rdv_ns >= mailbox_ns + 2_000_000, "{rdv_ns} {mailbox_ns}");
+    }
 
     #[test]
     fn a_store_timeout_names_the_first_missing_rank() {

@@ -299,14 +299,17 @@ class Group:
         host time of collective calls goes (NOTE [host time]): host_calls, host_call_ns (from
         entry to return in the library) and host_rendezvous_ns (of those, and of the group's
         creation, the blocking waits for other ranks); a hook's own time is what the caller
-        measures around the call, less host_call_ns. And wire_replays and wire_captures:
+        measures around the call, less host_call_ns. Of the rendezvous, mailbox_waits and
+        mailbox_wait_ns: the address mailbox's posts that waited for a peer to read the entry
+        they replace (this rank 8 calls of a channel ahead of that peer's host: backpressure
+        between the hosts, not an exchange the call needed). And wire_replays and wire_captures:
         eager bf16-wire reduce-scatters launched as one graph, and the captures made for
         them (`set_wire_replays`)."""
         return self._g.stats()
 
     def host_clock(self):
-        """(host_calls, host_call_ns, host_rendezvous_ns) of `stats()`, read without a device
-        call: cheap enough to read around every call, to split a caller's time per call
+        """(host_calls, host_call_ns, host_rendezvous_ns, mailbox_wait_ns) of `stats()`, read
+        without a device call: cheap enough to read around every call, to split a caller's time per call
         into its own, the library's and the rendezvous' (NOTE [host time])."""
         return self._g.host_clock()
 
