@@ -31,11 +31,12 @@
 //! Since the addresses are predicted (NOTE [addresses predicted]), a rank usually posts
 //! without waiting, and reads the peers' entries later, off the calling thread. A post
 //! that must wait (a peer `DEPTH` calls of the channel behind) is a host rendezvous, and
-//! counts as one and as a mailbox wait (`stats()`). `DEPTH` bounds how far a rank's host runs ahead of its peers' on a
-//! channel, and so how much work its streams hold: with 64, `coll-mapped`'s two threads
-//! (channels 5 and 6, kernel sync) timed out at 4 ranks on 4x H200 (2026-11-27: a rank's
-//! verify wait on channel 6 never saw its word while a peer was 24 calls ahead; not
-//! analysed further), so it stays 8.
+//! counts as one and as a mailbox wait (`stats()`). `DEPTH` bounds how far a rank's host
+//! runs ahead of its peers' on a channel, and so how much work its streams hold: with
+//! 64, `coll-mapped`'s two threads (channels 5 and 6, kernel sync) timed out at 4 ranks
+//! on 4x H200 (2026-11-27: a rank's verify wait on channel 6 never saw its word while a
+//! peer was 24 calls ahead; not analysed further; the same case also timed out once in 5
+//! runs with 8), so it stays 8.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
