@@ -19,14 +19,43 @@ fn fonts() {
     let _ = register_font("sans-serif", FontStyle::Normal, FONT);
 }
 
-fn human(bytes: f64) -> String {
-    let b = bytes.round() as u64;
-    match b {
-        b if b >= 1 << 30 => format!("{}G", b >> 30),
-        b if b >= 1 << 20 => format!("{}M", b >> 20),
-        b if b >= 1 << 10 => format!("{}K", b >> 10),
-        b => format!("{b}"),
+/// A byte count in binary units, as the size axis and captions show it: K = 1024,
+/// M = 1024^2, G = 1024^3, the largest unit the count reaches; a whole number of that
+/// unit prints bare (64K, 512K, 4M, 3M), anything else with one decimal (100000 bytes is
+/// 97.7K), and below 1K the bytes themselves.
+pub fn binary_size(bytes: u64) -> String {
+    let (unit, suffix) = match bytes {
+        b if b >= 1 << 30 => (1u64 << 30, "G"),
+        b if b >= 1 << 20 => (1 << 20, "M"),
+        b if b >= 1 << 10 => (1 << 10, "K"),
+        b => return format!("{b}"),
+    };
+    if bytes.is_multiple_of(unit) {
+        return format!("{}{suffix}", bytes / unit);
     }
+    let s = format!("{:.1}", bytes as f64 / unit as f64);
+    format!("{}{suffix}", s.strip_suffix(".0").unwrap_or(&s))
+}
+
+/// The most size-axis labels a sweep panel shows.
+pub const MAX_SIZE_TICKS: usize = 12;
+
+/// Where a sweep panel's log-scale size axis is labelled: at the sizes measured (sorted,
+/// once each, zero left out) when there are at most `max` of them; else at every k-th
+/// power of two among them (every k-th size when none is a power of two), k the least
+/// that keeps the count within `max`, starting from the smallest.
+pub fn size_ticks(sizes: &[u64], max: usize) -> Vec<u64> {
+    let mut all: Vec<u64> = sizes.iter().copied().filter(|&s| s > 0).collect();
+    all.sort_unstable();
+    all.dedup();
+    let max = max.max(1);
+    if all.len() <= max {
+        return all;
+    }
+    let pow2: Vec<u64> = all.iter().copied().filter(|s| s.is_power_of_two()).collect();
+    let from = if pow2.is_empty() { all } else { pow2 };
+    let k = from.len().div_ceil(max);
+    from.into_iter().step_by(k).collect()
 }
 
 /// Image formats the bitmap backend can encode (plotters-bitmap's `image` features).
@@ -86,17 +115,23 @@ fn draw_sweeps(path: &Path, rows: &[SweepRow], overlap: &[OverlapRow]) -> Res<()
         let xmax = mine.iter().map(|r| r.size as f64).fold(0.0, f64::max).max(xmin * 2.0);
         let ymax = mine.iter().map(|r| r.busbw_gbs).fold(0.0, f64::max).max(1e-3) * 1.1;
         let ranks = mine.first().map_or(0, |r| r.ranks);
+        // Labels at the (power-of-two) sizes measured, not at plotters' powers of ten;
+        // a light grid line at every size measured.
+        let sizes: Vec<u64> = mine.iter().map(|r| r.size as u64).collect();
+        let ticks: Vec<f64> = size_ticks(&sizes, MAX_SIZE_TICKS).into_iter().map(|s| s as f64).collect();
+        let grid: Vec<f64> = size_ticks(&sizes, usize::MAX).into_iter().map(|s| s as f64).collect();
+        let x = (xmin..xmax).log_scale().with_key_points(ticks).with_light_points(grid);
         let mut chart = ChartBuilder::on(area)
             .caption(format!("{bench}: bus bandwidth, {ranks} ranks"), ("sans-serif", 24))
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(60)
-            .build_cartesian_2d((xmin..xmax).log_scale(), 0.0..ymax)?;
+            .build_cartesian_2d(x, 0.0..ymax)?;
         chart
             .configure_mesh()
             .x_desc("size per rank (bytes)")
             .y_desc("busbw (GB/s)")
-            .x_label_formatter(&|x| human(*x))
+            .x_label_formatter(&|x| binary_size(x.round() as u64))
             .label_style(("sans-serif", 14))
             .draw()?;
         for (i, (label, pts)) in series.iter().enumerate() {
@@ -192,7 +227,7 @@ fn draw_saturated_into(path: &Path, rows: &[SaturatedRow]) -> Res<()> {
                 format!(
                     "{}, {} shards, {} ranks: GEMM slowdown vs collective bandwidth kept",
                     bench.trim_start_matches("saturated-"),
-                    human(*shard as f64),
+                    binary_size(*shard as u64),
                     pts.first().map_or(0, |r| r.ranks)
                 ),
                 ("sans-serif", 22),
@@ -322,6 +357,128 @@ mod tests {
         assert_eq!(p.len(), 1);
         assert!(draw_saturated(Path::new("/nonexistent-dir/x.png"), &rows).is_err());
         assert!(draw_saturated(Path::new("x.png"), &[]).is_err());
+    }
+
+    const K: u64 = 1 << 10;
+    const M: u64 = 1 << 20;
+    const G: u64 = 1 << 30;
+
+    fn labels(ticks: &[u64]) -> Vec<String> {
+        ticks.iter().map(|&t| binary_size(t)).collect()
+    }
+
+    /// `from`, `from * factor`, ... up to `to`.
+    fn sweep(from: u64, to: u64, factor: u64) -> Vec<u64> {
+        std::iter::successors(Some(from), |&s| Some(s * factor)).take_while(|&s| s <= to).collect()
+    }
+
+    #[test]
+    fn sizes_are_labelled_in_binary_units() {
+        assert_eq!(binary_size(K), "1K");
+        assert_eq!(binary_size(64 * K), "64K");
+        assert_eq!(binary_size(512 * K), "512K");
+        assert_eq!(binary_size(4 * M), "4M");
+        assert_eq!(binary_size(32 * M), "32M");
+        assert_eq!(binary_size(G), "1G");
+        assert_eq!(binary_size(3 * G), "3G");
+        // Whole multiples that are not powers of two print bare too.
+        assert_eq!(binary_size(3 * M), "3M");
+        assert_eq!(binary_size(1000 * K), "1000K");
+        // The rest: one decimal, never a truncated whole (the old labels said 97K).
+        assert_eq!(binary_size(100_000), "97.7K");
+        assert_eq!(binary_size(1536 * K), "1.5M");
+        assert_eq!(binary_size(M - 1), "1024K");
+        assert_eq!(binary_size(3 * M + 1), "3M");
+        assert_eq!(binary_size(1023), "1023");
+        assert_eq!(binary_size(0), "0");
+    }
+
+    #[test]
+    fn the_size_axis_is_labelled_at_the_sizes_measured() {
+        // `bench quick`'s sweep: 64K to 64M by 8, measured by two series, in any order.
+        let quick = sweep(64 * K, 64 * M, 8);
+        let mut both = quick.clone();
+        both.extend(quick.iter().rev());
+        let ticks = size_ticks(&both, MAX_SIZE_TICKS);
+        assert_eq!(ticks, quick);
+        assert_eq!(labels(&ticks), ["64K", "512K", "4M", "32M"]);
+        assert_eq!(labels(&size_ticks(&[K], MAX_SIZE_TICKS)), ["1K"]);
+        // Few sizes: each measured size is labelled, power of two or not.
+        assert_eq!(labels(&size_ticks(&[5 * M, 3 * M, 100_000], MAX_SIZE_TICKS)), ["97.7K", "3M", "5M"]);
+        // A zero size has no place on a log axis; no room for labels still gives one.
+        assert_eq!(size_ticks(&[0, 4 * K], MAX_SIZE_TICKS), [4 * K]);
+        assert_eq!(size_ticks(&[K, 2 * K], 0), [K]);
+        assert!(size_ticks(&[], MAX_SIZE_TICKS).is_empty());
+    }
+
+    #[test]
+    fn a_long_sweep_is_labelled_at_some_of_its_powers_of_two() {
+        let long = sweep(K, G, 2);
+        assert_eq!(long.len(), 21);
+        let ticks = size_ticks(&long, MAX_SIZE_TICKS);
+        assert!(ticks.len() <= MAX_SIZE_TICKS && ticks.len() >= MAX_SIZE_TICKS / 2, "{ticks:?}");
+        assert!(ticks.iter().all(|t| t.is_power_of_two() && long.contains(t)), "{ticks:?}");
+        assert_eq!(labels(&ticks), ["1K", "4K", "16K", "64K", "256K", "1M", "4M", "16M", "64M", "256M", "1G"]);
+        for max in 1..=30 {
+            let t = size_ticks(&long, max);
+            assert!(!t.is_empty() && t.len() <= max, "max {max}: {t:?}");
+            assert!(t.windows(2).all(|w| w[0] < w[1]), "max {max}: {t:?}");
+        }
+        // Many sizes, some not powers of two: only the powers of two are labelled.
+        let mut mixed = long.clone();
+        mixed.extend(long.iter().map(|s| s * 3));
+        let ticks = size_ticks(&mixed, MAX_SIZE_TICKS);
+        assert_eq!(ticks, size_ticks(&long, MAX_SIZE_TICKS));
+        // Many sizes and no power of two among them: every k-th size.
+        let threes: Vec<u64> = (1..=30).map(|i| 3 * i * K).collect();
+        let ticks = size_ticks(&threes, 10);
+        assert_eq!(ticks.len(), 10);
+        assert!(ticks.iter().all(|t| threes.contains(t)));
+        assert_eq!(ticks[..3], [3 * K, 12 * K, 21 * K]);
+    }
+
+    fn sweep_row(bench: &str, implementation: &str, size: u64, busbw_gbs: f64) -> SweepRow {
+        SweepRow {
+            bench: bench.into(),
+            implementation: implementation.into(),
+            algorithm: "ring".into(),
+            sync: "kernel".into(),
+            ctas: None,
+            pipeline: None,
+            ranks: 4,
+            dtype: "f32".into(),
+            op: None,
+            size: size as usize,
+            total: 4 * size as usize,
+            count: size as usize / 4,
+            time_us: 10.0,
+            algbw_gbs: busbw_gbs,
+            busbw_gbs,
+            wrong: Some(0),
+            graph: false,
+            host_us: None,
+            wire: None,
+            wire_busbw_gbs: None,
+        }
+    }
+
+    #[test]
+    fn a_sweep_plot_draws_with_its_own_size_labels() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut rows = Vec::new();
+        for (i, &s) in sweep(64 * K, 64 * M, 8).iter().enumerate() {
+            rows.push(sweep_row("all-gather", "lowcon", s, 1.0 + i as f64));
+            rows.push(sweep_row("all-gather", "nccl", s, 2.0 + i as f64));
+        }
+        for (i, &s) in sweep(K, G, 2).iter().enumerate() {
+            rows.push(sweep_row("reduce-scatter", "lowcon", s, i as f64));
+        }
+        rows.push(sweep_row("reduce-scatter", "nccl", 3 * M, 5.0));
+        let wrote = draw(&tmp.path().join("sweep.png"), &rows, &[]).unwrap();
+        assert!(std::fs::metadata(&wrote).unwrap().len() > 0);
+        // One size only: the axis spans it and twice it, labelled at it.
+        let one = draw(&tmp.path().join("one.png"), &rows[..1], &[]).unwrap();
+        assert!(one.is_file());
     }
 
     #[test]
