@@ -32,7 +32,10 @@ pub use coll::{
     HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
 };
 pub use error::{Error, Result};
-pub use group::{Buffer, CollBufs, GpuGroup, GpuGroupOptions, Group, HostGroup, HostGroupOptions};
+pub use group::{
+    Buffer, Call, CollBufs, GpuGroup, GpuGroupOptions, Group, HostGroup, HostGroupOptions, Memory, NoSymmetric, RawBuf,
+    Registry, Symmetric,
+};
 pub use memory::mapped::MAX_OPEN_PER_PEER as MAX_PEER_MAPPINGS;
 pub use memory::pool::{Fingerprint, Pool, PoolBlock, PoolStats};
 pub use memory::{HandleKind, HostBuffer, SymmetricBuffer};

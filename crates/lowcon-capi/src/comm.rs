@@ -256,9 +256,7 @@ pub unsafe extern "C" fn lowconMemAlloc(comm: lowconComm_t, size: usize, ptr: *m
     guard(|| {
         let c = lookup(comm)?;
         out_ptr(ptr, "ptr")?;
-        let region = c.group.alloc(size)?;
-        let base = region.base_addr() as *mut c_void;
-        c.mem.write().unwrap_or_else(|p| p.into_inner()).push(region);
+        let base = c.mem.add(c.group.alloc(size)?) as *mut c_void;
         write_out(ptr, "ptr", base)
     })
 }
@@ -274,11 +272,17 @@ pub unsafe extern "C" fn lowconMemAlloc(comm: lowconComm_t, size: usize, ptr: *m
 pub unsafe extern "C" fn lowconMemFree(comm: lowconComm_t, ptr: *mut c_void) -> lowconResult_t {
     guard(|| {
         let c = lookup(comm)?;
-        let mut mem = c.mem.write().unwrap_or_else(|p| p.into_inner());
-        let i = mem.iter().position(|r| r.base_addr() == ptr as usize).ok_or_else(|| {
-            invalid(format!("rank {}: {ptr:p} is not a lowconMemAlloc buffer of this communicator", c.rank()))
-        })?;
-        Ok(mem.remove(i).close()?)
+        match c.mem.remove(ptr as usize) {
+            None => {
+                Err(invalid(format!("rank {}: {ptr:p} is not a lowconMemAlloc buffer of this communicator", c.rank())))
+            }
+            Some(Ok(buffer)) => Ok(buffer.close()?),
+            // Against the contract: released when that call drops it.
+            Some(Err(_)) => Err(invalid(format!(
+                "rank {}: {ptr:p} is in use by a collective on another thread; it is released when that call returns",
+                c.rank()
+            ))),
+        }
     })
 }
 

@@ -23,12 +23,12 @@ use std::collections::BTreeMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_ulonglong, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use lowcon::cuda::Stream;
 use lowcon::{
-    AllGatherAlgorithm, Buffer, CollBufs, DType, DeviceBuf, Error, GpuGroup, GpuGroupOptions, Group, HostGroup,
-    HostGroupOptions, HostInput, ReduceOp, ReduceScatterAlgorithm, SyncMethod,
+    AllGatherAlgorithm, Call, DType, Error, GpuGroup, GpuGroupOptions, Group, HostGroup, HostGroupOptions, Memory,
+    RawBuf, ReduceOp, ReduceScatterAlgorithm, Registry, SyncMethod,
 };
 
 // In this order, which is the header's (cbindgen follows the declarations).
@@ -281,9 +281,9 @@ pub struct lowconCollStats {
 
 struct Comm {
     group: Group,
-    /// Symmetric allocations (`lowconMemAlloc`); collectives hold the read side while
-    /// they use one.
-    mem: RwLock<Vec<Buffer>>,
+    /// Symmetric allocations (`lowconMemAlloc`): collectives on memory inside one run
+    /// without staging (the library's lookup, NOTE [one dispatch]).
+    mem: Registry,
 }
 
 impl Comm {
@@ -581,5 +581,5 @@ fn options<A: std::str::FromStr<Err = Error> + Default>(
 }
 
 fn make_comm(group: Group) -> Comm {
-    Comm { group, mem: RwLock::new(Vec::new()) }
+    Comm { group, mem: Registry::default() }
 }

@@ -2,7 +2,7 @@
 //! the building blocks of fused tensor-parallel ops (docs/algorithms.md, "Fused tensor
 //! parallelism").
 
-use super::collectives::{Which, collective};
+use super::collectives::{all_gather, collective};
 use super::*;
 
 /// Opaque arrivals (never defined: handles are ids, as communicators are).
@@ -90,9 +90,9 @@ pub unsafe extern "C" fn lowconAllGatherArrivals(
 ) -> lowconResult_t {
     guard(|| {
         lookup(comm)?;
-        let which = Which::AllGatherArrivals(arrivals_of(arrivals)?);
+        let a = arrivals_of(arrivals)?;
         // SAFETY: forwarded from the caller.
-        unsafe { collective(sendbuff, recvbuff, sendcount, datatype, which, comm, stream, opts) }
+        unsafe { all_gather(sendbuff, recvbuff, sendcount, datatype, comm, stream, opts, Some(&a.inner)) }
     })
 }
 
@@ -165,10 +165,32 @@ pub unsafe extern "C" fn lowconReduceScatterReleased(
     user: *mut c_void,
 ) -> lowconResult_t {
     guard(|| {
-        lookup(comm)?;
+        let c = lookup(comm)?;
         let produce = produce.ok_or_else(|| invalid("produce is NULL"))?;
-        let which = Which::Released(red_op(op)?, produce, user);
+        let op = red_op(op)?;
+        let (o, recv_type) = options::<ReduceScatterAlgorithm>(opts)?;
+        let (rank, user) = (c.rank(), User(user));
+        let call = move |d: usize| -> lowcon::Result<()> {
+            let user = &user;
+            // SAFETY: the caller's callback and its pointer (contract of the entry point).
+            match unsafe { produce(d as c_int, user.0) } {
+                lowconSuccess => Ok(()),
+                code => Err(Error::InvalidArgument(format!(
+                    "rank {rank}: the producer of chunk {d} returned {code:?}; the communicator is aborted (peers \
+                     wait for this rank's chunks)"
+                ))),
+            }
+        };
+        let call = Call::Released(op, o, Box::new(call));
         // SAFETY: forwarded from the caller.
-        unsafe { collective(sendbuff, recvbuff, recvcount, datatype, which, comm, stream, opts) }
+        unsafe { collective(&c, sendbuff, recvbuff, recvcount, datatype, recv_type, call, stream) }
     })
 }
+
+/// The producer's user pointer, handed to the library's call (which calls the producer
+/// on the calling thread, during the call).
+struct User(*mut c_void);
+
+// SAFETY: the library calls the producer only during `lowconReduceScatterReleased`, on
+// the caller's thread; the pointer is the caller's, passed back as it came.
+unsafe impl Send for User {}

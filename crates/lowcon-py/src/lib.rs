@@ -30,7 +30,7 @@ use pyo3::prelude::*;
 use crate::backend::{Backend, is_gpu, join, sync_method};
 use crate::channels::Channels;
 
-use call::{Hints, Which, options};
+use call::{Hints, options};
 use errors::{invalid, to_py};
 use lowcon::cuda::Stream;
 use lowcon::{DType, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions, ReduceOp};
@@ -190,7 +190,7 @@ impl Group {
         )?;
         opts.traffic = traffic;
         let arrivals = arrivals.map(|a| a.inner.clone());
-        self.collective(py, output, input, Which::AllGather(opts, arrivals), stream, on_current)
+        self.collective(py, output, input, lowcon::Call::AllGather(opts, arrivals.as_deref()), stream, on_current)
     }
 
     /// Events an all-gather records as each rank's piece lands (GPU backend).
@@ -222,7 +222,23 @@ impl Group {
         let op: ReduceOp = op.parse().map_err(to_py)?;
         let hints = Hints { context: "tp", bf16_exact: false };
         let opts = options("auto", ("auto", "auto"), ctas, None, channel, false, Some(false), (None, "auto"), hints)?;
-        self.collective(py, output, input, Which::Released(op, opts, produce), stream, on_current)
+        // The producer is Python: its exception is kept here and raised as it is, not as
+        // the library's error.
+        let raised: Arc<Mutex<Option<PyErr>>> = Arc::new(Mutex::new(None));
+        let (rank, kept) = (self.rank, raised.clone());
+        let call = move |d: usize| -> lowcon::Result<()> {
+            Python::attach(|py| produce.bind(py).call1((d,)).map(|_| ())).map_err(|e| {
+                let msg = format!("rank {rank}: the producer of chunk {d} raised: {e}");
+                *kept.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                lowcon::Error::InvalidArgument(msg)
+            })
+        };
+        let call = lowcon::Call::Released(op, opts, Box::new(call));
+        let done = self.collective(py, output, input, call, stream, on_current);
+        match (done, raised.lock().unwrap_or_else(|p| p.into_inner()).take()) {
+            (Err(_), Some(e)) => Err(e),
+            (r, _) => r,
+        }
     }
 
     /// Reduce-scatter into `output` from `input` (world x output elements), with `op`
@@ -268,7 +284,7 @@ impl Group {
             Hints { context, bf16_exact },
         )?;
         opts.traffic = traffic;
-        self.collective(py, output, input, Which::ReduceScatter(op, opts), stream, on_current)
+        self.collective(py, output, input, lowcon::Call::ReduceScatter(op, opts), stream, on_current)
     }
 
     /// The traffic floor of a collective (`kind` "all-gather" or "reduce-scatter"): the
@@ -295,7 +311,7 @@ impl Group {
                 )));
             }
         };
-        self.collective(py, output, input, Which::Traffic(ag, 0), stream, on_current)
+        self.collective(py, output, input, lowcon::Call::Traffic(ag), stream, on_current)
     }
 
     /// Raises the group's failure (a dead or late peer, naming the rank), if any,

@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use crate::Backend;
 use crate::dlpack::{DLDevice, DLManagedTensor, DLTensor, dl_dtype};
 use lowcon::cuda::{Device, Event, Stream};
-use lowcon::{Buffer, DType, HostBuffer, Pool, PoolStats, SymmetricBuffer};
+use lowcon::{Buffer, DType, Pool, PoolStats};
 
 /// Collectives on pool memory between fingerprint checks (`LOWCON_POOL_CHECK_EVERY`).
 fn check_every() -> u64 {
@@ -34,21 +34,6 @@ fn segment_min() -> usize {
 pub(crate) struct GroupPool {
     pool: Pool<Arc<Buffer>, Arc<Event>>,
     device: Option<Device>,
-}
-
-/// Where a collective's buffer lies in the pool: the segment and the offset.
-pub(crate) struct Found(Arc<Buffer>, usize);
-
-impl Found {
-    /// The device segment and offset, if the pool is on GPUs.
-    pub(crate) fn gpu(&self) -> Option<(&SymmetricBuffer, usize)> {
-        self.0.as_gpu().map(|b| (b, self.1))
-    }
-
-    /// The host segment and offset, if the pool is in host memory.
-    pub(crate) fn host(&self) -> Option<(&HostBuffer, usize)> {
-        self.0.as_host().map(|b| (b, self.1))
-    }
 }
 
 impl GroupPool {
@@ -173,9 +158,9 @@ impl GroupPool {
         })
     }
 
-    /// The pool segment holding `bytes` at `ptr`, if any.
-    pub(crate) fn find(&self, ptr: u64, bytes: usize) -> Option<Found> {
-        self.pool.find(ptr, bytes).map(|(s, o)| Found(s, o))
+    /// The pool as the library's lookup of symmetric memory (NOTE [one dispatch]).
+    pub(crate) fn symmetric(&self) -> &Pool<Arc<Buffer>, Arc<Event>> {
+        &self.pool
     }
 
     /// N of the fingerprint checks (every N-th collective on pool memory).

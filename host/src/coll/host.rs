@@ -159,7 +159,7 @@ impl HostColl {
         &self,
         input: HostInput<'_>,
         output: &mut [u8],
-        dtype: DType,
+        (dtype, output_dtype): (DType, DType),
         opts: &AllGatherOptions,
     ) -> Result<()> {
         // NOTE [host time]: the whole call, timed.
@@ -170,9 +170,9 @@ impl HostColl {
         no_traffic(rank, opts.traffic)?;
         input.check(rank)?;
         let n_in = elems(rank, "all-gather input", input.len(), dtype)?;
-        let n_out = elems(rank, "all-gather output", output.len(), dtype)?;
+        let n_out = elems(rank, "all-gather output", output.len(), output_dtype)?;
         no_wire(rank, (opts.wire, opts.reduce_launch), dtype)?;
-        let shard = check_all_gather(rank, world, (n_in, dtype), (n_out, dtype))?;
+        let shard = check_all_gather(rank, world, (n_in, dtype), (n_out, output_dtype))?;
         if shard == 0 {
             return Ok(());
         }

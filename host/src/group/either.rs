@@ -332,14 +332,8 @@ impl Group {
     pub fn all_gather(&self, bufs: CollBufs<'_>, opts: &AllGatherOptions) -> Result<()> {
         match (self, bufs) {
             (Group::Gpu(g), CollBufs::Gpu { input, output, stream }) => g.all_gather(input, output, stream, opts),
-            (Group::Host(g), CollBufs::Host { input, output, dtypes: (i, o) }) => {
-                if i != o {
-                    return Err(Error::InvalidArgument(format!(
-                        "rank {}: all-gather input is {i} but output is {o}",
-                        g.rank()
-                    )));
-                }
-                g.all_gather(input, output, o, opts)
+            (Group::Host(g), CollBufs::Host { input, output, dtypes }) => {
+                g.all_gather_typed(input, output, dtypes, opts)
             }
             (_, bufs) => Err(self.mismatch(&bufs)),
         }
@@ -361,10 +355,13 @@ impl Group {
 
     /// The refusal of a call whose buffers are of the other backend.
     fn mismatch(&self, bufs: &CollBufs<'_>) -> Error {
-        let theirs = match bufs {
-            CollBufs::Gpu { .. } => "device buffers and a stream",
-            CollBufs::Host { .. } => "host memory",
-        };
+        self.mismatched(matches!(bufs, CollBufs::Gpu { .. }))
+    }
+
+    /// The refusal of a call with device buffers (`device`) or host memory on a group
+    /// of the other backend.
+    pub(super) fn mismatched(&self, device: bool) -> Error {
+        let theirs = if device { "device buffers and a stream" } else { "host memory" };
         Error::InvalidArgument(format!(
             "rank {}: a collective with {theirs} on a group of the {} backend",
             self.rank(),

@@ -194,7 +194,19 @@ impl HostGroup {
         dtype: DType,
         opts: &AllGatherOptions,
     ) -> Result<()> {
-        self.coll.all_gather(input, output, dtype, opts)
+        self.coll.all_gather(input, output, (dtype, dtype), opts)
+    }
+
+    /// [`Self::all_gather`] with the input's and the output's element types, as a
+    /// binding gets them (they must be the same: the collective refuses others).
+    pub fn all_gather_typed(
+        &self,
+        input: HostInput<'_>,
+        output: &mut [u8],
+        dtypes: (DType, DType),
+        opts: &AllGatherOptions,
+    ) -> Result<()> {
+        self.coll.all_gather(input, output, dtypes, opts)
     }
 
     /// Reduce-scatter: `output` (`n` elements) receives `op` over all ranks of their

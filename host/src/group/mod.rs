@@ -3,12 +3,16 @@
 //! - `gpu`: [`GpuGroup`], one GPU per rank, NVLink-mapped symmetric memory;
 //! - `host`: [`HostGroup`], CPU shared memory (CI, and machines without GPUs);
 //! - `either`: [`Group`], either of them, for code that serves both (NOTE [either
-//!   backend]).
+//!   backend]);
+//! - `call`: [`Group::call`], one collective call as a binding hands it over, checked
+//!   and dispatched once for both bindings (NOTE [one dispatch]).
 
+pub(crate) mod call;
 pub(crate) mod either;
 pub(crate) mod gpu;
 pub(crate) mod host;
 
+pub use call::{Call, Memory, NoSymmetric, RawBuf, Registry, Symmetric};
 pub use either::{Buffer, CollBufs, Group};
 pub use gpu::{GpuGroup, GpuGroupOptions};
 pub use host::{HostGroup, HostGroupOptions};

@@ -344,6 +344,13 @@ pub trait Segment {
     }
 }
 
+/// The offset of `[ptr, ptr + bytes)` in `segment`, if it lies inside: the one test of
+/// every lookup of symmetric memory (the pool's, and `group::Registry`'s).
+pub(crate) fn holds(segment: &impl Segment, ptr: u64, bytes: usize) -> Option<usize> {
+    let (base, len) = (segment.base(), segment.len() as u64);
+    (ptr >= base && ptr.checked_add(bytes as u64)? <= base.checked_add(len)?).then(|| (ptr - base) as usize)
+}
+
 /// A block handed out by [`Pool::alloc`].
 #[derive(Debug)]
 pub struct PoolBlock<E> {
@@ -502,10 +509,7 @@ impl<S: Segment + Clone, E: Clone> Pool<S, E> {
     /// The segment holding `bytes` at this rank's address `ptr`, and the offset in it.
     pub fn find(&self, ptr: u64, bytes: usize) -> Option<(S, usize)> {
         let st = self.lock();
-        st.segments.iter().flatten().find_map(|s| {
-            let (base, len) = (s.base(), s.len() as u64);
-            (ptr >= base && ptr.checked_add(bytes as u64)? <= base + len).then(|| (s.clone(), (ptr - base) as usize))
-        })
+        st.segments.iter().flatten().find_map(|s| holds(s, ptr, bytes).map(|off| (s.clone(), off)))
     }
 
     /// Collective: gives back the segments that are wholly free on every rank, and
