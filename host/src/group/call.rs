@@ -314,7 +314,7 @@ mod tests {
             assert!(e.contains("rank 0: ") && e.contains(what) && e.contains("host backend"), "{e}");
         }
         // The collective's own checks, made once: an all-gather's types must agree.
-        let halves = vec![0u16; 64];
+        let halves = [0u16; 64];
         let bf16 = RawBuf { ptr: halves.as_ptr() as u64, count: 64, dtype: DType::Bf16 };
         // SAFETY: as above.
         let e = unsafe { g.call(ag(), raw(&input), bf16, Memory::Host, &NoSymmetric) }.unwrap_err().to_string();
