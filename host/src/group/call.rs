@@ -219,23 +219,25 @@ impl Group {
             }
             (_, memory) => return Err(self.mismatched(matches!(memory, Memory::Device(_)))),
         };
-        match (call, bufs) {
-            // A host call is synchronous: every piece is in place when it returns.
-            (Call::AllGather(opts, None), bufs) => self.all_gather(bufs, &opts),
-            (Call::ReduceScatter(op, opts), bufs) => self.reduce_scatter(bufs, op, &opts),
-            (call, CollBufs::Gpu { input, output, stream }) => {
-                let g = self.gpu("this call")?;
-                match call {
-                    Call::AllGather(opts, Some(a)) => g.all_gather_arrivals(input, output, stream, &opts, a),
-                    Call::Released(op, opts, mut produce) => {
-                        g.reduce_scatter_released(input, output, op, stream, &opts, &mut *produce)
-                    }
-                    Call::Traffic(true) => g.all_gather_traffic(input, output, stream),
-                    Call::Traffic(false) => g.reduce_scatter_traffic(input, output, stream),
-                    Call::AllGather(_, None) | Call::ReduceScatter(..) => unreachable!("dispatched above"),
+        // Straight to the collective (binding, group, collective: NOTE [one dispatch]).
+        match (self, call, bufs) {
+            (Group::Gpu(g), call, CollBufs::Gpu { input, output, stream }) => match call {
+                Call::AllGather(opts, arrivals) => g.coll.all_gather(input, output, stream, &opts, arrivals),
+                Call::ReduceScatter(op, opts) => g.coll.reduce_scatter(input, output, op, stream, &opts),
+                Call::Released(op, opts, mut produce) => {
+                    g.coll.reduce_scatter_released(input, output, op, stream, &opts, &mut *produce)
                 }
+                Call::Traffic(true) => g.coll.all_gather_traffic(input, output, stream),
+                Call::Traffic(false) => g.coll.reduce_scatter_traffic(input, output, stream),
+            },
+            // A host call is synchronous: every piece is in place when it returns.
+            (Group::Host(g), Call::AllGather(opts, _), CollBufs::Host { input, output, dtypes }) => {
+                g.coll.all_gather(input, output, dtypes, &opts)
             }
-            (_, CollBufs::Host { .. }) => unreachable!("a GPU-only call on a host group is refused above"),
+            (Group::Host(g), Call::ReduceScatter(op, opts), CollBufs::Host { input, output, dtypes }) => {
+                g.coll.reduce_scatter(input, output, dtypes, op, &opts)
+            }
+            _ => unreachable!("buffers of the group's backend, GPU-only calls refused on host groups (above)"),
         }
     }
 }

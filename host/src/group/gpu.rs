@@ -56,7 +56,7 @@ impl Default for GpuGroupOptions {
 pub struct GpuGroup {
     // Dropped first: stops the watchdog before any of the group's memory is released.
     _watchdog: Watchdog,
-    coll: GpuColl,
+    pub(super) coll: GpuColl,
     /// The store this rank hosts (torchrun mode), dropped last.
     _store_server: Option<Arc<lowcon_store::StoreServer>>,
     /// Some ranks share a GPU (`LOWCON_SHARE_GPU`).

@@ -34,7 +34,7 @@ impl Default for HostGroupOptions {
 
 /// A group of ranks on the host backend.
 pub struct HostGroup {
-    coll: HostColl,
+    pub(super) coll: HostColl,
     /// The store this rank hosts (torchrun mode), dropped last.
     _store_server: Option<Arc<lowcon_store::StoreServer>>,
     /// What the group was made with, and the shrink attempts so far.
