@@ -38,14 +38,14 @@ mod collectives;
 
 mod info;
 
-mod pieces;
+mod per_piece;
 
 mod plan;
 
 pub use collectives::*;
 pub use comm::*;
 pub use info::*;
-pub use pieces::*;
+pub use per_piece::*;
 pub use plan::*;
 
 /// Result codes (the values of NCCL's `ncclResult_t` where the meaning is the same).

@@ -15,7 +15,7 @@ mod channels;
 mod collective;
 mod dlpack;
 mod errors;
-mod pieces;
+mod per_piece;
 mod placement;
 mod pool;
 mod pystore;
@@ -34,7 +34,7 @@ use call::{Hints, options};
 use errors::{invalid, to_py};
 use lowcon::cuda::Stream;
 use lowcon::{DType, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions, ReduceOp};
-use pieces::PyArrivals;
+use per_piece::PyArrivals;
 use pool::GroupPool;
 use wait::interruptible;
 

@@ -530,7 +530,7 @@ pub mod pad {
 
     /// Byte offset, in a rank's (device) pad buffer, of the release word in which rank
     /// `from` counts the pieces it released to this rank on `channel` (a released
-    /// reduce-scatter, NOTE [release rounds] in `host/src/coll/gpu/released.rs`): the
+    /// reduce-scatter, NOTE [release rounds] in `host/src/coll/gpu/per_piece/released.rs`): the
     /// sender stores its round number there, the receiver waits for its own.
     pub const fn release_offset(world: u32, channel: u32, from: u32) -> usize {
         once_flag_offset(world, CHANNELS, 0) + ((channel * world + from) * 4) as usize

@@ -1,5 +1,5 @@
 //! Release signals of a released reduce-scatter (NOTE [release rounds] in
-//! `host/src/coll/gpu/released.rs`): a producer tells one peer that the piece it
+//! `host/src/coll/gpu/per_piece/released.rs`): a producer tells one peer that the piece it
 //! computed for that peer is ready, and the peer's copy stream waits for exactly that.
 //!
 //! Both kernels keep their round in this rank's own pad (`pad::release_round_offset`),

@@ -26,8 +26,8 @@ mod ce_reduce;
 mod floor;
 mod ll;
 mod mapped;
+pub(crate) mod per_piece;
 mod push;
-mod released;
 mod replays;
 mod steps;
 mod verify;
@@ -35,7 +35,6 @@ mod wire_steps;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::arrivals::Arrivals;
 use super::check::{
     align256, check_all_gather, check_push_op, check_reduce_scatter, grow_to, int_algorithm, no_wire, rotated,
     staged_slot,
@@ -54,6 +53,7 @@ use crate::plan::{AgCall, AgPlan, Planner, RsCall, RsPlan};
 use crate::sync::SyncMethod;
 use crate::sync::gpu::GpuSync;
 use crate::sync::gpu::graph::Mode;
+use per_piece::arrivals::Arrivals;
 
 /// A GPU group's collectives: its synchronisation (shared with the watchdog), and per
 /// channel a workspace, a copy stream and events.

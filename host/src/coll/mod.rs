@@ -29,7 +29,6 @@
 //! A buffer that must be symmetric but is ordinary memory is staged through the group's
 //! workspace (one local copy), unless the options forbid it.
 
-mod arrivals;
 mod check;
 mod device_buf;
 mod geometry;
@@ -43,7 +42,7 @@ pub use crate::plan::call::{
     AllGatherAlgorithm, AllGatherOptions, CollOptions, Context, DType, Element, MAX_CTAS, ReduceLaunch, ReduceOp,
     ReduceScatterAlgorithm, ReduceScatterOptions,
 };
-pub use arrivals::Arrivals;
 pub use device_buf::DeviceBuf;
+pub use gpu::per_piece::arrivals::Arrivals;
 pub use host::HostInput;
 pub use wire::CollStats;

@@ -4,7 +4,7 @@
 //! own module ([`crate::rendezvous`], [`crate::memory`], [`crate::sync`],
 //! [`crate::coll`]); this type composes them.
 
-mod pieces;
+mod per_piece;
 
 use std::sync::Arc;
 use std::time::Duration;

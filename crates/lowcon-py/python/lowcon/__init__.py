@@ -137,7 +137,7 @@ def _torch_stream(device):
 
 class Arrivals:
     """One CUDA event per rank, recorded by `Group.all_gather(..., arrivals=...)` as each
-    rank's piece lands (NOTE [per-piece arrivals] in host/src/coll/arrivals.rs)."""
+    rank's piece lands (NOTE [per-piece arrivals] in host/src/coll/gpu/per_piece/arrivals.rs)."""
 
     def __init__(self, native, device, rank):
         self._a = native

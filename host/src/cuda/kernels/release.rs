@@ -1,5 +1,5 @@
 //! The release kernels of a released reduce-scatter (NOTE [release rounds] in
-//! `host/src/coll/gpu/released.rs`): their launchers, apart from the other kernels'.
+//! `host/src/coll/gpu/per_piece/released.rs`): their launchers, apart from the other kernels'.
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 

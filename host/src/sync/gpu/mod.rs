@@ -8,10 +8,10 @@ pub(crate) mod failure;
 pub(crate) mod graph;
 pub(crate) mod host_pad;
 pub(crate) mod inflight;
-pub(crate) mod pieces;
 pub(crate) mod reentry;
 pub(crate) mod sentinel;
 pub(crate) mod watchdog;
+pub(crate) mod wire_pieces;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Condvar, Mutex, MutexGuard};

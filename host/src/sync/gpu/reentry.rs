@@ -1,5 +1,5 @@
 //! Calls of a group from inside a released reduce-scatter's producer (NOTE [release
-//! rounds] in `coll/gpu/released.rs`), which runs while its call holds the channel (and
+//! rounds] in `coll/gpu/per_piece/released.rs`), which runs while its call holds the channel (and
 //! the bindings their locks): such a call would wait for them forever, so it is refused.
 
 use std::cell::Cell;

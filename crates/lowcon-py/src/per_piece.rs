@@ -1,5 +1,5 @@
 //! Per-piece signals for Python (`lowcon.tp`): the arrivals of an all-gather (NOTE
-//! [per-piece arrivals] in `host/src/coll/arrivals.rs`).
+//! [per-piece arrivals] in `host/src/coll/gpu/per_piece/arrivals.rs`).
 
 use std::sync::Arc;
 

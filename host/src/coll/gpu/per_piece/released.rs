@@ -48,8 +48,8 @@
 //! abort like every kernel wait. A producer that fails part-way aborts the group: its
 //! peers' copy streams wait for releases that will not come.
 
-use super::{GpuColl, Sym, ce_copy};
 use crate::coll::check::{align256, check_reduce_scatter, staged_slot};
+use crate::coll::gpu::{GpuColl, Sym, ce_copy};
 use crate::coll::wire::{Moved, Plan};
 use crate::coll::{DeviceBuf, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
 use crate::cuda::Stream;

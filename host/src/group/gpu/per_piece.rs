@@ -1,6 +1,6 @@
 //! A GPU group's per-piece signals: all-gather arrivals (NOTE [per-piece arrivals] in
-//! `coll/arrivals.rs`) and the released reduce-scatter (NOTE [release rounds] in
-//! `coll/gpu/released.rs`), the building blocks of fused tensor-parallel ops.
+//! `coll/gpu/per_piece/arrivals.rs`) and the released reduce-scatter (NOTE [release rounds] in
+//! `coll/gpu/per_piece/released.rs`), the building blocks of fused tensor-parallel ops.
 
 use super::GpuGroup;
 use crate::coll::{AllGatherOptions, Arrivals, DeviceBuf, ReduceOp, ReduceScatterOptions};
@@ -29,7 +29,7 @@ impl GpuGroup {
         self.coll.all_gather(input, output, stream, opts, Some(arrivals))
     }
 
-    /// Released reduce-scatter (NOTE [release rounds] in `coll/gpu/released.rs`): the
+    /// Released reduce-scatter (NOTE [release rounds] in `coll/gpu/per_piece/released.rs`): the
     /// input's chunks are written by the caller's own work, one destination at a time,
     /// and each is copied to its owner as soon as it is released, while the next is
     /// being written. Calls `produce(d)` for every destination `d` in the order

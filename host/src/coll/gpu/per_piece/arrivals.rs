@@ -29,7 +29,7 @@
 //! - a piece is readable once waited for; the peers' reads of this rank's input end
 //!   only with the call (the stream the call was enqueued on).
 
-use super::check::rotated;
+use crate::coll::check::rotated;
 use crate::cuda::{Device, Event, Stream};
 use crate::error::{Error, Result};
 
