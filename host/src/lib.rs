@@ -11,6 +11,7 @@
 //! | sync | [`sync`] | epochs, signal pads, barriers and signals (kernel or stream-memop), failure detection and release |
 //! | algorithms | [`coll`] | all-gather and reduce-scatter: types, options, checks, `auto`, the CPU reference, one file per backend |
 //! | groups | [`GpuGroup`], [`HostGroup`], [`Group`] | the public types that compose the stages for one backend, and either of them |
+//! | instruments | [`instruments`] | benchmark instruments: lowcon's kernels driven alone, outside any collective, for `lowcon bench` (no collective uses them) |
 //!
 //! Each stage uses only the stages above it. [`Error`] is the one error type; a machine
 //! without a driver gets [`Error::NoDriver`], never a panic. Logging goes through
@@ -21,6 +22,7 @@ pub mod config;
 pub mod cuda;
 mod error;
 mod group;
+pub mod instruments;
 pub mod log;
 pub mod memory;
 pub mod plan;

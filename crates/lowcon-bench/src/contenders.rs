@@ -2,7 +2,7 @@
 //! algorithms, NCCL (default and copy-engine communicators), the null collective and
 //! null+local (the null's copies plus a same-device copy of the shard), each as a closure that enqueues one call, and the CTAs each one's kernels hold.
 
-use lowcon::cuda::{Stream, raw};
+use lowcon::cuda::Stream;
 use lowcon::plan::DEFAULT_REDUCE_CTAS;
 use lowcon::{
     AllGatherOptions, DType, DeviceBuf, GpuGroup, ReduceOp, ReduceScatterOptions, SymmetricBuffer, SyncMethod,
@@ -129,12 +129,12 @@ pub(crate) fn caller<'a>(
             for p in (1..world).map(|d| (rank + d) % world) {
                 // SAFETY: this rank's slot of both buffers (world × max shard bytes each,
                 // mapped on every rank) holds `shard` bytes; nobody reads buf_b's slots.
-                unsafe { raw::mem_op::copy(s.raw(), buf_b.peer_ptr(p) + off, buf_a.local_ptr() + off, shard)? };
+                unsafe { s.copy(buf_b.peer_ptr(p) + off, buf_a.local_ptr() + off, shard)? };
             }
             if matches!(im, Impl::NullLocal) {
                 // SAFETY: this rank's own slot of both local buffers; peers write only
                 // their own slots of buf_b, and nobody reads it.
-                unsafe { raw::mem_op::copy(s.raw(), buf_b.local_ptr() + off, buf_a.local_ptr() + off, shard)? };
+                unsafe { s.copy(buf_b.local_ptr() + off, buf_a.local_ptr() + off, shard)? };
             }
             Ok(())
         }),

@@ -16,7 +16,7 @@
 
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, sys as blas};
 use half::bf16;
-use lowcon::cuda::{Event, Stream, StreamPriority, raw};
+use lowcon::cuda::{Event, Stream, StreamPriority};
 use lowcon::{
     AllGatherOptions, DType, DeviceBuf, GpuGroup, GpuGroupOptions, ReduceOp, ReduceScatterOptions, SyncMethod,
 };
@@ -132,8 +132,8 @@ pub fn run(a: &OverlapOptions) -> Res<Vec<OverlapRow>> {
     let sym_out = g.alloc(out_bytes)?;
     // SAFETY: fills the two live buffers on `comm` (synchronised next).
     unsafe {
-        raw::mem_op::fill(comm.raw(), sym_in.local_ptr(), 0x3c, in_bytes)?;
-        raw::mem_op::fill(comm.raw(), sym_out.local_ptr(), 0x3c, out_bytes)?;
+        comm.fill(sym_in.local_ptr(), 0x3c, in_bytes)?;
+        comm.fill(sym_out.local_ptr(), 0x3c, out_bytes)?;
     }
     comm.synchronize()?;
 

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use lowcon::cuda::{Stream, StreamPriority, raw};
+use lowcon::cuda::{MappedHostAlloc, Stream, StreamPriority};
 use lowcon::{
     AllGatherAlgorithm, AllGatherOptions, DType, DeviceBuf, GpuGroup, GpuGroupOptions, ReduceOp,
     ReduceScatterAlgorithm, ReduceScatterOptions, SyncMethod,
@@ -57,7 +57,7 @@ fn measure(
         eprintln!("# measuring {name}");
     }
     // SAFETY: `flag` is live device memory until after the synchronize below.
-    unsafe { raw::mem_op::wait_geq_u32(stream.raw(), flag_ptr, value) }.map_err(|e| e.to_string())?;
+    unsafe { stream.wait_geq_u32(flag_ptr, value) }.map_err(|e| e.to_string())?;
     let releaser = std::thread::spawn(move || -> Result<(), String> {
         std::thread::sleep(hold);
         // SAFETY: `host` is the live, aligned pinned word of `flag` (freed only at the
@@ -92,10 +92,10 @@ pub fn run(calls: usize, shard: usize, hold: Duration) -> Res<()> {
     let n = shard / 2;
     let inp = g.alloc(shard * world)?;
     let out = g.alloc(shard * world)?;
-    g.device().bind_to_thread()?;
-    // SAFETY: the device's context is current; freed at the end of this function.
-    let (host, dev) = unsafe { raw::host_mem::alloc_mapped(4096)? };
-    let flag = Flag { host: host as usize, dev };
+    // Freed at the end of this function only: after an error, a releasing thread may
+    // still write it, so it is leaked.
+    let mapped = std::mem::ManuallyDrop::new(MappedHostAlloc::new(g.device(), 4096)?);
+    let flag = Flag { host: mapped.host_ptr() as usize, dev: mapped.ptr() };
     let mut value = 0u32;
     let mut next = || {
         value += 1;
@@ -200,7 +200,7 @@ pub fn run(calls: usize, shard: usize, hold: Duration) -> Res<()> {
         }
     }
     g.store_barrier("queue-depth-done")?;
-    // SAFETY: allocated above; every stream that waited on it has been synchronised.
-    unsafe { raw::host_mem::free(host)? };
+    // Every stream that waited on it has been synchronised, every releasing thread joined.
+    drop(std::mem::ManuallyDrop::into_inner(mapped));
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! priority), with two controls that split what a kernel costs the GEMM into taking SMs
 //! and moving bytes. A collective at one rank reduces nothing and ranks sharing a GPU do
 //! not time their own kernels, so the kernels run here by themselves
-//! ([`lowcon::cuda::ReduceKernels`]: a world of `world` ranks played by this GPU's
+//! ([`lowcon::instruments::reduce_kernels::ReduceKernels`]: a world of `world` ranks played by this GPU's
 //! buffers).
 //!
 //! Per variant:
@@ -24,7 +24,8 @@
 //!
 //! Every reduction's output is checked against the CPU after its variant.
 
-use lowcon::cuda::{Device, Event, KernelKind, ReduceKernels, Shape, Stream, StreamPriority};
+use lowcon::cuda::{Device, Event, Stream, StreamPriority};
+use lowcon::instruments::reduce_kernels::{KernelKind, ReduceKernels, Shape};
 
 use crate::Res;
 use crate::overlap::Gemm8;

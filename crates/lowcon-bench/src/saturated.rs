@@ -44,7 +44,7 @@
 
 use std::time::{Duration, Instant};
 
-use lowcon::cuda::{Event, Stream, StreamPriority, raw};
+use lowcon::cuda::{Event, Stream, StreamPriority};
 use lowcon::{GpuGroup, GpuGroupOptions, SyncMethod};
 
 use crate::contenders::{Impl, NcclComm, caller, ctas_of};
@@ -396,11 +396,11 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
     let (buf_a, buf_b) = (g.alloc(world * max_shard)?, g.alloc(world * max_shard)?);
     // SAFETY: fills two live buffers on `compute`, synchronised next.
     unsafe {
-        raw::mem_op::fill(compute.raw(), buf_a.local_ptr(), 0x3c, world * max_shard)?;
-        raw::mem_op::fill(compute.raw(), buf_b.local_ptr(), 0x3c, world * max_shard)?;
+        compute.fill(buf_a.local_ptr(), 0x3c, world * max_shard)?;
+        compute.fill(buf_b.local_ptr(), 0x3c, world * max_shard)?;
         if a.wire.is_some() {
             // bf16-exact f32s (0x3c3c0000), as FSDP2's upcast gradients: nothing falls back.
-            raw::mem_op::fill_u32(compute.raw(), buf_a.local_ptr(), 0x3c3c_0000, world * max_shard / 4)?;
+            compute.fill_u32(buf_a.local_ptr(), 0x3c3c_0000, world * max_shard / 4)?;
         }
     }
     compute.synchronize()?;

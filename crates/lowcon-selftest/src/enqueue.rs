@@ -103,7 +103,7 @@ pub fn gpu_enqueue(calls: usize, small: usize, large: usize, sync: SyncMethod) -
         // Random-ish input (the values do not matter here; coll-check verifies them).
         let noise: Vec<u8> = (0..bytes).map(|i| (i * 131 + g.rank() * 17) as u8 & 0x3f).collect();
         // SAFETY: `inp` holds `bytes`; synchronous copy.
-        unsafe { lowcon::cuda::raw::mem_op::copy_from_host(stream.raw(), inp.local_ptr(), &noise) }.map_err(e)?;
+        unsafe { stream.copy_from_host(inp.local_ptr(), &noise) }.map_err(e)?;
         bufs.push(StreamBufs { stream, inp, out });
     }
     // Warm-up, one stream at a time: grows each channel's workspace (collective) and

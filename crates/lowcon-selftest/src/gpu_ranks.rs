@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
-use lowcon::cuda::{StreamPriority, raw};
+use lowcon::cuda::StreamPriority;
 use lowcon::{Error, GpuGroup, GpuGroupOptions, SyncMethod};
 use lowcon_abi::payload_word;
 use rand::Rng;
@@ -31,7 +31,7 @@ fn seed(g: &GpuGroup, name: &str) -> Result<u64, String> {
 fn dtoh(stream: &lowcon::cuda::Stream, src: sys::CUdeviceptr, out: &mut [u32]) -> Result<(), String> {
     // SAFETY: `src` is a live symmetric buffer of at least `out.len()` words (callers);
     // the copy is ordered after the stream's earlier work and waited for.
-    unsafe { raw::mem_op::copy_to_host(stream.raw(), out, src) }.map_err(e)
+    unsafe { stream.copy_to_host(out, src) }.map_err(e)
 }
 
 /// `iters` barriers with random host-side delays. Every barrier is checked: before
@@ -58,12 +58,12 @@ pub fn barrier_stress(method: SyncMethod, iters: u64, max_delay_us: u64) -> Resu
             }
             // SAFETY: `counter` and `check` are live symmetric buffers of the sizes
             // used; all operations are ordered on `stream`, synchronised below.
-            unsafe { raw::mem_op::write_u32(stream.raw(), counter.local_ptr(), it) }.map_err(e)?;
+            unsafe { stream.write_u32(counter.local_ptr(), it) }.map_err(e)?;
             g.barrier(&stream, it % 4, method).map_err(e)?;
             for p in 0..world {
                 let dst = check.local_ptr() + ((k * world + p) * 4) as u64;
                 // SAFETY: as above.
-                unsafe { raw::mem_op::copy(stream.raw(), dst, counter.peer_ptr(p), 4) }.map_err(e)?;
+                unsafe { stream.copy(dst, counter.peer_ptr(p), 4) }.map_err(e)?;
             }
         }
         dtoh(&stream, check.local_ptr(), &mut host[..block * world])?;
@@ -111,7 +111,7 @@ pub fn publish_signal(method: SyncMethod, rounds: u32, words: usize) -> Result<S
             g.wait_signal(&stream, next, 2, method).map_err(e)?;
         }
         // SAFETY: staging and the peer's buffer hold `words` u32s; stream-ordered.
-        unsafe { raw::mem_op::copy(stream.raw(), buf.peer_ptr(next), staging_ptr, words * 4) }.map_err(e)?;
+        unsafe { stream.copy(buf.peer_ptr(next), staging_ptr, words * 4) }.map_err(e)?;
         g.put_signal(&stream, next, 1, method).map_err(e)?;
         g.wait_signal(&stream, prev, 1, method).map_err(e)?;
         dtoh(&stream, buf.local_ptr(), &mut inp)?;
@@ -214,8 +214,7 @@ pub fn mapping() -> Result<String, String> {
     for p in 0..world {
         // Read the last word of each peer's buffer (the far end of the mapping).
         // SAFETY: both ranges are live; stream-ordered; synchronised below.
-        unsafe { raw::mem_op::copy(stream.raw(), scratch_ptr + 4 * p as u64, buf.peer_ptr(p) + (1 << 20) - 4, 4) }
-            .map_err(e)?;
+        unsafe { stream.copy(scratch_ptr + 4 * p as u64, buf.peer_ptr(p) + (1 << 20) - 4, 4) }.map_err(e)?;
     }
     let got = stream.download(&scratch).map_err(e)?;
     let table = stream.download(buf.device_peer_ptrs()).map_err(e)?;

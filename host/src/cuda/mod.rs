@@ -5,18 +5,23 @@
 //! to build lowcon, and a machine without a driver gets [`Error::NoDriver`] from the
 //! first call instead of a panic. Areas cudarc does not wrap (VMM export/import, IPC,
 //! stream memory operations) get thin `result`-style modules of their own next to this
-//! one, as the symmetric-memory layer needs them.
+//! one, as the symmetric-memory layer needs them. Those raw calls stay inside the crate
+//! (`raw`); callers outside it get safe types: [`Stream`]'s copies, fills and memory
+//! operations at raw addresses (`unsafe` where the caller vouches for an address),
+//! [`DeviceAlloc`] and [`MappedHostAlloc`] for memory no peer maps.
 
+mod alloc;
 mod device;
 pub mod enqueued;
 pub(crate) mod kernels;
-pub mod raw;
-mod reduce_bench;
+pub(crate) mod raw;
 mod stream;
 
+pub use alloc::{DeviceAlloc, MappedHostAlloc};
 pub use device::{Device, DeviceInfo};
 pub use kernels::{Kernels, PTX, RoundTripBuffers};
-pub use reduce_bench::{KernelKind, ReduceKernels, Shape};
+pub use raw::capture::Status as CaptureStatus;
+pub use raw::graph::NodeCounts;
 pub(crate) use stream::Exec;
 pub use stream::{DeviceRecord, Event, Graph, Stream, StreamPriority, device_ptr};
 

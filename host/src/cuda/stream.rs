@@ -7,7 +7,7 @@ use cudarc::driver::{
     CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, ValidAsZeroBits, result, sys,
 };
 
-use super::{Device, raw};
+use super::{CaptureStatus, Device, NodeCounts, raw};
 use crate::error::{Error, Result, drv};
 
 /// Scheduling priority of a stream. Collectives usually run on a `High` stream so that
@@ -147,6 +147,91 @@ impl Stream {
     }
 }
 
+/// Copies, fills and stream memory operations at raw device addresses: a symmetric
+/// buffer's `local_ptr` or `peer_ptr`, a [`DeviceAlloc`](super::DeviceAlloc), a
+/// [`MappedHostAlloc`](super::MappedHostAlloc), [`device_ptr`] of a slice. The caller
+/// vouches for the addresses (hence `unsafe`). As for every driver call, the stream's
+/// device must be current on the calling thread ([`Device::bind_to_thread`]), or the
+/// driver returns an error.
+impl Stream {
+    /// Copies `src` from the host to device memory at `dst`, then waits for this stream
+    /// (so the copy is done, and everything enqueued before it, when this returns).
+    ///
+    /// # Safety
+    /// `dst` is device memory valid for at least `size_of_val(src)` bytes.
+    pub unsafe fn copy_from_host<T: Pod>(&self, dst: sys::CUdeviceptr, src: &[T]) -> Result<()> {
+        // SAFETY: the stream is live (held by `self`); `dst` as the caller guarantees.
+        unsafe { raw::mem_op::copy_from_host(self.raw(), dst, src) }
+    }
+
+    /// Copies `dst.len()` elements from device memory at `src` to the host, then waits for
+    /// this stream.
+    ///
+    /// # Safety
+    /// `src` is device memory valid for at least `size_of_val(dst)` bytes.
+    pub unsafe fn copy_to_host<T: Pod>(&self, dst: &mut [T], src: sys::CUdeviceptr) -> Result<()> {
+        // SAFETY: the stream is live (held by `self`); `src` as the caller guarantees.
+        unsafe { raw::mem_op::copy_to_host(self.raw(), dst, src) }
+    }
+
+    /// Enqueues a device-to-device copy of `bytes` from `src` to `dst` (this device's
+    /// memory or a mapped peer's; the driver picks copy engine or kernel).
+    ///
+    /// # Safety
+    /// Both ranges are valid device memory of at least `bytes` bytes when the copy runs.
+    pub unsafe fn copy(&self, dst: sys::CUdeviceptr, src: sys::CUdeviceptr, bytes: usize) -> Result<()> {
+        // SAFETY: the stream is live (held by `self`); the ranges as the caller guarantees.
+        unsafe { raw::mem_op::copy(self.raw(), dst, src, bytes) }
+    }
+
+    /// Enqueues filling `bytes` bytes at `dst` with `value`.
+    ///
+    /// # Safety
+    /// `dst` is device memory valid for at least `bytes` bytes when the fill runs.
+    pub unsafe fn fill(&self, dst: sys::CUdeviceptr, value: u8, bytes: usize) -> Result<()> {
+        // SAFETY: the stream is live (held by `self`); `dst` as the caller guarantees.
+        unsafe { raw::mem_op::fill(self.raw(), dst, value, bytes) }
+    }
+
+    /// Enqueues filling `words` 32-bit words at `dst` with `value`.
+    ///
+    /// # Safety
+    /// `dst` is 4-byte-aligned device memory valid for at least `words` words when the
+    /// fill runs.
+    pub unsafe fn fill_u32(&self, dst: sys::CUdeviceptr, value: u32, words: usize) -> Result<()> {
+        // SAFETY: the stream is live (held by `self`); `dst` as the caller guarantees.
+        unsafe { raw::mem_op::fill_u32(self.raw(), dst, value, words) }
+    }
+
+    /// Enqueues `*addr = value` as a stream memory operation (no kernel; with the
+    /// driver's default memory barrier before it).
+    ///
+    /// # Safety
+    /// `addr` is 4-byte-aligned device memory valid when the write runs.
+    pub unsafe fn write_u32(&self, addr: sys::CUdeviceptr, value: u32) -> Result<()> {
+        // SAFETY: the stream is live (held by `self`); `addr` as the caller guarantees.
+        unsafe { raw::mem_op::write_u32(self.raw(), addr, value) }
+    }
+
+    /// Enqueues a wait, as a stream memory operation (no kernel), until
+    /// `(int32_t)(*addr - value) >= 0`: later work on this stream waits for it.
+    ///
+    /// # Safety
+    /// `addr` is 4-byte-aligned device memory (or mapped host memory) valid while the
+    /// wait runs.
+    pub unsafe fn wait_geq_u32(&self, addr: sys::CUdeviceptr, value: u32) -> Result<()> {
+        // SAFETY: the stream is live (held by `self`); `addr` as the caller guarantees.
+        unsafe { raw::mem_op::wait_geq_u32(self.raw(), addr, value) }
+    }
+
+    /// Whether this stream is being captured into a CUDA graph (`cuStreamIsCapturing`).
+    pub fn capture_status(&self) -> CaptureStatus {
+        // SAFETY: the stream is live (held by `self`); a stream of another context than the
+        // current one only makes the query fail, which `Other` reports.
+        unsafe { raw::capture::status(self.raw()) }
+    }
+}
+
 /// The device address of `slice`, for kernels and raw copies. lowcon's contexts run
 /// without cudarc's event tracking, so no synchronisation is attached to it; the caller
 /// orders uses on streams itself.
@@ -251,7 +336,7 @@ impl Graph {
 
     /// The graph's nodes by type: which kind of synchronisation its capture recorded
     /// (kernel waits are kernel nodes, stream-memop waits batch nodes).
-    pub fn node_counts(&self) -> Result<raw::graph::NodeCounts> {
+    pub fn node_counts(&self) -> Result<NodeCounts> {
         // SAFETY: the graph lives as long as `self`.
         unsafe { raw::graph::node_counts(self.inner.cu_graph()) }
     }

@@ -1,7 +1,6 @@
 //! The sweep's buffers: symmetric ones (zero-copy), or ordinary device memory with
 //! `--staged`, sized for the largest size and filled with a harmless pattern.
 
-use lowcon::cuda::raw;
 use lowcon::{DType, DeviceBuf, SymmetricBuffer};
 use lowcon_selftest::coll::GpuRunner;
 
@@ -22,7 +21,7 @@ impl Mem {
     fn new(r: &GpuRunner, staged: bool, bytes: usize) -> Res<Self> {
         let m = if staged { Mem::Plain(r.stream.alloc_zeros::<u8>(bytes)?) } else { Mem::Sym(r.g.alloc(bytes)?) };
         // SAFETY: fills the whole live allocation on the runner's stream (synchronised next).
-        unsafe { raw::mem_op::fill(r.stream.raw(), m.ptr(), 0x3c, bytes)? };
+        unsafe { r.stream.fill(m.ptr(), 0x3c, bytes)? };
         r.stream.synchronize()?;
         Ok(m)
     }
@@ -36,7 +35,7 @@ impl Mem {
     pub(super) fn fill_words(&self, r: &GpuRunner, word: u32, bytes: usize) -> Res<()> {
         let host: Vec<u8> = std::iter::repeat_n(word.to_le_bytes(), bytes / 4).flatten().collect();
         // SAFETY: the allocation holds `bytes` (the sweep's maximum); synchronous copy.
-        unsafe { raw::mem_op::copy_from_host(r.stream.raw(), self.ptr(), &host)? };
+        unsafe { r.stream.copy_from_host(self.ptr(), &host)? };
         r.stream.synchronize()?;
         Ok(())
     }

@@ -88,8 +88,8 @@ impl Call {
         let out_len = self.case.out_count(world) * self.case.dtype.size();
         // SAFETY: both buffers hold what is written (sized in `new`); synchronous copies.
         unsafe {
-            raw::mem_op::fill(stream.raw(), self.out.ptr(), 0xFF, out_len).map_err(e)?;
-            raw::mem_op::copy_from_host(stream.raw(), self.input_ptr(rank), &input).map_err(e)?;
+            stream.fill(self.out.ptr(), 0xFF, out_len).map_err(e)?;
+            stream.copy_from_host(self.input_ptr(rank), &input).map_err(e)?;
         }
         Ok(())
     }
@@ -120,7 +120,7 @@ impl Call {
     fn check(&self, stream: &Stream, seed: u64, rank: usize, world: usize, what: &str) -> Result<usize, String> {
         let mut got = vec![0u8; self.case.out_count(world) * self.case.dtype.size()];
         // SAFETY: `out` holds `got.len()` bytes; synchronous copy.
-        unsafe { raw::mem_op::copy_to_host(stream.raw(), &mut got, self.out.ptr()) }.map_err(e)?;
+        unsafe { stream.copy_to_host(&mut got, self.out.ptr()) }.map_err(e)?;
         let (wrong, first) = compare(&self.case, seed, rank, world, &got);
         if wrong > 0 {
             let place = if self.in_place { " in place" } else { "" };
@@ -242,8 +242,7 @@ fn replay_host_costs(r: &GpuRunner, graph: &Graph) -> Result<String, String> {
         at[4] = Instant::now();
         stream.record(&ev).map_err(e)?;
         at[5] = Instant::now();
-        // SAFETY: a live stream of the group's device, whose context is current.
-        let _ = unsafe { raw::capture::status(stream.raw()) };
+        let _ = stream.capture_status();
         at[6] = Instant::now();
         r.g.synchronize(stream).map_err(e)?;
         for (k, v) in t.iter_mut().enumerate() {

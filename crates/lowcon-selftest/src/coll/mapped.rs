@@ -6,26 +6,14 @@
 //! that cannot be shared (staged by every rank, or refused without staging).
 
 use lowcon::Error;
+use lowcon::cuda::DeviceAlloc;
 
 use super::*;
 
-/// A `cuMemAlloc` allocation (what torch's caching allocator makes), freed on drop.
-struct Legacy {
-    ptr: u64,
-}
-
-impl Legacy {
-    fn new(bytes: usize) -> Result<Self, String> {
-        // SAFETY: the group's context is current on this thread (the runner made it).
-        Ok(Self { ptr: unsafe { raw::ipc::alloc(bytes) }.map_err(e)? })
-    }
-}
-
-impl Drop for Legacy {
-    fn drop(&mut self) {
-        // SAFETY: allocated by `raw::ipc::alloc`; every call using it was synchronised.
-        let _ = unsafe { raw::ipc::free(self.ptr) };
-    }
+/// A `cuMemAlloc` allocation (what torch's caching allocator makes) on the group's
+/// device, freed on drop.
+fn legacy(r: &GpuRunner, bytes: usize) -> Result<DeviceAlloc, String> {
+    DeviceAlloc::new(r.g.device(), bytes).map_err(e)
 }
 
 /// Runs `case` (ce-pull or ce-reduce) with `map_ordinary` over fresh `cuMemAlloc`
@@ -37,23 +25,23 @@ fn check_mapped(r: &GpuRunner, case: &Case, in_place: bool, tag: &str) -> Result
     let input = input_bytes(case.dtype, seed, rank, 0, case.in_count(world));
     let out_bytes = case.out_count(world) * s;
     let name = format!("{} mapped{}", case.name(), if in_place { " in place" } else { "" });
-    let out = Legacy::new(out_bytes)?;
-    let separate = if in_place { None } else { Some(Legacy::new(input.len())?) };
+    let out = legacy(r, out_bytes)?;
+    let separate = if in_place { None } else { Some(legacy(r, input.len())?) };
     let inp = match &separate {
-        Some(b) => b.ptr,
-        None => out.ptr + (rank * input.len()) as u64,
+        Some(b) => b.ptr(),
+        None => out.ptr() + (rank * input.len()) as u64,
     };
     // SAFETY: both allocations hold what is copied; the copies are synchronous.
     unsafe {
-        raw::mem_op::fill(r.stream.raw(), out.ptr, 0xFF, out_bytes).map_err(e)?;
-        raw::mem_op::copy_from_host(r.stream.raw(), inp, &input).map_err(e)?;
+        r.stream.fill(out.ptr(), 0xFF, out_bytes).map_err(e)?;
+        r.stream.copy_from_host(inp, &input).map_err(e)?;
     }
     r.stream.synchronize().map_err(e)?;
     // SAFETY: the buffers live until after the synchronisation below.
     let (ib, ob) = unsafe {
         (
             DeviceBuf::from_raw(inp, case.in_count(world), case.dtype),
-            DeviceBuf::from_raw(out.ptr, case.out_count(world), case.dtype),
+            DeviceBuf::from_raw(out.ptr(), case.out_count(world), case.dtype),
         )
     };
     match case.coll {
@@ -72,7 +60,7 @@ fn check_mapped(r: &GpuRunner, case: &Case, in_place: bool, tag: &str) -> Result
     r.g.synchronize(r.stream).map_err(e)?;
     let mut got = vec![0u8; out_bytes];
     // SAFETY: `out` holds `out_bytes`; synchronous copy.
-    unsafe { raw::mem_op::copy_to_host(r.stream.raw(), &mut got, out.ptr) }.map_err(e)?;
+    unsafe { r.stream.copy_to_host(&mut got, out.ptr()) }.map_err(e)?;
     let (wrong, first) = compare(case, seed, rank, world, &got);
     if wrong > 0 {
         return Err(format!("rank {rank}: {name}: {wrong} wrong elements; first: {first}"));
@@ -96,7 +84,7 @@ fn gather_checked(
 ) -> Result<usize, String> {
     let (rank, world) = (r.g.rank(), r.g.world_size());
     // SAFETY: `out` holds 4 * n * world bytes (the callers size it); ordered on `stream`.
-    unsafe { raw::mem_op::fill(stream.raw(), out, 0xFF, 4 * n * world) }.map_err(e)?;
+    unsafe { stream.fill(out, 0xFF, 4 * n * world) }.map_err(e)?;
     // SAFETY: both live past the synchronisation below.
     let (ib, ob) =
         unsafe { (DeviceBuf::from_raw(src, n, DType::F32), DeviceBuf::from_raw(out, n * world, DType::F32)) };
@@ -104,7 +92,7 @@ fn gather_checked(
     r.g.synchronize(stream).map_err(e)?;
     let mut got = vec![0u8; 4 * n * world];
     // SAFETY: as above; synchronous copy.
-    unsafe { raw::mem_op::copy_to_host(stream.raw(), &mut got, out) }.map_err(e)?;
+    unsafe { stream.copy_to_host(&mut got, out) }.map_err(e)?;
     let case = Case {
         launch: ReduceLaunch::Auto,
         coll: Coll::AllGather(AllGatherAlgorithm::CePull),
@@ -163,13 +151,13 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     let live = lowcon::MAX_PEER_MAPPINGS + 8;
     let n = 1001;
     let seed = seed_of_rank0(|mine| r.g.all_gather_bytes("mapped-lru", mine))?;
-    let bufs: Vec<Legacy> = (0..live).map(|_| Legacy::new(2 << 20)).collect::<Result<_, _>>()?;
+    let bufs: Vec<DeviceAlloc> = (0..live).map(|_| legacy(r, 2 << 20)).collect::<Result<_, _>>()?;
     for (k, b) in bufs.iter().enumerate() {
         let data = input_bytes(DType::F32, seed ^ k as u64, rank, 0, n);
         // SAFETY: `b` holds 2 MiB; synchronous copy.
-        unsafe { raw::mem_op::copy_from_host(r.stream.raw(), b.ptr, &data) }.map_err(e)?;
+        unsafe { r.stream.copy_from_host(b.ptr(), &data) }.map_err(e)?;
     }
-    let out = Legacy::new(4 * n * world)?;
+    let out = legacy(r, 4 * n * world)?;
     let opts = AllGatherOptions {
         algorithm: AllGatherAlgorithm::CePull,
         sync: Some(sync),
@@ -179,7 +167,7 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     for pass in 0..2 {
         for (k, b) in bufs.iter().enumerate() {
             let what = format!("live buffer {k}, pass {pass}");
-            checked += gather_checked(r, r.stream, &opts, b.ptr, out.ptr, n, seed ^ k as u64, &what)?;
+            checked += gather_checked(r, r.stream, &opts, b.ptr(), out.ptr(), n, seed ^ k as u64, &what)?;
             calls += 1;
         }
     }
@@ -220,7 +208,7 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     let work = |ch: u32| -> Result<usize, String> {
         r.g.device().bind_to_thread().map_err(e)?;
         let stream = r.g.device().stream(StreamPriority::High).map_err(e)?;
-        let (inp, out) = (Legacy::new(4 * n)?, Legacy::new(4 * n * world)?);
+        let (inp, out) = (legacy(r, 4 * n)?, legacy(r, 4 * n * world)?);
         let opts = AllGatherOptions {
             algorithm: AllGatherAlgorithm::CePull,
             sync: Some(SyncMethod::Kernel),
@@ -231,9 +219,8 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
         for i in 0..50u64 {
             let s = seed ^ (u64::from(ch) << 40) ^ i;
             // SAFETY: `inp` holds n f32; ordered on `stream` before the call.
-            unsafe { raw::mem_op::copy_from_host(stream.raw(), inp.ptr, &input_bytes(DType::F32, s, rank, 0, n)) }
-                .map_err(e)?;
-            gather_checked(r, &stream, &opts, inp.ptr, out.ptr, n, s, &format!("channel {ch} call {i}"))?;
+            unsafe { stream.copy_from_host(inp.ptr(), &input_bytes(DType::F32, s, rank, 0, n)) }.map_err(e)?;
+            gather_checked(r, &stream, &opts, inp.ptr(), out.ptr(), n, s, &format!("channel {ch} call {i}"))?;
         }
         Ok(50 * n * world)
     };
@@ -253,11 +240,12 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     calls += k;
     // Sizes that differ between ranks: refused on every rank, naming the size.
     let n = 1000 + if rank == 0 { 8 } else { 0 };
-    let out = Legacy::new(4 * (n + 8) * world)?;
-    let inp = Legacy::new(4 * n)?;
+    let out = legacy(r, 4 * (n + 8) * world)?;
+    let inp = legacy(r, 4 * n)?;
     // SAFETY: both live past the call (which enqueues nothing when refused).
-    let (ib, ob) =
-        unsafe { (DeviceBuf::from_raw(inp.ptr, n, DType::F32), DeviceBuf::from_raw(out.ptr, n * world, DType::F32)) };
+    let (ib, ob) = unsafe {
+        (DeviceBuf::from_raw(inp.ptr(), n, DType::F32), DeviceBuf::from_raw(out.ptr(), n * world, DType::F32))
+    };
     match r.g.all_gather(ib, ob, r.stream, &opts) {
         Err(Error::InvalidArgument(m)) if m.contains("same sizes") && m.contains(&format!("rank {rank}:")) => {}
         other => return Err(format!("rank {rank}: differing sizes: expected a refusal, got {other:?}")),
@@ -268,16 +256,16 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     let last = world - 1;
     let n = 1 << 19;
     let seed = seed_of_rank0(|mine| r.g.all_gather_bytes("mapped-unshareable", mine))?;
-    let vmm = if rank == last { Some(Vmm::new(r.g.device().index() as i32, 4 * n)?) } else { None };
-    let plain = Legacy::new(4 * n)?;
-    let src = vmm.as_ref().map_or(plain.ptr, |v| v.ptr);
-    let out2 = Legacy::new(4 * n * world)?;
+    let vmm = if rank == last { Some(DeviceAlloc::vmm(r.g.device(), 4 * n).map_err(e)?) } else { None };
+    let plain = legacy(r, 4 * n)?;
+    let src = vmm.as_ref().map_or(plain.ptr(), |v| v.ptr());
+    let out2 = legacy(r, 4 * n * world)?;
     let data = input_bytes(DType::F32, seed, rank, 0, n);
     // SAFETY: `src` holds n f32; synchronous.
-    unsafe { raw::mem_op::copy_from_host(r.stream.raw(), src, &data) }.map_err(e)?;
+    unsafe { r.stream.copy_from_host(src, &data) }.map_err(e)?;
     // SAFETY: as above.
     let (ib, ob) =
-        unsafe { (DeviceBuf::from_raw(src, n, DType::F32), DeviceBuf::from_raw(out2.ptr, world * n, DType::F32)) };
+        unsafe { (DeviceBuf::from_raw(src, n, DType::F32), DeviceBuf::from_raw(out2.ptr(), world * n, DType::F32)) };
     let strict = AllGatherOptions { allow_staging: false, ..opts };
     match r.g.all_gather(ib, ob, r.stream, &strict) {
         Err(Error::InvalidArgument(m))
@@ -290,7 +278,7 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
             ));
         }
     }
-    checked += gather_checked(r, r.stream, &opts, src, out2.ptr, n, seed, "unshareable input, staged")?;
+    checked += gather_checked(r, r.stream, &opts, src, out2.ptr(), n, seed, "unshareable input, staged")?;
     drop(vmm);
     // The group is still usable.
     let base = Case {
@@ -326,18 +314,19 @@ fn predicted_calls(r: &GpuRunner, sync: SyncMethod) -> Result<(usize, usize), St
         ..Default::default()
     };
     let seed = seed_of_rank0(|mine| r.g.all_gather_bytes("mapped-predicted", mine))?;
-    let out = Legacy::new(4 * n * world)?;
-    let mut bufs = [Legacy::new(4 * n)?, Legacy::new(4 * n)?];
+    let out = legacy(r, 4 * n * world)?;
+    let mut bufs = [legacy(r, 4 * n)?, legacy(r, 4 * n)?];
     let mut checked = 0;
     let upload = |ptr: u64, s: u64| -> Result<(), String> {
         let data = input_bytes(DType::F32, s, rank, 0, n);
         // SAFETY: `ptr` holds n f32; synchronous copy.
-        unsafe { raw::mem_op::copy_from_host(r.stream.raw(), ptr, &data) }.map_err(e)
+        unsafe { r.stream.copy_from_host(ptr, &data) }.map_err(e)
     };
     let before = r.g.stats().map_err(e)?;
     for i in 0..12u64 {
-        upload(bufs[0].ptr, seed ^ i)?;
-        checked += gather_checked(r, r.stream, &opts, bufs[0].ptr, out.ptr, n, seed ^ i, &format!("same call {i}"))?;
+        upload(bufs[0].ptr(), seed ^ i)?;
+        checked +=
+            gather_checked(r, r.stream, &opts, bufs[0].ptr(), out.ptr(), n, seed ^ i, &format!("same call {i}"))?;
     }
     let mid = r.g.stats().map_err(e)?;
     let (meets, predicted) =
@@ -351,12 +340,12 @@ fn predicted_calls(r: &GpuRunner, sync: SyncMethod) -> Result<(usize, usize), St
     }
     for i in 0..12u64 {
         if rank != 0 && i == 6 {
-            bufs[1] = Legacy::new(4 * n)?;
+            bufs[1] = legacy(r, 4 * n)?;
         }
-        let src = if rank == 0 { bufs[0].ptr } else { bufs[(i % 2) as usize].ptr };
+        let src = if rank == 0 { bufs[0].ptr() } else { bufs[(i % 2) as usize].ptr() };
         let s = seed ^ (100 + i);
         upload(src, s)?;
-        checked += gather_checked(r, r.stream, &opts, src, out.ptr, n, s, &format!("moving peers, call {i}"))?;
+        checked += gather_checked(r, r.stream, &opts, src, out.ptr(), n, s, &format!("moving peers, call {i}"))?;
     }
     let end = r.g.stats().map_err(e)?;
     let missed = end.mispredicted_calls - mid.mispredicted_calls;
@@ -369,33 +358,4 @@ fn predicted_calls(r: &GpuRunner, sync: SyncMethod) -> Result<(usize, usize), St
         return Err(format!("rank {rank}: rank 0 kept its buffer, yet {missed} calls mispredicted"));
     }
     Ok((checked, 24))
-}
-
-/// VMM memory without an IPC handle type: `cuIpcGetMemHandle` refuses it.
-struct Vmm {
-    ptr: u64,
-    size: usize,
-    handle: cudarc::driver::sys::CUmemGenericAllocationHandle,
-}
-
-impl Vmm {
-    fn new(device: i32, bytes: usize) -> Result<Self, String> {
-        // SAFETY: the context is current; the size is rounded to the granularity.
-        unsafe {
-            let size = bytes.next_multiple_of(raw::vmm::granularity(device).map_err(e)?);
-            let handle = raw::vmm::create(device, size).map_err(e)?;
-            let ptr = raw::vmm::map(handle, size, device).map_err(e)?;
-            Ok(Self { ptr, size, handle })
-        }
-    }
-}
-
-impl Drop for Vmm {
-    fn drop(&mut self) {
-        // SAFETY: mapped and created above; no work uses it (the call was refused).
-        unsafe {
-            let _ = raw::vmm::unmap(self.ptr, self.size);
-            let _ = raw::vmm::release(self.handle);
-        }
-    }
 }

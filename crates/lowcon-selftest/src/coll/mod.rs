@@ -18,7 +18,7 @@
 use std::time::{Duration, Instant};
 
 use half::{bf16, f16};
-use lowcon::cuda::{Stream, StreamPriority, raw};
+use lowcon::cuda::{Stream, StreamPriority};
 use lowcon::{
     AllGatherAlgorithm, AllGatherOptions, DType, DeviceBuf, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions,
     HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions, SyncMethod,

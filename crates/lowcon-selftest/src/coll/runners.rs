@@ -291,7 +291,7 @@ impl Mem {
         if self.on_device() {
             let s = self.device_stream(stream)?;
             // SAFETY: device memory of this rank holding `off + data.len()` bytes (checked).
-            return unsafe { raw::mem_op::copy_from_host(s.raw(), at, data) }.map_err(e);
+            return unsafe { s.copy_from_host(at, data) }.map_err(e);
         }
         match self {
             Mem::Host(v) => v[off..off + data.len()].copy_from_slice(data),
@@ -311,7 +311,7 @@ impl Mem {
         if self.on_device() {
             let s = self.device_stream(stream)?;
             // SAFETY: device memory of this rank holding the range (checked).
-            return unsafe { raw::mem_op::fill(s.raw(), at, byte, len) }.map_err(e);
+            return unsafe { s.fill(at, byte, len) }.map_err(e);
         }
         match self {
             Mem::Host(v) => v[off..off + len].fill(byte),
@@ -329,7 +329,7 @@ impl Mem {
         if self.on_device() {
             let s = self.device_stream(stream)?;
             // SAFETY: device memory of this rank holding the range (checked).
-            unsafe { raw::mem_op::copy_to_host(s.raw(), &mut v, at) }.map_err(e)?;
+            unsafe { s.copy_to_host(&mut v, at) }.map_err(e)?;
         } else if let Mem::Host(h) = self {
             v.copy_from_slice(&h[off..off + len]);
         } else {

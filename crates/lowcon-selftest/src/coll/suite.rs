@@ -176,8 +176,8 @@ pub fn gpu_stress(r: &GpuRunner, iters: usize, streams: usize, sync: SyncMethod)
                 // SAFETY: the pool buffers hold `bytes` >= every case's input and output;
                 // the copies are ordered on `stream` and synchronised below.
                 unsafe {
-                    raw::mem_op::copy_from_host(stream.raw(), inp.ptr(), &input).map_err(e)?;
-                    raw::mem_op::fill(stream.raw(), out.ptr(), 0xFF, bytes).map_err(e)?;
+                    stream.copy_from_host(inp.ptr(), &input).map_err(e)?;
+                    stream.fill(out.ptr(), 0xFF, bytes).map_err(e)?;
                 }
             }
             for (c, (inp, out)) in cases.iter().zip(pool) {
@@ -187,7 +187,7 @@ pub fn gpu_stress(r: &GpuRunner, iters: usize, streams: usize, sync: SyncMethod)
             for ((c, s), (_, out)) in cases.iter().zip(&seeds).zip(pool) {
                 let mut got = vec![0u8; c.out_count(world) * c.dtype.size()];
                 // SAFETY: `out` holds at least this many bytes; synchronous copy.
-                unsafe { raw::mem_op::copy_to_host(stream.raw(), &mut got, out.ptr()) }.map_err(e)?;
+                unsafe { stream.copy_to_host(&mut got, out.ptr()) }.map_err(e)?;
                 let (wrong, first) = compare(c, *s, rank, world, &got);
                 if wrong > 0 {
                     return Err(format!("rank {rank}: stream {ch}: {}: {wrong} wrong; first: {first}", c.name()));

@@ -356,7 +356,7 @@ pub fn gpu_wire_in_place(run: &Runner, sync: SyncMethod) -> Result<String, Strin
         for wire in [Some(DType::Bf16), None] {
             let buf = Mem::new(r.g, r.stream, k == 1, input.len())?;
             // SAFETY: `buf` holds the input's bytes; synchronous copy.
-            unsafe { raw::mem_op::copy_from_host(r.stream.raw(), buf.ptr(), &input) }.map_err(e)?;
+            unsafe { r.stream.copy_from_host(buf.ptr(), &input) }.map_err(e)?;
             let ib = buf.buf(0, count * world, DType::F32)?;
             let ob = buf.buf(rank * count * 4, count, DType::F32)?;
             let o = ReduceScatterOptions {
@@ -370,8 +370,7 @@ pub fn gpu_wire_in_place(run: &Runner, sync: SyncMethod) -> Result<String, Strin
             r.g.synchronize(r.stream).map_err(e)?;
             let mut got = vec![0u8; count * 4];
             // SAFETY: `buf` holds the chunk; synchronous copy.
-            unsafe { raw::mem_op::copy_to_host(r.stream.raw(), &mut got, buf.ptr() + (rank * count * 4) as u64) }
-                .map_err(e)?;
+            unsafe { r.stream.copy_to_host(&mut got, buf.ptr() + (rank * count * 4) as u64) }.map_err(e)?;
             runs.push(got);
         }
         if let Some(first) = first_difference(&runs[runs.len() - 2], &runs[runs.len() - 1], 4) {
@@ -435,8 +434,8 @@ pub fn gpu_wire_graph(run: &Runner, sync: SyncMethod, replays: usize) -> Result<
         for ((c, (inp, out)), input) in calls.iter().zip(&bufs).zip(&inputs) {
             // SAFETY: the buffers hold these sizes (allocated above); synchronous copies.
             unsafe {
-                raw::mem_op::copy_from_host(r.stream.raw(), inp.ptr(), input).map_err(e)?;
-                raw::mem_op::fill(r.stream.raw(), out.ptr(), 0xFF, c.count * 4).map_err(e)?;
+                r.stream.copy_from_host(inp.ptr(), input).map_err(e)?;
+                r.stream.fill(out.ptr(), 0xFF, c.count * 4).map_err(e)?;
             }
         }
         let before = run.stats()?;
@@ -453,7 +452,7 @@ pub fn gpu_wire_graph(run: &Runner, sync: SyncMethod, replays: usize) -> Result<
         for ((c, (_, out)), input) in calls.iter().zip(&bufs).zip(&inputs) {
             let mut got = vec![0u8; c.count * 4];
             // SAFETY: `out` holds this many bytes; synchronous copy.
-            unsafe { raw::mem_op::copy_to_host(r.stream.raw(), &mut got, out.ptr()) }.map_err(e)?;
+            unsafe { r.stream.copy_to_host(&mut got, out.ptr()) }.map_err(e)?;
             let f32_in: Vec<u8> = if c.input == DType::Bf16 {
                 input
                     .chunks_exact(2)
@@ -548,8 +547,8 @@ pub fn gpu_wire_replays(run: &Runner, sync: SyncMethod, calls: usize) -> Result<
             let (inp, out) = &sets[s];
             // SAFETY: the buffers hold these sizes (allocated above); synchronous copies.
             unsafe {
-                raw::mem_op::copy_from_host(r.stream.raw(), inp.ptr(), &input).map_err(e)?;
-                raw::mem_op::fill(r.stream.raw(), out.ptr(), 0xFF, c.count * 4).map_err(e)?;
+                r.stream.copy_from_host(inp.ptr(), &input).map_err(e)?;
+                r.stream.fill(out.ptr(), 0xFF, c.count * 4).map_err(e)?;
             }
             let before = run.stats()?;
             let (ib, ob) = (inp.buf(0, c.count * world, c.input)?, out.buf(0, c.count, c.output)?);
@@ -561,7 +560,7 @@ pub fn gpu_wire_replays(run: &Runner, sync: SyncMethod, calls: usize) -> Result<
             }
             let mut got = vec![0u8; c.count * 4];
             // SAFETY: `out` holds this many bytes; synchronous copy.
-            unsafe { raw::mem_op::copy_to_host(r.stream.raw(), &mut got, out.ptr()) }.map_err(e)?;
+            unsafe { r.stream.copy_to_host(&mut got, out.ptr()) }.map_err(e)?;
             let want = run.run_typed(&Typed { channel: 0, ..c.f32_twin() }, &input)?;
             if let Some(first) = first_difference(&got, &want, 4) {
                 return Err(format!(

@@ -1,16 +1,17 @@
-//! [`ReduceKernels`]: lowcon's reduction kernels (ce-reduce's, the bf16 wire's pack and
-//! reduction, the bulk reduce-add of `tma-push-reduce`) and two controls, on one GPU
-//! with no group, for `lowcon bench reduce-kernels` (the reduction beside a GEMM, and
-//! NOTE [bf16 wire] in `host/src/coll/wire.rs`). A collective at one rank reduces
-//! nothing, and ranks sharing a GPU do not time their own kernels, so the kernels run
-//! here alone: a world of `world` ranks is played by buffers of this GPU (every "peer"
-//! pointer is a local buffer), so each kernel reads and writes what it would on a rank.
+//! A benchmark instrument, not part of the collectives: [`ReduceKernels`] runs lowcon's
+//! reduction kernels (ce-reduce's, the bf16 wire's pack and reduction, the bulk
+//! reduce-add of `tma-push-reduce`) and two controls, on one GPU with no group, for
+//! `lowcon bench reduce-kernels` (the reduction beside a GEMM, and NOTE [bf16 wire] in
+//! `host/src/coll/wire.rs`). A collective at one rank reduces nothing, and ranks sharing
+//! a GPU do not time their own kernels, so the kernels run here alone: a world of
+//! `world` ranks is played by buffers of this GPU (every "peer" pointer is a local
+//! buffer), so each kernel reads and writes what it would on a rank.
 
 use cudarc::driver::CudaSlice;
 use lowcon_abi::pad;
 
-use super::kernels::{FusedArgs, PadArgs, PushArgs, WirePackArgs, WireReduceArgs};
-use super::{Device, Stream, device_ptr, raw};
+use crate::cuda::kernels::{FusedArgs, PadArgs, PushArgs, WirePackArgs, WireReduceArgs};
+use crate::cuda::{Device, DeviceAlloc, Stream, device_ptr};
 use crate::error::{Error, Result};
 
 /// What one launch of [`ReduceKernels::launch`] runs.
@@ -61,27 +62,14 @@ impl KernelKind {
     }
 }
 
-/// Device memory from `cuMemAlloc`, freed on drop (its user synchronises first).
-struct PlainAlloc(u64);
-
-impl PlainAlloc {
-    fn zeroed(stream: &Stream, bytes: usize) -> Result<Self> {
-        // SAFETY: the stream's context is current (`new` bound the device).
-        let a = Self(unsafe { raw::ipc::alloc(bytes)? });
-        // SAFETY: the `bytes` just allocated; synchronised below.
-        unsafe { raw::mem_op::fill(stream.raw(), a.0, 0, bytes)? };
-        stream.synchronize()?;
-        Ok(a)
-    }
-}
-
-impl Drop for PlainAlloc {
-    fn drop(&mut self) {
-        // SAFETY: from `cuMemAlloc`; the instrument's users synchronise before dropping it.
-        if let Err(e) = unsafe { raw::ipc::free(self.0) } {
-            tracing::warn!(target: "lowcon", "reduce kernels: freeing the pad: {e}");
-        }
-    }
+/// `bytes` of zeroed `cuMemAlloc` memory on `device` (freed on drop: the
+/// instrument's users synchronise before dropping it).
+fn zeroed(device: &Device, stream: &Stream, bytes: usize) -> Result<DeviceAlloc> {
+    let a = DeviceAlloc::new(device, bytes)?;
+    // SAFETY: the `bytes` just allocated; synchronised below.
+    unsafe { stream.fill(a.ptr(), 0, bytes)? };
+    stream.synchronize()?;
+    Ok(a)
 }
 
 /// A launch's CTAs and threads per CTA.
@@ -105,7 +93,7 @@ pub struct ReduceKernels {
     second: CudaSlice<f32>,
     /// The pad: `cuMemAlloc` memory, which stream writes accept (the stream-ordered
     /// pool's, where `alloc_zeros` allocates, they refuse: `CUDA_ERROR_INVALID_VALUE`).
-    pads: PlainAlloc,
+    pads: DeviceAlloc,
     pad_table: CudaSlice<u64>,
     plane_table: CudaSlice<u64>,
     second_table: CudaSlice<u64>,
@@ -136,10 +124,10 @@ impl ReduceKernels {
         let planes = stream.alloc_zeros::<u16>(2 * (world - 1) * n)?;
         let output = stream.alloc_zeros::<f32>(n)?;
         let second = stream.alloc_zeros::<f32>(n * (world + 1) / 2 + 64)?;
-        let pads = PlainAlloc::zeroed(stream, pad::buffer_bytes(world as u32))?;
+        let pads = zeroed(device, stream, pad::buffer_bytes(world as u32))?;
         let err = stream.alloc_zeros::<u8>(std::mem::size_of::<lowcon_abi::ErrorRecord>())?;
         // Every rank's pad and workspace is this GPU's own.
-        let pad_table = stream.upload(&vec![pads.0; world])?;
+        let pad_table = stream.upload(&vec![pads.ptr(); world])?;
         let plane_table = stream.upload(&vec![device_ptr(&planes); world])?;
         let second_table = stream.upload(&vec![device_ptr(&second); world])?;
         if inexact {
@@ -147,9 +135,9 @@ impl ReduceKernels {
             // pad; here the pack writes rank 0's own entry, which the reduction skips).
             for p in 1..world as u32 {
                 for piece in 0..pad::WIRE_PIECES {
-                    let at = pads.0 + pad::wire_flag_offset(world as u32, 0, piece, p) as u64;
+                    let at = pads.ptr() + pad::wire_flag_offset(world as u32, 0, piece, p) as u64;
                     // SAFETY: a word inside the live pad buffer; synchronous copy.
-                    unsafe { raw::mem_op::copy_from_host(stream.raw(), at, &1u32.to_le_bytes())? };
+                    unsafe { stream.copy_from_host(at, &1u32.to_le_bytes())? };
                 }
             }
         }
@@ -215,14 +203,14 @@ impl ReduceKernels {
         if pieces > pad::WIRE_PIECES as usize {
             return Err(Error::InvalidArgument(format!("reduce-once: {pieces} pieces (at most {})", pad::WIRE_PIECES)));
         }
-        let pads = self.pads.0;
+        let pads = self.pads.ptr();
         let flags = pads + pad::once_flag_offset(w, 0, 0) as u64;
         let src = device_ptr(&self.input);
         for i in 0..pieces {
             // SAFETY: piece `i`'s flag inside the live pad buffer.
-            unsafe { raw::mem_op::write_u32(stream.raw(), flags + 4 * i as u64, 1)? };
+            unsafe { stream.write_u32(flags + 4 * i as u64, 1)? };
         }
-        let a = super::kernels::OnceArgs {
+        let a = crate::cuda::kernels::OnceArgs {
             own: src,
             own_idx: 0,
             staged: src + 4 * n as u64,
@@ -250,7 +238,7 @@ impl ReduceKernels {
     /// what that call wrote.
     pub fn poison(&self, stream: &Stream) -> Result<()> {
         // SAFETY: the live output buffer, `n` words.
-        unsafe { raw::mem_op::fill_u32(stream.raw(), device_ptr(&self.output), u32::MAX, self.n) }
+        unsafe { stream.fill_u32(device_ptr(&self.output), u32::MAX, self.n) }
     }
 
     /// # Safety
@@ -265,7 +253,7 @@ impl ReduceKernels {
     ) -> Result<()> {
         let kernels = self.device.kernels()?;
         let (w, n) = (self.world as u32, self.n);
-        let pads = self.pads.0;
+        let pads = self.pads.ptr();
         let src = device_ptr(&self.input);
         let lo_off = (2 * (self.world - 1) * n) as u64;
         // SAFETY: (the block) as the caller's contract; each kernel's arguments as its
@@ -356,7 +344,7 @@ impl ReduceKernels {
                 KernelKind::Memcpy => {
                     let bytes = self.bytes(KernelKind::Memcpy) / 2 * len / n;
                     let at = (self.bytes(KernelKind::Memcpy) / 2 * first / n) as u64 / 4 * 4;
-                    raw::mem_op::copy(stream.raw(), device_ptr(&self.second) + at, src + at, bytes)
+                    stream.copy(device_ptr(&self.second) + at, src + at, bytes)
                 }
             }
         }
@@ -383,13 +371,7 @@ impl ReduceKernels {
         }
         let mut stats = vec![0u8; 16];
         // SAFETY: the counters are inside the live pad buffer; synchronous copy.
-        unsafe {
-            raw::mem_op::copy_to_host(
-                stream.raw(),
-                &mut stats,
-                self.pads.0 + pad::stats_offset(self.world as u32) as u64,
-            )?
-        };
+        unsafe { stream.copy_to_host(&mut stats, self.pads.ptr() + pad::stats_offset(self.world as u32) as u64)? };
         let fallbacks = u64::from_le_bytes(stats[..8].try_into().expect("8 bytes"));
         if self.inexact != (fallbacks > 0) {
             return Err(Error::InvalidArgument(format!(
