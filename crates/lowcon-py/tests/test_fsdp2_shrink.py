@@ -10,12 +10,12 @@ LOWCON_PYTEST_SHRINK_WORLD=2 runs 2 ranks -> 1 (one per GPU on 2 GPUs, gpu-run.s
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ports import free_port  # P and P + 1 free: lowcon's store takes MASTER_PORT + 1
 
 pytest.importorskip("torch")
 
@@ -23,12 +23,6 @@ HERE = Path(__file__).resolve().parent
 EXAMPLE = str(HERE.parent / "examples" / "fsdp2_shrink.py")
 LOWCON = os.environ.get("LOWCON_BIN", str(HERE.parents[2] / "target" / "debug" / "lowcon"))
 WORLD = int(os.environ.get("LOWCON_PYTEST_SHRINK_WORLD", "3"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(tmp_path, *args):

@@ -6,22 +6,16 @@ from the pool, outputs from torch) and FSDP2 on a `lowcon` process group must tr
 same model. Skipped where torch is not installed."""
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ports import free_port  # P and P + 1 free: lowcon's store takes MASTER_PORT + 1
 
 pytest.importorskip("torch")
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "fsdp2_paired.py"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_fsdp2_paired_on_the_host_backend(tmp_path):

@@ -7,12 +7,12 @@ the bytes the group counted. Skipped where torch is not installed."""
 
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ports import free_port  # P and P + 1 free: lowcon's store takes MASTER_PORT + 1
 
 pytest.importorskip("torch")
 
@@ -31,12 +31,6 @@ reduce-scatter context=fsdp algorithm=tma-reduce
 reduce-scatter context=tp algorithm=sm-direct ctas=3
 reduce-scatter algorithm=ce-reduce piece=1K
 """
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(mode, table=None):

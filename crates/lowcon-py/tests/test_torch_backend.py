@@ -6,12 +6,12 @@ LOWCON_PYTEST_BACKEND=gpu on CUDA tensors (2 GPUs). Skipped where torch is not
 installed (torch_backend_worker.py says what each check compares)."""
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ports import free_port  # P and P + 1 free: lowcon's store takes MASTER_PORT + 1
 
 torch = pytest.importorskip("torch")
 
@@ -20,12 +20,6 @@ WORKER = str(HERE / "torch_backend_worker.py")
 DEVICE = "cuda" if os.environ.get("LOWCON_PYTEST_BACKEND") == "gpu" else "cpu"
 # Ranks of the torchrun jobs (default 2; more where ranks share a GPU, LOWCON_SHARE_GPU=1).
 WORLD = int(os.environ.get("LOWCON_PYTEST_WORLD", "2"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def torchrun(mode, timeout=300):
