@@ -219,24 +219,20 @@ impl Group {
             }
             (_, memory) => return Err(self.mismatched(matches!(memory, Memory::Device(_)))),
         };
-        // Straight to the collective (binding, group, collective: NOTE [one dispatch]).
+        // Straight to the collective (binding, group, collective: NOTE [one dispatch]); the
+        // plain calls through the either-backend dispatch of `CollBufs` (`either.rs`).
         match (self, call, bufs) {
+            (_, Call::AllGather(opts, None), bufs) => self.all_gather(bufs, &opts),
+            (_, Call::ReduceScatter(op, opts), bufs) => self.reduce_scatter(bufs, op, &opts),
             (Group::Gpu(g), call, CollBufs::Gpu { input, output, stream }) => match call {
                 Call::AllGather(opts, arrivals) => g.coll.all_gather(input, output, stream, &opts, arrivals),
-                Call::ReduceScatter(op, opts) => g.coll.reduce_scatter(input, output, op, stream, &opts),
                 Call::Released(op, opts, mut produce) => {
                     g.coll.reduce_scatter_released(input, output, op, stream, &opts, &mut *produce)
                 }
                 Call::Traffic(true) => g.coll.all_gather_traffic(input, output, stream),
                 Call::Traffic(false) => g.coll.reduce_scatter_traffic(input, output, stream),
+                Call::ReduceScatter(..) => unreachable!("dispatched above"),
             },
-            // A host call is synchronous: every piece is in place when it returns.
-            (Group::Host(g), Call::AllGather(opts, _), CollBufs::Host { input, output, dtypes }) => {
-                g.coll.all_gather(input, output, dtypes, &opts)
-            }
-            (Group::Host(g), Call::ReduceScatter(op, opts), CollBufs::Host { input, output, dtypes }) => {
-                g.coll.reduce_scatter(input, output, dtypes, op, &opts)
-            }
             _ => unreachable!("buffers of the group's backend, GPU-only calls refused on host groups (above)"),
         }
     }

@@ -331,9 +331,11 @@ impl Group {
     /// input ([`GpuGroup::all_gather`], [`HostGroup::all_gather`]).
     pub fn all_gather(&self, bufs: CollBufs<'_>, opts: &AllGatherOptions) -> Result<()> {
         match (self, bufs) {
-            (Group::Gpu(g), CollBufs::Gpu { input, output, stream }) => g.all_gather(input, output, stream, opts),
+            (Group::Gpu(g), CollBufs::Gpu { input, output, stream }) => {
+                g.coll.all_gather(input, output, stream, opts, None)
+            }
             (Group::Host(g), CollBufs::Host { input, output, dtypes }) => {
-                g.all_gather_typed(input, output, dtypes, opts)
+                g.coll.all_gather(input, output, dtypes, opts)
             }
             (_, bufs) => Err(self.mismatch(&bufs)),
         }
@@ -344,10 +346,10 @@ impl Group {
     pub fn reduce_scatter(&self, bufs: CollBufs<'_>, op: ReduceOp, opts: &ReduceScatterOptions) -> Result<()> {
         match (self, bufs) {
             (Group::Gpu(g), CollBufs::Gpu { input, output, stream }) => {
-                g.reduce_scatter(input, output, op, stream, opts)
+                g.coll.reduce_scatter(input, output, op, stream, opts)
             }
             (Group::Host(g), CollBufs::Host { input, output, dtypes }) => {
-                g.reduce_scatter_typed(input, output, dtypes, op, opts)
+                g.coll.reduce_scatter(input, output, dtypes, op, opts)
             }
             (_, bufs) => Err(self.mismatch(&bufs)),
         }

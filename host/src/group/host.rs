@@ -197,18 +197,6 @@ impl HostGroup {
         self.coll.all_gather(input, output, (dtype, dtype), opts)
     }
 
-    /// [`Self::all_gather`] with the input's and the output's element types, as a
-    /// binding gets them (they must be the same: the collective refuses others).
-    pub fn all_gather_typed(
-        &self,
-        input: HostInput<'_>,
-        output: &mut [u8],
-        dtypes: (DType, DType),
-        opts: &AllGatherOptions,
-    ) -> Result<()> {
-        self.coll.all_gather(input, output, dtypes, opts)
-    }
-
     /// Reduce-scatter: `output` (`n` elements) receives `op` over all ranks of their
     /// input chunk `rank` (`input[rank * n .. (rank + 1) * n]`). f32, f16 and bf16,
     /// accumulated in f32 in rank order. Synchronous.
