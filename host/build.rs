@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use lowcon_build::{ARCH_ENV, KernelBuild, PTX_DIR_ENV, PTX_FILE, TOOLCHAIN_ENV};
+use lowcon_build::{ARCH_ENV, KernelBuild, PTX_DIR_ENV, PTX_FILE, PtxCache, TOOLCHAIN_ENV};
 
 fn main() {
     lowcon_build::run_as_linker_if_requested();
@@ -33,16 +33,23 @@ fn build() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         let kernels = manifest.join("../gpu-kernels/kernels");
         let abi = manifest.join("../gpu-kernels/abi");
-        for p in [
+        let inputs = [
             kernels.join("src"),
             kernels.join("Cargo.toml"),
             kernels.join("Cargo.lock"),
             abi.join("src"),
             abi.join("Cargo.toml"),
-        ] {
+        ];
+        for p in &inputs {
             println!("cargo:rerun-if-changed={}", p.display());
         }
-        KernelBuild::from_env(kernels, out_dir.join("kernels-target"))?.build()?
+        // The abi crate inherits its edition from the workspace's manifest: part of the key,
+        // not a reason to rerun.
+        let mut key_inputs = inputs.to_vec();
+        key_inputs.push(manifest.join("../Cargo.toml"));
+        // One build per target directory, not per build-script run (NOTE [kernel cache]).
+        let cache = PtxCache::beside(&out_dir);
+        KernelBuild::from_env(kernels, out_dir.join("kernels-target"))?.build_cached(&key_inputs, cache.as_ref())?
     };
     let text = std::fs::read_to_string(&ptx).map_err(|e| format!("cannot read {}: {e}", ptx.display()))?;
     use lowcon_abi::kernel_names::{COLL, COLL_THREADS, PUSH_THREADS, TMA_PUSH_REDUCE, TMA_REDUCE, TMA_THREADS};

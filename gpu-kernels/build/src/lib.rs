@@ -27,6 +27,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod cache;
+pub use cache::PtxCache;
+
 /// Set (to `1`) in the environment of the nested cargo so that the build script binary,
 /// re-run by rustc as the nvptx linker, links instead of building.
 pub const LINKER_MODE_ENV: &str = "LOWCON_NVPTX_LINKER_MODE";
@@ -78,7 +81,7 @@ pub struct KernelBuild {
     /// `gpu-kernels/` (the directory holding its `Cargo.toml`).
     pub crate_dir: PathBuf,
     /// A private target directory (inside `OUT_DIR`), so the nested cargo never waits on
-    /// the outer build's lock.
+    /// the outer build's lock. Runs share their PTX through [`PtxCache`] instead.
     pub target_dir: PathBuf,
     /// `sm_90` etc.
     pub arch: String,
@@ -158,6 +161,21 @@ impl KernelBuild {
             return Err(err(format!("the kernel build succeeded but {} was not produced", ptx.display())));
         }
         Ok(ptx)
+    }
+
+    /// [`build`](Self::build) through `cache` (NOTE [kernel cache] in `cache.rs`): the
+    /// cached PTX when one was built from the same `inputs` (the files and folders the
+    /// kernels are built from), architecture and toolchain; else a build, stored there.
+    /// Without a cache, a plain build.
+    pub fn build_cached(&self, inputs: &[PathBuf], cache: Option<&PtxCache>) -> Result<PathBuf, BuildError> {
+        let Some(cache) = cache else { return self.build() };
+        let version = self.toolchain_output("rustc", &["-vV"])?;
+        let key = cache::key(inputs, &[&self.arch, &self.toolchain, &version])?;
+        if let Some(hit) = cache.get(&key) {
+            return Ok(hit);
+        }
+        let ptx = self.build()?;
+        cache.put(&key, &ptx)
     }
 
     fn toolchain_output(&self, tool: &str, args: &[&str]) -> Result<String, BuildError> {
