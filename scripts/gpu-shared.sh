@@ -95,7 +95,11 @@ if [ "${SHARED_MPS:-1}" = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; 
   fi
 fi
 if [ "$mps" = on ]; then
-  echo "gpu-shared: MPS daemon started (pipes in $mps_dir/pipe)" | tee -a "$out/summary.txt"
+  # A client of this daemon numbers the GPUs the daemon sees, not the machine's: the
+  # daemon sees SHARED_GPU alone, its device 0 (with CUDA_VISIBLE_DEVICES=1 kept, every
+  # rank's cuInit found no device; seen 2026-11-27 running two instances on a 2-GPU box).
+  export CUDA_VISIBLE_DEVICES=0
+  echo "gpu-shared: MPS daemon started on GPU ${SHARED_GPU:-0} (pipes in $mps_dir/pipe)" | tee -a "$out/summary.txt"
 else
   echo "gpu-shared: MPS is not running (disabled, missing or failed to start): the ranks' contexts are" \
     "time-sliced; the checks are the same, the barriers far slower" | tee -a "$out/summary.txt"

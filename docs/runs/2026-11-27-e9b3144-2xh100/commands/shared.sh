@@ -22,25 +22,30 @@ inst() { # inst NAME GPU WORLD PARTS [STEPS_ONLY]: one gpu-shared.sh, its wheel 
     bash $B/gpu-shared.sh > "$O/$name.log" 2>&1
 }
 t0=$SECONDS
-# Which halves run: "rust" (GPU 0: the Rust suites and the C check at 2 ranks, the
-# single-GPU checks, the 2-rank fault matrix, in turn; GPU 1: the Rust suites, the C
-# check and tp at 4 ranks) and "python" (the Python suites: 2 ranks with tp, and 4 ranks),
-# on GPUs 0-1 and 2-3 with 4 GPUs, else one half per call on a 2-GPU machine.
+# What runs, one GPU each, GPUs taken in order: rust2 (the Rust suites and the C check at
+# 2 ranks, the single-GPU checks, the 2-rank fault matrix, in turn), rust4 (the Rust
+# suites, the C check and tp at 4 ranks), python2 (the Python suites and tp at 2 ranks),
+# python4 (the Python suites at 4 ranks); "rust" and "python" name both of theirs. All
+# four at once on a 4-GPU machine; on 2 GPUs, two calls: HALVES=rust, HALVES=python.
 halves=${HALVES:-rust python}
+parts=" $halves "
+parts=${parts// rust / rust2 rust4 }
+parts=${parts// python / python2 python4 }
 g=0
-if [[ " $halves " == *" rust "* ]]; then
-  # GPU g runs three things in turn, within one device call (600 s) together.
+if [[ $parts == *" rust2 "* ]]; then
+  # Three things in turn, within one device call (600 s) together.
   { BUDGET=280 inst rust-w2 $g 2 "rust capi"
     CUDA_VISIBLE_DEVICES=$g LOWCON_BUNDLE_PARTS=single LOWCON_SANITIZE=0 OUT=$O/single \
       timeout 90 bash $B/run.sh > "$O/single.log" 2>&1
     BUDGET=160 inst faults-w2 $g 2 python "fault matrix"; } &
-  inst rust-w4 $((g + 1)) 4 "rust capi tp" &
-  g=$((g + 2))
+  g=$((g + 1))
 fi
-if [[ " $halves " == *" python "* ]]; then
+if [[ $parts == *" rust4 "* ]]; then inst rust-w4 $g 4 "rust capi tp" & g=$((g + 1)); fi
+if [[ $parts == *" python2 "* ]]; then
   inst python-w2 $g 2 "python tp" "torch|pool|backend|FSDP|SIGKILLed|tp:" &
-  inst python-w4 $((g + 1)) 4 python &
+  g=$((g + 1))
 fi
+if [[ $parts == *" python4 "* ]]; then inst python-w4 $g 4 python & fi
 wait
 echo "all done in $((SECONDS - t0)) s" > "$O/time.txt"
 for f in "$O"/*/summary.txt; do echo "### $f"; cat "$f"; done > "$O/summary-all.txt"
