@@ -7,7 +7,8 @@
 #     bash bundle/run.sh            # logs go to $OUT if set, else bundle/logs
 #
 # With the workplace's device tool: run `scripts/gpu-bundle.sh` here, then on the device
-# `bash bundle/run.sh` with carry = ["bundle"].
+# `bash bundle/run.sh` with carry = ["bundle"]; `scripts/gpu-bundle.sh --pack` when the
+# tree and the bundle together pass what the tool carries (see the end of this script).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked -p lowcon-tests --bin lowcon-gpu-tests -p lowcon-cli --bin lowcon
@@ -37,3 +38,11 @@ cp scripts/gpu-shared.sh bundle/gpu-shared.sh
 cp scripts/gpu-planner.sh bundle/gpu-planner.sh
 chmod +x bundle/run.sh bundle/gpu-dead-peer.sh bundle/gpu-fsdp2.sh bundle/gpu-shared.sh
 du -sh bundle
+# --pack: the bundle as one xz tarball, bundle/bundle.txz (about 12 MiB against 36), for a
+# device tool that limits what it carries; unpack it there with `tar -xJf bundle/bundle.txz`
+# from the repository root.
+if [ "${1:-}" = --pack ]; then
+  tar -cf - bundle | xz -T0 -6 > bundle.txz.tmp
+  rm -rf bundle && mkdir bundle && mv bundle.txz.tmp bundle/bundle.txz
+  du -sh bundle/bundle.txz
+fi

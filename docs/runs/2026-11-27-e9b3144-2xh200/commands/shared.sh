@@ -18,7 +18,7 @@ python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q --no-index -
 inst() { # inst NAME GPU WORLD PARTS [STEPS_ONLY]: one gpu-shared.sh, its wheel already installed
   local name=$1 gpu=$2 w=$3 parts=$4 only=${5:-}
   mkdir -p "$O/$name"; touch "$O/$name/.wheel"
-  OUT=$O/$name SHARED_GPU=$gpu SHARED_WORLDS=$w SHARED_PARTS=$parts STEPS_ONLY=$only SHARED_BUDGET=${BUDGET:-530} \
+  OUT=$O/$name SHARED_GPU=$gpu SHARED_WORLDS=$w SHARED_PARTS=$parts STEPS_ONLY=${only:-${STEPS_ONLY:-}} SHARED_BUDGET=${BUDGET:-530} \
     bash $B/gpu-shared.sh > "$O/$name.log" 2>&1
 }
 t0=$SECONDS
