@@ -30,7 +30,7 @@ pub mod rendezvous;
 pub mod sync;
 
 pub use coll::{
-    AllGatherAlgorithm, AllGatherOptions, Arrivals, CollOptions, CollStats, Context, DType, DeviceBuf, Element,
+    AllGatherAlgorithm, AllGatherOptions, Arrival, Arrivals, CollOptions, CollStats, Context, DType, DeviceBuf, Element,
     HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
 };
 pub use error::{Error, Result};

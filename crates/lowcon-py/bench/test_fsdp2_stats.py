@@ -309,6 +309,23 @@ def test_modes_and_arguments():
             fp.parse_args(bad)
 
 
+def test_every_documented_lowcon_option_parses():
+    # The modes' docs list lowcon@KEY=VALUE options; every one must parse (rsgraph was
+    # documented but refused by the parser until 2026-11-27).
+    import re
+
+    import fsdp2_modes
+    doc = fsdp2_modes.__doc__
+    line = next(l for l in doc.splitlines() if "`lowcon@" in l)
+    documented = re.findall(r"[,@]([a-z_]+)=", line)
+    assert {"rsgraph", "arrival", "ag", "replays"} <= set(documented), documented
+    for key in documented:
+        assert key in fp.LOWCON_KEYS, f"{key} is documented in fsdp2_modes but refused by fsdp2_paired"
+        assert fp.parse_mode(f"lowcon@{key}=x")[2] == {key: "x"}
+    assert set(fp.LOWCON_KEYS) == set(documented), "an accepted option the docs do not name"
+    assert fp.parse_mode("lowcon@arrival=any-order,rsgraph=memop")[2] == {"arrival": "any-order", "rsgraph": "memop"}
+
+
 def test_wire_modes_and_the_bytes_table():
     assert fp.parse_mode("lowcon@wire=bf16") == ("lowcon@wire=bf16", "lowcon", {"wire": "bf16"})
     a = fp.parse_args(["--modes", "nccl,lowcon@wire=bf16,lowcon@wire=fp32"])

@@ -47,6 +47,7 @@ pub(crate) fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
         map_ordinary,
         wire: wire.map(str::parse::<DType>).transpose().map_err(to_py)?,
         reduce_launch: reduce_launch.parse().map_err(to_py)?,
+        arrival: lowcon::Arrival::Auto,
         context: hints.context.parse::<Context>().map_err(to_py)?,
         bf16_exact: hints.bf16_exact,
         traffic: false,

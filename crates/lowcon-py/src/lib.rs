@@ -156,7 +156,7 @@ impl Group {
     /// `arrivals` (from `arrivals()`): record each rank's piece as it lands (NOTE [per-piece arrivals]).
     /// `context` ("alone", "fsdp", "tp") hints the planner what runs beside the call.
     /// `traffic`: a benchmark instrument, the call's copies without its sync (NOTE [honest floor]).
-    #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "auto", graph_sync = "auto", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = None, stream = None, on_current = false, arrivals = None, context = "alone", traffic = false))]
+    #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "auto", graph_sync = "auto", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = None, stream = None, on_current = false, arrivals = None, context = "alone", traffic = false, arrival = "auto"))]
     #[allow(clippy::too_many_arguments)]
     fn all_gather<'py>(
         &self,
@@ -176,6 +176,7 @@ impl Group {
         arrivals: Option<PyRef<'py, PyArrivals>>,
         context: &str,
         traffic: bool,
+        arrival: &str,
     ) -> PyResult<()> {
         let mut opts = options(
             algorithm,
@@ -189,6 +190,7 @@ impl Group {
             Hints { context, bf16_exact: false },
         )?;
         opts.traffic = traffic;
+        opts.arrival = arrival.parse().map_err(to_py)?;
         let arrivals = arrivals.map(|a| a.inner.clone());
         self.collective(py, output, input, lowcon::Call::AllGather(opts, arrivals.as_deref()), stream, on_current)
     }
@@ -404,7 +406,7 @@ impl Group {
     /// input, the reduce-scatter's output), `symmetric` whether the memory peers read (the
     /// all-gather's output, the reduce-scatter's input) is the pool's, `captured` whether
     /// the call would be captured into a CUDA graph. The options are the collectives'.
-    #[pyo3(signature = (kind, count, dtype, *, out_dtype = None, op = "sum", symmetric = false, captured = false, algorithm = "auto", sync = "auto", graph_sync = "auto", ctas = None, pipeline = None, map_ordinary = None, wire = None, reduce_launch = "auto", context = "alone", bf16_exact = false))]
+    #[pyo3(signature = (kind, count, dtype, *, out_dtype = None, op = "sum", symmetric = false, captured = false, algorithm = "auto", sync = "auto", graph_sync = "auto", ctas = None, pipeline = None, map_ordinary = None, wire = None, reduce_launch = "auto", context = "alone", bf16_exact = false, arrival = "auto"))]
     #[allow(clippy::too_many_arguments)]
     fn plan<'py>(
         &self,
@@ -426,6 +428,7 @@ impl Group {
         reduce_launch: &str,
         context: &str,
         bf16_exact: bool,
+        arrival: &str,
     ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         let dt: DType = dtype.parse().map_err(to_py)?;
         let bytes = count
@@ -445,6 +448,7 @@ impl Group {
                     (None, "auto"),
                     hints,
                 )?;
+                let o = lowcon::AllGatherOptions { arrival: arrival.parse().map_err(to_py)?, ..o };
                 let call = lowcon::plan::AgCall { shard: bytes, dtype: dt, output_symmetric: symmetric, captured };
                 self.with(|b| Ok(b.planner().all_gather(&call, &o).fields()))?
             }

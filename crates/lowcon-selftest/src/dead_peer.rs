@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use lowcon::{
-    AllGatherAlgorithm, AllGatherOptions, DType, HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm,
+    AllGatherAlgorithm, AllGatherOptions, Arrival, DType, HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm,
     ReduceScatterOptions, SyncMethod,
 };
 
@@ -68,6 +68,7 @@ pub fn gpu_dead_peer(
     };
     let case = Case {
         launch: ReduceLaunch::Auto,
+        arrival: Arrival::Auto,
         coll,
         dtype: DType::F32,
         count,

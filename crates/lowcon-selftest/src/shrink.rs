@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use lowcon::{AllGatherOptions, DType, HostInput, ReduceLaunch, SyncMethod};
+use lowcon::{AllGatherOptions, Arrival, DType, HostInput, ReduceLaunch, SyncMethod};
 
 use crate::coll::{self, Runner, input_bytes};
 
@@ -175,6 +175,7 @@ pub fn gpu_shrink(victims: &[usize], kill_at: usize, timeout: Duration, sync: Sy
     let (rank, world) = (r.g.rank(), r.g.world_size());
     let case = coll::Case {
         launch: ReduceLaunch::Auto,
+        arrival: Arrival::Auto,
         coll: coll::Coll::AllGather(lowcon::AllGatherAlgorithm::CePull),
         dtype: DType::F32,
         count: 4096,
@@ -261,6 +262,7 @@ pub fn healthy_shrinks(n: usize, gpu: bool) -> Result<String, String> {
 fn one_check(r: &Runner, i: usize) -> Result<(), String> {
     let case = coll::Case {
         launch: ReduceLaunch::Auto,
+        arrival: Arrival::Auto,
         coll: coll::Coll::AllGather(lowcon::AllGatherAlgorithm::Auto),
         dtype: DType::F32,
         count: 1001,

@@ -21,6 +21,18 @@
 //! peer surfaces as an error from the next call within the group's timeout even if the
 //! caller never synchronises. What can still block is the driver itself, when a
 //! stream's queue of pending operations is full (docs/design.md, "Never block").
+//!
+//! NOTE [arrival-driven all-gather]: a `ce-pull` all-gather behind one barrier moves
+//! nothing until the last peer arrived, then every shard: inside FSDP2 the slowest peer's
+//! lateness and all the copies are exposed (4x H100, 2026-11-27: the copies started
+//! 1.8-5.8 ms after the compute stream ran dry, then 0.82 ms of copy). With
+//! `arrival=in-order` or `any-order` (eager, stream-memop sync), the entry barrier is
+//! split: this rank signals every peer at once (`GpuSync::memop_arrive`), and each peer's
+//! copy waits for that peer's signal alone (`memop_await_peer`), in the rotated order on
+//! the caller's stream (`in-order`) or on a stream per peer (`any-order`, so copies start
+//! in the order the peers arrive). The signals, slots and epochs are the barrier's, so the
+//! watchdog, a dead peer and the diagnosis treat it as one. The exit barrier stays
+//! whole: a peer may still be reading this rank's shard until every peer passed it.
 
 mod ce_reduce;
 mod floor;
@@ -43,7 +55,7 @@ use super::device_buf::DeviceBuf;
 use super::geometry::{piece_elems, tma_ring, tma_split};
 use super::launch;
 use super::wire::{self, Counters, Moved, Plan};
-use super::{AllGatherAlgorithm, AllGatherOptions, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
+use super::{AllGatherAlgorithm, AllGatherOptions, Arrival, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
 use crate::cuda::kernels::TmaArgs;
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
@@ -79,6 +91,9 @@ struct ChannelState {
     events: Vec<Event>,
     /// The stream of the bf16 wire's packs (first split-wire call on the channel).
     pack: Option<Stream>,
+    /// Any-order all-gathers: a stream per peer but the first (NOTE [arrival-driven
+    /// all-gather]), made on the channel's first such call.
+    peers: Vec<Stream>,
     /// The LL buffer (first LL call on the channel; `coll::gpu::ll`).
     ll: Option<SymmetricBuffer>,
     /// A call on the channel was captured into a graph: its workspace is kept, not
@@ -390,7 +405,15 @@ impl GpuColl {
         // A rank that cannot share: every rank stages instead.
         let stage_in = stage_in || (mapped && peers.is_none());
         let need = if stage_in { align256(shard) } else { 0 } + if stage_out { world * shard } else { 0 };
-        self.prepare(&mut st, ch, mode, need, 2)?;
+        // Any-order arrival: a stream and a join event per peer but the first, and a fork.
+        let any_order = plan.arrival == Arrival::AnyOrder && algorithm == AllGatherAlgorithm::CePull && sync;
+        self.prepare(&mut st, ch, mode, need, if any_order { 1 + world } else { 2 })?;
+        if any_order {
+            while st.peers.len() < world - 2 {
+                let s = self.sync.device.stream(StreamPriority::High)?;
+                st.peers.push(s);
+            }
+        }
 
         let ws = st.workspace.as_ref();
         let copy = st.copy.as_ref().expect("prepared");
@@ -435,20 +458,55 @@ impl GpuColl {
                             each.map_or(Ok(()), |a| a.record(copy, rank))?;
                             copy.record(join)?;
                         }
-                        if sync {
-                            self.enter(stream, ch, plan.sync, mode)?;
-                        }
+                        // NOTE [arrival-driven all-gather]: the plan's arrival is Barrier
+                        // wherever a per-peer wait cannot run (and traffic calls have none).
+                        let arrival = if sync { plan.arrival } else { Arrival::Barrier };
+                        let epoch = match arrival {
+                            Arrival::InOrder | Arrival::AnyOrder => Some(self.sync.memop_arrive(stream, ch)?),
+                            _ if sync => {
+                                self.enter(stream, ch, plan.sync, mode)?;
+                                None
+                            }
+                            _ => None,
+                        };
                         each.map_or(Ok(()), |a| a.record_started(stream))?;
                         let peers = || rotated(rank, world).filter(|&p| p != rank);
-                        match each {
-                            // NOTE [batched copies]: one event per shard needs one copy each.
-                            Some(a) => {
-                                for p in peers() {
-                                    ce_copy(stream, out + p as u64 * s, shard_of(p), shard)?;
-                                    a.record(stream, p)?;
+                        // One peer's wait (where the call waits per peer), copy and arrival.
+                        let pull = |on: &Stream, p: usize| -> Result<()> {
+                            if let Some(e) = epoch {
+                                self.sync.memop_await_peer(on, ch, p, e)?;
+                            }
+                            ce_copy(on, out + p as u64 * s, shard_of(p), shard)?;
+                            each.map_or(Ok(()), |a| a.record(on, p))
+                        };
+                        match (arrival, each) {
+                            // The first peer in the rotated order on the caller's stream, each
+                            // other on a stream of its own, forked and joined with events.
+                            (Arrival::AnyOrder, _) => {
+                                let (pfork, joins) = (&st.events[2], &st.events[3..]);
+                                stream.record(pfork)?;
+                                for (i, p) in peers().enumerate() {
+                                    let on = if i == 0 { stream } else { &st.peers[i - 1] };
+                                    if i > 0 {
+                                        on.wait(pfork)?;
+                                    }
+                                    pull(on, p)?;
+                                    if i > 0 {
+                                        on.record(&joins[i - 1])?;
+                                    }
+                                }
+                                for j in &joins[..world - 2] {
+                                    stream.wait(j)?;
                                 }
                             }
-                            None => {
+                            // NOTE [batched copies]: one event per shard, or one wait per
+                            // peer, needs one copy each.
+                            (Arrival::InOrder, _) | (_, Some(_)) => {
+                                for p in peers() {
+                                    pull(stream, p)?;
+                                }
+                            }
+                            _ => {
                                 let copies: Vec<_> =
                                     peers().map(|p| (out + p as u64 * s, shard_of(p), shard)).collect();
                                 ce_copies(stream, batch, &copies)?;

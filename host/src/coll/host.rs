@@ -21,7 +21,7 @@ use super::check::{check_all_gather, check_push_op, check_reduce_scatter, grow_t
 use super::geometry::{piece_elems, tma_ring, tma_split};
 use super::reference::{reduce_into, reduce_into_as};
 use super::wire::{self, Counters, Moved, Plan};
-use super::{AllGatherAlgorithm, AllGatherOptions, DType, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
+use super::{AllGatherAlgorithm, AllGatherOptions, Arrival, DType, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
 use crate::error::{Error, Result};
 use crate::memory::host::{HostBuffer, alloc};
 use crate::plan::{AgCall, Planner, RsCall};
@@ -215,7 +215,16 @@ impl HostColl {
                         (Some(base), HostInput::Symmetric { buf, .. }) => (SymIn { buf, offset: base }, shard),
                         _ => (self.symmetric_input(&input, ws)?, 0),
                     };
-                    self.sync.barrier(ch)?;
+                    // NOTE [arrival-driven all-gather] (coll::gpu): with a per-peer
+                    // arrival, each peer's read waits for that peer alone (the host's
+                    // waits are in order either way).
+                    let epoch = match plan.arrival {
+                        Arrival::InOrder | Arrival::AnyOrder => Some(self.sync.arrive(ch)?),
+                        _ => {
+                            self.sync.barrier(ch)?;
+                            None
+                        }
+                    };
                     for p in rotated(rank, world) {
                         let out = &mut output[p * shard..(p + 1) * shard];
                         if p == rank && in_place_base.is_some() {
@@ -223,6 +232,9 @@ impl HostColl {
                         } else if p == rank && algorithm == AllGatherAlgorithm::CePull {
                             out.copy_from_slice(&input.local(rank)?);
                         } else {
+                            if let Some(e) = epoch {
+                                self.sync.await_peer(p, ch, e)?;
+                            }
                             src.buf.read(p, src.offset + p * slot, out)?;
                         }
                     }

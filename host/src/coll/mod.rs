@@ -39,8 +39,8 @@ mod reference;
 pub(crate) mod wire;
 
 pub use crate::plan::call::{
-    AllGatherAlgorithm, AllGatherOptions, CollOptions, Context, DType, Element, MAX_CTAS, ReduceLaunch, ReduceOp,
-    ReduceScatterAlgorithm, ReduceScatterOptions,
+    AllGatherAlgorithm, AllGatherOptions, Arrival, CollOptions, Context, DType, Element, MAX_CTAS, ReduceLaunch,
+    ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
 };
 pub use device_buf::DeviceBuf;
 pub use gpu::per_piece::arrivals::Arrivals;

@@ -317,6 +317,55 @@ impl FromStr for ReduceLaunch {
     }
 }
 
+/// How a `ce-pull` all-gather's copies wait for the peers (GPU backend, eager calls with
+/// stream-memop sync; NOTE [arrival-driven all-gather] in `coll::gpu`). Each peer's
+/// signal says that its shard is ready; what differs is what a copy waits for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Arrival {
+    /// The planner's choice ([`crate::plan`]).
+    #[default]
+    Auto,
+    /// One barrier on every peer, then every copy: nothing moves before the last peer
+    /// arrived (every plan but eager memop `ce-pull`).
+    Barrier,
+    /// Each peer's copy waits for that peer alone, in the rotated order on the caller's
+    /// stream: a copy from an early peer runs while a later one is still coming.
+    InOrder,
+    /// Each peer's wait and copy on a stream of its own, joined back: copies start in
+    /// the order the peers arrive.
+    AnyOrder,
+}
+
+impl Arrival {
+    /// Every variant.
+    pub const ALL: [Arrival; 4] = [Arrival::Auto, Arrival::Barrier, Arrival::InOrder, Arrival::AnyOrder];
+
+    /// The name used in options, tables and messages.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Arrival::Auto => "auto",
+            Arrival::Barrier => "barrier",
+            Arrival::InOrder => "in-order",
+            Arrival::AnyOrder => "any-order",
+        }
+    }
+}
+
+impl fmt::Display for Arrival {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Arrival {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Self::ALL.into_iter().find(|a| a.name() == s).ok_or_else(|| {
+            Error::InvalidArgument(format!("arrival {s:?}: expected auto, barrier, in-order or any-order"))
+        })
+    }
+}
+
 /// What runs beside a collective: a hint the caller passes, which the planner reads to
 /// pick among choices measured in that setting (a choice that wins alone can lose beside
 /// a GEMM: NOTE [auto inside FSDP2] in `docs/algorithms.md`).
@@ -409,6 +458,9 @@ pub struct CollOptions<A> {
     /// Reduce-scatter, `ce-reduce`: one reduction launch per piece or one per call
     /// ([`ReduceLaunch`]; NOTE [one launch per call] in `coll::gpu::ce_reduce`).
     pub reduce_launch: ReduceLaunch,
+    /// All-gather, `ce-pull`: what each peer's copy waits for ([`Arrival`]); `Auto`: the
+    /// planner's choice. Reduce-scatters ignore it.
+    pub arrival: Arrival,
     /// A hint: what runs beside the call ([`Context`]). The planner reads it; nothing
     /// else does.
     pub context: Context,
@@ -439,6 +491,7 @@ impl<A: Default> Default for CollOptions<A> {
             map_ordinary: None,
             wire: None,
             reduce_launch: ReduceLaunch::Auto,
+            arrival: Arrival::Auto,
             context: Context::Alone,
             bf16_exact: false,
             traffic: false,
@@ -484,6 +537,10 @@ mod tests {
 
     #[test]
     fn names_and_codes_round_trip() {
+        for a in Arrival::ALL {
+            assert_eq!(a.name().parse::<Arrival>().unwrap(), a);
+        }
+        assert!("eager".parse::<Arrival>().unwrap_err().to_string().contains("barrier, in-order or any-order"));
         for l in ReduceLaunch::ALL {
             assert_eq!(l.name().parse::<ReduceLaunch>().unwrap(), l);
             assert_eq!(ReduceLaunch::from_code(l.code()).unwrap(), l);

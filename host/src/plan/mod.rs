@@ -28,7 +28,7 @@ pub mod table;
 
 use std::sync::Arc;
 
-use call::{AllGatherAlgorithm, AllGatherOptions, DType, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm};
+use call::{AllGatherAlgorithm, AllGatherOptions, Arrival, DType, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm};
 use call::{MAX_CTAS, ReduceScatterOptions};
 use table::{Coll, Mem, Probe, Rule, Table};
 
@@ -109,6 +109,9 @@ pub struct AgPlan {
     pub sync: SyncMethod,
     /// Whether peers read an ordinary input in place (eager `ce-pull` only).
     pub map_ordinary: bool,
+    /// What each peer's copy waits for (never `Auto`; `Barrier` but for eager `ce-pull`
+    /// with stream-memop sync, or on the host backend: NOTE [arrival-driven all-gather]).
+    pub arrival: Arrival,
     /// The rule it came from (`table:line`, `default`, or `explicit`).
     pub origin: Arc<str>,
 }
@@ -150,6 +153,7 @@ impl AgPlan {
             ("ctas", self.ctas.to_string()),
             ("sync", self.sync.name().into()),
             ("map_ordinary", self.map_ordinary.to_string()),
+            ("arrival", self.arrival.name().into()),
             ("origin", self.origin.to_string()),
         ]
     }
@@ -412,8 +416,22 @@ impl Planner {
         let map_ordinary = opts.map_ordinary.or(rule.and_then(|r| r.choose.map)).unwrap_or(false)
             && !call.captured
             && algorithm == AllGatherAlgorithm::CePull;
+        // NOTE [arrival-driven all-gather]: a copy waits for its peer alone where one
+        // peer's signal can be waited for on a stream without an SM (a memop wait) and
+        // the copies pull: eager ce-pull with memop sync, or any ce-pull on the host
+        // backend (its waits are the host's). Elsewhere one barrier, as before. The
+        // honest floor has no waits at all (NOTE [honest floor]).
+        let arrival = match opts.arrival {
+            Arrival::Auto => rule.and_then(|r| r.choose.arrival).unwrap_or(Arrival::Barrier),
+            a => a,
+        };
+        let per_peer = algorithm == AllGatherAlgorithm::CePull
+            && !call.captured
+            && !opts.traffic
+            && (sync == SyncMethod::StreamMemop || self.machine.sms == 0);
+        let arrival = if per_peer { arrival } else { Arrival::Barrier };
         let origin = self.origin(opts.algorithm == AllGatherAlgorithm::Auto, rule);
-        AgPlan { algorithm, ctas: if ctas == 0 { 0 } else { self.cap(ctas) }, sync, map_ordinary, origin }
+        AgPlan { algorithm, ctas: if ctas == 0 { 0 } else { self.cap(ctas) }, sync, map_ordinary, arrival, origin }
     }
 
     /// The plan of a reduce-scatter. The caller's choices pass as they are: the backend

@@ -27,14 +27,15 @@
 //! first. Choices say what runs: `algorithm` (every rule names one), `ctas`, `sync` and `graph_sync` (`kernel`,
 //! `memop`), `piece` (bytes of a pipeline piece: ce-reduce and the wire), `max_pieces`,
 //! `wire` (`bf16`), `launch` (`pieces`, `once`), `map` (`yes`, `no`: read an ordinary
-//! input in place). For an `auto` call the first rule that covers it and names an
+//! input in place), `arrival` (`barrier`, `in-order`, `any-order`: what an all-gather's
+//! copy waits for). For an `auto` call the first rule that covers it and names an
 //! algorithm wins; for a call naming its algorithm, the first that covers it and names
 //! that algorithm. A choice a rule leaves out takes the algorithm's default.
 
 use std::fmt;
 use std::sync::Arc;
 
-use super::call::{AllGatherAlgorithm, Context, DType, ReduceLaunch, ReduceScatterAlgorithm};
+use super::call::{AllGatherAlgorithm, Arrival, Context, DType, ReduceLaunch, ReduceScatterAlgorithm};
 use crate::error::{Error, Result};
 use crate::sync::SyncMethod;
 
@@ -94,6 +95,7 @@ pub(crate) struct Choices {
     pub(crate) wire: Option<DType>,
     pub(crate) launch: Option<ReduceLaunch>,
     pub(crate) map: Option<bool>,
+    pub(crate) arrival: Option<Arrival>,
 }
 
 /// One rule of a table.
@@ -347,11 +349,19 @@ fn parse_rule<'a>(
                     Some(v.parse().ok().filter(|l| *l != ReduceLaunch::Auto).ok_or_else(|| val("pieces or once"))?)
             }
             "map" => ch.map = Some(yes_no(v).ok_or_else(|| val("yes or no"))?),
+            "arrival" => {
+                ch.arrival = Some(
+                    v.parse().ok().filter(|a| *a != Arrival::Auto).ok_or_else(|| val("barrier, in-order or any-order"))?,
+                )
+            }
             _ => return Err(bad(name, n, format!("unknown key {k:?}"))),
         }
     }
     if ch.all_gather.is_none() && ch.reduce_scatter.is_none() {
         return Err(bad(name, n, "a rule names its algorithm (algorithm=...)"));
+    }
+    if coll == Coll::ReduceScatter && ch.arrival.is_some() {
+        return Err(bad(name, n, "a reduce-scatter has no arrival (an all-gather's choice)"));
     }
     if coll == Coll::AllGather && (ch.wire.is_some() || ch.piece.is_some() || ch.launch.is_some()) {
         return Err(bad(name, n, "an all-gather has no wire, piece or launch"));
@@ -418,6 +428,9 @@ impl fmt::Display for Rule {
         }
         if let Some(v) = c.map {
             w.push(format!("map={}", if v { "yes" } else { "no" }));
+        }
+        if let Some(v) = c.arrival {
+            w.push(format!("arrival={v}"));
         }
         f.write_str(&w.join(" "))
     }

@@ -413,3 +413,56 @@ fn named_algorithms_and_launches_keep_or_skip_the_wire_rule_as_they_can_take_it(
     let f = rs(&p, &call, &f);
     assert_eq!((f.algorithm, f.wire, f.ctas, f.pieces), (ReduceScatterAlgorithm::SmDirect, None, 16, 1));
 }
+
+#[test]
+fn arrival_is_per_peer_only_where_a_per_peer_wait_runs() {
+    // NOTE [arrival-driven all-gather]: a rule or the caller asks; the planner keeps it for
+    // eager ce-pull with memop sync (or on the host backend), and plans a barrier elsewhere.
+    let p = h200_w4_with(
+        "arrival.txt",
+        "lowcon-tuning 1\nmachine gpu=H200 world=4\n\
+         all-gather context=fsdp algorithm=ce-pull sync=memop arrival=any-order\n\
+         all-gather algorithm=ce-pull sync=memop\n",
+    );
+    let fsdp = AllGatherOptions { context: Context::Fsdp, ..Default::default() };
+    let plan = ag(&p, 64 << 20, false, &fsdp);
+    assert_eq!((plan.algorithm, plan.sync, plan.arrival), (AllGatherAlgorithm::CePull, SyncMethod::StreamMemop, Arrival::AnyOrder));
+    assert!(plan.to_string().contains("arrival=any-order"), "{plan}");
+    // No rule names it: one barrier, as before.
+    assert_eq!(ag(&p, 64 << 20, false, &AllGatherOptions::default()).arrival, Arrival::Barrier);
+    // The caller's choice wins over the rule's.
+    let in_order = AllGatherOptions { arrival: Arrival::InOrder, ..fsdp };
+    assert_eq!(ag(&p, 64 << 20, false, &in_order).arrival, Arrival::InOrder);
+    let barrier = AllGatherOptions { arrival: Arrival::Barrier, ..fsdp };
+    assert_eq!(ag(&p, 64 << 20, false, &barrier).arrival, Arrival::Barrier);
+    // Where no per-peer wait runs: kernel sync, a captured call, another algorithm, the
+    // honest floor.
+    let kernel = AllGatherOptions { sync: Some(SyncMethod::Kernel), ..in_order };
+    assert_eq!(ag(&p, 64 << 20, false, &kernel).arrival, Arrival::Barrier);
+    let call = AgCall { shard: 64 << 20, dtype: DType::Bf16, output_symmetric: false, captured: true };
+    assert_eq!(p.all_gather(&call, &in_order).arrival, Arrival::Barrier);
+    let push = AllGatherOptions { algorithm: AllGatherAlgorithm::CePush, ..in_order };
+    assert_eq!(ag(&p, 64 << 20, true, &push).arrival, Arrival::Barrier);
+    let traffic = AllGatherOptions { traffic: true, ..in_order };
+    assert_eq!(ag(&p, 64 << 20, false, &traffic).arrival, Arrival::Barrier);
+    // The host backend's waits are the host's: any sync.
+    let host = Planner::shipped(Machine::host(3)).unwrap();
+    let pull = AllGatherOptions { algorithm: AllGatherAlgorithm::CePull, ..in_order };
+    assert_eq!(ag(&host, 4096, false, &pull).arrival, Arrival::InOrder);
+}
+
+#[test]
+fn arrival_in_tables_round_trips_and_is_an_all_gather_choice() {
+    let text = "lowcon-tuning 1\nmachine gpu=H100 world=4\nall-gather context=fsdp algorithm=ce-pull sync=memop arrival=in-order\n";
+    let t = Table::parse("t.txt", text).unwrap();
+    assert_eq!(t.rule_lines(), ["all-gather context=fsdp algorithm=ce-pull sync=memop arrival=in-order"]);
+    let bad = |line: &str| {
+        Table::parse("t.txt", &format!("lowcon-tuning 1\nmachine gpu=H100 world=4\n{line}\n")).unwrap_err().to_string()
+    };
+    let e = bad("reduce-scatter algorithm=ce-reduce arrival=in-order");
+    assert!(e.contains("t.txt, line 3") && e.contains("a reduce-scatter has no arrival"), "{e}");
+    let e = bad("all-gather algorithm=ce-pull arrival=auto");
+    assert!(e.contains("barrier, in-order or any-order"), "{e}");
+    let e = bad("all-gather algorithm=ce-pull arrival=soon");
+    assert!(e.contains("arrival=\"soon\""), "{e}");
+}

@@ -119,6 +119,25 @@ impl HostSync {
         Ok(())
     }
 
+    /// The first half of a barrier split per peer (NOTE [arrival-driven all-gather] in
+    /// `coll::gpu`): this rank's signal to every peer; returns the epoch that
+    /// [`HostSync::await_peer`] waits for. With a wait for every peer it is [`HostSync::barrier`].
+    pub(crate) fn arrive(&self, channel: u32) -> Result<u32> {
+        self.core.check_usable()?;
+        Epochs::check_channel(channel)?;
+        let epoch = self.epochs().next_barrier(channel);
+        for p in (0..self.core.world).filter(|&p| p != self.core.rank) {
+            self.signal(p, channel, pad::BARRIER, epoch);
+        }
+        Ok(epoch)
+    }
+
+    /// The second half, for one peer: returns once `peer` made its [`HostSync::arrive`]
+    /// of `epoch` on `channel`, and everything it wrote before is visible.
+    pub(crate) fn await_peer(&self, peer: usize, channel: u32, epoch: u32) -> Result<()> {
+        self.wait(peer, channel, pad::BARRIER, epoch, "barrier arrival")
+    }
+
     /// Signals `peer` on `channel` (release: the peer's matching `wait_signal` sees
     /// everything this rank wrote before).
     pub fn put_signal(&self, peer: usize, channel: u32) -> Result<()> {

@@ -193,7 +193,11 @@ class Group:
         context (a hint: "alone", "fsdp" or "tp", what runs beside the call). `plan()` says
         what a call would run. traffic=True is a benchmark instrument, not a collective:
         the call's copies as planned, without its barriers, so `output` is garbage (GPU,
-        eager, ce-pull; NOTE [honest floor] in host/src/coll/gpu/floor.rs).
+        eager, ce-pull; NOTE [honest floor] in host/src/coll/gpu/floor.rs). arrival (ce-pull,
+        eager, memop sync, or the host backend): what each peer's copy waits for: "barrier"
+        (every peer, then every copy), "in-order" (that peer alone, in turn), "any-order"
+        (that peer alone, on a stream per peer), or "auto" (the planner's; NOTE
+        [arrival-driven all-gather] in host/src/coll/gpu.rs).
 
         arrivals (GPU; from `arrivals()`): the call records each rank's piece as it lands
         in `output` (ce-pull: one by one, in `arrivals.order`; other algorithms: all at
@@ -270,7 +274,7 @@ class Group:
 
     def plan(self, kind, count, dtype, **options):
         """What the planner would run for a call, as a dict (NOTE [one planner]): algorithm,
-        ctas, sync, map_ordinary, and for a reduce-scatter pieces, wire and reduce_launch;
+        ctas, sync, map_ordinary, for an all-gather arrival, and for a reduce-scatter pieces, wire and reduce_launch;
         origin (the tuning table's rule, "default" or "explicit"), table and table_how.
 
         kind: "all-gather" or "reduce-scatter"; count: elements per rank (the all-gather's

@@ -86,6 +86,7 @@ pub fn host_bad_input() -> Result<String, String> {
     // The group is intact: a real call still works.
     let ok = Case {
         launch: ReduceLaunch::Auto,
+        arrival: Arrival::Auto,
         coll: Coll::ReduceScatter(ReduceScatterAlgorithm::Auto, ReduceOp::Sum),
         dtype: DType::F32,
         count: 100,
@@ -217,6 +218,7 @@ pub fn gpu_bad_input() -> Result<String, String> {
     }
     let ok = Case {
         launch: ReduceLaunch::Auto,
+        arrival: Arrival::Auto,
         coll: Coll::AllGather(AllGatherAlgorithm::SmOneshot),
         dtype: DType::F32,
         count: 100,

@@ -95,6 +95,7 @@ fn gather_checked(
     unsafe { stream.copy_to_host(&mut got, out) }.map_err(e)?;
     let case = Case {
         launch: ReduceLaunch::Auto,
+        arrival: Arrival::Auto,
         coll: Coll::AllGather(AllGatherAlgorithm::CePull),
         dtype: DType::F32,
         count: n,
@@ -122,6 +123,7 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     for (count, dtype) in [(1usize, DType::F32), (1001, DType::Bf16), (12_345, DType::F16), (12 << 20, DType::F32)] {
         let base = Case {
             launch: ReduceLaunch::Auto,
+            arrival: Arrival::Auto,
             coll: Coll::AllGather(AllGatherAlgorithm::CePull),
             dtype,
             count,
@@ -283,6 +285,7 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     // The group is still usable.
     let base = Case {
         launch: ReduceLaunch::Auto,
+        arrival: Arrival::Auto,
         coll: Coll::AllGather(AllGatherAlgorithm::CePull),
         dtype: DType::F32,
         count: 4097,
@@ -302,7 +305,9 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
 /// other 11; then rank 0 keeps its input while every other rank alternates between two
 /// allocations and, halfway, frees one and allocates it again (a new buffer id, most
 /// likely at the same address): rank 0's predictions miss and are fixed by copies, the
-/// others' hold. Returns the checked elements and the calls.
+/// others' hold. Returns the checked elements and the calls. The copies wait for each
+/// peer on a stream of its own (`any-order`, with memop sync; NOTE [arrival-driven
+/// all-gather]), so a fix's copy must land after the joined streams' copies.
 fn predicted_calls(r: &GpuRunner, sync: SyncMethod) -> Result<(usize, usize), String> {
     let (rank, world) = (r.g.rank(), r.g.world_size());
     let n = 3 << 18;
@@ -311,6 +316,7 @@ fn predicted_calls(r: &GpuRunner, sync: SyncMethod) -> Result<(usize, usize), St
         sync: Some(sync),
         channel: 2,
         map_ordinary: Some(true),
+        arrival: Arrival::AnyOrder,
         ..Default::default()
     };
     let seed = seed_of_rank0(|mine| r.g.all_gather_bytes("mapped-predicted", mine))?;

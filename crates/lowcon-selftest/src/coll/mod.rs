@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use half::{bf16, f16};
 use lowcon::cuda::{Stream, StreamPriority};
 use lowcon::{
-    AllGatherAlgorithm, AllGatherOptions, DType, DeviceBuf, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions,
+    AllGatherAlgorithm, AllGatherOptions, Arrival, DType, DeviceBuf, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions,
     HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions, SyncMethod,
 };
 use lowcon_abi::payload_word;
@@ -58,12 +58,15 @@ pub struct Case {
     pub channel: u32,
     /// Reduce-scatter: how ce-reduce launches its reduction.
     pub launch: ReduceLaunch,
+    /// All-gather: what each peer's copy waits for (NOTE [arrival-driven all-gather]).
+    pub arrival: Arrival,
 }
 
 impl Case {
     /// A short description for messages.
     pub fn name(&self) -> String {
         let c = match self.coll {
+            Coll::AllGather(a) if self.arrival != Arrival::Auto => format!("all-gather/{a}/arrival={}", self.arrival),
             Coll::AllGather(a) => format!("all-gather/{a}"),
             Coll::ReduceScatter(a, op) if self.launch != ReduceLaunch::Auto => {
                 format!("reduce-scatter/{a}/{op}/launch={}", self.launch)
@@ -95,7 +98,8 @@ impl Case {
     }
 
     pub(crate) fn ag_opts(&self, a: AllGatherAlgorithm) -> AllGatherOptions {
-        AllGatherOptions { algorithm: a, channel: self.channel, ..Default::default() }.with_sync(self.sync)
+        AllGatherOptions { algorithm: a, channel: self.channel, arrival: self.arrival, ..Default::default() }
+            .with_sync(self.sync)
     }
 
     pub(crate) fn rs_opts(&self, a: ReduceScatterAlgorithm) -> ReduceScatterOptions {
@@ -274,6 +278,7 @@ pub fn run_in_place_suite(r: &Runner, sync: SyncMethod) -> Result<String, String
         {
             let case = Case {
                 launch: ReduceLaunch::Auto,
+                arrival: Arrival::Auto,
                 coll: Coll::AllGather(a),
                 dtype,
                 count,
@@ -302,6 +307,7 @@ pub fn run_in_place_suite(r: &Runner, sync: SyncMethod) -> Result<String, String
             let coll = Coll::ReduceScatter(a, ReduceOp::Sum);
             let case = Case {
                 launch: ReduceLaunch::Auto,
+                arrival: Arrival::Auto,
                 coll,
                 dtype,
                 count,

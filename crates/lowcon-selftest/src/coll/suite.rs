@@ -10,6 +10,7 @@ pub fn suite(sync: SyncMethod, large: usize) -> Vec<Case> {
     let counts = [1usize, 7, 1003, 65_541, large];
     let base = Case {
         launch: ReduceLaunch::Auto,
+        arrival: Arrival::Auto,
         coll: Coll::AllGather(AllGatherAlgorithm::Auto),
         dtype: DType::F32,
         count: 1,
@@ -32,6 +33,23 @@ pub fn suite(sync: SyncMethod, large: usize) -> Vec<Case> {
                     count,
                     symmetric: k % 2 == 1,
                     misalign: if k == 2 { 1 } else { 0 },
+                    ..base
+                });
+            }
+        }
+    }
+    // ce-pull whose copies wait for each peer alone (NOTE [arrival-driven all-gather]):
+    // memop sync runs them so; kernel sync plans one barrier, and must say so.
+    for arrival in [Arrival::InOrder, Arrival::AnyOrder] {
+        for dtype in [DType::F32, DType::Bf16] {
+            for (k, &count) in counts.iter().enumerate() {
+                v.push(Case {
+                    coll: Coll::AllGather(AllGatherAlgorithm::CePull),
+                    dtype,
+                    count,
+                    symmetric: k % 2 == 1,
+                    misalign: if k == 2 { 1 } else { 0 },
+                    arrival,
                     ..base
                 });
             }
@@ -116,7 +134,8 @@ pub fn run_suite(r: &Runner, cases: &[Case]) -> Result<String, String> {
 }
 
 /// The algorithms the stress loop cycles through (eight calls; LL twice, so that its
-/// rounds alternate halves and reuse each within one unsynchronised block).
+/// rounds alternate halves and reuse each within one unsynchronised block). ce-pull's
+/// turns cycle through the three arrivals (NOTE [arrival-driven all-gather]).
 fn stress_case(i: usize, channel: u32, sync: SyncMethod, count: usize) -> Case {
     let coll = match i % 8 {
         6 => Coll::AllGather(AllGatherAlgorithm::Ll),
@@ -137,6 +156,7 @@ fn stress_case(i: usize, channel: u32, sync: SyncMethod, count: usize) -> Case {
         misalign: 0,
         sync,
         channel,
+        arrival: [Arrival::Barrier, Arrival::InOrder, Arrival::AnyOrder][(i / 8) % 3],
     }
 }
 

@@ -293,6 +293,33 @@ impl GpuSync {
         unsafe { raw::mem_op::batch(stream.raw(), &ops) }
     }
 
+    /// The first half of an eager stream-memop barrier split per peer (NOTE
+    /// [arrival-driven all-gather] in `coll::gpu`): this rank's signal to every peer on
+    /// `channel`, as one batch, after everything enqueued on `stream` before. Returns the
+    /// barrier's epoch, which [`GpuSync::memop_await_peer`] then waits for, one peer at a
+    /// time and on any stream. The same slots and epoch as [`GpuSync::barrier`]: with one
+    /// wait for every peer it is that barrier (the watchdog releases it the same way).
+    pub(crate) fn memop_arrive(&self, stream: &Stream, channel: u32) -> Result<u32> {
+        use raw::mem_op::Op;
+        let epoch = self.epochs().next_barrier(channel);
+        self.note_wait_method(channel, pad::BARRIER, SyncMethod::StreamMemop);
+        let (rank, world) = (self.core.rank, self.core.world as u32);
+        let mine = pad::slot(channel, pad::BARRIER, rank as u32, world);
+        let ops: Vec<Op> = (0..self.core.world)
+            .filter(|&p| p != rank)
+            .map(|p| Op::Write(self.host_pad.slot_dev(p, mine), epoch))
+            .collect();
+        // SAFETY: every slot is inside a registered host pad owned by `self`.
+        unsafe { raw::mem_op::batch(stream.raw(), &ops)? };
+        Ok(epoch)
+    }
+
+    /// The second half, for one peer: work enqueued on `stream` after this sees what
+    /// `peer` did before its [`GpuSync::memop_arrive`] of `epoch` on `channel`.
+    pub(crate) fn memop_await_peer(&self, stream: &Stream, channel: u32, peer: usize, epoch: u32) -> Result<()> {
+        self.memop_wait(stream, peer, channel, pad::BARRIER, epoch)
+    }
+
     /// Enqueues a signal to `peer` on `channel`, after everything enqueued before.
     pub fn put_signal(&self, stream: &Stream, peer: usize, channel: u32, method: SyncMethod) -> Result<()> {
         self.check_stream_for(stream, "a point-to-point signal (put_signal)")?;
