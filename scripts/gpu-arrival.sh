@@ -10,15 +10,17 @@
 #
 # PARTS: check, fsdp2 (8192x4 and 4096x12 at 1024 tokens, fp32 reduce), fsdp2-sync (4096x12
 # at 1024 tokens with --sync-each-step), mapped10 (coll-mapped ten times: the stall).
-# ROUNDS (default 20). Exit status 0 only if every step passed.
+# ROUNDS (default 20); MODES (the paired modes); SWEEP (the fsdp2 part's); NAME (default
+# arrival: the log folder /tmp/NAME and $OUT/NAME.tgz). Exit status 0 only if every step passed.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd); repo=$(cd "$here/.." && pwd)
 L="$here/lowcon"
-out=/tmp/arrival; rm -rf "$out"; mkdir -p "$out"
+name=${NAME:-arrival}
+out=/tmp/$name; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 parts=" ${PARTS:-check fsdp2} "
 has() { [[ $parts == *" $1 "* ]]; }
-trap 'tar -C "$out" -czf "${OUT:-$here}/arrival.tgz" . 2>/dev/null' EXIT
+trap 'tar -C "$out" -czf "${OUT:-$here}/$name.tgz" . 2>/dev/null' EXIT
 # shellcheck source=scripts/gpu-steps.sh
 . "$here/gpu-steps.sh"
 steps_budget "${BUDGET:-570}"
@@ -39,14 +41,15 @@ if has mapped10; then
   done
 fi
 tr=(python3 -m torch.distributed.run --nproc-per-node "$ngpu")
-modes=nccl,nccl-b,lowcon,lowcon@arrival=in-order,lowcon@arrival=any-order,nccl-ce,nocomm
+modes=${MODES:-nccl,nccl-b,lowcon,lowcon@arrival=in-order,lowcon@arrival=any-order,nccl-ce,nocomm}
 paired() { # paired NAME SECONDS OPTIONS...
   local name=$1 t=$2; shift 2
   st "paired $name" log.txt "$t" "${tr[@]}" "$bench/fsdp2_paired.py" --out "$out/$name" --time-budget $((t - 40)) \
     --modes "$modes" --reduce-dtypes fp32 --rounds "${ROUNDS:-20}" "$@"
   python3 "$bench/fsdp2_paired.py" --report "$out/$name/paired.json" > "$out/$name/table.txt" 2>&1 && cat "$out/$name/table.txt"
 }
-has fsdp2 && paired fsdp2 330 --sweep "8192x4:1024;4096x12:1024"
+has fsdp2 && paired fsdp2 330 --sweep "${SWEEP:-8192x4:1024;4096x12:1024}"
 has fsdp2-sync && paired fsdp2-sync 200 --sweep "4096x12:1024" --sync-each-step
 cat "$out/summary.txt"
+# shellcheck disable=SC2154  # failures: set by steps_budget (gpu-steps.sh)
 exit $((failures > 0))

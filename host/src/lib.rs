@@ -30,8 +30,8 @@ pub mod rendezvous;
 pub mod sync;
 
 pub use coll::{
-    AllGatherAlgorithm, AllGatherOptions, Arrival, Arrivals, CollOptions, CollStats, Context, DType, DeviceBuf, Element,
-    HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
+    AllGatherAlgorithm, AllGatherOptions, Arrival, Arrivals, CollOptions, CollStats, Context, DType, DeviceBuf,
+    Element, HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
 };
 pub use error::{Error, Result};
 pub use group::{

@@ -327,7 +327,17 @@ fn case_for(a: &SweepOptions, algo: &str, m: SyncMethod, count: usize) -> Res<Ca
         Kind::AllGather => lowcon::ReduceLaunch::Auto,
         Kind::ReduceScatter => crate::rs_variant(algo)?.1,
     };
-    Ok(Case { coll, dtype: a.dtype, count, symmetric: !a.staged, misalign: 0, sync: m, channel: 0, launch, arrival: lowcon::Arrival::Auto })
+    Ok(Case {
+        coll,
+        dtype: a.dtype,
+        count,
+        symmetric: !a.staged,
+        misalign: 0,
+        sync: m,
+        channel: 0,
+        launch,
+        arrival: lowcon::Arrival::Auto,
+    })
 }
 
 /// Per-call times of one configuration, µs: the eager calls' (device and host), and with

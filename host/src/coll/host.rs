@@ -21,7 +21,9 @@ use super::check::{check_all_gather, check_push_op, check_reduce_scatter, grow_t
 use super::geometry::{piece_elems, tma_ring, tma_split};
 use super::reference::{reduce_into, reduce_into_as};
 use super::wire::{self, Counters, Moved, Plan};
-use super::{AllGatherAlgorithm, AllGatherOptions, Arrival, DType, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
+use super::{
+    AllGatherAlgorithm, AllGatherOptions, Arrival, DType, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
+};
 use crate::error::{Error, Result};
 use crate::memory::host::{HostBuffer, alloc};
 use crate::plan::{AgCall, Planner, RsCall};

@@ -351,7 +351,10 @@ fn parse_rule<'a>(
             "map" => ch.map = Some(yes_no(v).ok_or_else(|| val("yes or no"))?),
             "arrival" => {
                 ch.arrival = Some(
-                    v.parse().ok().filter(|a| *a != Arrival::Auto).ok_or_else(|| val("barrier, in-order or any-order"))?,
+                    v.parse()
+                        .ok()
+                        .filter(|a| *a != Arrival::Auto)
+                        .ok_or_else(|| val("barrier, in-order or any-order"))?,
                 )
             }
             _ => return Err(bad(name, n, format!("unknown key {k:?}"))),

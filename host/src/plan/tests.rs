@@ -426,7 +426,10 @@ fn arrival_is_per_peer_only_where_a_per_peer_wait_runs() {
     );
     let fsdp = AllGatherOptions { context: Context::Fsdp, ..Default::default() };
     let plan = ag(&p, 64 << 20, false, &fsdp);
-    assert_eq!((plan.algorithm, plan.sync, plan.arrival), (AllGatherAlgorithm::CePull, SyncMethod::StreamMemop, Arrival::AnyOrder));
+    assert_eq!(
+        (plan.algorithm, plan.sync, plan.arrival),
+        (AllGatherAlgorithm::CePull, SyncMethod::StreamMemop, Arrival::AnyOrder)
+    );
     assert!(plan.to_string().contains("arrival=any-order"), "{plan}");
     // No rule names it: one barrier, as before.
     assert_eq!(ag(&p, 64 << 20, false, &AllGatherOptions::default()).arrival, Arrival::Barrier);

@@ -34,7 +34,17 @@ struct Call {
 }
 
 fn case(coll: Coll, dtype: DType, count: usize, symmetric: bool, sync: SyncMethod, channel: u32) -> Case {
-    Case { coll, dtype, count, symmetric, misalign: 0, sync, channel, launch: ReduceLaunch::Auto, arrival: Arrival::Auto }
+    Case {
+        coll,
+        dtype,
+        count,
+        symmetric,
+        misalign: 0,
+        sync,
+        channel,
+        launch: ReduceLaunch::Auto,
+        arrival: Arrival::Auto,
+    }
 }
 
 /// The twelve calls of the main graph (on `channel`).

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use half::{bf16, f16};
 use lowcon::cuda::{Stream, StreamPriority};
 use lowcon::{
-    AllGatherAlgorithm, AllGatherOptions, Arrival, DType, DeviceBuf, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions,
-    HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions, SyncMethod,
+    AllGatherAlgorithm, AllGatherOptions, Arrival, DType, DeviceBuf, GpuGroup, GpuGroupOptions, HostGroup,
+    HostGroupOptions, HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions, SyncMethod,
 };
 use lowcon_abi::payload_word;
 use rand::Rng;
