@@ -9,7 +9,7 @@
 #     PARTS="check fsdp2" bash bundle/gpu-arrival.sh     # logs tarred into $OUT/arrival.tgz
 #
 # PARTS: check, fsdp2 (8192x4 and 4096x12 at 1024 tokens, fp32 reduce), fsdp2-sync (4096x12
-# at 1024 tokens with --sync-each-step), mapped10 (coll-mapped ten times: the stall).
+# at 1024 tokens with --sync-each-step), mapped10 (coll-mapped MAPPED_RUNS times, default 10: the stall).
 # ROUNDS (default 20); MODES (the paired modes); SWEEP (the fsdp2 part's); NAME (default
 # arrival: the log folder /tmp/NAME and $OUT/NAME.tgz). Exit status 0 only if every step passed.
 set -uo pipefail
@@ -36,7 +36,7 @@ if has check; then
   st "w=$ngpu coll-mapped (kernel+memop; predicted calls any-order)" coll.txt 120 "${run[@]}" coll-mapped
 fi
 if has mapped10; then
-  for i in 1 2 3 4 5 6 7 8 9 10; do
+  for i in $(seq "${MAPPED_RUNS:-10}"); do
     st "w=$ngpu coll-mapped run $i" mapped10.txt 60 "${run[@]}" coll-mapped
   done
 fi
