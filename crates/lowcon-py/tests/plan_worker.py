@@ -64,6 +64,23 @@ def direct():
     out = torch.full((N,), float("nan"))
     g.reduce_scatter(out, data(2, RANK, w * N, torch.float32))
     check_rs(out, 2, w, torch.float32, "auto reduce-scatter")
+    # The all-gather's arrival (NOTE [arrival-driven all-gather]): the host backend's
+    # ce-pull reads each peer after waiting for it alone; the plan says so, a bad name raises.
+    for arrival in ("in-order", "any-order", "barrier"):
+        out = torch.full((w * N,), float("nan"), dtype=torch.bfloat16)
+        g.all_gather(out, data(7, RANK, N, torch.bfloat16), algorithm="ce-pull", arrival=arrival)
+        check_ag(out, 7, w, torch.bfloat16, f"arrival={arrival} all-gather")
+        got = g.plan("all-gather", N, "bfloat16", algorithm="ce-pull", arrival=arrival)["arrival"]
+        if got != arrival:
+            fail(f"plan of arrival={arrival}: {got}")
+    if g.plan("all-gather", N, "bfloat16")["arrival"] != "barrier":
+        fail("the default arrival is not barrier")
+    try:
+        g.all_gather(out, data(7, RANK, N, torch.bfloat16), arrival="soon")
+        fail("arrival='soon' was accepted")
+    except Exception as e:  # lowcon.InvalidArgument
+        if "barrier, in-order or any-order" not in str(e):
+            fail(f"arrival='soon': {e}")
     show("auto-ag", g.plan("all-gather", N, "bfloat16"))
     show("auto-rs", g.plan("reduce-scatter", N, "float32"))
     # FSDP2's hooks (called as FSDP2 calls them), fp32 gradients of bf16 parameters.
