@@ -405,8 +405,9 @@ impl GpuColl {
         // A rank that cannot share: every rank stages instead.
         let stage_in = stage_in || (mapped && peers.is_none());
         let need = if stage_in { align256(shard) } else { 0 } + if stage_out { world * shard } else { 0 };
-        // Any-order arrival: a stream and a join event per peer but the first, and a fork.
-        let any_order = plan.arrival == Arrival::AnyOrder && algorithm == AllGatherAlgorithm::CePull && sync;
+        // Any-order arrival (planned for eager memop ce-pull only): a stream and a join
+        // event per peer but the first, and a fork.
+        let any_order = plan.arrival == Arrival::AnyOrder;
         self.prepare(&mut st, ch, mode, need, if any_order { 1 + world } else { 2 })?;
         if any_order {
             while st.peers.len() < world - 2 {
@@ -459,15 +460,16 @@ impl GpuColl {
                             copy.record(join)?;
                         }
                         // NOTE [arrival-driven all-gather]: the plan's arrival is Barrier
-                        // wherever a per-peer wait cannot run (and traffic calls have none).
-                        let arrival = if sync { plan.arrival } else { Arrival::Barrier };
+                        // wherever a per-peer wait cannot run, traffic calls included.
+                        let arrival = plan.arrival;
                         let epoch = match arrival {
                             Arrival::InOrder | Arrival::AnyOrder => Some(self.sync.memop_arrive(stream, ch)?),
-                            _ if sync => {
-                                self.enter(stream, ch, plan.sync, mode)?;
+                            _ => {
+                                if sync {
+                                    self.enter(stream, ch, plan.sync, mode)?;
+                                }
                                 None
                             }
-                            _ => None,
                         };
                         each.map_or(Ok(()), |a| a.record_started(stream))?;
                         let peers = || rotated(rank, world).filter(|&p| p != rank);

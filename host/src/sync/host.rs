@@ -107,14 +107,9 @@ impl HostSync {
     /// Collective: returns once every rank reached the barrier on `channel`. Everything
     /// a rank wrote to any buffer before the barrier is visible to every rank after it.
     pub fn barrier(&self, channel: u32) -> Result<()> {
-        self.core.check_usable()?;
-        Epochs::check_channel(channel)?;
-        let epoch = self.epochs().next_barrier(channel);
+        let epoch = self.arrive(channel)?;
         for p in (0..self.core.world).filter(|&p| p != self.core.rank) {
-            self.signal(p, channel, pad::BARRIER, epoch);
-        }
-        for p in (0..self.core.world).filter(|&p| p != self.core.rank) {
-            self.wait(p, channel, pad::BARRIER, epoch, "barrier arrival")?;
+            self.await_peer(p, channel, epoch)?;
         }
         Ok(())
     }
