@@ -405,12 +405,13 @@ impl GpuColl {
         // A rank that cannot share: every rank stages instead.
         let stage_in = stage_in || (mapped && peers.is_none());
         let need = if stage_in { align256(shard) } else { 0 } + if stage_out { world * shard } else { 0 };
-        // Any-order arrival (planned for eager memop ce-pull only): a stream and a join
-        // event per peer but the first, and a fork.
+        // Any-order arrival (planned for eager memop ce-pull only): after the own shard's
+        // fork and join, a fork, and a stream and a join event per peer but the first.
         let any_order = plan.arrival == Arrival::AnyOrder;
-        self.prepare(&mut st, ch, mode, need, if any_order { 1 + world } else { 2 })?;
+        self.prepare(&mut st, ch, mode, need, if any_order { 3 + world.saturating_sub(2) } else { 2 })?;
         if any_order {
-            while st.peers.len() < world - 2 {
+            // world - 1 peers, the first on the caller's stream (none at world 1).
+            while st.peers.len() < world.saturating_sub(2) {
                 let s = self.sync.device.stream(StreamPriority::High)?;
                 st.peers.push(s);
             }
@@ -497,7 +498,7 @@ impl GpuColl {
                                         on.record(&joins[i - 1])?;
                                     }
                                 }
-                                for j in &joins[..world - 2] {
+                                for j in &joins[..world.saturating_sub(2)] {
                                     stream.wait(j)?;
                                 }
                             }
