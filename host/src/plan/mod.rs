@@ -66,6 +66,11 @@ impl Machine {
     pub fn host(world: usize) -> Self {
         Machine { device: "host".into(), sms: 0, world, ranks_on_gpu: 1 }
     }
+
+    /// Whether it is the host backend's (no SMs).
+    pub fn is_host(&self) -> bool {
+        self.sms == 0
+    }
 }
 
 /// An all-gather as the planner sees it.
@@ -428,7 +433,7 @@ impl Planner {
         let per_peer = algorithm == AllGatherAlgorithm::CePull
             && !call.captured
             && !opts.traffic
-            && (sync == SyncMethod::StreamMemop || self.machine.sms == 0);
+            && (sync == SyncMethod::StreamMemop || self.machine.is_host());
         let arrival = if per_peer { arrival } else { Arrival::Barrier };
         let origin = self.origin(opts.algorithm == AllGatherAlgorithm::Auto, rule);
         AgPlan { algorithm, ctas: if ctas == 0 { 0 } else { self.cap(ctas) }, sync, map_ordinary, arrival, origin }
