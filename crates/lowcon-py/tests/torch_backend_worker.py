@@ -22,6 +22,7 @@ Work.wait() of an earlier call raises lowcon's PeerError naming rank 1 within 30
 Prints "rank R: MODE ok" on success.
 """
 
+import gc
 import os
 import signal
 import sys
@@ -38,7 +39,8 @@ DEV = torch.device(sys.argv[2] if len(sys.argv) > 2 else "cpu")
 
 
 def fail(msg):
-    print(f"rank {dist.get_rank()}: {MODE} FAILED: {msg}", flush=True)
+    r = dist.get_rank() if dist.is_initialized() else os.environ.get("RANK", "?")
+    print(f"rank {r}: {MODE} FAILED: {msg}", flush=True)
     sys.exit(1)
 
 
@@ -368,10 +370,33 @@ def main():
         torch.cuda.set_device(DEV)
     dist.init_process_group("lowcon")
     {"ops": ops, "fsdp": fsdp, "dead": dead}[MODE]()
-    print(f"rank {dist.get_rank()}: {MODE} ok", flush=True)
+    r = dist.get_rank()
     if MODE == "dead":
+        print(f"rank {r}: {MODE} ok", flush=True)
         os._exit(0)  # the group's peer is gone: no collective teardown
+    pg = dist.group.WORLD
+    had_own = any(g is not None for g in (pg._cpu, pg._gloo, pg._nccl))
     dist.destroy_process_group()
+    # Shut down, the group holds no torch group of its own (they would outlive it) and
+    # a call raises lowcon's error instead of reaching a closed group or a new fallback.
+    if any(g is not None for g in (pg._cpu, pg._gloo, pg._nccl)):
+        fail("destroy_process_group left the lowcon group's own torch groups alive")
+    if MODE == "ops" and not had_own:
+        fail("ops made no torch group of lowcon's own: the shutdown check above checked nothing")
+    try:
+        pg.allreduce([torch.ones(2, device=DEV)])
+    except lowcon.Error as e:
+        if f"rank {r}" not in str(e) or "shut down" not in str(e):
+            fail(f"a call after shutdown: {e}")
+    else:
+        fail("a call after destroy_process_group did not raise")
+    # Free the groups now, while the interpreter is whole: a ProcessGroupGloo that only
+    # reference cycles (FSDP's modules, the mesh) keep alive would otherwise be freed by
+    # the interpreter's last collection, and its run-loop threads, dropping Python
+    # objects without a GIL to take, abort the process (SIGABRT, "terminate called
+    # without an active exception"; 4 of 12 fsdp runs on CPU before this).
+    gc.collect()
+    print(f"rank {r}: {MODE} ok", flush=True)
 
 
 if __name__ == "__main__":

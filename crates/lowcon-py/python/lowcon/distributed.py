@@ -149,6 +149,7 @@ class LowconProcessGroup(dist.ProcessGroup):
         self._nccl = None  # made on the first CUDA call that falls back
         self._gloo = None  # on the host backend: made on the first CPU call that falls back
         self._logged = set()
+        self._shut = False  # shutdown() ran: every call raises
         if backend == "gpu":
             # CPU tensors (what "cpu:gloo" routes): a Gloo group on the same store.
             self._cpu = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, world_size, timeout)
@@ -189,6 +190,7 @@ class LowconProcessGroup(dist.ProcessGroup):
 
     def _where(self, tensors, what):
         """"cuda", "cpu-lowcon" (the host backend) or "cpu-gloo", from the tensors."""
+        self._check_open(what)
         cuda = tensors[0].is_cuda
         for t in tensors:
             if t.is_cuda != cuda:
@@ -221,6 +223,10 @@ class LowconProcessGroup(dist.ProcessGroup):
             t.record_stream(side)
         return LowconWork(self, event, dev)
 
+    def _check_open(self, what):
+        if self._shut:
+            raise Error(f"rank {self.rank()}: {what}: the group was shut down (destroy_process_group)")
+
     def _unsupported(self, what):
         raise NotImplementedError(
             f"lowcon backend: {what} is not implemented by lowcon, and the fallback is off "
@@ -233,6 +239,7 @@ class LowconProcessGroup(dist.ProcessGroup):
         for CUDA tensors (each made on first use, on this group's store), logging the
         first call of each operation. Every rank makes the same calls, so the groups are
         made at the same point on every rank."""
+        self._check_open(what)
         cuda = bool(tensors) and tensors[0].is_cuda
         if self._cpu is not None and not cuda:
             return self._cpu  # a GPU machine's CPU tensors: Gloo, as "cpu:gloo" asks
@@ -466,7 +473,16 @@ class LowconProcessGroup(dist.ProcessGroup):
         return works[-1] if works else LowconWork(self)
 
     def shutdown(self):
+        self._shut = True
         self._group.close()
+        # The torch groups this one made (Gloo for CPU tensors, the fallbacks) go now,
+        # while the interpreter is whole: freed at its exit, a Gloo group's run-loop
+        # threads could drop Python objects with no GIL left to take, and abort.
+        for name in ("_cpu", "_gloo", "_nccl"):
+            pg = getattr(self, name)
+            setattr(self, name, None)
+            if pg is not None:
+                pg.shutdown()
 
     def abort(self):
         self._group.abort()
