@@ -17,6 +17,7 @@ allocations. `--report` prints both runs side by side, the ratio of lowcon's dev
 memory in use to NCCL's, and whether lowcon's last samples still grow.
 """
 
+import gc
 import argparse
 import json
 import os
@@ -104,6 +105,7 @@ def run(args: argparse.Namespace) -> None:
     if group is not None:
         group.close()
     dist.destroy_process_group()
+    gc.collect()  # groups kept by cycles go before the interpreter does (python.md: Shutdown)
 
 
 def save(args: argparse.Namespace, world: int, samples: List[Dict[str, Any]]) -> None:

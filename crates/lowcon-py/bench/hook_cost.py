@@ -14,6 +14,7 @@ FSDP2's defaults (NCCL; not with LOWCON_SHARE_GPU=1, where ranks share a GPU and
 refuses them: host costs there include waiting for the other rank's host).
 """
 
+import gc
 import argparse
 import json
 import os
@@ -124,6 +125,7 @@ def main():
     dist.barrier()
     g.close()
     dist.destroy_process_group()
+    gc.collect()  # groups kept by cycles go before the interpreter does (python.md: Shutdown)
     return 0
 
 

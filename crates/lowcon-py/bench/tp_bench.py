@@ -36,6 +36,7 @@ copy's end; every rank's medians are gathered. `DIR/tp_profile.txt` has all of i
 `DIR/tp_profile.json` the numbers. The helpers above `main` need no torch.
 """
 
+import gc
 import argparse
 import json
 import os
@@ -477,6 +478,7 @@ def main():
         profile_cells(cells, fns, args.profile_calls, args.profile, rank, world, header)
     dist.barrier()
     dist.destroy_process_group()
+    gc.collect()  # groups kept by cycles go before the interpreter does (python.md: Shutdown)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ lowcon's fp32 ce-reduce, and the two outputs must be equal bit for bit. Then:
 Prints "rank R: fsdp-wire ok: ..." on success.
 """
 
+import gc
 import os
 import sys
 
@@ -177,3 +178,4 @@ print(f"rank {rank}: fsdp-wire ok: {Checked.checked} reduce-scatters bit-exact, 
 dist.barrier()
 g.close()
 dist.destroy_process_group()
+gc.collect()  # groups kept by cycles go before the interpreter does (python.md: Shutdown)

@@ -19,6 +19,7 @@ twice NCCL's) must exceed it, which shows the comparison can fail.
 Prints "rank R: fsdp ok: ..." and exits 0 on success.
 """
 
+import gc
 import faulthandler
 import math
 import os
@@ -305,3 +306,4 @@ gshard.close()
 gpg.close()
 g.close()
 dist.destroy_process_group()
+gc.collect()  # groups kept by cycles go before the interpreter does (python.md: Shutdown)

@@ -11,6 +11,7 @@ its group moved (`stats()`: wire bytes show whether the bf16 wire ran), and
 "rank R: plan MODE ok". The test (test_plan.py) reads which rules decided.
 """
 
+import gc
 import json
 import os
 import sys
@@ -123,6 +124,7 @@ def backend():
     stats = dist.group.WORLD.lowcon_group.stats()
     print(f"rank {RANK}: plan backend-wire-bytes {stats['wire_bytes']}", flush=True)
     dist.destroy_process_group()
+    gc.collect()  # groups kept by cycles go before the interpreter does (python.md: Shutdown)
 
 
 def main():
