@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fsdp2_model as fm  # noqa: E402
+import fsdp2_decompose as fdec  # noqa: E402
 import fsdp2_profile as fprof  # noqa: E402
 import fsdp2_stats as st  # noqa: E402
 
@@ -134,6 +135,8 @@ def load(paths: List[str]) -> List[Dict[str, Any]]:
             doc = json.load(f)
         if doc.get("schema") != SCHEMA:
             raise SystemExit(f"{p}: not a {SCHEMA} document (schema {doc.get('schema')!r})")
+        for c in doc["configs"]:
+            c["_dir"] = os.path.dirname(os.path.abspath(p))  # where its traces lie
         docs.extend(doc["configs"])
     for d in docs:
         # The loss check is a function of the curves alone: judged again with today's
@@ -154,7 +157,8 @@ def report(paths: List[str], plot: Optional[str] = None) -> int:
         print(st.format_rows(docs))
     if plot:
         print(write_plot(docs, plot))
-    for text in (st.format_bytes(docs), st.format_own_memory(docs), fprof.format_profile(docs)):
+    for text in (st.format_bytes(docs), st.format_own_memory(docs), fprof.format_profile(docs),
+                 fdec.format_profiled(docs)):
         if text:
             print(text)
     for d in docs:

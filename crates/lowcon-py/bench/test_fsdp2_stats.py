@@ -488,3 +488,82 @@ def test_churn_report(tmp_path, capsys):
     fc.report([write("nccl", [3.0, 3.2, 3.1, 3.2]), write("lowcon", [3.1, 3.3, 3.9, 4.4], loss=5.25)])
     out = capsys.readouterr().out
     assert "still growing" in out and "4 common samples: largest |lowcon - NCCL| 2.50e-01" in out, out
+
+
+def _step_trace(extra_gemm_us=0.0, reduce_beside=True, names=("nvjet_gemm", "elementwise", "nvjet_gemm")):
+    """A synthetic step (microseconds): three compute kernels on stream 7 (launches ending
+    at 0, 300 and 500), an all-gather copy on stream 24 ending at 400, a reduction on
+    stream 28 beside the third kernel's first part, and a wait kernel last (the end)."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "FSDP::pre_backward (layers.0)", "ts": 450.0, "dur": 1.0}]
+
+    def launch(corr, end):
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": end - 5.0, "dur": 5.0,
+                   "args": {"correlation": corr}})
+
+    def op(cat, name, stream, ts, dur, corr):
+        ev.append({"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "args": {"stream": stream,
+                                                                                      "correlation": corr}})
+    op("kernel", names[0], 7, 0.0, 100.0, 1)
+    launch(1, 0.0)
+    op("kernel", names[1], 7, 410.0, 50.0, 2)
+    launch(2, 300.0)  # launched at 300: 100..300 waited for the host, 300..410 for the copy
+    op("kernel", names[2], 7, 600.0, 200.0 + extra_gemm_us, 3)
+    launch(3, 500.0)  # the host is early; 460..600 waits, and nothing of another stream ends then
+    op("gpu_memcpy", "Memcpy PtoP (Device -> Device)", 24, 200.0, 200.0, 4)
+    if reduce_beside:
+        op("kernel", "lowcon_wire_reduce_f32", 28, 600.0, 100.0 + extra_gemm_us / 2, 5)
+    op("kernel", "lowcon_wire_wait", 28, 900.0, 50.0, 6)  # after the last compute kernel: the end
+    return ev
+
+
+def test_step_decomposition_splits_idle_by_cause_and_busy_by_neighbour():
+    import fsdp2_decompose as fd
+
+    base = fd.decompose(_step_trace(reduce_beside=False))
+    mode = fd.decompose(_step_trace(extra_gemm_us=100.0))
+    # Idle: 100..300 the host, 300..410 the copy (all-gather; forward: launched before
+    # pre_backward at 450), 460..600 a dependency no other stream explains (the kernel
+    # launched at 500 is backward: 460..500 host, 500..600 other), then the end.
+    assert mode["idle_us"]["host/forward"] == pytest.approx(200.0)
+    assert mode["idle_us"]["all-gather/forward"] == pytest.approx(110.0)
+    assert mode["idle_us"]["host/backward"] == pytest.approx(40.0)
+    assert mode["idle_us"]["other/backward"] == pytest.approx(100.0)
+    assert mode["idle_us"]["end/final"] == pytest.approx(950.0 - 900.0)
+    assert base["idle_us"]["end/final"] == pytest.approx(950.0 - 800.0)
+    r = fd.compare(mode, base)
+    assert r["extra_busy_ms"] == pytest.approx(0.1)
+    # The third kernel (300 µs here, 200 in the base) ran half (150 of 300 µs) beside the
+    # reduction: half its 100 µs extra goes to sm-collective, half to nothing.
+    gemm = r["extra_by_family_ms"]["gemm"]
+    assert gemm["sm-collective"] == pytest.approx(0.05)
+    assert gemm["nothing"] == pytest.approx(0.05)
+    assert gemm["copy"] == pytest.approx(0.0)
+    # The step ends with the wait kernel either way: the extra busy time came out of the
+    # end's idle time, and the parts add up to the excess.
+    assert r["excess_ms"] == pytest.approx(0.0)
+    assert r["extra_idle_ms"]["end/final"] == pytest.approx(-0.1)
+    assert sum(r["extra_idle_ms"].values()) + r["extra_busy_ms"] == pytest.approx(r["excess_ms"])
+    text = fd.format_decomposition({"lowcon": r}, "nocomm")
+    row = next(line.split() for line in text.splitlines() if line.startswith("lowcon "))
+    # mode, span, excess, idle, all-gather fwd / bwd+final, reduce-scatter, other, host, end, busy
+    assert row[1:4] == ["0.9", "+0.0", "-0.1"] and row[-2:] == ["-0.1", "+0.1"], text
+    assert "lowcon  gemm    +0.10  +0.05" in text, text
+    with pytest.raises(ValueError, match="not the same model's step"):
+        fd.compare(fd.decompose(_step_trace(names=("a", "b", "c"))), base, "x")
+
+
+def test_step_decomposition_from_the_paired_report(tmp_path):
+    import gzip
+
+    import fsdp2_decompose as fd
+
+    for mode, tr in (("nocomm", _step_trace(reduce_beside=False)), ("lowcon", _step_trace(extra_gemm_us=100.0))):
+        with gzip.open(tmp_path / f"trace-w64-d2-s8-b1-fp32-{mode}.json.gz", "wt") as f:
+            json.dump({"traceEvents": tr}, f)
+    doc = {"shape": "64x2", "tokens_per_rank": 8, "reduce_dtype": "fp32", "_dir": str(tmp_path),
+           "profile": {m: {"trace": f"trace-w64-d2-s8-b1-fp32-{m}.json.gz"} for m in ("nocomm", "lowcon")}}
+    text = fd.format_profiled([doc])
+    assert text.startswith("64x2, 8 tokens/rank, fp32 reduce") and "+0.10" in text, text
+    assert fd.format_profiled([{**doc, "_dir": str(tmp_path / "none")}]) == ""
+    assert fd.main([str(tmp_path)]) == 0
+    assert fd.main([str(tmp_path), "--base", "nccl"]) == 2

@@ -1,0 +1,336 @@
+"""Where an FSDP2 step's excess goes, from the profiled step's chrome traces (one per mode,
+what `fsdp2_paired.py --profile --out DIR` keeps for rank 0), without torch:
+
+    python3 fsdp2_decompose.py DIR [--base nocomm]
+
+Each mode's step (one profiled step, on one rank) is split against the base mode's (the
+same model with no communication) into the compute stream's extra idle and extra busy
+time (NOTE [step decomposition]). Tested on synthetic traces in `test_fsdp2_stats.py`.
+
+NOTE [step decomposition]
+The compute stream is the stream with the most kernel time. Its kernels are the same
+sequence in every mode (the model's), so the i-th kernel of a mode is the i-th of the
+base: the decomposition refuses traces where the names differ.
+
+- *Idle*: every gap between two compute-stream operations inside the step (from its first
+  GPU operation to its last, any stream). A gap before kernel k is split at the moment
+  the host finished launching k (the launch call with k's correlation id): before it the
+  GPU waited for the host (`host`); after it for a dependency, named by the last
+  operation of another stream to end in the gap (its stream's class: `all-gather` or
+  `reduce-scatter`, else `other`). The gap after the last compute kernel is `end` (the
+  last reduce-scatter, the optimizer's side stream). Each gap counts in the phase of the
+  kernel after it: forward (launched before the first `FSDP::pre_backward`), backward,
+  or final (from `Optimizer.step` on).
+- *Busy*: kernel i's extra time is its duration minus the base's i-th. It is shared out
+  by what ran beside it on other streams, exclusively in this order: SM collectives
+  (communication kernels that move or reduce data), copies (copy-engine transfers),
+  waits (spinning signal kernels), other streams (the optimizer's), nothing. A kernel
+  half under a reduction and half alone gives half its extra time to each.
+- *Streams* are classed by what they run: `reduce-scatter` if any kernel reduces or packs
+  (`ReduceScatter`, `reduce`, `pack`), `all-gather` if any runs `AllGather` or a
+  peer-to-peer copy, else `other`.
+
+Under the profiler the host runs about 2x slower (traces of 2026-11-27, 4x H100), so host
+gaps are inflated: trust the dependency waits and the busy split more than `host`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import glob
+import gzip
+import json
+import os
+import re
+import sys
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+WAIT_KERNEL = re.compile(r"wait|barrier", re.I)
+RS_KERNEL = re.compile(r"ReduceScatter|reduce|pack", re.I)
+AG_KERNEL = re.compile(r"AllGather", re.I)
+BESIDE = ("sm-collective", "copy", "wait", "other-stream", "nothing")
+FAMILIES = (
+    ("gemm", re.compile(r"nvjet|gemm|cutlass|xmma|cublas", re.I)),
+    ("attention", re.compile(r"sdpa|flash|fmha|attention|cudnn", re.I)),
+    ("fsdp-copy-cast", re.compile(r"chunk_cat|split_with_sizes|CatArray|Memcpy|Memset", re.I)),
+    ("optimizer", re.compile(r"multi_tensor_apply", re.I)),
+)
+
+
+def load(path: str) -> List[Dict[str, Any]]:
+    """A chrome trace's events (gzip or plain)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        doc = json.load(f)
+    return doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+
+
+def family(name: str) -> str:
+    for fam, pat in FAMILIES:
+        if pat.search(name):
+            return fam
+    return "other"
+
+
+def _stream(e: Dict[str, Any]) -> Any:
+    return e.get("args", {}).get("stream")
+
+
+def _union(intervals: Iterable[Tuple[float, float]]) -> List[Tuple[float, float]]:
+    out: List[Tuple[float, float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _covered(merged: List[Tuple[float, float]], a: float, b: float) -> List[Tuple[float, float]]:
+    """The parts of [a, b] that `merged` (disjoint, sorted) covers."""
+    out = []
+    i = max(0, bisect.bisect_right(merged, (a, float("inf"))) - 1)
+    while i < len(merged) and merged[i][0] < b:
+        lo, hi = max(a, merged[i][0]), min(b, merged[i][1])
+        if hi > lo:
+            out.append((lo, hi))
+        i += 1
+    return out
+
+
+def _length(intervals: Iterable[Tuple[float, float]]) -> float:
+    return sum(b - a for a, b in intervals)
+
+
+def _minus(parts: List[Tuple[float, float]], merged: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
+    """`parts` (disjoint) without what `merged` covers."""
+    out = []
+    for a, b in parts:
+        cur = a
+        for lo, hi in _covered(merged, a, b):
+            if lo > cur:
+                out.append((cur, lo))
+            cur = max(cur, hi)
+        if b > cur:
+            out.append((cur, b))
+    return out
+
+
+def stream_classes(events: Sequence[Dict[str, Any]], compute: Any) -> Dict[Any, str]:
+    """NOTE [step decomposition]: each non-compute stream's class."""
+    seen: Dict[Any, str] = {}
+    for e in events:
+        if e.get("cat") not in GPU_CATS or _stream(e) == compute:
+            continue
+        s, name = _stream(e), e.get("name", "")
+        cls = seen.get(s, "other")
+        if e["cat"] == "kernel" and RS_KERNEL.search(name) and not WAIT_KERNEL.search(name):
+            cls = "reduce-scatter"
+        elif cls == "other" and (AG_KERNEL.search(name) or "PtoP" in name):
+            cls = "all-gather"
+        seen[s] = cls
+    return seen
+
+
+def decompose(events: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """One trace's compute stream: its operations (name, start, duration, phase), its idle
+    gaps by cause and phase, and the other streams' intervals by kind (NOTE [step
+    decomposition]). Times in microseconds."""
+    gpu = [e for e in events if e.get("cat") in GPU_CATS and e.get("ph") == "X"]
+    if not gpu:
+        raise ValueError("no GPU operations in the trace (was it profiled with CUDA activities?)")
+    busy: Dict[Any, float] = {}
+    for e in gpu:
+        if e["cat"] == "kernel":
+            busy[_stream(e)] = busy.get(_stream(e), 0.0) + e["dur"]
+    compute = max(busy, key=lambda s: busy[s])
+    classes = stream_classes(gpu, compute)
+    ops = sorted((e for e in gpu if _stream(e) == compute), key=lambda e: e["ts"])
+    others = [e for e in gpu if _stream(e) != compute]
+    launch_end = {e["args"]["correlation"]: e["ts"] + e["dur"] for e in events
+                  if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    marks = {}
+    for e in events:
+        if e.get("cat") == "user_annotation":
+            for key, pat in (("backward", "FSDP::pre_backward"), ("final", "Optimizer.step")):
+                if e["name"].startswith(pat):
+                    marks[key] = min(marks.get(key, float("inf")), e["ts"])
+
+    def phase(e: Dict[str, Any]) -> str:
+        t = launch_end.get(e["args"].get("correlation"), e["ts"])
+        if t >= marks.get("final", float("inf")):
+            return "final"
+        return "backward" if t >= marks.get("backward", float("inf")) else "forward"
+
+    start = min(e["ts"] for e in gpu)
+    stop = max(e["ts"] + e["dur"] for e in gpu)
+    ends = sorted((e["ts"] + e["dur"], classes.get(_stream(e), "other")) for e in others)
+    idle: Dict[str, float] = {}
+
+    def add(key: str, us: float) -> None:
+        if us > 0:
+            idle[key] = idle.get(key, 0.0) + us
+
+    prev_end = start
+    for e in ops:
+        a, b = prev_end, e["ts"]
+        if b > a:
+            launched = launch_end.get(e["args"].get("correlation"), a)
+            ph = phase(e)
+            add(f"host/{ph}", min(b, launched) - a)
+            dep_from = max(a, launched)
+            if b > dep_from:
+                i = bisect.bisect_right(ends, (b + 2.0, "~")) - 1
+                cause = ends[i][1] if i >= 0 and ends[i][0] >= dep_from - 2.0 else "other"
+                add(f"{cause}/{ph}", b - dep_from)
+        prev_end = max(prev_end, e["ts"] + e["dur"])
+    add("end/final", stop - prev_end)
+    kinds: Dict[str, List[Tuple[float, float]]] = {k: [] for k in BESIDE[:-1]}
+    for e in others:
+        cls = classes.get(_stream(e), "other")
+        if e["cat"] == "gpu_memcpy":
+            kind = "copy"
+        elif cls == "other":
+            kind = "other-stream"
+        elif WAIT_KERNEL.search(e.get("name", "")):
+            kind = "wait"
+        else:
+            kind = "sm-collective"
+        kinds[kind].append((e["ts"], e["ts"] + e["dur"]))
+    return {
+        "span_us": stop - start,
+        "busy_us": sum(e["dur"] for e in ops),
+        "idle_us": idle,
+        "ops": [(e.get("name", ""), e["ts"], e["dur"], phase(e)) for e in ops],
+        "beside": {k: _union(v) for k, v in kinds.items()},
+    }
+
+
+def compare(mode: Dict[str, Any], base: Dict[str, Any], name: str = "mode") -> Dict[str, Any]:
+    """The mode's excess over the base: span, idle by cause, and the compute kernels' extra
+    time by family and by what ran beside them (NOTE [step decomposition])."""
+    if len(mode["ops"]) != len(base["ops"]) or any(
+            a[0] != b[0] for a, b in zip(mode["ops"], base["ops"])):
+        raise ValueError(f"{name}: its compute stream runs {len(mode['ops'])} operations, the base's "
+                         f"{len(base['ops'])}, or in another order: not the same model's step")
+    extra: Dict[str, Dict[str, float]] = {}
+    for (nm, ts, dur, _), (_, _, bdur, _) in zip(mode["ops"], base["ops"]):
+        more = dur - bdur
+        fam = extra.setdefault(family(nm), {k: 0.0 for k in BESIDE})
+        if dur <= 0:
+            fam["nothing"] += more
+            continue
+        left = [(ts, ts + dur)]
+        for kind in BESIDE[:-1]:
+            under = [p for a, b in left for p in _covered(mode["beside"][kind], a, b)]
+            fam[kind] += more * _length(under) / dur
+            left = _minus(left, mode["beside"][kind])
+        fam["nothing"] += more * _length(left) / dur
+    keys = set(mode["idle_us"]) | set(base["idle_us"])
+    return {
+        "span_ms": mode["span_us"] / 1e3,
+        "excess_ms": (mode["span_us"] - base["span_us"]) / 1e3,
+        "busy_ms": mode["busy_us"] / 1e3,
+        "extra_busy_ms": (mode["busy_us"] - base["busy_us"]) / 1e3,
+        "extra_idle_ms": {k: (mode["idle_us"].get(k, 0.0) - base["idle_us"].get(k, 0.0)) / 1e3 for k in sorted(keys)},
+        "idle_ms": {k: v / 1e3 for k, v in sorted(mode["idle_us"].items())},
+        "extra_by_family_ms": {f: {k: v / 1e3 for k, v in d.items()} for f, d in sorted(extra.items())},
+    }
+
+
+def _table(head: Sequence[str], rows: List[Sequence[str]]) -> str:
+    w = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+    lines = ["  ".join(h.ljust(w[i]) for i, h in enumerate(head)), "  ".join("-" * x for x in w)]
+    lines += ["  ".join(c.ljust(w[i]) for i, c in enumerate(r)) for r in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+IDLE_COLUMNS = ("all-gather", "reduce-scatter", "other", "host", "end")
+
+
+def format_decomposition(results: Dict[str, Dict[str, Any]], base: str) -> str:
+    """Two tables: the step's excess split into idle (by cause, summed over phases, the
+    all-gather's forward part apart) and busy; the busy part by kernel family and what ran
+    beside it."""
+    rows = []
+    for name, r in results.items():
+        idle = r["extra_idle_ms"]
+
+        def cause(c: str, ph: Optional[str] = None) -> float:
+            return sum(v for k, v in idle.items() if k.split("/")[0] == c and (ph is None or k.endswith("/" + ph)))
+
+        rows.append([name, f"{r['span_ms']:.1f}", f"{r['excess_ms']:+.1f}", f"{sum(idle.values()):+.1f}",
+                     f"{cause('all-gather', 'forward'):+.1f} / {cause('all-gather') - cause('all-gather', 'forward'):+.1f}",
+                     *(f"{cause(c):+.1f}" for c in IDLE_COLUMNS[1:]), f"{r['extra_busy_ms']:+.1f}"])
+    head = ["mode", "span ms", f"excess over {base}", "idle", "waits: all-gather fwd / bwd+final",
+            "reduce-scatter", "other dependency", "host", "end", "busy"]
+    out = [f"the step's excess over {base} (ms, one profiled step, rank 0; NOTE [step decomposition]):",
+           _table(head, rows), "",
+           "the compute kernels' extra time over the same kernels in " + base + " (ms), by what ran beside them:"]
+    rows = []
+    for name, r in results.items():
+        for fam, d in r["extra_by_family_ms"].items():
+            if abs(sum(d.values())) < 0.05:
+                continue
+            rows.append([name, fam, f"{sum(d.values()):+.2f}", *(f"{d[k]:+.2f}" for k in BESIDE)])
+    out.append(_table(["mode", "family", "extra", *BESIDE], rows))
+    return "\n".join(out)
+
+
+def format_profiled(docs: Sequence[Dict[str, Any]], base: str = "nocomm") -> str:
+    """The decomposition of each profiled config of `fsdp2_paired.py`'s result documents
+    whose traces lie beside them (its `--profile --out`), "" where none do."""
+    out = []
+    for d in docs:
+        prof, folder = d.get("profile") or {}, d.get("_dir", "")
+        # Beside the document (where --out writes them), or in its traces/ folder (a run's).
+        traces = {m: next((p for p in (os.path.join(folder, e["trace"]), os.path.join(folder, "traces", e["trace"]))
+                           if os.path.exists(p)), "") for m, e in prof.items() if e.get("trace")}
+        if base not in traces or not all(traces.values()):
+            continue
+        ref = decompose(load(traces[base]))
+        try:
+            results = {m: compare(decompose(load(t)), ref, m) for m, t in traces.items()}
+        except ValueError as e:
+            out.append(f"{d.get('shape')} {d.get('tokens_per_rank')}: no decomposition: {e}")
+            continue
+        out.append(f"{d.get('shape')}, {d.get('tokens_per_rank')} tokens/rank, {d.get('reduce_dtype')} reduce: "
+                   + format_decomposition(results, base))
+    return "\n\n".join(out)
+
+
+def mode_of(path: str) -> str:
+    """trace-<shape key>-<dtype>-<mode>.json(.gz) -> mode (lowcon_traffic=1 stays as written)."""
+    stem = os.path.basename(path).split(".json")[0]
+    m = re.match(r"trace-.*-(?:fp32|bf16)-(.+)$", stem)
+    return m.group(1) if m else stem
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("traces", nargs="+", help="a folder of trace-*.json.gz, or trace files (one shape)")
+    p.add_argument("--base", default="nocomm", help="the mode the others are compared with")
+    args = p.parse_args(argv)
+    paths: List[str] = []
+    for t in args.traces:
+        paths += sorted(glob.glob(os.path.join(t, "trace-*.json*"))) if os.path.isdir(t) else [t]
+    by_mode = {mode_of(p): p for p in paths}
+    if args.base not in by_mode:
+        print(f"fsdp2_decompose: no {args.base} trace among {sorted(by_mode)}", file=sys.stderr)
+        return 2
+    base = decompose(load(by_mode[args.base]))
+    results = {}
+    for name in sorted(by_mode, key=lambda n: (n == args.base, n)):
+        try:
+            results[name] = compare(decompose(load(by_mode[name])), base, name)
+        except ValueError as e:
+            print(f"fsdp2_decompose: {by_mode[name]}: {e}", file=sys.stderr)
+            return 1
+    print(format_decomposition(results, args.base))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
