@@ -408,20 +408,31 @@ def profile(modes: List[Any], step: Any, batch: Any, clock: Any, device: Any, ar
             "waits_ms": waits.per_step(args.profile_steps),
         }
         if device.type == "cuda":
-            from torch.profiler import ProfilerActivity
+            from torch.profiler import ProfilerActivity, schedule
             from torch.profiler import profile as tprofile
 
-            with tprofile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                step(m, batch(20_000))
-                torch.cuda.synchronize(device)
-            entry["kernels"] = fmodes.kernel_table(prof)
             # Every rank reads its own trace for its copy rates (NOTE [copy rate]); rank 0
             # keeps its trace.
             name = f"trace-{cfg.key}-{reduce_dtype}-{m.name.replace('@', '_')}"
             keep = rank == 0 and args.out
             path = os.path.join(args.out, name + ".json") if keep else os.path.join(
                 tempfile.gettempdir(), f"lowcon-{os.getpid()}-{name}.json")
-            prof.export_chrome_trace(path)
+
+            def recorded(prof: Any) -> None:
+                entry["kernels"] = fmodes.kernel_table(prof)
+                prof.export_chrome_trace(path)
+
+            # The recorded step is the second under the profiler: each rank starts its
+            # profiler at its own pace, and the first step's all-gathers would also wait
+            # for the last rank's start-up.
+            with tprofile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                          schedule=schedule(wait=0, warmup=1, active=1), on_trace_ready=recorded) as prof:
+                for i in range(2):
+                    step(m, batch(20_000 + i))
+                    torch.cuda.synchronize(device)
+                    prof.step()
+            if "kernels" not in entry:
+                raise RuntimeError(f"rank {rank}: {m.name}: the profiler recorded no step")
             with open(path) as f:
                 rates = fprof.copy_rates(json.load(f).get("traceEvents", []))
             if keep:
