@@ -170,12 +170,14 @@ impl SweepFlags {
             return Err(format!("sizes: -b {} must be at least 1 and at most -e {}", self.min, self.max));
         }
         let wire = self.wire.as_deref().map(str::parse::<lowcon::DType>).transpose().map_err(|e| e.to_string())?;
+        // The wire of an f32 call runs on ce-reduce and sm-direct (NOTE [the wire read
+        // directly]): `all` means those two, and any other is refused now, not after the
+        // rows before it were measured.
+        let carries_wire = |a: &str| matches!(a.split('/').next(), Some("ce-reduce" | "sm-direct" | "auto"));
         let algorithms = match wire {
-            // The wire runs on ce-reduce: `all` means it alone, and any other is refused now,
-            // not after the rows before it were measured.
-            Some(_) if self.algorithms == "all" => vec!["ce-reduce".to_string()],
-            Some(w) => match algorithms.iter().find(|a| !matches!(a.as_str(), "ce-reduce" | "auto")) {
-                Some(a) => return Err(format!("--wire {w}: runs on ce-reduce (or auto), not {a}")),
+            Some(_) if self.algorithms == "all" => vec!["ce-reduce".to_string(), "sm-direct".to_string()],
+            Some(w) => match algorithms.iter().find(|a| !carries_wire(a)) {
+                Some(a) => return Err(format!("--wire {w}: runs on ce-reduce, sm-direct (or auto), not {a}")),
                 None => algorithms,
             },
             None => algorithms,
@@ -491,7 +493,7 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             staged: false,
             graph: false,
             backend: "gpu".into(),
-            // The reduce-scatter's algorithms with a wire: ce-reduce (checked there).
+            // The reduce-scatter's algorithms with a wire: ce-reduce, sm-direct (checked there).
             wire: f.wire.clone().filter(|_| kind == Kind::ReduceScatter),
             inexact: false,
             out: OutputFlags::default(),
