@@ -24,7 +24,9 @@ Modes (`--modes`, comma separated):
   runs its plan's copies as the mode would, with no barrier, signal or SM kernel, so
   the step's results are garbage and its losses are not checked; only plans that pull
   over the copy engines have copies to keep, so `ag` and `rs` default to ce-pull and
-  ce-reduce there); `predict=0`: the all-gathers wait for the peers' addresses at
+  ce-reduce there. Where the shipped reduce-scatter is sm-direct (4 GPUs: its reduction
+  reads the peers' wire planes over NVLink, no copies), the floor stands for the same
+  wire bytes moved by ce-reduce's copies, not for sm-direct's reads); `predict=0`: the all-gathers wait for the peers' addresses at
   every call instead of predicting them (NOTE [addresses predicted]; 0.3's way);
   `batch=0`: the all-gathers enqueue their peer copies one by one instead of as one
   batch (NOTE [batched copies]); `replays=0`: the bf16 wire's reduce-scatters are
