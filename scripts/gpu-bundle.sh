@@ -37,6 +37,7 @@ cp scripts/gpu-steps.sh bundle/gpu-steps.sh
 cp scripts/gpu-shared.sh bundle/gpu-shared.sh
 cp scripts/gpu-planner.sh bundle/gpu-planner.sh
 cp scripts/gpu-arrival.sh bundle/gpu-arrival.sh
+cp scripts/gpu-stall.sh bundle/gpu-stall.sh
 chmod +x bundle/run.sh bundle/gpu-dead-peer.sh bundle/gpu-fsdp2.sh bundle/gpu-shared.sh
 du -sh bundle
 # --pack: the bundle as one xz tarball, bundle/bundle.txz (about 12 MiB against 36), for a

@@ -105,6 +105,10 @@ pub(crate) enum Scenario {
     CollMapped {
         #[arg(long)]
         method: Option<String>,
+        /// Only the part with two threads on two channels at once (kernel sync), this
+        /// many calls per thread: a quick reproducer of a stall there (scripts/gpu-stall.sh).
+        #[arg(long)]
+        threads_only: Option<u64>,
     },
     /// Shrinking after peers die: the victims (default: the last rank) SIGKILL
     /// themselves at call `--kill-at`; every survivor must get an error naming one,
@@ -292,7 +296,12 @@ pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
             });
             ("coll-wire", r)
         }
-        Scenario::CollMapped { method } => (
+        Scenario::CollMapped { method: _, threads_only: Some(calls) } => ("coll-mapped", {
+            let r = coll::Runner::from_env(true, None)?;
+            coll::gpu_mapped_threads(&r.gpu("coll-mapped")?, calls)
+                .map(|(checked, calls)| format!("two threads: {calls} calls, {checked} elements ok"))
+        }),
+        Scenario::CollMapped { method, threads_only: None } => (
             "coll-mapped",
             per_method(&method, |m| {
                 let r = coll::Runner::from_env(true, None)?;

@@ -196,45 +196,9 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
         ));
     }
     drop(bufs);
-    // Two threads on two channels at once, each exchanging per call: no rank's exchange
-    // may hold up another channel's (the cache was once locked across the wait, and two
-    // ranks whose threads reached the channels in opposite orders deadlocked). Kernel
-    // sync in both passes: with memop sync, two threads' calls in flight at once may
-    // deadlock across ranks once the process has more streams than hardware queues (a
-    // wait on one stream holds up another's signal, and the threads enqueue in
-    // rank-dependent order; docs/design.md, "Enough hardware queues"). This test's process
-    // has more than 8 (every channel's copy and fix streams); on 4x H200 it hung in 2
-    // runs of 5 there.
-    let seed = seed_of_rank0(|mine| r.g.all_gather_bytes("mapped-threads", mine))?;
-    let n = 4097;
-    let work = |ch: u32| -> Result<usize, String> {
-        r.g.device().bind_to_thread().map_err(e)?;
-        let stream = r.g.device().stream(StreamPriority::High).map_err(e)?;
-        let (inp, out) = (legacy(r, 4 * n)?, legacy(r, 4 * n * world)?);
-        let opts = AllGatherOptions {
-            algorithm: AllGatherAlgorithm::CePull,
-            sync: Some(SyncMethod::Kernel),
-            channel: ch,
-            map_ordinary: Some(true),
-            ..Default::default()
-        };
-        for i in 0..50u64 {
-            let s = seed ^ (u64::from(ch) << 40) ^ i;
-            // SAFETY: `inp` holds n f32; ordered on `stream` before the call.
-            unsafe { stream.copy_from_host(inp.ptr(), &input_bytes(DType::F32, s, rank, 0, n)) }.map_err(e)?;
-            gather_checked(r, &stream, &opts, inp.ptr(), out.ptr(), n, s, &format!("channel {ch} call {i}"))?;
-        }
-        Ok(50 * n * world)
-    };
-    let results: Vec<Result<usize, String>> = std::thread::scope(|sc| {
-        let work = &work;
-        let hs: Vec<_> = [5u32, 6].into_iter().map(|ch| sc.spawn(move || work(ch))).collect();
-        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into()))).collect()
-    });
-    for res in results {
-        checked += res?;
-        calls += 50;
-    }
+    let (c, k) = two_threads(r, 50)?;
+    checked += c;
+    calls += k;
     // NOTE [addresses predicted]: the same call again makes no host rendezvous, and a
     // rank whose peers' buffers moved still gets the right result.
     let (c, k) = predicted_calls(r, sync)?;
@@ -298,6 +262,54 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     Ok(format!(
         "map_ordinary {sync:?}: {calls} calls, {checked} elements ok, {open} peer allocations open, then released; two channels from two threads at once; differing sizes refused, unshareable memory staged (or refused without staging) on every rank"
     ))
+}
+
+/// Two threads on two channels (5 and 6) at once, `calls_per_thread` ce-pull all-gathers
+/// each over `map_ordinary` inputs (the first exchanged, the rest predicted), every one
+/// checked; returns the checked elements and the calls. `coll-mapped --threads-only`
+/// runs this part alone (scripts/gpu-stall.sh repeats it).
+pub fn two_threads(r: &GpuRunner, calls_per_thread: u64) -> Result<(usize, usize), String> {
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    // Two threads on two channels at once, each exchanging per call: no rank's exchange
+    // may hold up another channel's (the cache was once locked across the wait, and two
+    // ranks whose threads reached the channels in opposite orders deadlocked). Kernel
+    // sync in both passes: with memop sync, two threads' calls in flight at once may
+    // deadlock across ranks once the process has more streams than hardware queues (a
+    // wait on one stream holds up another's signal, and the threads enqueue in
+    // rank-dependent order; docs/design.md, "Enough hardware queues"). This test's process
+    // has more than 8 (every channel's copy and fix streams); on 4x H200 it hung in 2
+    // runs of 5 there.
+    let seed = seed_of_rank0(|mine| r.g.all_gather_bytes("mapped-threads", mine))?;
+    let n = 4097;
+    let work = |ch: u32| -> Result<usize, String> {
+        r.g.device().bind_to_thread().map_err(e)?;
+        let stream = r.g.device().stream(StreamPriority::High).map_err(e)?;
+        let (inp, out) = (legacy(r, 4 * n)?, legacy(r, 4 * n * world)?);
+        let opts = AllGatherOptions {
+            algorithm: AllGatherAlgorithm::CePull,
+            sync: Some(SyncMethod::Kernel),
+            channel: ch,
+            map_ordinary: Some(true),
+            ..Default::default()
+        };
+        for i in 0..calls_per_thread {
+            let s = seed ^ (u64::from(ch) << 40) ^ i;
+            // SAFETY: `inp` holds n f32; ordered on `stream` before the call.
+            unsafe { stream.copy_from_host(inp.ptr(), &input_bytes(DType::F32, s, rank, 0, n)) }.map_err(e)?;
+            gather_checked(r, &stream, &opts, inp.ptr(), out.ptr(), n, s, &format!("channel {ch} call {i}"))?;
+        }
+        Ok(calls_per_thread as usize * n * world)
+    };
+    let results: Vec<Result<usize, String>> = std::thread::scope(|sc| {
+        let work = &work;
+        let hs: Vec<_> = [5u32, 6].into_iter().map(|ch| sc.spawn(move || work(ch))).collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into()))).collect()
+    });
+    let mut checked = 0;
+    for res in results {
+        checked += res?;
+    }
+    Ok((checked, 2 * calls_per_thread as usize))
 }
 
 /// Predicted addresses (NOTE [addresses predicted]), every result checked: 12 calls on

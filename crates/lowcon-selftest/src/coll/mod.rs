@@ -375,7 +375,7 @@ mod wire;
 
 pub use bad_input::{gpu_bad_input, host_bad_input};
 pub use graph::{gpu_graph, graph_dead_peer};
-pub use mapped::gpu_mapped;
+pub use mapped::{gpu_mapped, two_threads as gpu_mapped_threads};
 use runners::Mem;
 pub use runners::{GpuRunner, Runner, host_group};
 pub use suite::{gpu_stress, host_stress, run_suite, suite};
