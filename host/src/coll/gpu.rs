@@ -426,6 +426,7 @@ impl GpuColl {
         let s = shard as u64;
         // What the verifier needs of a predicted call (`Verifier::arm`).
         let mut checked = None;
+        let mut ending = None;
         // Once the wait for the verifier is enqueued, its job is submitted whatever
         // fails after (or the stream would wait for ever).
         let enqueued: Result<()> = (|| {
@@ -516,6 +517,8 @@ impl GpuColl {
                             }
                         }
                         if predicted {
+                            // NOTE [no driver call between arm and submit] (verify.rs).
+                            ending = Some(self.sync.tracking_event(stream)?);
                             checked = Some(self.mapping.verifier.arm(&self.sync, stream, ch, st.map_seq)?);
                         }
                         if side {
@@ -566,7 +569,7 @@ impl GpuColl {
         // Registered before the channel is released, so that no other user of the
         // channel can retire the workspace ahead of this call's sequence number.
         let call = match &enqueued {
-            Ok(()) => self.finish(stream, mode, peers.as_ref()),
+            Ok(()) => self.finish_with(stream, mode, peers.as_ref(), ending.take()),
             Err(e) => Err(e.failure_copy()),
         };
         if let (Some(armed), Some(ex)) = (checked, peers) {

@@ -21,6 +21,22 @@
 //! deadlocked at 2 ranks sharing a GPU under MPS. A spinning kernel does not hold up its
 //! queue, and a host write goes through none.
 //!
+//! NOTE [no driver call between arm and submit]. From the moment `arm` launches the
+//! wait kernel until `submit` hands the job over, that kernel waits for this thread: a
+//! driver call here that waits for the device waits for ever (for the kernel's timeout,
+//! then fails the group). Making an event or a stream may wait for the device (under MPS,
+//! `cuStreamCreate` waited 60 s for the caller's wait kernel), so everything the call
+//! makes is made before `arm`: the fix stream and the two events (in `arm`, before the
+//! launch) and the event that registers the call with the watchdog
+//! (`GpuSync::tracking_event`, taken before `arm`). Between them only enqueues remain.
+//! Seen at 4 ranks sharing one H100 (2026-11-28): `coll-mapped`'s two threads stalled
+//! 2 runs in 6; rank 0's debug lines had channel 5's call 48 submitted 60 s after call 47
+//! was released, the moment its wait kernel timed out, and every other rank waiting for
+//! it. Of the driver calls then between the launch and the submission, only making the
+//! watchdog's event (when none was free) can wait for the device. An enqueue blocks too
+//! when the stream's queue is full; with the verifier releasing every job at once, a
+//! queue holds at most a few calls' work.
+//!
 //! Each channel's jobs run in call order, so its word only grows. When a check fails (a
 //! dead peer, a peer whose buffer cannot be shared any more) the group fails, naming the
 //! rank, and the word is written anyway so that the streams drain; the group then
