@@ -60,7 +60,7 @@ use crate::cuda::kernels::TmaArgs;
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
-use crate::memory::mapped::{Exchanged, PeerMaps};
+use crate::memory::mapped::{CallNumber, Exchanged, PeerMaps};
 use crate::plan::{AgCall, AgPlan, Planner, RsCall, RsPlan};
 use crate::sync::SyncMethod;
 use crate::sync::gpu::GpuSync;
@@ -401,7 +401,6 @@ impl GpuColl {
             )?,
             false => None,
         };
-        let predicted = peers.as_ref().is_some_and(Exchanged::is_predicted);
         // A rank that cannot share: every rank stages instead.
         let stage_in = stage_in || (mapped && peers.is_none());
         let need = if stage_in { align256(shard) } else { 0 } + if stage_out { world * shard } else { 0 };
@@ -424,11 +423,11 @@ impl GpuColl {
         let batch = mode == Mode::Eager && self.mapping.batching.load(std::sync::atomic::Ordering::Relaxed);
         let out = output.ptr;
         let s = shard as u64;
-        // What the verifier needs of a predicted call (`Verifier::arm`).
-        let mut checked = None;
-        let mut ending = None;
-        // Once the wait for the verifier is enqueued, its job is submitted whatever
-        // fails after (or the stream would wait for ever).
+        // A predicted call's check, submitted to the verifier before the wait for it is
+        // enqueued (NOTE [the job before its wait]), and the watchdog's
+        // number of the call, which the verifier's mappings wait for.
+        let prediction = peers.as_ref().and_then(Exchanged::prediction);
+        let mut registered = None;
         let enqueued: Result<()> = (|| {
             // SAFETY: (the whole block) every pointer is a checked device buffer of this rank
             // or a mapped symmetric buffer of the group, sized as checked above; the
@@ -516,10 +515,17 @@ impl GpuColl {
                                 ce_copies(stream, batch, &copies)?;
                             }
                         }
-                        if predicted {
-                            // NOTE [no driver call between arm and submit] (verify.rs).
-                            ending = Some(self.sync.tracking_event(stream)?);
-                            checked = Some(self.mapping.verifier.arm(&self.sync, stream, ch, st.map_seq)?);
+                        if let Some(prediction) = prediction {
+                            // NOTE [the job before its wait] (verify.rs).
+                            let v = &self.mapping.verifier;
+                            let armed = v.arm(&self.sync, stream, ch)?;
+                            let call = Arc::new(CallNumber::default());
+                            let (seq, number) = (st.map_seq, call.clone());
+                            let job = verify::Job { channel: ch, seq, call, prediction, armed, out, shard };
+                            // Submitted before the channel is released: jobs queue in call order.
+                            v.submit(&self.sync, &self.mapping.maps, job)?;
+                            registered = Some(number);
+                            v.wait(&self.sync, stream, ch, seq)?;
                         }
                         if side {
                             stream.wait(join)?;
@@ -569,15 +575,12 @@ impl GpuColl {
         // Registered before the channel is released, so that no other user of the
         // channel can retire the workspace ahead of this call's sequence number.
         let call = match &enqueued {
-            Ok(()) => self.finish_with(stream, mode, peers.as_ref(), ending.take()),
+            Ok(()) => self.finish(stream, mode, peers.as_ref()),
             Err(e) => Err(e.failure_copy()),
         };
-        if let (Some(armed), Some(ex)) = (checked, peers) {
+        if let Some(number) = registered {
             // A call never registered keeps its mappings open (never "completed").
-            let done_at = *call.as_ref().unwrap_or(&(u64::MAX / 2));
-            let job = verify::Job { channel: ch, seq: st.map_seq, call: done_at, ex, armed, out, shard };
-            // Submitted before the channel is released: jobs queue in call order.
-            self.mapping.verifier.submit(&self.sync, &self.mapping.maps, job)?;
+            self.mapping.maps.registered(&number, *call.as_ref().unwrap_or(&(u64::MAX / 2)));
         }
         enqueued?;
         call?;

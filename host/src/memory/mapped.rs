@@ -173,9 +173,50 @@ pub(crate) struct Exchanged {
 }
 
 impl Exchanged {
-    /// Whether the addresses are a prediction that [`PeerMaps::verify`] must check.
-    pub(crate) fn is_predicted(&self) -> bool {
-        self.predicted.is_some()
+    /// What [`PeerMaps::verify`] checks: the places predicted from, when they were.
+    pub(crate) fn prediction(&self) -> Option<Prediction> {
+        self.predicted.clone().map(|(key, places)| Prediction { key, places })
+    }
+}
+
+/// The places a call's peer addresses were predicted from (NOTE [addresses predicted]).
+pub(crate) struct Prediction {
+    key: PredictionKey,
+    places: Vec<Place>,
+}
+
+/// The watchdog's number of a predicted call. The verifier may check the call before
+/// it is registered (its job is submitted before the wait for it is enqueued: NOTE [the job before its wait] in `coll::gpu::verify`), so a mapping it opens
+/// for a missed prediction stays pinned until the number is known
+/// ([`PeerMaps::registered`]), then waits for the call's end.
+#[derive(Default)]
+pub(crate) struct CallNumber(Mutex<Numbered>);
+
+/// [`CallNumber`]'s state: the number once known, and the mappings pinned until then.
+#[derive(Default)]
+struct Numbered {
+    call: Option<u64>,
+    pinned: Vec<(usize, u64)>,
+}
+
+impl CallNumber {
+    /// The number is `call`: returns what was pinned for the call until now.
+    fn set(&self, call: u64) -> Vec<(usize, u64)> {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        g.call = Some(call);
+        std::mem::take(&mut g.pinned)
+    }
+
+    /// Mapping `o` (key `k`), read by the call's fix: kept open until the call ended.
+    fn keep(&self, k: (usize, u64), o: &mut Opened) {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match g.call {
+            Some(n) => o.used_before = o.used_before.max(n + 1),
+            None => {
+                o.pins += 1;
+                g.pinned.push(k);
+            }
+        }
     }
 }
 
@@ -539,12 +580,12 @@ impl PeerMaps {
         &self,
         core: &GroupCore,
         (channel, seq): (u32, u64),
-        ex: &Exchanged,
-        call: u64,
+        prediction: &Prediction,
+        call: &CallNumber,
         what: &str,
     ) -> Result<Verified> {
         let rank = core.rank;
-        let Some((key, places)) = &ex.predicted else { return Ok(Verified::Done(Vec::new())) };
+        let (key, places) = (&prediction.key, &prediction.places);
         let slot = Self::slot(channel, seq);
         if let Some(p) = (0..self.world).find(|&p| p != rank && self.seq_of(p, slot).load(Ordering::Acquire) < seq) {
             return Ok(Verified::Pending(p));
@@ -597,7 +638,7 @@ impl PeerMaps {
                     "rank {rank}: rank {p}'s allocation was closed by another thread while the verifier opened it"
                 ))));
             };
-            o.used_before = o.used_before.max(call + 1);
+            call.keep((p, e.buffer_id), o);
             misses.push(Miss { peer: p, addr: o.local + e.offset });
         }
         if !misses.is_empty() {
@@ -662,6 +703,25 @@ impl PeerMaps {
         // Not under the cache's lock (`open`).
         self.close_all(retired);
         Ok(n)
+    }
+
+    /// A predicted call is registered with the watchdog as `call` (`u64::MAX / 2`: never
+    /// registered, its mappings never closed): what its verifier pinned for it
+    /// ([`CallNumber`]) now waits for its end instead.
+    pub(crate) fn registered(&self, number: &CallNumber, call: u64) {
+        let pinned = number.set(call);
+        Self::unpin_for(&mut self.cache.lock().unwrap_or_else(|p| p.into_inner()), &pinned, call);
+    }
+
+    /// The mappings `pinned` for call `call` until its number was known: unpinned, kept
+    /// until it ended.
+    fn unpin_for(cache: &mut Cache, pinned: &[(usize, u64)], call: u64) {
+        for k in pinned {
+            if let Some(o) = cache.opened.get_mut(k) {
+                o.pins = o.pins.saturating_sub(1);
+                o.used_before = o.used_before.max(call + 1);
+            }
+        }
     }
 
     /// The call that used `ex` is registered with the watchdog as `call`: its mappings
@@ -895,5 +955,31 @@ mod tests {
         // Nothing open: nothing to do.
         PeerMaps::retire_aged(&mut Cache::default(), &|_| true, &mut retired);
         assert!(retired.is_empty());
+    }
+
+    #[test]
+    fn a_fix_checked_before_its_call_is_numbered_pins_the_mapping_until_it_is() {
+        // NOTE [the job before its wait]: the verifier may check a call
+        // before the caller registers it with the watchdog.
+        let mut cache = Cache::default();
+        cache.opened.insert((1, 7), opened(3, 0));
+        let number = CallNumber::default();
+        number.keep((1, 7), cache.opened.get_mut(&(1, 7)).unwrap());
+        let o = &cache.opened[&(1, 7)];
+        assert_eq!((o.pins, o.used_before), (1, 3), "pinned: nothing closes it before the call is numbered");
+        let mut retired = Vec::new();
+        PeerMaps::retire_aged(&mut cache, &|_| true, &mut retired);
+        assert!(retired.is_empty(), "a pinned mapping is not retired");
+        let pinned = number.set(40);
+        assert_eq!(pinned, vec![(1, 7)]);
+        PeerMaps::unpin_for(&mut cache, &pinned, 40);
+        let o = &cache.opened[&(1, 7)];
+        assert_eq!((o.pins, o.used_before), (0, 41), "then kept until call 40 ended");
+        // Known before the check: no pin, the call's end directly.
+        cache.opened.insert((2, 8), opened(5, 0));
+        number.keep((2, 8), cache.opened.get_mut(&(2, 8)).unwrap());
+        let o = &cache.opened[&(2, 8)];
+        assert_eq!((o.pins, o.used_before), (0, 41));
+        assert!(number.set(40).is_empty());
     }
 }

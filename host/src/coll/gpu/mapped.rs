@@ -3,7 +3,7 @@
 //! in `memory::mapped`).
 
 use super::{ChannelState, GpuColl};
-use crate::cuda::{Event, Stream};
+use crate::cuda::Stream;
 use crate::error::{Error, Result};
 use crate::memory::mapped::{Exchanged, Shared};
 
@@ -60,11 +60,8 @@ impl GpuColl {
 
     /// Registers the call just enqueued with the watchdog, and unpins its mappings;
     /// returns the watchdog's number of the call.
-    pub(super) fn track_mapped(&self, stream: &Stream, ex: Option<&Exchanged>, ev: Option<Event>) -> Result<u64> {
-        let call = match ev {
-            Some(ev) => self.sync.track_with(stream, ev)?,
-            None => self.sync.track(stream)?,
-        };
+    pub(super) fn track_mapped(&self, stream: &Stream, ex: Option<&Exchanged>) -> Result<u64> {
+        let call = self.sync.track(stream)?;
         if let Some(ex) = ex {
             self.mapping.maps.settle(ex, call);
         }

@@ -3,7 +3,7 @@
 //! a one-shot kernel with kernel sync), and its registration with the watchdog.
 
 use super::GpuColl;
-use crate::cuda::{Event, Stream};
+use crate::cuda::Stream;
 use crate::cuda::kernels::FusedArgs;
 use crate::error::Result;
 use crate::memory::mapped::Exchanged;
@@ -52,20 +52,8 @@ impl GpuColl {
     /// Registers an eager call with the watchdog (and its mapped inputs); a captured
     /// call is registered by each replay instead (`track_replay`).
     pub(super) fn finish(&self, stream: &Stream, mode: Mode, peers: Option<&Exchanged>) -> Result<u64> {
-        self.finish_with(stream, mode, peers, None)
-    }
-
-    /// [`GpuColl::finish`], recording the call's end with `ev` where given (taken before
-    /// anything waited for this thread: NOTE [no driver call between arm and submit]).
-    pub(super) fn finish_with(
-        &self,
-        stream: &Stream,
-        mode: Mode,
-        peers: Option<&Exchanged>,
-        ev: Option<Event>,
-    ) -> Result<u64> {
         match mode {
-            Mode::Eager => self.track_mapped(stream, peers, ev),
+            Mode::Eager => self.track_mapped(stream, peers),
             Mode::Captured => Ok(0),
         }
     }

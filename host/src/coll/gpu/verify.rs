@@ -21,21 +21,21 @@
 //! deadlocked at 2 ranks sharing a GPU under MPS. A spinning kernel does not hold up its
 //! queue, and a host write goes through none.
 //!
-//! NOTE [no driver call between arm and submit]. From the moment `arm` launches the
-//! wait kernel until `submit` hands the job over, that kernel waits for this thread: a
-//! driver call here that waits for the device waits for ever (for the kernel's timeout,
-//! then fails the group). Making an event or a stream may wait for the device (under MPS,
-//! `cuStreamCreate` waited 60 s for the caller's wait kernel), so everything the call
-//! makes is made before `arm`: the fix stream and the two events (in `arm`, before the
-//! launch) and the event that registers the call with the watchdog
-//! (`GpuSync::tracking_event`, taken before `arm`). Between them only enqueues remain.
-//! Seen at 4 ranks sharing one H100 (2026-11-28): `coll-mapped`'s two threads stalled
-//! 2 runs in 6; rank 0's debug lines had channel 5's call 48 submitted 60 s after call 47
-//! was released, the moment its wait kernel timed out, and every other rank waiting for
-//! it. Of the driver calls then between the launch and the submission, only making the
-//! watchdog's event (when none was free) can wait for the device. An enqueue blocks too
-//! when the stream's queue is full; with the verifier releasing every job at once, a
-//! queue holds at most a few calls' work.
+//! NOTE [the job before its wait]. A kernel that waits for this thread's
+//! next step waits for ever (until its timeout fails the group) if the thread is held up
+//! on the way, and many driver calls can hold a thread up while the device is busy
+//! (making a stream or an event, an enqueue behind a full queue, a driver lock that a
+//! synchronous call of another thread holds). So the job is submitted first and the wait
+//! for it enqueued last: `arm` makes what the job needs (the fix stream and the two
+//! events, by the caller) and records `after`, `submit` hands the job over, and only then
+//! `wait` launches the kernel; the verifier may write the word before the kernel runs.
+//! The watchdog's number of the call is known only after the call is enqueued, so it
+//! reaches the job through a `CallNumber`: a mapping the verifier opens for a missed
+//! prediction stays pinned until then. Seen at 4 ranks sharing one H100 (2026-11-28),
+//! when the job was submitted after the call was registered: `coll-mapped`'s two
+//! threads stalled 2 runs in 6, rank 0 handing channel 5's call 48 to its verifier 60 s
+//! after call 47 was released, the moment its wait kernel timed out, with every other
+//! rank waiting for it (which driver call held the thread up is not known).
 //!
 //! Each channel's jobs run in call order, so its word only grows. When a check fails (a
 //! dead peer, a peer whose buffer cannot be shared any more) the group fails, naming the
@@ -59,7 +59,7 @@ use lowcon_abi::pad::CHANNELS;
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::gpu::Drain;
-use crate::memory::mapped::{Exchanged, PeerMaps, Verified};
+use crate::memory::mapped::{CallNumber, PeerMaps, Prediction, Verified};
 use crate::memory::pinned::Pinned;
 use crate::sync::gpu::GpuSync;
 
@@ -68,9 +68,9 @@ pub(super) struct Job {
     pub(super) channel: u32,
     /// The call's number in the channel's address exchange.
     pub(super) seq: u64,
-    /// The watchdog's number of the call.
-    pub(super) call: u64,
-    pub(super) ex: Exchanged,
+    /// The watchdog's number of the call, once registered.
+    pub(super) call: Arc<CallNumber>,
+    pub(super) prediction: Prediction,
     pub(super) armed: Armed,
     /// Peer `p`'s shard lands at `out + p * shard`, `shard` bytes.
     pub(super) out: u64,
@@ -137,16 +137,13 @@ impl Verifier {
         Ok(Self { shared, fix_streams, thread: Mutex::new(None), started: AtomicBool::new(false) })
     }
 
-    /// Enqueues on `stream`, after a call's predicted copies, what the verifier needs:
-    /// an event (`Armed::after`), then a one-thread kernel that waits for the check of call
-    /// `seq` of `channel`. Returns the pieces of the job, whose fixes' stream and event
-    /// are made here, by the caller, never by the verifier (the driver may hold up their
-    /// creation while the device waits: seen under MPS, `cuStreamCreate` waited 60 s for
-    /// the caller's wait kernel).
-    ///
-    /// # Safety
-    /// A job with the returned pieces is handed to [`Verifier::submit`] after this.
-    pub(super) unsafe fn arm(&self, sync: &GpuSync, stream: &Stream, channel: u32, seq: u64) -> Result<Armed> {
+    /// Enqueues on `stream`, after a call's predicted copies, what the verifier's job
+    /// needs: an event (`Armed::after`). Returns the pieces of the job, whose fixes'
+    /// stream and event are made here, by the caller, never by the verifier (the driver
+    /// may hold up their creation while the device waits: seen under MPS,
+    /// `cuStreamCreate` waited 60 s for the caller's wait kernel). Then the job goes to
+    /// [`Verifier::submit`], and only then the wait for it ([`Verifier::wait`]: NOTE [the job before its wait]).
+    pub(super) fn arm(&self, sync: &GpuSync, stream: &Stream, channel: u32) -> Result<Armed> {
         let fix = {
             let mut streams = self.fix_streams.lock().unwrap_or_else(|p| p.into_inner());
             match &streams[channel as usize] {
@@ -156,11 +153,19 @@ impl Verifier {
         };
         let (after, fixed) = (self.event(stream)?, self.event(stream)?);
         stream.record(&after)?;
+        Ok(Armed { after, fixed, fix })
+    }
+
+    /// Enqueues on `stream` a one-thread kernel that waits for the check of call `seq`
+    /// of `channel`, submitted before ([`Verifier::submit`]).
+    ///
+    /// # Safety
+    /// The job of call `seq` of `channel` was submitted.
+    pub(super) unsafe fn wait(&self, sync: &GpuSync, stream: &Stream, channel: u32, seq: u64) -> Result<()> {
         let word = self.shared.words.dev + 4 * channel as u64;
         // SAFETY: a word of the live pinned allocation (it lives as long as the group's
         // collectives, which drain before it goes); the job's check writes it.
-        unsafe { sync.device.kernels()?.wait_word(stream, sync.pad_args(), word, seq as u32, channel)? };
-        Ok(Armed { after, fixed, fix })
+        unsafe { sync.device.kernels()?.wait_word(stream, sync.pad_args(), word, seq as u32, channel) }
     }
 
     /// An event from the pool (events return to it once their job is done).
@@ -307,7 +312,7 @@ enum Checked {
 /// `since` with a peer missing, or at once when its process is gone.
 fn check(sync: &GpuSync, maps: &PeerMaps, job: &Job, since: Instant) -> Result<Checked> {
     let core = &sync.core;
-    let misses = match maps.verify(core, (job.channel, job.seq), &job.ex, job.call, "all-gather input")? {
+    let misses = match maps.verify(core, (job.channel, job.seq), &job.prediction, &job.call, "all-gather input")? {
         Verified::Done(m) => m,
         Verified::Pending(p) => {
             // Before the caller's wait kernel times out (the group's timeout), so that

@@ -137,25 +137,13 @@ impl GpuSync {
 
     /// Registers a call just enqueued on `stream`: records its completion event (a
     /// reused one when the watchdog has freed some) and hands it to the watchdog.
-    /// Never waits for a peer; making a new event may wait for the device (NOTE [no
-    /// driver call between arm and submit] in `coll::gpu::verify`).
+    /// Never waits.
     pub(crate) fn track(&self, stream: &Stream) -> Result<u64> {
-        let ev = self.tracking_event(stream)?;
-        self.track_with(stream, ev)
-    }
-
-    /// The event [`GpuSync::track_with`] will record a call's end with: a free one, or a
-    /// new one (NOTE [no driver call between arm and submit] in `coll::gpu::verify`).
-    pub(crate) fn tracking_event(&self, stream: &Stream) -> Result<Event> {
         let free = self.inflight.lock().unwrap_or_else(|p| p.into_inner()).take_free();
-        match free {
-            Some(e) => Ok(e),
-            None => stream.event(false),
-        }
-    }
-
-    /// [`GpuSync::track`] with the event taken before ([`GpuSync::tracking_event`]).
-    pub(crate) fn track_with(&self, stream: &Stream, ev: Event) -> Result<u64> {
+        let ev = match free {
+            Some(e) => e,
+            None => stream.event(false)?,
+        };
         // Not under the lock: recording takes a slot in the stream's queue and blocks
         // while the driver's queue is full, and the watchdog must still get the lock then
         // (to find a dead peer and release the waits that drain the queue).
