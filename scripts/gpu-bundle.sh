@@ -27,6 +27,13 @@ strip --strip-debug bundle/capi/liblowcon_capi.so 2>/dev/null || true
 scripts/build-python.sh --release bundle/wheels
 # pytest for the GPU machine, which cannot reach a package index.
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 -d bundle/pywheels pytest==9.2.0
+# transformers for the FSDP2 benchmark's --model hf-llama (BUNDLE_HF=1, about 28 MB): the
+# GPU machines have torch and numpy, not transformers (gpu-fsdp2.sh installs it).
+if [ "${BUNDLE_HF:-0}" = 1 ]; then
+  python3 -m pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d bundle/hfwheels "transformers==5.24.0"
+  rm -f bundle/hfwheels/numpy-*.whl
+fi
 # The run script and its helper find the binaries beside themselves (see gpu-run.sh).
 cp scripts/gpu-run.sh bundle/run.sh
 cp scripts/gpu-dead-peer.sh bundle/gpu-dead-peer.sh

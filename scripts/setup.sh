@@ -58,8 +58,9 @@ if [ -x "$dest/bin/shellcheck" ]; then "$dest/bin/shellcheck" --version; else sh
 # spreads them over 3 workers: most wait on ranks and timeouts); torch (the GPU
 # machines' 2.11, here used on the CPU only) runs the torch.distributed backend's tests
 # on lowcon's host backend. PyPI's torch for Linux brings CUDA's libraries (~4.5 GB):
-# torch does not import without them.
+# torch does not import without them. transformers: the FSDP2 benchmark's `--model
+# hf-llama` (its model checked against the benchmark's arithmetic).
 python3 -m pip install --quiet --disable-pip-version-check "maturin==1.16.0" "numpy==2.4.6" "pytest==9.2.0" "pytest-xdist==3.8.0" \
-  "torch==2.11.0"
+  "torch==2.11.0" "transformers==5.24.0"
 scripts/build-python.sh
 echo "setup: done"

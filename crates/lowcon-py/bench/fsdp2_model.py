@@ -1,8 +1,14 @@
-"""The benchmark's model: a Llama-style decoder stack, its arithmetic, and where its
-FSDP2 step turns from communication-bound to compute-bound.
+"""The benchmark's models, their arithmetic, and where an FSDP2 step turns from
+communication-bound to compute-bound. Two kinds (`--model`):
 
-Pure Python except `build_model`, which imports torch inside: `test_fsdp2_stats.py`
-checks the arithmetic without torch.
+- `blocks` (the default): a Llama-style decoder stack written here (multi-head
+  attention, Llama-2's MLP width, a 32768-token vocabulary);
+- `hf-llama`: transformers' `LlamaForCausalLM` at Llama-3's proportions (8 key-value
+  heads, Llama-3's MLP width: 14336 at width 4096, a 128256-token vocabulary, rope theta
+  500000), the model users train; where transformers is installed.
+
+Pure Python except `build_model`, which imports torch (and transformers) inside:
+`test_fsdp2_stats.py` checks the arithmetic without torch.
 """
 
 from __future__ import annotations
@@ -18,11 +24,16 @@ PEAK_FLOPS = 989e12
 MAX_SEQ = 2048  # sequence length is min(tokens per rank, MAX_SEQ); batch makes up the rest
 HEAD_DIM = 128
 VOCAB = 32768
+KINDS = ("blocks", "hf-llama")
+# Llama-3-8B's: the vocabulary, the key-value heads, the MLP's multiplier and rounding.
+HF_VOCAB = 128256
+HF_KV_HEADS = 8
 
 
-def ffn_dim(width: int, multiple_of: int = 256) -> int:
-    """Llama's hidden size of the gated MLP: 2/3 of 4 x width, rounded up to 256."""
-    hidden = int(2 * (4 * width) / 3)
+def ffn_dim(width: int, multiple_of: int = 256, multiplier: float = 1.0) -> int:
+    """Llama's hidden size of the gated MLP: 2/3 of 4 x width (times Llama-3's 1.3),
+    rounded up to `multiple_of` (Llama-3: 1024; 14336 at width 4096)."""
+    hidden = int(multiplier * int(2 * (4 * width) / 3))
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 
 
@@ -36,14 +47,20 @@ class ModelConfig:
     batch: int
     vocab: int = VOCAB
     head_dim: int = HEAD_DIM
+    kind: str = "blocks"
 
     @property
     def heads(self) -> int:
         return self.width // self.head_dim
 
     @property
+    def kv_heads(self) -> int:
+        """Key-value heads: every head (`blocks`), or Llama-3's 8 (`hf-llama`)."""
+        return min(HF_KV_HEADS, self.heads) if self.kind == "hf-llama" else self.heads
+
+    @property
     def ffn(self) -> int:
-        return ffn_dim(self.width)
+        return ffn_dim(self.width, 1024, 1.3) if self.kind == "hf-llama" else ffn_dim(self.width)
 
     @property
     def tokens_per_rank(self) -> int:
@@ -51,25 +68,31 @@ class ModelConfig:
 
     @property
     def shape(self) -> str:
-        return f"{self.width}x{self.depth}"
+        return f"{self.width}x{self.depth}" if self.kind == "blocks" else f"{self.kind} {self.width}x{self.depth}"
 
     @property
     def key(self) -> str:
         """Identifies the configuration across modes (rows are matched on it)."""
-        return f"w{self.width}-d{self.depth}-s{self.seq}-b{self.batch}"
+        k = f"w{self.width}-d{self.depth}-s{self.seq}-b{self.batch}"
+        return k if self.kind == "blocks" else f"{self.kind}-{k}"
 
     @classmethod
-    def for_tokens(cls, width: int, depth: int, tokens: int, max_seq: int = MAX_SEQ) -> "ModelConfig":
+    def for_tokens(cls, width: int, depth: int, tokens: int, max_seq: int = MAX_SEQ,
+                   kind: str = "blocks") -> "ModelConfig":
         seq = min(tokens, max_seq)
         if tokens % seq:
             raise ValueError(f"tokens per rank {tokens} is not a multiple of the sequence length {seq}")
         if width % HEAD_DIM:
             raise ValueError(f"width {width} is not a multiple of the head size {HEAD_DIM}")
-        return cls(width=width, depth=depth, seq=seq, batch=tokens // seq)
+        if kind not in KINDS:
+            raise ValueError(f"model {kind!r}: expected one of {', '.join(KINDS)}")
+        vocab = HF_VOCAB if kind == "hf-llama" else VOCAB
+        return cls(width=width, depth=depth, seq=seq, batch=tokens // seq, vocab=vocab, kind=kind)
 
 
-def parse_sweep(text: str, max_seq: int = MAX_SEQ) -> List[ModelConfig]:
-    """`"WIDTHxDEPTH:T1,T2;WIDTHxDEPTH:T3"` -> configurations, in the order given."""
+def parse_sweep(text: str, max_seq: int = MAX_SEQ, kind: str = "blocks") -> List[ModelConfig]:
+    """`"WIDTHxDEPTH:T1,T2;WIDTHxDEPTH:T3"` -> configurations of model `kind`, in the
+    order given."""
     configs = []
     for part in filter(None, (p.strip() for p in text.split(";"))):
         shape, _, tokens = part.partition(":")
@@ -77,7 +100,7 @@ def parse_sweep(text: str, max_seq: int = MAX_SEQ) -> List[ModelConfig]:
             raise ValueError(f"sweep part {part!r}: expected WIDTHxDEPTH:TOKENS[,TOKENS...]")
         width, _, depth = shape.lower().partition("x")
         for t in tokens.split(","):
-            configs.append(ModelConfig.for_tokens(int(width), int(depth), int(t), max_seq))
+            configs.append(ModelConfig.for_tokens(int(width), int(depth), int(t), max_seq, kind))
     if not configs:
         raise ValueError("empty sweep")
     return configs
@@ -91,7 +114,8 @@ def param_counts(cfg: ModelConfig) -> Dict[str, int]:
     (a lookup) and not the norms (negligible, elementwise).
     """
     d, f, v, depth = cfg.width, cfg.ffn, cfg.vocab, cfg.depth
-    per_block_matmul = 4 * d * d + 3 * d * f  # wq, wk, wv, wo; w1, w3, w2
+    kv = cfg.kv_heads * cfg.head_dim
+    per_block_matmul = 2 * d * d + 2 * d * kv + 3 * d * f  # wq, wo, wk, wv; w1, w3, w2
     per_block = per_block_matmul + 2 * d  # two RMSNorm weights
     embedding, head, final_norm = v * d, v * d, d
     return {
@@ -181,8 +205,40 @@ def regime_table(configs: List[ModelConfig], world: int = 2, reduce_bytes: int =
     return "\n".join(lines)
 
 
+def blocks(model: Any) -> Any:
+    """The model's decoder layers, each sharded on its own (FSDP2 per layer)."""
+    return model.model.layers if hasattr(model, "model") else model.layers
+
+
+def logits(model: Any, tokens: Any) -> Any:
+    """The model's next-token logits for `tokens` (batch, seq)."""
+    out = model(tokens)
+    return out if not hasattr(out, "logits") else out.logits
+
+
+def build_hf_llama(cfg: ModelConfig, device: Any) -> Any:
+    """transformers' LlamaForCausalLM at `cfg`'s width and depth, Llama-3's proportions
+    (module docs), untied embedding and head, SDPA attention, initialised by
+    transformers (std 0.02) from the current torch RNG state."""
+    import torch
+
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError as e:
+        raise SystemExit(f"--model hf-llama needs transformers ({e}): pip install transformers") from e
+    config = LlamaConfig(vocab_size=cfg.vocab, hidden_size=cfg.width, intermediate_size=cfg.ffn,
+                         num_hidden_layers=cfg.depth, num_attention_heads=cfg.heads,
+                         num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim,
+                         max_position_embeddings=max(cfg.seq, 8192), rope_theta=500000.0, rms_norm_eps=1e-5,
+                         tie_word_embeddings=False, attn_implementation="sdpa", use_cache=False)
+    with torch.device(device):
+        return LlamaForCausalLM(config)
+
+
 def build_model(cfg: ModelConfig, device: Any) -> Any:
-    """The decoder stack, built on `device` from the current torch RNG state."""
+    """The model of `cfg.kind`, built on `device` from the current torch RNG state."""
+    if cfg.kind == "hf-llama":
+        return build_hf_llama(cfg, device)
     import torch
     import torch.nn.functional as F
     from torch import nn

@@ -5,6 +5,7 @@ steps alternating in a shuffled order per round, ratios taken within rounds.
     torchrun --nproc-per-node 2 fsdp2_paired.py --sweep 4096x12:1024 --rounds 40 --profile
     python3 fsdp2_paired.py --report DIR/*.json                           # table again, no torch
     torchrun --nproc-per-node 1 fsdp2_paired.py --modes nocomm --bound-for-world 2   # the world-1 bound
+    torchrun --nproc-per-node 4 fsdp2_paired.py --model hf-llama --sweep 4096x8:2048,8192   # transformers' Llama
 
 For each configuration (width x depth : tokens per rank, and the reduce dtype) every
 rank builds the model from the same seed and shards it with FSDP2 (`fully_shard` per
@@ -220,7 +221,7 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
     def build(on: Any = None) -> Any:
         torch.manual_seed(args.seed)  # the same initial weights for every model
         model = fm.build_model(cfg, device)
-        for block in model.layers:
+        for block in fm.blocks(model):
             fully_shard(block, mesh=on or mesh, mp_policy=mp)
         fully_shard(model, mesh=on or mesh, mp_policy=mp)
         opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, foreach=True)
@@ -259,7 +260,7 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
             # backward and so count in the peak above it; lowcon's come from its pool).
             torch.cuda.reset_peak_memory_stats(device)
             at_start = torch.cuda.memory_allocated(device)
-        logits = model(tokens[:, :-1])
+        logits = fm.logits(model, tokens[:, :-1])
         loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
         loss.backward()
         o0 = clock.mark()
@@ -532,7 +533,7 @@ def worker(args: argparse.Namespace) -> int:
               f"{[m.name for m in modes]}; skipped {skipped}", flush=True)
     t_start = time.perf_counter()
     json_path = os.path.join(args.out, "paired.json") if args.out else None
-    configs = fm.parse_sweep(args.sweep, args.max_seq)
+    configs = fm.parse_sweep(args.sweep, args.max_seq, args.model)
     index = 0
     for reduce_dtype in args.reduce_dtypes.split(","):
         for cfg in configs:
@@ -601,6 +602,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--bound-for-world", type=int, default=0,
                    help="this run measures the nocomm bound for a run of this many ranks (optimizer-corrected)")
     p.add_argument("--max-seq", type=int, default=fm.MAX_SEQ)
+    p.add_argument("--model", choices=fm.KINDS, default="blocks",
+                   help="blocks: the stack written here; hf-llama: transformers' LlamaForCausalLM at Llama-3's "
+                        "proportions (needs transformers)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--time-budget", type=float, default=0.0, help="seconds; later configurations are skipped")
@@ -620,7 +624,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         p.error("--rounds must be at least 2")
     try:
         args.mode_specs = [parse_mode(s) for s in split_modes(args.modes)]
-        fm.parse_sweep(args.sweep, args.max_seq)
+        fm.parse_sweep(args.sweep, args.max_seq, args.model)
     except ValueError as e:
         p.error(str(e))
     names = [s[0] for s in args.mode_specs]

@@ -567,3 +567,18 @@ def test_step_decomposition_from_the_paired_report(tmp_path):
     assert fd.format_profiled([{**doc, "_dir": str(tmp_path / "none")}]) == ""
     assert fd.main([str(tmp_path)]) == 0
     assert fd.main([str(tmp_path), "--base", "nccl"]) == 2
+
+
+def test_the_hf_llama_configuration_is_llama_3s():
+    cfg = fm.ModelConfig.for_tokens(4096, 32, 8192, kind="hf-llama")
+    assert (cfg.ffn, cfg.heads, cfg.kv_heads, cfg.vocab, cfg.seq, cfg.batch) == (14336, 32, 8, 128256, 2048, 4)
+    # Llama-3-8B: 8.03 billion parameters (untied embedding and head).
+    assert fm.param_counts(cfg)["total"] == 8_030_261_248
+    assert cfg.key == "hf-llama-w4096-d32-s2048-b4" and cfg.shape == "hf-llama 4096x32"
+    blocks = fm.ModelConfig.for_tokens(4096, 32, 8192)
+    assert (blocks.kv_heads, blocks.ffn, blocks.key) == (32, 11008, "w4096-d32-s2048-b4")
+    (c,) = fm.parse_sweep("4096x8:2048", kind="hf-llama")
+    assert c.kind == "hf-llama" and c.depth == 8
+    with pytest.raises(ValueError, match="model 'gpt'"):
+        fm.parse_sweep("4096x8:2048", kind="gpt")
+    assert fp.parse_args(["--model", "hf-llama", "--sweep", "4096x8:2048,8192"]).model == "hf-llama"

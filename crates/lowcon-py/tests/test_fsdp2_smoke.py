@@ -128,3 +128,20 @@ def test_the_fsdp2_reduce_scatter_leaves_the_choice_to_the_planner(memory, world
     out = torch.empty(out_bytes // 4, dtype=torch.float32)
     rs(out, torch.empty(out.numel() * world, dtype=torch.float32))
     assert g.calls == [(asked, "fsdp")]
+
+
+def test_the_hf_llama_model_is_the_one_the_arithmetic_counts():
+    """`--model hf-llama` builds transformers' LlamaForCausalLM (on the meta device here:
+    no memory); its parameters are what the benchmark's FLOP and byte counts assume."""
+    pytest.importorskip("transformers")
+    sys.path.insert(0, str(BENCH.parent))
+    import fsdp2_model as fm
+
+    cfg = fm.ModelConfig.for_tokens(512, 3, 64, kind="hf-llama")
+    model = fm.build_model(cfg, "meta")
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert len(fm.blocks(model)) == 3
+    assert sum(p.numel() for p in model.parameters()) == fm.param_counts(cfg)["total"]
+    attn = fm.blocks(model)[0].self_attn
+    assert attn.k_proj.out_features == cfg.kv_heads * cfg.head_dim == 512  # 4 heads: 4 kv heads (min(8, 4))
+    assert fm.blocks(model)[0].mlp.gate_proj.out_features == cfg.ffn
