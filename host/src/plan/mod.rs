@@ -18,9 +18,9 @@
 //! (`plan/tables/`), and the planner loads the one whose machine line matches the GPU's
 //! name and the world; `LOWCON_TUNING=path` loads another. Where none matches (8 GPUs,
 //! a GPU not measured), the model is the table of the nearest measured world (the same
-//! GPU first), its byte bounds multiplied by `(w_t - 1) / (w - 1)`: a rank of a world `w`
-//! sends `(w - 1)` shards, so a crossover measured at `w_t` ranks is assumed to sit at
-//! the same bytes sent per rank. One log line says so. Every rank of a group must plan
+//! GPU's where two are as near), its byte bounds multiplied by `(w_t - 1) / (w - 1)`: a
+//! rank of a world `w` sends `(w - 1)` shards, so a crossover measured at `w_t` ranks is
+//! assumed to sit at the same bytes sent per rank. One log line says so. Every rank of a group must plan
 //! alike, so group creation compares the tables' CRCs and names a rank that differs.
 
 pub mod call;
@@ -43,6 +43,7 @@ pub use crate::config::TUNING_ENV;
 /// The tables that ship with lowcon, each measured on the box its machine line names
 /// (its `source` line says when and how).
 pub const SHIPPED: &[(&str, &str)] = &[
+    ("h100-w4.txt", include_str!("tables/h100-w4.txt")),
     ("h200-w2.txt", include_str!("tables/h200-w2.txt")),
     ("h200-w4.txt", include_str!("tables/h200-w4.txt")),
     ("host.txt", include_str!("tables/host.txt")),
@@ -317,19 +318,17 @@ impl Planner {
             let how = format!("{} ({})", t.name, t.source);
             return Ok(Self::with_table(machine, t.clone(), how));
         }
-        // The model: the nearest measured world, the same GPU first, never the host's.
+        // The model: the nearest measured world (its pieces and byte bounds matter more
+        // than the GPU's model between H100 and H200), of the same GPU where two are as
+        // near, the larger where two worlds are; never the host's.
         let same_gpu = |t: &Table| machine.device.to_ascii_lowercase().contains(&t.gpu.to_ascii_lowercase());
-        let candidates: Vec<&Table> = tables.iter().filter(|t| t.world.is_some() && t.gpu != "host").collect();
-        let pool: Vec<&Table> = match candidates.iter().any(|t| same_gpu(t)) {
-            true => candidates.into_iter().filter(|t| same_gpu(t)).collect(),
-            false => candidates,
-        };
         let w = machine.world;
-        let base = pool
-            .into_iter()
+        let base = tables
+            .iter()
+            .filter(|t| t.world.is_some() && t.gpu != "host")
             .min_by_key(|t| {
                 let tw = t.world.expect("filtered");
-                (tw.abs_diff(w), std::cmp::Reverse(tw))
+                (tw.abs_diff(w), !same_gpu(t), std::cmp::Reverse(tw))
             })
             .ok_or_else(|| Error::InvalidArgument("no shipped tuning table has a world".into()))?;
         let tw = base.world.expect("filtered");

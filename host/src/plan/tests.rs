@@ -243,8 +243,15 @@ fn unmeasured_worlds_and_gpus_take_the_model() {
     // 3 ranks: between 2 and 4, the larger world's table (x 3/2).
     let p3 = planner("NVIDIA H200", 3);
     assert!(p3.table().1.contains("h200-w4.txt") && p3.table().1.contains("x 3/2"), "{}", p3.table().1);
+    // H100 has its own 4-rank table; at 2 ranks the nearest world is H200's 2-rank table
+    // (the world matters more than the model), at 8 both 4-rank tables are as near and
+    // H100's own wins.
+    let h100 = "NVIDIA H100 80GB HBM3";
+    assert!(planner(h100, 4).table().1.starts_with("shipped:h100-w4.txt"), "{}", planner(h100, 4).table().1);
+    assert!(planner(h100, 2).table().1.starts_with("model: shipped:h200-w2.txt"), "{}", planner(h100, 2).table().1);
+    assert!(planner(h100, 8).table().1.starts_with("model: shipped:h100-w4.txt"), "{}", planner(h100, 8).table().1);
     // A GPU with no table: the nearest world of any GPU's.
-    assert!(planner("NVIDIA H100 80GB HBM3", 4).table().1.starts_with("model: shipped:h200-w4.txt"));
+    assert!(planner("NVIDIA A100-SXM4-80GB", 2).table().1.starts_with("model: shipped:h200-w2.txt"));
     // Same rules, same CRC: every rank of the same world plans alike.
     assert_eq!(planner("NVIDIA H200", 8).fingerprint(), p.fingerprint());
 }
