@@ -582,3 +582,71 @@ def test_the_hf_llama_configuration_is_llama_3s():
     with pytest.raises(ValueError, match="model 'gpt'"):
         fm.parse_sweep("4096x8:2048", kind="gpt")
     assert fp.parse_args(["--model", "hf-llama", "--sweep", "4096x8:2048,8192"]).model == "hf-llama"
+
+
+def _tune_config(shape, ratios, aa=(1.0, 0.99, 1.01)):
+    """A paired configuration's stats: mode -> (ratio, lo, hi)."""
+    st = {m: {"ratio": r, "ratio_lo": lo, "ratio_hi": hi, "removed": 1 - r} for m, (r, lo, hi) in ratios.items()}
+    if aa is not None:
+        st["nccl-b"] = {"ratio": aa[0], "ratio_lo": aa[1], "ratio_hi": aa[2]}
+    return {"shape": shape, "tokens_per_rank": 1024, "stats": st}
+
+
+def test_fsdp2_tune_replaces_a_row_only_when_a_variant_is_resolved_faster():
+    import fsdp2_tune as ft
+
+    row = ("reduce-scatter context=fsdp dtype=f32 exact=yes algorithm=sm-direct wire=bf16 ctas=64 sync=memop "
+           "piece=64M max_pieces=8")
+    rows = ft.variants(row)
+    modes = list(rows)
+    assert modes[0] == "lowcon" and rows["lowcon"] == row
+    assert rows["lowcon@rs=ce-reduce"] == ("reduce-scatter context=fsdp dtype=f32 exact=yes algorithm=ce-reduce "
+                                           "wire=bf16 ctas=64 sync=memop")
+    assert "ctas=32 " in rows["lowcon@rs_ctas=32"] and "sync=kernel" in rows["lowcon@rssync=kernel"]
+    base = {"lowcon": (0.90, 0.89, 0.91), "lowcon@rs=ce-reduce": (0.95, 0.94, 0.96), "lowcon@rs_ctas=32": (0.905, 0.89, 0.92),
+            "lowcon@rs_ctas=128": (0.93, 0.92, 0.94), "lowcon@rssync=kernel": (0.90, 0.88, 0.92)}
+    best, ev = ft.choose([_tune_config("8192x4", base)], modes)
+    assert best == "lowcon", "overlapping intervals keep the table's row"
+    assert any("lowcon@rs_ctas=32: 0.905 [0.890, 0.920]" in e for e in ev), ev
+    faster = dict(base, **{"lowcon@rs_ctas=128": (0.85, 0.84, 0.86)})
+    assert ft.choose([_tune_config("8192x4", faster)], modes)[0] == "lowcon@rs_ctas=128"
+    # Faster at one shape, slower at another: the row stays.
+    slower = dict(base, **{"lowcon@rs_ctas=128": (0.97, 0.96, 0.98)})
+    assert ft.choose([_tune_config("8192x4", faster), _tune_config("4096x12", slower)], modes)[0] == "lowcon"
+    # A wide A/A twin, or none: nothing replaced, and the evidence says why.
+    best, ev = ft.choose([_tune_config("8192x4", faster, aa=(1.0, 0.95, 1.05))], modes)
+    assert best == "lowcon" and any("too wide" in e for e in ev), ev
+    assert ft.choose([_tune_config("8192x4", faster, aa=None)], modes)[0] == "lowcon"
+
+
+def test_fsdp2_tune_rewrites_the_tables_fsdp2_rows(tmp_path):
+    import fsdp2_tune as ft
+
+    shipped = os.path.join(HERE, "..", "..", "..", "host", "src", "plan", "tables", "h100-w4.txt")
+    text = open(shipped).read()
+    table = tmp_path / "box.txt"
+    table.write_text(text)
+    row = next(line for line in text.splitlines() if ft.is_fsdp_wire_row(line))
+    rows = ft.variants(row)
+    st = {"lowcon": (0.90, 0.89, 0.91), "lowcon@rs=ce-reduce": (0.95, 0.94, 0.96), "lowcon@rs_ctas=32": (0.91, 0.90, 0.92),
+          "lowcon@rs_ctas=128": (0.85, 0.84, 0.86), "lowcon@rssync=kernel": (0.90, 0.88, 0.92), "nccl-ce": (0.95, 0.94, 0.96)}
+    results = tmp_path / "paired.json"
+    results.write_text(json.dumps({"env": {"device_name": "NVIDIA H100 80GB HBM3"},
+                                   "configs": [_tune_config("8192x4", st)]}))
+    assert ft.main(["--table", str(table), "--nproc", "4", "--results", str(results)]) == 0
+    out = table.read_text().splitlines()
+    fsdp = [line for line in out if ft.is_fsdp_wire_row(line)]
+    assert fsdp[0] == rows["lowcon@rs_ctas=128"] and rows["lowcon"] in fsdp and len(fsdp) == len(set(fsdp)) == 5
+    assert any(line.startswith("# Chosen: lowcon@rs_ctas=128") for line in out)
+    assert next(line for line in out if line.startswith("source ")).endswith(
+        f"FSDP2 rows: {__import__('datetime').date.today()}, 4 ranks of NVIDIA H100 80GB HBM3, 8192x4:1024, 20 rounds "
+        f"({results})")
+    # Every other rule is kept, in its order.
+    others = [line for line in text.splitlines() if line and not line.startswith("#") and not ft.is_fsdp_wire_row(line)
+              and not line.startswith("source ")]
+    assert [line for line in out if line in others] == others
+    # A table with no FSDP2 wire row is refused, unchanged.
+    bare = tmp_path / "bare.txt"
+    bare.write_text("lowcon-tuning 1\nmachine gpu=X world=2\nsource s\nall-gather algorithm=ce-pull\n")
+    assert ft.main(["--table", str(bare), "--results", str(results)]) == 2
+    assert bare.read_text().endswith("all-gather algorithm=ce-pull\n")
