@@ -35,6 +35,7 @@
 #endif
 
 static int g_rank = -1, g_world = 0, g_gpu = 0, g_checks = 0, g_failures = 0;
+static int g_arrival = lowconArrivalAuto; /* the all-gathers' arrival (check_all_gather) */
 static void *g_stream = NULL;
 
 #define CHECK(cond, ...)                                                             \
@@ -254,13 +255,14 @@ static void check_all_gather(lowconComm_t comm, unsigned seed, lowconDataType_t 
   LC(lowconCollOptionsInit(&o));
   o.algorithm = algo;
   o.sync = sync;
+  o.arrival = g_arrival;
   LC(lowconAllGatherEx(in, out, n, d, comm, g_stream, &o));
   get(host_out, out, out_bytes, comm);
   size_t wrong = 0, first = 0;
   for (size_t k = 0; k < (size_t)g_world * n; k++)
     if (memcmp(host_out + k * es, expect + k * es, es) != 0 && wrong++ == 0) first = k;
-  CHECK(wrong == 0, "all-gather %s n=%zu %s sync=%d sym=%d in_place=%d: %zu wrong, first at %zu", dname(d), n,
-        algo ? algo : "auto", sync, symmetric, in_place, wrong, first);
+  CHECK(wrong == 0, "all-gather %s n=%zu %s sync=%d arrival=%d sym=%d in_place=%d: %zu wrong, first at %zu", dname(d),
+        n, algo ? algo : "auto", sync, g_arrival, symmetric, in_place, wrong, first);
   if (symmetric) {
     if (!in_place) LC(lowconMemFree(comm, in));
     LC(lowconMemFree(comm, out));
@@ -351,6 +353,10 @@ static void check_bad_input(lowconComm_t comm) {
   o.algorithm = "ring";
   expect_code("algorithm ring", lowconAllGatherEx(a, b, 4, lowconFloat32, comm, g_stream, &o),
               lowconInvalidArgument, "ring");
+  LC(lowconCollOptionsInit(&o));
+  o.arrival = 9;
+  expect_code("arrival 9", lowconAllGatherEx(a, b, 4, lowconFloat32, comm, g_stream, &o), lowconInvalidArgument,
+              "arrival 9: expected lowconArrivalAuto (0)");
   LC(lowconCollOptionsInit(&o));
   o.sync = 5;
   expect_code("sync 5", lowconReduceScatterEx(a, b, 4, lowconFloat32, lowconSum, comm, g_stream, &o),
@@ -548,6 +554,27 @@ int main(int argc, char **argv) {
         check_reduce_scatter(comm, seed++, lowconBfloat16, lowconSum, counts[c], rs_algos[a], sync, 0);
       }
     }
+  }
+  /* Arrivals (NOTE [arrival-driven all-gather]): ce-pull waiting for its peers as one
+   * barrier, one by one in order, or each on a stream of its own; each checked. The plan
+   * says what ran: the host backend keeps a per-peer arrival, kernel sync a barrier. */
+  for (g_arrival = lowconArrivalBarrier; g_arrival <= lowconArrivalAnyOrder; g_arrival++)
+    for (int sync = 0; sync < (g_gpu ? 2 : 1); sync++)
+      for (size_t c = 0; c < 3; c++) {
+        check_all_gather(comm, seed++, lowconFloat32, counts[c], "ce-pull", sync, 0, 0);
+        check_all_gather(comm, seed++, lowconBfloat16, counts[c], "ce-pull", sync, 1, 1);
+      }
+  g_arrival = lowconArrivalAuto;
+  {
+    lowconCollOptions o;
+    char plan[512];
+    LC(lowconCollOptionsInit(&o));
+    o.algorithm = "ce-pull";
+    o.sync = lowconSyncKernel;
+    o.arrival = lowconArrivalInOrder;
+    LC(lowconCommPlan(comm, lowconPlanAllGather, 1 << 20, lowconFloat32, lowconSum, 0, &o, plan, sizeof plan));
+    const char *want = g_gpu ? "arrival=barrier" : "arrival=in-order";
+    CHECK(strstr(plan, want) != NULL, "lowconCommPlan with arrival in-order: %s (want %s)", plan, want);
   }
   check_wire_refusals(comm);
   for (int sync = 0; sync < (g_gpu ? 2 : 1); sync++)

@@ -21,6 +21,18 @@
 // `lowconCollOptions.magic` once `lowconCollOptionsInit` filled the struct.
 #define lowconCollOptionsMagic 1279479632
 
+// `lowconCollOptions.arrival`: the planner's choice.
+#define lowconArrivalAuto 0
+
+// `lowconCollOptions.arrival`: one barrier on every peer, then every copy.
+#define lowconArrivalBarrier 1
+
+// `lowconCollOptions.arrival`: each peer's copy waits for that peer alone, in order.
+#define lowconArrivalInOrder 2
+
+// `lowconCollOptions.arrival`: each peer's wait and copy on a stream of its own.
+#define lowconArrivalAnyOrder 3
+
 // `lowconCollOptions.reduce_launch`: the library's choice.
 #define lowconReduceLaunchAuto 0
 
@@ -156,6 +168,14 @@ typedef struct {
   // (FSDP2's bf16 gradients reduced in f32), so the planner may send the bf16 wire
   // (exact for any data; half the bytes for such data). Zero (the default): no hint.
   int bf16_exact;
+  // (Since 0.3.1) all-gather, "ce-pull": what each peer's copy waits for (NOTE
+  // [arrival-driven all-gather]): `lowconArrivalAuto` (0, the default: the planner's
+  // choice), `lowconArrivalBarrier` (1: one barrier on every peer, then every copy),
+  // `lowconArrivalInOrder` (2: each peer's copy after that peer alone, in rotated
+  // order) or `lowconArrivalAnyOrder` (3: each on a stream of its own). The planner
+  // keeps a per-peer arrival only for eager calls with memop sync (the host backend:
+  // in order); elsewhere it plans a barrier. Reduce-scatters ignore it.
+  int arrival;
 } lowconCollOptions;
 
 // The bytes moved to and from peers by a communicator's calls since it was made

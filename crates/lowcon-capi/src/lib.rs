@@ -222,7 +222,24 @@ pub struct lowconCollOptions {
     /// (FSDP2's bf16 gradients reduced in f32), so the planner may send the bf16 wire
     /// (exact for any data; half the bytes for such data). Zero (the default): no hint.
     pub bf16_exact: c_int,
+    /// (Since 0.3.1) all-gather, "ce-pull": what each peer's copy waits for (NOTE
+    /// [arrival-driven all-gather]): `lowconArrivalAuto` (0, the default: the planner's
+    /// choice), `lowconArrivalBarrier` (1: one barrier on every peer, then every copy),
+    /// `lowconArrivalInOrder` (2: each peer's copy after that peer alone, in rotated
+    /// order) or `lowconArrivalAnyOrder` (3: each on a stream of its own). The planner
+    /// keeps a per-peer arrival only for eager calls with memop sync (the host backend:
+    /// in order); elsewhere it plans a barrier. Reduce-scatters ignore it.
+    pub arrival: c_int,
 }
+
+/// `lowconCollOptions.arrival`: the planner's choice.
+pub const lowconArrivalAuto: c_int = 0;
+/// `lowconCollOptions.arrival`: one barrier on every peer, then every copy.
+pub const lowconArrivalBarrier: c_int = 1;
+/// `lowconCollOptions.arrival`: each peer's copy waits for that peer alone, in order.
+pub const lowconArrivalInOrder: c_int = 2;
+/// `lowconCollOptions.arrival`: each peer's wait and copy on a stream of its own.
+pub const lowconArrivalAnyOrder: c_int = 3;
 
 /// `lowconCollOptions.reduce_launch`: the library's choice.
 pub const lowconReduceLaunchAuto: c_int = 0;
@@ -518,6 +535,7 @@ fn default_options(size: usize) -> lowconCollOptions {
         graph_sync: lowconSyncAuto,
         context: lowconContextAlone,
         bf16_exact: 0,
+        arrival: lowconArrivalAuto,
     }
 }
 
@@ -569,6 +587,14 @@ fn options<A: std::str::FromStr<Err = Error> + Default>(
         }
     };
     out.bf16_exact = o.bf16_exact != 0;
+    out.arrival =
+        usize::try_from(o.arrival).ok().and_then(|i| lowcon::Arrival::ALL.get(i).copied()).ok_or_else(|| {
+            invalid(format!(
+                "arrival {}: expected lowconArrivalAuto (0), lowconArrivalBarrier (1), lowconArrivalInOrder (2) or \
+             lowconArrivalAnyOrder (3)",
+                o.arrival
+            ))
+        })?;
     out.wire = optional_dtype(o.wire).map_err(|f| invalid(format!("wire: {}", f.1)))?;
     let recv = optional_dtype(o.recv_type).map_err(|f| invalid(format!("recv_type: {}", f.1)))?;
     out.reduce_launch = u32::try_from(o.reduce_launch)
