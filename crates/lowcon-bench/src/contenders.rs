@@ -84,7 +84,8 @@ pub(crate) fn caller<'a>(
             let sync = *method;
             match kind {
                 Kind::AllGather => {
-                    let o = AllGatherOptions { algorithm: algo.parse()?, sync: Some(sync), ctas, ..Default::default() };
+                    let (algorithm, arrival) = crate::ag_variant(algo)?;
+                    let o = AllGatherOptions { algorithm, arrival, sync: Some(sync), ctas, ..Default::default() };
                     Box::new(move |s: &Stream| {
                         let ib = DeviceBuf::symmetric(buf_a, 0, in_n, DType::Bf16)?;
                         let ob = DeviceBuf::symmetric(buf_b, 0, out_n, DType::Bf16)?;

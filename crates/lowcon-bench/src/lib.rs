@@ -47,6 +47,15 @@ pub fn rs_variant(name: &str) -> lowcon::Result<(lowcon::ReduceScatterAlgorithm,
         None => Ok((name.parse()?, lowcon::ReduceLaunch::Auto)),
     }
 }
+/// An all-gather variant as the benches name it: an algorithm, optionally with
+/// `/barrier`, `/in-order` or `/any-order` for what ce-pull's copies wait for
+/// (`ce-pull/in-order`; NOTE [arrival-driven all-gather]).
+pub fn ag_variant(name: &str) -> lowcon::Result<(lowcon::AllGatherAlgorithm, lowcon::Arrival)> {
+    match name.split_once('/') {
+        Some((a, w)) => Ok((a.parse()?, w.parse()?)),
+        None => Ok((name.parse()?, lowcon::Arrival::Auto)),
+    }
+}
 pub use sweep::Kind;
 
 /// The benchmarks' result type: errors are reported to the user as they are.

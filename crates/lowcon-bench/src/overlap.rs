@@ -225,12 +225,9 @@ pub fn run(a: &OverlapOptions) -> Res<Vec<OverlapRow>> {
                         let ob = DeviceBuf::symmetric(&sym_out, 0, oc, DType::Bf16)?;
                         match a.kind {
                             Kind::AllGather => {
-                                let o = AllGatherOptions {
-                                    algorithm: algo.parse()?,
-                                    sync: Some(m),
-                                    ctas,
-                                    ..Default::default()
-                                };
+                                let (algorithm, arrival) = crate::ag_variant(algo)?;
+                                let o =
+                                    AllGatherOptions { algorithm, arrival, sync: Some(m), ctas, ..Default::default() };
                                 g.all_gather(ib, ob, s, &o)?
                             }
                             Kind::ReduceScatter => {

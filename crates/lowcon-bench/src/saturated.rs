@@ -502,7 +502,7 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
         let mut impls: Vec<Impl> = Vec::new();
         for algo in &a.algorithms {
             let belongs = match kind {
-                Kind::AllGather => algo.parse::<lowcon::AllGatherAlgorithm>().is_ok(),
+                Kind::AllGather => crate::ag_variant(algo).is_ok(),
                 Kind::ReduceScatter => crate::rs_variant(algo).is_ok(),
             };
             if belongs {

@@ -235,9 +235,9 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                             match a.kind {
                                 Kind::AllGather => {
                                     // `--sync` names the waits of captured calls too.
-                                    let opts =
-                                        AllGatherOptions { algorithm: algo.parse()?, ctas, ..Default::default() }
-                                            .with_sync(m);
+                                    let (algorithm, arrival) = crate::ag_variant(algo)?;
+                                    let opts = AllGatherOptions { algorithm, arrival, ctas, ..Default::default() }
+                                        .with_sync(m);
                                     runner.g.all_gather(ib, ob, s, &opts)
                                 }
                                 Kind::ReduceScatter => {
@@ -319,25 +319,17 @@ fn progress_shown() -> bool {
 }
 
 fn case_for(a: &SweepOptions, algo: &str, m: SyncMethod, count: usize) -> Res<Case> {
-    let coll = match a.kind {
-        Kind::AllGather => Coll::AllGather(algo.parse()?),
-        Kind::ReduceScatter => Coll::ReduceScatter(crate::rs_variant(algo)?.0, a.op),
+    let (coll, launch, arrival) = match a.kind {
+        Kind::AllGather => {
+            let (algorithm, arrival) = crate::ag_variant(algo)?;
+            (Coll::AllGather(algorithm), lowcon::ReduceLaunch::Auto, arrival)
+        }
+        Kind::ReduceScatter => {
+            let (algorithm, launch) = crate::rs_variant(algo)?;
+            (Coll::ReduceScatter(algorithm, a.op), launch, lowcon::Arrival::Auto)
+        }
     };
-    let launch = match a.kind {
-        Kind::AllGather => lowcon::ReduceLaunch::Auto,
-        Kind::ReduceScatter => crate::rs_variant(algo)?.1,
-    };
-    Ok(Case {
-        coll,
-        dtype: a.dtype,
-        count,
-        symmetric: !a.staged,
-        misalign: 0,
-        sync: m,
-        channel: 0,
-        launch,
-        arrival: lowcon::Arrival::Auto,
-    })
+    Ok(Case { coll, dtype: a.dtype, count, symmetric: !a.staged, misalign: 0, sync: m, channel: 0, launch, arrival })
 }
 
 /// Per-call times of one configuration, µs: the eager calls' (device and host), and with

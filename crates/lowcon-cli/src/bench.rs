@@ -139,7 +139,11 @@ impl SweepFlags {
             Kind::AllGather => list(
                 &self.algorithms,
                 || lowcon::AllGatherAlgorithm::NAMED.iter().map(|a| a.name().to_string()).collect(),
-                |x| x.parse::<lowcon::AllGatherAlgorithm>().map(|a| a.name().to_string()).map_err(|e| e.to_string()),
+                // `ce-pull/in-order`: the algorithm and what its copies wait for.
+                |x| match lowcon_bench::ag_variant(x).map_err(|e| e.to_string())? {
+                    (a, lowcon::Arrival::Auto) if !x.contains('/') => Ok(a.name().to_string()),
+                    (a, w) => Ok(format!("{}/{}", a.name(), w.name())),
+                },
             )?,
             Kind::ReduceScatter => list(
                 &self.algorithms,

@@ -79,6 +79,28 @@ fn a_sweep_over_the_bf16_wire_runs_both_algorithms_that_carry_it_and_shows_busbw
 }
 
 #[test]
+fn an_all_gather_sweep_names_each_arrival_and_checks_it() {
+    // `ce-pull/in-order`: the algorithm and what its copies wait for (NOTE [arrival-driven
+    // all-gather]); on the host backend every arrival runs as asked, checked.
+    let out = Command::new(LOWCON)
+        .args(["launch", "--nproc-per-node", "3", "--", LOWCON, "bench", "all-gather", "--backend", "host"])
+        .args(["-b", "4K", "-e", "4K", "-n", "2", "-w", "1", "--reps", "1", "--check"])
+        .args(["--algorithms", "ce-pull/barrier,ce-pull/in-order,ce-pull/any-order"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    for arrival in ["barrier", "in-order", "any-order"] {
+        let row = stdout
+            .lines()
+            .find(|l| l.contains(&format!("lowcon ce-pull/{arrival} host")))
+            .unwrap_or_else(|| panic!("the {arrival} row: {stdout}"));
+        let wrong = row.split_whitespace().rev().nth(2);
+        assert_eq!(wrong, Some("0"), "checked, nothing wrong: {row}");
+    }
+}
+
+#[test]
 fn bad_bench_arguments_are_clear_errors() {
     for (args, want) in [
         (&["bench", "all-gather", "--sync", "nope"][..], "sync method \"nope\""),
@@ -88,6 +110,7 @@ fn bad_bench_arguments_are_clear_errors() {
         (&["bench", "reduce-scatter", "--wire", "bf16", "--check"][..], "selftest coll-wire"),
         (&["bench", "reduce-scatter", "--inexact"][..], "--inexact: with --wire only"),
         (&["bench", "reduce-scatter", "--wire", "bf16", "--algorithms", "ce-reduce,ll"][..], "not ll"),
+        (&["bench", "all-gather", "--algorithms", "ce-pull/sideways"][..], "arrival \"sideways\""),
         (
             &["bench", "overlap", "--collective", "bogus"][..],
             "collective \"bogus\": expected all-gather or reduce-scatter",

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use lowcon::{AllGatherAlgorithm, AllGatherOptions, HostGroup, HostGroupOptions, HostInput, ReduceScatterOptions};
+use lowcon::{AllGatherOptions, HostGroup, HostGroupOptions, HostInput, ReduceScatterOptions};
 
 use super::*;
 
@@ -51,8 +51,8 @@ pub fn host(a: &SweepOptions) -> Res<Vec<SweepRow>> {
             let mut call = || -> lowcon::Result<()> {
                 match a.kind {
                     Kind::AllGather => {
-                        let o =
-                            AllGatherOptions { algorithm: algo.parse::<AllGatherAlgorithm>()?, ..Default::default() };
+                        let (algorithm, arrival) = crate::ag_variant(algo)?;
+                        let o = AllGatherOptions { algorithm, arrival, ..Default::default() };
                         g.all_gather(inp(), &mut out, a.dtype, &o)
                     }
                     Kind::ReduceScatter => {
