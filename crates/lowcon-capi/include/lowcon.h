@@ -174,7 +174,8 @@ typedef struct {
   // `lowconArrivalInOrder` (2: each peer's copy after that peer alone, in rotated
   // order) or `lowconArrivalAnyOrder` (3: each on a stream of its own). The planner
   // keeps a per-peer arrival only for eager calls with memop sync (the host backend:
-  // in order); elsewhere it plans a barrier. Reduce-scatters ignore it.
+  // in order); elsewhere it plans a barrier. Reduce-scatters ignore it (a value out of
+  // range is refused on any call).
   int arrival;
 } lowconCollOptions;
 

@@ -23,12 +23,16 @@ base: the decomposition refuses traces where the names differ.
   or final (from `Optimizer.step` on).
 - *Busy*: kernel i's extra time is its duration minus the base's i-th. It is shared out
   by what ran beside it on other streams, exclusively in this order: SM collectives
-  (communication kernels that move or reduce data), copies (copy-engine transfers),
-  waits (spinning signal kernels), other streams (the optimizer's), nothing. A kernel
-  half under a reduction and half alone gives half its extra time to each.
-- *Streams* are classed by what they run: `reduce-scatter` if any kernel reduces or packs
-  (`ReduceScatter`, `reduce`, `pack`), `all-gather` if any runs `AllGather` or a
-  peer-to-peer copy, else `other`.
+  (NCCL's and lowcon's kernels that move or reduce data), copies (copy-engine
+  transfers), waits (lowcon's spinning signal kernels), other streams' kernels (FSDP's
+  copy-in and casts, the optimizer's), nothing. A kernel half under a reduction and half
+  alone gives half its extra time to each.
+- *Streams* are classed by FSDP2's GPU annotations of its collectives (`FSDP::all_gather`,
+  `FSDP::post_backward_reduce`, NCCL's `nccl:_reduce_scatter_base`) where a stream has
+  one kind only; else by their kernels: `reduce-scatter` if one is a reduce-scatter's
+  (NCCL's `ReduceScatter`, lowcon's `rs_`, `reduce`, `wire_`, `tma_`, `release`),
+  `all-gather` if one is an all-gather's (or, in a trace without annotations, a
+  peer-to-peer copy), else `other`.
 
 Under the profiler the host runs about 2x slower (traces of 2026-11-27, 4x H100), so host
 gaps are inflated: trust the dependency waits and the busy split more than `host`.
@@ -47,9 +51,16 @@ import sys
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
-WAIT_KERNEL = re.compile(r"wait|barrier", re.I)
-RS_KERNEL = re.compile(r"ReduceScatter|reduce|pack", re.I)
-AG_KERNEL = re.compile(r"AllGather", re.I)
+# Communication kernels: NCCL's and lowcon's (gpu-kernels/abi/src/kernel_names.rs); of
+# those, the ones that only wait (a signal, a word, a piece, a release).
+COMM_KERNEL = re.compile(r"^(nccl|lowcon_)", re.I)
+WAIT_KERNEL = re.compile(r"^lowcon_(barrier|wait_|wire_wait|release_wait|spin|flag_)", re.I)
+# Without FSDP's annotations, a stream's kernels name its collective.
+RS_KERNEL = re.compile(r"ReduceScatter|^lowcon_(rs_|ll_rs|reduce|wire_|tma_|release)", re.I)
+AG_KERNEL = re.compile(r"AllGather|^lowcon_(allgather|ll_allgather)", re.I)
+# FSDP2's (and torch's) GPU annotations of its collectives' streams.
+AG_RANGE = re.compile(r"all_gather(?!_copy_out)", re.I)
+RS_RANGE = re.compile(r"reduce_scatter|post_backward_reduce", re.I)
 BESIDE = ("sm-collective", "copy", "wait", "other-stream", "nothing")
 FAMILIES = (
     ("gemm", re.compile(r"nvjet|gemm|cutlass|xmma|cublas", re.I)),
@@ -119,16 +130,29 @@ def _minus(parts: List[Tuple[float, float]], merged: List[Tuple[float, float]]) 
 
 
 def stream_classes(events: Sequence[Dict[str, Any]], compute: Any) -> Dict[Any, str]:
-    """NOTE [step decomposition]: each non-compute stream's class."""
+    """NOTE [step decomposition]: each non-compute stream's class, from FSDP2's GPU
+    annotations of its collectives where the trace has them, else from its kernels'
+    names (a stream of peer copies alone is an all-gather's then)."""
+    annotated: Dict[Any, set] = {}
+    for e in events:
+        if e.get("cat") == "gpu_user_annotation" and e.get("tid") != compute:
+            name = e.get("name", "")
+            kind = "reduce-scatter" if RS_RANGE.search(name) else "all-gather" if AG_RANGE.search(name) else None
+            if kind:
+                annotated.setdefault(e.get("tid"), set()).add(kind)
     seen: Dict[Any, str] = {}
     for e in events:
         if e.get("cat") not in GPU_CATS or _stream(e) == compute:
             continue
         s, name = _stream(e), e.get("name", "")
+        kinds = annotated.get(s, set())
+        if len(kinds) == 1:
+            seen[s] = next(iter(kinds))
+            continue
         cls = seen.get(s, "other")
-        if e["cat"] == "kernel" and RS_KERNEL.search(name) and not WAIT_KERNEL.search(name):
+        if e["cat"] == "kernel" and RS_KERNEL.search(name):
             cls = "reduce-scatter"
-        elif cls == "other" and (AG_KERNEL.search(name) or "PtoP" in name):
+        elif cls == "other" and (AG_KERNEL.search(name) or (not annotated and "PtoP" in name)):
             cls = "all-gather"
         seen[s] = cls
     return seen
@@ -189,15 +213,15 @@ def decompose(events: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     add("end/final", stop - prev_end)
     kinds: Dict[str, List[Tuple[float, float]]] = {k: [] for k in BESIDE[:-1]}
     for e in others:
-        cls = classes.get(_stream(e), "other")
+        name = e.get("name", "")
         if e["cat"] == "gpu_memcpy":
             kind = "copy"
-        elif cls == "other":
-            kind = "other-stream"
-        elif WAIT_KERNEL.search(e.get("name", "")):
+        elif e["cat"] == "kernel" and WAIT_KERNEL.search(name):
             kind = "wait"
-        else:
+        elif e["cat"] == "kernel" and COMM_KERNEL.search(name):
             kind = "sm-collective"
+        else:
+            kind = "other-stream"  # FSDP's copy-in and casts, the optimizer's foreach
         kinds[kind].append((e["ts"], e["ts"] + e["dur"]))
     return {
         "span_us": stop - start,
@@ -301,34 +325,44 @@ def format_profiled(docs: Sequence[Dict[str, Any]], base: str = "nocomm") -> str
     return "\n\n".join(out)
 
 
-def mode_of(path: str) -> str:
-    """trace-<shape key>-<dtype>-<mode>.json(.gz) -> mode (lowcon_traffic=1 stays as written)."""
+def config_and_mode(path: str) -> Tuple[str, str]:
+    """trace-<shape key>-<dtype>-<mode>.json(.gz) -> (shape key and dtype, mode)."""
     stem = os.path.basename(path).split(".json")[0]
-    m = re.match(r"trace-.*-(?:fp32|bf16)-(.+)$", stem)
-    return m.group(1) if m else stem
+    m = re.match(r"trace-(.*-(?:fp32|bf16))-(.+)$", stem)
+    return (m.group(1), m.group(2)) if m else ("", stem)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("traces", nargs="+", help="a folder of trace-*.json.gz, or trace files (one shape)")
+    p.add_argument("traces", nargs="+", help="folders of trace-*.json.gz, or trace files")
     p.add_argument("--base", default="nocomm", help="the mode the others are compared with")
     args = p.parse_args(argv)
     paths: List[str] = []
     for t in args.traces:
         paths += sorted(glob.glob(os.path.join(t, "trace-*.json*"))) if os.path.isdir(t) else [t]
-    by_mode = {mode_of(p): p for p in paths}
-    if args.base not in by_mode:
-        print(f"fsdp2_decompose: no {args.base} trace among {sorted(by_mode)}", file=sys.stderr)
-        return 2
-    base = decompose(load(by_mode[args.base]))
-    results = {}
-    for name in sorted(by_mode, key=lambda n: (n == args.base, n)):
-        try:
-            results[name] = compare(decompose(load(by_mode[name])), base, name)
-        except ValueError as e:
-            print(f"fsdp2_decompose: {by_mode[name]}: {e}", file=sys.stderr)
-            return 1
-    print(format_decomposition(results, args.base))
+    configs: Dict[str, Dict[str, str]] = {}
+    for path in paths:
+        cfg, mode = config_and_mode(path)
+        if mode in configs.setdefault(cfg, {}):
+            print(f"fsdp2_decompose: two traces of {mode} at {cfg or 'one configuration'}: "
+                  f"{configs[cfg][mode]} and {path}", file=sys.stderr)
+            return 2
+        configs[cfg][mode] = path
+    out = []
+    for cfg, by_mode in configs.items():
+        if args.base not in by_mode:
+            print(f"fsdp2_decompose: {cfg}: no {args.base} trace among {sorted(by_mode)}", file=sys.stderr)
+            return 2
+        base = decompose(load(by_mode[args.base]))
+        results = {}
+        for name in sorted(by_mode, key=lambda n: (n == args.base, n)):
+            try:
+                results[name] = compare(decompose(load(by_mode[name])), base, name)
+            except ValueError as e:
+                print(f"fsdp2_decompose: {by_mode[name]}: {e}", file=sys.stderr)
+                return 1
+        out.append((f"{cfg}: " if len(configs) > 1 else "") + format_decomposition(results, args.base))
+    print("\n\n".join(out))
     return 0
 
 

@@ -427,7 +427,7 @@ def profile(modes: List[Any], step: Any, batch: Any, clock: Any, device: Any, ar
             # profiler at its own pace, and the first step's all-gathers would also wait
             # for the last rank's start-up.
             with tprofile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                          schedule=schedule(wait=0, warmup=1, active=1), on_trace_ready=recorded) as prof:
+                          schedule=schedule(wait=0, warmup=1, active=1, repeat=1), on_trace_ready=recorded) as prof:
                 for i in range(2):
                     step(m, batch(20_000 + i))
                     torch.cuda.synchronize(device)

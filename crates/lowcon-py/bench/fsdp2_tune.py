@@ -7,15 +7,17 @@ rewritten with the winner first and the evidence above it (NOTE [tuning tables])
     LOWCON_TUNING=box.txt python3 train.py                                  # every rank loads it
 
 The candidates (`variants`): the table's first FSDP2 row for fp32 gradients over the
-bf16 wire (mode `lowcon`, run with `LOWCON_TUNING` set to the table), and that row on
-ce-reduce, with 32 and 128 CTAs, and with kernel sync, each a mode option of the paired
-harness (`lowcon@rs=ce-reduce`, `lowcon@rs_ctas=32`, `lowcon@rs_ctas=128`,
-`lowcon@rssync=kernel`). A variant replaces the row only where it is
-resolved faster in every configuration measured (its 95% interval of the step ratio to
-NCCL's below the row's, or overlapping it with a lower median, and below it in at least
-one), and only if the A/A twin's interval lies within [0.98, 1.02]; otherwise the row
-stays, and the comment says why. The table's other rows are left as they are; the
-variants' rows follow the winner, so a caller naming one of their algorithms gets it.
+bf16 wire (mode `lowcon`, run with `LOWCON_TUNING` set to the table); the other
+algorithm (`lowcon@rs=ce-reduce` or `lowcon@rs=sm-direct`: the table's row for it where
+it has one, which is what a caller naming it runs); and the first row with 32 and 128
+CTAs and with kernel sync (`lowcon@rs_ctas=32`, `lowcon@rs_ctas=128`,
+`lowcon@rssync=kernel`). A variant replaces the row only where its median step ratio to
+NCCL's is lower at every shape measured and its 95% interval lies below the row's at
+one at least, and only if the A/A twin's interval lies within [0.98, 1.02]; otherwise
+the row stays, and the comment says why. The FSDP2 wire rows (exactly the selectors
+context=fsdp dtype=f32 exact=yes; rows bounded by bytes, mode or memory kind are left
+alone) are rewritten with the comments right above them: the winner first, then the
+other candidates' rows, so a caller naming an algorithm still gets its row.
 """
 
 from __future__ import annotations
@@ -32,11 +34,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 AA_BOUNDS = (0.98, 1.02)
 
 
+# A rule's selectors (host/src/plan/table.rs); the other keys are choices.
+SELECTORS = ("context", "dtype", "mem", "bytes", "exact", "mode")
+FSDP_WIRE = {"context": "fsdp", "dtype": "f32", "exact": "yes"}
+
+
+def _keys(line: str) -> Dict[str, str]:
+    return dict(w.split("=", 1) for w in line.split()[1:] if "=" in w)
+
+
 def is_fsdp_wire_row(line: str) -> bool:
-    """A reduce-scatter rule for FSDP2's fp32 gradients over the bf16 wire."""
+    """A reduce-scatter rule for any of FSDP2's fp32 gradients over the bf16 wire: these
+    selectors exactly (no byte range, mode or memory kind: such rows are left alone)."""
     words = line.split()
-    return bool(words) and words[0] == "reduce-scatter" and all(
-        w in words for w in ("context=fsdp", "dtype=f32", "exact=yes", "wire=bf16"))
+    if not words or words[0] != "reduce-scatter":
+        return False
+    keys = _keys(line)
+    return {k: v for k, v in keys.items() if k in SELECTORS} == FSDP_WIRE and keys.get("wire") == "bf16"
 
 
 def edit_row(row: str, changes: Dict[str, Optional[str]]) -> str:
@@ -55,12 +69,18 @@ def edit_row(row: str, changes: Dict[str, Optional[str]]) -> str:
     return " ".join(out)
 
 
-def variants(row: str) -> Dict[str, str]:
-    """The paired modes to run and the table row each stands for, the table's own first."""
-    algo = dict(w.split("=", 1) for w in row.split()[1:] if "=" in w).get("algorithm", "auto")
+def variants(rows: Sequence[str]) -> Dict[str, str]:
+    """The paired modes to run and the table row each stands for, the table's own first
+    row first. A caller naming the other algorithm (`rs=...`) gets the table's row for it
+    where there is one (the planner's first rule that names it), so that row is what the
+    mode measures; else the first row with that algorithm and the planner's pieces."""
+    row = rows[0]
+    algo = _keys(row).get("algorithm", "auto")
     out = {"lowcon": row}
-    if algo != "ce-reduce":
-        out["lowcon@rs=ce-reduce"] = edit_row(row, {"algorithm": "ce-reduce", "piece": None, "max_pieces": None})
+    for other in ("ce-reduce", "sm-direct"):
+        if algo != other:
+            named = next((r for r in rows if _keys(r).get("algorithm") == other), None)
+            out[f"lowcon@rs={other}"] = named or edit_row(row, {"algorithm": other, "piece": None, "max_pieces": None})
     for ctas in (32, 128):
         out[f"lowcon@rs_ctas={ctas}"] = edit_row(row, {"ctas": str(ctas)})
     out["lowcon@rssync=kernel"] = edit_row(row, {"sync": "kernel"})
@@ -74,7 +94,9 @@ def _ci(stats: Dict[str, Any]) -> Tuple[float, float, float]:
 def choose(configs: Sequence[Dict[str, Any]], modes: Sequence[str]) -> Tuple[str, List[str]]:
     """The winning mode among `modes` (the first is the table's own row) over the
     configurations of a paired run, and the evidence, one comment line per mode and
-    configuration (module docs)."""
+    configuration (module docs). A variant must have a lower median than the row at every
+    shape and an interval below the row's at one; among such variants, the one with the
+    lower median at every shape than the one kept so far (in `modes`' order)."""
     own = modes[0]
     lines: List[str] = []
     aa_ok = True
@@ -117,6 +139,16 @@ def rewrite(text: str, rows: Dict[str, str], best: str, evidence: Sequence[str],
     """The table `text` with its FSDP2 wire rows replaced: `best`'s row first, the other
     variants' after it (each once), the evidence in comments above; `source` appended to
     its source line."""
+    lines = text.splitlines()
+    # The comments right above each wire row described the rows replaced: they go too.
+    drop = set()
+    for i, line in enumerate(lines):
+        if is_fsdp_wire_row(line):
+            drop.add(i)
+            j = i - 1
+            while j >= 0 and lines[j].startswith("#") and j not in drop:
+                drop.add(j)
+                j -= 1
     out: List[str] = []
     placed = False
     block = [f"# FSDP2's fp32 gradients over the bf16 wire, measured by fsdp2_tune.py ({source}):"]
@@ -128,11 +160,11 @@ def rewrite(text: str, rows: Dict[str, str], best: str, evidence: Sequence[str],
         if r not in seen:
             seen.add(r)
             block.append(r)
-    for line in text.splitlines():
-        if is_fsdp_wire_row(line):
-            if not placed:
-                out += block
-                placed = True
+    for i, line in enumerate(lines):
+        if is_fsdp_wire_row(line) and not placed:
+            out += block
+            placed = True
+        if i in drop:
             continue
         if line.startswith("source "):
             line = f"{line}; FSDP2 rows: {source}"
@@ -167,12 +199,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = p.parse_args(argv)
     with open(args.table) as f:
         text = f.read()
-    row = next((line.strip() for line in text.splitlines() if is_fsdp_wire_row(line)), None)
-    if row is None:
+    table_rows = [line.strip() for line in text.splitlines() if is_fsdp_wire_row(line)]
+    if not table_rows:
         print(f"fsdp2_tune: {args.table} has no FSDP2 wire row (reduce-scatter context=fsdp dtype=f32 exact=yes "
               "wire=bf16 ...): start from lowcon bench tune's table", file=sys.stderr)
         return 2
-    rows = variants(row)
+    rows = variants(table_rows)
     args.out = args.out or os.path.splitext(os.path.abspath(args.table))[0] + "-fsdp2"
     cmd = paired_command(args, list(rows))
     if args.dry_run:
@@ -195,8 +227,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"fsdp2_tune: {results} holds no measured configuration; {args.table} is unchanged", file=sys.stderr)
         return 1
     best, evidence = choose(configs, list(rows))
-    gpu = doc.get("env", {}).get("device_name") or ("the host backend" if args.cpu else "this box")
-    source = f"{datetime.date.today()}, {args.nproc} ranks of {gpu}, {args.sweep}, {args.rounds} rounds ({results})"
+    env = doc.get("env", {})
+    gpu = env.get("device_name") or ("the host backend" if args.cpu else "this box")
+    ranks = env.get("world_size", args.nproc)
+    shapes = "; ".join(f"{c['shape']}:{c['tokens_per_rank']}" for c in configs)
+    rounds = configs[0].get("rounds", args.rounds)
+    source = f"{datetime.date.today()}, {ranks} ranks of {gpu}, {shapes}, {rounds} rounds ({results})"
     with open(args.table, "w") as f:
         f.write(rewrite(text, rows, best, evidence, source))
     print("\n".join(evidence))

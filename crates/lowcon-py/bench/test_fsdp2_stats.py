@@ -597,14 +597,24 @@ def test_fsdp2_tune_replaces_a_row_only_when_a_variant_is_resolved_faster():
 
     row = ("reduce-scatter context=fsdp dtype=f32 exact=yes algorithm=sm-direct wire=bf16 ctas=64 sync=memop "
            "piece=64M max_pieces=8")
-    rows = ft.variants(row)
+    rows = ft.variants([row])
     modes = list(rows)
     assert modes[0] == "lowcon" and rows["lowcon"] == row
     assert rows["lowcon@rs=ce-reduce"] == ("reduce-scatter context=fsdp dtype=f32 exact=yes algorithm=ce-reduce "
                                            "wire=bf16 ctas=64 sync=memop")
     assert "ctas=32 " in rows["lowcon@rs_ctas=32"] and "sync=kernel" in rows["lowcon@rssync=kernel"]
+    # The table's own ce-reduce row is what a caller naming ce-reduce runs, so it stands
+    # for that mode; from a ce-reduce row, sm-direct is a candidate too (a table can switch back).
+    own = "reduce-scatter context=fsdp dtype=f32 exact=yes algorithm=ce-reduce wire=bf16 ctas=16 sync=kernel"
+    assert ft.variants([row, own])["lowcon@rs=ce-reduce"] == own
+    back = ft.variants([own])
+    assert "lowcon@rs=ce-reduce" not in back and "algorithm=sm-direct" in back["lowcon@rs=sm-direct"]
+    # Rows bounded by bytes, mode or memory kind are not FSDP2's wire rows to rewrite.
+    assert ft.is_fsdp_wire_row(row) and not ft.is_fsdp_wire_row(row.replace("exact=yes", "exact=yes bytes=..1M"))
+    assert not ft.is_fsdp_wire_row(row.replace(" wire=bf16", ""))
     base = {"lowcon": (0.90, 0.89, 0.91), "lowcon@rs=ce-reduce": (0.95, 0.94, 0.96), "lowcon@rs_ctas=32": (0.905, 0.89, 0.92),
             "lowcon@rs_ctas=128": (0.93, 0.92, 0.94), "lowcon@rssync=kernel": (0.90, 0.88, 0.92)}
+    modes = [m for m in modes if m in base]
     best, ev = ft.choose([_tune_config("8192x4", base)], modes)
     assert best == "lowcon", "overlapping intervals keep the table's row"
     assert any("lowcon@rs_ctas=32: 0.905 [0.890, 0.920]" in e for e in ev), ev
@@ -626,18 +636,19 @@ def test_fsdp2_tune_rewrites_the_tables_fsdp2_rows(tmp_path):
     text = open(shipped).read()
     table = tmp_path / "box.txt"
     table.write_text(text)
-    row = next(line for line in text.splitlines() if ft.is_fsdp_wire_row(line))
-    rows = ft.variants(row)
+    rows = ft.variants([line for line in text.splitlines() if ft.is_fsdp_wire_row(line)])
     st = {"lowcon": (0.90, 0.89, 0.91), "lowcon@rs=ce-reduce": (0.95, 0.94, 0.96), "lowcon@rs_ctas=32": (0.91, 0.90, 0.92),
           "lowcon@rs_ctas=128": (0.85, 0.84, 0.86), "lowcon@rssync=kernel": (0.90, 0.88, 0.92), "nccl-ce": (0.95, 0.94, 0.96)}
     results = tmp_path / "paired.json"
-    results.write_text(json.dumps({"env": {"device_name": "NVIDIA H100 80GB HBM3"},
-                                   "configs": [_tune_config("8192x4", st)]}))
-    assert ft.main(["--table", str(table), "--nproc", "4", "--results", str(results)]) == 0
+    results.write_text(json.dumps({"env": {"device_name": "NVIDIA H100 80GB HBM3", "world_size": 4},
+                                   "configs": [dict(_tune_config("8192x4", st), rounds=20)]}))
+    assert ft.main(["--table", str(table), "--results", str(results)]) == 0
     out = table.read_text().splitlines()
     fsdp = [line for line in out if ft.is_fsdp_wire_row(line)]
     assert fsdp[0] == rows["lowcon@rs_ctas=128"] and rows["lowcon"] in fsdp and len(fsdp) == len(set(fsdp)) == 5
     assert any(line.startswith("# Chosen: lowcon@rs_ctas=128") for line in out)
+    # The comments that described the old rows went with them.
+    assert not any("A caller who names ce-reduce" in line or "34% [33, 34]" in line for line in out)
     assert next(line for line in out if line.startswith("source ")).endswith(
         f"FSDP2 rows: {__import__('datetime').date.today()}, 4 ranks of NVIDIA H100 80GB HBM3, 8192x4:1024, 20 rounds "
         f"({results})")
@@ -650,3 +661,34 @@ def test_fsdp2_tune_rewrites_the_tables_fsdp2_rows(tmp_path):
     bare.write_text("lowcon-tuning 1\nmachine gpu=X world=2\nsource s\nall-gather algorithm=ce-pull\n")
     assert ft.main(["--table", str(bare), "--results", str(results)]) == 2
     assert bare.read_text().endswith("all-gather algorithm=ce-pull\n")
+
+
+def test_step_decomposition_classes_streams_by_fsdps_annotations_then_kernel_names(tmp_path):
+    import gzip
+
+    import fsdp2_decompose as fd
+
+    def k(name, stream, cat="kernel"):
+        return {"ph": "X", "cat": cat, "name": name, "ts": 0.0, "dur": 1.0, "args": {"stream": stream}}
+
+    def note(name, stream):
+        return {"ph": "X", "cat": "gpu_user_annotation", "name": name, "tid": stream, "ts": 0.0, "dur": 1.0}
+
+    ev = [k("nvjet_gemm", 7), k("nvjet_gemm", 7),
+          k("lowcon_rs_direct_f32", 30),  # sm-direct, no annotation: its kernel names it
+          k("Memcpy PtoP (Device -> Device)", 31, "gpu_memcpy"), note("FSDP::post_backward_reduce (layers.0)", 31),
+          k("Memcpy PtoP (Device -> Device)", 32, "gpu_memcpy"), note("FSDP::all_gather (layers.0)", 32),
+          k("void at::native::multi_tensor_apply_kernel", 33), note("FSDP::all_gather (layers.0)", 33)]
+    assert fd.stream_classes(ev, 7) == {30: "reduce-scatter", 31: "reduce-scatter", 32: "all-gather", 33: "all-gather"}
+    # Without annotations, a stream of peer copies alone is an all-gather's.
+    assert fd.stream_classes([k("Memcpy PtoP (Device -> Device)", 31, "gpu_memcpy")], 7) == {31: "all-gather"}
+    # What ran beside a kernel: by the kernel's own name, whatever its stream.
+    beside = fd.decompose(ev + [k("lowcon_wire_wait", 30)])["beside"]
+    assert len(beside["sm-collective"]) == len(beside["copy"]) == len(beside["wait"]) == len(beside["other-stream"]) == 1
+    # Two configurations in one folder: one table each; two traces of one mode: refused.
+    for cfg in ("w64-d2-s8-b1-fp32", "w128-d2-s8-b1-fp32"):
+        for mode in ("nocomm", "lowcon"):
+            with gzip.open(tmp_path / f"trace-{cfg}-{mode}.json.gz", "wt") as f:
+                json.dump({"traceEvents": _step_trace()}, f)
+    assert fd.main([str(tmp_path)]) == 0
+    assert fd.main([str(tmp_path), str(tmp_path / "trace-w64-d2-s8-b1-fp32-lowcon.json.gz")]) == 2

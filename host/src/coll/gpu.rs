@@ -423,9 +423,9 @@ impl GpuColl {
         let batch = mode == Mode::Eager && self.mapping.batching.load(std::sync::atomic::Ordering::Relaxed);
         let out = output.ptr;
         let s = shard as u64;
-        // A predicted call's check, submitted to the verifier before the wait for it is
-        // enqueued (NOTE [the job before its wait]), and the watchdog's
-        // number of the call, which the verifier's mappings wait for.
+        // A predicted call's check, handed to the verifier right after the wait for it is
+        // enqueued (NOTE [nothing between the wait and its job]), and the watchdog's number of the
+        // call, which the verifier's mappings wait for.
         let prediction = peers.as_ref().and_then(Exchanged::prediction);
         let mut registered = None;
         let enqueued: Result<()> = (|| {
@@ -516,16 +516,17 @@ impl GpuColl {
                             }
                         }
                         if let Some(prediction) = prediction {
-                            // NOTE [the job before its wait] (verify.rs).
+                            // NOTE [nothing between the wait and its job] (verify.rs).
                             let v = &self.mapping.verifier;
                             let armed = v.arm(&self.sync, stream, ch)?;
                             let call = Arc::new(CallNumber::default());
                             let (seq, number) = (st.map_seq, call.clone());
                             let job = verify::Job { channel: ch, seq, call, prediction, armed, out, shard };
-                            // Submitted before the channel is released: jobs queue in call order.
+                            v.wait(&self.sync, stream, ch, seq)?;
+                            // At once (no driver call between), and before the channel is
+                            // released: jobs queue in call order.
                             v.submit(&self.sync, &self.mapping.maps, job)?;
                             registered = Some(number);
-                            v.wait(&self.sync, stream, ch, seq)?;
                         }
                         if side {
                             stream.wait(join)?;

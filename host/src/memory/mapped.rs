@@ -131,7 +131,8 @@ struct Opened {
     peer_base: u64,
     size: u64,
     local: sys::CUdeviceptr,
-    /// Calls between their exchange and their registration with the watchdog.
+    /// Calls between their exchange (or a verifier's fix) and their registration with the
+    /// watchdog.
     pins: u32,
     /// Every call that used it has a watchdog sequence number below this.
     used_before: u64,
@@ -186,8 +187,9 @@ pub(crate) struct Prediction {
 }
 
 /// The watchdog's number of a predicted call. The verifier may check the call before
-/// it is registered (its job is submitted before the wait for it is enqueued: NOTE [the job before its wait] in `coll::gpu::verify`), so a mapping it opens
-/// for a missed prediction stays pinned until the number is known
+/// it is registered (its job is submitted right after the wait for it is enqueued, before
+/// the call ends: NOTE [nothing between the wait and its job] in `coll::gpu::verify`), so
+/// a mapping it opens for a missed prediction stays pinned until the number is known
 /// ([`PeerMaps::registered`]), then waits for the call's end.
 #[derive(Default)]
 pub(crate) struct CallNumber(Mutex<Numbered>);
@@ -570,8 +572,9 @@ impl PeerMaps {
     /// Checks the predicted addresses of call `seq` of `channel` (NOTE [addresses
     /// predicted]) against the peers' entries, without waiting: `Pending(p)` while peer
     /// `p` has not posted its entry yet. Otherwise returns the peers whose buffer is
-    /// elsewhere, with where it is mapped now (opened if needed, kept open until every
-    /// call below `call + 1` completed: `call` is the watchdog's number of the call), and
+    /// elsewhere, with where it is mapped now (opened if needed, kept open until the call
+    /// completed: `call` gives the watchdog's number of the call once it is registered,
+    /// [`CallNumber`]), and
     /// updates the prediction. A peer that cannot share its buffer any more, posted
     /// another size, or made its allocation at the address of one still mapped here,
     /// fails the group. Never closes a mapping (closing waits for the device).
@@ -959,7 +962,7 @@ mod tests {
 
     #[test]
     fn a_fix_checked_before_its_call_is_numbered_pins_the_mapping_until_it_is() {
-        // NOTE [the job before its wait]: the verifier may check a call
+        // NOTE [nothing between the wait and its job]: the verifier may check a call
         // before the caller registers it with the watchdog.
         let mut cache = Cache::default();
         cache.opened.insert((1, 7), opened(3, 0));

@@ -257,6 +257,10 @@ class LowconProcessGroup(dist.ProcessGroup):
                 self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo-fallback/", self._store), self.rank(),
                                                    self.size(), self._timeout)
             group, name = self._gloo, "Gloo"
+        if self._shut:
+            # Shut down while this call made its group: that group goes too.
+            self._drop_own_groups(abort=True)
+            self._check_open(what)
         if what not in self._logged:
             self._logged.add(what)
             print(f"lowcon backend: rank {self.rank()}: {what} runs on {name} (lowcon does not implement it; "
@@ -384,6 +388,7 @@ class LowconProcessGroup(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         """Every rank has reached it when it returns (the host waits, as with NCCL)."""
+        self._check_open("barrier")
         if self._group.backend == "gpu":
             dev = torch.device("cuda", self._group.device)
             x = torch.zeros(self.size(), dtype=torch.int32, device=dev)
@@ -473,19 +478,31 @@ class LowconProcessGroup(dist.ProcessGroup):
         return works[-1] if works else LowconWork(self)
 
     def shutdown(self):
+        # A failed group (a dead peer) cannot flush what its fallbacks still hold: they are
+        # aborted then, as abort() does; a healthy one shuts them down.
+        try:
+            self._group.check()
+            failed = False
+        except Exception:
+            failed = True
         self._shut = True
         self._group.close()
-        # The torch groups this one made (Gloo for CPU tensors, the fallbacks) go now,
-        # while the interpreter is whole: freed at its exit, a Gloo group's run-loop
-        # threads could drop Python objects with no GIL left to take, and abort.
+        self._drop_own_groups(abort=failed)
+
+    def abort(self):
+        self._shut = True
+        self._group.abort()
+        self._drop_own_groups(abort=True)
+
+    def _drop_own_groups(self, abort):
+        """The torch groups this one made (Gloo for CPU tensors, the fallbacks) go now,
+        while the interpreter is whole: freed at its exit, a Gloo group's run-loop threads
+        could drop Python objects with no GIL left to take, and abort the process."""
         for name in ("_cpu", "_gloo", "_nccl"):
             pg = getattr(self, name)
             setattr(self, name, None)
             if pg is not None:
-                pg.shutdown()
-
-    def abort(self):
-        self._group.abort()
+                pg.abort() if abort else pg.shutdown()
 
 
 def _op_str(opts):

@@ -21,21 +21,22 @@
 //! deadlocked at 2 ranks sharing a GPU under MPS. A spinning kernel does not hold up its
 //! queue, and a host write goes through none.
 //!
-//! NOTE [the job before its wait]. A kernel that waits for this thread's
+//! NOTE [nothing between the wait and its job]. A kernel that waits for this thread's
 //! next step waits for ever (until its timeout fails the group) if the thread is held up
 //! on the way, and many driver calls can hold a thread up while the device is busy
 //! (making a stream or an event, an enqueue behind a full queue, a driver lock that a
-//! synchronous call of another thread holds). So the job is submitted first and the wait
-//! for it enqueued last: `arm` makes what the job needs (the fix stream and the two
-//! events, by the caller) and records `after`, `submit` hands the job over, and only then
-//! `wait` launches the kernel; the verifier may write the word before the kernel runs.
-//! The watchdog's number of the call is known only after the call is enqueued, so it
-//! reaches the job through a `CallNumber`: a mapping the verifier opens for a missed
-//! prediction stays pinned until then. Seen at 4 ranks sharing one H100 (2026-11-28),
-//! when the job was submitted after the call was registered: `coll-mapped`'s two
-//! threads stalled 2 runs in 6, rank 0 handing channel 5's call 48 to its verifier 60 s
-//! after call 47 was released, the moment its wait kernel timed out, with every other
-//! rank waiting for it (which driver call held the thread up is not known).
+//! synchronous call of another thread holds). So nothing comes between the wait and the job: `arm`
+//! makes what the job needs (the fix stream and the two events, by the caller) and
+//! records `after`, `wait` launches the kernel, and `submit` hands the job over at once,
+//! before the call's exit barrier and its registration with the watchdog (a launch that
+//! fails submits nothing: no fix lands after the call returned its error). The
+//! watchdog's number of the call is known only after that, so it reaches the job through
+//! a `CallNumber`: a mapping the verifier opens for a missed prediction stays pinned until
+//! then. Seen at 4 ranks sharing one H100 (2026-11-28), when the job was submitted after
+//! the call was registered: `coll-mapped`'s two threads stalled 2 runs in 6, rank 0
+//! handing channel 5's call 48 to its verifier 60 s after call 47 was released, the
+//! moment its wait kernel timed out, with every other rank waiting for it (which driver
+//! call held the thread up is not known).
 //!
 //! Each channel's jobs run in call order, so its word only grows. When a check fails (a
 //! dead peer, a peer whose buffer cannot be shared any more) the group fails, naming the
@@ -141,8 +142,9 @@ impl Verifier {
     /// needs: an event (`Armed::after`). Returns the pieces of the job, whose fixes'
     /// stream and event are made here, by the caller, never by the verifier (the driver
     /// may hold up their creation while the device waits: seen under MPS,
-    /// `cuStreamCreate` waited 60 s for the caller's wait kernel). Then the job goes to
-    /// [`Verifier::submit`], and only then the wait for it ([`Verifier::wait`]: NOTE [the job before its wait]).
+    /// `cuStreamCreate` waited 60 s for the caller's wait kernel). Then the wait for it
+    /// ([`Verifier::wait`]) and at once the job ([`Verifier::submit`]: NOTE [nothing
+    /// between the wait and its job]).
     pub(super) fn arm(&self, sync: &GpuSync, stream: &Stream, channel: u32) -> Result<Armed> {
         let fix = {
             let mut streams = self.fix_streams.lock().unwrap_or_else(|p| p.into_inner());
@@ -157,10 +159,11 @@ impl Verifier {
     }
 
     /// Enqueues on `stream` a one-thread kernel that waits for the check of call `seq`
-    /// of `channel`, submitted before ([`Verifier::submit`]).
+    /// of `channel`.
     ///
     /// # Safety
-    /// The job of call `seq` of `channel` was submitted.
+    /// The job of call `seq` of `channel` is submitted next, with no driver call between
+    /// (NOTE [nothing between the wait and its job]).
     pub(super) unsafe fn wait(&self, sync: &GpuSync, stream: &Stream, channel: u32, seq: u64) -> Result<()> {
         let word = self.shared.words.dev + 4 * channel as u64;
         // SAFETY: a word of the live pinned allocation (it lives as long as the group's
