@@ -188,7 +188,11 @@ impl Verifier {
             let t = std::thread::Builder::new()
                 .name(format!("lowcon-verify-{rank}"))
                 .spawn(move || run(&shared, &sync, &maps))
-                .map_err(|e| Error::GroupFailed(format!("rank {rank}: starting the verifier thread: {e}")))?;
+                .map_err(|e| {
+                    // Not started: the next job tries again, rather than queue for no thread.
+                    self.started.store(false, Ordering::Release);
+                    Error::GroupFailed(format!("rank {rank}: starting the verifier thread: {e}"))
+                })?;
             *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
         }
         crate::log::trace(sync.core.rank, &format!("verifier: channel {} call {} submitted", job.channel, job.seq));
