@@ -451,6 +451,11 @@ fn arrival_is_per_peer_only_where_a_per_peer_wait_runs() {
     assert_eq!(ag(&p, 64 << 20, false, &kernel).arrival, Arrival::Barrier);
     let call = AgCall { shard: 64 << 20, dtype: DType::Bf16, output_symmetric: false, captured: true };
     assert_eq!(p.all_gather(&call, &in_order).arrival, Arrival::Barrier);
+    // So a replayed call's wait nodes do not grow with the peers at any world, 8 included.
+    for w in [2, 8] {
+        let big = planner("NVIDIA H200", w);
+        assert_eq!(big.all_gather(&call, &in_order).arrival, Arrival::Barrier, "{w} ranks");
+    }
     let push = AllGatherOptions { algorithm: AllGatherAlgorithm::CePush, ..in_order };
     assert_eq!(ag(&p, 64 << 20, true, &push).arrival, Arrival::Barrier);
     let traffic = AllGatherOptions { traffic: true, ..in_order };
