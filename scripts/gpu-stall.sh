@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Catches the coll-mapped two-thread stall (docs/design.md, "Enough hardware queues"):
-# `lowcon selftest coll-mapped --threads-only CALLS` (two threads on two channels, CALLS
-# all-gathers each, default 200) at WORLD ranks sharing one GPU (under MPS when its daemon
-# starts), RUNS times, each watched. A run still going after STALL_S seconds has every
+# `lowcon selftest coll-mapped` (with CALLS set, only its two-thread part, CALLS
+# all-gathers per thread: `--threads-only`, which did not stall in 10 runs on 2026-11-28
+# where the whole test stalled in 2 of 6) at WORLD ranks sharing one GPU (under MPS when
+# its daemon starts), RUNS times, each watched. A run still going after STALL_S seconds
+# (default 45: the whole test takes about 24 s at 4 shared ranks on an H100, and a stalled
+# wait times out at 60 s) has every
 # rank's threads dumped (gdb or cuda-gdb where either is installed; always each thread's
 # name, kernel wait channel, syscall and kernel stack from /proc) before it is killed, so
 # the log says where each thread waits. From the repository root with the bundle beside it:
@@ -15,7 +18,8 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 L="$here/lowcon"
 out=/tmp/stall; rm -rf "$out"; mkdir -p "$out"
-world=${WORLD:-4}; runs=${RUNS:-8}; stall_s=${STALL_S:-25}; max_stalls=${STALLS:-2}; calls=${CALLS:-200}
+world=${WORLD:-4}; runs=${RUNS:-8}; stall_s=${STALL_S:-45}; max_stalls=${STALLS:-2}
+only=(); [ -n "${CALLS:-}" ] && only=(--threads-only "$CALLS")
 trap 'tar -C "$out" -czf "${OUT:-$here}/stall.tgz" . 2>/dev/null' EXIT
 mps_dir=$(mktemp -d "${TMPDIR:-/tmp}/lowcon-mps.XXXXXX")
 export CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log
@@ -50,7 +54,7 @@ stalls=0
 for i in $(seq "$runs"); do
   log=$out/run$i.log
   t0=$(date +%s)
-  RUST_LOG=lowcon=debug "$L" launch --nproc-per-node "$world" --gpus 1 --tee -- "$L" selftest coll-mapped --threads-only "$calls" > "$log" 2>&1 &
+  RUST_LOG=lowcon=debug "$L" launch --nproc-per-node "$world" --gpus 1 --tee -- "$L" selftest coll-mapped "${only[@]}" > "$log" 2>&1 &
   job=$!
   while kill -0 "$job" 2>/dev/null && [ $(( $(date +%s) - t0 )) -lt "$stall_s" ]; do sleep 0.5; done
   if kill -0 "$job" 2>/dev/null; then
