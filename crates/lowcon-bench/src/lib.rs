@@ -38,23 +38,29 @@ pub mod tune;
 
 pub use report::{Output, OverlapRow, SweepRow};
 
-/// A reduce-scatter variant as the benches name it: an algorithm, optionally with
-/// `/once` or `/pieces` for how ce-reduce launches its reduction (`ce-reduce/once`;
-/// NOTE [one launch per call]).
-pub fn rs_variant(name: &str) -> lowcon::Result<(lowcon::ReduceScatterAlgorithm, lowcon::ReduceLaunch)> {
+/// A variant as the benches name it: an algorithm, optionally with `/` and a second
+/// choice of the call (its `Default` when absent).
+fn variant<A, B>(name: &str) -> lowcon::Result<(A, B)>
+where
+    A: std::str::FromStr<Err = lowcon::Error>,
+    B: std::str::FromStr<Err = lowcon::Error> + Default,
+{
     match name.split_once('/') {
-        Some((a, l)) => Ok((a.parse()?, l.parse()?)),
-        None => Ok((name.parse()?, lowcon::ReduceLaunch::Auto)),
+        Some((a, b)) => Ok((a.parse()?, b.parse()?)),
+        None => Ok((name.parse()?, B::default())),
     }
 }
-/// An all-gather variant as the benches name it: an algorithm, optionally with
-/// `/barrier`, `/in-order` or `/any-order` for what ce-pull's copies wait for
-/// (`ce-pull/in-order`; NOTE [arrival-driven all-gather]).
+
+/// A reduce-scatter variant: `/once` or `/pieces` for how ce-reduce launches its
+/// reduction (`ce-reduce/once`; NOTE [one launch per call]).
+pub fn rs_variant(name: &str) -> lowcon::Result<(lowcon::ReduceScatterAlgorithm, lowcon::ReduceLaunch)> {
+    variant(name)
+}
+
+/// An all-gather variant: `/barrier`, `/in-order` or `/any-order` for what ce-pull's
+/// copies wait for (`ce-pull/in-order`; NOTE [arrival-driven all-gather]).
 pub fn ag_variant(name: &str) -> lowcon::Result<(lowcon::AllGatherAlgorithm, lowcon::Arrival)> {
-    match name.split_once('/') {
-        Some((a, w)) => Ok((a.parse()?, w.parse()?)),
-        None => Ok((name.parse()?, lowcon::Arrival::Auto)),
-    }
+    variant(name)
 }
 pub use sweep::Kind;
 

@@ -132,6 +132,12 @@ fn list<T>(s: &str, all: impl Fn() -> Vec<T>, parse: impl Fn(&str) -> Result<T, 
     s.split(',').map(|x| parse(x.trim())).collect()
 }
 
+/// A variant's name as the tables print it: the algorithm, and after a `/` the second
+/// choice where `x` named one.
+fn canonical<A: std::fmt::Display, B: std::fmt::Display>(x: &str, (a, b): (A, B)) -> String {
+    if x.contains('/') { format!("{a}/{b}") } else { a.to_string() }
+}
+
 impl SweepFlags {
     fn options(&self, kind: Kind) -> Result<SweepOptions, String> {
         let dtype: lowcon::DType = self.dtype.parse().map_err(|e: lowcon::Error| e.to_string())?;
@@ -140,19 +146,13 @@ impl SweepFlags {
                 &self.algorithms,
                 || lowcon::AllGatherAlgorithm::NAMED.iter().map(|a| a.name().to_string()).collect(),
                 // `ce-pull/in-order`: the algorithm and what its copies wait for.
-                |x| match lowcon_bench::ag_variant(x).map_err(|e| e.to_string())? {
-                    (a, lowcon::Arrival::Auto) if !x.contains('/') => Ok(a.name().to_string()),
-                    (a, w) => Ok(format!("{}/{}", a.name(), w.name())),
-                },
+                |x| lowcon_bench::ag_variant(x).map(|v| canonical(x, v)).map_err(|e| e.to_string()),
             )?,
             Kind::ReduceScatter => list(
                 &self.algorithms,
                 || lowcon::ReduceScatterAlgorithm::NAMED.iter().map(|a| a.name().to_string()).collect(),
                 // `ce-reduce/once`: the algorithm and how ce-reduce launches its reduction.
-                |x| match lowcon_bench::rs_variant(x).map_err(|e| e.to_string())? {
-                    (a, lowcon::ReduceLaunch::Auto) if !x.contains('/') => Ok(a.name().to_string()),
-                    (a, l) => Ok(format!("{}/{}", a.name(), l.name())),
-                },
+                |x| lowcon_bench::rs_variant(x).map(|v| canonical(x, v)).map_err(|e| e.to_string()),
             )?,
         };
         let methods = list(

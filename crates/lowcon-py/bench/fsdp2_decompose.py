@@ -50,6 +50,8 @@ import re
 import sys
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from fsdp2_profile import table
+
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 # Communication kernels: NCCL's and lowcon's (gpu-kernels/abi/src/kernel_names.rs); of
 # those, the ones that only wait (a signal, a word, a piece, a release).
@@ -264,13 +266,6 @@ def compare(mode: Dict[str, Any], base: Dict[str, Any], name: str = "mode") -> D
     }
 
 
-def _table(head: Sequence[str], rows: List[Sequence[str]]) -> str:
-    w = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
-    lines = ["  ".join(h.ljust(w[i]) for i, h in enumerate(head)), "  ".join("-" * x for x in w)]
-    lines += ["  ".join(c.ljust(w[i]) for i, c in enumerate(r)) for r in rows]
-    return "\n".join(line.rstrip() for line in lines)
-
-
 IDLE_COLUMNS = ("all-gather", "reduce-scatter", "other", "host", "end")
 
 
@@ -290,16 +285,16 @@ def format_decomposition(results: Dict[str, Dict[str, Any]], base: str) -> str:
                      *(f"{cause(c):+.1f}" for c in IDLE_COLUMNS[1:]), f"{r['extra_busy_ms']:+.1f}"])
     head = ["mode", "span ms", f"excess over {base}", "idle", "waits: all-gather fwd / bwd+final",
             "reduce-scatter", "other dependency", "host", "end", "busy"]
-    out = [f"the step's excess over {base} (ms, one profiled step, rank 0; NOTE [step decomposition]):",
-           _table(head, rows), "",
-           "the compute kernels' extra time over the same kernels in " + base + " (ms), by what ran beside them:"]
+    out = [table(head, rows, f"the step's excess over {base} (ms, one profiled step, rank 0; NOTE [step "
+                             "decomposition]):"), ""]
     rows = []
     for name, r in results.items():
         for fam, d in r["extra_by_family_ms"].items():
             if abs(sum(d.values())) < 0.05:
                 continue
             rows.append([name, fam, f"{sum(d.values()):+.2f}", *(f"{d[k]:+.2f}" for k in BESIDE)])
-    out.append(_table(["mode", "family", "extra", *BESIDE], rows))
+    out.append(table(["mode", "family", "extra", *BESIDE], rows,
+                     f"the compute kernels' extra time over the same kernels in {base} (ms), by what ran beside them:"))
     return "\n".join(out)
 
 

@@ -122,8 +122,9 @@ def copy_rates(events: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     return out
 
 
-def _table(head: Sequence[str], lines: List[Sequence[str]], title: str) -> str:
-    widths = [max(len(h), *(len(str(l[i])) for l in lines)) for i, h in enumerate(head)]
+def table(head: Sequence[str], lines: List[Sequence[str]], title: str) -> str:
+    """`title`, then `lines` under `head` in aligned columns."""
+    widths = [max([len(h), *(len(str(l[i])) for l in lines)]) for i, h in enumerate(head)]
     out = [title, "  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
     out.extend("  ".join(str(c).ljust(w) for c, w in zip(l, widths)) for l in lines)
     return "\n".join(out)
@@ -169,7 +170,7 @@ def format_profile(docs: Sequence[Dict[str, Any]]) -> str:
                           _fmt(slow.get("overlap_ms"), ".1f")))
     if not lines:
         return ""
-    text = _table(head, lines, "profile per step (copies: the rank with the slowest all-gather rate; NOTE [copy rate]):")
+    text = table(head, lines, "profile per step (copies: the rank with the slowest all-gather rate; NOTE [copy rate]):")
     enq = format_enqueues(docs)
     return text + ("\n" + enq if enq else "")
 
@@ -190,4 +191,4 @@ def format_enqueues(docs: Sequence[Dict[str, Any]]) -> str:
                 lines.append((d["shape"], str(d["tokens_per_rank"]), m, k) + cells)
     if not lines:
         return ""
-    return _table(head, lines, "what one hook call enqueues, median (NOTE [enqueue clock]):")
+    return table(head, lines, "what one hook call enqueues, median (NOTE [enqueue clock]):")
