@@ -26,6 +26,9 @@
 #   decompose  8192x4 and 4096x12 at 1024 tokens, fp32 reduce, 6 rounds with --profile:
 #              NCCL, lowcon, NCCL-CE, no communication; the report splits each mode's
 #              excess (fsdp2_decompose.py, NOTE [step decomposition])
+#   hf-decompose  transformers' LlamaForCausalLM (--model hf-llama), 4096x8 at 2048 tokens,
+#              fp32 reduce, 6 rounds with --profile: NCCL, lowcon, NCCL-CE, no communication,
+#              and the decomposition report (transformers as for hf-llama)
 #   hf-llama   transformers' LlamaForCausalLM (--model hf-llama), 4096x8 at 2048 and 8192
 #              tokens, fp32 reduce, 20 rounds: NCCL and its A/A twin, lowcon, NCCL-CE, no
 #              communication (transformers from bundle/hfwheels: BUNDLE_HF=1 when bundling)
@@ -37,7 +40,7 @@ out=/tmp/fsdp2; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 parts=" ${PARTS:-hooks profile} "
 for p in $parts; do
-  case $p in hooks|profile|fp32-small|fp32-wide|bf16-small|bf16-wide|floor|floor-bf16|bundle-a|bundle-b|decompose|hf-llama) ;;
+  case $p in hooks|profile|fp32-small|fp32-wide|bf16-small|bf16-wide|floor|floor-bf16|bundle-a|bundle-b|decompose|hf-decompose|hf-llama) ;;
     *) echo "gpu-fsdp2.sh: unknown part $p" >&2; exit 2;;
   esac
 done
@@ -49,7 +52,7 @@ steps_budget 600
 { nvidia-smi -L; git -C "$repo" log -1 --format='commit %h %cd' 2>/dev/null; } > "$out/smi.txt" 2>&1
 python3 -m pip install -q --no-index --no-deps --target /tmp/site "$here"/wheels/lowcon-*.whl > "$out/pip.txt" 2>&1
 export PYTHONPATH=/tmp/site
-if has hf-llama && ! python3 -c "import transformers" 2>/dev/null; then
+if { has hf-llama || has hf-decompose; } && ! python3 -c "import transformers" 2>/dev/null; then
   python3 -m pip install -q --no-index --find-links "$here/hfwheels" --target /tmp/site transformers >> "$out/pip.txt" 2>&1 ||
     echo "gpu-fsdp2.sh: no transformers (bundle with BUNDLE_HF=1): the hf-llama part will fail" | tee -a "$out/summary.txt"
 fi
@@ -81,6 +84,8 @@ has bundle-a && paired bundle-a 430 --sweep "4096x12:1024;8192x4:1024" --reduce-
 has bundle-b && paired bundle-b 430 --sweep "4096x12:1024,4096;8192x4:1024" --reduce-dtypes fp32 --rounds 20 \
   --modes nccl,nccl-b,lowcon@wire=bf16,lowcon@wire=fp32,nccl-ce,nocomm,floor
 has decompose && paired decompose 400 --sweep "8192x4:1024;4096x12:1024" --reduce-dtypes fp32 --rounds 6 \
+  --warmup 2 --profile --profile-steps 2 --modes nccl,lowcon,nccl-ce,nocomm
+has hf-decompose && paired hf-decompose 300 --model hf-llama --sweep "4096x8:2048" --reduce-dtypes fp32 --rounds 6 \
   --warmup 2 --profile --profile-steps 2 --modes nccl,lowcon,nccl-ce,nocomm
 has hf-llama && paired hf-llama 560 --model hf-llama --sweep "4096x8:2048,8192" --reduce-dtypes fp32 --rounds 20 \
   --modes nccl,nccl-b,lowcon,nccl-ce,nocomm
