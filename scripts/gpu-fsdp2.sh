@@ -53,7 +53,7 @@ steps_budget 600
 python3 -m pip install -q --no-index --no-deps --target /tmp/site "$here"/wheels/lowcon-*.whl > "$out/pip.txt" 2>&1
 export PYTHONPATH=/tmp/site
 if { has hf-llama || has hf-decompose; } && ! python3 -c "import transformers" 2>/dev/null; then
-  python3 -m pip install -q --no-index --find-links "$here/hfwheels" --target /tmp/site transformers >> "$out/pip.txt" 2>&1 ||
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site "$here"/hfwheels/*.whl >> "$out/pip.txt" 2>&1 ||
     echo "gpu-fsdp2.sh: no transformers (bundle with BUNDLE_HF=1): the hf-llama part will fail" | tee -a "$out/summary.txt"
 fi
 bench=$repo/crates/lowcon-py/bench

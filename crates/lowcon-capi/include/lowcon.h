@@ -162,8 +162,7 @@ typedef struct {
   // keeps: `lowconCollOptionsInit` sets it, as every field, to its default.
   lowconSync_t graph_sync;
   // (Since 0.3.0) what runs beside the call, a hint the planner reads:
-  // `lowconContextAlone` (the default), `lowconContextFsdp`, `lowconContextTp` or
-  // `lowconContextFsdpLast`.
+  // `lowconContextAlone` (the default), `lowconContextFsdp` or `lowconContextTp`.
   lowconContext_t context;
   // (Since 0.3.0) reduce-scatter, nonzero: the float input holds bf16 values upcast
   // (FSDP2's bf16 gradients reduced in f32), so the planner may send the bf16 wire
@@ -286,11 +285,6 @@ typedef lowconArrivals *lowconArrivals_t;
 
 // Tensor parallelism's collectives beside their matmuls.
 #define lowconContextTp 2
-
-// (Since 0.3.2) FSDP2-style training's last reduce-scatter of a backward pass, with
-// nothing left to run beside it (NOTE [the last reduce-scatter]); `lowconContextFsdp`
-// rules cover it too.
-#define lowconContextFsdpLast 3
 
 // `lowconCollOptions.wire` and `.recv_type`: the send type (`datatype`).
 #define lowconTypeDefault -1

@@ -127,10 +127,6 @@ pub const lowconContextAlone: lowconContext_t = 0;
 pub const lowconContextFsdp: lowconContext_t = 1;
 /// Tensor parallelism's collectives beside their matmuls.
 pub const lowconContextTp: lowconContext_t = 2;
-/// (Since 0.3.2) FSDP2-style training's last reduce-scatter of a backward pass, with
-/// nothing left to run beside it (NOTE [the last reduce-scatter]); `lowconContextFsdp`
-/// rules cover it too.
-pub const lowconContextFsdpLast: lowconContext_t = 3;
 
 /// Opaque communicator (never defined: handles are ids, see `lowconComm_t`).
 pub struct lowconComm {
@@ -220,8 +216,7 @@ pub struct lowconCollOptions {
     /// keeps: `lowconCollOptionsInit` sets it, as every field, to its default.
     pub graph_sync: lowconSync_t,
     /// (Since 0.3.0) what runs beside the call, a hint the planner reads:
-    /// `lowconContextAlone` (the default), `lowconContextFsdp`, `lowconContextTp` or
-    /// `lowconContextFsdpLast`.
+    /// `lowconContextAlone` (the default), `lowconContextFsdp` or `lowconContextTp`.
     pub context: lowconContext_t,
     /// (Since 0.3.0) reduce-scatter, nonzero: the float input holds bf16 values upcast
     /// (FSDP2's bf16 gradients reduced in f32), so the planner may send the bf16 wire
@@ -586,11 +581,9 @@ fn options<A: std::str::FromStr<Err = Error> + Default>(
         lowconContextAlone => lowcon::Context::Alone,
         lowconContextFsdp => lowcon::Context::Fsdp,
         lowconContextTp => lowcon::Context::Tp,
-        lowconContextFsdpLast => lowcon::Context::FsdpLast,
         c => {
             return Err(invalid(format!(
-                "context {c}: expected lowconContextAlone (0), lowconContextFsdp (1), lowconContextTp (2) or \
-                 lowconContextFsdpLast (3)"
+                "context {c}: expected lowconContextAlone (0), lowconContextFsdp (1) or lowconContextTp (2)"
             )));
         }
     };

@@ -8,7 +8,7 @@ before anything replaces them.
 
 Modes (`--modes`, comma separated):
 - `nccl`, `nccl-b`: FSDP2's defaults (NCCL). `nccl-b` is the A/A twin: the noise floor.
-- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,agsync=SYNC,rssync=SYNC,rsgraph=SYNC,arrival=A,ctas=N,rs_ctas=N,pieces=N,mem=M,agmem=M,rsmem=M,wire=W,launch=L,traffic=1,predict=0,batch=0,replays=0,last_rs=ALGO,last_ctas=N,last_pieces=N,last_sync=SYNC`:
+- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,agsync=SYNC,rssync=SYNC,rsgraph=SYNC,arrival=A,ctas=N,rs_ctas=N,pieces=N,mem=M,agmem=M,rsmem=M,wire=W,launch=L,traffic=1,predict=0,batch=0,replays=0`:
   lowcon's hooks (`lowcon.fsdp`), with options (`agmem`/`rsmem`, or `mem` for both:
   "torch", the default, or "pool": where the all-gather outputs and reduce-scatter
   inputs live; with "torch" peers read them in place through IPC mappings; `wire`:
@@ -31,9 +31,7 @@ Modes (`--modes`, comma separated):
   `batch=0`: the all-gathers enqueue their peer copies one by one instead of as one
   batch (NOTE [batched copies]); `replays=0`: the bf16 wire's reduce-scatters are
   enqueued piece by piece at every call instead of launched as one graph (NOTE [wire
-  replays]); `last_rs`, `last_ctas`, `last_pieces`, `last_sync`: the algorithm, CTAs,
-  pieces and sync of the backward pass's last reduce-scatter alone (NOTE [the last
-  reduce-scatter]; `lowcon.fsdp.install(last_reduce_scatter_options=...)`).
+  replays]).
   Each option names one of the planner's choices; what no option names is the planner's (NOTE [one planner]).
   Several variants may run side by side, paired.
 - `nccl-ce`: PyTorch #176613's copy-engine all-gather from 2.11's public pieces (a
@@ -229,7 +227,7 @@ class Switch:
             import lowcon.fsdp
 
             for _, pg in self.groups:
-                lowcon.fsdp._watch_post_backward(pg, True)
+                lowcon.fsdp._watch_accumulation(pg)
         except ImportError:
             pass
         self.current: Optional[str] = None
@@ -295,10 +293,6 @@ def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
         rs_opts["graph_sync"] = opts["rsgraph"]
     if "arrival" in opts:
         ag_opts["arrival"] = opts["arrival"]
-    # The backward pass's last reduce-scatter alone (NOTE [the last reduce-scatter]).
-    last = {k: conv(opts[o]) for o, k, conv in (("last_rs", "algorithm", str), ("last_ctas", "ctas", int),
-                                                 ("last_pieces", "pipeline", int), ("last_sync", "sync", str))
-            if o in opts}
     traffic = opts.get("traffic", "0").lower() in ("1", "yes", "true", "on")
     if traffic:
         ag_opts["traffic"] = rs_opts["traffic"] = True
@@ -312,13 +306,12 @@ def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
         raise ValueError(f"mode {name!r}: wire {wire!r}: expected auto, bf16 or fp32")
     ag = lowcon.fsdp.LowconAllGather(group, opts.get("ag", "auto"), ag_opts.pop("sync", sync), agmem, **ag_opts)
     rs = lowcon.fsdp.LowconReduceScatter(group, opts.get("rs", "auto"), rs_opts.pop("sync", sync), None, rsmem,
-                                         wire=None if wire == "fp32" else wire, last_options=last, **rs_opts)
+                                         wire=None if wire == "fp32" else wire, **rs_opts)
     notes = {"lowcon": getattr(lowcon, "__version__", "?"), "all_gather": opts.get("ag", "auto"),
              "reduce_scatter": opts.get("rs", "auto"), "sync": sync, "all_gather_memory": agmem,
              "reduce_scatter_memory": rsmem, "wire": wire,
              **{k: opts[k] for k in ("ctas", "rs_ctas", "launch", "pieces", "agsync", "rssync", "rsgraph", "arrival", "traffic",
-                                     "predict", "batch", "replays", "last_rs", "last_ctas", "last_pieces", "last_sync")
-                if k in opts}}
+                                     "predict", "batch", "replays") if k in opts}}
     predict = opts.get("predict", "1").lower() in ("1", "yes", "true", "on")
     batch = opts.get("batch", "1").lower() in ("1", "yes", "true", "on")
     replays = opts.get("replays", "1").lower() in ("1", "yes", "true", "on")
@@ -553,13 +546,10 @@ def counted_bytes(modes: List[Any], step: Any, batch: Any, device: Any) -> Dict[
         if cuda:
             torch.cuda.synchronize(device)
         before = m.pool.stats()
-        last0 = getattr(m.rs, "last_calls", 0)
         step(m, batch(0))
         if cuda:
             torch.cuda.synchronize(device)
         after = m.pool.stats()
-        # The reduce-scatters hinted as the backward pass's last (NOTE [the last reduce-scatter]).
-        before["last_reduce_scatters"], after["last_reduce_scatters"] = last0, getattr(m.rs, "last_calls", 0)
         keys = sorted(after)
         t = torch.tensor([float(after[k] - before[k]) for k in keys], dtype=torch.float64, device=device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)

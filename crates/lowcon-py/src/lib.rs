@@ -154,7 +154,7 @@ impl Group {
 
     /// All-gather into `output` (world x input elements) from `input`. `on_current`: `stream` is torch's current stream (see `collective`).
     /// `arrivals` (from `arrivals()`): record each rank's piece as it lands (NOTE [per-piece arrivals]).
-    /// `context` ("alone", "fsdp", "fsdp-last", "tp") hints the planner what runs beside the call.
+    /// `context` ("alone", "fsdp", "tp") hints the planner what runs beside the call.
     /// `traffic`: a benchmark instrument, the call's copies without its sync (NOTE [honest floor]).
     #[pyo3(signature = (output, input, *, algorithm = "auto", sync = "auto", graph_sync = "auto", ctas = None, pipeline = None, channel = None, allow_staging = true, map_ordinary = None, stream = None, on_current = false, arrivals = None, context = "alone", traffic = false, arrival = "auto"))]
     #[allow(clippy::too_many_arguments)]

@@ -95,48 +95,10 @@ def test_the_accumulation_watch_reaches_wrapped_hooks(wrapped):
     g = Recorder(4)
     rs = fsdp.LowconReduceScatter(g, wire="auto")
     pg = FakeParamGroup(Timer(rs) if wrapped else rs)
-    fsdp._watch_post_backward(pg, True)
+    fsdp._watch_accumulation(pg)
     pg.post_backward()
     assert g.calls[-1].get("bf16_exact") is True, g.calls[-1]
     # Accumulated gradients are not bf16-exact: no hint.
     pg.fsdp_params = [FakeParamGroup.Param(True)]
     pg.post_backward()
     assert "bf16_exact" not in g.calls[-1] and rs._exact is False, g.calls[-1]
-
-
-def test_the_last_reduce_scatter_of_a_pass_is_hinted_from_the_next_pass_on():
-    # NOTE [the last reduce-scatter]: three groups reduce in the order 2, 1, 0; the first
-    # pass learns it, the next passes hint group 0's call, with its own options.
-    g = Recorder(4)
-    rs = fsdp.LowconReduceScatter(g, wire="auto", last_options={"ctas": 128, "pipeline": 4})
-    groups = [FakeParamGroup(rs) for _ in range(3)]
-    for pg in groups:
-        fsdp._watch_post_backward(pg, True)
-    contexts = []
-    for _ in range(3):
-        for pg in reversed(groups):
-            pg.post_backward()
-            contexts.append(g.calls[-1]["context"])
-    assert contexts == ["fsdp"] * 5 + ["fsdp-last"] + ["fsdp"] * 2 + ["fsdp-last"], contexts
-    last, other = g.calls[5], g.calls[4]
-    assert (last["ctas"], last["pipeline"], last["bf16_exact"]) == (128, 4, True), last
-    assert "ctas" not in other and "pipeline" not in other, other
-    assert rs.last_calls == 2 and rs._key is None
-    # A call from outside a watched post_backward is FSDP2's, not the last.
-    rs(torch.empty(64), torch.empty(4 * 64))
-    assert g.calls[-1]["context"] == "fsdp"
-
-
-def test_a_callers_context_is_not_turned_into_the_last():
-    g = Recorder(4)
-    rs = fsdp.LowconReduceScatter(g, wire="auto", context="tp")
-    pg = FakeParamGroup(rs)
-    fsdp._watch_post_backward(pg, True)
-    for _ in range(3):
-        pg.post_backward()
-    assert [c["context"] for c in g.calls] == ["tp"] * 3
-
-
-def test_bad_last_options_are_refused_naming_them():
-    with pytest.raises(fsdp.InvalidArgument, match="colour"):
-        fsdp.LowconReduceScatter(Recorder(4), last_options={"colour": 1})

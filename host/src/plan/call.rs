@@ -379,24 +379,11 @@ pub enum Context {
     Fsdp,
     /// Tensor parallelism's collectives, fused with or beside their matmuls (`lowcon.tp`).
     Tp,
-    /// FSDP2's last reduce-scatter of a backward pass (NOTE [the last reduce-scatter]):
-    /// nothing of the step is left to run beside it, and the optimizer waits for it.
-    /// A `context=fsdp` rule covers it too; a `context=fsdp-last` rule only it.
-    FsdpLast,
 }
-
-// NOTE [the last reduce-scatter]
-// FSDP2 reduces each module's gradients as its backward ends, beside the next module's
-// backward, except the last module's: nothing is left to run beside it, and the
-// optimizer step waits for it. On 4x H100 (8192x4, 1024 tokens, 2026-11-28) that call held
-// 6.8 ms of lowcon's 27.6 ms excess over a step without communication, at the 64 CTAs
-// chosen for calls beside GEMMs. `lowcon.fsdp` learns which module reduces last (the
-// order of one backward pass) and hints `fsdp-last` for it from the next pass on, so a
-// table can give that call plans measured for an idle GPU.
 
 impl Context {
     /// Every context.
-    pub const ALL: [Context; 4] = [Context::Alone, Context::Fsdp, Context::Tp, Context::FsdpLast];
+    pub const ALL: [Context; 3] = [Context::Alone, Context::Fsdp, Context::Tp];
 
     /// The name used in options, tables and messages.
     pub const fn name(self) -> &'static str {
@@ -404,20 +391,7 @@ impl Context {
             Context::Alone => "alone",
             Context::Fsdp => "fsdp",
             Context::Tp => "tp",
-            Context::FsdpLast => "fsdp-last",
         }
-    }
-
-    /// Whether a rule of this context covers a call of `call`'s: its own, and
-    /// `fsdp` covers `fsdp-last` (FSDP2's last reduce-scatter is one of FSDP2's calls).
-    pub const fn covers(self, call: Context) -> bool {
-        matches!(
-            (self, call),
-            (Context::Alone, Context::Alone)
-                | (Context::Fsdp, Context::Fsdp | Context::FsdpLast)
-                | (Context::Tp, Context::Tp)
-                | (Context::FsdpLast, Context::FsdpLast)
-        )
     }
 }
 
@@ -433,7 +407,7 @@ impl FromStr for Context {
         Context::ALL
             .into_iter()
             .find(|c| c.name() == s)
-            .ok_or_else(|| Error::InvalidArgument(format!("context {s:?}: expected alone, fsdp, fsdp-last or tp")))
+            .ok_or_else(|| Error::InvalidArgument(format!("context {s:?}: expected alone, fsdp or tp")))
     }
 }
 

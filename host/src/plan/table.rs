@@ -16,7 +16,7 @@
 //!
 //! | selector | values | meaning |
 //! |---|---|---|
-//! | `context` | `alone`, `fsdp`, `fsdp-last`, `tp` | the caller's hint ([`Context`]; a `fsdp` rule covers `fsdp-last` calls too) |
+//! | `context` | `alone`, `fsdp`, `tp` | the caller's hint ([`Context`]) |
 //! | `dtype` | `f32`, `bf16`, ... (comma-separated) | the input's element type |
 //! | `mem` | `symmetric`, `ordinary` | all-gather: the output's memory; reduce-scatter: the input's |
 //! | `bytes` | `LO..HI` (`K`, `M`, `G`): from LO to HI, both included; either may be left out | per rank: the all-gather's shard, the reduce-scatter's input chunk |
@@ -124,7 +124,7 @@ impl Rule {
     pub(crate) fn covers(&self, p: &Probe) -> bool {
         let s = &self.sel;
         self.coll == p.coll
-            && s.context.is_none_or(|c| c.covers(p.context))
+            && s.context.is_none_or(|c| c == p.context)
             && s.dtypes.as_ref().is_none_or(|d| d.contains(&p.dtype))
             && s.mem.is_none_or(|m| m == p.mem)
             && (s.bytes.0..=s.bytes.1).contains(&p.bytes)
@@ -281,7 +281,7 @@ fn parse_rule<'a>(
         seen.push(k);
         let val = |what: &str| bad(name, n, format!("{k}={v:?}: expected {what}"));
         match k {
-            "context" => sel.context = Some(v.parse().map_err(|_| val("alone, fsdp, fsdp-last or tp"))?),
+            "context" => sel.context = Some(v.parse().map_err(|_| val("alone, fsdp or tp"))?),
             "dtype" => {
                 let d: Result<Vec<DType>> = v.split(',').map(str::parse).collect();
                 sel.dtypes = Some(d.map_err(|_| val("dtypes among f32, f16, bf16, i32, u8, i64"))?);

@@ -481,36 +481,3 @@ fn arrival_in_tables_round_trips_and_is_an_all_gather_choice() {
     let e = bad("all-gather algorithm=ce-pull arrival=soon");
     assert!(e.contains("arrival=\"soon\""), "{e}");
 }
-
-#[test]
-fn the_last_reduce_scatter_takes_its_own_rule_or_fsdps() {
-    // NOTE [the last reduce-scatter]: a `context=fsdp-last` rule (before the fsdp one)
-    // speaks for the hinted call alone; without one, the fsdp rule covers it.
-    let t = format!(
-        "{}\nmachine gpu=H200 world=4\nsource test\n\
-         reduce-scatter context=fsdp-last dtype=f32 exact=yes algorithm=sm-direct wire=bf16 ctas=128 max_pieces=4\n\
-         reduce-scatter context=fsdp dtype=f32 exact=yes algorithm=sm-direct wire=bf16 ctas=64 max_pieces=8\n\
-         reduce-scatter algorithm=sm-direct ctas=16\n",
-        table::FORMAT
-    );
-    let p = h200_w4_with("last", &t);
-    let call = RsCall { input_symmetric: false, ..rs_call(800 << 20, DType::F32) };
-    let last = ReduceScatterOptions { context: Context::FsdpLast, ..fsdp_exact() };
-    let (l, f) = (rs(&p, &call, &last), rs(&p, &call, &fsdp_exact()));
-    assert_eq!((l.algorithm, l.ctas, l.wire, l.pieces), (ReduceScatterAlgorithm::SmDirect, 128, Some(DType::Bf16), 4));
-    assert_eq!((f.algorithm, f.ctas, f.wire, f.pieces), (ReduceScatterAlgorithm::SmDirect, 64, Some(DType::Bf16), 8));
-    assert!(l.origin.ends_with(":4") && f.origin.ends_with(":5"), "{} / {}", l.origin, f.origin);
-    // Neither FSDP2 rule speaks for a call without the hint.
-    assert_eq!(rs(&p, &call, &ReduceScatterOptions { bf16_exact: true, ..Default::default() }).ctas, 16);
-    // Without a rule of its own, the last call is planned as FSDP2's others.
-    let fsdp_only = t.replace("context=fsdp-last", "context=tp");
-    let p = h200_w4_with("fsdp only", &fsdp_only);
-    assert_eq!(rs(&p, &call, &last), rs(&p, &call, &fsdp_exact()));
-    // The names round-trip; a bad one names the choices.
-    assert_eq!("fsdp-last".parse::<Context>().unwrap(), Context::FsdpLast);
-    assert!("last".parse::<Context>().unwrap_err().to_string().contains("fsdp-last"));
-    for c in Context::ALL {
-        assert!(c.covers(c) && Context::Fsdp.covers(c) == matches!(c, Context::Fsdp | Context::FsdpLast));
-        assert_eq!(Context::FsdpLast.covers(c), c == Context::FsdpLast);
-    }
-}

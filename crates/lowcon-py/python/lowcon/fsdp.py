@@ -39,13 +39,6 @@ to see whether it holds accumulated gradients before it reduces. It prints one l
 saying what it chose (`reduce_scatter_wire="auto"`, the default; "bf16": the hint for
 every fp32 input; None: fp32 on the wire, always).
 
-The last reduce-scatter (NOTE [the last reduce-scatter] in host/src/plan/call.rs): the
-module that reduces last in a backward pass has nothing left to run beside it, and the
-optimizer waits for it. `install` watches every parameter group's `post_backward`, learns
-from one backward pass which group reduces last, and from the next pass on hints that
-call `context="fsdp-last"` (a table row of its own, else FSDP2's). Every rank learns the
-same order, so every rank plans the call alike.
-
 Reduce-scatter ops: FSDP2 passes SUM, AVG, or PREMUL_SUM(1/f) after
 `set_gradient_divide_factor(f)`. torch does not expose PREMUL_SUM's factor in Python, so
 give the same factor to `install(..., gradient_divide_factor=f)`, which sets it on the
@@ -60,37 +53,13 @@ from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter as _Redu
 from . import InvalidArgument
 from ._ops import reduce_op_name
 
-__all__ = ["LowconAllGather", "LowconReduceScatter", "install", "CONTEXT", "LAST_CONTEXT"]
+__all__ = ["LowconAllGather", "LowconReduceScatter", "install", "CONTEXT"]
 
 # The hint every hook call passes to the planner (NOTE [one planner]): the tuning tables'
 # rules for FSDP2 (ce-reduce reading torch's memory in place, the bf16 wire with the CTAs
 # measured inside FSDP2's step: NOTE [auto inside FSDP2] and NOTE [wire CTAs inside FSDP2]
 # in docs/algorithms.md) apply to these calls.
 CONTEXT = "fsdp"
-# The hint of the backward pass's last reduce-scatter (NOTE [the last reduce-scatter]).
-LAST_CONTEXT = "fsdp-last"
-
-
-class _ReduceOrder:
-    """Which parameter group reduces last in a backward pass (NOTE [the last
-    reduce-scatter]): the order of one pass, closed when a group reduces a second time
-    (the next pass has begun). A model whose groups reduce more than once a pass only
-    gets the hint wrong (a plan measured for another setting), never a wrong result."""
-
-    def __init__(self):
-        self._pass, self._seen = [], set()
-        self.last = None  # the group that reduced last in the previous pass
-
-    def context(self, key):
-        """The hint of a reduce-scatter of the group `key` (None: not known)."""
-        if key is None:
-            return CONTEXT
-        if key in self._seen:
-            self.last = self._pass[-1]
-            self._pass, self._seen = [], set()
-        self._pass.append(key)
-        self._seen.add(key)
-        return LAST_CONTEXT if key == self.last else CONTEXT
 
 
 def _check_group(g, group):
@@ -180,7 +149,7 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
     _CHANNEL = "fsdp/reduce-scatter"
 
     def __init__(self, group, algorithm="auto", sync="auto", gradient_divide_factor=None, memory="torch",
-                 wire=None, last_options=None, **options):
+                 wire=None, **options):
         if wire not in _WIRES:
             raise InvalidArgument(f"rank {group.rank}: wire {wire!r}: expected \"auto\", \"bf16\" or None")
         if options.get("reduce_launch") == "once" and wire is not None:
@@ -188,22 +157,11 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
             raise InvalidArgument(f"rank {group.rank}: reduce_launch=\"once\" needs wire=None (the bf16 wire "
                                   "reduces one launch per piece)")
         super().__init__(group, algorithm, sync, memory, **options)
-        # Options of the backward pass's last call alone (NOTE [the last reduce-scatter]):
-        # the caller's choices for it, over the others.
-        self.last_options = dict(last_options or {})
-        bad = set(self.last_options) - _LAST_KEYS
-        if bad:
-            raise InvalidArgument(f"rank {group.rank}: last_options {sorted(bad)}: expected some of "
-                                  f"{sorted(_LAST_KEYS)}")
         self.gradient_divide_factor = gradient_divide_factor
         self.wire = wire
         # Set by install's post_backward wrapper for the reduce in progress ("auto"):
         # whether that parameter group's fp32 gradients are bf16 values upcast.
         self._exact = False
-        # The parameter group reducing now (install's wrapper), and the order of a pass.
-        self._key = None
-        self._order = _ReduceOrder()
-        self.last_calls = 0  # reduce-scatters hinted as the pass's last
         self._pending_input = None  # (numel, dtype) of the last input handed out
         self.wire_calls = 0  # reduce-scatters hinted bf16-exact (the planner may send them as bf16)
         self.plain_calls = 0  # and not
@@ -225,9 +183,6 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
         _check_group(self.group, group)
         name, scale = _op_name(dist.ReduceOp.SUM if op is None else op, self.gradient_divide_factor)
         options = self.options
-        if options.get("context") == CONTEXT and self._order.context(self._key) == LAST_CONTEXT:
-            options = dict(options, context=LAST_CONTEXT, **self.last_options)
-            self.last_calls += 1
         if input_tensor.dtype == torch.float32 and (self.wire == "bf16" or (self.wire == "auto" and self._exact)):
             # NOTE [bf16 wire]: "auto" hints, and the planner decides whether the top halves
             # go alone; "bf16" asks for the wire, as an explicit option does.
@@ -246,8 +201,6 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
 
 
 _WIRES = (None, "auto", "bf16")
-# What `last_options` may set: the plan's choices, as the hook's own options do.
-_LAST_KEYS = {"algorithm", "sync", "graph_sync", "ctas", "pipeline", "reduce_launch", "wire"}
 
 
 def _bf16_params_fp32_reduce(module):
@@ -264,16 +217,14 @@ def _unwrap(hook):
     return getattr(hook, "wrapped", hook)
 
 
-def _watch_post_backward(pg, wire):
+def _watch_accumulation(pg):
     """Wraps the parameter group's post_backward (which reduces, through the group's
-    reduce-scatter hook, `_reduce_scatter_comm` in torch 2.11), telling whatever lowcon
-    hook the group holds when it reduces (also through wrappers that name it `wrapped`)
-    which group reduces (NOTE [the last reduce-scatter]) and, with `wire`, whether its
-    fp32 gradients are bf16 values upcast: the reduce sends bf16 only if no gradient of
-    the group accumulated in fp32 over an earlier backward without sync (torch 2.11's
-    `unsharded_accumulated_grad`; without the hint, fp32 goes on the wire)."""
-    if getattr(pg, "_lowcon_watched", None) is not None:
-        pg._lowcon_watched = wire  # install called again: the latest wire setting
+    reduce-scatter hook, `_reduce_scatter_comm` in torch 2.11): the reduce it makes sends
+    bf16 only if no gradient of the group accumulated in fp32 over an earlier backward
+    without sync (torch 2.11's `unsharded_accumulated_grad`). Whatever lowcon hook the group
+    holds when it reduces is told, also through wrappers that name it `wrapped` (without
+    that a wrapped hook gets no hint, and fp32 goes on the wire)."""
+    if getattr(pg, "_lowcon_wire_watched", False):
         return
     original = pg.post_backward
 
@@ -281,18 +232,14 @@ def _watch_post_backward(pg, wire):
         hook = _unwrap(getattr(pg, "_reduce_scatter_comm", None))
         if not isinstance(hook, LowconReduceScatter):
             return original(*args, **kwargs)
-        hook._key = pg
-        if pg._lowcon_watched:
-            hook._exact = not any(getattr(fp, "unsharded_accumulated_grad", None) is not None
-                                  for fp in pg.fsdp_params)
+        hook._exact = not any(getattr(fp, "unsharded_accumulated_grad", None) is not None for fp in pg.fsdp_params)
         try:
             return original(*args, **kwargs)
         finally:
             hook._exact = False
-            hook._key = None
 
     pg.post_backward = post_backward
-    pg._lowcon_watched = wire
+    pg._lowcon_wire_watched = True
 
 
 def install(
@@ -308,7 +255,6 @@ def install(
     all_gather_memory="torch",
     reduce_scatter_memory="torch",
     reduce_scatter_wire="auto",
-    last_reduce_scatter_options=None,
 ):
     """Set lowcon's all-gather and reduce-scatter on every FSDP module of `model` (after
     `fully_shard`, before the first forward). Returns the number of modules set.
@@ -325,9 +271,7 @@ def install(
     a copy with ce-pull and ce-reduce. reduce_scatter_wire: "auto" (the bf16 wire for the
     modules with param_dtype=bf16 and reduce_dtype=fp32, except for a reduce of gradients
     accumulated without sync), "bf16" (every fp32 reduce-scatter) or None (see the module
-    docs); one line says what was chosen. last_reduce_scatter_options: choices (algorithm,
-    ctas, pipeline, sync, ...) for the backward pass's last reduce-scatter alone, over the
-    planner's `fsdp-last` plan (NOTE [the last reduce-scatter]).
+    docs); one line says what was chosen.
     """
     from torch.distributed.fsdp import FSDPModule
 
@@ -336,8 +280,7 @@ def install(
                               "\"auto\", \"bf16\" or None")
     ag = LowconAllGather(group, all_gather, sync, all_gather_memory, **(all_gather_options or {}))
     rs = LowconReduceScatter(group, reduce_scatter, sync, gradient_divide_factor, reduce_scatter_memory,
-                             wire=reduce_scatter_wire, last_options=last_reduce_scatter_options,
-                             **(reduce_scatter_options or {}))
+                             wire=reduce_scatter_wire, **(reduce_scatter_options or {}))
     n, wired = 0, 0
     for m in model.modules():
         if isinstance(m, FSDPModule):
@@ -346,10 +289,9 @@ def install(
             if gradient_divide_factor is not None:
                 m.set_gradient_divide_factor(gradient_divide_factor)
             pg = m._get_fsdp_state()._fsdp_param_group
-            if pg is not None:
-                wire = reduce_scatter_wire == "auto" and _bf16_params_fp32_reduce(m)
-                _watch_post_backward(pg, wire)
-                wired += wire
+            if reduce_scatter_wire == "auto" and pg is not None and _bf16_params_fp32_reduce(m):
+                _watch_accumulation(pg)
+                wired += 1
             n += 1
     if n == 0:
         raise InvalidArgument("install: the model has no FSDP modules: call fully_shard on it first")
