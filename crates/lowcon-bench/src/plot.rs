@@ -89,7 +89,9 @@ fn drawing(path: &Path, f: impl FnOnce(&Path) -> Res<()>) -> Res<PathBuf> {
 /// or .bmp; see [`image_path`]): a panel per collective swept, and a panel of overlap
 /// slowdowns when there are any. Returns the file written.
 pub fn draw(path: &Path, rows: &[SweepRow], overlap: &[OverlapRow]) -> Res<PathBuf> {
-    drawing(path, |p| draw_sweeps(p, rows, overlap))
+    // `--host-only` rows have no bandwidth to draw.
+    let rows: Vec<SweepRow> = rows.iter().filter(|r| !r.host_only).cloned().collect();
+    drawing(path, |p| draw_sweeps(p, &rows, overlap))
 }
 
 fn draw_sweeps(path: &Path, rows: &[SweepRow], overlap: &[OverlapRow]) -> Res<()> {
@@ -459,6 +461,7 @@ mod tests {
             host_us: None,
             wire: None,
             wire_busbw_gbs: None,
+            host_only: false,
         }
     }
 

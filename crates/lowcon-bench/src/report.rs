@@ -127,15 +127,17 @@ pub fn print_sweep_columns() {
 /// Prints one row of the sweep table.
 pub fn print_sweep_row(r: &SweepRow) {
     let wrong = r.wrong.map_or("-".to_string(), |w| w.to_string());
+    // `--host-only` rows keep no device time.
+    let device = |v: f64, digits: usize| if r.host_only { "-".to_string() } else { format!("{v:.digits$}") };
     println!(
-        "{:>12} {:>12} {:>12}  {:<34} {:>10.1} {:>10.2} {:>10.2} {:>8} {:>9} {:>10}",
+        "{:>12} {:>12} {:>12}  {:<34} {:>10} {:>10} {:>10} {:>8} {:>9} {:>10}",
         r.size,
         r.total,
         r.count,
         r.label(),
-        r.time_us,
-        r.algbw_gbs,
-        r.busbw_gbs,
+        device(r.time_us, 1),
+        device(r.algbw_gbs, 2),
+        device(r.busbw_gbs, 2),
         wrong,
         r.host_us.map_or("-".to_string(), |h| format!("{h:.2}")),
         r.wire_busbw_gbs.map_or("-".to_string(), |b| format!("{b:.2}"))
@@ -312,6 +314,7 @@ pub(crate) mod tests {
             host_us: None,
             wire: None,
             wire_busbw_gbs: None,
+            host_only: false,
         }
     }
 

@@ -45,9 +45,19 @@ pub struct SweepRow {
     /// busbw on the bytes that crossed (`busbw_gbs` is on the `size` bytes asked for).
     #[serde(default)]
     pub wire_busbw_gbs: Option<f64>,
+    /// Only `host_us` was kept (`--host-only`): the device columns are 0 and print `-`.
+    #[serde(default)]
+    pub host_only: bool,
 }
 
 impl SweepRow {
+    /// Keeps the host time alone (`--host-only`): the device time and the bandwidths,
+    /// measured where they may mean nothing (ranks sharing a GPU), are dropped.
+    pub fn host_only(&mut self) {
+        self.host_only = true;
+        (self.time_us, self.algbw_gbs, self.busbw_gbs, self.wire_busbw_gbs) = (0.0, 0.0, 0.0, None);
+    }
+
     /// The series label used in tables and plots.
     pub fn label(&self) -> String {
         let g = if self.graph { " graph" } else { "" };

@@ -87,6 +87,9 @@ pub struct SweepOptions {
     pub wire: Option<DType>,
     /// With `wire`: data whose every bottom half is nonzero (every piece falls back).
     pub inexact: bool,
+    /// With `graph`: rows keep the host µs per call alone; their device times (which
+    /// mean nothing where ranks share a GPU) become NaN, printed `-`.
+    pub host_only: bool,
 }
 
 /// Runs the sweep `a` asks for (on GPUs or the host backend) as one rank: prints the
@@ -95,6 +98,10 @@ pub fn run(a: &SweepOptions, out: &Output) -> Res<()> {
     if a.backend_host && a.graph {
         return Err("--graph: the host backend has no CUDA graphs (use --backend gpu)".into());
     }
+    if a.host_only && (!a.graph || a.nccl) {
+        return Err("host-only rows: with --graph and without NCCL".into());
+    }
+    // `host_only` rows drop their device columns as they are made (printed at once).
     let rows = if a.backend_host { host(a)? } else { gpu(a)? };
     report::write(out, &rows, &[])?;
     if let Some(bad) = rows.iter().find(|r| r.wrong.is_some_and(|w| w > 0)) {
@@ -161,6 +168,7 @@ fn row(
         host_us: None,
         wire: None,
         wire_busbw_gbs: None,
+        host_only: false,
     }
 }
 
@@ -176,6 +184,7 @@ fn with_wire(mut r: SweepRow, wire: Option<DType>, dtype: DType) -> SweepRow {
 
 /// Prints the table header (rank 0).
 fn header(a: &SweepOptions, world: usize, what: &str) {
+    let what = if a.host_only { "ranks (--host-only: host µs per call alone)" } else { what };
     println!(
         "# lowcon bench {} on {world} {what}, dtype {}{}, {} x {} iterations after {} warm-up; time = median batch, max over ranks",
         a.kind.name(),
@@ -286,7 +295,10 @@ pub fn gpu(a: &SweepOptions) -> Res<Vec<SweepRow>> {
                             r.pipeline = pipeline;
                             with_wire(r, a.wire, a.dtype)
                         };
-                        for r in host_split(mk, &timed) {
+                        for mut r in host_split(mk, &timed) {
+                            if a.host_only {
+                                r.host_only();
+                            }
                             if rank == 0 {
                                 report::print_sweep_row(&r);
                             }
@@ -505,7 +517,10 @@ fn nccl_rows(r: &GpuRunner, a: &SweepOptions, sizes: &[usize], in_max: usize, ou
                         }
                         r
                     };
-                    for r in host_split(mk, &Timed::from_values(&mx, a.graph)) {
+                    for mut r in host_split(mk, &Timed::from_values(&mx, a.graph)) {
+                        if a.host_only {
+                            r.host_only();
+                        }
                         if rank == 0 {
                             report::print_sweep_row(&r);
                         }
@@ -556,6 +571,28 @@ mod tests {
             graph,
             wire: None,
             inexact: false,
+            host_only: false,
+        }
+    }
+
+    #[test]
+    fn host_only_rows_keep_the_host_time_alone_and_need_graphs_without_nccl() {
+        let a = options(Kind::AllGather, true);
+        let mk = |us| row(&a, 4, "lowcon", "ce-pull", "kernel", None, 1 << 20, us, None);
+        let mut rows = host_split(mk, &timed(true));
+        rows.iter_mut().for_each(SweepRow::host_only);
+        let (eager, replayed) = (&rows[0], &rows[1]);
+        assert_eq!((eager.host_us, replayed.host_us), (Some(6.5), Some(0.2)));
+        for r in &rows {
+            assert!(r.host_only && r.time_us == 0.0 && r.busbw_gbs == 0.0 && r.wire_busbw_gbs.is_none());
+        }
+        // Only graph sweeps without NCCL keep host rows (the CLI says so before this).
+        for a in [
+            SweepOptions { host_only: true, ..options(Kind::AllGather, false) },
+            SweepOptions { host_only: true, ..options(Kind::AllGather, true) },
+        ] {
+            let e = run(&a, &Output::default()).unwrap_err().to_string();
+            assert!(e.contains("--graph and without NCCL"), "{e}");
         }
     }
 

@@ -146,6 +146,7 @@ fn sweep(
         graph,
         wire: None,
         inexact: false,
+        host_only: false,
     }
 }
 
@@ -261,6 +262,7 @@ mod tests {
             host_us: None,
             wire: None,
             wire_busbw_gbs: None,
+            host_only: false,
         }
     }
 

@@ -110,6 +110,12 @@ pub struct SweepFlags {
     /// (default: bf16-exact data, as FSDP2's upcast gradients).
     #[arg(long)]
     inexact: bool,
+    /// With `--graph --no-nccl`: only the host µs per call, eager and replayed; the device
+    /// columns print `-`. The one sweep that runs where ranks share a GPU
+    /// (`lowcon launch --gpus 1`): the host's cost of enqueueing or launching a call
+    /// does not depend on the GPU's speed, its device time does.
+    #[arg(long)]
+    host_only: bool,
     #[command(flatten)]
     out: OutputFlags,
 }
@@ -195,6 +201,11 @@ impl SweepFlags {
         if self.inexact && wire.is_none() {
             return Err("--inexact: with --wire only".into());
         }
+        if self.host_only && (!self.graph || !self.no_nccl || self.check) {
+            return Err("--host-only: with --graph and --no-nccl, without --check (NCCL cannot share a GPU, and \
+                        host µs per call is what it measures)"
+                .into());
+        }
         Ok(SweepOptions {
             kind,
             min_bytes: self.min,
@@ -216,6 +227,7 @@ impl SweepFlags {
             backend_host: self.backend == "host",
             wire,
             inexact: self.inexact,
+            host_only: self.host_only,
         })
     }
 }
@@ -386,7 +398,9 @@ impl From<&OutputFlags> for Output {
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), Box<dyn std::error::Error>> {
-    if !matches!(cmd, BenchCommand::Plot { .. }) {
+    // A host-time sweep measures the host alone (`--host-only`).
+    let host_only = matches!(&cmd, BenchCommand::AllGather(f) | BenchCommand::ReduceScatter(f) if f.host_only);
+    if !matches!(cmd, BenchCommand::Plot { .. }) && !host_only {
         refuse_shared_gpus()?;
     }
     match cmd {
@@ -500,6 +514,7 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             // The reduce-scatter's algorithms with a wire: ce-reduce, sm-direct (checked there).
             wire: f.wire.clone().filter(|_| kind == Kind::ReduceScatter),
             inexact: false,
+            host_only: false,
             out: OutputFlags::default(),
         };
         flags.options(kind)

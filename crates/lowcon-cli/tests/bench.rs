@@ -109,6 +109,8 @@ fn bad_bench_arguments_are_clear_errors() {
         (&["bench", "all-gather", "--wire", "bf16"][..], "--wire: reduce-scatter only"),
         (&["bench", "reduce-scatter", "--wire", "bf16", "--check"][..], "selftest coll-wire"),
         (&["bench", "reduce-scatter", "--inexact"][..], "--inexact: with --wire only"),
+        (&["bench", "all-gather", "--host-only", "--no-nccl"][..], "--host-only: with --graph and --no-nccl"),
+        (&["bench", "all-gather", "--host-only", "--graph"][..], "--host-only: with --graph and --no-nccl"),
         (&["bench", "reduce-scatter", "--wire", "bf16", "--algorithms", "ce-reduce,ll"][..], "not ll"),
         (&["bench", "all-gather", "--algorithms", "ce-pull/sideways"][..], "arrival \"sideways\""),
         (
@@ -135,6 +137,12 @@ fn benchmarks_refuse_ranks_sharing_a_gpu() {
         );
         assert!(out.stdout.is_empty(), "{args:?} printed {}", String::from_utf8_lossy(&out.stdout));
     }
+    // A host-time sweep (`--host-only`) is not refused for sharing: here it goes on to
+    // the host backend's own refusal of graphs.
+    let host_only = ["bench", "all-gather", "--backend", "host", "--graph", "--no-nccl", "--host-only"];
+    let out = Command::new(LOWCON).args(host_only).env("LOWCON_SHARE_GPU", "1").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the host backend has no CUDA graphs") && !err.contains("timings of ranks"), "{err}");
     // A malformed value is an error naming it, before anything runs.
     let out = Command::new(LOWCON).args(["bench", "quick"]).env("LOWCON_SHARE_GPU", "yes").output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
