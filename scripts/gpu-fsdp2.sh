@@ -84,9 +84,9 @@ has bundle-a && paired bundle-a 430 --sweep "4096x12:1024;8192x4:1024" --reduce-
 has bundle-b && paired bundle-b 430 --sweep "4096x12:1024,4096;8192x4:1024" --reduce-dtypes fp32 --rounds 20 \
   --modes nccl,nccl-b,lowcon@wire=bf16,lowcon@wire=fp32,nccl-ce,nocomm,floor
 has decompose && paired decompose 400 --sweep "8192x4:1024;4096x12:1024" --reduce-dtypes fp32 --rounds 6 \
-  --warmup 2 --profile --profile-steps 2 --modes nccl,lowcon,nccl-ce,nocomm
+  --warmup 2 --profile --profile-steps 2 --profile-ranks all --modes nccl,lowcon,nccl-ce,nocomm
 has hf-decompose && paired hf-decompose 300 --model hf-llama --sweep "4096x8:2048" --reduce-dtypes fp32 --rounds 6 \
-  --warmup 2 --profile --profile-steps 2 --modes nccl,lowcon,nccl-ce,nocomm
+  --warmup 2 --profile --profile-steps 2 --profile-ranks all --modes nccl,lowcon,nccl-ce,nocomm
 has hf-llama && paired hf-llama 560 --model hf-llama --sweep "4096x8:2048,8192" --reduce-dtypes fp32 --rounds 20 \
   --modes nccl,nccl-b,lowcon,nccl-ce,nocomm
 cat "$out/summary.txt"

@@ -320,24 +320,32 @@ def format_profiled(docs: Sequence[Dict[str, Any]], base: str = "nocomm") -> str
     return "\n\n".join(out)
 
 
-def config_and_mode(path: str) -> Tuple[str, str]:
-    """trace-<shape key>-<dtype>-<mode>.json(.gz) -> (shape key and dtype, mode)."""
+def config_and_mode(path: str) -> Tuple[str, str, int]:
+    """trace-<shape key>-<dtype>-<mode>[.rank<R>].json(.gz) -> (shape key and dtype, mode,
+    rank: 0 without the suffix, as `fsdp2_paired.py --profile-ranks all` names them)."""
     stem = os.path.basename(path).split(".json")[0]
+    stem, rank = (stem.rsplit(".rank", 1) + ["0"])[:2] if re.search(r"\.rank\d+$", stem) else (stem, "0")
     m = re.match(r"trace-(.*-(?:fp32|bf16))-(.+)$", stem)
-    return (m.group(1), m.group(2)) if m else ("", stem)
+    return (m.group(1), m.group(2), int(rank)) if m else ("", stem, int(rank))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("traces", nargs="+", help="folders of trace-*.json.gz, or trace files")
     p.add_argument("--base", default="nocomm", help="the mode the others are compared with")
+    p.add_argument("--rank", type=int, default=0,
+                   help="whose traces in a folder (fsdp2_paired.py --profile-ranks all keeps every rank's)")
     args = p.parse_args(argv)
     paths: List[str] = []
     for t in args.traces:
-        paths += sorted(glob.glob(os.path.join(t, "trace-*.json*"))) if os.path.isdir(t) else [t]
+        if os.path.isdir(t):
+            paths += [x for x in sorted(glob.glob(os.path.join(t, "trace-*.json*")))
+                      if config_and_mode(x)[2] == args.rank]
+        else:
+            paths.append(t)
     configs: Dict[str, Dict[str, str]] = {}
     for path in paths:
-        cfg, mode = config_and_mode(path)
+        cfg, mode, _ = config_and_mode(path)
         if mode in configs.setdefault(cfg, {}):
             print(f"fsdp2_decompose: two traces of {mode} at {cfg or 'one configuration'}: "
                   f"{configs[cfg][mode]} and {path}", file=sys.stderr)

@@ -413,9 +413,10 @@ def profile(modes: List[Any], step: Any, batch: Any, clock: Any, device: Any, ar
             from torch.profiler import profile as tprofile
 
             # Every rank reads its own trace for its copy rates (NOTE [copy rate]); rank 0
-            # keeps its trace.
-            name = f"trace-{cfg.key}-{reduce_dtype}-{m.name.replace('@', '_')}"
-            keep = rank == 0 and args.out
+            # keeps its trace, and with --profile-ranks all every rank (`.rankR` before
+            # `.json`: which rank is late shows only in the others' traces).
+            name = f"trace-{cfg.key}-{reduce_dtype}-{m.name.replace('@', '_')}" + (f".rank{rank}" if rank else "")
+            keep = (rank == 0 or args.profile_ranks == "all") and args.out
             path = os.path.join(args.out, name + ".json") if keep else os.path.join(
                 tempfile.gettempdir(), f"lowcon-{os.getpid()}-{name}.json")
 
@@ -439,11 +440,16 @@ def profile(modes: List[Any], step: Any, batch: Any, clock: Any, device: Any, ar
             if keep:
                 with open(path, "rb") as f, gzip.open(path + ".gz", "wb") as g:
                     g.write(f.read())
-                entry["trace"] = os.path.basename(path) + ".gz"
             os.remove(path)
             per_rank: List[Any] = [None] * dist.get_world_size()
             dist.all_gather_object(per_rank, rates)
             entry["copies"] = per_rank
+            kept: List[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(kept, os.path.basename(path) + ".gz" if keep else None)
+            if kept[0]:
+                entry["trace"] = kept[0]
+            if args.profile_ranks == "all":
+                entry["rank_traces"] = kept
         out[m.name] = entry
         dist.barrier()
     base = out.get(st.BOUND, {}).get("waits_ms")
@@ -598,6 +604,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=30, help="timed rounds (pairs)")
     p.add_argument("--profile", action="store_true", help="per mode: host time per hook call, FSDP waits, kernels")
     p.add_argument("--profile-steps", type=int, default=3)
+    p.add_argument("--profile-ranks", choices=("0", "all"), default="0",
+                   help="whose traces --profile keeps: rank 0's, or every rank's (trace-...-MODE.rankR.json.gz)")
     p.add_argument("--sync-each-step", action="store_true", help="synchronise after every round")
     p.add_argument("--bound-for-world", type=int, default=0,
                    help="this run measures the nocomm bound for a run of this many ranks (optimizer-corrected)")

@@ -692,3 +692,14 @@ def test_step_decomposition_classes_streams_by_fsdps_annotations_then_kernel_nam
                 json.dump({"traceEvents": _step_trace()}, f)
     assert fd.main([str(tmp_path)]) == 0
     assert fd.main([str(tmp_path), str(tmp_path / "trace-w64-d2-s8-b1-fp32-lowcon.json.gz")]) == 2
+    # Every rank's traces (--profile-ranks all): a folder gives rank 0's unless --rank says.
+    assert fd.config_and_mode("trace-w64-d2-s8-b1-fp32-lowcon_arrival=in-order.rank3.json.gz") == (
+        "w64-d2-s8-b1-fp32", "lowcon_arrival=in-order", 3)
+    assert fd.config_and_mode("x/trace-w64-d2-s8-b1-fp32-nocomm.json") == ("w64-d2-s8-b1-fp32", "nocomm", 0)
+    with gzip.open(tmp_path / "trace-w64-d2-s8-b1-fp32-lowcon.rank1.json.gz", "wt") as f:
+        json.dump({"traceEvents": _step_trace()}, f)
+    assert fd.main([str(tmp_path)]) == 0  # rank 0's, as before: the rank 1 trace is not a second lowcon
+    assert fd.main([str(tmp_path), "--rank", "1"]) == 2  # rank 1 has lowcon but no nocomm trace
+    with gzip.open(tmp_path / "trace-w64-d2-s8-b1-fp32-nocomm.rank1.json.gz", "wt") as f:
+        json.dump({"traceEvents": _step_trace()}, f)
+    assert fd.main([str(tmp_path), "--rank", "1"]) == 0
