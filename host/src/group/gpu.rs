@@ -110,6 +110,14 @@ impl GpuGroup {
         let core = GroupCore::new(store, rank, world, &opts.name, extra, opts.timeout, gone)?;
         let announced: Vec<&str> = core.infos.iter().map(|i| i.get("tuning")).collect();
         crate::plan::agree(&announced)?;
+        // Once per job, not once per rank: every rank planned from the same rules (above).
+        if let Some(n) = planner.as_ref().ok().and_then(Planner::notice) {
+            if rank == 0 {
+                crate::log::warn(&n);
+            } else {
+                crate::log::trace(rank, &n);
+            }
+        }
         // Every rank evaluates the same checks on the same facts, so all fail together.
         let shared = check_placement(&core.infos)?;
         if !shared.is_empty() && rank == 0 {

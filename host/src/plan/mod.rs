@@ -20,7 +20,7 @@
 //! a GPU not measured), the model is the table of the nearest measured world (the same
 //! GPU's where two are as near), its byte bounds multiplied by `(w_t - 1) / (w - 1)`: a
 //! rank of a world `w` sends `(w - 1)` shards, so a crossover measured at `w_t` ranks is
-//! assumed to sit at the same bytes sent per rank. One log line says so. Every rank of a group must plan
+//! assumed to sit at the same bytes sent per rank. One log line per job says so (rank 0's). Every rank of a group must plan
 //! alike, so group creation compares the tables' CRCs and names a rank that differs.
 
 pub mod call;
@@ -279,6 +279,8 @@ pub struct Planner {
     table: Table,
     /// How the table was found, in words (for `lowcon info` and messages).
     how: String,
+    /// Planning with the model: no table was measured for the machine.
+    modelled: bool,
     cta_cap: Option<u32>,
     default_origin: Arc<str>,
     explicit_origin: Arc<str>,
@@ -286,7 +288,7 @@ pub struct Planner {
 
 impl Planner {
     /// The planner for `machine`: the table `LOWCON_TUNING` names, else the shipped one
-    /// for the machine, else the model (NOTE [tuning tables]), which logs one line.
+    /// for the machine, else the model (NOTE [tuning tables]; a group's rank 0 says so once: `notice`).
     pub fn for_machine(machine: Machine) -> Result<Self> {
         match crate::config::tuning() {
             Some(path) => {
@@ -341,17 +343,30 @@ impl Planner {
             base.machine(),
             machine.device
         );
-        // One rank moves nothing: no table is missing there.
-        if w > 1 {
-            crate::log::warn(&format!("no tuning table for {w} ranks of {}; planning with the {how}", machine.device));
-        }
-        Ok(Self::with_table(machine, model, how))
+        Ok(Self { modelled: true, ..Self::with_table(machine, model, how) })
+    }
+
+    /// The line a group prints once, from its rank 0, where no table was measured for
+    /// its machine and the planner plans with the model (NOTE [tuning tables]); `None`
+    /// where a table matched, one was named (`LOWCON_TUNING`), or one rank moves nothing.
+    pub fn notice(&self) -> Option<String> {
+        let m = &self.machine;
+        (self.modelled && m.world > 1)
+            .then(|| format!("no tuning table for {} ranks of {}; planning with the {}", m.world, m.device, self.how))
     }
 
     /// The planner for `machine` with `table`, described as `how`.
     pub fn with_table(machine: Machine, table: Table, how: String) -> Self {
         let cta_cap = shared_cta_cap(machine.ranks_on_gpu, machine.sms);
-        Self { machine, table, how, cta_cap, default_origin: "default".into(), explicit_origin: "explicit".into() }
+        Self {
+            machine,
+            table,
+            how,
+            modelled: false,
+            cta_cap,
+            default_origin: "default".into(),
+            explicit_origin: "explicit".into(),
+        }
     }
 
     /// The machine.

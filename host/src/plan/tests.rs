@@ -481,3 +481,17 @@ fn arrival_in_tables_round_trips_and_is_an_all_gather_choice() {
     let e = bad("all-gather algorithm=ce-pull arrival=soon");
     assert!(e.contains("arrival=\"soon\""), "{e}");
 }
+
+#[test]
+fn only_a_modelled_planner_has_a_notice_and_one_rank_has_none() {
+    // The line a group prints once, from rank 0 (`group::gpu`), not once per rank.
+    assert_eq!(planner("NVIDIA H200", 4).notice(), None);
+    assert_eq!(planner("NVIDIA H100 80GB HBM3", 4).notice(), None);
+    let n = planner("NVIDIA H100 80GB HBM3", 8).notice().expect("no table for 8 ranks of H100");
+    assert!(n.starts_with("no tuning table for 8 ranks of NVIDIA H100 80GB HBM3; planning with the model: "), "{n}");
+    assert_eq!(planner("NVIDIA H100 80GB HBM3", 1).notice(), None);
+    assert_eq!(
+        h200_w4_with("given", &format!("{}\nmachine gpu=x\nall-gather algorithm=ll\n", table::FORMAT)).notice(),
+        None
+    );
+}
