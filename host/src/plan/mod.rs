@@ -20,8 +20,9 @@
 //! a GPU not measured), the model is the table of the nearest measured world (the same
 //! GPU's where two are as near), its byte bounds multiplied by `(w_t - 1) / (w - 1)`: a
 //! rank of a world `w` sends `(w - 1)` shards, so a crossover measured at `w_t` ranks is
-//! assumed to sit at the same bytes sent per rank. One log line per job says so (rank 0's). Every rank of a group must plan
-//! alike, so group creation compares the tables' CRCs and names a rank that differs.
+//! assumed to sit at the same bytes sent per rank. One log line per job says so (rank
+//! 0's). Every rank of a group must plan alike, so group creation compares the tables'
+//! CRCs and names a rank that differs.
 
 pub mod call;
 pub mod table;
