@@ -395,3 +395,30 @@ fn the_link_scanner_sees_relative_links_only() {
                 [ref]: ../README.md\n```\n[not a link](in/code.md)\n```\n[two](a.md) [three](<b c.md>)";
     assert_eq!(relative_links(text), vec!["docs/design.md", "../README.md", "a.md", "b"]);
 }
+
+/// `docs/runs/` stays small enough to hold in one's head and to travel with the tree
+/// (`docs/runs/README.md`: READMEs, commands, summary tables and JSON results; raw logs
+/// and traces live in git history).
+#[test]
+fn the_recorded_runs_stay_under_600_files_and_8_mb() {
+    fn walk(dir: &Path, files: &mut usize, bytes: &mut u64) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, files, bytes);
+            } else {
+                *files += 1;
+                *bytes += std::fs::metadata(&p).unwrap().len();
+            }
+        }
+    }
+    let (mut files, mut bytes) = (0, 0);
+    walk(&repo_root().join("docs/runs"), &mut files, &mut bytes);
+    assert!(files > 0, "docs/runs is empty: the walk found nothing");
+    assert!(
+        files <= 600 && bytes <= 8_000_000,
+        "docs/runs holds {files} files and {bytes} bytes, past 600 files or 8 MB: keep each run's README, \
+         commands, summary tables and JSON results, and leave raw logs and traces to git history (naming the \
+         commit that holds them in the run's README)"
+    );
+}
