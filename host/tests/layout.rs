@@ -422,3 +422,28 @@ fn the_recorded_runs_stay_under_600_files_and_8_mb() {
          commit that holds them in the run's README)"
     );
 }
+
+/// The table rows under `heading` in `text`: from the heading to the next `## `.
+fn table_rows(text: &str, heading: &str) -> Vec<String> {
+    let at = text.find(heading).unwrap_or_else(|| panic!("no {heading:?}"));
+    let rest = &text[at + heading.len()..];
+    let end = rest.find("\n## ").unwrap_or(rest.len());
+    rest[..end].lines().filter(|l| l.starts_with('|')).map(str::to_string).collect()
+}
+
+/// One "today": README's "Where it stands" is rows of `docs/benchmarks.md`'s "Today's
+/// numbers", word for word (its links one folder up), so the two cannot disagree.
+#[test]
+fn readmes_numbers_are_todays_numbers_word_for_word() {
+    let root = repo_root();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let bench = std::fs::read_to_string(root.join("docs/benchmarks.md")).unwrap();
+    let today = table_rows(&bench, "## Today's numbers");
+    let ours: Vec<String> =
+        table_rows(&readme, "## Where it stands").iter().map(|r| r.replace("](docs/", "](")).collect();
+    assert!(today.len() > 10 && ours.len() > 5, "today {} rows, README {} rows", today.len(), ours.len());
+    assert_eq!(ours[..2], today[..2], "README's table has another header than today's");
+    for row in &ours[2..] {
+        assert!(today.contains(row), "README's row is not in docs/benchmarks.md's today's numbers: {row}");
+    }
+}
