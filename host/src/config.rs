@@ -31,7 +31,7 @@ pub fn mem_handles() -> String {
 /// timings mean nothing, and `lowcon bench` refuses to run. Unset, empty or `0`: off (two
 /// ranks on one GPU are refused, naming this variable); `1`: on; anything else is an
 /// error naming the value.
-pub fn share_gpu() -> crate::Result<bool> {
+pub fn share_gpu() -> crate::error::Result<bool> {
     parse_share_gpu(std::env::var(SHARE_GPU_ENV).ok().as_deref())
 }
 
@@ -39,11 +39,11 @@ pub fn share_gpu() -> crate::Result<bool> {
 pub const SHARE_GPU_ENV: &str = "LOWCON_SHARE_GPU";
 
 /// [`share_gpu`]'s rule for a value of the variable (`None`: unset).
-pub fn parse_share_gpu(v: Option<&str>) -> crate::Result<bool> {
+pub fn parse_share_gpu(v: Option<&str>) -> crate::error::Result<bool> {
     match v.map(str::trim) {
         None | Some("") | Some("0") => Ok(false),
         Some("1") => Ok(true),
-        Some(other) => Err(crate::Error::InvalidArgument(format!(
+        Some(other) => Err(crate::error::Error::InvalidArgument(format!(
             "{SHARE_GPU_ENV}={other:?}: expected 1 (ranks may share a GPU) or 0"
         ))),
     }
@@ -65,10 +65,12 @@ pub fn pick_device(
     rank: usize,
     share: bool,
     visible: Option<usize>,
-) -> crate::Result<usize> {
+) -> crate::error::Result<usize> {
     let num = |name: &str, v: &str| {
         v.trim().parse::<usize>().map_err(|_| {
-            crate::Error::InvalidArgument(format!("{name}={v:?}: expected a device index (a non-negative integer)"))
+            crate::error::Error::InvalidArgument(format!(
+                "{name}={v:?}: expected a device index (a non-negative integer)"
+            ))
         })
     };
     if let Some(v) = lowcon_device {
@@ -79,7 +81,7 @@ pub fn pick_device(
         None => rank,
     };
     match (share, visible) {
-        (true, Some(0)) => Err(crate::Error::InvalidArgument(format!(
+        (true, Some(0)) => Err(crate::error::Error::InvalidArgument(format!(
             "{SHARE_GPU_ENV}=1: no CUDA device is visible to place rank {rank} on"
         ))),
         (true, Some(n)) => Ok(local % n),

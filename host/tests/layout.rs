@@ -447,3 +447,47 @@ fn readmes_numbers_are_todays_numbers_word_for_word() {
         assert!(today.contains(row), "README's row is not in docs/benchmarks.md's today's numbers: {row}");
     }
 }
+
+/// Inside `host/src`, an item is named by the module that defines it, not through
+/// `lib.rs`'s re-exports (`crate::Result`, `crate::GpuGroup`): a re-export is for users,
+/// and naming it inside makes modules depend on the crate root.
+#[test]
+fn no_module_names_an_item_through_the_crate_roots_reexports() {
+    let src = src_dir();
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let mut names = Vec::new();
+    for stmt in lib.split(';').map(str::trim).filter(|s| s.starts_with("pub use ")) {
+        let items = match (stmt.find('{'), stmt.rfind('}')) {
+            (Some(a), Some(b)) => stmt[a + 1..b].to_string(),
+            _ => stmt.rsplit("::").next().unwrap().to_string(),
+        };
+        names.extend(items.split(',').map(|n| n.trim().rsplit(" as ").next().unwrap().trim().to_string()));
+    }
+    names.retain(|n| !n.is_empty());
+    assert!(names.iter().any(|n| n == "Result") && names.iter().any(|n| n == "GpuGroup"), "{names:?}");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut found = Vec::new();
+    for f in files.iter().filter(|f| !f.ends_with("lib.rs")) {
+        let text = std::fs::read_to_string(f).unwrap();
+        // `use crate::{A, b::C}`: the names directly inside the braces.
+        for (i, _) in text.match_indices("crate::{") {
+            let inner = &text[i + 8..i + 8 + text[i + 8..].find('}').unwrap_or(0)];
+            for item in inner.split(',').map(|x| x.trim().split(" as ").next().unwrap().trim()) {
+                if names.iter().any(|n| n == item) {
+                    found.push(format!("{}: crate::{{{item}}}", f.strip_prefix(&src).unwrap().display()));
+                }
+            }
+        }
+        for n in &names {
+            let pat = format!("crate::{n}");
+            for (i, _) in text.match_indices(&pat) {
+                let next = text[i + pat.len()..].chars().next();
+                if next.is_none_or(|c| !(c.is_alphanumeric() || c == '_')) {
+                    found.push(format!("{}: {pat}", f.strip_prefix(&src).unwrap().display()));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "named through lib.rs's re-exports (name the defining module): {found:?}");
+}

@@ -294,7 +294,7 @@ impl Event {
 
 /// A CUDA graph captured from a [`Stream`] and instantiated: replay it with
 /// [`Graph::launch`], or (with lowcon collectives in it) with
-/// [`crate::GpuGroup::replay`], which also registers the replay with the group's
+/// [`crate::group::gpu::GpuGroup::replay`], which also registers the replay with the group's
 /// watchdog.
 pub struct Graph {
     inner: cudarc::driver::CudaGraph,

@@ -32,7 +32,7 @@ pub enum Call<'a> {
     Released(ReduceOp, ReduceScatterOptions, Box<dyn FnMut(usize) -> Result<()> + Send + 'a>),
     /// The traffic floor of an all-gather (`true`) or a reduce-scatter (`false`), GPU
     /// groups: the bytes alone, no sync, garbage results
-    /// ([`crate::GpuGroup::all_gather_traffic`]).
+    /// ([`crate::group::gpu::GpuGroup::all_gather_traffic`]).
     Traffic(bool),
 }
 
@@ -258,7 +258,8 @@ mod tests {
         let server = lowcon_store::StoreServer::start("127.0.0.1:0", Default::default()).expect("a store");
         let client =
             lowcon_store::StoreClient::connect(server.local_addr().to_string(), Default::default()).expect("connect");
-        let g = crate::HostGroup::new(client, 0, 1, crate::HostGroupOptions::default()).expect("a group of one");
+        let g = crate::group::host::HostGroup::new(client, 0, 1, crate::group::host::HostGroupOptions::default())
+            .expect("a group of one");
         (g.into(), server)
     }
 

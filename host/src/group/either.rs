@@ -375,7 +375,7 @@ impl Group {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::HostGroupOptions;
+    use crate::group::host::HostGroupOptions;
 
     /// A group of one rank on the host backend, meeting through an in-process store.
     fn one_rank() -> (Group, lowcon_store::StoreServer) {

@@ -426,7 +426,7 @@ impl GpuGroup {
 
     /// Peer allocations this rank has opened for `map_ordinary` calls, over all peers
     /// (each stays open until its address comes back with another allocation, until it
-    /// is among the least recently used idle ones beyond [`crate::MAX_PEER_MAPPINGS`] per
+    /// is among the least recently used idle ones beyond [`crate::memory::mapped::MAX_OPEN_PER_PEER`] per
     /// peer, until [`GpuGroup::release_mappings`], or until the group ends; NOTE [mapped
     /// ordinary memory]).
     pub fn mapped_allocations(&self) -> usize {

@@ -2,7 +2,7 @@
 //! GPU backend's API (allocation, barriers, signals, collectives) with synchronous
 //! calls, so the protocols and data layouts run and are tested on machines without a
 //! GPU. Composes [`crate::rendezvous`], [`crate::memory`], [`crate::sync`] and
-//! [`crate::coll`], like [`crate::GpuGroup`].
+//! [`crate::coll`], like [`crate::group::gpu::GpuGroup`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,7 +69,7 @@ impl HostGroup {
         Ok(Self { coll: HostColl::new(sync, planner), _store_server: None, opts, shrinks: Default::default() })
     }
 
-    /// Collective among the survivors: as [`crate::GpuGroup::shrink`], on the host backend.
+    /// Collective among the survivors: as [`crate::group::gpu::GpuGroup::shrink`], on the host backend.
     pub fn shrink(&self) -> Result<HostGroup> {
         let core = self.core();
         let agreed = core.begin_shrink(&self.shrinks)?;

@@ -10,7 +10,7 @@
 //! (`cuIpcGetMemHandle`, exchanged through the store), and the reason is logged.
 //! `LOWCON_MEM_HANDLES=vmm|ipc|auto` selects.
 //!
-//! Ownership: a [`crate::GpuGroup`] owns its pads and error record; a [`SymmetricBuffer`]
+//! Ownership: a [`crate::group::gpu::GpuGroup`] owns its pads and error record; a [`SymmetricBuffer`]
 //! owns its allocation and every mapping of its peers' allocations, and releases them
 //! on drop (after synchronising the device, so no enqueued work still uses them). Both
 //! hand kernels plain pointers; the owner must outlive the work that uses them.
