@@ -1,7 +1,7 @@
 //! Argument checks shared by both backends, and the workspace layout helpers (alignment,
 //! growth, rotated peer order, staging slots).
 
-use super::wire::Plan;
+use super::wire::Carry;
 use super::{DType, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm};
 use crate::error::{Error, Result};
 
@@ -40,8 +40,8 @@ pub(crate) fn check_reduce_scatter(
     input: (usize, DType),
     output: (usize, DType),
     wire: Option<DType>,
-) -> Result<(usize, Plan)> {
-    let plan = super::wire::plan(rank, input.1, output.1, wire)?;
+) -> Result<(usize, Carry)> {
+    let plan = super::wire::carry(rank, input.1, output.1, wire)?;
     let want = output.0.checked_mul(world).ok_or_else(|| Error::InvalidArgument("size overflow".into()))?;
     if input.0 != want {
         return Err(Error::InvalidArgument(format!(
@@ -164,14 +164,14 @@ mod tests {
         assert_eq!(check_all_gather(1, 4, (10, DType::F32), (40, DType::F32)).unwrap(), 40);
         let e = check_all_gather(1, 4, (10, DType::F32), (39, DType::F32)).unwrap_err().to_string();
         assert!(e.contains("rank 1") && e.contains("39 elements") && e.contains("needs 40"), "{e}");
-        assert_eq!(check_reduce_scatter(2, 3, (9, DType::U8), (3, DType::U8), None).unwrap(), (3, Plan::Same));
-        assert_eq!(check_reduce_scatter(2, 3, (9, DType::I64), (3, DType::I64), None).unwrap(), (24, Plan::Same));
+        assert_eq!(check_reduce_scatter(2, 3, (9, DType::U8), (3, DType::U8), None).unwrap(), (3, Carry::Same));
+        assert_eq!(check_reduce_scatter(2, 3, (9, DType::I64), (3, DType::I64), None).unwrap(), (24, Carry::Same));
         let e = check_reduce_scatter(2, 3, (10, DType::F32), (3, DType::F32), None).unwrap_err().to_string();
         assert!(e.contains("rank 2") && e.contains("needs 9"), "{e}");
         // A bf16 input into an f32 output: the chunk is counted in the input's bytes.
-        assert_eq!(check_reduce_scatter(0, 2, (8, DType::Bf16), (4, DType::F32), None).unwrap(), (8, Plan::Bf16In));
+        assert_eq!(check_reduce_scatter(0, 2, (8, DType::Bf16), (4, DType::F32), None).unwrap(), (8, Carry::Bf16In));
         let split = check_reduce_scatter(0, 2, (8, DType::F32), (4, DType::F32), Some(DType::Bf16)).unwrap();
-        assert_eq!(split, (16, Plan::Split));
+        assert_eq!(split, (16, Carry::Split));
         let e = check_reduce_scatter(1, 2, (8, DType::F32), (4, DType::Bf16), None).unwrap_err().to_string();
         assert!(e.contains("rank 1: reduce-scatter of f32 into bf16"), "{e}");
         let auto = ReduceLaunch::Auto;

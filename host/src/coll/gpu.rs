@@ -35,6 +35,7 @@
 //! whole: a peer may still be reading this rank's shard until every peer passed it.
 
 mod ce_reduce;
+mod counters;
 mod floor;
 mod ll;
 mod mapped;
@@ -51,10 +52,11 @@ use super::check::{
     align256, check_all_gather, check_push_op, check_reduce_scatter, grow_to, int_algorithm, no_wire, rotated,
     staged_slot,
 };
+use super::counters::{Counters, Moved};
 use super::device_buf::DeviceBuf;
 use super::geometry::{piece_elems, tma_ring, tma_split};
 use super::launch;
-use super::wire::{self, Counters, Moved, Plan};
+use super::wire::{self, Carry};
 use super::{AllGatherAlgorithm, AllGatherOptions, Arrival, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
 use crate::cuda::kernels::TmaArgs;
 use crate::cuda::{Event, Stream, StreamPriority, raw};
@@ -646,7 +648,7 @@ impl GpuColl {
                 return Ok(());
             }
             // At one rank nothing crosses a link: the f32 path below.
-            _ if carry == Plan::Split && world > 1 => {
+            _ if carry == Carry::Split && world > 1 => {
                 if mode == Mode::Eager && !opts.traffic && self.replays_wire() {
                     return self.wire_replayed(&input, &output, op, stream, (opts.channel, &plan));
                 }

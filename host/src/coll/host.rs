@@ -18,9 +18,10 @@ use std::borrow::Cow;
 use std::sync::Mutex;
 
 use super::check::{check_all_gather, check_push_op, check_reduce_scatter, grow_to, int_algorithm, no_wire, rotated};
+use super::counters::{Counters, Moved};
 use super::geometry::{piece_elems, tma_ring, tma_split};
 use super::reference::{reduce_into, reduce_into_as};
-use super::wire::{self, Counters, Moved, Plan};
+use super::wire::{self, Carry};
 use super::{
     AllGatherAlgorithm, AllGatherOptions, Arrival, DType, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
 };
@@ -330,7 +331,7 @@ impl HostColl {
                 return Ok(());
             }
             // At one rank nothing crosses a link: the f32 path below.
-            _ if plan == Plan::Split && world > 1 => {
+            _ if plan == Carry::Split && world > 1 => {
                 return self.wire_reduce_scatter(input, output, op, (opts.channel, planned.pieces), n_out);
             }
             _ => {}

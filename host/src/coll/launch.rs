@@ -1,7 +1,7 @@
 //! Which calls may reduce in one launch ([`ReduceLaunch::Once`]; NOTE [one launch per
 //! call] in `coll::gpu::ce_reduce`): the check of a plan's launch against the call.
 
-use super::wire::Plan;
+use super::wire::Carry;
 use super::{DType, ReduceLaunch, ReduceScatterAlgorithm};
 use crate::error::{Error, Result};
 
@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 pub(crate) fn once(
     rank: usize,
     (launch, explicit): (ReduceLaunch, bool),
-    (algorithm, plan): (ReduceScatterAlgorithm, Plan),
+    (algorithm, plan): (ReduceScatterAlgorithm, Carry),
     dtype: DType,
     pieces: u32,
 ) -> Result<bool> {
@@ -22,7 +22,7 @@ pub(crate) fn once(
     let max = lowcon_abi::pad::WIRE_PIECES;
     let why = if !matches!(algorithm, ReduceScatterAlgorithm::CeReduce | ReduceScatterAlgorithm::Auto) {
         Some(format!("ce-reduce only, not {algorithm}"))
-    } else if plan != Plan::Same {
+    } else if plan != Carry::Same {
         Some("a reduce-scatter whose input and output types match, with no wire".to_string())
     } else if dtype.is_int() {
         Some(format!("f32, f16 and bf16 only, not {dtype}"))
@@ -46,15 +46,15 @@ mod tests {
     fn once_is_refused_where_it_cannot_run() {
         let ce = ReduceScatterAlgorithm::CeReduce;
         let ok = |l, a, p, d, n| once(3, (l, true), (a, p), d, n);
-        assert!(ok(ReduceLaunch::Once, ce, Plan::Same, DType::F32, 16).unwrap());
-        assert!(ok(ReduceLaunch::Once, ce, Plan::Same, DType::Bf16, 64).unwrap());
-        assert!(!ok(ReduceLaunch::Pieces, ce, Plan::Same, DType::F32, 16).unwrap());
+        assert!(ok(ReduceLaunch::Once, ce, Carry::Same, DType::F32, 16).unwrap());
+        assert!(ok(ReduceLaunch::Once, ce, Carry::Same, DType::Bf16, 64).unwrap());
+        assert!(!ok(ReduceLaunch::Pieces, ce, Carry::Same, DType::F32, 16).unwrap());
         for (a, p, d, n, want) in [
-            (ReduceScatterAlgorithm::SmDirect, Plan::Same, DType::F32, 1, "ce-reduce only, not sm-direct"),
-            (ce, Plan::Split, DType::F32, 4, "no wire"),
-            (ce, Plan::Bf16In, DType::Bf16, 4, "no wire"),
-            (ce, Plan::Same, DType::I32, 4, "not i32"),
-            (ce, Plan::Same, DType::F32, 65, "at most 64 pieces, not 65"),
+            (ReduceScatterAlgorithm::SmDirect, Carry::Same, DType::F32, 1, "ce-reduce only, not sm-direct"),
+            (ce, Carry::Split, DType::F32, 4, "no wire"),
+            (ce, Carry::Bf16In, DType::Bf16, 4, "no wire"),
+            (ce, Carry::Same, DType::I32, 4, "not i32"),
+            (ce, Carry::Same, DType::F32, 65, "at most 64 pieces, not 65"),
         ] {
             let e = ok(ReduceLaunch::Once, a, p, d, n).unwrap_err().to_string();
             assert!(e.contains("rank 3: reduce launch once") && e.contains(want), "{e}");

@@ -30,6 +30,7 @@
 //! workspace (one local copy), unless the options forbid it.
 
 mod check;
+pub(crate) mod counters;
 mod device_buf;
 mod geometry;
 pub(crate) mod gpu;
@@ -42,7 +43,7 @@ pub use crate::plan::call::{
     AllGatherAlgorithm, AllGatherOptions, Arrival, CollOptions, Context, DType, Element, MAX_CTAS, ReduceLaunch,
     ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
 };
+pub use counters::CollStats;
 pub use device_buf::DeviceBuf;
 pub use gpu::per_piece::arrivals::Arrivals;
 pub use host::HostInput;
-pub use wire::CollStats;

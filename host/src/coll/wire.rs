@@ -5,7 +5,7 @@
 //! NOTE [bf16 wire]: FSDP2's usual mixed precision reduces fp32 gradients that are
 //! bf16 values upcast (`param_dtype=bf16`, `reduce_dtype=fp32`), so half of every fp32
 //! byte a reduce-scatter sends is zeros. The wire sends the top halves alone and stays
-//! exact for every input, with three plans (`Plan`):
+//! exact for every input, with three carry modes (`Carry`):
 //!
 //! - **`Same`**: the input's own type crosses the links (every call without a wire).
 //! - **`Bf16In`**: a bf16 input with an f32 output (callers holding bf16 gradients): the
@@ -55,7 +55,7 @@
 //! the caller's with events.
 //!
 //! **Counted.** Every group counts the bytes its calls moved to or from peers
-//! ([`CollStats`]): top halves (`wire_bytes`) on the host as calls are enqueued, and the
+//! ([`CollStats`](super::counters::CollStats)): top halves (`wire_bytes`) on the host as calls are enqueued, and the
 //! fallbacks (bottom halves read for flagged pieces) on the device as reductions run.
 //! Gradients accumulated in fp32 over several backward passes are not bf16-exact, so
 //! there the fallback is the normal case (`lowcon.fsdp` sends f32 then).
@@ -65,7 +65,7 @@ use crate::error::{Error, Result};
 
 /// What crosses the peer links in one reduce-scatter (NOTE [bf16 wire]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Plan {
+pub(crate) enum Carry {
     /// The input's own type.
     Same,
     /// A bf16 input reduced into an f32 output.
@@ -74,9 +74,9 @@ pub(crate) enum Plan {
     Split,
 }
 
-/// The plan for a reduce-scatter of `input` into `output` with `wire` (None: the
+/// What a reduce-scatter of `input` into `output` with `wire` carries (None: the
 /// input's type), or the refusal naming the dtypes.
-pub(crate) fn plan(rank: usize, input: DType, output: DType, wire: Option<DType>) -> Result<Plan> {
+pub(crate) fn carry(rank: usize, input: DType, output: DType, wire: Option<DType>) -> Result<Carry> {
     let refuse = |why: &str| {
         let w = wire.map_or("none".to_string(), |w| w.to_string());
         Err(Error::InvalidArgument(format!(
@@ -89,10 +89,10 @@ pub(crate) fn plan(rank: usize, input: DType, output: DType, wire: Option<DType>
         return refuse("a wire applies to float reduce-scatters only");
     }
     match (input, output, wire) {
-        (i, o, None) if i == o => Ok(Plan::Same),
-        (i, o, Some(w)) if i == o && w == i => Ok(Plan::Same),
-        (DType::F32, DType::F32, Some(DType::Bf16)) => Ok(Plan::Split),
-        (DType::Bf16, DType::F32, None | Some(DType::Bf16)) => Ok(Plan::Bf16In),
+        (i, o, None) if i == o => Ok(Carry::Same),
+        (i, o, Some(w)) if i == o && w == i => Ok(Carry::Same),
+        (DType::F32, DType::F32, Some(DType::Bf16)) => Ok(Carry::Split),
+        (DType::Bf16, DType::F32, None | Some(DType::Bf16)) => Ok(Carry::Bf16In),
         (i, o, _) if i != o => refuse(
             "the output must have the input's type, or be f32 for a bf16 input (which then crosses the links \
              as bf16)",
@@ -110,21 +110,21 @@ pub(crate) fn plan(rank: usize, input: DType, output: DType, wire: Option<DType>
 /// crosses and the call runs as an f32 one); returns the algorithm to run.
 pub(crate) fn algorithm(
     rank: usize,
-    plan: Plan,
+    plan: Carry,
     (algorithm, pipeline): (ReduceScatterAlgorithm, u32),
     input: DType,
     output: DType,
 ) -> Result<ReduceScatterAlgorithm> {
-    if plan == Plan::Split {
+    if plan == Carry::Split {
         pieces(rank, 1, pipeline)?;
     }
     match (plan, algorithm) {
-        (Plan::Same, a) => Ok(a),
+        (Carry::Same, a) => Ok(a),
         (_, ReduceScatterAlgorithm::Auto | ReduceScatterAlgorithm::CeReduce) => Ok(ReduceScatterAlgorithm::CeReduce),
         // NOTE [the wire read directly] (coll::gpu::wire_steps): the split wire's planes
         // read over NVLink by the reduction.
-        (Plan::Split, ReduceScatterAlgorithm::SmDirect) => Ok(ReduceScatterAlgorithm::SmDirect),
-        (Plan::Split, a) => Err(Error::InvalidArgument(format!(
+        (Carry::Split, ReduceScatterAlgorithm::SmDirect) => Ok(ReduceScatterAlgorithm::SmDirect),
+        (Carry::Split, a) => Err(Error::InvalidArgument(format!(
             "rank {rank}: reduce-scatter of {input} into {output} over a bf16 wire runs on ce-reduce, sm-direct (or \
              auto), not {a}"
         ))),
@@ -211,147 +211,6 @@ pub(crate) fn pieces(rank: usize, n: usize, want: u32) -> Result<(usize, usize)>
     Ok((pe, n.div_ceil(pe)))
 }
 
-/// A group's counters of the bytes its calls moved to or from peers, since it was made
-/// (NOTE [bf16 wire]): what this rank's copies and kernels read from or wrote to other
-/// ranks' memory, per kind of call. Eager calls count as they are enqueued; a call
-/// captured into a CUDA graph counts once, when captured, not per replay, except the
-/// fallbacks, which the GPU counts as they run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CollStats {
-    /// All-gathers.
-    pub all_gather_bytes: u64,
-    /// Reduce-scatters that send their input's type (a bf16 input into an f32 output
-    /// included: its wire is its input).
-    pub reduce_scatter_bytes: u64,
-    /// Split-wire reduce-scatters (f32 over a bf16 wire): the top halves.
-    pub wire_bytes: u64,
-    /// Split-wire reduce-scatters: the bottom halves read for pieces flagged inexact.
-    pub fallback_bytes: u64,
-    /// Split-wire pieces this rank received (pieces x peers).
-    pub wire_pieces: u64,
-    /// Of those, the pieces whose bottom halves it had to read.
-    pub fallback_pieces: u64,
-    /// Host rendezvous this rank made: blocking exchanges with the other ranks through
-    /// the host (the store, the address mailbox), its group's creation included. With
-    /// `map_ordinary`, a call this rank made before makes none (NOTE [addresses
-    /// predicted]).
-    pub host_rendezvous: u64,
-    /// `map_ordinary` calls whose peer addresses were predicted, and of those the ones
-    /// where a peer's buffer was elsewhere (fixed by a copy before the call completed).
-    pub predicted_calls: u64,
-    pub mispredicted_calls: u64,
-    /// Collective calls this rank made (all-gathers and reduce-scatters), the host
-    /// nanoseconds they took from entry to return, and of those the nanoseconds spent in
-    /// host rendezvous, the group's creation's included (NOTE [host time] in
-    /// `rendezvous`): per call, what is not rendezvous is the library's own work, mostly
-    /// the launches and copies it enqueues.
-    pub host_calls: u64,
-    pub host_call_ns: u64,
-    pub host_rendezvous_ns: u64,
-    /// Of the host rendezvous, the address mailbox's posts that waited for a peer to
-    /// read the entry they replace (this rank `DEPTH` = 8 calls of a channel ahead of that
-    /// peer's host), and their nanoseconds: backpressure between the hosts, not an
-    /// exchange the call needed.
-    pub mailbox_waits: u64,
-    pub mailbox_wait_ns: u64,
-    /// Eager split-wire reduce-scatters launched as a graph, and the captures made for
-    /// them (NOTE [wire replays] in `coll::gpu`; 0 on the host backend).
-    pub wire_replays: u64,
-    pub wire_captures: u64,
-}
-
-impl CollStats {
-    /// These counters with the group's host rendezvous (the store's waits and the address
-    /// mailbox's, since the group was made, its creation's included) and its host time
-    /// (NOTE [host time] in `rendezvous`) filled in: what both backends' `stats()` report
-    /// alike.
-    pub(crate) fn with_host_time(self, core: &crate::rendezvous::GroupCore) -> Self {
-        let (host_calls, host_call_ns, host_rendezvous_ns, mailbox_wait_ns) = core.clock.read();
-        Self {
-            host_rendezvous: core.clock.rendezvous.load(std::sync::atomic::Ordering::Relaxed),
-            host_calls,
-            host_call_ns,
-            host_rendezvous_ns,
-            mailbox_waits: core.clock.mailbox_waits.load(std::sync::atomic::Ordering::Relaxed),
-            mailbox_wait_ns,
-            ..self
-        }
-    }
-
-    /// Every byte moved to or from peers.
-    pub fn total_bytes(&self) -> u64 {
-        self.all_gather_bytes + self.reduce_scatter_bytes + self.wire_bytes + self.fallback_bytes
-    }
-}
-
-/// The host-side counters of a group (the device adds the fallbacks on GPUs).
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    all_gather: std::sync::atomic::AtomicU64,
-    reduce_scatter: std::sync::atomic::AtomicU64,
-    wire: std::sync::atomic::AtomicU64,
-    wire_pieces: std::sync::atomic::AtomicU64,
-    fallback: std::sync::atomic::AtomicU64,
-    fallback_pieces: std::sync::atomic::AtomicU64,
-    /// NOTE [wire replays]: split-wire calls launched as a graph, and captures made.
-    wire_replays: std::sync::atomic::AtomicU64,
-    wire_captures: std::sync::atomic::AtomicU64,
-}
-
-/// What one call adds to the counters.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Moved {
-    AllGather(usize),
-    ReduceScatter(usize),
-    /// Top-half bytes and pieces (x peers) of a split-wire call.
-    Wire(usize, usize),
-    /// Bottom-half bytes and pieces read (host backend; GPUs count them on the device).
-    Fallback(usize, usize),
-}
-
-impl Counters {
-    pub(crate) fn add(&self, m: Moved) {
-        use std::sync::atomic::Ordering::Relaxed;
-        match m {
-            Moved::AllGather(b) => self.all_gather.fetch_add(b as u64, Relaxed),
-            Moved::ReduceScatter(b) => self.reduce_scatter.fetch_add(b as u64, Relaxed),
-            Moved::Wire(b, p) => {
-                self.wire_pieces.fetch_add(p as u64, Relaxed);
-                self.wire.fetch_add(b as u64, Relaxed)
-            }
-            Moved::Fallback(b, p) => {
-                self.fallback_pieces.fetch_add(p as u64, Relaxed);
-                self.fallback.fetch_add(b as u64, Relaxed)
-            }
-        };
-    }
-
-    /// A split-wire call launched as a graph (NOTE [wire replays]), `captured` for it.
-    pub(crate) fn replayed(&self, captured: bool) {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.wire_replays.fetch_add(1, Relaxed);
-        if captured {
-            self.wire_captures.fetch_add(1, Relaxed);
-        }
-    }
-
-    /// The counts so far, with `device`'s (fallback pieces, bytes) added.
-    pub(crate) fn read(&self, device: (u64, u64)) -> CollStats {
-        use std::sync::atomic::Ordering::Relaxed;
-        CollStats {
-            all_gather_bytes: self.all_gather.load(Relaxed),
-            reduce_scatter_bytes: self.reduce_scatter.load(Relaxed),
-            wire_bytes: self.wire.load(Relaxed),
-            fallback_bytes: self.fallback.load(Relaxed) + device.1,
-            wire_pieces: self.wire_pieces.load(Relaxed),
-            fallback_pieces: self.fallback_pieces.load(Relaxed) + device.0,
-            wire_replays: self.wire_replays.load(Relaxed),
-            wire_captures: self.wire_captures.load(Relaxed),
-            ..CollStats::default()
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,12 +218,12 @@ mod tests {
 
     #[test]
     fn plans_and_refusals_name_the_dtypes() {
-        assert_eq!(plan(0, F32, F32, None).unwrap(), Plan::Same);
-        assert_eq!(plan(0, Bf16, Bf16, Some(Bf16)).unwrap(), Plan::Same);
-        assert_eq!(plan(0, F32, F32, Some(F32)).unwrap(), Plan::Same);
-        assert_eq!(plan(0, F32, F32, Some(Bf16)).unwrap(), Plan::Split);
-        assert_eq!(plan(0, Bf16, F32, None).unwrap(), Plan::Bf16In);
-        assert_eq!(plan(0, Bf16, F32, Some(Bf16)).unwrap(), Plan::Bf16In);
+        assert_eq!(carry(0, F32, F32, None).unwrap(), Carry::Same);
+        assert_eq!(carry(0, Bf16, Bf16, Some(Bf16)).unwrap(), Carry::Same);
+        assert_eq!(carry(0, F32, F32, Some(F32)).unwrap(), Carry::Same);
+        assert_eq!(carry(0, F32, F32, Some(Bf16)).unwrap(), Carry::Split);
+        assert_eq!(carry(0, Bf16, F32, None).unwrap(), Carry::Bf16In);
+        assert_eq!(carry(0, Bf16, F32, Some(Bf16)).unwrap(), Carry::Bf16In);
         for (i, o, w, what) in [
             (I32, I32, Some(Bf16), "float reduce-scatters only"),
             (I32, I32, Some(I32), "float reduce-scatters only"),
@@ -379,7 +238,7 @@ mod tests {
             (Bf16, F32, Some(F32), "the output must have the input's type"),
             (Bf16, F16, None, "the output must have the input's type"),
         ] {
-            let e = plan(3, i, o, w).unwrap_err().to_string();
+            let e = carry(3, i, o, w).unwrap_err().to_string();
             let wn = w.map_or("none".to_string(), |w| w.to_string());
             assert!(e.contains(&format!("rank 3: reduce-scatter of {i} into {o} with wire {wn}")), "{e}");
             assert!(e.contains(what), "{i} {o} {w:?}: {e}");
@@ -389,16 +248,16 @@ mod tests {
     #[test]
     fn the_wire_runs_on_ce_reduce_and_the_others_refuse_by_name() {
         use ReduceScatterAlgorithm as A;
-        assert_eq!(algorithm(0, Plan::Same, (A::Ll, 1), F32, F32).unwrap(), A::Ll);
+        assert_eq!(algorithm(0, Carry::Same, (A::Ll, 1), F32, F32).unwrap(), A::Ll);
         // The split wire read directly (NOTE [the wire read directly]); a bf16 input has no planes.
-        assert_eq!(algorithm(0, Plan::Split, (A::SmDirect, 4), F32, F32).unwrap(), A::SmDirect);
-        let e = algorithm(2, Plan::Bf16In, (A::SmDirect, 1), Bf16, F32).unwrap_err().to_string();
+        assert_eq!(algorithm(0, Carry::Split, (A::SmDirect, 4), F32, F32).unwrap(), A::SmDirect);
+        let e = algorithm(2, Carry::Bf16In, (A::SmDirect, 1), Bf16, F32).unwrap_err().to_string();
         assert!(e.contains("rank 2") && e.contains("sm-direct"), "{e}");
-        for p in [Plan::Split, Plan::Bf16In] {
+        for p in [Carry::Split, Carry::Bf16In] {
             assert_eq!(algorithm(0, p, (A::Auto, 1), F32, F32).unwrap(), A::CeReduce);
             assert_eq!(algorithm(0, p, (A::CeReduce, 64), F32, F32).unwrap(), A::CeReduce);
             let kernels = [A::SmDirect, A::TmaReduce, A::TmaReduceEvict, A::TmaPushReduce, A::Ll];
-            for a in kernels.into_iter().filter(|&a| p == Plan::Bf16In || a != A::SmDirect) {
+            for a in kernels.into_iter().filter(|&a| p == Carry::Bf16In || a != A::SmDirect) {
                 let e = algorithm(1, p, (a, 1), Bf16, F32).unwrap_err().to_string();
                 assert!(e.contains("rank 1") && e.contains(a.name()) && e.contains("bf16 into f32"), "{e}");
             }
@@ -426,7 +285,7 @@ mod tests {
                 assert_eq!(plain.staging, 0);
             }
         }
-        let e = algorithm(2, Plan::Split, (ReduceScatterAlgorithm::CeReduce, 65), F32, F32).unwrap_err();
+        let e = algorithm(2, Carry::Split, (ReduceScatterAlgorithm::CeReduce, 65), F32, F32).unwrap_err();
         assert!(e.to_string().contains("rank 2: pipeline 65"), "{e}");
         let e = pieces(2, 100, 65).unwrap_err().to_string();
         assert!(e.contains("rank 2: pipeline 65") && e.contains("at most 64"), "{e}");

@@ -26,7 +26,7 @@
 use super::{GpuColl, ce_copy};
 use crate::coll::check::staged_slot;
 use crate::coll::geometry::STAGING_DEPTH;
-use crate::coll::wire::Plan;
+use crate::coll::wire::Carry;
 use crate::coll::{ReduceOp, check::align256, check::rotated};
 use crate::cuda::kernels::{COLL_THREADS, OnceArgs, WireReduceArgs};
 use crate::cuda::{Event, Stream, raw};
@@ -61,7 +61,7 @@ pub(super) struct CeCall<'a> {
     pub pe: usize,
     pub esize: usize,
     pub out_size: usize,
-    pub plan: Plan,
+    pub plan: Carry,
     /// The input's `reduce_dtype` index.
     pub dt: usize,
     pub ctas: u32,
@@ -158,7 +158,7 @@ impl GpuColl {
             let own = c.own + (first * esize) as u64;
             let dst = c.out + (first * c.out_size) as u64;
             let vec_ok = own.is_multiple_of(16) && dst.is_multiple_of(16);
-            if c.plan == Plan::Bf16In {
+            if c.plan == Carry::Bf16In {
                 // bf16 pieces accumulated in f32 and written as f32.
                 let a = WireReduceArgs::bf16_in(own, slots, pe, len, dst, (rank, world), c.op.code(), vec_ok);
                 // SAFETY: the piece inside the own chunk, the slots and the output.

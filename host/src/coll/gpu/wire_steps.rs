@@ -42,9 +42,10 @@
 //! A failed group releases the "read" waits as it releases the piece waits.
 
 use super::{GpuColl, ce_copy};
+use crate::coll::counters::Moved;
 use crate::coll::device_buf::DeviceBuf;
 use crate::coll::geometry::{PLANE_RING, STAGING_DEPTH};
-use crate::coll::wire::{Layout, Moved, pieces};
+use crate::coll::wire::{Layout, pieces};
 use crate::coll::{ReduceOp, ReduceScatterAlgorithm};
 use crate::cuda::kernels::{COLL_THREADS, WirePackArgs, WireReduceArgs};
 use crate::cuda::{Stream, StreamPriority};
@@ -54,25 +55,6 @@ use crate::sync::gpu::graph::Mode;
 use lowcon_abi::pad;
 
 impl GpuColl {
-    /// Counts what a call moves to and from peers, as it is enqueued (a captured call
-    /// counts once, when captured; NOTE [bf16 wire]).
-    pub(super) fn count(&self, moved: Moved) {
-        self.counters.add(moved);
-    }
-
-    /// The counters: the host's, plus the fallbacks the GPU counted (read from the pad
-    /// on the side stream, bounded).
-    pub(crate) fn stats(&self) -> Result<crate::coll::CollStats> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let maps = &self.mapping.maps;
-        Ok(crate::coll::CollStats {
-            predicted_calls: maps.predicted.load(Relaxed),
-            mispredicted_calls: maps.mispredicted.load(Relaxed),
-            ..self.counters.read(self.sync.read_stats()?)
-        }
-        .with_host_time(&self.sync.core))
-    }
-
     /// The split-wire reduce-scatter (see the module docs): `input` and `output` are
     /// f32, checked by the caller; `output.count` elements per chunk.
     pub(super) fn wire_reduce_scatter(
@@ -254,11 +236,11 @@ fn overlaps(a: (u64, usize), b: (u64, usize)) -> bool {
 /// bytes of this rank's chunk, would overwrite input that peers read.
 pub(super) fn refuse_bf16_in_place(
     rank: usize,
-    plan: crate::coll::wire::Plan,
+    plan: crate::coll::wire::Carry,
     input: &DeviceBuf<'_>,
     output: &DeviceBuf<'_>,
 ) -> Result<()> {
-    if plan == crate::coll::wire::Plan::Bf16In && overlaps((input.ptr, input.bytes()), (output.ptr, output.bytes())) {
+    if plan == crate::coll::wire::Carry::Bf16In && overlaps((input.ptr, input.bytes()), (output.ptr, output.bytes())) {
         return Err(crate::error::Error::InvalidArgument(format!(
             "rank {rank}: a reduce-scatter of bf16 into f32 cannot run in place: its f32 output would overwrite \
              the input that peers read"

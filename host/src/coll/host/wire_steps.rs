@@ -7,8 +7,9 @@
 //! flagged, and reduces in rank order in f32. An exit barrier ends the call, as on GPUs.
 
 use super::{HostColl, HostInput};
+use crate::coll::counters::Moved;
 use crate::coll::reference::reduce_into;
-use crate::coll::wire::{Layout, Moved, pieces};
+use crate::coll::wire::{Layout, pieces};
 use crate::coll::{DType, ReduceOp};
 use crate::error::Result;
 

@@ -49,8 +49,9 @@
 //! peers' copy streams wait for releases that will not come.
 
 use crate::coll::check::{align256, check_reduce_scatter, staged_slot};
+use crate::coll::counters::Moved;
 use crate::coll::gpu::{GpuColl, Sym, ce_copy};
-use crate::coll::wire::{Moved, Plan};
+use crate::coll::wire::Carry;
 use crate::coll::{DeviceBuf, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
 use crate::cuda::Stream;
 use crate::cuda::kernels::COLL_THREADS;
@@ -99,7 +100,7 @@ impl GpuColl {
         }
         let (chunk, carry) =
             check_reduce_scatter(rank, world, (input.count, input.dtype), (output.count, output.dtype), None)?;
-        debug_assert_eq!(carry, Plan::Same);
+        debug_assert_eq!(carry, Carry::Same);
         let call = crate::plan::RsCall {
             chunk,
             input: input.dtype,
