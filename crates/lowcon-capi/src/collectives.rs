@@ -3,7 +3,7 @@
 use super::*;
 
 /// The shared body of the collective entry points: converts the C arguments into the
-/// library's call (NOTE [one dispatch] in `lowcon::group::call`), which checks and runs
+/// library's call (NOTE [one dispatch] in `lowcon::group::dispatch`), which checks and runs
 /// it. `count` is the send count of an all-gather, the receive count of a
 /// reduce-scatter; `recv_type` the options' receive type.
 ///

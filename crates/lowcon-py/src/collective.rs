@@ -45,7 +45,7 @@ impl Group {
     /// `on_current`: the caller took `stream` from torch's current stream, so torch
     /// tensors need no DLPack export (no stream can need to wait): `dlpack::torch_view`.
     /// Converts the tensors into the library's call (NOTE [one dispatch] in
-    /// `lowcon::group::call`), which checks and runs it; `Err` with the library's error.
+    /// `lowcon::group::dispatch`), which checks and runs it; `Err` with the library's error.
     pub(crate) fn collective<'py>(
         &self,
         py: Python<'py>,

@@ -10,11 +10,11 @@
 //!   GPU collectives only enqueue, like NCCL's.
 
 mod backend;
-mod call;
 mod channels;
 mod collective;
 mod dlpack;
 mod errors;
+mod keywords;
 mod per_piece;
 mod placement;
 mod pool;
@@ -30,8 +30,8 @@ use pyo3::prelude::*;
 use crate::backend::{Backend, is_gpu, join, sync_method};
 use crate::channels::Channels;
 
-use call::{Hints, options};
 use errors::{invalid, to_py};
+use keywords::{Hints, options};
 use lowcon::cuda::Stream;
 use lowcon::{DType, GpuGroup, GpuGroupOptions, HostGroup, HostGroupOptions, ReduceOp};
 use per_piece::PyArrivals;

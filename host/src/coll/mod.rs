@@ -39,7 +39,7 @@ mod launch;
 mod reference;
 pub(crate) mod wire;
 
-pub use crate::plan::call::{
+pub use crate::plan::vocab::{
     AllGatherAlgorithm, AllGatherOptions, Arrival, CollOptions, Context, DType, Element, MAX_CTAS, ReduceLaunch,
     ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
 };

@@ -7,12 +7,12 @@
 //! - `call`: [`Group::call`], one collective call as a binding hands it over, checked
 //!   and dispatched once for both bindings (NOTE [one dispatch]).
 
-pub(crate) mod call;
+pub(crate) mod dispatch;
 pub(crate) mod either;
 pub(crate) mod gpu;
 pub(crate) mod host;
 
-pub use call::{Call, Memory, NoSymmetric, RawBuf, Registry, Symmetric};
+pub use dispatch::{Call, Memory, NoSymmetric, RawBuf, Registry, Symmetric};
 pub use either::{Buffer, CollBufs, Group};
 pub use gpu::{GpuGroup, GpuGroupOptions};
 pub use host::{HostGroup, HostGroupOptions};

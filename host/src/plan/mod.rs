@@ -3,7 +3,7 @@
 //! NOTE [one planner]: for every call, [`Planner::all_gather`] and
 //! [`Planner::reduce_scatter`] turn the call (collective, dtypes, bytes per rank, the
 //! kinds of memory, eager or captured) and the caller's options and hints
-//! ([`call::Context`], `bf16_exact`) into a plan: a plain value with every choice
+//! ([`vocab::Context`], `bf16_exact`) into a plan: a plain value with every choice
 //! resolved (the algorithm, CTAs, sync, pipeline pieces, the wire, the reduction's
 //! launch, whether peers read an ordinary input in place), and the rule it came from.
 //! Both backends execute plans and choose nothing; `auto` in Rust, C and Python, the
@@ -24,14 +24,14 @@
 //! 0's). Every rank of a group must plan alike, so group creation compares the tables'
 //! CRCs and names a rank that differs.
 
-pub mod call;
 pub mod table;
+pub mod vocab;
 
 use std::sync::Arc;
 
-use call::{AllGatherAlgorithm, AllGatherOptions, Arrival, DType, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm};
-use call::{MAX_CTAS, ReduceScatterOptions};
 use table::{Coll, Mem, Probe, Rule, Table};
+use vocab::{AllGatherAlgorithm, AllGatherOptions, Arrival, DType, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm};
+use vocab::{MAX_CTAS, ReduceScatterOptions};
 
 use crate::error::{Error, Result};
 use crate::sync::SyncMethod;

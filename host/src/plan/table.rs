@@ -35,7 +35,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::call::{AllGatherAlgorithm, Arrival, Context, DType, ReduceLaunch, ReduceScatterAlgorithm};
+use super::vocab::{AllGatherAlgorithm, Arrival, Context, DType, ReduceLaunch, ReduceScatterAlgorithm};
 use crate::error::{Error, Result};
 use crate::sync::SyncMethod;
 
@@ -330,8 +330,8 @@ fn parse_rule<'a>(
                 ch.ctas = Some(
                     v.parse::<u32>()
                         .ok()
-                        .filter(|c| (1..=super::call::MAX_CTAS).contains(c))
-                        .ok_or_else(|| val(&format!("1..={}", super::call::MAX_CTAS)))?,
+                        .filter(|c| (1..=super::vocab::MAX_CTAS).contains(c))
+                        .ok_or_else(|| val(&format!("1..={}", super::vocab::MAX_CTAS)))?,
                 )
             }
             "sync" | "graph_sync" => {

@@ -1,7 +1,7 @@
 //! The planner's tests: the shipped tables, the model, and how options and hints meet
 //! the rules.
 
-use super::call::Context;
+use super::vocab::Context;
 use super::*;
 
 fn planner(device: &str, world: usize) -> Planner {
