@@ -33,6 +33,10 @@ base: the decomposition refuses traces where the names differ.
   (NCCL's `ReduceScatter`, lowcon's `rs_`, `reduce`, `wire_`, `tma_`, `release`),
   `all-gather` if one is an all-gather's (or, in a trace without annotations, a
   peer-to-peer copy), else `other`.
+- *Tail*: from the end of the last GEMM before the optimizer's first kernel to that
+  kernel: the end of backward that no collective overlaps (the last modules' gradient
+  casts and reduce-scatters; on 4x H100 at 8192x4, 2026-11-28, lowcon's excess
+  reduce-scatter waits were all there: `design.md`, "The step's tail").
 
 Under the profiler the host runs about 2x slower (traces of 2026-11-27, 4x H100), so host
 gaps are inflated: trust the dependency waits and the busy split more than `host`.
@@ -225,8 +229,15 @@ def decompose(events: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         else:
             kind = "other-stream"  # FSDP's copy-in and casts, the optimizer's foreach
         kinds[kind].append((e["ts"], e["ts"] + e["dur"]))
+    # The step's tail (NOTE [step decomposition]): from the end of the last GEMM before the
+    # optimizer's first kernel to that kernel (0 without an optimizer or a GEMM).
+    opt = next((e["ts"] for e in ops if family(e.get("name", "")) == "optimizer"), None)
+    gemm_ends = [e["ts"] + e["dur"] for e in ops
+                 if family(e.get("name", "")) == "gemm" and opt is not None and e["ts"] < opt]
+    tail = opt - max(gemm_ends) if gemm_ends else 0.0
     return {
         "span_us": stop - start,
+        "tail_us": max(tail, 0.0),
         "busy_us": sum(e["dur"] for e in ops),
         "idle_us": idle,
         "ops": [(e.get("name", ""), e["ts"], e["dur"], phase(e)) for e in ops],
@@ -258,6 +269,8 @@ def compare(mode: Dict[str, Any], base: Dict[str, Any], name: str = "mode") -> D
     return {
         "span_ms": mode["span_us"] / 1e3,
         "excess_ms": (mode["span_us"] - base["span_us"]) / 1e3,
+        "tail_ms": mode["tail_us"] / 1e3,
+        "extra_tail_ms": (mode["tail_us"] - base["tail_us"]) / 1e3,
         "busy_ms": mode["busy_us"] / 1e3,
         "extra_busy_ms": (mode["busy_us"] - base["busy_us"]) / 1e3,
         "extra_idle_ms": {k: (mode["idle_us"].get(k, 0.0) - base["idle_us"].get(k, 0.0)) / 1e3 for k in sorted(keys)},
@@ -282,9 +295,10 @@ def format_decomposition(results: Dict[str, Dict[str, Any]], base: str) -> str:
 
         rows.append([name, f"{r['span_ms']:.1f}", f"{r['excess_ms']:+.1f}", f"{sum(idle.values()):+.1f}",
                      f"{cause('all-gather', 'forward'):+.1f} / {cause('all-gather') - cause('all-gather', 'forward'):+.1f}",
-                     *(f"{cause(c):+.1f}" for c in IDLE_COLUMNS[1:]), f"{r['extra_busy_ms']:+.1f}"])
+                     *(f"{cause(c):+.1f}" for c in IDLE_COLUMNS[1:]), f"{r['extra_busy_ms']:+.1f}",
+                     f"{r['tail_ms']:.1f} ({r['extra_tail_ms']:+.1f})"])
     head = ["mode", "span ms", f"excess over {base}", "idle", "waits: all-gather fwd / bwd+final",
-            "reduce-scatter", "other dependency", "host", "end", "busy"]
+            "reduce-scatter", "other dependency", "host", "end", "busy", "tail ms (over base)"]
     out = [table(head, rows, f"the step's excess over {base} (ms, one profiled step, rank 0; NOTE [step "
                              "decomposition]):"), ""]
     rows = []

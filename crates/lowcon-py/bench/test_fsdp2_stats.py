@@ -530,6 +530,8 @@ def test_step_decomposition_splits_idle_by_cause_and_busy_by_neighbour():
     assert mode["idle_us"]["other/backward"] == pytest.approx(100.0)
     assert mode["idle_us"]["end/final"] == pytest.approx(950.0 - 900.0)
     assert base["idle_us"]["end/final"] == pytest.approx(950.0 - 800.0)
+    # The tail: no optimizer kernel in these traces, so none.
+    assert mode["tail_us"] == base["tail_us"] == 0.0
     r = fd.compare(mode, base)
     assert r["extra_busy_ms"] == pytest.approx(0.1)
     # The third kernel (300 µs here, 200 in the base) ran half (150 of 300 µs) beside the
@@ -545,8 +547,8 @@ def test_step_decomposition_splits_idle_by_cause_and_busy_by_neighbour():
     assert sum(r["extra_idle_ms"].values()) + r["extra_busy_ms"] == pytest.approx(r["excess_ms"])
     text = fd.format_decomposition({"lowcon": r}, "nocomm")
     row = next(line.split() for line in text.splitlines() if line.startswith("lowcon "))
-    # mode, span, excess, idle, all-gather fwd / bwd+final, reduce-scatter, other, host, end, busy
-    assert row[1:4] == ["0.9", "+0.0", "-0.1"] and row[-2:] == ["-0.1", "+0.1"], text
+    # mode, span, excess, idle, all-gather fwd / bwd+final, reduce-scatter, other, host, end, busy, tail
+    assert row[1:4] == ["0.9", "+0.0", "-0.1"] and row[-4:] == ["-0.1", "+0.1", "0.0", "(+0.0)"], text
     assert "lowcon  gemm    +0.10  +0.05" in text, text
     with pytest.raises(ValueError, match="not the same model's step"):
         fd.compare(fd.decompose(_step_trace(names=("a", "b", "c"))), base, "x")
@@ -703,3 +705,25 @@ def test_step_decomposition_classes_streams_by_fsdps_annotations_then_kernel_nam
     with gzip.open(tmp_path / "trace-w64-d2-s8-b1-fp32-nocomm.rank1.json.gz", "wt") as f:
         json.dump({"traceEvents": _step_trace()}, f)
     assert fd.main([str(tmp_path), "--rank", "1"]) == 0
+
+
+def test_the_tail_runs_from_the_last_gemm_to_the_optimizer():
+    import fsdp2_decompose as fd
+
+    def trace(cast_us):
+        ev = []
+        for i, (name, ts, dur) in enumerate([("nvjet_gemm", 0.0, 100.0), ("nvjet_gemm", 100.0, 100.0),
+                                             ("chunk_cat_cuda_kernel", 200.0, cast_us),
+                                             ("multi_tensor_apply_kernel", 300.0 + cast_us, 50.0),
+                                             ("nvjet_gemm", 400.0 + cast_us, 10.0)]):
+            ev.append({"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur,
+                       "args": {"stream": 7, "correlation": i}})
+        return ev
+
+    base, mode = fd.decompose(trace(20.0)), fd.decompose(trace(60.0))
+    # From the second GEMM's end (200) to the optimizer (320 / 360); a GEMM after it
+    # does not count.
+    assert (base["tail_us"], mode["tail_us"]) == (pytest.approx(120.0), pytest.approx(160.0))
+    r = fd.compare(mode, base)
+    assert r["extra_tail_ms"] == pytest.approx(0.04)
+    assert "tail ms (over base)" in fd.format_decomposition({"lowcon": r}, "nocomm")
