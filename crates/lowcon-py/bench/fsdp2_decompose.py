@@ -343,13 +343,53 @@ def config_and_mode(path: str) -> Tuple[str, str, int]:
     return (m.group(1), m.group(2), int(rank)) if m else ("", stem, int(rank))
 
 
+def rank_waits(events: Sequence[Dict[str, Any]]) -> Dict[str, float]:
+    """One rank's waiting in a profiled step (ms): its compute stream's idle time inside the
+    step, and the time its wait kernels spun (lowcon's signal waits: for peers). Across a
+    job's ranks (`--ranks`), the rank that waits least is the one the others wait for."""
+    d = decompose(events)
+    waits = [e for e in events if e.get("cat") == "kernel" and e.get("ph") == "X"
+             and WAIT_KERNEL.search(e.get("name", ""))]
+    return {"span": d["span_us"] / 1e3, "idle": sum(d["idle_us"].values()) / 1e3,
+            "spin": sum(e["dur"] for e in waits) / 1e3, "tail": d["tail_us"] / 1e3}
+
+
+def format_ranks(by_rank: Dict[int, Dict[str, str]]) -> str:
+    """Per mode, each rank's waiting (`rank_waits`), from every rank's traces."""
+    rows = []
+    for mode in sorted({m for t in by_rank.values() for m in t}):
+        for rank in sorted(by_rank):
+            if mode in by_rank[rank]:
+                w = rank_waits(load(by_rank[rank][mode]))
+                rows.append([mode, str(rank), f"{w['span']:.2f}", f"{w['idle']:.2f}", f"{w['spin']:.2f}",
+                             f"{w['tail']:.2f}"])
+    return table(["mode", "rank", "span ms", "compute idle ms", "wait kernels ms", "tail ms"], rows,
+                 "each rank's waiting (one profiled step; the rank that waits least is the one waited for):")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("traces", nargs="+", help="folders of trace-*.json.gz, or trace files")
     p.add_argument("--base", default="nocomm", help="the mode the others are compared with")
     p.add_argument("--rank", type=int, default=0,
                    help="whose traces in a folder (fsdp2_paired.py --profile-ranks all keeps every rank's)")
+    p.add_argument("--ranks", action="store_true",
+                   help="instead, each rank's waiting from every rank's traces in the folders (which rank is late)")
     args = p.parse_args(argv)
+    if args.ranks:
+        by_cfg: Dict[str, Dict[int, Dict[str, str]]] = {}
+        for t in args.traces:
+            if not os.path.exists(t):
+                print(f"fsdp2_decompose: {t}: no such folder or trace", file=sys.stderr)
+                return 2
+            for x in sorted(glob.glob(os.path.join(t, "trace-*.json*"))) if os.path.isdir(t) else [t]:
+                cfg, mode, rank = config_and_mode(x)
+                by_cfg.setdefault(cfg, {}).setdefault(rank, {})[mode] = x
+        if not by_cfg:
+            print("fsdp2_decompose: no traces", file=sys.stderr)
+            return 2
+        print("\n\n".join((f"{c}: " if len(by_cfg) > 1 else "") + format_ranks(r) for c, r in by_cfg.items()))
+        return 0
     paths: List[str] = []
     for t in args.traces:
         if os.path.isdir(t):

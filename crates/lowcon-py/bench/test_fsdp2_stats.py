@@ -727,3 +727,26 @@ def test_the_tail_runs_from_the_last_gemm_to_the_optimizer():
     r = fd.compare(mode, base)
     assert r["extra_tail_ms"] == pytest.approx(0.04)
     assert "tail ms (over base)" in fd.format_decomposition({"lowcon": r}, "nocomm")
+
+
+def test_each_ranks_waiting_names_the_late_rank(tmp_path, capsys):
+    import gzip
+
+    import fsdp2_decompose as fd
+
+    # Rank 1's wire waits spin 50 µs more than rank 0's (rank 0 is the late one).
+    for rank, extra in ((0, 0.0), (1, 50.0)):
+        ev = _step_trace()
+        for e in ev:
+            if e.get("name") == "lowcon_wire_wait":
+                e["dur"] += extra
+        name = f"trace-w64-d2-s8-b1-fp32-lowcon{'.rank1' if rank else ''}.json.gz"
+        with gzip.open(tmp_path / name, "wt") as f:
+            json.dump({"traceEvents": ev}, f)
+    w = fd.rank_waits(_step_trace())
+    assert w["spin"] == pytest.approx(0.05) and w["idle"] > 0 and w["tail"] == 0.0
+    assert fd.main([str(tmp_path), "--ranks"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("lowcon ")]
+    assert [r[1] for r in rows] == ["0", "1"] and [r[4] for r in rows] == ["0.05", "0.10"], out
+    assert fd.main([str(tmp_path / "nothing"), "--ranks"]) == 2
