@@ -55,3 +55,11 @@ if [ "${1:-}" = --pack ]; then
   rm -rf bundle && mkdir bundle && mv bundle.txz.tmp bundle/bundle.txz
   du -sh bundle/bundle.txz
 fi
+# What a device call carries: the tracked tree and the bundle. The workplace's device tool
+# takes 64 MiB; say so here rather than there (docs/runs stays under 8 MB: layout test).
+tree=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+carried=$(( tree + $(du -sb bundle | cut -f1) ))
+echo "gpu-bundle: the tree and the bundle carry $(( carried >> 20 )) MiB"
+if [ "$carried" -gt $(( 64 << 20 )) ]; then
+  echo "gpu-bundle: past 64 MiB: pack it (--pack), or leave the transformers wheels out (BUNDLE_HF=0)" >&2
+fi
