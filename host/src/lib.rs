@@ -30,8 +30,9 @@ pub mod rendezvous;
 pub mod sync;
 
 pub use coll::{
-    AllGatherAlgorithm, AllGatherOptions, Arrival, Arrivals, CollOptions, CollStats, Context, DType, DeviceBuf,
-    Element, HostInput, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
+    AgAlgo, AllGatherAlgorithm, AllGatherOptions, Arrival, ArrivalForm, Arrivals, CollOptions, CollStats, Context,
+    DType, DeviceBuf, Element, HostInput, LaunchForm, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm,
+    ReduceScatterOptions, RsAlgo,
 };
 pub use error::{Error, Result};
 pub use group::{

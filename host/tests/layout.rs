@@ -491,3 +491,25 @@ fn no_module_names_an_item_through_the_crate_roots_reexports() {
     }
     assert!(found.is_empty(), "named through lib.rs's re-exports (name the defining module): {found:?}");
 }
+
+/// A resolved plan is a closed type (`AgAlgo`, `RsAlgo`, `ArrivalForm`, `LaunchForm`):
+/// the code that executes plans (`host/src/coll`) never sees, so never matches, an `Auto`
+/// outside its tests. The caller's options still say `auto`; the planner resolves them.
+#[test]
+fn the_collectives_match_on_no_auto() {
+    let mut files = Vec::new();
+    rust_files(&src_dir().join("coll"), &mut files);
+    assert!(files.len() > 10, "{} files under coll/", files.len());
+    let mut found = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap();
+        for (n, line) in code.lines().enumerate() {
+            let line = line.split("//").next().unwrap();
+            if line.contains("::Auto") {
+                found.push(format!("{}:{}: {}", f.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "the collectives see an Auto the planner should have resolved: {found:#?}");
+}

@@ -2,7 +2,7 @@
 //! growth, rotated peer order, staging slots).
 
 use super::wire::Carry;
-use super::{DType, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm};
+use super::{DType, ReduceLaunch, ReduceOp, RsAlgo};
 use crate::error::{Error, Result};
 
 /// Checks an all-gather's sizes; returns the shard bytes.
@@ -55,26 +55,21 @@ pub(crate) fn check_reduce_scatter(
 
 /// Refuses a wire on an all-gather (it sends its input as it is).
 pub(crate) fn no_wire(rank: usize, (wire, launch): (Option<DType>, ReduceLaunch), dtype: DType) -> Result<()> {
-    match (wire, launch) {
+    match (wire, launch.named()) {
         (Some(w), _) if w != dtype => Err(Error::InvalidArgument(format!(
             "rank {rank}: all-gather of {dtype} with wire {w}: a wire applies to reduce-scatters only"
         ))),
-        (_, ReduceLaunch::Auto) => Ok(()),
-        (_, l) => Err(Error::InvalidArgument(format!(
+        (_, None) => Ok(()),
+        (_, Some(l)) => Err(Error::InvalidArgument(format!(
             "rank {rank}: all-gather with reduce launch {l}: it applies to reduce-scatters only"
         ))),
     }
 }
 
-/// The algorithm an integer reduce-scatter runs (`auto`: `ce-reduce`), or the refusal:
+/// The algorithm an integer reduce-scatter runs (as planned), or the refusal:
 /// integers reduce with sum, min and max (no average: an integer mean would round), and
 /// only `ce-reduce` and `sm-direct` have integer kernels. Floats: `algorithm` as given.
-pub(crate) fn int_algorithm(
-    rank: usize,
-    dtype: DType,
-    algorithm: ReduceScatterAlgorithm,
-    op: ReduceOp,
-) -> Result<ReduceScatterAlgorithm> {
+pub(crate) fn int_algorithm(rank: usize, dtype: DType, algorithm: RsAlgo, op: ReduceOp) -> Result<RsAlgo> {
     if !dtype.is_int() {
         return Ok(algorithm);
     }
@@ -85,8 +80,7 @@ pub(crate) fn int_algorithm(
         )));
     }
     match algorithm {
-        ReduceScatterAlgorithm::Auto => Ok(ReduceScatterAlgorithm::CeReduce),
-        ReduceScatterAlgorithm::CeReduce | ReduceScatterAlgorithm::SmDirect => Ok(algorithm),
+        RsAlgo::CeReduce | RsAlgo::SmDirect => Ok(algorithm),
         a => Err(Error::InvalidArgument(format!(
             "rank {rank}: reduce-scatter of {dtype} with {}: integers reduce with ce-reduce or sm-direct (or auto)",
             a.name()
@@ -96,8 +90,8 @@ pub(crate) fn int_algorithm(
 
 /// Refuses an operator other than sum for `tma-push-reduce` (its additions are done by
 /// `cp.reduce.async.bulk .add`; average would need a division after the last one).
-pub(crate) fn check_push_op(rank: usize, algorithm: ReduceScatterAlgorithm, op: ReduceOp) -> Result<()> {
-    if algorithm == ReduceScatterAlgorithm::TmaPushReduce && op != ReduceOp::Sum {
+pub(crate) fn check_push_op(rank: usize, algorithm: RsAlgo, op: ReduceOp) -> Result<()> {
+    if algorithm == RsAlgo::TmaPushReduce && op != ReduceOp::Sum {
         return Err(Error::InvalidArgument(format!(
             "rank {rank}: op {op} is not supported by {algorithm}, which only sums (cp.reduce.async.bulk .add); \
              use tma-reduce, sm-direct or ce-reduce for {op}"
@@ -145,9 +139,9 @@ mod tests {
 
     #[test]
     fn integer_reductions_take_sum_min_max_on_ce_reduce_and_sm_direct() {
-        use ReduceScatterAlgorithm as A;
+        use RsAlgo as A;
         for d in [DType::I32, DType::I64, DType::U8] {
-            assert_eq!(int_algorithm(0, d, A::Auto, ReduceOp::Sum).unwrap(), A::CeReduce);
+            assert_eq!(int_algorithm(0, d, A::CeReduce, ReduceOp::Sum).unwrap(), A::CeReduce);
             assert_eq!(int_algorithm(0, d, A::SmDirect, ReduceOp::Max).unwrap(), A::SmDirect);
             let e = int_algorithm(1, d, A::CeReduce, ReduceOp::Avg).unwrap_err().to_string();
             assert!(e.contains("rank 1") && e.contains(&format!("of {d} with avg")), "{e}");
@@ -183,9 +177,9 @@ mod tests {
         assert!(e.contains("rank 2: all-gather of f32 with wire bf16"), "{e}");
         let e = check_all_gather(0, 2, (1, DType::F32), (2, DType::Bf16)).unwrap_err().to_string();
         assert!(e.contains("input is f32 but output is bf16"), "{e}");
-        let push = ReduceScatterAlgorithm::TmaPushReduce;
+        let push = RsAlgo::TmaPushReduce;
         check_push_op(0, push, ReduceOp::Sum).unwrap();
-        check_push_op(0, ReduceScatterAlgorithm::TmaReduce, ReduceOp::Max).unwrap();
+        check_push_op(0, RsAlgo::TmaReduce, ReduceOp::Max).unwrap();
         let e = check_push_op(1, push, ReduceOp::Avg).unwrap_err().to_string();
         assert!(e.contains("op avg") && e.contains("tma-push-reduce"), "{e}");
     }

@@ -57,7 +57,7 @@ use super::device_buf::DeviceBuf;
 use super::geometry::{piece_elems, tma_ring, tma_split};
 use super::launch;
 use super::wire::{self, Carry};
-use super::{AllGatherAlgorithm, AllGatherOptions, Arrival, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
+use super::{AgAlgo, AllGatherOptions, ArrivalForm, ReduceOp, ReduceScatterOptions, RsAlgo};
 use crate::cuda::kernels::TmaArgs;
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
@@ -338,14 +338,14 @@ impl GpuColl {
         // copies write this rank's memory alone.
         let sync = !opts.traffic;
         if opts.traffic {
-            floor::check_traffic(rank, mode, algorithm == AllGatherAlgorithm::CePull, algorithm.name())?;
+            floor::check_traffic(rank, mode, algorithm == AgAlgo::CePull, algorithm.name())?;
         }
         // NOTE [per-piece arrivals]: ce-pull records each piece as it lands, the others all at the end.
         let (each, at_end) = match algorithm {
-            AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto => (arrivals, None),
+            AgAlgo::CePull => (arrivals, None),
             _ => (None, arrivals),
         };
-        if algorithm == AllGatherAlgorithm::Ll {
+        if algorithm == AgAlgo::Ll {
             self.ll_all_gather(&input, &output, stream, (opts.channel, &plan), shard, mode)?;
             at_end.map_or(Ok(()), |a| a.record_all(stream))?;
             // Every 8 bytes travel as a 16-byte line (NOTE [LL protocol]).
@@ -364,15 +364,15 @@ impl GpuColl {
         let input = if in_place { DeviceBuf { symm: None, ..input } } else { input };
         // The own shard is not copied onto itself (in place, symmetric or not).
         let own = if input.ptr == output.ptr + (rank * shard) as u64 { 0 } else { shard };
-        let push = algorithm == AllGatherAlgorithm::CePush;
-        let pull_in_place = in_place && matches!(algorithm, AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto);
+        let push = algorithm == AgAlgo::CePush;
+        let pull_in_place = in_place && matches!(algorithm, AgAlgo::CePull);
         // Peers read this rank's ordinary input in place (NOTE [mapped ordinary memory]).
         // Not when captured: the exchange is a host rendezvous per call (NOTE [graph flags]).
         let mapped = plan.map_ordinary
             && mode == Mode::Eager
             && !input.is_symmetric()
             && !in_place
-            && matches!(algorithm, AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto);
+            && matches!(algorithm, AgAlgo::CePull);
         let stage_in = !input.is_symmetric() && !push && !pull_in_place && !mapped;
         let stage_out = !output.is_symmetric() && push;
         if stage_in && !opts.allow_staging {
@@ -408,7 +408,7 @@ impl GpuColl {
         let need = if stage_in { align256(shard) } else { 0 } + if stage_out { world * shard } else { 0 };
         // Any-order arrival (planned for eager memop ce-pull only): after the own shard's
         // fork and join, a fork, and a stream and a join event per peer but the first.
-        let any_order = plan.arrival == Arrival::AnyOrder;
+        let any_order = plan.arrival == ArrivalForm::AnyOrder;
         self.prepare(&mut st, ch, mode, need, if any_order { 3 + world.saturating_sub(2) } else { 2 })?;
         if any_order {
             // world - 1 peers, the first on the caller's stream (none at world 1).
@@ -436,7 +436,7 @@ impl GpuColl {
             // barriers order peers' accesses (module docs of `coll`).
             unsafe {
                 match algorithm {
-                    AllGatherAlgorithm::CePull | AllGatherAlgorithm::Auto => {
+                    AgAlgo::CePull => {
                         // Where peer p's shard is: its mapped input, its input, or (in place)
                         // its output slot.
                         let shard_of: Box<dyn Fn(usize) -> u64> = match (&peers, output.symm) {
@@ -466,7 +466,7 @@ impl GpuColl {
                         // wherever a per-peer wait cannot run, traffic calls included.
                         let arrival = plan.arrival;
                         let epoch = match arrival {
-                            Arrival::InOrder | Arrival::AnyOrder => Some(self.sync.memop_arrive(stream, ch)?),
+                            ArrivalForm::InOrder | ArrivalForm::AnyOrder => Some(self.sync.memop_arrive(stream, ch)?),
                             _ => {
                                 if sync {
                                     self.enter(stream, ch, plan.sync, mode)?;
@@ -487,7 +487,7 @@ impl GpuColl {
                         match (arrival, each) {
                             // The first peer in the rotated order on the caller's stream, each
                             // other on a stream of its own, forked and joined with events.
-                            (Arrival::AnyOrder, _) => {
+                            (ArrivalForm::AnyOrder, _) => {
                                 let (pfork, joins) = (&st.events[2], &st.events[3..]);
                                 stream.record(pfork)?;
                                 for (i, p) in peers().enumerate() {
@@ -506,7 +506,7 @@ impl GpuColl {
                             }
                             // NOTE [batched copies]: one event per shard, or one wait per
                             // peer, needs one copy each.
-                            (Arrival::InOrder, _) | (_, Some(_)) => {
+                            (ArrivalForm::InOrder, _) | (_, Some(_)) => {
                                 for p in peers() {
                                     pull(stream, p)?;
                                 }
@@ -537,7 +537,7 @@ impl GpuColl {
                             self.exit(stream, ch, plan.sync, mode)?;
                         }
                     }
-                    AllGatherAlgorithm::CePush => {
+                    AgAlgo::CePush => {
                         let dst = match output.symm {
                             Some((buf, off)) => Sym { buf, off },
                             None => Sym { buf: ws.expect("workspace sized"), off: 0 },
@@ -561,8 +561,8 @@ impl GpuColl {
                         }
                         stream.wait(join)?;
                     }
-                    AllGatherAlgorithm::Ll => unreachable!("handled by ll_all_gather"),
-                    AllGatherAlgorithm::SmOneshot => {
+                    AgAlgo::Ll => unreachable!("handled by ll_all_gather"),
+                    AgAlgo::SmOneshot => {
                         let src = self.symmetric_input(stream, &input, ws, 0)?;
                         let ctas = plan.ctas;
                         let vec_ok = src.off.is_multiple_of(16) && out.is_multiple_of(16) && shard.is_multiple_of(16);
@@ -625,7 +625,7 @@ impl GpuColl {
         wire_steps::refuse_bf16_in_place(rank, carry, &input, &output)?;
         if opts.traffic {
             // ce-reduce, with or without the wire (sm-direct's wire has no copies).
-            floor::check_traffic(rank, mode, algorithm == ReduceScatterAlgorithm::CeReduce, algorithm.name())?;
+            floor::check_traffic(rank, mode, algorithm == RsAlgo::CeReduce, algorithm.name())?;
         }
         let pe = piece_elems(output.count, plan.pieces);
         let pieces = output.count.div_ceil(pe);
@@ -637,12 +637,12 @@ impl GpuColl {
             pieces as u32,
         )?;
         match algorithm {
-            ReduceScatterAlgorithm::TmaPushReduce => {
+            RsAlgo::TmaPushReduce => {
                 self.push_reduce(input, output, stream, (opts.channel, &plan), chunk, dt, mode)?;
                 self.count(Moved::ReduceScatter((world - 1) * chunk));
                 return Ok(());
             }
-            ReduceScatterAlgorithm::Ll => {
+            RsAlgo::Ll => {
                 self.ll_reduce_scatter(&input, &output, op, stream, (opts.channel, &plan), chunk, dt, mode)?;
                 self.count(Moved::ReduceScatter(2 * (world - 1) * chunk));
                 return Ok(());
@@ -663,10 +663,7 @@ impl GpuColl {
             }
             _ => {}
         }
-        let mapped = plan.map_ordinary
-            && mode == Mode::Eager
-            && !input.is_symmetric()
-            && algorithm == ReduceScatterAlgorithm::CeReduce;
+        let mapped = plan.map_ordinary && mode == Mode::Eager && !input.is_symmetric() && algorithm == RsAlgo::CeReduce;
         let stage_in = !input.is_symmetric() && !mapped;
         if stage_in && !opts.allow_staging {
             return Err(refuse_staging(rank, algorithm.name(), "input"));
@@ -690,7 +687,7 @@ impl GpuColl {
         // A rank that cannot share: every rank stages instead.
         let (mapped, stage_in) = (peers.is_some(), stage_in || (mapped && peers.is_none()));
         let in_len = if stage_in { align256(world * chunk) } else { 0 };
-        let ce = algorithm == ReduceScatterAlgorithm::CeReduce;
+        let ce = algorithm == RsAlgo::CeReduce;
         let need = in_len + if ce { ce_reduce::stage_bytes(world, n, pe, esize, once) } else { 0 };
         self.prepare(&mut st, ch, mode, need, 1 + 2 * pieces)?;
         let ws = st.workspace.as_ref();
@@ -708,7 +705,7 @@ impl GpuColl {
                 (None, None) => unreachable!("mapped or symmetric"),
             };
             match algorithm {
-                ReduceScatterAlgorithm::CeReduce | ReduceScatterAlgorithm::Auto => {
+                RsAlgo::CeReduce => {
                     let c = ce_reduce::CeCall {
                         stream,
                         copy,
@@ -734,7 +731,7 @@ impl GpuColl {
                     };
                     self.ce_reduce(&c)?;
                 }
-                ReduceScatterAlgorithm::SmDirect => {
+                RsAlgo::SmDirect => {
                     let src = src.expect("kernels read symmetric inputs");
                     let off = src.off + rank * chunk;
                     let vec_ok = off.is_multiple_of(16) && out.is_multiple_of(16);
@@ -753,10 +750,10 @@ impl GpuColl {
                         )
                     })?;
                 }
-                ReduceScatterAlgorithm::TmaPushReduce | ReduceScatterAlgorithm::Ll => {
+                RsAlgo::TmaPushReduce | RsAlgo::Ll => {
                     unreachable!("handled by push_reduce and ll_reduce_scatter")
                 }
-                ReduceScatterAlgorithm::TmaReduce | ReduceScatterAlgorithm::TmaReduceEvict => {
+                RsAlgo::TmaReduce | RsAlgo::TmaReduceEvict => {
                     // Every rank's chunk is at the same offset, so one head/body/tail split
                     // (bulk copies need 16-byte alignment) fits all sources.
                     let src = src.expect("kernels read symmetric inputs");
@@ -774,7 +771,7 @@ impl GpuColl {
                         tile,
                         stages,
                         vec_out: (out + (head * esize) as u64).is_multiple_of(16),
-                        evict_first: algorithm == ReduceScatterAlgorithm::TmaReduceEvict,
+                        evict_first: algorithm == RsAlgo::TmaReduceEvict,
                     };
                     self.one_shot(stream, (ch, plan.sync, mode), |f| kernels.tma_reduce(stream, dt, f, ctas, &a))?;
                 }

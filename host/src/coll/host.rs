@@ -22,9 +22,7 @@ use super::counters::{Counters, Moved};
 use super::geometry::{piece_elems, tma_ring, tma_split};
 use super::reference::{reduce_into, reduce_into_as};
 use super::wire::{self, Carry};
-use super::{
-    AllGatherAlgorithm, AllGatherOptions, Arrival, DType, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
-};
+use super::{AgAlgo, AllGatherOptions, ArrivalForm, DType, ReduceOp, ReduceScatterOptions, RsAlgo};
 use crate::error::{Error, Result};
 use crate::memory::host::{HostBuffer, alloc};
 use crate::plan::{AgCall, Planner, RsCall};
@@ -183,7 +181,7 @@ impl HostColl {
         let plan = self.planner.all_gather(&call, opts);
         crate::log::plan(rank, "all-gather", opts.context.name(), shard, &plan);
         let algorithm = plan.algorithm;
-        if algorithm == AllGatherAlgorithm::Ll {
+        if algorithm == AgAlgo::Ll {
             self.ll_all_gather(input, output, opts.channel, shard)?;
             self.counters.add(Moved::AllGather(2 * (world - 1) * shard));
             return Ok(());
@@ -201,19 +199,19 @@ impl HostColl {
             _ => None,
         };
         let plain = matches!(input, HostInput::Plain(_));
-        let stage_in = plain && algorithm != AllGatherAlgorithm::CePush;
+        let stage_in = plain && algorithm != AgAlgo::CePush;
         if stage_in && !opts.allow_staging {
             return Err(refuse_staging(rank, algorithm.name(), "input"));
         }
         let need = match algorithm {
-            AllGatherAlgorithm::CePush => world * shard,
+            AgAlgo::CePush => world * shard,
             _ if stage_in => shard,
             _ => 0,
         };
         let ch = opts.channel;
         self.with_workspace(ch, need, |ws| {
             match algorithm {
-                AllGatherAlgorithm::CePull | AllGatherAlgorithm::SmOneshot | AllGatherAlgorithm::Auto => {
+                AgAlgo::CePull | AgAlgo::SmOneshot => {
                     let (src, slot) = match (in_place_base, input) {
                         (Some(base), HostInput::Symmetric { buf, .. }) => (SymIn { buf, offset: base }, shard),
                         _ => (self.symmetric_input(&input, ws)?, 0),
@@ -222,7 +220,7 @@ impl HostColl {
                     // arrival, each peer's read waits for that peer alone (the host's
                     // waits are in order either way).
                     let epoch = match plan.arrival {
-                        Arrival::InOrder | Arrival::AnyOrder => Some(self.sync.arrive(ch)?),
+                        ArrivalForm::InOrder | ArrivalForm::AnyOrder => Some(self.sync.arrive(ch)?),
                         _ => {
                             self.sync.barrier(ch)?;
                             None
@@ -232,7 +230,7 @@ impl HostColl {
                         let out = &mut output[p * shard..(p + 1) * shard];
                         if p == rank && in_place_base.is_some() {
                             continue; // already in its slot
-                        } else if p == rank && algorithm == AllGatherAlgorithm::CePull {
+                        } else if p == rank && algorithm == AgAlgo::CePull {
                             out.copy_from_slice(&input.local(rank)?);
                         } else {
                             if let Some(e) = epoch {
@@ -243,8 +241,8 @@ impl HostColl {
                     }
                     self.sync.barrier(ch)
                 }
-                AllGatherAlgorithm::Ll => unreachable!("handled by ll_all_gather"),
-                AllGatherAlgorithm::CePush => {
+                AgAlgo::Ll => unreachable!("handled by ll_all_gather"),
+                AgAlgo::CePush => {
                     let ws = ws.expect("workspace sized for push");
                     // In place, this rank's shard is already in `output`: read it there, not
                     // through the symmetric buffer that `output` also covers.
@@ -320,12 +318,12 @@ impl HostColl {
             pieces as u32,
         )?;
         match algorithm {
-            ReduceScatterAlgorithm::TmaPushReduce => {
+            RsAlgo::TmaPushReduce => {
                 self.push_reduce(input, output, dtype, opts, chunk)?;
                 self.counters.add(Moved::ReduceScatter((world - 1) * chunk));
                 return Ok(());
             }
-            ReduceScatterAlgorithm::Ll => {
+            RsAlgo::Ll => {
                 self.ll_reduce_scatter(input, output, dtype, op, opts.channel, chunk)?;
                 self.counters.add(Moved::ReduceScatter(2 * (world - 1) * chunk));
                 return Ok(());
@@ -342,10 +340,8 @@ impl HostColl {
         }
         let es = dtype.size();
         let piece = match algorithm {
-            ReduceScatterAlgorithm::SmDirect => (64 << 10) / es,
-            ReduceScatterAlgorithm::TmaReduce | ReduceScatterAlgorithm::TmaReduceEvict => {
-                tma_ring(world).0 as usize / es
-            }
+            RsAlgo::SmDirect => (64 << 10) / es,
+            RsAlgo::TmaReduce | RsAlgo::TmaReduceEvict => tma_ring(world).0 as usize / es,
             // Pieces change nothing in the result: the host reads and reduces 64 KiB at a
             // time (in cache), whatever the GPU's pipeline would be.
             _ => piece_elems(n_out, planned.pieces).min((64 << 10) / es),
@@ -358,7 +354,7 @@ impl HostColl {
             // the head, the ring's tiles of the 16-byte-aligned body and the tail.
             let mut ranges = Vec::new();
             let (head, body) = match algorithm {
-                ReduceScatterAlgorithm::TmaReduce | ReduceScatterAlgorithm::TmaReduceEvict => {
+                RsAlgo::TmaReduce | RsAlgo::TmaReduceEvict => {
                     let (head, body) = tma_split(off, n_out, es);
                     (head, body / es)
                 }

@@ -1,8 +1,8 @@
-//! Which calls may reduce in one launch ([`ReduceLaunch::Once`]; NOTE [one launch per
+//! Which calls may reduce in one launch ([`LaunchForm::Once`]; NOTE [one launch per
 //! call] in `coll::gpu::ce_reduce`): the check of a plan's launch against the call.
 
 use super::wire::Carry;
-use super::{DType, ReduceLaunch, ReduceScatterAlgorithm};
+use super::{DType, LaunchForm, RsAlgo};
 use crate::error::{Error, Result};
 
 /// Whether a reduce-scatter reduces in one launch: `Once` planned and possible. A `Once`
@@ -11,16 +11,16 @@ use crate::error::{Error, Result};
 /// `pieces` the pipeline's (1 for algorithms without one).
 pub(crate) fn once(
     rank: usize,
-    (launch, explicit): (ReduceLaunch, bool),
-    (algorithm, plan): (ReduceScatterAlgorithm, Carry),
+    (launch, explicit): (LaunchForm, bool),
+    (algorithm, plan): (RsAlgo, Carry),
     dtype: DType,
     pieces: u32,
 ) -> Result<bool> {
-    if launch != ReduceLaunch::Once {
+    if launch != LaunchForm::Once {
         return Ok(false);
     }
     let max = lowcon_abi::pad::WIRE_PIECES;
-    let why = if !matches!(algorithm, ReduceScatterAlgorithm::CeReduce | ReduceScatterAlgorithm::Auto) {
+    let why = if !matches!(algorithm, RsAlgo::CeReduce) {
         Some(format!("ce-reduce only, not {algorithm}"))
     } else if plan != Carry::Same {
         Some("a reduce-scatter whose input and output types match, with no wire".to_string())
@@ -44,22 +44,22 @@ mod tests {
 
     #[test]
     fn once_is_refused_where_it_cannot_run() {
-        let ce = ReduceScatterAlgorithm::CeReduce;
+        let ce = RsAlgo::CeReduce;
         let ok = |l, a, p, d, n| once(3, (l, true), (a, p), d, n);
-        assert!(ok(ReduceLaunch::Once, ce, Carry::Same, DType::F32, 16).unwrap());
-        assert!(ok(ReduceLaunch::Once, ce, Carry::Same, DType::Bf16, 64).unwrap());
-        assert!(!ok(ReduceLaunch::Pieces, ce, Carry::Same, DType::F32, 16).unwrap());
+        assert!(ok(LaunchForm::Once, ce, Carry::Same, DType::F32, 16).unwrap());
+        assert!(ok(LaunchForm::Once, ce, Carry::Same, DType::Bf16, 64).unwrap());
+        assert!(!ok(LaunchForm::Pieces, ce, Carry::Same, DType::F32, 16).unwrap());
         for (a, p, d, n, want) in [
-            (ReduceScatterAlgorithm::SmDirect, Carry::Same, DType::F32, 1, "ce-reduce only, not sm-direct"),
+            (RsAlgo::SmDirect, Carry::Same, DType::F32, 1, "ce-reduce only, not sm-direct"),
             (ce, Carry::Split, DType::F32, 4, "no wire"),
             (ce, Carry::Bf16In, DType::Bf16, 4, "no wire"),
             (ce, Carry::Same, DType::I32, 4, "not i32"),
             (ce, Carry::Same, DType::F32, 65, "at most 64 pieces, not 65"),
         ] {
-            let e = ok(ReduceLaunch::Once, a, p, d, n).unwrap_err().to_string();
+            let e = ok(LaunchForm::Once, a, p, d, n).unwrap_err().to_string();
             assert!(e.contains("rank 3: reduce launch once") && e.contains(want), "{e}");
             // A planned `once` never refuses: it falls back to one launch per piece.
-            assert!(!once(3, (ReduceLaunch::Once, false), (a, p), d, n).unwrap());
+            assert!(!once(3, (LaunchForm::Once, false), (a, p), d, n).unwrap());
         }
     }
 }

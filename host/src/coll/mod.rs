@@ -40,8 +40,8 @@ mod reference;
 pub(crate) mod wire;
 
 pub use crate::plan::vocab::{
-    AllGatherAlgorithm, AllGatherOptions, Arrival, CollOptions, Context, DType, Element, MAX_CTAS, ReduceLaunch,
-    ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions,
+    AgAlgo, AllGatherAlgorithm, AllGatherOptions, Arrival, ArrivalForm, CollOptions, Context, DType, Element,
+    LaunchForm, MAX_CTAS, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions, RsAlgo,
 };
 pub use counters::CollStats;
 pub use device_buf::DeviceBuf;

@@ -60,7 +60,7 @@
 //! Gradients accumulated in fp32 over several backward passes are not bf16-exact, so
 //! there the fallback is the normal case (`lowcon.fsdp` sends f32 then).
 
-use super::{DType, ReduceScatterAlgorithm};
+use super::{DType, RsAlgo};
 use crate::error::{Error, Result};
 
 /// What crosses the peer links in one reduce-scatter (NOTE [bf16 wire]).
@@ -111,19 +111,19 @@ pub(crate) fn carry(rank: usize, input: DType, output: DType, wire: Option<DType
 pub(crate) fn algorithm(
     rank: usize,
     plan: Carry,
-    (algorithm, pipeline): (ReduceScatterAlgorithm, u32),
+    (algorithm, pipeline): (RsAlgo, u32),
     input: DType,
     output: DType,
-) -> Result<ReduceScatterAlgorithm> {
+) -> Result<RsAlgo> {
     if plan == Carry::Split {
         pieces(rank, 1, pipeline)?;
     }
     match (plan, algorithm) {
         (Carry::Same, a) => Ok(a),
-        (_, ReduceScatterAlgorithm::Auto | ReduceScatterAlgorithm::CeReduce) => Ok(ReduceScatterAlgorithm::CeReduce),
+        (_, RsAlgo::CeReduce) => Ok(RsAlgo::CeReduce),
         // NOTE [the wire read directly] (coll::gpu::wire_steps): the split wire's planes
         // read over NVLink by the reduction.
-        (Carry::Split, ReduceScatterAlgorithm::SmDirect) => Ok(ReduceScatterAlgorithm::SmDirect),
+        (Carry::Split, RsAlgo::SmDirect) => Ok(RsAlgo::SmDirect),
         (Carry::Split, a) => Err(Error::InvalidArgument(format!(
             "rank {rank}: reduce-scatter of {input} into {output} over a bf16 wire runs on ce-reduce, sm-direct (or \
              auto), not {a}"
@@ -247,14 +247,13 @@ mod tests {
 
     #[test]
     fn the_wire_runs_on_ce_reduce_and_the_others_refuse_by_name() {
-        use ReduceScatterAlgorithm as A;
+        use RsAlgo as A;
         assert_eq!(algorithm(0, Carry::Same, (A::Ll, 1), F32, F32).unwrap(), A::Ll);
         // The split wire read directly (NOTE [the wire read directly]); a bf16 input has no planes.
         assert_eq!(algorithm(0, Carry::Split, (A::SmDirect, 4), F32, F32).unwrap(), A::SmDirect);
         let e = algorithm(2, Carry::Bf16In, (A::SmDirect, 1), Bf16, F32).unwrap_err().to_string();
         assert!(e.contains("rank 2") && e.contains("sm-direct"), "{e}");
         for p in [Carry::Split, Carry::Bf16In] {
-            assert_eq!(algorithm(0, p, (A::Auto, 1), F32, F32).unwrap(), A::CeReduce);
             assert_eq!(algorithm(0, p, (A::CeReduce, 64), F32, F32).unwrap(), A::CeReduce);
             let kernels = [A::SmDirect, A::TmaReduce, A::TmaReduceEvict, A::TmaPushReduce, A::Ll];
             for a in kernels.into_iter().filter(|&a| p == Carry::Bf16In || a != A::SmDirect) {
@@ -285,7 +284,7 @@ mod tests {
                 assert_eq!(plain.staging, 0);
             }
         }
-        let e = algorithm(2, Carry::Split, (ReduceScatterAlgorithm::CeReduce, 65), F32, F32).unwrap_err();
+        let e = algorithm(2, Carry::Split, (RsAlgo::CeReduce, 65), F32, F32).unwrap_err();
         assert!(e.to_string().contains("rank 2: pipeline 65"), "{e}");
         let e = pieces(2, 100, 65).unwrap_err().to_string();
         assert!(e.contains("rank 2: pipeline 65") && e.contains("at most 64"), "{e}");

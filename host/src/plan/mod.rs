@@ -30,7 +30,10 @@ pub mod vocab;
 use std::sync::Arc;
 
 use table::{Coll, Mem, Probe, Rule, Table};
-use vocab::{AllGatherAlgorithm, AllGatherOptions, Arrival, DType, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm};
+use vocab::{
+    AgAlgo, AllGatherOptions, Arrival, ArrivalForm, DType, LaunchForm, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm,
+    RsAlgo,
+};
 use vocab::{MAX_CTAS, ReduceScatterOptions};
 
 use crate::error::{Error, Result};
@@ -108,17 +111,17 @@ pub struct RsCall {
 /// How an all-gather runs: every choice resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AgPlan {
-    /// The algorithm (never `Auto`).
-    pub algorithm: AllGatherAlgorithm,
+    /// The algorithm.
+    pub algorithm: AgAlgo,
     /// CTAs of its kernel (`sm-oneshot`, `ll`; 0 where the copy engines move the bytes).
     pub ctas: u32,
     /// How its barriers run.
     pub sync: SyncMethod,
     /// Whether peers read an ordinary input in place (eager `ce-pull` only).
     pub map_ordinary: bool,
-    /// What each peer's copy waits for (never `Auto`; `Barrier` but for eager `ce-pull`
-    /// with stream-memop sync, or on the host backend: NOTE [arrival-driven all-gather]).
-    pub arrival: Arrival,
+    /// What each peer's copy waits for (`Barrier` but for eager `ce-pull` with
+    /// stream-memop sync, or on the host backend: NOTE [arrival-driven all-gather]).
+    pub arrival: ArrivalForm,
     /// The rule it came from (`table:line`, `default`, or `explicit`).
     pub origin: Arc<str>,
 }
@@ -126,8 +129,8 @@ pub struct AgPlan {
 /// How a reduce-scatter runs: every choice resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RsPlan {
-    /// The algorithm (never `Auto`).
-    pub algorithm: ReduceScatterAlgorithm,
+    /// The algorithm.
+    pub algorithm: RsAlgo,
     /// CTAs of its reductions.
     pub ctas: u32,
     /// How its barriers and signals run.
@@ -141,8 +144,8 @@ pub struct RsPlan {
     /// The type crossing the links when it differs from the input's (`Some(Bf16)`: the
     /// bf16 wire); `None`: the input's own.
     pub wire: Option<DType>,
-    /// One reduction launch per piece or per call (`Pieces` or `Once`, never `Auto`).
-    pub reduce_launch: ReduceLaunch,
+    /// One reduction launch per piece or per call.
+    pub reduce_launch: LaunchForm,
     /// Whether the caller asked for `reduce_launch` (then a launch that cannot run is
     /// refused; a planned one falls back to `Pieces`).
     pub launch_explicit: bool,
@@ -262,8 +265,8 @@ pub fn shared_cta_cap(ranks_on_gpu: usize, sm_count: u32) -> Option<u32> {
 /// sm-direct, `tma-push-reduce` only sums, and a call whose links carry another type
 /// than its input's runs on ce-reduce (a bf16 input into f32) or on ce-reduce and
 /// sm-direct (the bf16 wire of an f32 call: NOTE [the wire read directly]).
-fn rs_can_run(a: ReduceScatterAlgorithm, call: &RsCall, carried: bool) -> bool {
-    use ReduceScatterAlgorithm as R;
+fn rs_can_run(a: RsAlgo, call: &RsCall, carried: bool) -> bool {
+    use RsAlgo as R;
     if carried {
         return a == R::CeReduce || (a == R::SmDirect && call.input == DType::F32 && call.output == DType::F32);
     }
@@ -414,20 +417,21 @@ impl Planner {
             exact: opts.bf16_exact,
             captured: call.captured,
         };
-        let rule = match opts.algorithm {
-            AllGatherAlgorithm::Auto => self.rule(&probe, |r| r.choose.all_gather.is_some()),
-            a => self.rule(&probe, |r| r.choose.all_gather == Some(a)),
+        let named = opts.algorithm.named();
+        let rule = match named {
+            None => self.rule(&probe, |r| r.choose.all_gather.is_some()),
+            Some(a) => self.rule(&probe, |r| r.choose.all_gather == Some(a)),
         };
-        let algorithm = match (opts.algorithm, rule) {
-            (AllGatherAlgorithm::Auto, Some(r)) => r.choose.all_gather.expect("picked"),
-            (AllGatherAlgorithm::Auto, None) if call.output_symmetric => AllGatherAlgorithm::CePush,
-            (AllGatherAlgorithm::Auto, None) => AllGatherAlgorithm::CePull,
-            (a, _) => a,
+        let algorithm = match (named, rule) {
+            (Some(a), _) => a,
+            (None, Some(r)) => r.choose.all_gather.expect("picked"),
+            (None, None) if call.output_symmetric => AgAlgo::CePush,
+            (None, None) => AgAlgo::CePull,
         };
         let world = self.machine.world;
         let ctas = opts.ctas.or(rule.and_then(|r| r.choose.ctas)).unwrap_or(match algorithm {
-            AllGatherAlgorithm::SmOneshot => oneshot_ctas(world * call.shard),
-            AllGatherAlgorithm::Ll => ll_ctas(ll_first_round_lines(call.shard, world)),
+            AgAlgo::SmOneshot => oneshot_ctas(world * call.shard),
+            AgAlgo::Ll => ll_ctas(ll_first_round_lines(call.shard, world)),
             _ => 0,
         });
         let sync = self.sync(call.captured, (opts.sync, opts.graph_sync), rule);
@@ -435,22 +439,22 @@ impl Planner {
         // calls only (NOTE [mapped ordinary memory]).
         let map_ordinary = opts.map_ordinary.or(rule.and_then(|r| r.choose.map)).unwrap_or(false)
             && !call.captured
-            && algorithm == AllGatherAlgorithm::CePull;
+            && algorithm == AgAlgo::CePull;
         // NOTE [arrival-driven all-gather]: a copy waits for its peer alone where one
         // peer's signal can be waited for on a stream without an SM (a memop wait) and
         // the copies pull: eager ce-pull with memop sync, or any ce-pull on the host
         // backend (its waits are the host's). Elsewhere one barrier, as before. The
         // honest floor has no waits at all (NOTE [honest floor]).
-        let arrival = match opts.arrival {
-            Arrival::Auto => rule.and_then(|r| r.choose.arrival).unwrap_or(Arrival::Barrier),
-            a => a,
+        let arrival = match opts.arrival.named() {
+            None => rule.and_then(|r| r.choose.arrival).and_then(Arrival::named).unwrap_or(ArrivalForm::Barrier),
+            Some(a) => a,
         };
-        let per_peer = algorithm == AllGatherAlgorithm::CePull
+        let per_peer = algorithm == AgAlgo::CePull
             && !call.captured
             && !opts.traffic
             && (sync == SyncMethod::StreamMemop || self.machine.is_host());
-        let arrival = if per_peer { arrival } else { Arrival::Barrier };
-        let origin = self.origin(opts.algorithm == AllGatherAlgorithm::Auto, rule);
+        let arrival = if per_peer { arrival } else { ArrivalForm::Barrier };
+        let origin = self.origin(named.is_none(), rule);
         AgPlan { algorithm, ctas: if ctas == 0 { 0 } else { self.cap(ctas) }, sync, map_ordinary, arrival, origin }
     }
 
@@ -474,7 +478,6 @@ impl Planner {
     }
 
     fn rs(&self, call: &RsCall, opts: &ReduceScatterOptions, default_ctas: Option<u32>) -> RsPlan {
-        use ReduceScatterAlgorithm as R;
         let probe = Probe {
             coll: Coll::ReduceScatter,
             context: opts.context,
@@ -501,40 +504,41 @@ impl Planner {
         };
         // A launch the caller names binds ce-reduce, the one algorithm with launches:
         // `auto` then picks among ce-reduce's rules (NOTE [one launch per call]).
-        let launch_named = opts.reduce_launch != ReduceLaunch::Auto;
-        let rule = match opts.algorithm {
-            R::Auto => self.rule(&probe, |r| {
+        let launch_named = opts.reduce_launch.named().is_some();
+        let named = opts.algorithm.named();
+        let rule = match named {
+            None => self.rule(&probe, |r| {
                 let a = r.choose.reduce_scatter;
                 a.is_some_and(|a| {
                     rs_can_run(a, call, explicit_carry || planned_wire(r))
-                        && (!launch_named || a == R::CeReduce)
+                        && (!launch_named || a == RsAlgo::CeReduce)
                         && wire_ok(r)
                 })
             }),
-            a => self.rule(&probe, |r| r.choose.reduce_scatter == Some(a) && wire_ok(r)),
+            Some(a) => self.rule(&probe, |r| r.choose.reduce_scatter == Some(a) && wire_ok(r)),
         };
         let wire = match opts.wire {
             Some(w) => (w != call.input).then_some(w),
             None => rule.filter(|r| planned_wire(r)).and_then(|r| r.choose.wire),
         };
         let carried = explicit_carry || wire.is_some();
-        let algorithm = match (opts.algorithm, rule) {
-            (R::Auto, Some(r)) => r.choose.reduce_scatter.expect("picked"),
-            (R::Auto, None) if carried || launch_named || call.input.is_int() => R::CeReduce,
-            (R::Auto, None) => R::SmDirect,
-            (a, _) => a,
+        let algorithm = match (named, rule) {
+            (Some(a), _) => a,
+            (None, Some(r)) => r.choose.reduce_scatter.expect("picked"),
+            (None, None) if carried || launch_named || call.input.is_int() => RsAlgo::CeReduce,
+            (None, None) => RsAlgo::SmDirect,
         };
         // A rule's CTAs count where it speaks for the call: for the released reduce-scatter
         // (which has its own default), only a rule of the call's context.
         let rule_ctas =
             rule.filter(|r| default_ctas.is_none() || r.sel.context == Some(opts.context)).and_then(|r| r.choose.ctas);
         let ctas = opts.ctas.or(rule_ctas).or(default_ctas).unwrap_or(match algorithm {
-            R::TmaReduce | R::TmaReduceEvict | R::TmaPushReduce => DEFAULT_TMA_CTAS,
-            R::Ll => ll_ctas(ll_first_round_lines(call.chunk, self.machine.world)),
+            RsAlgo::TmaReduce | RsAlgo::TmaReduceEvict | RsAlgo::TmaPushReduce => DEFAULT_TMA_CTAS,
+            RsAlgo::Ll => ll_ctas(ll_first_round_lines(call.chunk, self.machine.world)),
             _ => DEFAULT_REDUCE_CTAS,
         });
         // ce-reduce's pipeline, and the wire's pieces (sm-direct's too).
-        let piped = algorithm == R::CeReduce || (algorithm == R::SmDirect && wire.is_some());
+        let piped = algorithm == RsAlgo::CeReduce || (algorithm == RsAlgo::SmDirect && wire.is_some());
         let pieces = match (piped, opts.pipeline) {
             (true, Some(p)) => p,
             (true, None) => {
@@ -547,9 +551,9 @@ impl Planner {
             }
             _ => 1,
         };
-        let reduce_launch = match opts.reduce_launch {
-            ReduceLaunch::Auto => rule.and_then(|r| r.choose.launch).unwrap_or(ReduceLaunch::Pieces),
-            l => l,
+        let reduce_launch = match opts.reduce_launch.named() {
+            None => rule.and_then(|r| r.choose.launch).and_then(ReduceLaunch::named).unwrap_or(LaunchForm::Pieces),
+            Some(l) => l,
         };
         let sync = self.sync(call.captured, (opts.sync, opts.graph_sync), rule);
         // NOTE [replay sync]: lowcon's own graph of an eager call waits as a captured call.
@@ -557,8 +561,8 @@ impl Planner {
         // What the backend does: eager ce-reduce calls only (NOTE [mapped ordinary memory]).
         let map_ordinary = opts.map_ordinary.or(rule.and_then(|r| r.choose.map)).unwrap_or(false)
             && !call.captured
-            && algorithm == R::CeReduce;
-        let origin = self.origin(opts.algorithm == R::Auto, rule);
+            && algorithm == RsAlgo::CeReduce;
+        let origin = self.origin(named.is_none(), rule);
         RsPlan {
             algorithm,
             ctas: self.cap(ctas),

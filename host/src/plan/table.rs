@@ -35,7 +35,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::vocab::{AllGatherAlgorithm, Arrival, Context, DType, ReduceLaunch, ReduceScatterAlgorithm};
+use super::vocab::{AgAlgo, AllGatherAlgorithm, Arrival, Context, DType, ReduceLaunch, ReduceScatterAlgorithm, RsAlgo};
 use crate::error::{Error, Result};
 use crate::sync::SyncMethod;
 
@@ -85,8 +85,8 @@ pub(crate) struct Selectors {
 /// What a rule chooses; `None`: the algorithm's default.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Choices {
-    pub(crate) all_gather: Option<AllGatherAlgorithm>,
-    pub(crate) reduce_scatter: Option<ReduceScatterAlgorithm>,
+    pub(crate) all_gather: Option<AgAlgo>,
+    pub(crate) reduce_scatter: Option<RsAlgo>,
     pub(crate) ctas: Option<u32>,
     pub(crate) sync: Option<SyncMethod>,
     pub(crate) graph_sync: Option<SyncMethod>,
@@ -313,17 +313,18 @@ fn parse_rule<'a>(
             "algorithm" => match coll {
                 Coll::AllGather => {
                     ch.all_gather = Some(
-                        v.parse()
+                        v.parse::<AllGatherAlgorithm>()
                             .ok()
-                            .filter(|a| *a != AllGatherAlgorithm::Auto)
+                            .and_then(AllGatherAlgorithm::named)
                             .ok_or_else(|| val("an all-gather algorithm (ce-pull, ce-push, sm-oneshot, ll)"))?,
                     )
                 }
                 Coll::ReduceScatter => {
-                    ch.reduce_scatter =
-                        Some(v.parse().ok().filter(|a| *a != ReduceScatterAlgorithm::Auto).ok_or_else(|| {
-                            val("a reduce-scatter algorithm (ce-reduce, sm-direct, tma-reduce, ll, ...)")
-                        })?)
+                    ch.reduce_scatter = Some(
+                        v.parse::<ReduceScatterAlgorithm>().ok().and_then(ReduceScatterAlgorithm::named).ok_or_else(
+                            || val("a reduce-scatter algorithm (ce-reduce, sm-direct, tma-reduce, ll, ...)"),
+                        )?,
+                    )
                 }
             },
             "ctas" => {
@@ -369,7 +370,7 @@ fn parse_rule<'a>(
     if coll == Coll::AllGather && (ch.wire.is_some() || ch.piece.is_some() || ch.launch.is_some()) {
         return Err(bad(name, n, "an all-gather has no wire, piece or launch"));
     }
-    let wire_ok = |a| matches!(a, ReduceScatterAlgorithm::CeReduce | ReduceScatterAlgorithm::SmDirect);
+    let wire_ok = |a| matches!(a, RsAlgo::CeReduce | RsAlgo::SmDirect);
     if ch.wire.is_some() && ch.reduce_scatter.is_some_and(|a| !wire_ok(a)) {
         return Err(bad(name, n, "the bf16 wire runs on ce-reduce or sm-direct"));
     }

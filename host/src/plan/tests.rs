@@ -1,7 +1,7 @@
 //! The planner's tests: the shipped tables, the model, and how options and hints meet
 //! the rules.
 
-use super::vocab::Context;
+use super::vocab::{AgAlgo, AllGatherAlgorithm, ArrivalForm, Context, LaunchForm, ReduceScatterAlgorithm, RsAlgo};
 use super::*;
 
 fn planner(device: &str, world: usize) -> Planner {
@@ -47,17 +47,17 @@ fn every_shipped_table_parses_and_is_found_for_its_machine() {
 fn two_ranks_keep_the_measured_two_rank_rules() {
     let p = planner("NVIDIA H200", 2);
     let d = AllGatherOptions::default();
-    assert_eq!(ag(&p, 64 << 10, false, &d).algorithm, AllGatherAlgorithm::Ll);
-    assert_eq!(ag(&p, 1 << 20, true, &d).algorithm, AllGatherAlgorithm::Ll);
-    assert_eq!(ag(&p, (1 << 20) + 2, true, &d).algorithm, AllGatherAlgorithm::CePush);
-    assert_eq!(ag(&p, 4 << 20, false, &d).algorithm, AllGatherAlgorithm::CePull);
+    assert_eq!(ag(&p, 64 << 10, false, &d).algorithm, AgAlgo::Ll);
+    assert_eq!(ag(&p, 1 << 20, true, &d).algorithm, AgAlgo::Ll);
+    assert_eq!(ag(&p, (1 << 20) + 2, true, &d).algorithm, AgAlgo::CePush);
+    assert_eq!(ag(&p, 4 << 20, false, &d).algorithm, AgAlgo::CePull);
     let r = ReduceScatterOptions::default();
-    assert_eq!(rs(&p, &rs_call(64 << 10, DType::Bf16), &r).algorithm, ReduceScatterAlgorithm::Ll);
+    assert_eq!(rs(&p, &rs_call(64 << 10, DType::Bf16), &r).algorithm, RsAlgo::Ll);
     // ll on 128 CTAs from 256 KiB to 1 MiB (2026-11-26, 20b3be4).
     let mid = rs(&p, &rs_call(512 << 10, DType::Bf16), &r);
-    assert_eq!((mid.algorithm, mid.ctas), (ReduceScatterAlgorithm::Ll, 128));
+    assert_eq!((mid.algorithm, mid.ctas), (RsAlgo::Ll, 128));
     let big = rs(&p, &rs_call((1 << 20) + 2, DType::Bf16), &r);
-    assert_eq!((big.algorithm, big.ctas), (ReduceScatterAlgorithm::SmDirect, 16));
+    assert_eq!((big.algorithm, big.ctas), (RsAlgo::SmDirect, 16));
 }
 
 #[test]
@@ -69,7 +69,7 @@ fn two_ranks_send_fsdps_wire_in_64_mib_pieces_at_most_4() {
     let fsdp = fsdp_exact();
     let layer = |mib: usize| rs(&p, &RsCall { input_symmetric: false, ..rs_call(mib << 20, DType::F32) }, &fsdp);
     let small = layer(96);
-    assert_eq!((small.algorithm, small.wire, small.ctas), (ReduceScatterAlgorithm::CeReduce, Some(DType::Bf16), 64));
+    assert_eq!((small.algorithm, small.wire, small.ctas), (RsAlgo::CeReduce, Some(DType::Bf16), 64));
     assert_eq!(
         (small.pieces, layer(384).pieces, layer(1536).pieces),
         (2, 4, 4),
@@ -81,10 +81,10 @@ fn two_ranks_send_fsdps_wire_in_64_mib_pieces_at_most_4() {
 fn four_ranks_take_ll_for_small_messages_too() {
     let p = planner("NVIDIA H200", 4);
     let d = AllGatherOptions::default();
-    assert_eq!(ag(&p, 16 << 10, false, &d).algorithm, AllGatherAlgorithm::Ll);
-    assert_eq!(ag(&p, 1 << 20, false, &d).algorithm, AllGatherAlgorithm::SmOneshot);
+    assert_eq!(ag(&p, 16 << 10, false, &d).algorithm, AgAlgo::Ll);
+    assert_eq!(ag(&p, 1 << 20, false, &d).algorithm, AgAlgo::SmOneshot);
     let r = ReduceScatterOptions::default();
-    assert_eq!(rs(&p, &rs_call(16 << 10, DType::F32), &r).algorithm, ReduceScatterAlgorithm::Ll);
+    assert_eq!(rs(&p, &rs_call(16 << 10, DType::F32), &r).algorithm, RsAlgo::Ll);
 }
 
 #[test]
@@ -94,28 +94,28 @@ fn fsdp_gets_the_wire_only_for_exact_f32_and_reads_torch_memory_in_place() {
     let call = RsCall { input_symmetric: false, ..rs_call(64 << 20, DType::F32) };
     let w = rs(&p, &call, &fsdp);
     // NOTE [the wire read directly]: sm-direct's wire, 64 MiB pieces, 2 to 8 of them.
-    assert_eq!((w.algorithm, w.wire, w.ctas), (ReduceScatterAlgorithm::SmDirect, Some(DType::Bf16), 64));
+    assert_eq!((w.algorithm, w.wire, w.ctas), (RsAlgo::SmDirect, Some(DType::Bf16), 64));
     assert_eq!((w.pieces, w.sync), (2, SyncMethod::StreamMemop), "64 MiB: at least 2 pieces");
     let layer = |mib: usize| rs(&p, &RsCall { input_symmetric: false, ..rs_call(mib << 20, DType::F32) }, &fsdp).pieces;
     assert_eq!((layer(192), layer(771)), (3, 8), "4096x12's and 8192x4's layers");
     assert!(w.origin.starts_with("shipped:h200-w4.txt:"), "{}", w.origin);
     // Not exact: no wire; torch memory: ce-reduce reading it in place.
     let plain = rs(&p, &call, &ReduceScatterOptions { bf16_exact: false, ..fsdp });
-    assert_eq!((plain.algorithm, plain.wire, plain.map_ordinary), (ReduceScatterAlgorithm::CeReduce, None, true));
+    assert_eq!((plain.algorithm, plain.wire, plain.map_ordinary), (RsAlgo::CeReduce, None, true));
     // bf16 gradients: no wire either (the input is the wire).
     let bf = rs(&p, &RsCall { input: DType::Bf16, output: DType::Bf16, ..call }, &fsdp);
     assert_eq!(bf.wire, None);
     // The same call without the hint, alone: sm-direct, nothing mapped.
     let alone = rs(&p, &call, &ReduceScatterOptions::default());
-    assert_eq!((alone.algorithm, alone.map_ordinary), (ReduceScatterAlgorithm::SmDirect, false));
+    assert_eq!((alone.algorithm, alone.map_ordinary), (RsAlgo::SmDirect, false));
     // The caller's options win over every rule.
     let mine = ReduceScatterOptions { ctas: Some(8), pipeline: Some(3), wire: Some(DType::F32), ..fsdp };
     let m = rs(&p, &call, &mine);
     assert_eq!((m.ctas, m.pieces, m.wire), (8, 3, None));
-    assert_eq!((m.algorithm, m.map_ordinary), (ReduceScatterAlgorithm::CeReduce, true), "the wire's rule is skipped");
+    assert_eq!((m.algorithm, m.map_ordinary), (RsAlgo::CeReduce, true), "the wire's rule is skipped");
     // The caller who names the rule's wire gets the rule.
     let named = rs(&p, &call, &ReduceScatterOptions { wire: Some(DType::Bf16), ..fsdp });
-    assert_eq!((named.algorithm, named.wire, named.ctas), (ReduceScatterAlgorithm::SmDirect, Some(DType::Bf16), 64));
+    assert_eq!((named.algorithm, named.wire, named.ctas), (RsAlgo::SmDirect, Some(DType::Bf16), 64));
 }
 
 #[test]
@@ -123,7 +123,7 @@ fn explicit_algorithms_take_their_rules_parameters_or_the_defaults() {
     let p = planner("NVIDIA H200", 4);
     let opts = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::SmDirect, ..Default::default() };
     let r = rs(&p, &rs_call(16 << 10, DType::Bf16), &opts);
-    assert_eq!((r.algorithm, r.ctas), (ReduceScatterAlgorithm::SmDirect, 16));
+    assert_eq!((r.algorithm, r.ctas), (RsAlgo::SmDirect, 16));
     assert!(r.origin.starts_with("shipped:h200-w4.txt:"));
     let opts = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::TmaReduce, ..Default::default() };
     let r = rs(&p, &rs_call(16 << 20, DType::Bf16), &opts);
@@ -136,7 +136,7 @@ fn explicit_algorithms_take_their_rules_parameters_or_the_defaults() {
         ..Default::default()
     };
     let r = rs(&p, &rs_call(1 << 20, DType::F32), &bad);
-    assert_eq!((r.algorithm, r.wire), (ReduceScatterAlgorithm::SmDirect, Some(DType::Bf16)));
+    assert_eq!((r.algorithm, r.wire), (RsAlgo::SmDirect, Some(DType::Bf16)));
 }
 
 #[test]
@@ -145,10 +145,10 @@ fn integers_and_carried_types_skip_rules_they_cannot_run() {
     let d = ReduceScatterOptions::default();
     // ll reduces floats only: an i32 call in its range goes on to the next rule.
     let i = rs(&p, &rs_call(16 << 10, DType::I32), &d);
-    assert_eq!(i.algorithm, ReduceScatterAlgorithm::SmDirect);
+    assert_eq!(i.algorithm, RsAlgo::SmDirect);
     // bf16 into f32 carries bf16: ce-reduce, whatever the size.
     let call = RsCall { output: DType::F32, ..rs_call(16 << 10, DType::Bf16) };
-    assert_eq!(rs(&p, &call, &d).algorithm, ReduceScatterAlgorithm::CeReduce);
+    assert_eq!(rs(&p, &call, &d).algorithm, RsAlgo::CeReduce);
 }
 
 #[test]
@@ -160,22 +160,18 @@ fn no_plan_leaves_a_choice_open() {
             for context in Context::ALL {
                 for captured in [false, true] {
                     let o = AllGatherOptions { context, ..Default::default() };
+                    // A plan's types have no `Auto` (AgAlgo, RsAlgo, ArrivalForm, LaunchForm).
                     let a =
                         p.all_gather(&AgCall { shard: bytes, dtype: DType::F32, output_symmetric: true, captured }, &o);
-                    assert_ne!(a.algorithm, AllGatherAlgorithm::Auto);
+                    // Only an eager ce-pull waits per peer.
+                    assert!(a.arrival == ArrivalForm::Barrier || (a.algorithm == AgAlgo::CePull && !captured), "{a}");
                     for (dtype, exact) in
                         [(DType::F32, true), (DType::F32, false), (DType::Bf16, false), (DType::I64, false)]
                     {
                         let o = ReduceScatterOptions { context, bf16_exact: exact, ..Default::default() };
                         let call = RsCall { captured, ..rs_call(bytes, dtype) };
                         let r = rs(&p, &call, &o);
-                        assert_ne!(r.algorithm, ReduceScatterAlgorithm::Auto);
-                        assert_ne!(r.reduce_launch, ReduceLaunch::Auto);
-                        assert_ne!(
-                            r.algorithm,
-                            ReduceScatterAlgorithm::TmaPushReduce,
-                            "never picked: not deterministic"
-                        );
+                        assert_ne!(r.algorithm, RsAlgo::TmaPushReduce, "never picked: not deterministic");
                         assert!(r.ctas >= 1 && r.pieces >= 1);
                         if r.wire.is_some() {
                             assert!(r.pieces <= lowcon_abi::pad::WIRE_PIECES);
@@ -238,8 +234,8 @@ fn unmeasured_worlds_and_gpus_take_the_model() {
     assert!(p.table().1.starts_with("model: shipped:h200-w4.txt"), "{}", p.table().1);
     let d = AllGatherOptions::default();
     let ll_max = (512usize << 10) * 3 / 7;
-    assert_eq!(ag(&p, ll_max, false, &d).algorithm, AllGatherAlgorithm::Ll);
-    assert_eq!(ag(&p, ll_max + 2, false, &d).algorithm, AllGatherAlgorithm::SmOneshot);
+    assert_eq!(ag(&p, ll_max, false, &d).algorithm, AgAlgo::Ll);
+    assert_eq!(ag(&p, ll_max + 2, false, &d).algorithm, AgAlgo::SmOneshot);
     // 3 ranks: between 2 and 4, the larger world's table (x 3/2).
     let p3 = planner("NVIDIA H200", 3);
     assert!(p3.table().1.contains("h200-w4.txt") && p3.table().1.contains("x 3/2"), "{}", p3.table().1);
@@ -264,14 +260,14 @@ fn a_table_of_the_callers_changes_the_plan() {
                 reduce-scatter algorithm=ce-reduce piece=1M max_pieces=3 launch=once\n";
     let p = h200_w4_with("mine.txt", text);
     let a = ag(&p, 1 << 30, true, &AllGatherOptions::default());
-    assert_eq!((a.algorithm, a.ctas, &*a.origin), (AllGatherAlgorithm::SmOneshot, 7, "mine.txt:4"));
+    assert_eq!((a.algorithm, a.ctas, &*a.origin), (AgAlgo::SmOneshot, 7, "mine.txt:4"));
     let f =
         rs(&p, &rs_call(1 << 30, DType::Bf16), &ReduceScatterOptions { context: Context::Fsdp, ..Default::default() });
-    assert_eq!((f.algorithm, f.ctas, f.sync), (ReduceScatterAlgorithm::TmaReduce, 5, SyncMethod::StreamMemop));
+    assert_eq!((f.algorithm, f.ctas, f.sync), (RsAlgo::TmaReduce, 5, SyncMethod::StreamMemop));
     let c = rs(&p, &rs_call(64 << 20, DType::Bf16), &ReduceScatterOptions::default());
     assert_eq!(
         (c.algorithm, c.pieces, c.reduce_launch, c.launch_explicit),
-        (ReduceScatterAlgorithm::CeReduce, 3, ReduceLaunch::Once, false)
+        (RsAlgo::CeReduce, 3, LaunchForm::Once, false)
     );
     assert_ne!(p.fingerprint(), planner("NVIDIA H200", 4).fingerprint());
 }
@@ -331,10 +327,7 @@ fn a_named_launch_binds_ce_reduce() {
     // auto picks among ce-reduce's rules (ll would otherwise take 16 KiB, sm-direct 64 MiB).
     for chunk in [16 << 10, 64 << 20] {
         let r = rs(&p, &rs_call(chunk, DType::Bf16), &once);
-        assert_eq!(
-            (r.algorithm, r.reduce_launch, r.launch_explicit),
-            (ReduceScatterAlgorithm::CeReduce, ReduceLaunch::Once, true)
-        );
+        assert_eq!((r.algorithm, r.reduce_launch, r.launch_explicit), (RsAlgo::CeReduce, LaunchForm::Once, true));
     }
     // Named with another algorithm it binds too: the backend refuses it, naming why.
     let named = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::SmDirect, ..once };
@@ -356,7 +349,7 @@ fn the_released_reduce_scatter_keeps_its_ctas_unless_a_tp_rule_names_others() {
     // h200-w2.txt ends in a ce-reduce rule with 16 CTAs: not the released call's.
     let p2 = planner("NVIDIA H200", 2);
     let r = p2.released(&call, &tp);
-    assert_eq!((r.algorithm, r.ctas), (ReduceScatterAlgorithm::CeReduce, RELEASED_REDUCE_CTAS));
+    assert_eq!((r.algorithm, r.ctas), (RsAlgo::CeReduce, RELEASED_REDUCE_CTAS));
     let text = "lowcon-tuning 1\nmachine gpu=H200 world=2\nreduce-scatter context=tp algorithm=ce-reduce ctas=5\n";
     let m = Machine { device: "NVIDIA H200".into(), sms: 132, world: 2, ranks_on_gpu: 1 };
     let mine = Planner::with_table(m, Table::parse("tp.txt", text).unwrap(), "test".into());
@@ -387,7 +380,7 @@ fn the_wire_read_directly_is_sm_direct_with_pieces() {
         ..Default::default()
     };
     let d = rs(&p, &call, &named);
-    assert_eq!((d.algorithm, d.wire, d.map_ordinary), (ReduceScatterAlgorithm::SmDirect, Some(DType::Bf16), false));
+    assert_eq!((d.algorithm, d.wire, d.map_ordinary), (RsAlgo::SmDirect, Some(DType::Bf16), false));
     assert!(d.pieces > 1, "the wire's pieces: {}", d.pieces);
     // A table may pick it for hinted calls; without the hint sm-direct keeps f32 and one piece.
     let text = "lowcon-tuning 1\nmachine gpu=H200 world=4\nsource test\n\
@@ -396,9 +389,9 @@ fn the_wire_read_directly_is_sm_direct_with_pieces() {
     let t = h200_w4_with("t", text);
     let hinted = fsdp_exact();
     let h = rs(&t, &call, &hinted);
-    assert_eq!((h.algorithm, h.wire, h.ctas, h.pieces), (ReduceScatterAlgorithm::SmDirect, Some(DType::Bf16), 24, 8));
+    assert_eq!((h.algorithm, h.wire, h.ctas, h.pieces), (RsAlgo::SmDirect, Some(DType::Bf16), 24, 8));
     let plain = rs(&t, &call, &ReduceScatterOptions { bf16_exact: false, ..hinted });
-    assert_eq!((plain.algorithm, plain.wire, plain.pieces), (ReduceScatterAlgorithm::SmDirect, None, 1));
+    assert_eq!((plain.algorithm, plain.wire, plain.pieces), (RsAlgo::SmDirect, None, 1));
 }
 
 #[test]
@@ -410,15 +403,15 @@ fn named_algorithms_and_launches_keep_or_skip_the_wire_rule_as_they_can_take_it(
     let ce = rs(&p, &call, &ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::CeReduce, ..fsdp });
     assert_eq!(
         (ce.algorithm, ce.wire, ce.ctas, ce.sync),
-        (ReduceScatterAlgorithm::CeReduce, Some(DType::Bf16), 64, SyncMethod::StreamMemop)
+        (RsAlgo::CeReduce, Some(DType::Bf16), 64, SyncMethod::StreamMemop)
     );
     // A launch named binds ce-reduce, and keeps the wire.
     let l = rs(&p, &call, &ReduceScatterOptions { reduce_launch: ReduceLaunch::Pieces, ..fsdp });
-    assert_eq!((l.algorithm, l.wire), (ReduceScatterAlgorithm::CeReduce, Some(DType::Bf16)));
+    assert_eq!((l.algorithm, l.wire), (RsAlgo::CeReduce, Some(DType::Bf16)));
     // sm-direct named with f32 on the wire: not the wire's rule (its CTAs and sync).
     let f = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::SmDirect, wire: Some(DType::F32), ..fsdp };
     let f = rs(&p, &call, &f);
-    assert_eq!((f.algorithm, f.wire, f.ctas, f.pieces), (ReduceScatterAlgorithm::SmDirect, None, 16, 1));
+    assert_eq!((f.algorithm, f.wire, f.ctas, f.pieces), (RsAlgo::SmDirect, None, 16, 1));
 }
 
 #[test]
@@ -435,35 +428,35 @@ fn arrival_is_per_peer_only_where_a_per_peer_wait_runs() {
     let plan = ag(&p, 64 << 20, false, &fsdp);
     assert_eq!(
         (plan.algorithm, plan.sync, plan.arrival),
-        (AllGatherAlgorithm::CePull, SyncMethod::StreamMemop, Arrival::AnyOrder)
+        (AgAlgo::CePull, SyncMethod::StreamMemop, ArrivalForm::AnyOrder)
     );
     assert!(plan.to_string().contains("arrival=any-order"), "{plan}");
     // No rule names it: one barrier, as before.
-    assert_eq!(ag(&p, 64 << 20, false, &AllGatherOptions::default()).arrival, Arrival::Barrier);
+    assert_eq!(ag(&p, 64 << 20, false, &AllGatherOptions::default()).arrival, ArrivalForm::Barrier);
     // The caller's choice wins over the rule's.
     let in_order = AllGatherOptions { arrival: Arrival::InOrder, ..fsdp };
-    assert_eq!(ag(&p, 64 << 20, false, &in_order).arrival, Arrival::InOrder);
+    assert_eq!(ag(&p, 64 << 20, false, &in_order).arrival, ArrivalForm::InOrder);
     let barrier = AllGatherOptions { arrival: Arrival::Barrier, ..fsdp };
-    assert_eq!(ag(&p, 64 << 20, false, &barrier).arrival, Arrival::Barrier);
+    assert_eq!(ag(&p, 64 << 20, false, &barrier).arrival, ArrivalForm::Barrier);
     // Where no per-peer wait runs: kernel sync, a captured call, another algorithm, the
     // honest floor.
     let kernel = AllGatherOptions { sync: Some(SyncMethod::Kernel), ..in_order };
-    assert_eq!(ag(&p, 64 << 20, false, &kernel).arrival, Arrival::Barrier);
+    assert_eq!(ag(&p, 64 << 20, false, &kernel).arrival, ArrivalForm::Barrier);
     let call = AgCall { shard: 64 << 20, dtype: DType::Bf16, output_symmetric: false, captured: true };
-    assert_eq!(p.all_gather(&call, &in_order).arrival, Arrival::Barrier);
+    assert_eq!(p.all_gather(&call, &in_order).arrival, ArrivalForm::Barrier);
     // So a replayed call's wait nodes do not grow with the peers at any world, 8 included.
     for w in [2, 8] {
         let big = planner("NVIDIA H200", w);
-        assert_eq!(big.all_gather(&call, &in_order).arrival, Arrival::Barrier, "{w} ranks");
+        assert_eq!(big.all_gather(&call, &in_order).arrival, ArrivalForm::Barrier, "{w} ranks");
     }
     let push = AllGatherOptions { algorithm: AllGatherAlgorithm::CePush, ..in_order };
-    assert_eq!(ag(&p, 64 << 20, true, &push).arrival, Arrival::Barrier);
+    assert_eq!(ag(&p, 64 << 20, true, &push).arrival, ArrivalForm::Barrier);
     let traffic = AllGatherOptions { traffic: true, ..in_order };
-    assert_eq!(ag(&p, 64 << 20, false, &traffic).arrival, Arrival::Barrier);
+    assert_eq!(ag(&p, 64 << 20, false, &traffic).arrival, ArrivalForm::Barrier);
     // The host backend's waits are the host's: any sync.
     let host = Planner::shipped(Machine::host(3)).unwrap();
     let pull = AllGatherOptions { algorithm: AllGatherAlgorithm::CePull, ..in_order };
-    assert_eq!(ag(&host, 4096, false, &pull).arrival, Arrival::InOrder);
+    assert_eq!(ag(&host, 4096, false, &pull).arrival, ArrivalForm::InOrder);
 }
 
 #[test]

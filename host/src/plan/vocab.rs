@@ -168,7 +168,7 @@ impl FromStr for ReduceOp {
 }
 
 macro_rules! algorithm_enum {
-    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
+    ($(#[$m:meta])* $name:ident / $planned:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
         $(#[$m])*
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
         pub enum $name {
@@ -206,12 +206,54 @@ macro_rules! algorithm_enum {
                 })
             }
         }
+
+        #[doc = concat!("A [`", stringify!($name), "`] as a plan holds it: never `Auto` (the planner resolved it).")]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $planned {
+            $($(#[$vm])* $v),+
+        }
+
+        impl $planned {
+            /// The name used on command lines and in tables.
+            pub const fn name(self) -> &'static str {
+                $name::from_planned(self).name()
+            }
+        }
+
+        impl $name {
+            /// The algorithm a caller names, or `None` for `Auto` (the planner's to pick).
+            pub const fn named(self) -> Option<$planned> {
+                match self {
+                    $name::Auto => None,
+                    $($name::$v => Some($planned::$v)),+
+                }
+            }
+
+            /// The option naming a planned algorithm.
+            pub const fn from_planned(a: $planned) -> Self {
+                match a {
+                    $($planned::$v => $name::$v),+
+                }
+            }
+        }
+
+        impl From<$planned> for $name {
+            fn from(a: $planned) -> Self {
+                $name::from_planned(a)
+            }
+        }
+
+        impl fmt::Display for $planned {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
     };
 }
 
 algorithm_enum!(
     /// All-gather algorithms.
-    AllGatherAlgorithm {
+    AllGatherAlgorithm / AgAlgo {
         /// Copy-engine reads of the peers' shards, rotated order.
         CePull = "ce-pull",
         /// Copy-engine writes of the local shard into every peer.
@@ -228,7 +270,7 @@ algorithm_enum!(
 
 algorithm_enum!(
     /// Reduce-scatter algorithms.
-    ReduceScatterAlgorithm {
+    ReduceScatterAlgorithm / RsAlgo {
         /// Copy-engine gather into staging, pipelined with a few-CTA reduction.
         CeReduce = "ce-reduce",
         /// One few-CTA kernel reading and reducing the peers' chunks.
@@ -301,6 +343,47 @@ impl ReduceLaunch {
     }
 }
 
+/// A [`ReduceLaunch`] as a plan holds it: never `Auto` (the planner resolved it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LaunchForm {
+    /// [`ReduceLaunch::Pieces`].
+    Pieces,
+    /// [`ReduceLaunch::Once`].
+    Once,
+}
+
+impl LaunchForm {
+    /// The name used on command lines and in messages.
+    pub const fn name(self) -> &'static str {
+        ReduceLaunch::from_planned(self).name()
+    }
+}
+
+impl ReduceLaunch {
+    /// The launch a caller names, or `None` for `Auto` (the planner's to pick).
+    pub const fn named(self) -> Option<LaunchForm> {
+        match self {
+            ReduceLaunch::Auto => None,
+            ReduceLaunch::Pieces => Some(LaunchForm::Pieces),
+            ReduceLaunch::Once => Some(LaunchForm::Once),
+        }
+    }
+
+    /// The option naming a planned launch.
+    pub const fn from_planned(l: LaunchForm) -> Self {
+        match l {
+            LaunchForm::Pieces => ReduceLaunch::Pieces,
+            LaunchForm::Once => ReduceLaunch::Once,
+        }
+    }
+}
+
+impl fmt::Display for LaunchForm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl fmt::Display for ReduceLaunch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -348,6 +431,51 @@ impl Arrival {
             Arrival::InOrder => "in-order",
             Arrival::AnyOrder => "any-order",
         }
+    }
+}
+
+/// An [`Arrival`] as a plan holds it: never `Auto` (the planner resolved it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ArrivalForm {
+    /// [`Arrival::Barrier`].
+    Barrier,
+    /// [`Arrival::InOrder`].
+    InOrder,
+    /// [`Arrival::AnyOrder`].
+    AnyOrder,
+}
+
+impl ArrivalForm {
+    /// The name used in options, tables and messages.
+    pub const fn name(self) -> &'static str {
+        Arrival::from_planned(self).name()
+    }
+}
+
+impl Arrival {
+    /// The arrival a caller names, or `None` for `Auto` (the planner's to pick).
+    pub const fn named(self) -> Option<ArrivalForm> {
+        match self {
+            Arrival::Auto => None,
+            Arrival::Barrier => Some(ArrivalForm::Barrier),
+            Arrival::InOrder => Some(ArrivalForm::InOrder),
+            Arrival::AnyOrder => Some(ArrivalForm::AnyOrder),
+        }
+    }
+
+    /// The option naming a planned arrival.
+    pub const fn from_planned(a: ArrivalForm) -> Self {
+        match a {
+            ArrivalForm::Barrier => Arrival::Barrier,
+            ArrivalForm::InOrder => Arrival::InOrder,
+            ArrivalForm::AnyOrder => Arrival::AnyOrder,
+        }
+    }
+}
+
+impl fmt::Display for ArrivalForm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 

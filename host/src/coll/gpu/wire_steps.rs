@@ -46,7 +46,7 @@ use crate::coll::counters::Moved;
 use crate::coll::device_buf::DeviceBuf;
 use crate::coll::geometry::{PLANE_RING, STAGING_DEPTH};
 use crate::coll::wire::{Layout, pieces};
-use crate::coll::{ReduceOp, ReduceScatterAlgorithm};
+use crate::coll::{ReduceOp, RsAlgo};
 use crate::cuda::kernels::{COLL_THREADS, WirePackArgs, WireReduceArgs};
 use crate::cuda::{Stream, StreamPriority};
 use crate::error::Result;
@@ -69,7 +69,7 @@ impl GpuColl {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         let n = output.count;
         let (pe, count) = pieces(rank, n, plan.pieces)?;
-        let direct = plan.algorithm == ReduceScatterAlgorithm::SmDirect;
+        let direct = plan.algorithm == RsAlgo::SmDirect;
         // NOTE [the wire read directly]: no staging ring (pieces of 0 elements in it).
         // NOTE [plane ring]: planes of `PLANE_RING` pieces where the call has more.
         let ring = if count > PLANE_RING { PLANE_RING } else { 0 };

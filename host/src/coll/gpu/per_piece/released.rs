@@ -52,7 +52,7 @@ use crate::coll::check::{align256, check_reduce_scatter, staged_slot};
 use crate::coll::counters::Moved;
 use crate::coll::gpu::{GpuColl, Sym, ce_copy};
 use crate::coll::wire::Carry;
-use crate::coll::{DeviceBuf, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions};
+use crate::coll::{DeviceBuf, ReduceOp, ReduceScatterOptions, RsAlgo};
 use crate::cuda::Stream;
 use crate::cuda::kernels::COLL_THREADS;
 use crate::error::{Error, Result};
@@ -89,10 +89,10 @@ impl GpuColl {
         if opts.traffic {
             return refuse("traffic calls (the honest floor) do not apply to a released reduce-scatter".into());
         }
-        if opts.pipeline.is_some() || opts.reduce_launch != crate::coll::ReduceLaunch::Auto {
+        if opts.pipeline.is_some() || opts.reduce_launch.named().is_some() {
             return refuse("pipeline and reduce_launch do not apply (one piece per chunk, one reduction)".into());
         }
-        if !matches!(opts.algorithm, ReduceScatterAlgorithm::Auto | ReduceScatterAlgorithm::CeReduce) {
+        if opts.algorithm.named().is_some_and(|a| a != RsAlgo::CeReduce) {
             return refuse(format!(
                 "algorithm {}: it runs ce-reduce's copies (auto or ce-reduce)",
                 opts.algorithm.name()
