@@ -183,7 +183,13 @@ impl SweepFlags {
         // The wire of an f32 call runs on ce-reduce and sm-direct (NOTE [the wire read
         // directly]): `all` means those two, and any other is refused now, not after the
         // rows before it were measured.
-        let carries_wire = |a: &str| matches!(a.split('/').next(), Some("ce-reduce" | "sm-direct" | "auto"));
+        // NOTE [capabilities]: what can carry the split wire, as the library declares it.
+        let carries_wire = |a: &str| {
+            a.split('/')
+                .next()
+                .and_then(|n| n.parse::<lowcon::ReduceScatterAlgorithm>().ok())
+                .is_some_and(|a| a.named().is_none_or(|a| a.caps().split_wire))
+        };
         let algorithms = match wire {
             Some(_) if self.algorithms == "all" => vec!["ce-reduce".to_string(), "sm-direct".to_string()],
             Some(w) => match algorithms.iter().find(|a| !carries_wire(a)) {

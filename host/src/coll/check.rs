@@ -79,19 +79,20 @@ pub(crate) fn int_algorithm(rank: usize, dtype: DType, algorithm: RsAlgo, op: Re
              mean would round; sum, then divide)"
         )));
     }
-    match algorithm {
-        RsAlgo::CeReduce | RsAlgo::SmDirect => Ok(algorithm),
-        a => Err(Error::InvalidArgument(format!(
-            "rank {rank}: reduce-scatter of {dtype} with {}: integers reduce with ce-reduce or sm-direct (or auto)",
-            a.name()
-        ))),
+    // NOTE [capabilities].
+    if algorithm.caps().ints {
+        return Ok(algorithm);
     }
+    Err(Error::InvalidArgument(format!(
+        "rank {rank}: reduce-scatter of {dtype} with {algorithm}: integers reduce with {} (or auto)",
+        RsAlgo::names_where(|c| c.ints).join(" or ")
+    )))
 }
 
 /// Refuses an operator other than sum for `tma-push-reduce` (its additions are done by
 /// `cp.reduce.async.bulk .add`; average would need a division after the last one).
 pub(crate) fn check_push_op(rank: usize, algorithm: RsAlgo, op: ReduceOp) -> Result<()> {
-    if algorithm == RsAlgo::TmaPushReduce && op != ReduceOp::Sum {
+    if !algorithm.caps().all_ops && op != ReduceOp::Sum {
         return Err(Error::InvalidArgument(format!(
             "rank {rank}: op {op} is not supported by {algorithm}, which only sums (cp.reduce.async.bulk .add); \
              use tma-reduce, sm-direct or ce-reduce for {op}"

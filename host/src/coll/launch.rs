@@ -20,8 +20,9 @@ pub(crate) fn once(
         return Ok(false);
     }
     let max = lowcon_abi::pad::WIRE_PIECES;
-    let why = if !matches!(algorithm, RsAlgo::CeReduce) {
-        Some(format!("ce-reduce only, not {algorithm}"))
+    // NOTE [capabilities].
+    let why = if !algorithm.caps().launch_once {
+        Some(format!("{} only, not {algorithm}", RsAlgo::names_where(|c| c.launch_once).join(", ")))
     } else if plan != Carry::Same {
         Some("a reduce-scatter whose input and output types match, with no wire".to_string())
     } else if dtype.is_int() {

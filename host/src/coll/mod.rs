@@ -41,7 +41,7 @@ pub(crate) mod wire;
 
 pub use crate::plan::vocab::{
     AgAlgo, AllGatherAlgorithm, AllGatherOptions, Arrival, ArrivalForm, CollOptions, Context, DType, Element,
-    LaunchForm, MAX_CTAS, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions, RsAlgo,
+    LaunchForm, MAX_CTAS, ReduceLaunch, ReduceOp, ReduceScatterAlgorithm, ReduceScatterOptions, RsAlgo, RsCaps,
 };
 pub use counters::CollStats;
 pub use device_buf::DeviceBuf;

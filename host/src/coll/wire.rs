@@ -118,21 +118,20 @@ pub(crate) fn algorithm(
     if plan == Carry::Split {
         pieces(rank, 1, pipeline)?;
     }
-    match (plan, algorithm) {
-        (Carry::Same, a) => Ok(a),
-        (_, RsAlgo::CeReduce) => Ok(RsAlgo::CeReduce),
-        // NOTE [the wire read directly] (coll::gpu::wire_steps): the split wire's planes
-        // read over NVLink by the reduction.
-        (Carry::Split, RsAlgo::SmDirect) => Ok(RsAlgo::SmDirect),
-        (Carry::Split, a) => Err(Error::InvalidArgument(format!(
-            "rank {rank}: reduce-scatter of {input} into {output} over a bf16 wire runs on ce-reduce, sm-direct (or \
-             auto), not {a}"
-        ))),
-        (_, a) => Err(Error::InvalidArgument(format!(
-            "rank {rank}: reduce-scatter of {input} into {output} over a bf16 wire runs on ce-reduce (or auto), not \
-             {a}"
-        ))),
+    // NOTE [capabilities]; the split wire read directly is sm-direct's (NOTE [the wire read
+    // directly] in coll::gpu::wire_steps).
+    let can: fn(super::RsCaps) -> bool = match plan {
+        Carry::Same => return Ok(algorithm),
+        Carry::Split => |c| c.split_wire,
+        Carry::Bf16In => |c| c.bf16_in,
+    };
+    if can(algorithm.caps()) {
+        return Ok(algorithm);
     }
+    Err(Error::InvalidArgument(format!(
+        "rank {rank}: reduce-scatter of {input} into {output} over a bf16 wire runs on {} (or auto), not {algorithm}",
+        RsAlgo::names_where(can).join(", ")
+    )))
 }
 
 /// Where a split-wire call's regions are in the channel's workspace (byte offsets, the

@@ -266,14 +266,16 @@ pub fn shared_cta_cap(ranks_on_gpu: usize, sm_count: u32) -> Option<u32> {
 /// than its input's runs on ce-reduce (a bf16 input into f32) or on ce-reduce and
 /// sm-direct (the bf16 wire of an f32 call: NOTE [the wire read directly]).
 fn rs_can_run(a: RsAlgo, call: &RsCall, carried: bool) -> bool {
-    use RsAlgo as R;
+    // NOTE [capabilities]: what the algorithm declares.
+    let caps = a.caps();
     if carried {
-        return a == R::CeReduce || (a == R::SmDirect && call.input == DType::F32 && call.output == DType::F32);
+        let split = call.input == DType::F32 && call.output == DType::F32;
+        return if split { caps.split_wire } else { caps.bf16_in };
     }
-    if call.input.is_int() && !matches!(a, R::CeReduce | R::SmDirect) {
+    if call.input.is_int() && !caps.ints {
         return false;
     }
-    a != R::TmaPushReduce || call.op == ReduceOp::Sum
+    caps.all_ops || call.op == ReduceOp::Sum
 }
 
 /// How a group's calls are planned: the machine and the table (or model) in use.
@@ -439,7 +441,7 @@ impl Planner {
         // calls only (NOTE [mapped ordinary memory]).
         let map_ordinary = opts.map_ordinary.or(rule.and_then(|r| r.choose.map)).unwrap_or(false)
             && !call.captured
-            && algorithm == AgAlgo::CePull;
+            && algorithm.caps().map_ordinary;
         // NOTE [arrival-driven all-gather]: a copy waits for its peer alone where one
         // peer's signal can be waited for on a stream without an SM (a memop wait) and
         // the copies pull: eager ce-pull with memop sync, or any ce-pull on the host
@@ -449,7 +451,7 @@ impl Planner {
             None => rule.and_then(|r| r.choose.arrival).and_then(Arrival::named).unwrap_or(ArrivalForm::Barrier),
             Some(a) => a,
         };
-        let per_peer = algorithm == AgAlgo::CePull
+        let per_peer = algorithm.caps().per_peer_arrival
             && !call.captured
             && !opts.traffic
             && (sync == SyncMethod::StreamMemop || self.machine.is_host());
@@ -510,7 +512,8 @@ impl Planner {
             None => self.rule(&probe, |r| {
                 let a = r.choose.reduce_scatter;
                 a.is_some_and(|a| {
-                    rs_can_run(a, call, explicit_carry || planned_wire(r))
+                    a.caps().deterministic
+                        && rs_can_run(a, call, explicit_carry || planned_wire(r))
                         && (!launch_named || a == RsAlgo::CeReduce)
                         && wire_ok(r)
                 })
@@ -561,7 +564,7 @@ impl Planner {
         // What the backend does: eager ce-reduce calls only (NOTE [mapped ordinary memory]).
         let map_ordinary = opts.map_ordinary.or(rule.and_then(|r| r.choose.map)).unwrap_or(false)
             && !call.captured
-            && algorithm == RsAlgo::CeReduce;
+            && algorithm.caps().map_ordinary;
         let origin = self.origin(named.is_none(), rule);
         RsPlan {
             algorithm,

@@ -214,6 +214,9 @@ macro_rules! algorithm_enum {
         }
 
         impl $planned {
+            /// Every algorithm.
+            pub const ALL: &[$planned] = &[$($planned::$v),+];
+
             /// The name used on command lines and in tables.
             pub const fn name(self) -> &'static str {
                 $name::from_planned(self).name()
@@ -295,6 +298,81 @@ algorithm_enum!(
         Ll = "ll",
     }
 );
+
+// NOTE [capabilities]
+// What each algorithm can run is declared once, here (`AgAlgo::caps`, `RsAlgo::caps`):
+// the planner picks among the algorithms whose declaration covers a call, and the
+// backend's refusals of an algorithm a caller named read the same declaration and list
+// the algorithms it names as the ones that can (so a new algorithm is one line here, not
+// an edit of every refusal).
+
+/// What a reduce-scatter algorithm can run (NOTE [capabilities]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RsCaps {
+    /// Integer element types (i32, i64, u8; sum, min and max).
+    pub ints: bool,
+    /// Every operator (sum, avg, min, max); else sum only.
+    pub all_ops: bool,
+    /// A bf16 input reduced into an f32 output (the input is the wire).
+    pub bf16_in: bool,
+    /// The split bf16 wire of an f32 call (NOTE [bf16 wire]).
+    pub split_wire: bool,
+    /// One reduction launch per call (`LaunchForm::Once`).
+    pub launch_once: bool,
+    /// Peers read an ordinary input in place (`map_ordinary`, eager calls).
+    pub map_ordinary: bool,
+    /// The same result, bit for bit, at every call; `auto` picks no other.
+    pub deterministic: bool,
+}
+
+impl RsAlgo {
+    /// What it can run (NOTE [capabilities]).
+    pub const fn caps(self) -> RsCaps {
+        let none = RsCaps {
+            ints: false,
+            all_ops: true,
+            bf16_in: false,
+            split_wire: false,
+            launch_once: false,
+            map_ordinary: false,
+            deterministic: true,
+        };
+        match self {
+            RsAlgo::CeReduce => {
+                RsCaps { ints: true, bf16_in: true, split_wire: true, launch_once: true, map_ordinary: true, ..none }
+            }
+            // NOTE [the wire read directly]: the split wire's planes read over NVLink.
+            RsAlgo::SmDirect => RsCaps { ints: true, split_wire: true, ..none },
+            RsAlgo::TmaReduce | RsAlgo::TmaReduceEvict | RsAlgo::Ll => none,
+            RsAlgo::TmaPushReduce => RsCaps { all_ops: false, deterministic: false, ..none },
+        }
+    }
+
+    /// The names of the algorithms whose declaration has `f`, in declaration order, as a
+    /// refusal lists them.
+    pub fn names_where(f: impl Fn(RsCaps) -> bool) -> Vec<&'static str> {
+        RsAlgo::ALL.iter().filter(|a| f(a.caps())).map(|a| a.name()).collect()
+    }
+}
+
+/// What an all-gather algorithm can run (NOTE [capabilities]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AgCaps {
+    /// Peers read an ordinary input in place (`map_ordinary`, eager calls).
+    pub map_ordinary: bool,
+    /// Each peer's copy may wait for that peer alone (`ArrivalForm::InOrder`, `AnyOrder`).
+    pub per_peer_arrival: bool,
+}
+
+impl AgAlgo {
+    /// What it can run (NOTE [capabilities]).
+    pub const fn caps(self) -> AgCaps {
+        match self {
+            AgAlgo::CePull => AgCaps { map_ordinary: true, per_peer_arrival: true },
+            AgAlgo::CePush | AgAlgo::SmOneshot | AgAlgo::Ll => AgCaps { map_ordinary: false, per_peer_arrival: false },
+        }
+    }
+}
 
 /// How `ce-reduce` launches its reduction on the GPU backend. The host backend has no
 /// launches: it accepts (and checks) the option and computes the same result.
@@ -661,6 +739,32 @@ impl<A> CollOptions<A> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn each_algorithm_declares_what_it_runs_once() {
+        // NOTE [capabilities]: the facts the planner and the refusals read.
+        assert_eq!(RsAlgo::names_where(|c| c.ints), ["ce-reduce", "sm-direct"]);
+        assert_eq!(RsAlgo::names_where(|c| c.split_wire), ["ce-reduce", "sm-direct"]);
+        assert_eq!(RsAlgo::names_where(|c| c.bf16_in), ["ce-reduce"]);
+        assert_eq!(RsAlgo::names_where(|c| c.launch_once), ["ce-reduce"]);
+        assert_eq!(RsAlgo::names_where(|c| c.map_ordinary), ["ce-reduce"]);
+        assert_eq!(RsAlgo::names_where(|c| !c.all_ops), ["tma-push-reduce"]);
+        assert_eq!(RsAlgo::names_where(|c| !c.deterministic), ["tma-push-reduce"]);
+        let pull: Vec<_> = AgAlgo::ALL.iter().filter(|a| a.caps().per_peer_arrival).map(|a| a.name()).collect();
+        assert_eq!(pull, ["ce-pull"]);
+        assert!(AgAlgo::ALL.iter().all(|a| a.caps().map_ordinary == a.caps().per_peer_arrival));
+        // Every named algorithm has its planned twin, and back.
+        for a in ReduceScatterAlgorithm::NAMED {
+            assert_eq!(ReduceScatterAlgorithm::from_planned(a.named().unwrap()), *a);
+        }
+        assert_eq!(RsAlgo::ALL.len(), ReduceScatterAlgorithm::NAMED.len());
+        assert_eq!(AllGatherAlgorithm::Auto.named(), None);
+        assert_eq!(ReduceLaunch::Auto.named(), None);
+        assert_eq!(Arrival::Auto.named(), None);
+        for a in Arrival::ALL.into_iter().filter_map(Arrival::named) {
+            assert_eq!(Arrival::from_planned(a).named(), Some(a));
+        }
+    }
+
     use super::*;
 
     #[test]
