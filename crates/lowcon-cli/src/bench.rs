@@ -183,7 +183,7 @@ impl SweepFlags {
         // The wire of an f32 call runs on ce-reduce and sm-direct (NOTE [the wire read
         // directly]): `all` means those two, and any other is refused now, not after the
         // rows before it were measured.
-        // NOTE [capabilities]: what can carry the split wire, as the library declares it.
+        // NOTE [algorithm capabilities]: what can carry the split wire, as the library declares it.
         let carries_wire = |a: &str| {
             a.split('/')
                 .next()

@@ -79,7 +79,7 @@ pub(crate) fn int_algorithm(rank: usize, dtype: DType, algorithm: RsAlgo, op: Re
              mean would round; sum, then divide)"
         )));
     }
-    // NOTE [capabilities].
+    // NOTE [algorithm capabilities].
     if algorithm.caps().ints {
         return Ok(algorithm);
     }

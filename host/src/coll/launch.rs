@@ -20,7 +20,7 @@ pub(crate) fn once(
         return Ok(false);
     }
     let max = lowcon_abi::pad::WIRE_PIECES;
-    // NOTE [capabilities].
+    // NOTE [algorithm capabilities].
     let why = if !algorithm.caps().launch_once {
         Some(format!("{} only, not {algorithm}", RsAlgo::names_where(|c| c.launch_once).join(", ")))
     } else if plan != Carry::Same {

@@ -118,7 +118,7 @@ pub(crate) fn algorithm(
     if plan == Carry::Split {
         pieces(rank, 1, pipeline)?;
     }
-    // NOTE [capabilities]; the split wire read directly is sm-direct's (NOTE [the wire read
+    // NOTE [algorithm capabilities]; the split wire read directly is sm-direct's (NOTE [the wire read
     // directly] in coll::gpu::wire_steps).
     let can: fn(super::RsCaps) -> bool = match plan {
         Carry::Same => return Ok(algorithm),

@@ -266,7 +266,7 @@ pub fn shared_cta_cap(ranks_on_gpu: usize, sm_count: u32) -> Option<u32> {
 /// than its input's runs on ce-reduce (a bf16 input into f32) or on ce-reduce and
 /// sm-direct (the bf16 wire of an f32 call: NOTE [the wire read directly]).
 fn rs_can_run(a: RsAlgo, call: &RsCall, carried: bool) -> bool {
-    // NOTE [capabilities]: what the algorithm declares.
+    // NOTE [algorithm capabilities]: what the algorithm declares.
     let caps = a.caps();
     if carried {
         let split = call.input == DType::F32 && call.output == DType::F32;

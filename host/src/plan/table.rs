@@ -370,7 +370,7 @@ fn parse_rule<'a>(
     if coll == Coll::AllGather && (ch.wire.is_some() || ch.piece.is_some() || ch.launch.is_some()) {
         return Err(bad(name, n, "an all-gather has no wire, piece or launch"));
     }
-    // NOTE [capabilities].
+    // NOTE [algorithm capabilities].
     if ch.wire.is_some() && ch.reduce_scatter.is_some_and(|a| !a.caps().split_wire) {
         let can = RsAlgo::names_where(|c| c.split_wire).join(" or ");
         return Err(bad(name, n, format!("the bf16 wire runs on {can}")));

@@ -299,14 +299,14 @@ algorithm_enum!(
     }
 );
 
-// NOTE [capabilities]
+// NOTE [algorithm capabilities]
 // What each algorithm can run is declared once, here (`AgAlgo::caps`, `RsAlgo::caps`):
 // the planner picks among the algorithms whose declaration covers a call, and the
 // backend's refusals of an algorithm a caller named read the same declaration and list
 // the algorithms it names as the ones that can (so a new algorithm is one line here, not
 // an edit of every refusal).
 
-/// What a reduce-scatter algorithm can run (NOTE [capabilities]).
+/// What a reduce-scatter algorithm can run (NOTE [algorithm capabilities]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RsCaps {
     /// Integer element types (i32, i64, u8; sum, min and max).
@@ -326,7 +326,7 @@ pub struct RsCaps {
 }
 
 impl RsAlgo {
-    /// What it can run (NOTE [capabilities]).
+    /// What it can run (NOTE [algorithm capabilities]).
     pub const fn caps(self) -> RsCaps {
         let none = RsCaps {
             ints: false,
@@ -355,7 +355,7 @@ impl RsAlgo {
     }
 }
 
-/// What an all-gather algorithm can run (NOTE [capabilities]).
+/// What an all-gather algorithm can run (NOTE [algorithm capabilities]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AgCaps {
     /// Peers read an ordinary input in place (`map_ordinary`, eager calls).
@@ -365,7 +365,7 @@ pub struct AgCaps {
 }
 
 impl AgAlgo {
-    /// What it can run (NOTE [capabilities]).
+    /// What it can run (NOTE [algorithm capabilities]).
     pub const fn caps(self) -> AgCaps {
         match self {
             AgAlgo::CePull => AgCaps { map_ordinary: true, per_peer_arrival: true },
@@ -741,7 +741,7 @@ impl<A> CollOptions<A> {
 mod tests {
     #[test]
     fn each_algorithm_declares_what_it_runs_once() {
-        // NOTE [capabilities]: the facts the planner and the refusals read.
+        // NOTE [algorithm capabilities]: the facts the planner and the refusals read.
         assert_eq!(RsAlgo::names_where(|c| c.ints), ["ce-reduce", "sm-direct"]);
         assert_eq!(RsAlgo::names_where(|c| c.split_wire), ["ce-reduce", "sm-direct"]);
         assert_eq!(RsAlgo::names_where(|c| c.bf16_in), ["ce-reduce"]);
