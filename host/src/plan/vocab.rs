@@ -167,6 +167,58 @@ impl FromStr for ReduceOp {
     }
 }
 
+/// The planned twin of an option enum with an `Auto` variant: the same variants less
+/// `Auto`, which is what a plan holds (the planner resolved it), with the conversions both
+/// ways (`named`: `None` for `Auto`; `from_planned`) and the option's names.
+macro_rules! planned_twin {
+    ($name:ident / $planned:ident { $($v:ident),+ $(,)? }) => {
+        #[doc = concat!("A [`", stringify!($name), "`] as a plan holds it: never `Auto` (the planner resolved it).")]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $planned {
+            $(#[doc = concat!("[`", stringify!($name), "::", stringify!($v), "`].")] $v),+
+        }
+
+        impl $planned {
+            /// Every variant.
+            pub const ALL: &[$planned] = &[$($planned::$v),+];
+
+            /// The name used on command lines, in tables and in messages.
+            pub const fn name(self) -> &'static str {
+                $name::from_planned(self).name()
+            }
+        }
+
+        impl $name {
+            /// The variant a caller names, or `None` for `Auto` (the planner's to pick).
+            pub const fn named(self) -> Option<$planned> {
+                match self {
+                    $name::Auto => None,
+                    $($name::$v => Some($planned::$v)),+
+                }
+            }
+
+            /// The option naming a planned variant.
+            pub const fn from_planned(a: $planned) -> Self {
+                match a {
+                    $($planned::$v => $name::$v),+
+                }
+            }
+        }
+
+        impl From<$planned> for $name {
+            fn from(a: $planned) -> Self {
+                $name::from_planned(a)
+            }
+        }
+
+        impl fmt::Display for $planned {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
 macro_rules! algorithm_enum {
     ($(#[$m:meta])* $name:ident / $planned:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
         $(#[$m])*
@@ -207,50 +259,7 @@ macro_rules! algorithm_enum {
             }
         }
 
-        #[doc = concat!("A [`", stringify!($name), "`] as a plan holds it: never `Auto` (the planner resolved it).")]
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum $planned {
-            $($(#[$vm])* $v),+
-        }
-
-        impl $planned {
-            /// Every algorithm.
-            pub const ALL: &[$planned] = &[$($planned::$v),+];
-
-            /// The name used on command lines and in tables.
-            pub const fn name(self) -> &'static str {
-                $name::from_planned(self).name()
-            }
-        }
-
-        impl $name {
-            /// The algorithm a caller names, or `None` for `Auto` (the planner's to pick).
-            pub const fn named(self) -> Option<$planned> {
-                match self {
-                    $name::Auto => None,
-                    $($name::$v => Some($planned::$v)),+
-                }
-            }
-
-            /// The option naming a planned algorithm.
-            pub const fn from_planned(a: $planned) -> Self {
-                match a {
-                    $($planned::$v => $name::$v),+
-                }
-            }
-        }
-
-        impl From<$planned> for $name {
-            fn from(a: $planned) -> Self {
-                $name::from_planned(a)
-            }
-        }
-
-        impl fmt::Display for $planned {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.name())
-            }
-        }
+        planned_twin!($name / $planned { $($v),+ });
     };
 }
 
@@ -421,46 +430,7 @@ impl ReduceLaunch {
     }
 }
 
-/// A [`ReduceLaunch`] as a plan holds it: never `Auto` (the planner resolved it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LaunchForm {
-    /// [`ReduceLaunch::Pieces`].
-    Pieces,
-    /// [`ReduceLaunch::Once`].
-    Once,
-}
-
-impl LaunchForm {
-    /// The name used on command lines and in messages.
-    pub const fn name(self) -> &'static str {
-        ReduceLaunch::from_planned(self).name()
-    }
-}
-
-impl ReduceLaunch {
-    /// The launch a caller names, or `None` for `Auto` (the planner's to pick).
-    pub const fn named(self) -> Option<LaunchForm> {
-        match self {
-            ReduceLaunch::Auto => None,
-            ReduceLaunch::Pieces => Some(LaunchForm::Pieces),
-            ReduceLaunch::Once => Some(LaunchForm::Once),
-        }
-    }
-
-    /// The option naming a planned launch.
-    pub const fn from_planned(l: LaunchForm) -> Self {
-        match l {
-            LaunchForm::Pieces => ReduceLaunch::Pieces,
-            LaunchForm::Once => ReduceLaunch::Once,
-        }
-    }
-}
-
-impl fmt::Display for LaunchForm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+planned_twin!(ReduceLaunch / LaunchForm { Pieces, Once });
 
 impl fmt::Display for ReduceLaunch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -512,50 +482,7 @@ impl Arrival {
     }
 }
 
-/// An [`Arrival`] as a plan holds it: never `Auto` (the planner resolved it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ArrivalForm {
-    /// [`Arrival::Barrier`].
-    Barrier,
-    /// [`Arrival::InOrder`].
-    InOrder,
-    /// [`Arrival::AnyOrder`].
-    AnyOrder,
-}
-
-impl ArrivalForm {
-    /// The name used in options, tables and messages.
-    pub const fn name(self) -> &'static str {
-        Arrival::from_planned(self).name()
-    }
-}
-
-impl Arrival {
-    /// The arrival a caller names, or `None` for `Auto` (the planner's to pick).
-    pub const fn named(self) -> Option<ArrivalForm> {
-        match self {
-            Arrival::Auto => None,
-            Arrival::Barrier => Some(ArrivalForm::Barrier),
-            Arrival::InOrder => Some(ArrivalForm::InOrder),
-            Arrival::AnyOrder => Some(ArrivalForm::AnyOrder),
-        }
-    }
-
-    /// The option naming a planned arrival.
-    pub const fn from_planned(a: ArrivalForm) -> Self {
-        match a {
-            ArrivalForm::Barrier => Arrival::Barrier,
-            ArrivalForm::InOrder => Arrival::InOrder,
-            ArrivalForm::AnyOrder => Arrival::AnyOrder,
-        }
-    }
-}
-
-impl fmt::Display for ArrivalForm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+planned_twin!(Arrival / ArrivalForm { Barrier, InOrder, AnyOrder });
 
 impl fmt::Display for Arrival {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
