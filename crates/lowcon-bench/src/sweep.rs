@@ -88,7 +88,7 @@ pub struct SweepOptions {
     /// With `wire`: data whose every bottom half is nonzero (every piece falls back).
     pub inexact: bool,
     /// With `graph`: rows keep the host µs per call alone; their device times (which
-    /// mean nothing where ranks share a GPU) become NaN, printed `-`.
+    /// mean nothing where ranks share a GPU) are dropped (`SweepRow::host_only`).
     pub host_only: bool,
 }
 

@@ -365,14 +365,12 @@ impl GpuColl {
         // The own shard is not copied onto itself (in place, symmetric or not).
         let own = if input.ptr == output.ptr + (rank * shard) as u64 { 0 } else { shard };
         let push = algorithm == AgAlgo::CePush;
-        let pull_in_place = in_place && matches!(algorithm, AgAlgo::CePull);
-        // Peers read this rank's ordinary input in place (NOTE [mapped ordinary memory]).
-        // Not when captured: the exchange is a host rendezvous per call (NOTE [graph flags]).
-        let mapped = plan.map_ordinary
-            && mode == Mode::Eager
-            && !input.is_symmetric()
-            && !in_place
-            && matches!(algorithm, AgAlgo::CePull);
+        let pull_in_place = in_place && algorithm == AgAlgo::CePull;
+        // Peers read this rank's ordinary input in place (NOTE [mapped ordinary memory]):
+        // the plan says so for eager ce-pull calls only (not captured: the exchange is a host
+        // rendezvous per call, NOTE [graph flags]); an input that is symmetric or in place
+        // needs no mapping.
+        let mapped = plan.map_ordinary && !input.is_symmetric() && !in_place;
         let stage_in = !input.is_symmetric() && !push && !pull_in_place && !mapped;
         let stage_out = !output.is_symmetric() && push;
         if stage_in && !opts.allow_staging {
@@ -663,7 +661,8 @@ impl GpuColl {
             }
             _ => {}
         }
-        let mapped = plan.map_ordinary && mode == Mode::Eager && !input.is_symmetric() && algorithm == RsAlgo::CeReduce;
+        // The plan maps inputs of eager ce-reduce calls only (NOTE [mapped ordinary memory]).
+        let mapped = plan.map_ordinary && !input.is_symmetric();
         let stage_in = !input.is_symmetric() && !mapped;
         if stage_in && !opts.allow_staging {
             return Err(refuse_staging(rank, algorithm.name(), "input"));
