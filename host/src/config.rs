@@ -106,50 +106,9 @@ pub fn debug() -> bool {
     std::env::var("LOWCON_DEBUG").is_ok_and(|v| v == "1")
 }
 
-/// `LOWCON_TMA_TILE_BYTES`: bytes of each rank's tile in a `tma-reduce` stage (rounded
-/// up to 128). Default: 32 KiB per stage split over the ranks (`coll::geometry::tma_ring`).
-/// For measuring the ring; results do not depend on it.
-pub fn tma_tile_bytes() -> Option<u64> {
-    env_u64("LOWCON_TMA_TILE_BYTES").filter(|&t| t > 0)
-}
-
-/// `LOWCON_TMA_STAGES`: stages of the `tma-reduce` ring (2 to 16, fewer where 227 KiB of
-/// shared memory cannot hold them). Default: as many 32 KiB stages as fit in 224 KiB.
-pub fn tma_stages() -> Option<u64> {
-    env_u64("LOWCON_TMA_STAGES")
-}
-
-/// `LOWCON_COPY_ENGINE_HINT=1`: issue lowcon's device-to-device copies through
-/// `cuMemcpyBatchAsync` with `CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE`, which asks the
-/// driver to use copy engines rather than SMs (a plain `cuMemcpyAsync` on one device may
-/// run on SMs, and then waits behind a persistent GEMM). A hint the driver may ignore;
-/// needs a CUDA 13 driver (older ones keep plain copies). Off by default until measured:
-/// copy engines are slower than SMs for same-device copies when nothing else runs.
-pub fn copy_engine_hint() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LOWCON_COPY_ENGINE_HINT").is_ok_and(|v| v == "1"))
-}
-
-/// `LOWCON_LL_OVERLAP=0`: launch LL rounds as plain kernels, without programmatic
-/// stream serialization (NOTE [LL launch overlap] in `cuda::kernels`). Read once.
-pub fn ll_overlap() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LOWCON_LL_OVERLAP").map_or(true, |v| v != "0"))
-}
-
-/// `LOWCON_WIRE_REPLAYS=0`: an eager split-wire reduce-scatter is enqueued call by call,
-/// never launched as a graph (NOTE [wire replays] in `coll::gpu`). Read when a group is
-/// made; every rank must set it alike (checked at group creation).
-pub fn wire_replays() -> bool {
-    std::env::var("LOWCON_WIRE_REPLAYS").map_or(true, |v| v != "0")
-}
-
-/// `LOWCON_MEMOP_BATCH=0`: enqueue a stream-memop barrier's operations one node each,
-/// as before NOTE [memop batches], to measure what batching saves. Default: one batch.
-pub fn memop_batch() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("LOWCON_MEMOP_BATCH").map_or(true, |v| v != "0"))
-}
+// The execution settings a plan carries (the TMA ring, LL launch overlap, the
+// copy-engine hint, wire replays, memop batches) are read by the planner:
+// `crate::plan::settings` (NOTE [plan settings]).
 
 fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;

@@ -56,7 +56,7 @@ pub unsafe extern "C" fn lowconCommPlan(
                     input_symmetric: symmetric != 0,
                     captured: false,
                 };
-                c.group.planner().reduce_scatter(&call, &o).to_string()
+                c.group.planner().reduce_scatter(&call, &o)?.to_string()
             }
             k => {
                 return Err(invalid(format!(

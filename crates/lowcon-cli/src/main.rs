@@ -221,6 +221,20 @@ fn plans(machine: lowcon::plan::Machine) -> Result<(), Box<dyn std::error::Error
     let (world, device) = (machine.world, machine.device.clone());
     let p = lowcon::plan::Planner::for_machine(machine)?;
     println!("planner for {world} ranks of {device}: {}", p.table().1);
+    // NOTE [plan settings]: what every plan carries beside its choices.
+    let s = p.settings();
+    let or_default = |v: Option<u64>| v.map_or("default".to_string(), |v| v.to_string());
+    println!(
+        "settings: tma_tile_bytes={} tma_stages={} ll_overlap={} copy_hint={} wire_replays={} copy_batch={} \
+         memop_batch={} (g.plan() and lowconCommPlan show each call's whole plan)",
+        or_default(s.tma_tile_bytes),
+        or_default(s.tma_stages),
+        s.ll_overlap,
+        s.copy_hint,
+        s.wire_replays,
+        s.copy_batch,
+        s.memop_batch
+    );
     println!(
         "{:>6}  {:<36} {:<46} {:<46}",
         "bytes",
@@ -242,10 +256,10 @@ fn plans(machine: lowcon::plan::Machine) -> Result<(), Box<dyn std::error::Error
             input_symmetric: true,
             captured: false,
         };
-        let rs = p.reduce_scatter(&rs_call, &ReduceScatterOptions::default());
+        let rs = p.reduce_scatter(&rs_call, &ReduceScatterOptions::default())?;
         let f = RsCall { input: DType::F32, output: DType::F32, input_symmetric: false, ..rs_call };
         let fo = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() };
-        let fs = p.reduce_scatter(&f, &fo);
+        let fs = p.reduce_scatter(&f, &fo)?;
         let short = |a: &str, c: u32, extra: String, o: &str| {
             format!("{a} ctas={c}{extra} [{}]", o.rsplit('/').next().unwrap_or(o))
         };

@@ -473,7 +473,7 @@ impl Group {
                     input_symmetric: symmetric,
                     captured,
                 };
-                self.with(|b| Ok(b.planner().reduce_scatter(&call, &o).fields()))?
+                self.with(|b| Ok(b.planner().reduce_scatter(&call, &o).map_err(to_py)?.fields()))?
             }
             k => {
                 return Err(invalid(format!(
@@ -485,8 +485,8 @@ impl Group {
         let d = pyo3::types::PyDict::new(py);
         for (k, v) in fields {
             match k {
-                "ctas" | "pieces" => d.set_item(k, v.parse::<u32>().unwrap_or(0))?,
-                "map_ordinary" => d.set_item(k, v == "true")?,
+                "ctas" | "pieces" | "tma_tile" | "tma_stages" => d.set_item(k, v.parse::<u32>().unwrap_or(0))?,
+                _ if v == "true" || v == "false" => d.set_item(k, v == "true")?,
                 "wire" if v == "none" => d.set_item(k, py.None())?,
                 _ => d.set_item(k, v)?,
             }

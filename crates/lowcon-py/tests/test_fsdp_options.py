@@ -52,9 +52,11 @@ def test_the_same_call_gets_the_same_options_at_every_world():
     assert one_call(2, None, numel=64) == one_call(4, None, numel=64)
 
 
-def test_no_wire_sends_fp32_and_bf16_gradients_need_no_hint():
+def test_no_wire_gives_no_hint_and_bf16_gradients_need_none():
+    # None: no hint and no wire of the hook's own (NOTE [one planner]: the planner's
+    # choice, which the shipped tables make fp32 for calls without the hint).
     o = one_call(4, None)
-    assert (o["wire"], o.get("bf16_exact", False)) == ("f32", False), o
+    assert "wire" not in o and "bf16_exact" not in o, o
     o = one_call(4, "bf16", dtype=torch.bfloat16)
     assert "bf16_exact" not in o and "wire" not in o, o
 

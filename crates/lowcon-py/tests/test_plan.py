@@ -34,7 +34,7 @@ reduce-scatter algorithm=ce-reduce piece=1K
 
 
 def run(mode, table=None):
-    env = {**os.environ, "LOWCON_DEBUG": "1", "LOWCON_TORCH_WIRE": "bf16"}
+    env = {**os.environ, "LOWCON_DEBUG": "1", "LOWCON_TORCH_WIRE": "auto"}
     env.pop("LOWCON_TUNING", None)
     if table is not None:
         env["LOWCON_TUNING"] = str(table)

@@ -1,8 +1,7 @@
 //! Argument checks shared by both backends, and the workspace layout helpers (alignment,
 //! growth, rotated peer order, staging slots).
 
-use super::wire::Carry;
-use super::{DType, ReduceLaunch, ReduceOp, RsAlgo};
+use super::{DType, ReduceLaunch};
 use crate::error::{Error, Result};
 
 /// Checks an all-gather's sizes; returns the shard bytes.
@@ -31,17 +30,15 @@ pub(crate) fn check_all_gather(
     Ok(input.0 * input.1.size())
 }
 
-/// Checks a reduce-scatter's sizes, dtypes and wire (NOTE [bf16 wire]); returns the
-/// bytes of one input chunk (this rank's share of the input, in the input's type) and
-/// what crosses the peer links.
+/// Checks a reduce-scatter's sizes (its dtypes and wire are the planner's to refuse:
+/// `plan::runnable`); returns the bytes of one input chunk (this rank's share of the
+/// input, in the input's type).
 pub(crate) fn check_reduce_scatter(
     rank: usize,
     world: usize,
     input: (usize, DType),
     output: (usize, DType),
-    wire: Option<DType>,
-) -> Result<(usize, Carry)> {
-    let plan = super::wire::carry(rank, input.1, output.1, wire)?;
+) -> Result<usize> {
     let want = output.0.checked_mul(world).ok_or_else(|| Error::InvalidArgument("size overflow".into()))?;
     if input.0 != want {
         return Err(Error::InvalidArgument(format!(
@@ -50,7 +47,7 @@ pub(crate) fn check_reduce_scatter(
             input.0, output.0
         )));
     }
-    Ok((output.0 * input.1.size(), plan))
+    Ok(output.0 * input.1.size())
 }
 
 /// Refuses a wire on an all-gather (it sends its input as it is).
@@ -64,41 +61,6 @@ pub(crate) fn no_wire(rank: usize, (wire, launch): (Option<DType>, ReduceLaunch)
             "rank {rank}: all-gather with reduce launch {l}: it applies to reduce-scatters only"
         ))),
     }
-}
-
-/// The algorithm an integer reduce-scatter runs (as planned), or the refusal:
-/// integers reduce with sum, min and max (no average: an integer mean would round), and
-/// only `ce-reduce` and `sm-direct` have integer kernels. Floats: `algorithm` as given.
-pub(crate) fn int_algorithm(rank: usize, dtype: DType, algorithm: RsAlgo, op: ReduceOp) -> Result<RsAlgo> {
-    if !dtype.is_int() {
-        return Ok(algorithm);
-    }
-    if op == ReduceOp::Avg {
-        return Err(Error::InvalidArgument(format!(
-            "rank {rank}: reduce-scatter of {dtype} with avg: integers reduce with sum, min and max (an integer \
-             mean would round; sum, then divide)"
-        )));
-    }
-    // NOTE [algorithm capabilities].
-    if algorithm.caps().ints {
-        return Ok(algorithm);
-    }
-    Err(Error::InvalidArgument(format!(
-        "rank {rank}: reduce-scatter of {dtype} with {algorithm}: integers reduce with {} (or auto)",
-        RsAlgo::names_where(|c| c.ints).join(" or ")
-    )))
-}
-
-/// Refuses an operator other than sum for `tma-push-reduce` (its additions are done by
-/// `cp.reduce.async.bulk .add`; average would need a division after the last one).
-pub(crate) fn check_push_op(rank: usize, algorithm: RsAlgo, op: ReduceOp) -> Result<()> {
-    if !algorithm.caps().all_ops && op != ReduceOp::Sum {
-        return Err(Error::InvalidArgument(format!(
-            "rank {rank}: op {op} is not supported by {algorithm}, which only sums (cp.reduce.async.bulk .add); \
-             use tma-reduce, sm-direct or ce-reduce for {op}"
-        )));
-    }
-    Ok(())
 }
 
 /// Rounds `x` up to a multiple of 256 (workspace regions start 256-byte aligned).
@@ -139,36 +101,16 @@ mod tests {
     }
 
     #[test]
-    fn integer_reductions_take_sum_min_max_on_ce_reduce_and_sm_direct() {
-        use RsAlgo as A;
-        for d in [DType::I32, DType::I64, DType::U8] {
-            assert_eq!(int_algorithm(0, d, A::CeReduce, ReduceOp::Sum).unwrap(), A::CeReduce);
-            assert_eq!(int_algorithm(0, d, A::SmDirect, ReduceOp::Max).unwrap(), A::SmDirect);
-            let e = int_algorithm(1, d, A::CeReduce, ReduceOp::Avg).unwrap_err().to_string();
-            assert!(e.contains("rank 1") && e.contains(&format!("of {d} with avg")), "{e}");
-            for a in [A::TmaReduce, A::TmaPushReduce, A::Ll] {
-                let e = int_algorithm(2, d, a, ReduceOp::Min).unwrap_err().to_string();
-                assert!(e.contains("rank 2") && e.contains(a.name()) && e.contains("ce-reduce or sm-direct"), "{e}");
-            }
-        }
-        assert_eq!(int_algorithm(0, DType::F32, A::Ll, ReduceOp::Avg).unwrap(), A::Ll);
-    }
-
-    #[test]
     fn size_checks_name_rank_and_sizes() {
         assert_eq!(check_all_gather(1, 4, (10, DType::F32), (40, DType::F32)).unwrap(), 40);
         let e = check_all_gather(1, 4, (10, DType::F32), (39, DType::F32)).unwrap_err().to_string();
         assert!(e.contains("rank 1") && e.contains("39 elements") && e.contains("needs 40"), "{e}");
-        assert_eq!(check_reduce_scatter(2, 3, (9, DType::U8), (3, DType::U8), None).unwrap(), (3, Carry::Same));
-        assert_eq!(check_reduce_scatter(2, 3, (9, DType::I64), (3, DType::I64), None).unwrap(), (24, Carry::Same));
-        let e = check_reduce_scatter(2, 3, (10, DType::F32), (3, DType::F32), None).unwrap_err().to_string();
+        assert_eq!(check_reduce_scatter(2, 3, (9, DType::U8), (3, DType::U8)).unwrap(), 3);
+        assert_eq!(check_reduce_scatter(2, 3, (9, DType::I64), (3, DType::I64)).unwrap(), 24);
+        let e = check_reduce_scatter(2, 3, (10, DType::F32), (3, DType::F32)).unwrap_err().to_string();
         assert!(e.contains("rank 2") && e.contains("needs 9"), "{e}");
         // A bf16 input into an f32 output: the chunk is counted in the input's bytes.
-        assert_eq!(check_reduce_scatter(0, 2, (8, DType::Bf16), (4, DType::F32), None).unwrap(), (8, Carry::Bf16In));
-        let split = check_reduce_scatter(0, 2, (8, DType::F32), (4, DType::F32), Some(DType::Bf16)).unwrap();
-        assert_eq!(split, (16, Carry::Split));
-        let e = check_reduce_scatter(1, 2, (8, DType::F32), (4, DType::Bf16), None).unwrap_err().to_string();
-        assert!(e.contains("rank 1: reduce-scatter of f32 into bf16"), "{e}");
+        assert_eq!(check_reduce_scatter(0, 2, (8, DType::Bf16), (4, DType::F32)).unwrap(), 8);
         let auto = ReduceLaunch::Auto;
         no_wire(0, (None, auto), DType::F32).unwrap();
         no_wire(0, (Some(DType::F32), auto), DType::F32).unwrap();
@@ -178,11 +120,6 @@ mod tests {
         assert!(e.contains("rank 2: all-gather of f32 with wire bf16"), "{e}");
         let e = check_all_gather(0, 2, (1, DType::F32), (2, DType::Bf16)).unwrap_err().to_string();
         assert!(e.contains("input is f32 but output is bf16"), "{e}");
-        let push = RsAlgo::TmaPushReduce;
-        check_push_op(0, push, ReduceOp::Sum).unwrap();
-        check_push_op(0, RsAlgo::TmaReduce, ReduceOp::Max).unwrap();
-        let e = check_push_op(1, push, ReduceOp::Avg).unwrap_err().to_string();
-        assert!(e.contains("op avg") && e.contains("tma-push-reduce"), "{e}");
     }
 
     #[test]

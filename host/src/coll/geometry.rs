@@ -1,6 +1,7 @@
 //! The algorithms' geometry: how a call's bytes are cut into LL rounds, `tma-reduce`
-//! ring tiles, ce-reduce pipeline pieces and staging slots. What runs is the planner's
-//! choice (`crate::plan`); this is how it is laid out.
+//! heads, bodies and tails, ce-reduce pipeline pieces and staging slots. What runs is the
+//! planner's choice (`crate::plan`, the TMA rings' tiles and stages included:
+//! `plan::tma`); this is how it is laid out.
 
 /// The rounds of an LL collective of `bytes` per rank: `(first line, lines)`, each at
 /// most a slot's lines (`lowcon_abi::ll::slot_lines`: 1 MiB of payload at 2 ranks).
@@ -8,61 +9,6 @@ pub(crate) fn ll_rounds(bytes: usize, world: u32) -> impl Iterator<Item = (u64, 
     let lines = (bytes as u64).div_ceil(lowcon_abi::ll::PAYLOAD_PER_LINE);
     let per = lowcon_abi::ll::slot_lines(world);
     (0..lines.div_ceil(per)).map(move |r| (r * per, per.min(lines - r * per)))
-}
-
-/// Shared memory a `tma-reduce` ring may use: with the barrier area, just below
-/// H100/H200's 227 KiB of dynamic shared memory per CTA (opt-in). What keeps NVLink busy
-/// with few CTAs is bytes in flight per CTA (gpu-kernels/kernels/src/tma.rs, NOTE [tma-reduce
-/// bytes in flight]), so the ring takes all of it.
-pub(crate) const TMA_RING_BYTES: u32 = 224 << 10;
-
-/// Bytes of one `tma-reduce` stage (one tile per rank).
-const TMA_STAGE_BYTES: u32 = 32 << 10;
-
-/// Most dynamic shared memory of one CTA on sm_90 (227 KiB, opt-in).
-const MAX_SMEM: u32 = 227 << 10;
-
-/// Tile bytes and stages of `tma-reduce`'s ring for `world` ranks: 32 KiB stages (tiles
-/// of `32 KiB / world`, at least `TILE_ALIGN`), as many as fit in [`TMA_RING_BYTES`]
-/// (2 ranks: 7 stages of two 16 KiB tiles; 8 ranks: 7 of eight 4 KiB tiles). Small
-/// stages, many of them: a stage being reduced is a stage not in flight.
-///
-/// `LOWCON_TMA_TILE_BYTES` and `LOWCON_TMA_STAGES` (config.rs) override either, for
-/// measuring; the ring is then shrunk until it fits 227 KiB.
-pub(crate) fn tma_ring(world: usize) -> (u32, u32) {
-    use lowcon_abi::tma::{MAX_STAGES, TILE_ALIGN, smem_bytes};
-    let world = world.max(1) as u32;
-    let (tile_env, stages_env) = (crate::config::tma_tile_bytes(), crate::config::tma_stages());
-    let mut tile = match tile_env {
-        Some(t) => (t.min(MAX_SMEM as u64) as u32).div_ceil(TILE_ALIGN) * TILE_ALIGN,
-        None => TMA_STAGE_BYTES / world / TILE_ALIGN * TILE_ALIGN,
-    }
-    .max(TILE_ALIGN);
-    // At least two stages must fit.
-    tile = tile.min((MAX_SMEM - lowcon_abi::tma::DATA_OFFSET) / (2 * world) / TILE_ALIGN * TILE_ALIGN).max(TILE_ALIGN);
-    let mut stages = match stages_env {
-        Some(s) => s.min(MAX_STAGES as u64) as u32,
-        None => TMA_RING_BYTES / (world * tile),
-    }
-    .clamp(2, MAX_STAGES);
-    while stages > 2 && smem_bytes(world, tile, stages) > MAX_SMEM {
-        stages -= 1;
-    }
-    (tile, stages)
-}
-
-/// Tile bytes of `tma-push-reduce`'s ring (`lowcon_abi::tma::PUSH_STAGES` tiles): 16 KiB,
-/// 192 KiB in all; `LOWCON_TMA_TILE_BYTES` overrides it (rounded up to 128, shrunk to
-/// fit 227 KiB). Each tile is loaded from local memory and pushed once, so the ring
-/// only has to cover the local load latency: `PUSH_LAG` tiles (128 KiB) of loads run
-/// ahead of the pushes. Not measured yet.
-pub(crate) fn push_tile() -> u32 {
-    use lowcon_abi::tma::{DATA_OFFSET, PUSH_STAGES, TILE_ALIGN};
-    let max = (MAX_SMEM - DATA_OFFSET) / PUSH_STAGES / TILE_ALIGN * TILE_ALIGN;
-    match crate::config::tma_tile_bytes() {
-        Some(t) => ((t.min(MAX_SMEM as u64) as u32).div_ceil(TILE_ALIGN) * TILE_ALIGN).clamp(TILE_ALIGN, max),
-        None => (16 << 10).min(max),
-    }
 }
 
 /// How `tma-reduce` splits a chunk of `n` elements of `esize` bytes that starts at byte
@@ -109,20 +55,6 @@ mod tests {
     }
 
     #[test]
-    fn tma_ring_fits_shared_memory_and_keeps_alignment() {
-        assert_eq!(tma_ring(2), (16 << 10, 7));
-        assert_eq!(tma_ring(4), (8 << 10, 7));
-        assert_eq!(tma_ring(8), (4 << 10, 7));
-        for world in 1..=16 {
-            let (tile, stages) = tma_ring(world);
-            assert_eq!(tile % lowcon_abi::tma::TILE_ALIGN, 0);
-            assert!((2..=lowcon_abi::tma::MAX_STAGES).contains(&stages));
-            let smem = lowcon_abi::tma::smem_bytes(world as u32, tile, stages);
-            assert!(smem <= 227 << 10, "world {world}: {smem} bytes");
-        }
-    }
-
-    #[test]
     fn ll_rounds_cover_the_lines_within_a_slot() {
         for world in [2u32, 3, 8] {
             let per = lowcon_abi::ll::slot_lines(world);
@@ -139,13 +71,6 @@ mod tests {
         }
         assert_eq!(ll_rounds(1 << 20, 2).count(), 1);
         assert_eq!(ll_rounds((1 << 20) + 1, 2).count(), 2);
-    }
-
-    #[test]
-    fn push_tile_fits_shared_memory() {
-        let tile = push_tile();
-        assert_eq!(tile % lowcon_abi::tma::TILE_ALIGN, 0);
-        assert!(lowcon_abi::tma::push_smem_bytes(tile) <= MAX_SMEM);
     }
 
     #[test]

@@ -48,21 +48,18 @@ mod wire_steps;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::check::{
-    align256, check_all_gather, check_push_op, check_reduce_scatter, grow_to, int_algorithm, no_wire, rotated,
-    staged_slot,
-};
+use super::check::{align256, check_all_gather, check_reduce_scatter, grow_to, no_wire, rotated, staged_slot};
 use super::counters::{Counters, Moved};
 use super::device_buf::DeviceBuf;
-use super::geometry::{piece_elems, tma_ring, tma_split};
-use super::launch;
-use super::wire::{self, Carry};
+use super::geometry::{piece_elems, tma_split};
 use super::{AgAlgo, AllGatherOptions, ArrivalForm, ReduceOp, ReduceScatterOptions, RsAlgo};
 use crate::cuda::kernels::TmaArgs;
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
 use crate::memory::mapped::{CallNumber, Exchanged, PeerMaps};
+use crate::plan::Carry;
+use crate::plan::vocab::LaunchForm;
 use crate::plan::{AgCall, AgPlan, Planner, RsCall, RsPlan};
 use crate::sync::SyncMethod;
 use crate::sync::gpu::GpuSync;
@@ -137,12 +134,12 @@ impl Sym<'_> {
 ///
 /// # Safety
 /// Both ranges valid (local or mapped peer memory) until the copy has run.
-unsafe fn ce_copy(stream: &Stream, dst: u64, src: u64, bytes: usize) -> Result<()> {
+unsafe fn ce_copy(stream: &Stream, dst: u64, src: u64, bytes: usize, hint: bool) -> Result<()> {
     if bytes == 0 {
         return Ok(());
     }
     // SAFETY: forwarded from the caller.
-    unsafe { raw::mem_op::copy(stream.raw(), dst, src, bytes) }
+    unsafe { raw::mem_op::copy(stream.raw(), dst, src, bytes, hint) }
 }
 
 // NOTE [batched copies]
@@ -154,21 +151,23 @@ unsafe fn ce_copy(stream: &Stream, dst: u64, src: u64, bytes: usize) -> Result<(
 // with one copy per peer in a row, against NCCL-CE's 342-358 (2026-11-26). Not batched:
 // captured calls (a graph records the copies one node each), calls that record an event
 // per peer's shard (`arrivals`), legacy default streams, and drivers before CUDA 13.
-// `set_copy_batching(false)` turns it off per rank, to measure it.
+// `set_copy_batching(false)` turns it off per rank, to measure it (the plan's
+// `copy_batch`, NOTE [plan settings]).
 
 /// Copies (destination, source, bytes) on `stream`: one batch where NOTE [batched
-/// copies] allows (`batch`), else one after another.
+/// copies] allows (`batch`: the plan's `copy_batch`), else one after another; with the
+/// copy-engine hint where `hint` (the plan's `copy_hint`).
 ///
 /// # Safety
 /// As [`ce_copy`], for every range.
-unsafe fn ce_copies(stream: &Stream, batch: bool, copies: &[(u64, u64, usize)]) -> Result<()> {
+unsafe fn ce_copies(stream: &Stream, batch: bool, copies: &[(u64, u64, usize)], hint: bool) -> Result<()> {
     if batch {
         // SAFETY: forwarded from the caller.
-        return unsafe { raw::mem_op::copy_batch(stream.raw(), copies) };
+        return unsafe { raw::mem_op::copy_batch(stream.raw(), copies, hint) };
     }
     for &(dst, src, bytes) in copies {
         // SAFETY: forwarded from the caller.
-        unsafe { ce_copy(stream, dst, src, bytes)? };
+        unsafe { ce_copy(stream, dst, src, bytes, hint)? };
     }
     Ok(())
 }
@@ -185,15 +184,8 @@ impl GpuColl {
     pub(crate) fn new(sync: Arc<GpuSync>, planner: Arc<Planner>) -> Result<Self> {
         let channels = (0..lowcon_abi::pad::CHANNELS).map(|_| Mutex::new(ChannelState::default())).collect();
         let maps = Arc::new(PeerMaps::new(&sync.core, &sync.device)?);
-        let batching = std::sync::atomic::AtomicBool::new(true);
-        let replaying = std::sync::atomic::AtomicBool::new(crate::config::wire_replays());
-        let mapping = Box::new(verify::Mapping { verifier: verify::Verifier::new(&sync)?, maps, batching, replaying });
+        let mapping = Box::new(verify::Mapping { verifier: verify::Verifier::new(&sync)?, maps });
         Ok(Self { channels, sync, planner, mapping, counters: Box::default() })
-    }
-
-    /// NOTE [batched copies] on or off for this rank.
-    pub(crate) fn set_copy_batching(&self, on: bool) {
-        self.mapping.batching.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Bytes of this rank's workspaces and LL buffers, over every channel (what the
@@ -292,14 +284,14 @@ impl GpuColl {
         stream: &Stream,
         input: &DeviceBuf<'b>,
         ws: Option<&'b SymmetricBuffer>,
-        at: usize,
+        (at, hint): (usize, bool),
     ) -> Result<Sym<'b>> {
         Ok(match input.symm {
             Some((buf, off)) => Sym { buf, off },
             None => {
                 let ws = ws.expect("workspace sized for staging");
                 // SAFETY: forwarded from the caller.
-                unsafe { ce_copy(stream, ws.local_ptr() + at as u64, input.ptr, input.bytes())? };
+                unsafe { ce_copy(stream, ws.local_ptr() + at as u64, input.ptr, input.bytes(), hint)? };
                 Sym { buf: ws, off: at }
             }
         })
@@ -364,7 +356,9 @@ impl GpuColl {
         let input = if in_place { DeviceBuf { symm: None, ..input } } else { input };
         // The own shard is not copied onto itself (in place, symmetric or not).
         let own = if input.ptr == output.ptr + (rank * shard) as u64 { 0 } else { shard };
-        let push = algorithm == AgAlgo::CePush;
+        // NOTE [algorithm capabilities]: peers write into this rank's output (ce-push), or
+        // read its input.
+        let push = algorithm.caps().peers == crate::plan::vocab::Peers::WriteOutput;
         let pull_in_place = in_place && algorithm == AgAlgo::CePull;
         // Peers read this rank's ordinary input in place (NOTE [mapped ordinary memory]):
         // the plan says so for eager ce-pull calls only (not captured: the exchange is a host
@@ -420,7 +414,7 @@ impl GpuColl {
         let copy = st.copy.as_ref().expect("prepared");
         let (fork, join) = (&st.events[0], &st.events[1]);
         // NOTE [batched copies].
-        let batch = mode == Mode::Eager && self.mapping.batching.load(std::sync::atomic::Ordering::Relaxed);
+        let (batch, hint) = (plan.copy_batch, plan.copy_hint);
         let out = output.ptr;
         let s = shard as u64;
         // A predicted call's check, handed to the verifier right after the wait for it is
@@ -444,7 +438,7 @@ impl GpuColl {
                                 Box::new(move |p| src.peer(p) + p as u64 * s)
                             }
                             _ => {
-                                let src = self.symmetric_input(stream, &input, ws, 0)?;
+                                let src = self.symmetric_input(stream, &input, ws, (0, plan.copy_hint))?;
                                 Box::new(move |p| src.peer(p))
                             }
                         };
@@ -456,7 +450,7 @@ impl GpuColl {
                         if side {
                             stream.record(fork)?;
                             copy.wait(fork)?;
-                            ce_copy(copy, out + rank as u64 * s, input.ptr, own)?;
+                            ce_copy(copy, out + rank as u64 * s, input.ptr, own, hint)?;
                             each.map_or(Ok(()), |a| a.record(copy, rank))?;
                             copy.record(join)?;
                         }
@@ -479,7 +473,7 @@ impl GpuColl {
                             if let Some(e) = epoch {
                                 self.sync.memop_await_peer(on, ch, p, e)?;
                             }
-                            ce_copy(on, out + p as u64 * s, shard_of(p), shard)?;
+                            ce_copy(on, out + p as u64 * s, shard_of(p), shard, hint)?;
                             each.map_or(Ok(()), |a| a.record(on, p))
                         };
                         match (arrival, each) {
@@ -512,7 +506,7 @@ impl GpuColl {
                             _ => {
                                 let copies: Vec<_> =
                                     peers().map(|p| (out + p as u64 * s, shard_of(p), shard)).collect();
-                                ce_copies(stream, batch, &copies)?;
+                                ce_copies(stream, batch, &copies, hint)?;
                             }
                         }
                         if let Some(prediction) = prediction {
@@ -521,7 +515,7 @@ impl GpuColl {
                             let armed = v.arm(&self.sync, stream, ch)?;
                             let call = Arc::new(CallNumber::default());
                             let (seq, number) = (st.map_seq, call.clone());
-                            let job = verify::Job { channel: ch, seq, call, prediction, armed, out, shard };
+                            let job = verify::Job { channel: ch, seq, call, prediction, armed, out, shard, hint };
                             v.wait(&self.sync, stream, ch, seq)?;
                             // At once (no driver call between), and before the channel is
                             // released: jobs queue in call order.
@@ -542,26 +536,26 @@ impl GpuColl {
                         };
                         stream.record(fork)?;
                         copy.wait(fork)?;
-                        ce_copy(copy, out + rank as u64 * s, input.ptr, own)?;
+                        ce_copy(copy, out + rank as u64 * s, input.ptr, own, hint)?;
                         copy.record(join)?;
                         self.enter(stream, ch, plan.sync, mode)?;
                         let copies: Vec<_> = rotated(rank, world)
                             .filter(|&p| p != rank)
                             .map(|p| (dst.peer(p) + rank as u64 * s, input.ptr, shard))
                             .collect();
-                        ce_copies(stream, batch, &copies)?;
+                        ce_copies(stream, batch, &copies, hint)?;
                         self.exit(stream, ch, plan.sync, mode)?;
                         if stage_out {
                             let local = dst.peer(rank);
-                            ce_copy(stream, out, local, rank * shard)?;
+                            ce_copy(stream, out, local, rank * shard, hint)?;
                             let after = (rank as u64 + 1) * s;
-                            ce_copy(stream, out + after, local + after, (world - rank - 1) * shard)?;
+                            ce_copy(stream, out + after, local + after, (world - rank - 1) * shard, hint)?;
                         }
                         stream.wait(join)?;
                     }
                     AgAlgo::Ll => unreachable!("handled by ll_all_gather"),
                     AgAlgo::SmOneshot => {
-                        let src = self.symmetric_input(stream, &input, ws, 0)?;
+                        let src = self.symmetric_input(stream, &input, ws, (0, plan.copy_hint))?;
                         let ctas = plan.ctas;
                         let vec_ok = src.off.is_multiple_of(16) && out.is_multiple_of(16) && shard.is_multiple_of(16);
                         let kernels = self.sync.device.kernels()?;
@@ -610,16 +604,15 @@ impl GpuColl {
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
         let captured = mode == Mode::Captured;
-        let plan = self.plan_reduce_scatter(&input, &output, op, captured, opts);
-        let (chunk, carry) =
-            check_reduce_scatter(rank, world, (input.count, input.dtype), (output.count, output.dtype), plan.wire)?;
+        // NOTE [one planner]: the plan refuses what no algorithm can run as asked; what
+        // is left to check here is the arguments.
+        let plan = self.plan_reduce_scatter(&input, &output, op, captured, opts)?;
+        let chunk = check_reduce_scatter(rank, world, (input.count, input.dtype), (output.count, output.dtype))?;
         let dt = input.dtype.kernel_index()?;
         if chunk == 0 {
             return Ok(());
         }
-        let algorithm = int_algorithm(rank, input.dtype, plan.algorithm, op)?;
-        let algorithm = wire::algorithm(rank, carry, (algorithm, plan.pieces), input.dtype, output.dtype)?;
-        check_push_op(rank, algorithm, op)?;
+        let (algorithm, carry, once) = (plan.algorithm, plan.carry, plan.reduce_launch == LaunchForm::Once);
         wire_steps::refuse_bf16_in_place(rank, carry, &input, &output)?;
         if opts.traffic {
             // ce-reduce, with or without the wire (sm-direct's wire has no copies).
@@ -627,13 +620,6 @@ impl GpuColl {
         }
         let pe = piece_elems(output.count, plan.pieces);
         let pieces = output.count.div_ceil(pe);
-        let once = launch::once(
-            rank,
-            (plan.reduce_launch, plan.launch_explicit),
-            (algorithm, carry),
-            input.dtype,
-            pieces as u32,
-        )?;
         match algorithm {
             RsAlgo::TmaPushReduce => {
                 self.push_reduce(input, output, stream, (opts.channel, &plan), chunk, dt, mode)?;
@@ -647,7 +633,7 @@ impl GpuColl {
             }
             // At one rank nothing crosses a link: the f32 path below.
             _ if carry == Carry::Split && world > 1 => {
-                if mode == Mode::Eager && !opts.traffic && self.replays_wire() {
+                if plan.replays {
                     return self.wire_replayed(&input, &output, op, stream, (opts.channel, &plan));
                 }
                 return self.wire_reduce_scatter(
@@ -697,7 +683,8 @@ impl GpuColl {
         // workspace sized above, and a slot is only refilled after the reduction that
         // read it (events).
         unsafe {
-            let src = if mapped { None } else { Some(self.symmetric_input(stream, &input, ws, 0)?) };
+            let src =
+                if mapped { None } else { Some(self.symmetric_input(stream, &input, ws, (0, plan.copy_hint))?) };
             let input_of = |p: usize| match (&peers, &src) {
                 (Some(a), _) => a.addrs[p],
                 (None, Some(s)) => s.peer(p),
@@ -727,6 +714,7 @@ impl GpuColl {
                         mode,
                         once,
                         traffic: opts.traffic,
+                        hint: plan.copy_hint,
                     };
                     self.ce_reduce(&c)?;
                 }
@@ -758,7 +746,7 @@ impl GpuColl {
                     let src = src.expect("kernels read symmetric inputs");
                     let off = src.off + rank * chunk;
                     let (head, body) = tma_split(off, n, esize);
-                    let (tile, stages) = tma_ring(world);
+                    let (tile, stages) = plan.tma;
                     let a = TmaArgs {
                         bases: src.bases(),
                         off: off as u64,
@@ -808,7 +796,7 @@ impl GpuColl {
         op: ReduceOp,
         captured: bool,
         opts: &ReduceScatterOptions,
-    ) -> RsPlan {
+    ) -> Result<RsPlan> {
         let chunk = output.count.saturating_mul(input.dtype.size());
         let call = RsCall {
             chunk,
@@ -818,9 +806,9 @@ impl GpuColl {
             input_symmetric: input.is_symmetric(),
             captured,
         };
-        let plan = self.planner.reduce_scatter(&call, opts);
+        let plan = self.planner.reduce_scatter(&call, opts)?;
         crate::log::plan(self.sync.core.rank, "reduce-scatter", opts.context.name(), chunk, &plan);
-        plan
+        Ok(plan)
     }
 
     /// Collective: grows channel `channel`'s workspace to at least `bytes` now, and sets

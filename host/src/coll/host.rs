@@ -17,11 +17,11 @@ use std::borrow::Cow;
 
 use std::sync::Mutex;
 
-use super::check::{check_all_gather, check_push_op, check_reduce_scatter, grow_to, int_algorithm, no_wire, rotated};
+use super::check::{check_all_gather, check_reduce_scatter, grow_to, no_wire, rotated};
 use super::counters::{Counters, Moved};
-use super::geometry::{piece_elems, tma_ring, tma_split};
+use super::geometry::{piece_elems, tma_split};
 use super::reference::{reduce_into, reduce_into_as};
-use super::wire::{self, Carry};
+use super::wire::Carry;
 use super::{AgAlgo, AllGatherOptions, ArrivalForm, DType, ReduceOp, ReduceScatterOptions, RsAlgo};
 use crate::error::{Error, Result};
 use crate::memory::host::{HostBuffer, alloc};
@@ -299,24 +299,15 @@ impl HostColl {
             input_symmetric,
             captured: false,
         };
-        let planned = self.planner.reduce_scatter(&call, opts);
+        // NOTE [one planner]: the plan refuses what no algorithm can run as asked (the same
+        // calls as on GPUs, though nothing launches here); the arguments are checked here.
+        let planned = self.planner.reduce_scatter(&call, opts)?;
         crate::log::plan(rank, "reduce-scatter", opts.context.name(), call.chunk, &planned);
-        let (chunk, plan) = check_reduce_scatter(rank, world, (n_in, dtype), (n_out, out_dtype), planned.wire)?;
+        let chunk = check_reduce_scatter(rank, world, (n_in, dtype), (n_out, out_dtype))?;
         if chunk == 0 {
             return Ok(());
         }
-        let algorithm = int_algorithm(rank, dtype, planned.algorithm, op)?;
-        let algorithm = wire::algorithm(rank, plan, (algorithm, planned.pieces), dtype, out_dtype)?;
-        check_push_op(rank, algorithm, op)?;
-        // No launches here, but the same calls are refused as on GPUs.
-        let pieces = n_out.div_ceil(piece_elems(n_out, planned.pieces));
-        super::launch::once(
-            rank,
-            (planned.reduce_launch, planned.launch_explicit),
-            (algorithm, plan),
-            dtype,
-            pieces as u32,
-        )?;
+        let (algorithm, plan) = (planned.algorithm, planned.carry);
         match algorithm {
             RsAlgo::TmaPushReduce => {
                 self.push_reduce(input, output, dtype, opts, chunk)?;
@@ -341,7 +332,7 @@ impl HostColl {
         let es = dtype.size();
         let piece = match algorithm {
             RsAlgo::SmDirect => (64 << 10) / es,
-            RsAlgo::TmaReduce | RsAlgo::TmaReduceEvict => tma_ring(world).0 as usize / es,
+            RsAlgo::TmaReduce | RsAlgo::TmaReduceEvict => planned.tma.0 as usize / es,
             // Pieces change nothing in the result: the host reads and reduces 64 KiB at a
             // time (in cache), whatever the GPU's pipeline would be.
             _ => piece_elems(n_out, planned.pieces).min((64 << 10) / es),

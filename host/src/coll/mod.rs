@@ -35,7 +35,6 @@ mod device_buf;
 mod geometry;
 pub(crate) mod gpu;
 pub(crate) mod host;
-mod launch;
 mod reference;
 pub(crate) mod wire;
 

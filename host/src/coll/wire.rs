@@ -60,79 +60,8 @@
 //! Gradients accumulated in fp32 over several backward passes are not bf16-exact, so
 //! there the fallback is the normal case (`lowcon.fsdp` sends f32 then).
 
-use super::{DType, RsAlgo};
-use crate::error::{Error, Result};
-
-/// What crosses the peer links in one reduce-scatter (NOTE [bf16 wire]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Carry {
-    /// The input's own type.
-    Same,
-    /// A bf16 input reduced into an f32 output.
-    Bf16In,
-    /// f32 in and out, split into top halves (the wire) and bottom halves (fallback).
-    Split,
-}
-
-/// What a reduce-scatter of `input` into `output` with `wire` carries (None: the
-/// input's type), or the refusal naming the dtypes.
-pub(crate) fn carry(rank: usize, input: DType, output: DType, wire: Option<DType>) -> Result<Carry> {
-    let refuse = |why: &str| {
-        let w = wire.map_or("none".to_string(), |w| w.to_string());
-        Err(Error::InvalidArgument(format!(
-            "rank {rank}: reduce-scatter of {input} into {output} with wire {w}: {why}"
-        )))
-    };
-    if let Some(w) = wire
-        && (w.is_int() || input.is_int())
-    {
-        return refuse("a wire applies to float reduce-scatters only");
-    }
-    match (input, output, wire) {
-        (i, o, None) if i == o => Ok(Carry::Same),
-        (i, o, Some(w)) if i == o && w == i => Ok(Carry::Same),
-        (DType::F32, DType::F32, Some(DType::Bf16)) => Ok(Carry::Split),
-        (DType::Bf16, DType::F32, None | Some(DType::Bf16)) => Ok(Carry::Bf16In),
-        (i, o, _) if i != o => refuse(
-            "the output must have the input's type, or be f32 for a bf16 input (which then crosses the links \
-             as bf16)",
-        ),
-        (_, _, Some(w)) if w.size() > input.size() => refuse("the wire is wider than the input"),
-        (DType::F32, _, Some(DType::F16)) => {
-            refuse("only bf16, the top half of an f32, can carry f32 exactly (f16 has another exponent)")
-        }
-        _ => refuse("bf16 is the only wire, for f32 inputs"),
-    }
-}
-
-/// Refuses an algorithm that cannot send `plan`'s wire (naming it), or more pieces than
-/// the split wire has signals for (at any world size, one rank included, where nothing
-/// crosses and the call runs as an f32 one); returns the algorithm to run.
-pub(crate) fn algorithm(
-    rank: usize,
-    plan: Carry,
-    (algorithm, pipeline): (RsAlgo, u32),
-    input: DType,
-    output: DType,
-) -> Result<RsAlgo> {
-    if plan == Carry::Split {
-        pieces(rank, 1, pipeline)?;
-    }
-    // NOTE [algorithm capabilities]; the split wire read directly is sm-direct's (NOTE [the wire read
-    // directly] in coll::gpu::wire_steps).
-    let can: fn(super::RsCaps) -> bool = match plan {
-        Carry::Same => return Ok(algorithm),
-        Carry::Split => |c| c.split_wire,
-        Carry::Bf16In => |c| c.bf16_in,
-    };
-    if can(algorithm.caps()) {
-        return Ok(algorithm);
-    }
-    Err(Error::InvalidArgument(format!(
-        "rank {rank}: reduce-scatter of {input} into {output} over a bf16 wire runs on {} (or auto), not {algorithm}",
-        RsAlgo::names_where(can).join(", ")
-    )))
-}
+use crate::error::Result;
+pub(crate) use crate::plan::Carry;
 
 /// Where a split-wire call's regions are in the channel's workspace (byte offsets, the
 /// same on every rank, since every rank makes the same call).
@@ -197,15 +126,11 @@ impl Layout {
 
 /// The pieces of a wire call of `n` elements per chunk, as planned: at most
 /// `pad::WIRE_PIECES`, each with its own signal words (the planner keeps its own choice
-/// within that; a caller's `pipeline` past it is refused here). Returns (elements per
+/// within that and refuses a caller's `pipeline` past it, in the words of
+/// `plan::runnable::check_wire_pieces`, which this checks again). Returns (elements per
 /// piece, pieces).
 pub(crate) fn pieces(rank: usize, n: usize, want: u32) -> Result<(usize, usize)> {
-    let max = lowcon_abi::pad::WIRE_PIECES;
-    if want > max {
-        return Err(Error::InvalidArgument(format!(
-            "rank {rank}: pipeline {want}: a bf16-wire reduce-scatter has at most {max} pieces"
-        )));
-    }
+    crate::plan::runnable::check_wire_pieces(rank, want)?;
     let pe = super::geometry::piece_elems(n, want.max(1));
     Ok((pe, n.div_ceil(pe)))
 }
@@ -213,54 +138,6 @@ pub(crate) fn pieces(rank: usize, n: usize, want: u32) -> Result<(usize, usize)>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use DType::*;
-
-    #[test]
-    fn plans_and_refusals_name_the_dtypes() {
-        assert_eq!(carry(0, F32, F32, None).unwrap(), Carry::Same);
-        assert_eq!(carry(0, Bf16, Bf16, Some(Bf16)).unwrap(), Carry::Same);
-        assert_eq!(carry(0, F32, F32, Some(F32)).unwrap(), Carry::Same);
-        assert_eq!(carry(0, F32, F32, Some(Bf16)).unwrap(), Carry::Split);
-        assert_eq!(carry(0, Bf16, F32, None).unwrap(), Carry::Bf16In);
-        assert_eq!(carry(0, Bf16, F32, Some(Bf16)).unwrap(), Carry::Bf16In);
-        for (i, o, w, what) in [
-            (I32, I32, Some(Bf16), "float reduce-scatters only"),
-            (I32, I32, Some(I32), "float reduce-scatters only"),
-            (F32, F32, Some(I32), "float reduce-scatters only"),
-            (Bf16, Bf16, Some(F32), "wider than the input"),
-            (F16, F16, Some(F32), "wider than the input"),
-            (F32, F32, Some(F16), "only bf16"),
-            (F16, F16, Some(Bf16), "bf16 is the only wire"),
-            (Bf16, Bf16, Some(F16), "bf16 is the only wire"),
-            (F32, Bf16, None, "the output must have the input's type"),
-            (F16, F32, None, "the output must have the input's type"),
-            (Bf16, F32, Some(F32), "the output must have the input's type"),
-            (Bf16, F16, None, "the output must have the input's type"),
-        ] {
-            let e = carry(3, i, o, w).unwrap_err().to_string();
-            let wn = w.map_or("none".to_string(), |w| w.to_string());
-            assert!(e.contains(&format!("rank 3: reduce-scatter of {i} into {o} with wire {wn}")), "{e}");
-            assert!(e.contains(what), "{i} {o} {w:?}: {e}");
-        }
-    }
-
-    #[test]
-    fn the_wire_runs_on_ce_reduce_and_the_others_refuse_by_name() {
-        use RsAlgo as A;
-        assert_eq!(algorithm(0, Carry::Same, (A::Ll, 1), F32, F32).unwrap(), A::Ll);
-        // The split wire read directly (NOTE [the wire read directly]); a bf16 input has no planes.
-        assert_eq!(algorithm(0, Carry::Split, (A::SmDirect, 4), F32, F32).unwrap(), A::SmDirect);
-        let e = algorithm(2, Carry::Bf16In, (A::SmDirect, 1), Bf16, F32).unwrap_err().to_string();
-        assert!(e.contains("rank 2") && e.contains("sm-direct"), "{e}");
-        for p in [Carry::Split, Carry::Bf16In] {
-            assert_eq!(algorithm(0, p, (A::CeReduce, 64), F32, F32).unwrap(), A::CeReduce);
-            let kernels = [A::SmDirect, A::TmaReduce, A::TmaReduceEvict, A::TmaPushReduce, A::Ll];
-            for a in kernels.into_iter().filter(|&a| p == Carry::Bf16In || a != A::SmDirect) {
-                let e = algorithm(1, p, (a, 1), Bf16, F32).unwrap_err().to_string();
-                assert!(e.contains("rank 1") && e.contains(a.name()) && e.contains("bf16 into f32"), "{e}");
-            }
-        }
-    }
 
     #[test]
     fn layout_keeps_slots_apart_and_aligned() {
@@ -283,8 +160,6 @@ mod tests {
                 assert_eq!(plain.staging, 0);
             }
         }
-        let e = algorithm(2, Carry::Split, (RsAlgo::CeReduce, 65), F32, F32).unwrap_err();
-        assert!(e.to_string().contains("rank 2: pipeline 65"), "{e}");
         let e = pieces(2, 100, 65).unwrap_err().to_string();
         assert!(e.contains("rank 2: pipeline 65") && e.contains("at most 64"), "{e}");
         assert_eq!(pieces(0, 1 << 25, 8).unwrap().1, 8);

@@ -57,8 +57,8 @@ pub struct Kernels {
     wire_wait: CudaFunction,
     reduce_once: [CudaFunction; 3],
     spin: CudaFunction,
-    /// Whether LL rounds are launched overlapped (NOTE [LL launch overlap]): decided at
-    /// load, cleared if the driver refuses the attribute.
+    /// Whether the driver can launch LL rounds overlapped (NOTE [LL launch overlap]; the
+    /// plan says whether to): decided at load, cleared if the driver refuses the attribute.
     ll_overlap: std::sync::atomic::AtomicBool,
 }
 
@@ -74,9 +74,10 @@ pub struct Kernels {
 // is. Every LL CTA then triggers its dependents at once (`launch_dependents`): a
 // following LL round can be scheduled as soon as this one's CTAs are all resident.
 // Any other kernel after it is launched as usual, and waits for the whole round.
-// Needs a driver of CUDA 12.3 or later and sm_90; `LOWCON_LL_OVERLAP=0` turns it off, and
-// so does a group whose ranks share the GPU: an early round's CTAs are resident while they
-// wait, which would break NOTE [shared CTAs]'s count of the kernels each rank holds.
+// Needs a driver of CUDA 12.3 or later and sm_90. The plan decides it (its `ll_overlap`,
+// NOTE [plan settings]): `LOWCON_LL_OVERLAP=0` turns it off, and so does a group whose
+// ranks share the GPU: an early round's CTAs are resident while they wait, which would
+// break NOTE [shared CTAs]'s count of the kernels each rank holds.
 
 /// `l.launch(cfg)`, its host time counted (NOTE [enqueue clock] in `cuda::enqueued`).
 ///
@@ -111,6 +112,8 @@ pub(crate) struct LlArgs {
     pub n: u64,
     /// `src`, `dst` and `bytes` are multiples of 8.
     pub aligned: bool,
+    /// The plan's NOTE [LL launch overlap] (launched plainly where the driver cannot).
+    pub overlap: bool,
 }
 
 /// The arguments of a `tma-reduce` launch besides the fused barrier's: see
@@ -128,7 +131,7 @@ pub(crate) struct TmaArgs {
     /// Head elements and body bytes (`coll::geometry::tma_split`).
     pub head: u64,
     pub body: u64,
-    /// Ring tile bytes and stages (`coll::geometry::tma_ring`).
+    /// Ring tile bytes and stages (`plan::tma::tma_ring`).
     pub tile: u32,
     pub stages: u32,
     pub vec_out: bool,
@@ -148,7 +151,7 @@ pub(crate) struct PushArgs {
     pub acc_off: u64,
     /// Bytes pushed per chunk (the chunk rounded up to 16).
     pub body: u64,
-    /// Ring tile bytes (`coll::geometry::push_tile`).
+    /// Ring tile bytes (`plan::tma::push_tile`).
     pub tile: u32,
 }
 
@@ -206,16 +209,10 @@ impl Kernels {
             wire_wait: f(names::WIRE_WAIT)?,
             reduce_once: [f(names::REDUCE_ONCE[0])?, f(names::REDUCE_ONCE[1])?, f(names::REDUCE_ONCE[2])?],
             spin: f(names::SPIN)?,
-            ll_overlap: std::sync::atomic::AtomicBool::new(
-                crate::config::ll_overlap() && super::driver_version().is_ok_and(|v| v >= (12, 3)),
-            ),
+            // Whether the driver takes the attribute (the plan says whether to use it).
+            ll_overlap: std::sync::atomic::AtomicBool::new(super::driver_version().is_ok_and(|v| v >= (12, 3))),
             _module: module,
         })
-    }
-
-    /// Launches LL rounds as plain kernels from now on (NOTE [LL launch overlap]).
-    pub(crate) fn keep_ll_rounds_apart(&self) {
-        self.ll_overlap.store(false, Ordering::Relaxed);
     }
 
     /// Enqueues the one-CTA barrier kernel.
@@ -494,7 +491,7 @@ impl Kernels {
         extra: u32,
     ) -> Result<()> {
         let aligned = a.aligned as u32;
-        if self.ll_overlap.load(Ordering::Relaxed) {
+        if a.overlap && self.ll_overlap.load(Ordering::Relaxed) {
             // The LL kernels' parameters, in order (`ll_kernel!` in `gpu-kernels/kernels/src/ll.rs`).
             let mut params: [*mut std::ffi::c_void; 16] = [
                 std::ptr::from_ref(&pad.rank).cast_mut().cast(),

@@ -556,7 +556,9 @@ pub mod mem_op {
         check("cuMemsetD32Async", unsafe { sys::cuMemsetD32Async(dst, value, words, stream) })
     }
 
-    /// Enqueues a device-to-device copy of `bytes` (the copy engine for peer memory).
+    /// Enqueues a device-to-device copy of `bytes` (the copy engine for peer memory),
+    /// with the copy-engine hint where `hint` (a plan's `copy_hint`) and the driver has
+    /// batched copies.
     ///
     /// # Safety
     /// Both ranges are valid device memory (this device or mapped peers) when it runs.
@@ -565,9 +567,10 @@ pub mod mem_op {
         dst: sys::CUdeviceptr,
         src: sys::CUdeviceptr,
         bytes: usize,
+        hint: bool,
     ) -> Result<()> {
         let _t = crate::cuda::enqueued::time(crate::cuda::enqueued::Enqueue::Copy);
-        if crate::config::copy_engine_hint() && batch_copies_supported() {
+        if hint && batch_copies_supported() {
             // SAFETY: forwarded from the caller.
             return unsafe { copy_prefer_engines(stream, dst, src, bytes) };
         }
@@ -588,13 +591,14 @@ pub mod mem_op {
     pub unsafe fn copy_batch(
         stream: sys::CUstream,
         copies: &[(sys::CUdeviceptr, sys::CUdeviceptr, usize)],
+        hint: bool,
     ) -> Result<()> {
         let copies: Vec<_> = copies.iter().copied().filter(|c| c.2 > 0).collect();
         let legacy = stream.is_null() || stream as usize == 1 || stream as usize == 2;
         if copies.len() < 2 || legacy || !batch_copies_supported() {
             for &(dst, src, bytes) in &copies {
                 // SAFETY: forwarded from the caller.
-                unsafe { copy(stream, dst, src, bytes)? };
+                unsafe { copy(stream, dst, src, bytes, hint)? };
             }
             return Ok(());
         }
@@ -607,7 +611,7 @@ pub mod mem_op {
         // types, no flags), set below as NCCL's copy-engine collectives set it.
         let mut attr: sys::CUmemcpyAttributes = unsafe { std::mem::zeroed() };
         attr.srcAccessOrder = sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
-        if crate::config::copy_engine_hint() {
+        if hint {
             attr.flags = sys::CUmemcpyFlags::CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE as u32;
         }
         let mut first = 0usize;

@@ -175,13 +175,13 @@ impl Stream {
     }
 
     /// Enqueues a device-to-device copy of `bytes` from `src` to `dst` (this device's
-    /// memory or a mapped peer's; the driver picks copy engine or kernel).
+    /// memory or a mapped peer's; the driver picks copy engine or kernel, with no hint).
     ///
     /// # Safety
     /// Both ranges are valid device memory of at least `bytes` bytes when the copy runs.
     pub unsafe fn copy(&self, dst: sys::CUdeviceptr, src: sys::CUdeviceptr, bytes: usize) -> Result<()> {
         // SAFETY: the stream is live (held by `self`); the ranges as the caller guarantees.
-        unsafe { raw::mem_op::copy(self.raw(), dst, src, bytes) }
+        unsafe { raw::mem_op::copy(self.raw(), dst, src, bytes, false) }
     }
 
     /// Enqueues filling `bytes` bytes at `dst` with `value`.

@@ -99,7 +99,7 @@ impl GpuGroup {
         // NOTE [tuning tables]: every rank must plan from the same table; a rank that
         // cannot load one says so to the others instead of leaving them waiting.
         let machine = Machine { device: info.name.clone(), sms: info.sm_count, world, ranks_on_gpu: 1 };
-        let planner = Planner::for_machine(machine);
+        let planner = Planner::for_machine(machine).map(|p| p.at_rank(rank));
         let extra = vec![
             ("backend".to_string(), "gpu".to_string()),
             ("pci".to_string(), info.pci_bus_id.clone()),
@@ -154,14 +154,12 @@ impl GpuGroup {
         let shares_gpu = !shared.is_empty();
         let mine = core.infos[rank].get("pci");
         let ranks_on_gpu = core.infos.iter().filter(|i| i.get("pci") == mine).count();
+        // NOTE [LL launch overlap]: the planner keeps LL rounds apart where ranks share the
+        // GPU (NOTE [shared CTAs]).
         let planner = Arc::new(planner?.sharing(ranks_on_gpu));
-        if ranks_on_gpu > 1 {
-            // NOTE [LL launch overlap]: not where ranks share the GPU (NOTE [shared CTAs]).
-            device.kernels()?.keep_ll_rounds_apart();
-        }
         let name = opts.name.clone();
         let sync = Arc::new(
-            GpuSync::new(core, device, opts.handles)
+            GpuSync::new(core, device, (opts.handles, planner.settings().memop_batch))
                 .map_err(|e| e.during(format!("creating group {name:?}: the signal pads")))?,
         );
         Ok(Self {
@@ -445,7 +443,8 @@ impl GpuGroup {
     /// (NOTE [batched copies] in `coll::gpu`; on by default) or one by one. Not
     /// collective, and results are the same either way: for measuring it.
     pub fn set_copy_batching(&self, on: bool) {
-        self.coll.set_copy_batching(on)
+        // NOTE [plan settings]: the next plans carry it.
+        self.coll.planner.change_settings(|s| s.copy_batch = on)
     }
 
     /// Whether an eager split-wire reduce-scatter (the bf16 wire) is launched as one
@@ -455,7 +454,8 @@ impl GpuGroup {
     /// other signal slots than an eager one, so ranks that differ wait for each other
     /// until the group's timeout names the peer. Results are the same either way.
     pub fn set_wire_replays(&self, on: bool) {
-        self.coll.set_wire_replays(on)
+        // NOTE [plan settings]: the next plans carry it.
+        self.coll.planner.change_settings(|s| s.wire_replays = on)
     }
 
     /// Whether `map_ordinary` all-gathers predict the peers' addresses from the same

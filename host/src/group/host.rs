@@ -58,7 +58,7 @@ impl HostGroup {
         gone: crate::rendezvous::Watch<'_>,
     ) -> Result<Self> {
         // NOTE [tuning tables]: every rank plans from the same table.
-        let planner = Planner::for_machine(Machine::host(world));
+        let planner = Planner::for_machine(Machine::host(world)).map(|p| p.at_rank(rank));
         let extra = vec![("backend".into(), "host".into()), ("tuning".into(), crate::plan::announce(&planner))];
         let core = GroupCore::new(store, rank, world, &opts.name, extra, opts.timeout, gone)?;
         let announced: Vec<&str> = core.infos.iter().map(|i| i.get("tuning")).collect();

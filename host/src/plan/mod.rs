@@ -24,7 +24,10 @@
 //! 0's). Every rank of a group must plan alike, so group creation compares the tables'
 //! CRCs and names a rank that differs.
 
+pub mod runnable;
+pub mod settings;
 pub mod table;
+pub mod tma;
 pub mod vocab;
 
 use std::sync::Arc;
@@ -39,6 +42,8 @@ use vocab::{MAX_CTAS, ReduceScatterOptions};
 use crate::error::{Error, Result};
 use crate::sync::SyncMethod;
 
+pub use runnable::Carry;
+pub use settings::Settings;
 pub use table::{TableWriter, format_bytes, parse_bytes};
 
 /// The variable naming a tuning table to load instead of the shipped ones.
@@ -122,6 +127,16 @@ pub struct AgPlan {
     /// What each peer's copy waits for (`Barrier` but for eager `ce-pull` with
     /// stream-memop sync, or on the host backend: NOTE [arrival-driven all-gather]).
     pub arrival: ArrivalForm,
+    /// Whether an eager call's copies go to the driver as one batch (NOTE [batched
+    /// copies] in `coll::gpu`; the copy-engine algorithms, eager, `set_copy_batching`).
+    pub copy_batch: bool,
+    /// Whether its copies carry the copy-engine hint (`LOWCON_COPY_ENGINE_HINT`).
+    pub copy_hint: bool,
+    /// Whether its LL rounds launch with programmatic stream serialization (NOTE [LL
+    /// launch overlap]; `ll` on a GPU of its own, unless `LOWCON_LL_OVERLAP=0`).
+    pub ll_overlap: bool,
+    /// Whether its stream-memop barriers go as one batch each (`LOWCON_MEMOP_BATCH`).
+    pub memop_batch: bool,
     /// The rule it came from (`table:line`, `default`, or `explicit`).
     pub origin: Arc<str>,
 }
@@ -144,13 +159,28 @@ pub struct RsPlan {
     /// The type crossing the links when it differs from the input's (`Some(Bf16)`: the
     /// bf16 wire); `None`: the input's own.
     pub wire: Option<DType>,
-    /// One reduction launch per piece or per call.
+    /// What crosses the links (NOTE [bf16 wire]): the input's type, a bf16 input into
+    /// f32, or the split wire.
+    pub carry: Carry,
+    /// One reduction launch per piece or per call (`Once` only where it can run: a
+    /// caller's `once` that cannot is refused, a rule's falls back to `Pieces`).
     pub reduce_launch: LaunchForm,
-    /// Whether the caller asked for `reduce_launch` (then a launch that cannot run is
-    /// refused; a planned one falls back to `Pieces`).
-    pub launch_explicit: bool,
     /// Whether peers read an ordinary input in place (eager `ce-reduce` only).
     pub map_ordinary: bool,
+    /// `tma-reduce`'s ring: tile bytes per rank and stages; `tma-push-reduce`'s tile
+    /// bytes and its fixed stages (`coll::geometry`; `LOWCON_TMA_TILE_BYTES`,
+    /// `LOWCON_TMA_STAGES`). `(0, 0)` for the other algorithms.
+    pub tma: (u32, u32),
+    /// Whether an eager split-wire call is launched as a graph from its shape's second
+    /// call on (NOTE [wire replays]; `LOWCON_WIRE_REPLAYS`, `set_wire_replays`).
+    pub replays: bool,
+    /// Whether its copies carry the copy-engine hint (`LOWCON_COPY_ENGINE_HINT`).
+    pub copy_hint: bool,
+    /// Whether its LL rounds launch with programmatic stream serialization (as for
+    /// [`AgPlan::ll_overlap`]).
+    pub ll_overlap: bool,
+    /// Whether its stream-memop barriers go as one batch each (`LOWCON_MEMOP_BATCH`).
+    pub memop_batch: bool,
     /// The rule it came from (`table:line`, `default`, or `explicit`).
     pub origin: Arc<str>,
 }
@@ -164,6 +194,10 @@ impl AgPlan {
             ("sync", self.sync.name().into()),
             ("map_ordinary", self.map_ordinary.to_string()),
             ("arrival", self.arrival.name().into()),
+            ("copy_batch", self.copy_batch.to_string()),
+            ("copy_hint", self.copy_hint.to_string()),
+            ("ll_overlap", self.ll_overlap.to_string()),
+            ("memop_batch", self.memop_batch.to_string()),
             ("origin", self.origin.to_string()),
         ]
     }
@@ -179,8 +213,15 @@ impl RsPlan {
             ("replay_sync", self.replay_sync.name().into()),
             ("pieces", self.pieces.to_string()),
             ("wire", self.wire.map_or("none".into(), |w| w.name().into())),
+            ("carry", self.carry.name().into()),
             ("reduce_launch", self.reduce_launch.name().into()),
             ("map_ordinary", self.map_ordinary.to_string()),
+            ("tma_tile", self.tma.0.to_string()),
+            ("tma_stages", self.tma.1.to_string()),
+            ("replays", self.replays.to_string()),
+            ("copy_hint", self.copy_hint.to_string()),
+            ("ll_overlap", self.ll_overlap.to_string()),
+            ("memop_batch", self.memop_batch.to_string()),
             ("origin", self.origin.to_string()),
         ]
     }
@@ -202,13 +243,7 @@ impl std::fmt::Display for RsPlan {
     }
 }
 
-/// The default CTAs of the reductions (ce-reduce, sm-direct, the wire) where no rule
-/// names them: 16, measured on 4x H200 alone (2026-11-21: `sm-direct` 311 GB/s busbw at
-/// 256 MiB); the tables name more where a GEMM runs beside them.
-pub const DEFAULT_REDUCE_CTAS: u32 = 16;
-/// The default CTAs of `tma-reduce` and `tma-push-reduce` (a few CTAs keep a ring of bulk
-/// copies in flight each: docs/algorithms.md).
-pub const DEFAULT_TMA_CTAS: u32 = 8;
+pub use vocab::{DEFAULT_REDUCE_CTAS, DEFAULT_TMA_CTAS};
 /// The default CTAs of the released reduce-scatter's final reduction (lowcon.tp), where
 /// nothing of the call is left to overlap it (2x H200, 2026-11-26).
 pub const RELEASED_REDUCE_CTAS: u32 = 64;
@@ -237,6 +272,17 @@ pub fn oneshot_ctas(total: usize) -> u32 {
     (total / (16 << 10)).clamp(4, 32) as u32
 }
 
+/// An algorithm's declared default CTAs (NOTE [algorithm capabilities]) for a call
+/// whose first LL round has `lines` lines and which gathers `total` bytes.
+fn default_ctas(ctas: vocab::Ctas, lines: u64, total: usize) -> u32 {
+    match ctas {
+        vocab::Ctas::Engines => 0,
+        vocab::Ctas::Fixed(n) => n,
+        vocab::Ctas::LlLines => ll_ctas(lines),
+        vocab::Ctas::PerGathered16K => oneshot_ctas(total),
+    }
+}
+
 /// The lines of an LL collective's first round for `bytes` per rank at `world` ranks.
 fn ll_first_round_lines(bytes: usize, world: usize) -> u64 {
     let lines = (bytes as u64).div_ceil(lowcon_abi::ll::PAYLOAD_PER_LINE);
@@ -261,23 +307,6 @@ pub fn shared_cta_cap(ranks_on_gpu: usize, sm_count: u32) -> Option<u32> {
     (ranks_on_gpu > 1).then(|| (sm_count / (4 * ranks_on_gpu as u32)).max(2))
 }
 
-/// Which reduce-scatter algorithms can run a call: integers reduce on ce-reduce and
-/// sm-direct, `tma-push-reduce` only sums, and a call whose links carry another type
-/// than its input's runs on ce-reduce (a bf16 input into f32) or on ce-reduce and
-/// sm-direct (the bf16 wire of an f32 call: NOTE [the wire read directly]).
-fn rs_can_run(a: RsAlgo, call: &RsCall, carried: bool) -> bool {
-    // NOTE [algorithm capabilities]: what the algorithm declares.
-    let caps = a.caps();
-    if carried {
-        let split = call.input == DType::F32 && call.output == DType::F32;
-        return if split { caps.split_wire } else { caps.bf16_in };
-    }
-    if call.input.is_int() && !caps.ints {
-        return false;
-    }
-    caps.all_ops || call.op == ReduceOp::Sum
-}
-
 /// How a group's calls are planned: the machine and the table (or model) in use.
 #[derive(Debug)]
 pub struct Planner {
@@ -288,14 +317,25 @@ pub struct Planner {
     /// Planning with the model: no table was measured for the machine.
     modelled: bool,
     cta_cap: Option<u32>,
+    /// The rank whose calls it plans (its refusals name it).
+    rank: usize,
+    /// NOTE [plan settings]: read once, changed only by the group's switches.
+    settings: std::sync::Mutex<Settings>,
     default_origin: Arc<str>,
     explicit_origin: Arc<str>,
 }
 
 impl Planner {
     /// The planner for `machine`: the table `LOWCON_TUNING` names, else the shipped one
-    /// for the machine, else the model (NOTE [tuning tables]; a group's rank 0 says so once: `notice`).
+    /// for the machine, else the model (NOTE [tuning tables]; a group's rank 0 says so
+    /// once: `notice`), with the settings the environment names (NOTE [plan settings]).
     pub fn for_machine(machine: Machine) -> Result<Self> {
+        let settings = Settings::from_env()?;
+        Ok(Self::tabled(machine)?.with_settings(settings))
+    }
+
+    /// The planner for `machine` with the table `LOWCON_TUNING` names, else the shipped one.
+    fn tabled(machine: Machine) -> Result<Self> {
         match crate::config::tuning() {
             Some(path) => {
                 let text = std::fs::read_to_string(&path).map_err(|e| {
@@ -361,7 +401,8 @@ impl Planner {
             .then(|| format!("no tuning table for {} ranks of {}; planning with the {}", m.world, m.device, self.how))
     }
 
-    /// The planner for `machine` with `table`, described as `how`.
+    /// The planner for `machine` with `table`, described as `how` (rank 0, the default
+    /// settings).
     pub fn with_table(machine: Machine, table: Table, how: String) -> Self {
         let cta_cap = shared_cta_cap(machine.ranks_on_gpu, machine.sms);
         Self {
@@ -370,9 +411,32 @@ impl Planner {
             how,
             modelled: false,
             cta_cap,
+            rank: 0,
+            settings: std::sync::Mutex::new(Settings::default()),
             default_origin: "default".into(),
             explicit_origin: "explicit".into(),
         }
+    }
+
+    /// This planner with `settings` (NOTE [plan settings]).
+    pub fn with_settings(self, settings: Settings) -> Self {
+        *self.settings.lock().unwrap_or_else(|p| p.into_inner()) = settings;
+        self
+    }
+
+    /// This planner for rank `rank` (whose refusals name it).
+    pub fn at_rank(self, rank: usize) -> Self {
+        Self { rank, ..self }
+    }
+
+    /// The settings its plans carry (NOTE [plan settings]).
+    pub fn settings(&self) -> Settings {
+        *self.settings.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Changes the settings its next plans carry (the group's switches: every rank alike).
+    pub fn change_settings(&self, f: impl FnOnce(&mut Settings)) {
+        f(&mut self.settings.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
     /// The machine.
@@ -394,8 +458,9 @@ impl Planner {
 
     /// This planner for a rank whose GPU `ranks_on_gpu` ranks share (NOTE [shared CTAs]).
     pub fn sharing(self, ranks_on_gpu: usize) -> Self {
-        let machine = Machine { ranks_on_gpu, ..self.machine };
-        Self::with_table(machine, self.table, self.how)
+        let machine = Machine { ranks_on_gpu, ..self.machine.clone() };
+        let (rank, settings, modelled) = (self.rank, self.settings(), self.modelled);
+        Self { modelled, ..Self::with_table(machine, self.table, self.how).with_settings(settings).at_rank(rank) }
     }
 
     fn cap(&self, ctas: u32) -> u32 {
@@ -431,10 +496,8 @@ impl Planner {
             (None, None) => AgAlgo::CePull,
         };
         let world = self.machine.world;
-        let ctas = opts.ctas.or(rule.and_then(|r| r.choose.ctas)).unwrap_or(match algorithm {
-            AgAlgo::SmOneshot => oneshot_ctas(world * call.shard),
-            AgAlgo::Ll => ll_ctas(ll_first_round_lines(call.shard, world)),
-            _ => 0,
+        let ctas = opts.ctas.or(rule.and_then(|r| r.choose.ctas)).unwrap_or_else(|| {
+            default_ctas(algorithm.caps().ctas, ll_first_round_lines(call.shard, world), world * call.shard)
         });
         let sync = self.sync(call.captured, (opts.sync, opts.graph_sync), rule);
         // What the backend does: peers read an ordinary input in place in eager ce-pull
@@ -457,12 +520,36 @@ impl Planner {
             && (sync == SyncMethod::StreamMemop || self.machine.is_host());
         let arrival = if per_peer { arrival } else { ArrivalForm::Barrier };
         let origin = self.origin(named.is_none(), rule);
-        AgPlan { algorithm, ctas: if ctas == 0 { 0 } else { self.cap(ctas) }, sync, map_ordinary, arrival, origin }
+        // NOTE [plan settings].
+        let set = self.settings();
+        let copies = matches!(algorithm, AgAlgo::CePull | AgAlgo::CePush);
+        AgPlan {
+            algorithm,
+            ctas: if ctas == 0 { 0 } else { self.cap(ctas) },
+            sync,
+            map_ordinary,
+            arrival,
+            // One batch per call where the copies are eager and one stream issues them
+            // (NOTE [batched copies]).
+            copy_batch: set.copy_batch && copies && !call.captured && arrival == ArrivalForm::Barrier,
+            copy_hint: set.copy_hint,
+            ll_overlap: self.ll_overlap(algorithm == AgAlgo::Ll),
+            memop_batch: set.memop_batch,
+            origin,
+        }
     }
 
-    /// The plan of a reduce-scatter. The caller's choices pass as they are: the backend
-    /// refuses what cannot run (an explicit algorithm that cannot carry the wire).
-    pub fn reduce_scatter(&self, call: &RsCall, opts: &ReduceScatterOptions) -> RsPlan {
+    /// NOTE [LL launch overlap]: LL rounds overlap their launches unless switched off or
+    /// ranks share the GPU (NOTE [shared CTAs]).
+    fn ll_overlap(&self, ll: bool) -> bool {
+        ll && self.settings().ll_overlap && self.machine.ranks_on_gpu <= 1 && !self.machine.is_host()
+    }
+
+    /// The plan of a reduce-scatter, or the refusal of a call no plan can run as asked
+    /// (its dtypes and wire, an explicit algorithm that cannot carry the wire or reduce
+    /// its integers or operator, a named launch that cannot run: `runnable`), naming
+    /// the rank. The caller's choices pass as they are.
+    pub fn reduce_scatter(&self, call: &RsCall, opts: &ReduceScatterOptions) -> Result<RsPlan> {
         self.rs(call, opts, None)
     }
 
@@ -470,16 +557,16 @@ impl Planner {
     /// copies are ce-reduce's, and its final reduction takes [`RELEASED_REDUCE_CTAS`],
     /// since nothing of the call is left to overlap it, unless a rule of its own context
     /// (`context=tp`) or the caller names others.
-    pub fn released(&self, call: &RsCall, opts: &ReduceScatterOptions) -> RsPlan {
+    pub fn released(&self, call: &RsCall, opts: &ReduceScatterOptions) -> Result<RsPlan> {
         let named = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::CeReduce, ..*opts };
-        let mut plan = self.rs(call, &named, Some(RELEASED_REDUCE_CTAS));
+        let mut plan = self.rs(call, &named, Some(RELEASED_REDUCE_CTAS))?;
         if opts.algorithm == ReduceScatterAlgorithm::Auto && &*plan.origin == "explicit" {
             plan.origin = self.default_origin.clone();
         }
-        plan
+        Ok(plan)
     }
 
-    fn rs(&self, call: &RsCall, opts: &ReduceScatterOptions, default_ctas: Option<u32>) -> RsPlan {
+    fn rs(&self, call: &RsCall, opts: &ReduceScatterOptions, default_ctas: Option<u32>) -> Result<RsPlan> {
         let probe = Probe {
             coll: Coll::ReduceScatter,
             context: opts.context,
@@ -513,7 +600,7 @@ impl Planner {
                 let a = r.choose.reduce_scatter;
                 a.is_some_and(|a| {
                     a.caps().deterministic
-                        && rs_can_run(a, call, explicit_carry || planned_wire(r))
+                        && runnable::can_run(a, call, explicit_carry || planned_wire(r))
                         && (!launch_named || a == RsAlgo::CeReduce)
                         && wire_ok(r)
                 })
@@ -535,13 +622,13 @@ impl Planner {
         // (which has its own default), only a rule of the call's context.
         let rule_ctas =
             rule.filter(|r| default_ctas.is_none() || r.sel.context == Some(opts.context)).and_then(|r| r.choose.ctas);
-        let ctas = opts.ctas.or(rule_ctas).or(default_ctas).unwrap_or(match algorithm {
-            RsAlgo::TmaReduce | RsAlgo::TmaReduceEvict | RsAlgo::TmaPushReduce => DEFAULT_TMA_CTAS,
-            RsAlgo::Ll => ll_ctas(ll_first_round_lines(call.chunk, self.machine.world)),
-            _ => DEFAULT_REDUCE_CTAS,
+        let ctas = opts.ctas.or(rule_ctas).or(default_ctas).unwrap_or_else(|| {
+            let lines = ll_first_round_lines(call.chunk, self.machine.world);
+            self::default_ctas(algorithm.caps().ctas, lines, self.machine.world * call.chunk)
         });
-        // ce-reduce's pipeline, and the wire's pieces (sm-direct's too).
-        let piped = algorithm == RsAlgo::CeReduce || (algorithm == RsAlgo::SmDirect && wire.is_some());
+        // A pipeline's pieces, and the split wire's (sm-direct's too).
+        let caps = algorithm.caps();
+        let piped = caps.pipelined || (caps.split_wire && wire.is_some());
         let pieces = match (piped, opts.pipeline) {
             (true, Some(p)) => p,
             (true, None) => {
@@ -554,10 +641,18 @@ impl Planner {
             }
             _ => 1,
         };
-        let reduce_launch = match opts.reduce_launch.named() {
+        // What the call can run (`runnable`): the refusals name the rank.
+        let rank = self.rank;
+        let carry = runnable::carry(rank, call.input, call.output, wire)?;
+        runnable::check_ints(rank, call.input, algorithm, call.op)?;
+        runnable::check_wire(rank, carry, (algorithm, pieces), call.input, call.output)?;
+        runnable::check_op(rank, algorithm, call.op)?;
+        let launch = match opts.reduce_launch.named() {
             None => rule.and_then(|r| r.choose.launch).and_then(ReduceLaunch::named).unwrap_or(LaunchForm::Pieces),
             Some(l) => l,
         };
+        let once = runnable::launch_once(rank, (launch, launch_named), (algorithm, carry), call.input, pieces)?;
+        let reduce_launch = if once { LaunchForm::Once } else { LaunchForm::Pieces };
         let sync = self.sync(call.captured, (opts.sync, opts.graph_sync), rule);
         // NOTE [replay sync]: lowcon's own graph of an eager call waits as a captured call.
         let replay_sync = self.sync(true, (opts.sync, opts.graph_sync), rule);
@@ -566,18 +661,32 @@ impl Planner {
             && !call.captured
             && algorithm.caps().map_ordinary;
         let origin = self.origin(named.is_none(), rule);
-        RsPlan {
+        // NOTE [plan settings].
+        let set = self.settings();
+        let world = self.machine.world;
+        let tma = match algorithm {
+            RsAlgo::TmaReduce | RsAlgo::TmaReduceEvict => tma::tma_ring(world, (set.tma_tile_bytes, set.tma_stages)),
+            RsAlgo::TmaPushReduce => (tma::push_tile(set.tma_tile_bytes), lowcon_abi::tma::PUSH_STAGES),
+            _ => (0, 0),
+        };
+        Ok(RsPlan {
             algorithm,
             ctas: self.cap(ctas),
             sync,
             replay_sync,
             pieces,
             wire,
+            carry,
             reduce_launch,
-            launch_explicit: launch_named,
             map_ordinary,
+            tma,
+            // NOTE [wire replays]: eager split-wire calls with more than one rank.
+            replays: set.wire_replays && carry == Carry::Split && !call.captured && !opts.traffic && world > 1,
+            copy_hint: set.copy_hint,
+            ll_overlap: self.ll_overlap(algorithm == RsAlgo::Ll),
+            memop_batch: set.memop_batch,
             origin,
-        }
+        })
     }
 
     fn sync(
@@ -620,7 +729,7 @@ impl Planner {
 /// too (`LOWCON_WIRE_REPLAYS`, NOTE [wire replays] in `coll::gpu`).
 pub fn announce(planner: &Result<Planner>) -> String {
     match planner {
-        Ok(p) if crate::config::wire_replays() => p.fingerprint(),
+        Ok(p) if p.settings().wire_replays => p.fingerprint(),
         Ok(p) => format!("{} {REPLAYS_OFF}", p.fingerprint()),
         Err(e) => format!("error: {e}"),
     }

@@ -17,7 +17,7 @@ fn rs_call(chunk: usize, dtype: DType) -> RsCall {
 }
 
 fn rs(p: &Planner, call: &RsCall, opts: &ReduceScatterOptions) -> RsPlan {
-    p.reduce_scatter(call, opts)
+    p.reduce_scatter(call, opts).unwrap()
 }
 
 /// FSDP2's reduce-scatter options for bf16-exact f32 gradients (the wire's rule).
@@ -265,10 +265,10 @@ fn a_table_of_the_callers_changes_the_plan() {
         rs(&p, &rs_call(1 << 30, DType::Bf16), &ReduceScatterOptions { context: Context::Fsdp, ..Default::default() });
     assert_eq!((f.algorithm, f.ctas, f.sync), (RsAlgo::TmaReduce, 5, SyncMethod::StreamMemop));
     let c = rs(&p, &rs_call(64 << 20, DType::Bf16), &ReduceScatterOptions::default());
-    assert_eq!(
-        (c.algorithm, c.pieces, c.reduce_launch, c.launch_explicit),
-        (RsAlgo::CeReduce, 3, LaunchForm::Once, false)
-    );
+    assert_eq!((c.algorithm, c.pieces, c.reduce_launch), (RsAlgo::CeReduce, 3, LaunchForm::Once));
+    // A rule's `once` that cannot run (an integer call) falls back to one launch per piece.
+    let ints = rs(&p, &rs_call(64 << 20, DType::I32), &ReduceScatterOptions::default());
+    assert_eq!((ints.algorithm, ints.reduce_launch), (RsAlgo::CeReduce, LaunchForm::Pieces));
     assert_ne!(p.fingerprint(), planner("NVIDIA H200", 4).fingerprint());
 }
 
@@ -327,11 +327,13 @@ fn a_named_launch_binds_ce_reduce() {
     // auto picks among ce-reduce's rules (ll would otherwise take 16 KiB, sm-direct 64 MiB).
     for chunk in [16 << 10, 64 << 20] {
         let r = rs(&p, &rs_call(chunk, DType::Bf16), &once);
-        assert_eq!((r.algorithm, r.reduce_launch, r.launch_explicit), (RsAlgo::CeReduce, LaunchForm::Once, true));
+        assert_eq!((r.algorithm, r.reduce_launch), (RsAlgo::CeReduce, LaunchForm::Once));
     }
-    // Named with another algorithm it binds too: the backend refuses it, naming why.
+    // Named with another algorithm it binds too: the planner refuses it, naming why.
     let named = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::SmDirect, ..once };
-    assert!(rs(&p, &rs_call(16 << 10, DType::Bf16), &named).launch_explicit);
+    let e = p.at_rank(3).reduce_scatter(&rs_call(16 << 10, DType::Bf16), &named).unwrap_err().to_string();
+    assert!(e.contains("rank 3: reduce launch once: ce-reduce only, not sm-direct"), "{e}");
+    let p = planner("NVIDIA H200", 4);
     // The planner's wire never turns the caller's options into a refusal: no wire with
     // one launch per call, or with more pieces than the wire has.
     let fsdp = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..once };
@@ -348,13 +350,13 @@ fn the_released_reduce_scatter_keeps_its_ctas_unless_a_tp_rule_names_others() {
     let call = rs_call(64 << 20, DType::Bf16);
     // h200-w2.txt ends in a ce-reduce rule with 16 CTAs: not the released call's.
     let p2 = planner("NVIDIA H200", 2);
-    let r = p2.released(&call, &tp);
+    let r = p2.released(&call, &tp).unwrap();
     assert_eq!((r.algorithm, r.ctas), (RsAlgo::CeReduce, RELEASED_REDUCE_CTAS));
     let text = "lowcon-tuning 1\nmachine gpu=H200 world=2\nreduce-scatter context=tp algorithm=ce-reduce ctas=5\n";
     let m = Machine { device: "NVIDIA H200".into(), sms: 132, world: 2, ranks_on_gpu: 1 };
     let mine = Planner::with_table(m, Table::parse("tp.txt", text).unwrap(), "test".into());
-    assert_eq!(mine.released(&call, &tp).ctas, 5);
-    assert_eq!(&*planner("NVIDIA H200", 4).released(&call, &tp).origin, "default");
+    assert_eq!(mine.released(&call, &tp).unwrap().ctas, 5);
+    assert_eq!(&*planner("NVIDIA H200", 4).released(&call, &tp).unwrap().origin, "default");
 }
 
 #[test]
@@ -487,4 +489,81 @@ fn only_a_modelled_planner_has_a_notice_and_one_rank_has_none() {
         h200_w4_with("given", &format!("{}\nmachine gpu=x\nall-gather algorithm=ll\n", table::FORMAT)).notice(),
         None
     );
+}
+
+#[test]
+fn plans_carry_the_settings_where_they_apply() {
+    // NOTE [plan settings]: what each plan shows, and the group switches' effect.
+    let m = Machine { device: "NVIDIA H100 80GB HBM3".into(), sms: 132, world: 4, ranks_on_gpu: 1 };
+    let p = Planner::shipped(m.clone()).unwrap().at_rank(2);
+    let ll = AllGatherOptions { algorithm: AllGatherAlgorithm::Ll, ..Default::default() };
+    assert!(ag(&p, 16 << 10, true, &ll).ll_overlap);
+    // Not where ranks share the GPU (NOTE [shared CTAs]), and the settings survive sharing.
+    let shared = Planner::shipped(m.clone()).unwrap().with_settings(Settings { copy_hint: true, ..Default::default() });
+    let shared = shared.sharing(4);
+    assert!(!ag(&shared, 16 << 10, true, &ll).ll_overlap);
+    assert!(shared.settings().copy_hint);
+    // Copy batches: eager copy-engine calls with one barrier.
+    let pull = AllGatherOptions { algorithm: AllGatherAlgorithm::CePull, ..Default::default() };
+    assert!(ag(&p, 64 << 20, false, &pull).copy_batch);
+    let captured = AgCall { shard: 64 << 20, dtype: DType::Bf16, output_symmetric: false, captured: true };
+    assert!(!p.all_gather(&captured, &pull).copy_batch);
+    p.change_settings(|s| s.copy_batch = false);
+    assert!(!ag(&p, 64 << 20, false, &pull).copy_batch);
+    // Replays: eager split-wire calls only, while the switch is on.
+    let wire = ReduceScatterOptions { wire: Some(DType::Bf16), ..Default::default() };
+    let f32_call = rs_call(64 << 20, DType::F32);
+    let r = rs(&p, &f32_call, &wire);
+    assert_eq!((r.carry, r.replays), (Carry::Split, true));
+    assert!(!rs(&p, &RsCall { captured: true, ..f32_call }, &wire).replays);
+    assert!(!rs(&p, &f32_call, &ReduceScatterOptions::default()).replays);
+    p.change_settings(|s| s.wire_replays = false);
+    assert!(!rs(&p, &f32_call, &wire).replays);
+    assert!(announce(&Ok(p)).ends_with("[LOWCON_WIRE_REPLAYS=0]"));
+    // The TMA ring of the world, on TMA algorithms only.
+    let p = Planner::shipped(m).unwrap();
+    let tma = ReduceScatterOptions { algorithm: ReduceScatterAlgorithm::TmaReduce, ..Default::default() };
+    assert_eq!(rs(&p, &rs_call(64 << 20, DType::Bf16), &tma).tma, (8 << 10, 7));
+    assert_eq!(rs(&p, &rs_call(64 << 20, DType::Bf16), &ReduceScatterOptions::default()).tma, (0, 0));
+}
+
+#[test]
+fn the_planner_refuses_what_no_plan_can_run_naming_the_rank() {
+    let p = planner("NVIDIA H200", 4).at_rank(3);
+    let call = |input, output| RsCall {
+        chunk: 1 << 20,
+        input,
+        output,
+        op: ReduceOp::Sum,
+        input_symmetric: true,
+        captured: false,
+    };
+    let d = ReduceScatterOptions::default();
+    let e = p.reduce_scatter(&call(DType::F32, DType::Bf16), &d).unwrap_err().to_string();
+    assert!(e.contains("rank 3: reduce-scatter of f32 into bf16 with wire none"), "{e}");
+    let named = |a| ReduceScatterOptions { algorithm: a, ..Default::default() };
+    let e = p.reduce_scatter(&call(DType::I32, DType::I32), &named(ReduceScatterAlgorithm::TmaReduce)).unwrap_err();
+    assert!(e.to_string().contains("rank 3: reduce-scatter of i32 with tma-reduce"), "{e}");
+    let e = p.reduce_scatter(&call(DType::Bf16, DType::F32), &named(ReduceScatterAlgorithm::SmDirect)).unwrap_err();
+    assert!(e.to_string().contains("over a bf16 wire runs on ce-reduce (or auto), not sm-direct"), "{e}");
+    let avg = RsCall { op: ReduceOp::Avg, ..call(DType::F32, DType::F32) };
+    let e = p.reduce_scatter(&avg, &named(ReduceScatterAlgorithm::TmaPushReduce)).unwrap_err().to_string();
+    assert!(e.contains("rank 3: op avg is not supported by tma-push-reduce"), "{e}");
+    // auto never picks what cannot run: a bf16 input into f32 runs on ce-reduce.
+    assert_eq!(p.reduce_scatter(&call(DType::Bf16, DType::F32), &d).unwrap().carry, Carry::Bf16In);
+}
+
+#[test]
+fn no_shipped_table_sends_the_wire_without_the_hint() {
+    // lowcon.fsdp's and the torch backend's `reduce_scatter_wire=None` give no hint and
+    // no wire of their own: the shipped tables then keep f32 on the wire.
+    for (device, world) in [("NVIDIA H100 80GB HBM3", 4), ("NVIDIA H200", 2), ("NVIDIA H200", 4), ("NVIDIA H100", 8)] {
+        let p = planner(device, world);
+        for shift in 10..=30 {
+            let call = RsCall { input_symmetric: false, ..rs_call(1 << shift, DType::F32) };
+            let fsdp = ReduceScatterOptions { context: Context::Fsdp, ..Default::default() };
+            assert_eq!(rs(&p, &call, &fsdp).wire, None, "{device} x{world}, 2^{shift} bytes");
+            assert_eq!(rs(&p, &call, &fsdp_exact()).carry == Carry::Split, rs(&p, &call, &fsdp_exact()).wire.is_some());
+        }
+    }
 }

@@ -309,11 +309,56 @@ algorithm_enum!(
 );
 
 // NOTE [algorithm capabilities]
-// What each algorithm can run is declared once, here (`AgAlgo::caps`, `RsAlgo::caps`):
-// the planner picks among the algorithms whose declaration covers a call, and the
-// backend's refusals of an algorithm a caller named read the same declaration and list
-// the algorithms it names as the ones that can (so a new algorithm is one line here, not
-// an edit of every refusal).
+// What each algorithm can run is declared once, here (`AgAlgo::caps`, `RsAlgo::caps`), in
+// the manner of MSCCL++'s algorithm descriptors: the element types and operators, the
+// wire, the launch forms, its default CTAs, whether it pipelines, and the memory it
+// needs (what peers read or write: `Peers`). The planner picks among the algorithms whose
+// declaration covers a call and takes their defaults from it, and its refusals of an
+// algorithm a caller named (`plan::runnable`) read the same declaration and list the
+// algorithms it names as the ones that can, so a new algorithm is one entry here, not an
+// edit of every refusal. Sync methods are not declared per algorithm: every algorithm's
+// barriers run both (kernel waits and stream memops), since they are the group's
+// (`sync`), not the algorithm's.
+
+/// The default CTAs of an algorithm where neither the caller nor a rule names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ctas {
+    /// None: the copy engines move the bytes (the plan's `ctas` is 0).
+    Engines,
+    /// A fixed count.
+    Fixed(u32),
+    /// One thread per line of the first LL round, up to 32 CTAs (`plan::ll_ctas`).
+    LlLines,
+    /// One per 16 KiB gathered, 4 to 32 (`plan::oneshot_ctas`).
+    PerGathered16K,
+}
+
+/// What an algorithm's peers touch of a rank's buffers, which sets the memory a call
+/// needs beyond them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peers {
+    /// They read this rank's input in place: a symmetric input as it is, an ordinary one
+    /// mapped (`map_ordinary`, where declared) or staged into the channel's symmetric
+    /// workspace (the input's bytes; `allow_staging = false` refuses that).
+    ReadInput,
+    /// They write into this rank's output (`ce-push`): an ordinary output is staged in
+    /// the workspace (world x shard).
+    WriteOutput,
+    /// They push into this rank's LL buffer (a fixed buffer per channel: two halves of
+    /// `world` slots); nothing needs to be symmetric.
+    LlBuffers,
+    /// They add into this rank's workspace (`tma-push-reduce`: the chunk, and the input
+    /// staged where it is not 16-byte aligned).
+    AddIntoWorkspace,
+}
+
+/// The default CTAs of the reductions (ce-reduce, sm-direct, the wire) where no rule
+/// names them: 16, measured on 4x H200 alone (2026-11-21: `sm-direct` 311 GB/s busbw at
+/// 256 MiB); the tables name more where a GEMM runs beside them.
+pub const DEFAULT_REDUCE_CTAS: u32 = 16;
+/// The default CTAs of `tma-reduce` and `tma-push-reduce` (a few CTAs keep a ring of bulk
+/// copies in flight each: docs/algorithms.md).
+pub const DEFAULT_TMA_CTAS: u32 = 8;
 
 /// What a reduce-scatter algorithm can run (NOTE [algorithm capabilities]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -332,6 +377,13 @@ pub struct RsCaps {
     pub map_ordinary: bool,
     /// The same result, bit for bit, at every call; `auto` picks no other.
     pub deterministic: bool,
+    /// Its CTAs where no one names them.
+    pub ctas: Ctas,
+    /// A pipeline of pieces (copies of piece `i + 1` beside the reduction of piece `i`);
+    /// else one piece, but for the split wire's pieces where it carries one.
+    pub pipelined: bool,
+    /// What its peers touch, and so the memory it needs.
+    pub peers: Peers,
 }
 
 impl RsAlgo {
@@ -345,15 +397,28 @@ impl RsAlgo {
             launch_once: false,
             map_ordinary: false,
             deterministic: true,
+            ctas: Ctas::Fixed(DEFAULT_REDUCE_CTAS),
+            pipelined: false,
+            peers: Peers::ReadInput,
         };
+        let tma = RsCaps { ctas: Ctas::Fixed(DEFAULT_TMA_CTAS), ..none };
         match self {
-            RsAlgo::CeReduce => {
-                RsCaps { ints: true, bf16_in: true, split_wire: true, launch_once: true, map_ordinary: true, ..none }
-            }
+            RsAlgo::CeReduce => RsCaps {
+                ints: true,
+                bf16_in: true,
+                split_wire: true,
+                launch_once: true,
+                map_ordinary: true,
+                pipelined: true,
+                ..none
+            },
             // NOTE [the wire read directly]: the split wire's planes read over NVLink.
             RsAlgo::SmDirect => RsCaps { ints: true, split_wire: true, ..none },
-            RsAlgo::TmaReduce | RsAlgo::TmaReduceEvict | RsAlgo::Ll => none,
-            RsAlgo::TmaPushReduce => RsCaps { all_ops: false, deterministic: false, ..none },
+            RsAlgo::TmaReduce | RsAlgo::TmaReduceEvict => tma,
+            RsAlgo::TmaPushReduce => {
+                RsCaps { all_ops: false, deterministic: false, peers: Peers::AddIntoWorkspace, ..tma }
+            }
+            RsAlgo::Ll => RsCaps { ctas: Ctas::LlLines, peers: Peers::LlBuffers, ..none },
         }
     }
 
@@ -371,14 +436,22 @@ pub struct AgCaps {
     pub map_ordinary: bool,
     /// Each peer's copy may wait for that peer alone (`ArrivalForm::InOrder`, `AnyOrder`).
     pub per_peer_arrival: bool,
+    /// Its CTAs where no one names them.
+    pub ctas: Ctas,
+    /// What its peers touch, and so the memory it needs.
+    pub peers: Peers,
 }
 
 impl AgAlgo {
     /// What it can run (NOTE [algorithm capabilities]).
     pub const fn caps(self) -> AgCaps {
+        let none =
+            AgCaps { map_ordinary: false, per_peer_arrival: false, ctas: Ctas::Engines, peers: Peers::ReadInput };
         match self {
-            AgAlgo::CePull => AgCaps { map_ordinary: true, per_peer_arrival: true },
-            AgAlgo::CePush | AgAlgo::SmOneshot | AgAlgo::Ll => AgCaps { map_ordinary: false, per_peer_arrival: false },
+            AgAlgo::CePull => AgCaps { map_ordinary: true, per_peer_arrival: true, ..none },
+            AgAlgo::CePush => AgCaps { peers: Peers::WriteOutput, ..none },
+            AgAlgo::SmOneshot => AgCaps { ctas: Ctas::PerGathered16K, ..none },
+            AgAlgo::Ll => AgCaps { ctas: Ctas::LlLines, peers: Peers::LlBuffers, ..none },
         }
     }
 }
@@ -679,6 +752,13 @@ mod tests {
         let pull: Vec<_> = AgAlgo::ALL.iter().filter(|a| a.caps().per_peer_arrival).map(|a| a.name()).collect();
         assert_eq!(pull, ["ce-pull"]);
         assert!(AgAlgo::ALL.iter().all(|a| a.caps().map_ordinary == a.caps().per_peer_arrival));
+        assert_eq!(RsAlgo::names_where(|c| c.pipelined), ["ce-reduce"]);
+        assert_eq!(RsAlgo::names_where(|c| c.ctas == Ctas::Fixed(DEFAULT_TMA_CTAS)).len(), 3);
+        assert_eq!(RsAlgo::names_where(|c| c.peers == Peers::LlBuffers), ["ll"]);
+        assert_eq!(RsAlgo::names_where(|c| c.peers == Peers::AddIntoWorkspace), ["tma-push-reduce"]);
+        assert_eq!(AgAlgo::CePush.caps().peers, Peers::WriteOutput);
+        let engines: Vec<_> = AgAlgo::ALL.iter().filter(|a| a.caps().ctas == Ctas::Engines).map(|a| a.name()).collect();
+        assert_eq!(engines, ["ce-pull", "ce-push"]);
         // Every named algorithm has its planned twin, and back.
         for a in ReduceScatterAlgorithm::NAMED {
             assert_eq!(ReduceScatterAlgorithm::from_planned(a.named().unwrap()), *a);

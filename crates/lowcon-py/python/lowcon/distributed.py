@@ -38,12 +38,15 @@ reduce_scatter_tensor, FSDP2's entry points, pass the planner the hint `pg.conte
 ("fsdp" by default, LOWCON_TORCH_CONTEXT when the group is made), so FSDP2 on this
 backend gets the plans `lowcon.fsdp`'s hooks get for the same calls. The bf16 wire (NOTE
 [bf16 wire]) needs to know that float32 inputs hold bf16 values upcast (FSDP2's
-reduce-scatter with bf16 parameters and an fp32 reduce), which the backend cannot see: with
-LOWCON_TORCH_WIRE=bf16 in the environment when the group is made, or
-`pg.reduce_scatter_wire = "bf16"`, float32 reduce_scatter_tensor calls pass the hint
-`bf16_exact=True`, and the planner sends the top half of each float where its table says
-so, reading the bottom halves only where a piece is not bf16-exact: the result is the
-float32 one bit for bit. The default (None) gives no hint.
+reduce-scatter with bf16 parameters and an fp32 reduce), which the backend cannot see.
+`pg.reduce_scatter_wire` (LOWCON_TORCH_WIRE in the environment when the group is made)
+takes the words of `lowcon.fsdp.install`'s `reduce_scatter_wire`, with the same meaning:
+"auto": float32 reduce_scatter_tensor calls pass the hint `bf16_exact=True`, and the
+planner sends the top half of each float where its table says so; "bf16": they ask for
+the wire outright (the hint and `wire="bf16"`); None (the default): no hint, the
+planner's choice (the shipped tables send the wire only for hinted calls). Either way the
+bottom halves are read where a piece is not bf16-exact: the result is the float32 one bit
+for bit.
 
 Streams: a call with async_op=False runs on the caller's current stream. With
 async_op=True it runs on the group's own stream, after the current stream's work, and
@@ -156,8 +159,8 @@ class LowconProcessGroup(dist.ProcessGroup):
         self._streams = {}
         self._gpu = backend == "gpu"
         wire = os.environ.get("LOWCON_TORCH_WIRE") or None
-        if wire not in (None, "bf16"):
-            raise InvalidArgument(f"rank {rank}: LOWCON_TORCH_WIRE={wire!r}: expected bf16 or nothing")
+        if wire not in (None, "auto", "bf16"):
+            raise InvalidArgument(f"rank {rank}: LOWCON_TORCH_WIRE={wire!r}: expected auto, bf16 or nothing")
         self.reduce_scatter_wire = wire
         self.context = os.environ.get("LOWCON_TORCH_CONTEXT") or "fsdp"
         if self.context not in ("alone", "fsdp", "tp"):
@@ -316,9 +319,14 @@ class LowconProcessGroup(dist.ProcessGroup):
             what = f"reduce_scatter_tensor ({_op_str(opts)}, {output.dtype})"
             return self._fallback(what, [output])._reduce_scatter_base(output, input, opts)
         output, input = _as_lowcon(output), _as_lowcon(input)
-        exact = self.reduce_scatter_wire == "bf16" and input.dtype == torch.float32 and output.dtype == torch.float32
+        wire = self.reduce_scatter_wire
+        if wire not in (None, "auto", "bf16"):
+            raise InvalidArgument(f"rank {self.rank()}: reduce_scatter_wire={wire!r}: expected \"auto\", \"bf16\" or None")
+        f32 = input.dtype == torch.float32 and output.dtype == torch.float32
+        # As lowcon.fsdp's hook: "auto" hints, "bf16" asks for the wire as an explicit option.
+        extra = {"wire": "bf16"} if f32 and wire == "bf16" else {}
         return self._run([output, input], opts, lambda: self._group.reduce_scatter(
-            output, input, op, context=self.context, bf16_exact=exact))
+            output, input, op, context=self.context, bf16_exact=f32 and wire is not None, **extra))
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         return self._coalesced(outputs, inputs, opts, self._reduce_scatter_base)

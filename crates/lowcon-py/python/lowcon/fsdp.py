@@ -36,8 +36,10 @@ Gradients accumulated in fp32 over several backward passes
 (`set_requires_gradient_sync(False)`) are not bf16-exact, so for a reduce of accumulated
 gradients the hooks give no hint: `install` wraps each parameter group's `post_backward`
 to see whether it holds accumulated gradients before it reduces. It prints one line
-saying what it chose (`reduce_scatter_wire="auto"`, the default; "bf16": the hint for
-every fp32 input; None: fp32 on the wire, always).
+saying what it chose (`reduce_scatter_wire="auto"`, the default; "bf16": the hint and
+the wire for every fp32 input; None: no hint, the planner's choice, which with the
+shipped tables is fp32 on the wire). The torch backend's `pg.reduce_scatter_wire` takes
+the same words with the same meanings.
 
 Reduce-scatter ops: FSDP2 passes SUM, AVG, or PREMUL_SUM(1/f) after
 `set_gradient_divide_factor(f)`. torch does not expose PREMUL_SUM's factor in Python, so
@@ -191,8 +193,8 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
                 options["wire"] = "bf16"
             self.wire_calls += 1
         else:
-            if input_tensor.dtype == torch.float32 and self.wire is None:
-                options = dict(options, wire="f32")  # fp32 on the wire, whatever the planner would pick
+            # No hint: the planner's choice (the shipped tables send the wire only for
+            # hinted calls), as the torch backend's None.
             self.plain_calls += 1
         self.group.reduce_scatter(output_tensor, input_tensor, name, **options)
         if scale is not None:

@@ -72,6 +72,8 @@ pub(super) struct CeCall<'a> {
     pub once: bool,
     /// NOTE [honest floor]: the copies and events only.
     pub traffic: bool,
+    /// The plan's `copy_hint` (NOTE [plan settings]).
+    pub hint: bool,
 }
 
 impl GpuColl {
@@ -138,7 +140,7 @@ impl GpuColl {
                 let from = (c.from)(p) + (first * esize) as u64;
                 // SAFETY: the slot is inside the staging area (contract), the source
                 // inside peer `p`'s input.
-                unsafe { ce_copy(copy, slots + (staged_slot(p, rank) * slot) as u64, from, len * esize)? };
+                unsafe { ce_copy(copy, slots + (staged_slot(p, rank) * slot) as u64, from, len * esize, c.hint)? };
             }
             if c.once {
                 if !sync {

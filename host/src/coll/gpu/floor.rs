@@ -77,7 +77,8 @@ impl GpuColl {
         let (bytes, symm) = if gather {
             (check_all_gather(rank, world, ins, outs)?, output.symm)
         } else {
-            (check_reduce_scatter(rank, world, ins, outs, None)?.0, input.symm)
+            crate::plan::runnable::carry(rank, input.dtype, output.dtype, None)?;
+            (check_reduce_scatter(rank, world, ins, outs)?, input.symm)
         };
         let Some((buf, off)) = symm else {
             return Err(if gather {
@@ -88,13 +89,15 @@ impl GpuColl {
         };
         let sym = Sym { buf, off };
         let slot = (rank * bytes) as u64;
+        // The floor has no plan (NOTE [honest floor]): the planner's copy setting.
+        let hint = self.planner.settings().copy_hint;
         for p in rotated(rank, world).filter(|&p| p != rank) {
             let (dst, src) = if gather { (sym.peer(p) + slot, input.ptr) } else { (output.ptr, sym.peer(p) + slot) };
             // SAFETY: peer p's mapping of the symmetric buffer holds world x `bytes` (checked
             // on this rank; every rank makes the same call) and the local side `bytes`;
             // both stay mapped while the caller holds the buffers. The bytes race with the
             // peers' use by design (module docs).
-            unsafe { ce_copy(stream, dst, src, bytes)? };
+            unsafe { ce_copy(stream, dst, src, bytes, hint)? };
         }
         self.sync.track(stream).map(|_| ())
     }

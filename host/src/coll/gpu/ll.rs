@@ -51,12 +51,12 @@ impl GpuColl {
 
     /// Enqueues the rounds of an LL collective: `launch(args, ctas)` for each, with the
     /// round's half, flag and lines, and the plan's CTAs (no more than a round's lines
-    /// need: a last, short round takes fewer).
+    /// need: a last, short round takes fewer) and launch overlap.
     fn ll_rounds(
         &self,
         stream: &Stream,
         (channel, sync, mode): (u32, SyncMethod, Mode),
-        ctas: u32,
+        (ctas, overlap): (u32, bool),
         (src, dst, bytes): (u64, u64, usize),
         mut launch: impl FnMut(&LlArgs, u32) -> Result<()>,
     ) -> Result<()> {
@@ -80,6 +80,7 @@ impl GpuColl {
                 first,
                 n,
                 aligned,
+                overlap,
             };
             launch(&a, ctas.min(n.div_ceil(crate::cuda::kernels::COLL_THREADS as u64).max(1) as u32))?;
         }
@@ -110,7 +111,7 @@ impl GpuColl {
         let kernels = self.sync.device.kernels()?;
         let pad = self.sync.pad_args();
         let ch = (channel, plan.sync, mode);
-        self.ll_rounds(stream, ch, plan.ctas, (input.ptr, output.ptr, shard), |a, ctas| {
+        self.ll_rounds(stream, ch, (plan.ctas, plan.ll_overlap), (input.ptr, output.ptr, shard), |a, ctas| {
             // SAFETY: the input holds `shard` bytes and the output `world * shard`
             // (checked); the LL buffers hold both halves of `world` slots of `a.slot`
             // bytes on every rank, and `a.n` lines fit a slot (`ll_rounds`).
@@ -134,7 +135,7 @@ impl GpuColl {
         let kernels = self.sync.device.kernels()?;
         let pad = self.sync.pad_args();
         let ch = (channel, plan.sync, mode);
-        self.ll_rounds(stream, ch, plan.ctas, (input.ptr, output.ptr, chunk), |a, ctas| {
+        self.ll_rounds(stream, ch, (plan.ctas, plan.ll_overlap), (input.ptr, output.ptr, chunk), |a, ctas| {
             // SAFETY: as in `ll_all_gather`, with the input holding `world * chunk`
             // bytes and the output `chunk`.
             unsafe { kernels.ll_rs(stream, dt, pad, channel, ctas, a, op.code()) }

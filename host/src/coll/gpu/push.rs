@@ -4,7 +4,6 @@
 use super::{GpuColl, Sym, ce_copy};
 use crate::coll::check::align256;
 use crate::coll::device_buf::DeviceBuf;
-use crate::coll::geometry::push_tile;
 use crate::cuda::Stream;
 use crate::cuda::kernels::PushArgs;
 use crate::error::Result;
@@ -41,7 +40,7 @@ impl GpuColl {
         let ws = st.workspace.as_ref().expect("prepared");
         let kernels = self.sync.device.kernels()?;
         let acc = ws.local_ptr();
-        let ctas = plan.ctas;
+        let (ctas, hint) = (plan.ctas, plan.copy_hint);
         // SAFETY: (the whole block) the input holds `world * chunk` bytes and the output
         // `chunk` (checked); the workspace holds `need` bytes on every rank (grown
         // collectively); the accumulator is written by its owner only before the entry
@@ -53,23 +52,23 @@ impl GpuColl {
             } else {
                 let staged = acc + slot as u64;
                 for p in (0..world).filter(|&p| p != rank) {
-                    ce_copy(stream, staged + (p * slot) as u64, input.ptr + (p * chunk) as u64, chunk)?;
+                    ce_copy(stream, staged + (p * slot) as u64, input.ptr + (p * chunk) as u64, chunk, hint)?;
                 }
                 (staged, slot as u64)
             };
             // The accumulator starts as this rank's own contribution, before the entry
             // barrier lets the peers add theirs.
-            ce_copy(stream, acc, input.ptr + (rank * chunk) as u64, chunk)?;
+            ce_copy(stream, acc, input.ptr + (rank * chunk) as u64, chunk, hint)?;
             let a = PushArgs {
                 src,
                 stride,
                 bases: Sym { buf: ws, off: 0 }.bases(),
                 acc_off: 0,
                 body: chunk.next_multiple_of(16) as u64,
-                tile: push_tile(),
+                tile: plan.tma.0,
             };
             self.one_shot(stream, (ch, plan.sync, mode), |f| kernels.tma_push_reduce(stream, dt, f, ctas, &a))?;
-            ce_copy(stream, output.ptr, acc, chunk)?;
+            ce_copy(stream, output.ptr, acc, chunk, hint)?;
         }
         self.finish(stream, mode, None)?;
         drop(st);

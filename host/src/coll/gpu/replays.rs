@@ -33,7 +33,8 @@
 //!   with it, and the watchdog frees it once the runs registered before are done.
 //!
 //! Off with `LOWCON_WIRE_REPLAYS=0` (part of the plan fingerprint every rank must
-//! share) or `set_wire_replays(false)` on every rank alike.
+//! share) or `set_wire_replays(false)` on every rank alike: the plan's `replays` (NOTE
+//! [plan settings]).
 
 use std::collections::HashSet;
 
@@ -162,16 +163,6 @@ impl<E> Replays<E> {
 }
 
 impl GpuColl {
-    /// NOTE [wire replays] on or off for this rank (every rank alike).
-    pub(crate) fn set_wire_replays(&self, on: bool) {
-        self.mapping.replaying.store(on, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Whether an eager split-wire call replays (NOTE [wire replays]).
-    pub(super) fn replays_wire(&self) -> bool {
-        self.mapping.replaying.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
     /// An eager split-wire reduce-scatter (as `wire_reduce_scatter`), launched as a
     /// graph from its shape's second call on (NOTE [wire replays]).
     pub(super) fn wire_replayed(

@@ -76,6 +76,8 @@ pub(super) struct Job {
     /// Peer `p`'s shard lands at `out + p * shard`, `shard` bytes.
     pub(super) out: u64,
     pub(super) shard: usize,
+    /// The plan's `copy_hint`, for a fix-up copy.
+    pub(super) hint: bool,
 }
 
 /// What [`Verifier::arm`] made for a job.
@@ -100,17 +102,12 @@ struct Shared {
     events: Mutex<Vec<Event>>,
 }
 
-/// How a GPU group reads its peers' memory: the mapped peer memory, the check of its
-/// predicted addresses, and whether its copies go in batches.
+/// How a GPU group reads its peers' memory: the mapped peer memory and the check of its
+/// predicted addresses (boxed, so that `Group`'s variants stay alike in size).
 pub(super) struct Mapping {
     /// Ordinary inputs that peers read in place (`map_ordinary`).
     pub(super) maps: Arc<PeerMaps>,
     pub(super) verifier: Verifier,
-    /// NOTE [batched copies] on (the default) or off for this rank.
-    pub(super) batching: std::sync::atomic::AtomicBool,
-    /// NOTE [wire replays] on (the default) or off, every rank alike. Here, boxed with
-    /// the other switch, so that `Group`'s variants stay alike in size.
-    pub(super) replaying: std::sync::atomic::AtomicBool,
 }
 
 /// The verifier of a GPU group: its thread starts with the first predicted call.
@@ -341,7 +338,7 @@ fn check(sync: &GpuSync, maps: &PeerMaps, job: &Job, since: Instant) -> Result<C
     unsafe {
         stream.wait(&job.armed.after)?;
         for m in &misses {
-            raw::mem_op::copy(stream.raw(), job.out + (m.peer * job.shard) as u64, m.addr, job.shard)?;
+            raw::mem_op::copy(stream.raw(), job.out + (m.peer * job.shard) as u64, m.addr, job.shard, job.hint)?;
         }
     }
     stream.record(&job.armed.fixed)?;

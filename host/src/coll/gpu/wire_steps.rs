@@ -69,6 +69,7 @@ impl GpuColl {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         let n = output.count;
         let (pe, count) = pieces(rank, n, plan.pieces)?;
+        let hint = plan.copy_hint;
         let direct = plan.algorithm == RsAlgo::SmDirect;
         // NOTE [the wire read directly]: no staging ring (pieces of 0 elements in it).
         // NOTE [plane ring]: planes of `PLANE_RING` pieces where the call has more.
@@ -169,7 +170,7 @@ impl GpuColl {
                     for p in super::rotated(rank, world).filter(|&p| p != rank) {
                         let from = ws.peer_ptr(p) + layout.slot(layout.hi, rank, p, pf) as u64;
                         let to = ws.local_ptr() + layout.stage(world, pe, i, super::staged_slot(p, rank)) as u64;
-                        ce_copy(copy, to, from, len * 2)?;
+                        ce_copy(copy, to, from, len * 2, hint)?;
                     }
                     copy.record(&copied[i])?;
                     stream.wait(&copied[i])?;

@@ -285,7 +285,7 @@ impl GpuSync {
         let bytes = pad::bytes(self.core.world as u32);
         // SAFETY: copies this rank's live pad into the pinned mirror of the same size;
         // the mirror is only read after the copy completed (side_wait).
-        unsafe { raw::mem_op::copy(self.side.raw(), self.pad_mirror.dev, self.pads.local_ptr(), bytes)? };
+        unsafe { raw::mem_op::copy(self.side.raw(), self.pad_mirror.dev, self.pads.local_ptr(), bytes, false)? };
         self.side_wait("reading this rank's signal pad")?;
         let words = self.pad_mirror.host.cast::<u32>();
         // SAFETY: the mirror holds `bytes / 4` aligned words, written by the completed

@@ -89,12 +89,16 @@ pub(crate) struct GpuSync {
     wire_channels: std::sync::atomic::AtomicU32,
     /// Where `read_stats` copies this rank's counters.
     stats_mirror: Pinned,
+    /// A stream-memop barrier's operations go as one batch (NOTE [memop batches];
+    /// the planner's setting, NOTE [plan settings]).
+    memop_batch: bool,
     pub(crate) core: GroupCore,
 }
 
 impl GpuSync {
-    /// Collective: allocates the pads, the error record and the pad mirror.
-    pub(crate) fn new(core: GroupCore, device: Device, handles: HandleKind) -> Result<Self> {
+    /// Collective: allocates the pads, the error record and the pad mirror. `memop_batch`:
+    /// the planner's setting (NOTE [plan settings]): a stream-memop barrier as one batch.
+    pub(crate) fn new(core: GroupCore, device: Device, (handles, memop_batch): (HandleKind, bool)) -> Result<Self> {
         device.kernels()?;
         let world = core.world as u32;
         let pads = alloc(&core, &device, handles, pad::buffer_bytes(world))?;
@@ -127,6 +131,7 @@ impl GpuSync {
             release_rounds: Default::default(),
             diagnosing: AtomicBool::new(false),
             memop_last: (0..pad::CHANNELS * pad::KINDS).map(|_| AtomicBool::new(false)).collect(),
+            memop_batch,
             graph_channels: Default::default(),
             graph_last: Default::default(),
             host_pads,
@@ -290,7 +295,7 @@ impl GpuSync {
             ops.extend(peers.map(|p| Op::Write(own(p), 0)));
         }
         // SAFETY: every slot is inside a registered host pad owned by `self`.
-        unsafe { raw::mem_op::batch(stream.raw(), &ops) }
+        unsafe { raw::mem_op::batch(stream.raw(), &ops, self.memop_batch) }
     }
 
     /// The first half of an eager stream-memop barrier split per peer (NOTE
@@ -310,7 +315,7 @@ impl GpuSync {
             .map(|p| Op::Write(self.host_pad.slot_dev(p, mine), epoch))
             .collect();
         // SAFETY: every slot is inside a registered host pad owned by `self`.
-        unsafe { raw::mem_op::batch(stream.raw(), &ops)? };
+        unsafe { raw::mem_op::batch(stream.raw(), &ops, self.memop_batch)? };
         Ok(epoch)
     }
 

@@ -142,7 +142,7 @@ impl GpuSync {
         let at = self.pads.local_ptr() + pad::stats_offset(self.core.world as u32) as u64;
         // SAFETY: copies this rank's live counters into the pinned mirror of their size;
         // the mirror is read only after the copy completed (side_wait).
-        unsafe { raw::mem_op::copy(self.side.raw(), self.stats_mirror.dev, at, pad::STATS * 8)? };
+        unsafe { raw::mem_op::copy(self.side.raw(), self.stats_mirror.dev, at, pad::STATS * 8, false)? };
         self.side_wait("reading this rank's counters")?;
         let words = self.stats_mirror.host.cast::<u64>();
         // SAFETY: the mirror holds `STATS` aligned u64s, written by the completed copy.

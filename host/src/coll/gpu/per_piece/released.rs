@@ -51,7 +51,6 @@
 use crate::coll::check::{align256, check_reduce_scatter, staged_slot};
 use crate::coll::counters::Moved;
 use crate::coll::gpu::{GpuColl, Sym, ce_copy};
-use crate::coll::wire::Carry;
 use crate::coll::{DeviceBuf, ReduceOp, ReduceScatterOptions, RsAlgo};
 use crate::cuda::Stream;
 use crate::cuda::kernels::COLL_THREADS;
@@ -98,9 +97,7 @@ impl GpuColl {
                 opts.algorithm.name()
             ));
         }
-        let (chunk, carry) =
-            check_reduce_scatter(rank, world, (input.count, input.dtype), (output.count, output.dtype), None)?;
-        debug_assert_eq!(carry, Carry::Same);
+        let chunk = check_reduce_scatter(rank, world, (input.count, input.dtype), (output.count, output.dtype))?;
         let call = crate::plan::RsCall {
             chunk,
             input: input.dtype,
@@ -109,7 +106,7 @@ impl GpuColl {
             input_symmetric: input.is_symmetric(),
             captured: mode == crate::sync::gpu::graph::Mode::Captured,
         };
-        let plan = self.planner.released(&call, opts);
+        let plan = self.planner.released(&call, opts)?;
         crate::log::plan(rank, "released reduce-scatter", opts.context.name(), chunk, &plan);
         let Some((buf, off)) = input.symm else {
             return refuse(format!(
@@ -129,7 +126,7 @@ impl GpuColl {
         let (fork, join) = (&st.events[0], &st.events[1]);
         let kernels = self.sync.device.kernels()?;
         let pads = self.sync.pad_args();
-        let ctas = plan.ctas;
+        let (ctas, hint) = (plan.ctas, plan.copy_hint);
         stream.record(fork)?;
         copy.wait(fork)?;
         // From here on a failure leaves peers waiting for this rank's releases (and this
@@ -143,7 +140,7 @@ impl GpuColl {
                     kernels.release(stream, pads, d as u32, ch)?;
                     kernels.release_wait(copy, pads, s as u32, ch)?;
                     let slot = stage + (staged_slot(s, rank) * stride) as u64;
-                    ce_copy(copy, slot, src.peer(s) + (rank * chunk) as u64, chunk)
+                    ce_copy(copy, slot, src.peer(s) + (rank * chunk) as u64, chunk, hint)
                 }
             })?;
             copy.record(join)?;

@@ -13,16 +13,17 @@ pub enum Op {
     WaitGeq(sys::CUdeviceptr, u32),
 }
 
-/// Enqueues `ops`, in order, as one `cuStreamBatchMemOp`: one queue entry (one node
-/// of a captured graph) instead of one per operation. Nothing for no `ops`.
+/// Enqueues `ops`, in order, as one `cuStreamBatchMemOp` (`batched`): one queue entry
+/// (one node of a captured graph) instead of one per operation; else one each (to
+/// measure what batching saves). Nothing for no `ops`.
 ///
 /// # Safety
 /// Every address 4-byte-aligned device(-mapped) memory valid when the batch runs.
-pub unsafe fn batch(stream: sys::CUstream, ops: &[Op]) -> Result<()> {
+pub unsafe fn batch(stream: sys::CUstream, ops: &[Op], batched: bool) -> Result<()> {
     if ops.is_empty() {
         return Ok(());
     }
-    if !crate::config::memop_batch() {
+    if !batched {
         for op in ops {
             // SAFETY: forwarded from the caller.
             unsafe {
