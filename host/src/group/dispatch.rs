@@ -219,21 +219,24 @@ impl Group {
             }
             (_, memory) => return Err(self.mismatched(matches!(memory, Memory::Device(_)))),
         };
-        // Straight to the collective (binding, group, collective: NOTE [one dispatch]); the
-        // plain calls through the either-backend dispatch of `CollBufs` (`either.rs`).
+        // Straight to the collective (binding, dispatch, collective: NOTE [one dispatch]),
+        // with no forwarder between.
         match (self, call, bufs) {
-            (_, Call::AllGather(opts, None), bufs) => self.all_gather(bufs, &opts),
-            (_, Call::ReduceScatter(op, opts), bufs) => self.reduce_scatter(bufs, op, &opts),
             (Group::Gpu(g), call, CollBufs::Gpu { input, output, stream }) => match call {
                 Call::AllGather(opts, arrivals) => g.coll.all_gather(input, output, stream, &opts, arrivals),
+                Call::ReduceScatter(op, opts) => g.coll.reduce_scatter(input, output, op, stream, &opts),
                 Call::Released(op, opts, mut produce) => {
                     g.coll.reduce_scatter_released(input, output, op, stream, &opts, &mut *produce)
                 }
                 Call::Traffic(true) => g.coll.all_gather_traffic(input, output, stream),
                 Call::Traffic(false) => g.coll.reduce_scatter_traffic(input, output, stream),
-                Call::ReduceScatter(..) => unreachable!("dispatched above"),
             },
-            _ => unreachable!("buffers of the group's backend, GPU-only calls refused on host groups (above)"),
+            (Group::Host(g), call, CollBufs::Host { input, output, dtypes }) => match call {
+                Call::AllGather(opts, None) => g.coll.all_gather(input, output, dtypes, &opts),
+                Call::ReduceScatter(op, opts) => g.coll.reduce_scatter(input, output, dtypes, op, &opts),
+                _ => unreachable!("GPU-only calls are refused on host groups (above)"),
+            },
+            _ => unreachable!("buffers of the group's backend (above)"),
         }
     }
 }
