@@ -34,6 +34,17 @@ if [ "${BUNDLE_HF:-0}" = 1 ]; then
     --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 -d bundle/hfwheels "transformers==5.24.0"
   rm -f bundle/hfwheels/numpy-*.whl
 fi
+# BUNDLE_BASE=COMMIT: that commit's release wheel too, in bundle/wheels-base, for
+# gpu-builds.sh (the FSDP2 step of two builds, paired through NCCL in one job). Built in a
+# throwaway worktree, with a target folder of its own (target/base).
+if [ -n "${BUNDLE_BASE:-}" ]; then
+  wt=$(mktemp -d)
+  git worktree add -q --detach "$wt" "$BUNDLE_BASE"
+  (cd "$wt" && CARGO_TARGET_DIR="${BASE_TARGET:-$OLDPWD/target/base}" python3 -m maturin build --locked --release \
+    -m crates/lowcon-py/Cargo.toml -o "$OLDPWD/bundle/wheels-base")
+  git worktree remove --force "$wt"
+  git rev-parse --short "$BUNDLE_BASE" > bundle/wheels-base/COMMIT
+fi
 # The run script and its helper find the binaries beside themselves (see gpu-run.sh).
 cp scripts/gpu-run.sh bundle/run.sh
 cp scripts/gpu-dead-peer.sh bundle/gpu-dead-peer.sh
@@ -45,6 +56,7 @@ cp scripts/gpu-shared.sh bundle/gpu-shared.sh
 cp scripts/gpu-planner.sh bundle/gpu-planner.sh
 cp scripts/gpu-arrival.sh bundle/gpu-arrival.sh
 cp scripts/gpu-stall.sh bundle/gpu-stall.sh
+cp scripts/gpu-builds.sh bundle/gpu-builds.sh
 chmod +x bundle/run.sh bundle/gpu-dead-peer.sh bundle/gpu-fsdp2.sh bundle/gpu-shared.sh
 du -sh bundle
 # --pack: the bundle as one xz tarball, bundle/bundle.txz (about 12 MiB against 36), for a

@@ -155,9 +155,12 @@ has confirm && paired confirm "${CONFIRM_S:-420}" "${tr4[@]}" -- --sweep "${CONF
 has fsdp2 && paired fsdp2 "${FSDP2_W2_S:-240}" "${tr2[@]}" -- --sweep "${FSDP2_W2_SWEEP:-4096x12:1024;8192x4:1024}" \
   --reduce-dtypes fp32 --rounds "${FSDP2_W2_ROUNDS:-20}" --modes "${FSDP2_W2_MODES:-nccl,nccl-b,lowcon,nccl-ce,nocomm}"
 src="$(date +%F), commit ${COMMIT:-$(git -C "$repo" log -1 --format=%h 2>/dev/null || echo "?")}"
-has tune && st "bench tune w=4" tune.txt 100 "${l4[@]}" "$L" bench tune --out "$out/tune-w4.txt" --source "$src, 4x H200: lowcon bench tune"
+# The box's GPU model, in the tables' source lines (H100 and H200 boxes both run this).
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | sed 's/^NVIDIA //')
+has tune && st "bench tune w=4" tune.txt 100 "${l4[@]}" "$L" bench tune --out "$out/tune-w4.txt" \
+  --source "$src, 4x ${gpu:-?}: lowcon bench tune"
 has tune2 && st "bench tune w=2" tune.txt 80 "${l2[@]}" "$L" bench tune --out "$out/tune-w2.txt" \
-  --source "$src, 2x H200 (GPUs 0 and 1 of a 4x H200 box): lowcon bench tune"
+  --source "$src, 2x ${gpu:-?} (GPUs 0 and 1 of a 4-GPU box): lowcon bench tune"
 if has info; then
   for w in 2 4 8; do st "info --world $w" info.txt 20 "$L" info --world "$w"; done
   [ -f "$out/tune-w4.txt" ] && st "info --world 4 with the tuned table" info.txt 20 env LOWCON_TUNING="$out/tune-w4.txt" "$L" info --world 4

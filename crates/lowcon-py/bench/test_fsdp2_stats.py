@@ -750,3 +750,35 @@ def test_each_ranks_waiting_names_the_late_rank(tmp_path, capsys):
     rows = [line.split() for line in out.splitlines() if line.startswith("lowcon ")]
     assert [r[1] for r in rows] == ["0", "1"] and [r[4] for r in rows] == ["0.05", "0.10"], out
     assert fd.main([str(tmp_path / "nothing"), "--ranks"]) == 2
+
+
+def test_two_builds_are_compared_through_nccl(tmp_path):
+    import fsdp2_builds as fb
+
+    rng = random.Random(7)
+
+    def run(path, slow):
+        rounds = []
+        for _ in range(16):
+            n = 100 + rng.uniform(-3, 3)  # the machine drifts: NCCL and lowcon alike
+            rounds.append({"nccl": n, "nccl-b": n * rng.uniform(0.995, 1.005),
+                           "lowcon": n * 0.90 * slow * rng.uniform(0.997, 1.003)})
+        path.mkdir()
+        (path / "paired.json").write_text(json.dumps({"configs": [{"key": "w8192-d4", "rounds": rounds}]}))
+        return str(path)
+
+    same = fb.load_runs([f"base={run(tmp_path / 'a', 1.0)}", f"new={run(tmp_path / 'b', 1.0)}"])
+    out = fb.report(same)
+    assert "w8192-d4" in out and "within the A/A noise" in out, out
+    slower = fb.load_runs([f"base={tmp_path / 'a'}", f"new={run(tmp_path / 'c', 1.05)}"])
+    out = fb.report(slower)
+    assert "moved: slower" in out, out
+    # A label's runs pool; a build without the mode is an error naming it.
+    pooled = fb.load_runs([f"base={tmp_path / 'a'}", f"base={tmp_path / 'b'}", f"new={tmp_path / 'c'}"])
+    assert len(pooled["base"]["w8192-d4"]) == 32
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "paired.json").write_text(json.dumps({"configs": [{"key": "w8192-d4", "rounds": [{"nccl": 1.0}]}]}))
+    with pytest.raises(SystemExit, match="new has no lowcon"):
+        fb.report(fb.load_runs([f"base={tmp_path / 'a'}", f"new={tmp_path / 'd'}"]))
+    with pytest.raises(SystemExit, match="expected LABEL=RUN_DIR"):
+        fb.load_runs(["nolabel"])
