@@ -133,7 +133,7 @@ if has pygpu; then
     "$here/capi" "$here/capi/lowcon_check.c" "$out/capi"
   st "tp_worker check gpu w=4" py.txt 90 "${l4[@]}" python3 "$pyt/tp_worker.py" check gpu
   st "gpu_fsdp_worker w=4 (FSDP2 vs NCCL)" py.txt 120 "${tr4[@]}" --master-port 29521 "$pyt/gpu_fsdp_worker.py"
-  st "gpu_torch_worker w=4 (every algorithm)" py.txt "${TORCH_WORKER_S:-90}" "${l4[@]}" python3 "$pyt/gpu_torch_worker.py"
+  st "gpu_torch_worker w=4 (every algorithm)" py.txt "${TORCH_WORKER_S:-270}" "${l4[@]}" python3 "$pyt/gpu_torch_worker.py"
 fi
 if has plan; then
   pyt=$repo/crates/lowcon-py/tests

@@ -6,6 +6,10 @@
 #
 #     bash bundle/gpu-shared.sh          # logs and summary.txt in $OUT, else bundle/logs-shared
 #
+# Through a device tool that brings back a few files: OUT=/tmp/shared
+# SHARED_TAR=<its out folder>/shared.tgz (the logs as one file, written on exit), and a
+# call limit a minute above SHARED_BUDGET (MPS's start and stop run outside it).
+#
 # Environment:
 #   SHARED_WORLDS   world sizes (default "2 3 4 8")
 #   SHARED_PARTS    any of: tp (the fused tensor-parallel ops: tp_worker.py, tp_mlp.py),

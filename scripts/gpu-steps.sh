@@ -4,8 +4,9 @@
 # line each. The script sets `out` (its log folder) first, then calls `steps_budget S`.
 #
 #   st NAME LOG SECONDS CMD...   run CMD with at most SECONDS (fewer when the budget is
-#                                nearly spent, at least 5), its output appended to
-#                                $out/LOG; "NAME ok|FAILED(status) seconds" goes to the
+#                                nearly spent, at least 5; none once it is spent: the
+#                                step is SKIPPED), its output appended to $out/LOG;
+#                                "NAME ok|FAILED(status)|SKIPPED seconds" goes to the
 #                                terminal and $out/summary.txt; `failures` counts them.
 
 # shellcheck disable=SC2154  # out: set by the script that sources this one
@@ -21,6 +22,13 @@ skip_step() { [ -n "${STEPS_ONLY:-}" ] && ! [[ $1 =~ $STEPS_ONLY || $1 == *insta
 st() {
   local name=$1 log=$2 t=$3; shift 3
   skip_step "$name" && return 0
+  # A spent budget skips the step (a failure: not everything ran), so that a script ends
+  # near its budget however many steps are left, not 5 to 10 s later per step.
+  if [ $((steps_end - SECONDS)) -le 0 ]; then
+    printf '%-64s %s\n' "$name" "SKIPPED (budget spent)" | tee -a "$out/summary.txt"
+    failures=$((failures + 1))
+    return 0
+  fi
   local t0=$SECONDS
   echo "== $name" >> "$out/$log"
   timeout -k 5 "$(left "$t")" "$@" >> "$out/$log" 2>&1

@@ -52,6 +52,7 @@ pub use crate::config::TUNING_ENV;
 /// The tables that ship with lowcon, each measured on the box its machine line names
 /// (its `source` line says when and how).
 pub const SHIPPED: &[(&str, &str)] = &[
+    ("h100-w2.txt", include_str!("tables/h100-w2.txt")),
     ("h100-w4.txt", include_str!("tables/h100-w4.txt")),
     ("h200-w2.txt", include_str!("tables/h200-w2.txt")),
     ("h200-w4.txt", include_str!("tables/h200-w4.txt")),

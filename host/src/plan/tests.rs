@@ -239,15 +239,21 @@ fn unmeasured_worlds_and_gpus_take_the_model() {
     // 3 ranks: between 2 and 4, the larger world's table (x 3/2).
     let p3 = planner("NVIDIA H200", 3);
     assert!(p3.table().1.contains("h200-w4.txt") && p3.table().1.contains("x 3/2"), "{}", p3.table().1);
-    // H100 has its own 4-rank table; at 2 ranks the nearest world is H200's 2-rank table
-    // (the world matters more than the model), at 8 both 4-rank tables are as near and
-    // H100's own wins.
+    // H100 has its own 2- and 4-rank tables; at 8 both 4-rank tables are as near and
+    // H100's own wins; at 3 the larger world's of the same GPU.
     let h100 = "NVIDIA H100 80GB HBM3";
     assert!(planner(h100, 4).table().1.starts_with("shipped:h100-w4.txt"), "{}", planner(h100, 4).table().1);
-    assert!(planner(h100, 2).table().1.starts_with("model: shipped:h200-w2.txt"), "{}", planner(h100, 2).table().1);
+    assert!(planner(h100, 2).table().1.starts_with("shipped:h100-w2.txt"), "{}", planner(h100, 2).table().1);
     assert!(planner(h100, 8).table().1.starts_with("model: shipped:h100-w4.txt"), "{}", planner(h100, 8).table().1);
-    // A GPU with no table: the nearest world of any GPU's.
-    assert!(planner("NVIDIA A100-SXM4-80GB", 2).table().1.starts_with("model: shipped:h200-w2.txt"));
+    assert!(planner(h100, 3).table().1.starts_with("model: shipped:h100-w4.txt"), "{}", planner(h100, 3).table().1);
+    // The FSDP2 rules of H100's 2-rank table are H200's (carried, confirmed by a paired run).
+    let fsdp = |d: &str| rs(&planner(d, 2), &rs_call(64 << 20, DType::F32), &fsdp_exact());
+    let (a, b) = (fsdp(h100), fsdp("NVIDIA H200"));
+    assert_eq!((a.algorithm, a.ctas, a.pieces, a.wire), (b.algorithm, b.ctas, b.pieces, b.wire));
+    // A GPU with no table: the nearest world of any GPU's (the first shipped, H100's, where
+    // two GPUs' tables are as near).
+    let a100 = planner("NVIDIA A100-SXM4-80GB", 2);
+    assert!(a100.table().1.starts_with("model: shipped:h100-w2.txt"), "{}", a100.table().1);
     // Same rules, same CRC: every rank of the same world plans alike.
     assert_eq!(planner("NVIDIA H200", 8).fingerprint(), p.fingerprint());
 }
@@ -557,7 +563,13 @@ fn the_planner_refuses_what_no_plan_can_run_naming_the_rank() {
 fn no_shipped_table_sends_the_wire_without_the_hint() {
     // lowcon.fsdp's and the torch backend's `reduce_scatter_wire=None` give no hint and
     // no wire of their own: the shipped tables then keep f32 on the wire.
-    for (device, world) in [("NVIDIA H100 80GB HBM3", 4), ("NVIDIA H200", 2), ("NVIDIA H200", 4), ("NVIDIA H100", 8)] {
+    for (device, world) in [
+        ("NVIDIA H100 80GB HBM3", 2),
+        ("NVIDIA H100 80GB HBM3", 4),
+        ("NVIDIA H200", 2),
+        ("NVIDIA H200", 4),
+        ("NVIDIA H100", 8),
+    ] {
         let p = planner(device, world);
         for shift in 10..=30 {
             let call = RsCall { input_symmetric: false, ..rs_call(1 << shift, DType::F32) };

@@ -144,15 +144,16 @@ def _state(g):
 # H200, 2026-11-26: the first GEMM started 197 us after the op, symm_mem's after 36). A
 # barrier of stream memory operations holds no SM, so with memop sync (the planner's, or
 # `sync="memop"`) the first GEMM does not wait for it.
-def _memop_start(g, st, shard, sync):
-    """Whether the all-gather of `shard` with `sync` runs stream-memop barriers (the
-    planner's plan for it, asked once per shape, dtype and sync)."""
+def _planned_sync(g, st, shard, sync):
+    """The sync the planner gives the all-gather of `shard` with `sync` ("memop" or
+    "kernel"; asked once per shape, dtype, sync and capture), which the call then passes
+    as its own, so that the call runs what was planned (NOTE [one planner])."""
     key = (shard.numel(), shard.dtype, sync, torch.cuda.is_current_stream_capturing())
-    memo = st.setdefault("memop_start", {})
+    memo = st.setdefault("planned_sync", {})
     if key not in memo:
         plan = g.plan("all-gather", shard.numel(), shard.dtype, context=CONTEXT, sync=sync, graph_sync=sync,
                       captured=key[3])
-        memo[key] = plan["sync"] == "memop"
+        memo[key] = plan["sync"]
     return memo[key]
 
 
@@ -227,14 +228,16 @@ def _overlapped(g, shard, gathered, piece, where, sync, _events, _serial):
     st = _state(g)
     side, arr = st["side"], st["arrivals"]
     side.wait_stream(cur)
+    # The plan's sync, asked first and passed as the call's own: the start below depends on it.
+    planned = _planned_sync(g, st, shard, sync)
     with torch.cuda.stream(side):
-        g.all_gather(gathered, shard, arrivals=arr, sync=sync, graph_sync=sync, context=CONTEXT)
+        g.all_gather(gathered, shard, arrivals=arr, sync=planned, graph_sync=planned, context=CONTEXT)
     try:
         order = arr.order
         # The local piece first, from the shard itself (it needs no copy), after the
         # entry barrier, so that a kernel barrier does not wait for this GEMM's SMs. A
         # stream-memop barrier needs no SM: then the GEMM starts at once (NOTE [memop start]).
-        if not _memop_start(g, st, shard, sync):
+        if planned != "memop":
             arr.wait_started(cur)
         if _serial:
             for p in order:
