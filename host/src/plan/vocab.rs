@@ -318,7 +318,9 @@ algorithm_enum!(
 // algorithms it names as the ones that can, so a new algorithm is one entry here, not an
 // edit of every refusal. Sync methods are not declared per algorithm: every algorithm's
 // barriers run both (kernel waits and stream memops), since they are the group's
-// (`sync`), not the algorithm's.
+// (`sync`), not the algorithm's. Nor is a maximum of CTAs: every kernel takes 1 to
+// `MAX_CTAS`, and the one bound that exists is the machine's (NOTE [shared CTAs]: ranks
+// sharing a GPU), which the planner applies to every algorithm alike.
 
 /// The default CTAs of an algorithm where neither the caller nor a rule names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
