@@ -4,11 +4,12 @@
 # 1-GPU machine; nothing here measures speed (nothing crosses NVLink, and the ranks share
 # the copy engines and SMs). scripts/gpu-bundle.sh copies it into the bundle:
 #
-#     bash bundle/gpu-shared.sh          # logs and summary.txt in $OUT, else bundle/logs-shared
+#     bash bundle/gpu-shared.sh          # $OUT/shared.tgz and $OUT/summary.txt, else bundle/logs-shared
 #
-# Through a device tool that brings back a few files: OUT=/tmp/shared
-# SHARED_TAR=<its out folder>/shared.tgz (the logs as one file, written on exit), and a
-# call limit a minute above SHARED_BUDGET (MPS's start and stop run outside it).
+# With $OUT set (a device tool's folder, which brings back a few files), the logs go to
+# /tmp/shared and leave as one file, $OUT/shared.tgz (written on exit; SHARED_TAR names
+# another), beside a copy of summary.txt. Give the device call a minute more than
+# SHARED_BUDGET (MPS's start and stop run outside it).
 #
 # Environment:
 #   SHARED_WORLDS   world sizes (default "2 3 4 8")
@@ -38,7 +39,11 @@ if [ ! -x "$L" ]; then
     "scripts/gpu-bundle.sh and run bundle/gpu-shared.sh" >&2
   exit 2
 fi
-out=${OUT:-$here/logs-shared}
+if [ -n "${OUT:-}" ]; then
+  out=/tmp/shared; rm -rf "$out"; SHARED_TAR=${SHARED_TAR:-$OUT/shared.tgz}
+else
+  out=$here/logs-shared
+fi
 mkdir -p "$out"
 : > "$out/summary.txt"
 # shellcheck source=scripts/gpu-steps.sh
@@ -82,7 +87,7 @@ stop_mps() {
   rm -rf "$mps_dir"
 }
 trap 'exit 143' TERM INT
-trap 'stop_mps; [ -n "${SHARED_TAR:-}" ] && tar -C "$out" -czf "$SHARED_TAR" . 2>/dev/null' EXIT
+trap 'stop_mps; if [ -n "${SHARED_TAR:-}" ]; then tar -C "$out" -czf "$SHARED_TAR" . 2>/dev/null; [ -n "${OUT:-}" ] && cp "$out/summary.txt" "$OUT/summary.txt"; fi' EXIT
 if [ "${SHARED_MPS:-1}" = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
   export CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
