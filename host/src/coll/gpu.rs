@@ -631,8 +631,8 @@ impl GpuColl {
                 self.count(Moved::ReduceScatter(2 * (world - 1) * chunk));
                 return Ok(());
             }
-            // At one rank nothing crosses a link: the f32 path below.
-            _ if carry == Carry::Split && world > 1 => {
+            // At one rank the plan carries the f32 call itself (`Carry::Same`).
+            _ if carry == Carry::Split => {
                 if plan.replays {
                     return self.wire_replayed(&input, &output, op, stream, (opts.channel, &plan));
                 }

@@ -319,8 +319,8 @@ impl HostColl {
                 self.counters.add(Moved::ReduceScatter(2 * (world - 1) * chunk));
                 return Ok(());
             }
-            // At one rank nothing crosses a link: the f32 path below.
-            _ if plan == Carry::Split && world > 1 => {
+            // At one rank the plan carries the f32 call itself (`Carry::Same`).
+            _ if plan == Carry::Split => {
                 return self.wire_reduce_scatter(input, output, op, (opts.channel, planned.pieces), n_out);
             }
             _ => {}

@@ -161,7 +161,7 @@ pub struct RsPlan {
     /// bf16 wire); `None`: the input's own.
     pub wire: Option<DType>,
     /// What crosses the links (NOTE [bf16 wire]): the input's type, a bf16 input into
-    /// f32, or the split wire.
+    /// f32, or the split wire (never at one rank, where nothing crosses: `Same`).
     pub carry: Carry,
     /// One reduction launch per piece or per call (`Once` only where it can run: a
     /// caller's `once` that cannot is refused, a rule's falls back to `Pieces`).
@@ -275,7 +275,7 @@ pub fn oneshot_ctas(total: usize) -> u32 {
 
 /// An algorithm's declared default CTAs (NOTE [algorithm capabilities]) for a call
 /// whose first LL round has `lines` lines and which gathers `total` bytes.
-fn default_ctas(ctas: vocab::Ctas, lines: u64, total: usize) -> u32 {
+fn declared_ctas(ctas: vocab::Ctas, lines: u64, total: usize) -> u32 {
     match ctas {
         vocab::Ctas::Engines => 0,
         vocab::Ctas::Fixed(n) => n,
@@ -460,8 +460,7 @@ impl Planner {
     /// This planner for a rank whose GPU `ranks_on_gpu` ranks share (NOTE [shared CTAs]).
     pub fn sharing(self, ranks_on_gpu: usize) -> Self {
         let machine = Machine { ranks_on_gpu, ..self.machine.clone() };
-        let (rank, settings, modelled) = (self.rank, self.settings(), self.modelled);
-        Self { modelled, ..Self::with_table(machine, self.table, self.how).with_settings(settings).at_rank(rank) }
+        Self { cta_cap: shared_cta_cap(ranks_on_gpu, machine.sms), machine, ..self }
     }
 
     fn cap(&self, ctas: u32) -> u32 {
@@ -498,7 +497,7 @@ impl Planner {
         };
         let world = self.machine.world;
         let ctas = opts.ctas.or(rule.and_then(|r| r.choose.ctas)).unwrap_or_else(|| {
-            default_ctas(algorithm.caps().ctas, ll_first_round_lines(call.shard, world), world * call.shard)
+            declared_ctas(algorithm.caps().ctas, ll_first_round_lines(call.shard, world), world * call.shard)
         });
         let sync = self.sync(call.captured, (opts.sync, opts.graph_sync), rule);
         // What the backend does: peers read an ordinary input in place in eager ce-pull
@@ -625,7 +624,7 @@ impl Planner {
             rule.filter(|r| default_ctas.is_none() || r.sel.context == Some(opts.context)).and_then(|r| r.choose.ctas);
         let ctas = opts.ctas.or(rule_ctas).or(default_ctas).unwrap_or_else(|| {
             let lines = ll_first_round_lines(call.chunk, self.machine.world);
-            self::default_ctas(algorithm.caps().ctas, lines, self.machine.world * call.chunk)
+            declared_ctas(algorithm.caps().ctas, lines, self.machine.world * call.chunk)
         });
         // A pipeline's pieces, and the split wire's (sm-direct's too).
         let caps = algorithm.caps();
@@ -654,6 +653,9 @@ impl Planner {
         };
         let once = runnable::launch_once(rank, (launch, launch_named), (algorithm, carry), call.input, pieces)?;
         let reduce_launch = if once { LaunchForm::Once } else { LaunchForm::Pieces };
+        // At one rank nothing crosses a link: the split wire runs as the f32 call it
+        // carries (its refusals above hold at every world size).
+        let carry = if carry == Carry::Split && self.machine.world <= 1 { Carry::Same } else { carry };
         let sync = self.sync(call.captured, (opts.sync, opts.graph_sync), rule);
         // NOTE [replay sync]: lowcon's own graph of an eager call waits as a captured call.
         let replay_sync = self.sync(true, (opts.sync, opts.graph_sync), rule);
@@ -681,8 +683,8 @@ impl Planner {
             reduce_launch,
             map_ordinary,
             tma,
-            // NOTE [wire replays]: eager split-wire calls with more than one rank.
-            replays: set.wire_replays && carry == Carry::Split && !call.captured && !opts.traffic && world > 1,
+            // NOTE [wire replays]: eager split-wire calls.
+            replays: set.wire_replays && carry == Carry::Split && !call.captured && !opts.traffic,
             copy_hint: set.copy_hint,
             ll_overlap: self.ll_overlap(algorithm == RsAlgo::Ll),
             memop_batch: set.memop_batch,
