@@ -48,9 +48,11 @@ pub const PUSH_THREADS: u32 = 128;
 pub const LL_ALLGATHER: &str = "lowcon_ll_allgather";
 /// `ll_rs_<dtype>(...)`: one round of the LL reduce-scatter.
 pub const LL_RS: [&str; 3] = ["lowcon_ll_rs_f32", "lowcon_ll_rs_f16", "lowcon_ll_rs_bf16"];
-/// `wire_pack(...)`: the bf16 wire's pack of one piece (top and bottom halves of
-/// every f32 a rank sends, an inexact flag per destination, then the piece signal).
-pub const WIRE_PACK: &str = "lowcon_wire_pack";
+/// `wire_pack_<src>(...)`: the bf16 wire's pack of one piece, then the piece signal:
+/// from an f32 input (the split wire: top and bottom halves of every f32 a rank sends,
+/// an inexact flag per destination), or from a bf16 input (a bf16 input with an f32
+/// output read directly: the bf16 values are the top halves, every flag clear).
+pub const WIRE_PACK: [&str; 2] = ["lowcon_wire_pack", "lowcon_wire_pack_bf16"];
 /// `wire_reduce_<own>(...)`: the bf16 wire's reduction of one piece, this rank's own
 /// chunk in f32 (the split wire) or bf16 (a bf16 input with an f32 output); the
 /// output is f32.
@@ -89,12 +91,13 @@ pub const FUSED: [&str; 11] = [
 /// within the registers a CTA of this size may use.
 pub const COLL_THREADS: u32 = 512;
 /// The kernels launched with [`COLL_THREADS`] threads.
-pub const COLL: [&str; 19] = [
+pub const COLL: [&str; 20] = [
     ALLGATHER_ONESHOT,
     REDUCE_ONCE[0],
     REDUCE_ONCE[1],
     REDUCE_ONCE[2],
-    WIRE_PACK,
+    WIRE_PACK[0],
+    WIRE_PACK[1],
     WIRE_REDUCE[0],
     WIRE_REDUCE[1],
     REDUCE_INT,
@@ -138,7 +141,8 @@ pub const ALL: &[&str] = &[
     LL_RS[0],
     LL_RS[1],
     LL_RS[2],
-    WIRE_PACK,
+    WIRE_PACK[0],
+    WIRE_PACK[1],
     WIRE_REDUCE[0],
     WIRE_REDUCE[1],
     WIRE_WAIT,

@@ -6,7 +6,10 @@
 //! - **Pack** (`lowcon_wire_pack`, one launch per piece): for every chunk this rank
 //!   sends (every destination `q` but itself), elements `first .. first + len` of the
 //!   chunk are split: `hi = bits >> 16`, `lo = bits & 0xffff`, into the workspace's high
-//!   and low planes (slot `q` or `q - 1`: this rank's own chunk is never packed). Each
+//!   and low planes (slot `q` or `q - 1`: this rank's own chunk is never packed).
+//!   `lowcon_wire_pack_bf16` packs a bf16 input (a bf16 input with an f32 output, read
+//!   directly): its values are the top halves, there is no low plane, and every flag
+//!   it writes is clear, so readers never look for bottom halves. Each
 //!   CTA ORs into the channel's scratch word of `q` whether it saw a nonzero `lo`; the
 //!   last CTA (the channel's CTA counter, as the fused barriers find theirs) writes the
 //!   flag into `q`'s device pad, zeroes the scratch, fences at system scope and sets its
@@ -75,23 +78,69 @@ fn join8(hi: V16, lo: V16) -> [f32; 8] {
     out
 }
 
-/// One bf16-wire pack of piece `piece` (module note). Launch with any number of CTAs of
-/// `COLL_THREADS`; the channel's CTA counter must be 0 and no other kernel of the
-/// channel may run at the same time.
+/// What a pack reads: an f32 input, split into top and bottom halves, or a bf16 input,
+/// whose values are the top halves (no bottom halves: nothing is written to the low
+/// plane, and every flag stays clear).
+trait PackSrc {
+    type E;
+    /// Whether the source has bottom halves (the low plane is written, flags computed).
+    const SPLIT: bool;
+    /// Eight elements from vector position `i`: their top and bottom halves.
+    ///
+    /// # Safety
+    /// `s` valid for `8 * (i + 1)` elements, 16-byte aligned.
+    unsafe fn load8(s: *const Self::E, i: u64) -> (V16, V16);
+    /// Element `i`'s top and bottom halves.
+    ///
+    /// # Safety
+    /// `s` valid for `i + 1` elements.
+    unsafe fn load1(s: *const Self::E, i: u64) -> (u16, u16);
+}
+
+struct PackF32;
+struct PackBf16;
+
+impl PackSrc for PackF32 {
+    type E = u32;
+    const SPLIT: bool = true;
+    #[inline(always)]
+    unsafe fn load8(s: *const u32, i: u64) -> (V16, V16) {
+        let sv = s.cast::<V16>();
+        // SAFETY: the caller's contract (two vectors per eight f32s).
+        let (a, b) = unsafe { (ld_v16(sv.add(2 * i as usize)), ld_v16(sv.add(2 * i as usize + 1))) };
+        split8(a, b)
+    }
+    #[inline(always)]
+    unsafe fn load1(s: *const u32, i: u64) -> (u16, u16) {
+        // SAFETY: the caller's contract.
+        let w = unsafe { s.add(i as usize).read() };
+        ((w >> 16) as u16, w as u16)
+    }
+}
+
+impl PackSrc for PackBf16 {
+    type E = u16;
+    const SPLIT: bool = false;
+    #[inline(always)]
+    unsafe fn load8(s: *const u16, i: u64) -> (V16, V16) {
+        // SAFETY: the caller's contract (one vector per eight bf16s).
+        (unsafe { ld_v16(s.cast::<V16>().add(i as usize)) }, V16([0; 4]))
+    }
+    #[inline(always)]
+    unsafe fn load1(s: *const u16, i: u64) -> (u16, u16) {
+        // SAFETY: the caller's contract.
+        (unsafe { s.add(i as usize).read() }, 0)
+    }
+}
+
+/// One bf16-wire pack of piece `piece` (module note), from source `S`.
 ///
 /// # Safety
-/// `src` holds `world * n` f32s (this rank's input); `hi` and `lo` each hold
-/// `(world - 1) * stride` `u16`s with `first + len <= n <= stride`; `pads` and `sig` are
-/// device arrays of `world` pad bases (the device pads, and the pads this call's waits
-/// poll, host or device) with the layout of `lowcon_abi::pad`; `scratch` and `counter`
-/// are this rank's words of the channel; `piece < pad::WIRE_PIECES`; `vec_ok` only if
-/// `src`, `n` and `first` keep every chunk's piece 16-byte aligned; `read_reset` null or
-/// this rank's `piece_words(world)` "read" words of the piece whose plane slot this pack
-/// refills, which the stream has already waited for.
+/// As the kernels below.
 #[allow(clippy::too_many_arguments)]
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn lowcon_wire_pack(
-    src: *const u32,
+#[inline(always)]
+unsafe fn pack<S: PackSrc>(
+    src: *const S::E,
     n: u64,
     first: u64,
     len: u64,
@@ -126,29 +175,32 @@ pub unsafe extern "ptx-kernel" fn lowcon_wire_pack(
         let inexact = unsafe {
             let s = src.add((q as u64 * n + first) as usize);
             let h = hi.add((k as u64 * stride + first) as usize);
-            let l = lo.add((k as u64 * stride + first) as usize);
+            let l = lo.wrapping_add((k as u64 * stride + first) as usize);
             let mut any = 0u32;
             let mut scalar_from = 0;
             if vec_ok != 0 {
                 let nv = len / 8;
                 scalar_from = nv * 8;
-                let (sv, hv, lv) = (s.cast::<V16>(), h.cast::<V16>(), l.cast::<V16>());
+                let (hv, lv) = (h.cast::<V16>(), l.cast::<V16>());
                 let mut i = start;
                 while i < nv {
-                    let (a, b) = (ld_v16(sv.add(2 * i as usize)), ld_v16(sv.add(2 * i as usize + 1)));
-                    let (x, y) = split8(a, b);
-                    any |= y.0[0] | y.0[1] | y.0[2] | y.0[3];
+                    let (x, y) = S::load8(s, i);
                     hv.add(i as usize).write(x);
-                    lv.add(i as usize).write(y);
+                    if S::SPLIT {
+                        any |= y.0[0] | y.0[1] | y.0[2] | y.0[3];
+                        lv.add(i as usize).write(y);
+                    }
                     i += step;
                 }
             }
             let mut i = scalar_from + start;
             while i < len {
-                let w = s.add(i as usize).read();
-                h.add(i as usize).write((w >> 16) as u16);
-                l.add(i as usize).write(w as u16);
-                any |= w & 0xffff;
+                let (x, y) = S::load1(s, i);
+                h.add(i as usize).write(x);
+                if S::SPLIT {
+                    l.add(i as usize).write(y);
+                    any |= y as u32;
+                }
                 i += step;
             }
             sync_threads_or(any != 0)
@@ -182,6 +234,59 @@ pub unsafe extern "ptx-kernel" fn lowcon_wire_pack(
         k += block_dim_x();
     }
 }
+
+
+macro_rules! wire_pack_kernel {
+    ($name:ident, $src:ty, $e:ty) => {
+        /// One bf16-wire pack of piece `piece` (module note). Launch with any number of
+        /// CTAs of `COLL_THREADS`; the channel's CTA counter must be 0 and no other kernel
+        /// of the channel may run at the same time.
+        ///
+        /// # Safety
+        /// `src` holds `world * n` elements (this rank's input: f32, or bf16 for
+        /// `lowcon_wire_pack_bf16`); `hi` holds `(world - 1) * stride` `u16`s, and so does
+        /// `lo` for an f32 source (unused for bf16), with `first + len <= n <= stride`;
+        /// `pads` and `sig` are device arrays of `world` pad bases (the device pads, and
+        /// the pads this call's waits poll, host or device) with the layout of
+        /// `lowcon_abi::pad`; `scratch` and `counter` are this rank's words of the
+        /// channel; `piece < pad::WIRE_PIECES`; `vec_ok` only if `src`, `n` and `first`
+        /// keep every chunk's piece 16-byte aligned; `read_reset` null or this rank's
+        /// `piece_words(world)` "read" words of the piece whose plane slot this pack
+        /// refills, which the stream has already waited for.
+        #[allow(clippy::too_many_arguments)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(
+            src: *const $e,
+            n: u64,
+            first: u64,
+            len: u64,
+            hi: *mut u16,
+            lo: *mut u16,
+            stride: u64,
+            rank: u32,
+            world: u32,
+            channel: u32,
+            piece: u32,
+            pads: *const u64,
+            sig: *const u64,
+            scratch: *mut u32,
+            counter: *mut u32,
+            vec_ok: u32,
+            read_reset: *mut u32,
+        ) {
+            // SAFETY: forwarded from the caller.
+            unsafe {
+                pack::<$src>(
+                    src, n, first, len, hi, lo, stride, rank, world, channel, piece, pads, sig, scratch, counter,
+                    vec_ok, read_reset,
+                )
+            };
+        }
+    };
+}
+
+wire_pack_kernel!(lowcon_wire_pack, PackF32, u32);
+wire_pack_kernel!(lowcon_wire_pack_bf16, PackBf16, u16);
 
 /// This rank's own source: the chunk in its input, f32 or bf16.
 trait Own {

@@ -58,7 +58,6 @@ use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
 use crate::memory::mapped::{CallNumber, Exchanged, PeerMaps};
-use crate::plan::Carry;
 use crate::plan::vocab::LaunchForm;
 use crate::plan::{AgCall, AgPlan, Planner, RsCall, RsPlan};
 use crate::sync::SyncMethod;
@@ -631,8 +630,9 @@ impl GpuColl {
                 self.count(Moved::ReduceScatter(2 * (world - 1) * chunk));
                 return Ok(());
             }
-            // At one rank the plan carries the f32 call itself (`Carry::Same`).
-            _ if carry == Carry::Split => {
+            // The split wire, or a bf16 input on sm-direct (`RsPlan::packs`). At one rank
+            // the plan carries the f32 call itself (`Carry::Same`).
+            _ if plan.packs() => {
                 if plan.replays {
                     return self.wire_replayed(&input, &output, op, stream, (opts.channel, &plan));
                 }

@@ -21,7 +21,6 @@ use super::check::{check_all_gather, check_reduce_scatter, grow_to, no_wire, rot
 use super::counters::{Counters, Moved};
 use super::geometry::{piece_elems, tma_split};
 use super::reference::{reduce_into, reduce_into_as};
-use super::wire::Carry;
 use super::{AgAlgo, AllGatherOptions, ArrivalForm, DType, ReduceOp, ReduceScatterOptions, RsAlgo};
 use crate::error::{Error, Result};
 use crate::memory::host::{HostBuffer, alloc};
@@ -307,7 +306,7 @@ impl HostColl {
         if chunk == 0 {
             return Ok(());
         }
-        let (algorithm, plan) = (planned.algorithm, planned.carry);
+        let algorithm = planned.algorithm;
         match algorithm {
             RsAlgo::TmaPushReduce => {
                 self.push_reduce(input, output, dtype, opts, chunk)?;
@@ -319,9 +318,10 @@ impl HostColl {
                 self.counters.add(Moved::ReduceScatter(2 * (world - 1) * chunk));
                 return Ok(());
             }
-            // At one rank the plan carries the f32 call itself (`Carry::Same`).
-            _ if plan == Carry::Split => {
-                return self.wire_reduce_scatter(input, output, op, (opts.channel, planned.pieces), n_out);
+            // The split wire, or a bf16 input on sm-direct (`RsPlan::packs`). At one rank
+            // the plan carries the f32 call itself (`Carry::Same`).
+            _ if planned.packs() => {
+                return self.wire_reduce_scatter(input, output, (dtype, op), (opts.channel, planned.pieces), n_out);
             }
             _ => {}
         }

@@ -70,7 +70,7 @@ pub(crate) struct Layout {
     /// The high plane: `world - 1` chunk slots (the rank's own chunk has none), each
     /// `stride` elements of 2 bytes.
     pub(crate) hi: usize,
-    /// The low plane, laid out as the high one.
+    /// The low plane, laid out as the high one (none for a bf16 input: see `new`).
     pub(crate) lo: usize,
     /// Elements between two chunk slots of a plane (256-byte aligned).
     pub(crate) stride: usize,
@@ -86,19 +86,23 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
-    /// The layout for chunks of `n` elements in pieces of `pe` (a `Bf16In` call needs
-    /// only the staging ring: `split == false`).
-    pub(crate) fn new(world: usize, n: usize, pe: usize, split: bool) -> Self {
-        Self::ringed(world, n, (pe, pe), split, 0)
+    /// The layout for chunks of `n` elements in pieces of `pe`, with `planes` planes: 2
+    /// for the split wire, 1 for a bf16 input that packs (the high plane alone), 0 for a
+    /// `Bf16In` call that copies (the staging ring alone).
+    pub(crate) fn new(world: usize, n: usize, pe: usize, planes: usize) -> Self {
+        Self::ringed(world, n, (pe, pe), planes, 0)
     }
 
     /// As [`Layout::new`], with planes that hold `ring` pieces of `plane_pe` elements
     /// per chunk slot (0: the whole chunk), and a staging ring of pieces of `pe`.
-    pub(crate) fn ringed(world: usize, n: usize, (pe, plane_pe): (usize, usize), split: bool, ring: usize) -> Self {
+    pub(crate) fn ringed(world: usize, n: usize, (pe, plane_pe): (usize, usize), planes: usize, ring: usize) -> Self {
+        debug_assert!(planes <= 2);
         let elems = if ring == 0 { n } else { ring * plane_pe };
         let stride = (elems * 2).div_ceil(256) * 256 / 2;
-        let plane = if split { (world - 1) * stride * 2 } else { 0 };
-        let staging = 2 * plane;
+        let plane = if planes > 0 { (world - 1) * stride * 2 } else { 0 };
+        // With the high plane alone, `lo` is where the staging ring starts: nothing reads
+        // it (every flag stays clear).
+        let staging = planes * plane;
         let bytes = staging + super::geometry::STAGING_DEPTH * (world - 1) * pe * 2;
         Self { hi: 0, lo: plane, stride, staging, bytes, ring, pe: plane_pe }
     }
@@ -145,7 +149,7 @@ mod tests {
             for n in [1usize, 7, 1003, 65_541] {
                 let (pe, pieces) = pieces(0, n, 3).unwrap();
                 assert!(pieces <= 3 && pe * pieces >= n && pe % 64 == 0);
-                let l = Layout::new(world, n, pe, true);
+                let l = Layout::new(world, n, pe, 2);
                 assert_eq!(l.stride % 128, 0);
                 assert!(l.stride >= n);
                 assert_eq!(l.lo, (world - 1) * l.stride * 2);
@@ -156,8 +160,12 @@ mod tests {
                 let last = l.stage(world, pe, 5, world - 2) + 2 * pe;
                 assert_eq!(last, l.bytes);
                 assert_eq!(l.stage(world, pe, 5, 0) % 16, 0);
-                let plain = Layout::new(world, n, pe, false);
+                let plain = Layout::new(world, n, pe, 0);
                 assert_eq!(plain.staging, 0);
+                // A bf16 input packs its high plane alone: half the planes' bytes.
+                let high = Layout::new(world, n, pe, 1);
+                assert_eq!((high.hi, high.lo, high.staging), (0, l.lo, l.lo));
+                assert_eq!(high.bytes, l.bytes - l.lo);
             }
         }
         let e = pieces(2, 100, 65).unwrap_err().to_string();
@@ -170,8 +178,8 @@ mod tests {
         // NOTE [plane ring]: 8 pieces through a ring of 3 slots per chunk slot.
         let (world, n) = (4usize, 1 << 20);
         let (pe, count) = pieces(0, n, 8).unwrap();
-        let full = Layout::new(world, n, 0, true);
-        let ring = Layout::ringed(world, n, (0, pe), true, 3);
+        let full = Layout::new(world, n, 0, 2);
+        let ring = Layout::ringed(world, n, (0, pe), 2, 3);
         assert_eq!(count, 8);
         assert!(ring.bytes * 8 <= full.bytes * 3 + 8 * 256 * world, "{} of {}", ring.bytes, full.bytes);
         assert!(ring.stride >= 3 * pe && ring.stride.is_multiple_of(128));

@@ -278,6 +278,7 @@ impl ReduceKernels {
                 KernelKind::Pack => {
                     let a = WirePackArgs {
                         src,
+                        src_bf16: false,
                         n: n as u64,
                         first: first as u64,
                         len: len as u64,

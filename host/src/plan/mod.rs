@@ -155,7 +155,7 @@ pub struct RsPlan {
     /// [wire replays] in `coll::gpu::replays`): as in a captured call, the caller's
     /// `graph_sync`, else the rule's, else kernel waits (NOTE [replay sync]).
     pub replay_sync: SyncMethod,
-    /// Pipeline pieces (`ce-reduce` and the wire; 1 otherwise).
+    /// Pipeline pieces (`ce-reduce` and calls that pack; 1 otherwise).
     pub pieces: u32,
     /// The type crossing the links when it differs from the input's (`Some(Bf16)`: the
     /// bf16 wire); `None`: the input's own.
@@ -172,8 +172,9 @@ pub struct RsPlan {
     /// bytes and its fixed stages (`coll::geometry`; `LOWCON_TMA_TILE_BYTES`,
     /// `LOWCON_TMA_STAGES`). `(0, 0)` for the other algorithms.
     pub tma: (u32, u32),
-    /// Whether an eager split-wire call is launched as a graph from its shape's second
-    /// call on (NOTE [wire replays]; `LOWCON_WIRE_REPLAYS`, `set_wire_replays`).
+    /// Whether an eager call that packs ([`RsPlan::packs`]) is launched as a graph from
+    /// its shape's second call on (NOTE [wire replays]; `LOWCON_WIRE_REPLAYS`,
+    /// `set_wire_replays`).
     pub replays: bool,
     /// Whether its copies carry the copy-engine hint (`LOWCON_COPY_ENGINE_HINT`).
     pub copy_hint: bool,
@@ -205,6 +206,14 @@ impl AgPlan {
 }
 
 impl RsPlan {
+    /// Whether the call packs what it sends into its workspace's planes, signalled piece
+    /// by piece (`coll::gpu::wire_steps`): the split wire on every algorithm that carries
+    /// it, and a bf16 input on sm-direct, whose reductions read the packed bf16 over
+    /// NVLink (NOTE [the wire read directly]). ce-reduce copies a bf16 input as it is.
+    pub fn packs(&self) -> bool {
+        runnable::packs(self.carry, self.algorithm)
+    }
+
     /// The plan as `key=value` pairs (what the bindings and `lowcon info` show).
     pub fn fields(&self) -> Vec<(&'static str, String)> {
         vec![
@@ -479,6 +488,7 @@ impl Planner {
             coll: Coll::AllGather,
             context: opts.context,
             dtype: call.dtype,
+            out: call.dtype,
             mem: if call.output_symmetric { Mem::Symmetric } else { Mem::Ordinary },
             bytes: call.shard,
             exact: opts.bf16_exact,
@@ -571,6 +581,7 @@ impl Planner {
             coll: Coll::ReduceScatter,
             context: opts.context,
             dtype: call.input,
+            out: call.output,
             mem: if call.input_symmetric { Mem::Symmetric } else { Mem::Ordinary },
             bytes: call.chunk,
             exact: opts.bf16_exact,
@@ -591,6 +602,12 @@ impl Planner {
         let wire_ok = |r: &Rule| {
             r.choose.wire.is_none() || !f32_pair || (wire_fits && opts.wire.is_none_or(|w| Some(w) == r.choose.wire))
         };
+        // A bf16 input into f32 packs on sm-direct (`RsPlan::packs`), work no rule for
+        // calls of one type was measured with: `auto` takes sm-direct for it only from a
+        // rule that names the output's type (`out`). ce-reduce copies the bf16 as it is,
+        // as such calls always ran.
+        let bf16_in = call.input == DType::Bf16 && call.output == DType::F32;
+        let packs_ok = |r: &Rule, a: RsAlgo| !bf16_in || a != RsAlgo::SmDirect || r.sel.outs.is_some();
         // A launch the caller names binds ce-reduce, the one algorithm with launches:
         // `auto` then picks among ce-reduce's rules (NOTE [one launch per call]).
         let launch_named = opts.reduce_launch.named().is_some();
@@ -603,6 +620,7 @@ impl Planner {
                         && runnable::can_run(a, call, explicit_carry || planned_wire(r))
                         && (!launch_named || a == RsAlgo::CeReduce)
                         && wire_ok(r)
+                        && packs_ok(r, a)
                 })
             }),
             Some(a) => self.rule(&probe, |r| r.choose.reduce_scatter == Some(a) && wire_ok(r)),
@@ -626,27 +644,35 @@ impl Planner {
             let lines = ll_first_round_lines(call.chunk, self.machine.world);
             declared_ctas(algorithm.caps().ctas, lines, self.machine.world * call.chunk)
         });
-        // A pipeline's pieces, and the split wire's (sm-direct's too).
+        // What the call can run (`runnable`): the refusals name the rank.
+        let rank = self.rank;
+        let carry = runnable::carry(rank, call.input, call.output, wire)?;
+        // At one rank nothing crosses a link: sm-direct's packs have no one to pack for,
+        // so a bf16 input into f32 reduces its own chunk as ce-reduce does (its refusals
+        // below hold for the algorithm asked for).
+        let asked = algorithm;
+        let algorithm = match (carry, algorithm) {
+            (Carry::Bf16In, RsAlgo::SmDirect) if self.machine.world <= 1 => RsAlgo::CeReduce,
+            _ => algorithm,
+        };
+        // A pipeline's pieces, and a packed wire's (sm-direct's too).
         let caps = algorithm.caps();
-        let piped = caps.pipelined || (caps.split_wire && wire.is_some());
-        let pieces = match (piped, opts.pipeline) {
+        let packs = runnable::packs(carry, algorithm);
+        let pieces = match (caps.pipelined || packs, opts.pipeline) {
             (true, Some(p)) => p,
             (true, None) => {
                 let piece = rule.and_then(|r| r.choose.piece).unwrap_or(DEFAULT_PIECE);
                 let mut max = rule.and_then(|r| r.choose.max_pieces).unwrap_or(DEFAULT_MAX_PIECES);
-                if wire.is_some() {
+                if packs {
                     max = max.min(lowcon_abi::pad::WIRE_PIECES);
                 }
                 pieces_for(call.chunk, piece, max)
             }
             _ => 1,
         };
-        // What the call can run (`runnable`): the refusals name the rank.
-        let rank = self.rank;
-        let carry = runnable::carry(rank, call.input, call.output, wire)?;
-        runnable::check_ints(rank, call.input, algorithm, call.op)?;
-        runnable::check_wire(rank, carry, (algorithm, pieces), call.input, call.output)?;
-        runnable::check_op(rank, algorithm, call.op)?;
+        runnable::check_ints(rank, call.input, asked, call.op)?;
+        runnable::check_wire(rank, carry, (asked, pieces), call.input, call.output)?;
+        runnable::check_op(rank, asked, call.op)?;
         let launch = match opts.reduce_launch.named() {
             None => rule.and_then(|r| r.choose.launch).and_then(ReduceLaunch::named).unwrap_or(LaunchForm::Pieces),
             Some(l) => l,
@@ -683,8 +709,8 @@ impl Planner {
             reduce_launch,
             map_ordinary,
             tma,
-            // NOTE [wire replays]: eager split-wire calls.
-            replays: set.wire_replays && carry == Carry::Split && !call.captured && !opts.traffic,
+            // NOTE [wire replays]: eager calls that pack.
+            replays: set.wire_replays && runnable::packs(carry, algorithm) && !call.captured && !opts.traffic,
             copy_hint: set.copy_hint,
             ll_overlap: self.ll_overlap(algorithm == RsAlgo::Ll),
             memop_batch: set.memop_batch,

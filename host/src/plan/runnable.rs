@@ -60,10 +60,17 @@ pub(crate) fn carry(rank: usize, input: DType, output: DType, wire: Option<DType
     }
 }
 
+/// Whether a call carrying `carry` on `algorithm` packs what it sends into its
+/// workspace's planes, signalled piece by piece: the split wire, and a bf16 input on
+/// sm-direct (NOTE [the wire read directly]; `RsPlan::packs`).
+pub(crate) fn packs(carry: Carry, algorithm: RsAlgo) -> bool {
+    carry == Carry::Split || (carry == Carry::Bf16In && algorithm == RsAlgo::SmDirect)
+}
+
 /// Whether `a` can run `call` (what the planner's `auto` picks among): integers reduce
 /// on ce-reduce and sm-direct, `tma-push-reduce` only sums, and a call whose links carry
-/// another type than its input's runs on ce-reduce (a bf16 input into f32) or on
-/// ce-reduce and sm-direct (the bf16 wire of an f32 call: NOTE [the wire read directly]).
+/// another type than its input's (a bf16 input into f32, or the bf16 wire of an f32
+/// call) runs on ce-reduce and sm-direct (NOTE [the wire read directly]).
 pub(crate) fn can_run(a: RsAlgo, call: &RsCall, carried: bool) -> bool {
     let caps = a.caps();
     if carried {
@@ -133,7 +140,7 @@ pub(crate) fn check_wire(
     input: DType,
     output: DType,
 ) -> Result<()> {
-    if carry == Carry::Split {
+    if packs(carry, algorithm) {
         check_wire_pieces(rank, pieces)?;
     }
     // The split wire read directly is sm-direct's (NOTE [the wire read directly] in
@@ -223,14 +230,20 @@ mod tests {
     fn the_wire_runs_where_declared_and_the_others_refuse_by_name() {
         use RsAlgo as A;
         check_wire(0, Carry::Same, (A::Ll, 1), F32, F32).unwrap();
-        // The split wire read directly (NOTE [the wire read directly]); a bf16 input has no planes.
+        // The wire read directly (NOTE [the wire read directly]): the split wire's planes,
+        // or a bf16 input packed as top halves, at most `WIRE_PIECES` pieces either way.
         check_wire(0, Carry::Split, (A::SmDirect, 4), F32, F32).unwrap();
-        let e = check_wire(2, Carry::Bf16In, (A::SmDirect, 1), Bf16, F32).unwrap_err().to_string();
-        assert!(e.contains("rank 2") && e.contains("sm-direct"), "{e}");
+        check_wire(0, Carry::Bf16In, (A::SmDirect, 8), Bf16, F32).unwrap();
+        let e = check_wire(2, Carry::Bf16In, (A::SmDirect, 65), Bf16, F32).unwrap_err().to_string();
+        assert!(e.contains("rank 2: pipeline 65"), "{e}");
+        // ce-reduce copies a bf16 input as it is: no signals per piece, no cap.
+        check_wire(0, Carry::Bf16In, (A::CeReduce, 65), Bf16, F32).unwrap();
+        assert!(packs(Carry::Bf16In, A::SmDirect) && packs(Carry::Split, A::CeReduce));
+        assert!(!packs(Carry::Bf16In, A::CeReduce) && !packs(Carry::Same, A::SmDirect));
         for c in [Carry::Split, Carry::Bf16In] {
             check_wire(0, c, (A::CeReduce, 64), F32, F32).unwrap();
-            let kernels = [A::SmDirect, A::TmaReduce, A::TmaReduceEvict, A::TmaPushReduce, A::Ll];
-            for a in kernels.into_iter().filter(|&a| c == Carry::Bf16In || a != A::SmDirect) {
+            let kernels = [A::TmaReduce, A::TmaReduceEvict, A::TmaPushReduce, A::Ll];
+            for a in kernels {
                 let e = check_wire(1, c, (a, 1), Bf16, F32).unwrap_err().to_string();
                 assert!(e.contains("rank 1") && e.contains(a.name()) && e.contains("bf16 into f32"), "{e}");
             }

@@ -18,6 +18,7 @@
 //! |---|---|---|
 //! | `context` | `alone`, `fsdp`, `tp` | the caller's hint ([`Context`]) |
 //! | `dtype` | `f32`, `bf16`, ... (comma-separated) | the input's element type |
+//! | `out` | `f32`, `bf16`, ... (comma-separated) | the output's element type (a bf16 reduce-scatter into f32: `dtype=bf16 out=f32`) |
 //! | `mem` | `symmetric`, `ordinary` | all-gather: the output's memory; reduce-scatter: the input's |
 //! | `bytes` | `LO..HI` (`K`, `M`, `G`): from LO to HI, both included; either may be left out | per rank: the all-gather's shard, the reduce-scatter's input chunk |
 //! | `exact` | `yes`, `no` | the caller's `bf16_exact` hint |
@@ -75,6 +76,8 @@ pub enum Mem {
 pub(crate) struct Selectors {
     pub(crate) context: Option<Context>,
     pub(crate) dtypes: Option<Vec<DType>>,
+    /// The output's element types.
+    pub(crate) outs: Option<Vec<DType>>,
     pub(crate) mem: Option<Mem>,
     /// Per-rank bytes: from `lo` to `hi`, both included.
     pub(crate) bytes: (usize, usize),
@@ -114,6 +117,8 @@ pub(crate) struct Probe {
     pub(crate) coll: Coll,
     pub(crate) context: Context,
     pub(crate) dtype: DType,
+    /// The output's element type (an all-gather's is its input's).
+    pub(crate) out: DType,
     pub(crate) mem: Mem,
     pub(crate) bytes: usize,
     pub(crate) exact: bool,
@@ -126,6 +131,7 @@ impl Rule {
         self.coll == p.coll
             && s.context.is_none_or(|c| c == p.context)
             && s.dtypes.as_ref().is_none_or(|d| d.contains(&p.dtype))
+            && s.outs.as_ref().is_none_or(|d| d.contains(&p.out))
             && s.mem.is_none_or(|m| m == p.mem)
             && (s.bytes.0..=s.bytes.1).contains(&p.bytes)
             && s.exact.is_none_or(|e| e == p.exact)
@@ -286,6 +292,10 @@ fn parse_rule<'a>(
                 let d: Result<Vec<DType>> = v.split(',').map(str::parse).collect();
                 sel.dtypes = Some(d.map_err(|_| val("dtypes among f32, f16, bf16, i32, u8, i64"))?);
             }
+            "out" => {
+                let d: Result<Vec<DType>> = v.split(',').map(str::parse).collect();
+                sel.outs = Some(d.map_err(|_| val("dtypes among f32, f16, bf16, i32, u8, i64"))?);
+            }
             "mem" => {
                 sel.mem = Some(match v {
                     "symmetric" => Mem::Symmetric,
@@ -388,6 +398,9 @@ impl fmt::Display for Rule {
         }
         if let Some(d) = &s.dtypes {
             w.push(format!("dtype={}", d.iter().map(|d| d.name()).collect::<Vec<_>>().join(",")));
+        }
+        if let Some(d) = &s.outs {
+            w.push(format!("out={}", d.iter().map(|d| d.name()).collect::<Vec<_>>().join(",")));
         }
         if let Some(m) = s.mem {
             w.push(format!("mem={}", if m == Mem::Symmetric { "symmetric" } else { "ordinary" }));
@@ -497,6 +510,7 @@ mod tests {
             coll,
             context: Context::Alone,
             dtype: DType::F32,
+            out: DType::F32,
             mem: Mem::Symmetric,
             bytes,
             exact: false,
@@ -527,6 +541,14 @@ mod tests {
         assert!(!mapped.covers(&Probe { mem: Mem::Ordinary, captured: true, ..probe(Coll::ReduceScatter, 1) }));
         assert_eq!(&*t.rules[3].origin, "t:8");
         assert_eq!(t.rules[3].choose.sync, Some(SyncMethod::StreamMemop));
+        // `out`: a bf16 reduce-scatter into f32, not a bf16 one into bf16.
+        let text = format!("{FORMAT}\nmachine gpu=x\nreduce-scatter dtype=bf16 out=f32 algorithm=sm-direct\n");
+        let t = Table::parse("t", &text).unwrap();
+        let bf16_in = Probe { dtype: DType::Bf16, ..probe(Coll::ReduceScatter, 1) };
+        assert!(t.rules[0].covers(&bf16_in) && !t.rules[0].covers(&Probe { out: DType::Bf16, ..bf16_in }));
+        assert_eq!(t.rules[0].to_string(), "reduce-scatter dtype=bf16 out=f32 algorithm=sm-direct");
+        let e = Table::parse("t", &format!("{FORMAT}\nmachine gpu=x\nreduce-scatter out=x algorithm=ll\n"));
+        assert!(e.unwrap_err().to_string().contains("out=\"x\""));
     }
 
     #[test]

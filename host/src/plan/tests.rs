@@ -146,9 +146,23 @@ fn integers_and_carried_types_skip_rules_they_cannot_run() {
     // ll reduces floats only: an i32 call in its range goes on to the next rule.
     let i = rs(&p, &rs_call(16 << 10, DType::I32), &d);
     assert_eq!(i.algorithm, RsAlgo::SmDirect);
-    // bf16 into f32 carries bf16: ce-reduce, whatever the size.
+    // bf16 into f32 carries bf16: ce-reduce, whatever the size, unless a rule naming the
+    // output's type says sm-direct (which then packs).
     let call = RsCall { output: DType::F32, ..rs_call(16 << 10, DType::Bf16) };
     assert_eq!(rs(&p, &call, &d).algorithm, RsAlgo::CeReduce);
+    let big = RsCall { output: DType::F32, ..rs_call(64 << 20, DType::Bf16) };
+    assert_eq!(rs(&p, &big, &d).algorithm, RsAlgo::CeReduce, "the table's sm-direct rules name no `out`");
+    let text = format!(
+        "{}\nmachine gpu=H200 world=4\nreduce-scatter dtype=bf16 out=f32 algorithm=sm-direct ctas=64\n\
+         reduce-scatter algorithm=sm-direct ctas=16\n",
+        crate::plan::table::FORMAT
+    );
+    let t = crate::plan::table::Table::parse("t", &text).unwrap();
+    let m = Machine { device: "NVIDIA H200".into(), sms: 132, world: 4, ranks_on_gpu: 1 };
+    let q = Planner::with_table(m, t, "test".into());
+    let plan = rs(&q, &big, &d);
+    assert_eq!((plan.algorithm, plan.ctas, plan.packs()), (RsAlgo::SmDirect, 64, true));
+    assert_eq!(rs(&q, &rs_call(64 << 20, DType::Bf16), &d).ctas, 16, "bf16 into bf16: the other rule");
 }
 
 #[test]
@@ -550,13 +564,43 @@ fn the_planner_refuses_what_no_plan_can_run_naming_the_rank() {
     let named = |a| ReduceScatterOptions { algorithm: a, ..Default::default() };
     let e = p.reduce_scatter(&call(DType::I32, DType::I32), &named(ReduceScatterAlgorithm::TmaReduce)).unwrap_err();
     assert!(e.to_string().contains("rank 3: reduce-scatter of i32 with tma-reduce"), "{e}");
-    let e = p.reduce_scatter(&call(DType::Bf16, DType::F32), &named(ReduceScatterAlgorithm::SmDirect)).unwrap_err();
-    assert!(e.to_string().contains("over a bf16 wire runs on ce-reduce (or auto), not sm-direct"), "{e}");
+    let e = p.reduce_scatter(&call(DType::Bf16, DType::F32), &named(ReduceScatterAlgorithm::TmaReduce)).unwrap_err();
+    assert!(e.to_string().contains("over a bf16 wire runs on ce-reduce, sm-direct (or auto), not tma-reduce"), "{e}");
     let avg = RsCall { op: ReduceOp::Avg, ..call(DType::F32, DType::F32) };
     let e = p.reduce_scatter(&avg, &named(ReduceScatterAlgorithm::TmaPushReduce)).unwrap_err().to_string();
     assert!(e.contains("rank 3: op avg is not supported by tma-push-reduce"), "{e}");
     // auto never picks what cannot run: a bf16 input into f32 runs on ce-reduce.
     assert_eq!(p.reduce_scatter(&call(DType::Bf16, DType::F32), &d).unwrap().carry, Carry::Bf16In);
+}
+
+#[test]
+fn a_bf16_input_into_f32_packs_on_sm_direct_and_copies_on_ce_reduce() {
+    // NOTE [the wire read directly]: sm-direct packs the bf16 input as top halves, in at
+    // most `WIRE_PIECES` pieces; ce-reduce copies it as it is.
+    let call = RsCall {
+        chunk: 256 << 20,
+        input: DType::Bf16,
+        output: DType::F32,
+        op: ReduceOp::Sum,
+        input_symmetric: false,
+        captured: false,
+    };
+    let named = |a| ReduceScatterOptions { algorithm: a, ..Default::default() };
+    for world in [2, 4, 8] {
+        let p = planner("NVIDIA H100 80GB HBM3", world);
+        let sm = rs(&p, &call, &named(ReduceScatterAlgorithm::SmDirect));
+        assert_eq!((sm.algorithm, sm.carry), (RsAlgo::SmDirect, Carry::Bf16In));
+        assert!(sm.packs() && sm.pieces > 1 && sm.pieces <= lowcon_abi::pad::WIRE_PIECES, "{sm:?}");
+        assert!(sm.replays, "eager calls that pack replay (NOTE [wire replays])");
+        let ce = rs(&p, &call, &named(ReduceScatterAlgorithm::CeReduce));
+        assert!(!ce.packs() && !ce.replays);
+        let many = ReduceScatterOptions { pipeline: Some(65), ..named(ReduceScatterAlgorithm::SmDirect) };
+        let e = p.reduce_scatter(&call, &many).unwrap_err().to_string();
+        assert!(e.contains("pipeline 65"), "{e}");
+    }
+    // One rank packs for no one: the plan reduces its own chunk on ce-reduce.
+    let one = rs(&planner("NVIDIA H100 80GB HBM3", 1), &call, &named(ReduceScatterAlgorithm::SmDirect));
+    assert_eq!((one.algorithm, one.carry, one.packs()), (RsAlgo::CeReduce, Carry::Bf16In, false));
 }
 
 #[test]

@@ -369,7 +369,9 @@ pub struct RsCaps {
     pub ints: bool,
     /// Every operator (sum, avg, min, max); else sum only.
     pub all_ops: bool,
-    /// A bf16 input reduced into an f32 output (the input is the wire).
+    /// A bf16 input reduced into an f32 output (the input is the wire): ce-reduce copies
+    /// it as it is; sm-direct packs it into its workspace's high plane, as the split
+    /// wire's top halves (NOTE [the wire read directly]).
     pub bf16_in: bool,
     /// The split bf16 wire of an f32 call (NOTE [bf16 wire]).
     pub split_wire: bool,
@@ -414,8 +416,9 @@ impl RsAlgo {
                 pipelined: true,
                 ..none
             },
-            // NOTE [the wire read directly]: the split wire's planes read over NVLink.
-            RsAlgo::SmDirect => RsCaps { ints: true, split_wire: true, ..none },
+            // NOTE [the wire read directly]: the wire's planes read over NVLink, the split
+            // wire's or a bf16 input's.
+            RsAlgo::SmDirect => RsCaps { ints: true, split_wire: true, bf16_in: true, ..none },
             RsAlgo::TmaReduce | RsAlgo::TmaReduceEvict => tma,
             RsAlgo::TmaPushReduce => {
                 RsCaps { all_ops: false, deterministic: false, peers: Peers::AddIntoWorkspace, ..tma }
@@ -746,7 +749,7 @@ mod tests {
         // NOTE [algorithm capabilities]: the facts the planner and the refusals read.
         assert_eq!(RsAlgo::names_where(|c| c.ints), ["ce-reduce", "sm-direct"]);
         assert_eq!(RsAlgo::names_where(|c| c.split_wire), ["ce-reduce", "sm-direct"]);
-        assert_eq!(RsAlgo::names_where(|c| c.bf16_in), ["ce-reduce"]);
+        assert_eq!(RsAlgo::names_where(|c| c.bf16_in), ["ce-reduce", "sm-direct"]);
         assert_eq!(RsAlgo::names_where(|c| c.launch_once), ["ce-reduce"]);
         assert_eq!(RsAlgo::names_where(|c| c.map_ordinary), ["ce-reduce"]);
         assert_eq!(RsAlgo::names_where(|c| !c.all_ops), ["tma-push-reduce"]);

@@ -238,9 +238,16 @@ pub fn wire_suite(r: &Runner, sync: SyncMethod, large: usize) -> Result<String, 
             cases += 1;
         }
     }
-    // A bf16 input into an f32 output, against the f32 call on the same values.
+    // A bf16 input into an f32 output, against the f32 call on the same values: copied
+    // as it is (ce-reduce), or packed as top halves and read directly (sm-direct, NOTE
+    // [the wire read directly]; with more pieces than the planes' ring holds at 262_147).
+    let bf16_counts = [1usize, 7, 1003, 65_541, 262_147];
     for (o, op) in ReduceOp::ALL.into_iter().enumerate() {
-        for (k, &count) in counts[..4].iter().enumerate() {
+        for (k, &count) in bf16_counts.iter().enumerate() {
+            if count == 262_147 && op != ReduceOp::Sum && op != ReduceOp::Max {
+                continue;
+            }
+            let sm = (k + o) % 2 == 1 || count == 262_147;
             let c = Typed {
                 op,
                 count,
@@ -248,6 +255,12 @@ pub fn wire_suite(r: &Runner, sync: SyncMethod, large: usize) -> Result<String, 
                 wire: if k % 2 == 0 { None } else { Some(DType::Bf16) },
                 symmetric: k % 2 == 0,
                 misalign: if k == 3 { 3 } else { 0 },
+                algorithm: if sm { ReduceScatterAlgorithm::SmDirect } else { ReduceScatterAlgorithm::CeReduce },
+                pipeline: match (sm, k) {
+                    (true, 4) => Some(8),
+                    (true, 2) => Some(3),
+                    _ => None,
+                },
                 ..base
             };
             let seed = r.shared_seed(&format!("wire/bf16-in/{o}/{k}"))?;
@@ -391,8 +404,8 @@ pub fn gpu_wire_in_place(run: &Runner, sync: SyncMethod) -> Result<String, Strin
 }
 
 /// Wire calls captured into a CUDA graph: a split call (exact data, then random data,
-/// whose pieces all fall back, counted by the device on every replay) and a bf16-input
-/// call, replayed `replays` times with fresh data and poisoned outputs, each output
+/// whose pieces all fall back, counted by the device on every replay) and two bf16-input
+/// calls (copied by ce-reduce, packed by sm-direct), replayed `replays` times with fresh data and poisoned outputs, each output
 /// checked bit for bit against the eager f32 ce-reduce of the same data.
 pub fn gpu_wire_graph(run: &Runner, sync: SyncMethod, replays: usize) -> Result<String, String> {
     let r = run.gpu("the bf16 wire in CUDA graphs")?;
@@ -401,7 +414,15 @@ pub fn gpu_wire_graph(run: &Runner, sync: SyncMethod, replays: usize) -> Result<
     r.g.reserve_workspace(ch, 64 << 20).map_err(e)?;
     let split = Typed { count: 100_003, pipeline: Some(4), ..wire_case(sync, ch) };
     let bf16_in = Typed { input: DType::Bf16, wire: None, count: 50_001, op: ReduceOp::Avg, pipeline: None, ..split };
-    let calls = [split, bf16_in];
+    // The bf16 input packed and read directly (`RsPlan::packs`), captured.
+    let bf16_direct = Typed {
+        algorithm: ReduceScatterAlgorithm::SmDirect,
+        count: 70_001,
+        op: ReduceOp::Sum,
+        pipeline: Some(5),
+        ..bf16_in
+    };
+    let calls = [split, bf16_in, bf16_direct];
     let bufs = calls
         .iter()
         .map(|c| {
@@ -430,6 +451,7 @@ pub fn gpu_wire_graph(run: &Runner, sync: SyncMethod, replays: usize) -> Result<
         let inputs: Vec<Vec<u8>> = vec![
             to_bytes(&f32_input(data, seed, rank, world, split.count)),
             input_bytes(DType::Bf16, seed, rank, 0, bf16_in.count * world),
+            input_bytes(DType::Bf16, seed ^ 1, rank, 0, bf16_direct.count * world),
         ];
         for ((c, (inp, out)), input) in calls.iter().zip(&bufs).zip(&inputs) {
             // SAFETY: the buffers hold these sizes (allocated above); synchronous copies.
@@ -468,7 +490,7 @@ pub fn gpu_wire_graph(run: &Runner, sync: SyncMethod, replays: usize) -> Result<
             checked += c.count;
         }
     }
-    Ok(format!("{sync:?}: 2 captured wire calls replayed {replays} times, {checked} elements bit-exact"))
+    Ok(format!("{sync:?}: 3 captured wire calls replayed {replays} times, {checked} elements bit-exact"))
 }
 
 /// The other sync method than `sync`.
@@ -481,7 +503,8 @@ fn other_method(sync: SyncMethod) -> SyncMethod {
 
 /// NOTE [wire replays]: eager split-wire calls of one shape, from the second on launched
 /// as a graph, one per set of buffers. Each shape (staged and read directly, the latter
-/// with more pieces than the planes' ring) runs `calls` times over two buffer sets in an
+/// with more pieces than the planes' ring, and a bf16 input into f32 read directly,
+/// which packs too) runs `calls` times over two buffer sets in an
 /// irregular order, with fresh data (exact and not) and poisoned outputs; every output
 /// is checked bit for bit against the eager f32 ce-reduce of the same data, and the
 /// counters against what each call must have done: the first call of a shape eager,
@@ -502,12 +525,24 @@ pub fn gpu_wire_replays(run: &Runner, sync: SyncMethod, calls: usize) -> Result<
         pipeline: Some(7),
         ..staged
     };
+    // A bf16 input into f32 on sm-direct packs too (`RsPlan::packs`), and replays alike.
+    let bf16_direct = Typed {
+        algorithm: ReduceScatterAlgorithm::SmDirect,
+        input: DType::Bf16,
+        wire: None,
+        count: 70_001,
+        pipeline: Some(5),
+        ..staged
+    };
     let (calls, off_from) = (calls.max(8), calls.max(8) - 3);
     let mut checked = 0;
-    for (k, c) in [staged, direct].into_iter().enumerate() {
+    for (k, c) in [staged, direct, bf16_direct].into_iter().enumerate() {
         let sets = (0..2)
             .map(|_| {
-                Ok((Mem::new(r.g, r.stream, false, c.count * world * 4)?, Mem::new(r.g, r.stream, false, c.count * 4)?))
+                Ok((
+                    Mem::new(r.g, r.stream, false, c.count * world * c.input.size())?,
+                    Mem::new(r.g, r.stream, false, c.count * 4)?,
+                ))
             })
             .collect::<Result<Vec<_>, String>>()?;
         let pieces = piece_count(c.count, c.pipeline).1;
@@ -543,7 +578,11 @@ pub fn gpu_wire_replays(run: &Runner, sync: SyncMethod, calls: usize) -> Result<
             }
             let data = if i % 3 == 1 { Data::Random } else { Data::Exact };
             let seed = run.shared_seed(&format!("wire-replays/{}/{i}", c.name()))?;
-            let input = to_bytes(&f32_input(data, seed, rank, world, c.count));
+            let bf16 = c.input == DType::Bf16;
+            let input = match bf16 {
+                true => input_bytes(DType::Bf16, seed, rank, 0, c.count * world),
+                false => to_bytes(&f32_input(data, seed, rank, world, c.count)),
+            };
             let (inp, out) = &sets[s];
             // SAFETY: the buffers hold these sizes (allocated above); synchronous copies.
             unsafe {
@@ -555,13 +594,25 @@ pub fn gpu_wire_replays(run: &Runner, sync: SyncMethod, calls: usize) -> Result<
             r.g.reduce_scatter(ib, ob, c.op, r.stream, &opts).map_err(|m| format!("rank {rank}: call {i}: {m}"))?;
             r.g.synchronize(r.stream).map_err(|m| format!("rank {rank}: call {i}: {m}"))?;
             let d = delta(&before, &run.stats()?);
-            if d.wire_pieces != ((world - 1) * pieces) as u64 {
+            // A bf16 input's bytes count as any reduce-scatter's (no wire pieces).
+            let counted = match bf16 {
+                true => d.wire_pieces == 0 && d.reduce_scatter_bytes == ((world - 1) * c.count * 2) as u64,
+                false => d.wire_pieces == ((world - 1) * pieces) as u64,
+            };
+            if !counted {
                 return Err(format!("rank {rank}: {} call {i}: counters moved by {d:?}", c.name()));
             }
             let mut got = vec![0u8; c.count * 4];
             // SAFETY: `out` holds this many bytes; synchronous copy.
             unsafe { r.stream.copy_to_host(&mut got, out.ptr()) }.map_err(e)?;
-            let want = run.run_typed(&Typed { channel: 0, ..c.f32_twin() }, &input)?;
+            let f32_in: Vec<u8> = match bf16 {
+                true => input
+                    .chunks_exact(2)
+                    .flat_map(|h| ((u16::from_le_bytes([h[0], h[1]]) as u32) << 16).to_le_bytes())
+                    .collect(),
+                false => input.clone(),
+            };
+            let want = run.run_typed(&Typed { channel: 0, ..c.f32_twin() }, &f32_in)?;
             if let Some(first) = first_difference(&got, &want, 4) {
                 return Err(format!(
                     "rank {rank}: {} call {i} (buffer set {s}, replays {on}, {data:?} data): not the f32 result; \
@@ -585,8 +636,8 @@ pub fn gpu_wire_replays(run: &Runner, sync: SyncMethod, calls: usize) -> Result<
         }
     }
     Ok(format!(
-        "{sync:?}: 2 wire shapes x {calls} eager calls over 2 buffer sets, replayed (the second with {:?} waits), \
-         {checked} elements bit-exact",
+        "{sync:?}: 3 wire shapes (staged, read directly, a bf16 input read directly) x {calls} eager calls over 2 \
+         buffer sets, replayed (the second with {:?} waits), {checked} elements bit-exact",
         other_method(sync)
     ))
 }

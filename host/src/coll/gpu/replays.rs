@@ -1,4 +1,5 @@
-//! NOTE [wire replays]: an eager split-wire reduce-scatter (NOTE [bf16 wire]) enqueues a
+//! NOTE [wire replays]: an eager split-wire reduce-scatter (NOTE [bf16 wire]; every call
+//! that packs, `RsPlan::packs`, the same way) enqueues a
 //! pack and a reduction per piece, their waits, and the events that fork and join its
 //! streams: at 4 ranks, 16 launches and 14 stream-memop waits for 8192x4's layers of
 //! 8 pieces. Each launch cost the host about 7 µs inside FSDP2 (NOTE [enqueue clock],
@@ -62,6 +63,9 @@ pub(super) struct Shape {
     pieces: u32,
     memop: bool,
     algorithm: &'static str,
+    /// What crosses the links (a bf16 input and an f32 one at the same address are
+    /// different work).
+    carry: &'static str,
     op: u32,
 }
 
@@ -72,6 +76,7 @@ impl Shape {
             pieces: plan.pieces,
             memop: plan.replay_sync == SyncMethod::StreamMemop,
             algorithm: plan.algorithm.name(),
+            carry: plan.carry.name(),
             op: op.code(),
         }
     }
@@ -163,7 +168,7 @@ impl<E> Replays<E> {
 }
 
 impl GpuColl {
-    /// An eager split-wire reduce-scatter (as `wire_reduce_scatter`), launched as a
+    /// An eager reduce-scatter that packs (as `wire_reduce_scatter`), launched as a
     /// graph from its shape's second call on (NOTE [wire replays]).
     pub(super) fn wire_replayed(
         &self,
@@ -193,7 +198,7 @@ impl GpuColl {
             drop(st);
             let (world, n) = (self.sync.core.world, output.count);
             let count = crate::coll::wire::pieces(self.sync.core.rank, n, plan.pieces)?.1;
-            self.count(super::wire_steps::moved(world, n, count));
+            self.count(super::wire_steps::moved(world, n, count, input.dtype == crate::coll::DType::Bf16));
             self.counters.replayed(false);
             return Ok(());
         }
@@ -228,7 +233,7 @@ mod tests {
     use super::*;
 
     fn shape(n: usize) -> Shape {
-        Shape { n, pieces: 4, memop: true, algorithm: "sm-direct", op: 0 }
+        Shape { n, pieces: 4, memop: true, algorithm: "sm-direct", carry: "split", op: 0 }
     }
 
     #[test]
@@ -237,6 +242,7 @@ mod tests {
         assert!(r.first_call(shape(10)));
         assert!(!r.first_call(shape(10)));
         assert!(r.first_call(shape(11)), "another size is another shape");
+        assert!(r.first_call(Shape { carry: "bf16-in", ..shape(10) }), "a bf16 input is another shape");
         // The path never looks at CTAs or buffers (they differ between ranks): a key does.
         let (a, b) = (r.key(shape(10), 64, 1, 2), r.key(shape(10), 32, 1, 2));
         assert_ne!(a, b);

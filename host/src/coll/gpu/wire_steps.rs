@@ -1,6 +1,7 @@
-//! The split bf16 wire on GPUs (NOTE [bf16 wire] in `coll::wire`): f32 in and out, the
+//! The packed bf16 wire on GPUs (NOTE [bf16 wire] in `coll::wire`): f32 in and out, the
 //! top halves through the copy engines, the bottom halves read only where a piece is
-//! flagged inexact.
+//! flagged inexact; or a bf16 input into f32 on sm-direct, packed as top halves alone
+//! (`RsPlan::packs`).
 //!
 //! Per piece `i` of the chunk, on three streams forked from the caller's:
 //! - pack stream: `wire_pack(i)` splits every chunk this rank sends and, from its last
@@ -19,6 +20,15 @@
 //! (as it reads their low planes where flagged), so the copy engines are left to what
 //! else runs (FSDP2's all-gathers) at the price of SM time spent on NVLink loads. No
 //! staging ring.
+//!
+//! A bf16 input into an f32 output takes the same path on sm-direct: its pack copies
+//! each chunk it sends into the high plane as it is (`lowcon_wire_pack_bf16`; there is
+//! no low plane, half the planes' memory, and every flag stays clear), and the
+//! reduction adds this rank's bf16 chunk to the peers' in f32, in rank order, as
+//! ce-reduce does with a bf16 input. This is what `lowcon.fsdp`'s bf16 copy-in sends:
+//! FSDP2's bf16 gradients copied in as bf16 (NOTE [bf16 copy-in]), where the split
+//! wire's pack read the f32 copy-in and wrote both halves (6 bytes an element on the
+//! SMs, and 6 more for the copy-in, against 4 and 4).
 //!
 //! NOTE [plane ring]
 //! The planes were the size of the input less one chunk (3/4 of it at 4 ranks): FSDP2's
@@ -46,7 +56,7 @@ use crate::coll::counters::Moved;
 use crate::coll::device_buf::DeviceBuf;
 use crate::coll::geometry::{PLANE_RING, STAGING_DEPTH};
 use crate::coll::wire::{Layout, pieces};
-use crate::coll::{ReduceOp, RsAlgo};
+use crate::coll::{DType, ReduceOp, RsAlgo};
 use crate::cuda::kernels::{COLL_THREADS, WirePackArgs, WireReduceArgs};
 use crate::cuda::{Stream, StreamPriority};
 use crate::error::Result;
@@ -55,8 +65,9 @@ use crate::sync::gpu::graph::Mode;
 use lowcon_abi::pad;
 
 impl GpuColl {
-    /// The split-wire reduce-scatter (see the module docs): `input` and `output` are
-    /// f32, checked by the caller; `output.count` elements per chunk.
+    /// The packed reduce-scatter (see the module docs): `output` is f32, `input` f32 (the
+    /// split wire) or bf16 (a bf16 input on sm-direct), checked by the caller;
+    /// `output.count` elements per chunk.
     pub(super) fn wire_reduce_scatter(
         &self,
         input: &DeviceBuf<'_>,
@@ -71,10 +82,14 @@ impl GpuColl {
         let (pe, count) = pieces(rank, n, plan.pieces)?;
         let hint = plan.copy_hint;
         let direct = plan.algorithm == RsAlgo::SmDirect;
+        // A bf16 input packs its values as the top halves: no low plane, no flags set.
+        let bf16 = input.dtype == DType::Bf16;
+        let esize = input.dtype.size();
         // NOTE [the wire read directly]: no staging ring (pieces of 0 elements in it).
         // NOTE [plane ring]: planes of `PLANE_RING` pieces where the call has more.
         let ring = if count > PLANE_RING { PLANE_RING } else { 0 };
-        let layout = Layout::ringed(world, n, (if direct { 0 } else { pe }, pe), true, ring);
+        let planes = if bf16 { 1 } else { 2 };
+        let layout = Layout::ringed(world, n, (if direct { 0 } else { pe }, pe), planes, ring);
         let ctas = plan.ctas;
         let mut st = self.channel(ch);
         // Events: the fork, the pack stream's join, then per piece copied and reduced.
@@ -96,10 +111,10 @@ impl GpuColl {
         let pads = self.sync.pads.local_ptr();
         let (src, out) = (input.ptr, output.ptr);
         // Every chunk's pieces keep 16-byte alignment when the input and the chunk do.
-        let pack_vec = src.is_multiple_of(16) && n.is_multiple_of(4);
-        let own_vec = (src + (rank * n * 4) as u64).is_multiple_of(16) && out.is_multiple_of(16);
+        let pack_vec = src.is_multiple_of(16) && (n * esize).is_multiple_of(16);
+        let own_vec = (src + (rank * n * esize) as u64).is_multiple_of(16) && out.is_multiple_of(16);
         // SAFETY: (the whole block) the input and output are checked device buffers of
-        // this rank (f32, `world * n` and `n` elements); the workspace holds `layout`
+        // this rank (`world * n` elements of `esize` bytes, `n` f32s); the workspace holds `layout`
         // on every rank (prepared); the pads, counters and error record are the group's.
         // The copy stream refills a staging slot only after the reduction that read it,
         // and peers read this rank's planes only after its signal of the piece and
@@ -130,7 +145,8 @@ impl GpuColl {
                         _ => 0,
                     };
                     let a = WirePackArgs {
-                        src: src + ((first - pf) * 4) as u64,
+                        src: src + ((first - pf) * esize) as u64,
+                        src_bf16: bf16,
                         n: n as u64,
                         first: pf as u64,
                         len: pe.min(n - first) as u64,
@@ -181,8 +197,8 @@ impl GpuColl {
                     ws.local_ptr() + layout.stage(world, pe, i, 0) as u64
                 };
                 let a = WireReduceArgs {
-                    own: src + ((rank * n + first) * 4) as u64,
-                    own_bf16: false,
+                    own: src + ((rank * n + first) * esize) as u64,
+                    own_bf16: bf16,
                     staged,
                     pe: pe as u64,
                     len: len as u64,
@@ -215,7 +231,7 @@ impl GpuColl {
                 self.exit(stream, ch, plan.sync, mode)?;
             }
         }
-        self.count(moved(world, n, count));
+        self.count(moved(world, n, count, bf16));
         // Registered before the channel is released (as every call).
         self.finish(stream, mode, None)?;
         drop(st);
@@ -223,9 +239,14 @@ impl GpuColl {
     }
 }
 
-/// What a split-wire call of `count` pieces of `n` elements per chunk moves (top halves).
-pub(super) fn moved(world: usize, n: usize, count: usize) -> Moved {
-    Moved::Wire((world - 1) * n * 2, (world - 1) * count)
+/// What a packed call of `count` pieces of `n` elements per chunk moves: top halves (the
+/// split wire), or the bf16 input itself (`bf16`), counted as any reduce-scatter's bytes
+/// (as ce-reduce counts a bf16 input into f32).
+pub(super) fn moved(world: usize, n: usize, count: usize, bf16: bool) -> Moved {
+    match bf16 {
+        true => Moved::ReduceScatter((world - 1) * n * 2),
+        false => Moved::Wire((world - 1) * n * 2, (world - 1) * count),
+    }
 }
 
 /// Whether two byte ranges (address, length) share a byte.

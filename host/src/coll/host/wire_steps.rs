@@ -5,6 +5,8 @@
 //! destination's piece word; then, piece by piece, it waits for every peer's byte,
 //! reads their high halves (the copy engines' part), their low halves only where
 //! flagged, and reduces in rank order in f32. An exit barrier ends the call, as on GPUs.
+//! A bf16 input into f32 on sm-direct packs its values as the top halves, with no low
+//! plane and every flag clear, as on GPUs (`RsPlan::packs`).
 
 use super::{HostColl, HostInput};
 use crate::coll::counters::Moved;
@@ -14,24 +16,29 @@ use crate::coll::{DType, ReduceOp};
 use crate::error::Result;
 
 impl HostColl {
-    /// The split-wire reduce-scatter: `input` and `output` are f32 (checked by the
-    /// caller), `n` elements per chunk.
+    /// The packed reduce-scatter: `output` is f32, `input` f32 (the split wire) or bf16
+    /// (`dtype`; checked by the caller), `n` elements per chunk.
     pub(super) fn wire_reduce_scatter(
         &self,
         input: HostInput<'_>,
         output: &mut [u8],
-        op: ReduceOp,
+        (dtype, op): (DType, ReduceOp),
         (ch, planned): (u32, u32),
         n: usize,
     ) -> Result<()> {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         let (pe, count) = pieces(rank, n, planned)?;
-        let layout = Layout::new(world, n, pe, true);
+        let bf16 = dtype == DType::Bf16;
+        let layout = Layout::new(world, n, pe, if bf16 { 1 } else { 2 });
         let mut fallback = (0, 0);
         self.with_workspace(ch, layout.bytes, |ws| {
             let ws = ws.expect("workspace sized for the planes");
             let local = input.local(rank)?;
-            let words: Vec<u32> = local.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            // Every element as the f32 bits it stands for (a bf16 is an f32's top half).
+            let words: Vec<u32> = match bf16 {
+                true => local.chunks_exact(2).map(|b| u32::from(u16::from_le_bytes([b[0], b[1]])) << 16).collect(),
+                false => local.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+            };
             let (mut hi, mut lo) = (vec![0u16; pe], vec![0u16; pe]);
             for i in 0..count {
                 let (first, len) = (i * pe, pe.min(n - i * pe));
@@ -43,7 +50,9 @@ impl HostColl {
                         any |= w & 0xffff;
                     }
                     ws.write(rank, layout.slot(layout.hi, q, rank, first), bytemuck::cast_slice(&hi[..len]))?;
-                    ws.write(rank, layout.slot(layout.lo, q, rank, first), bytemuck::cast_slice(&lo[..len]))?;
+                    if !bf16 {
+                        ws.write(rank, layout.slot(layout.lo, q, rank, first), bytemuck::cast_slice(&lo[..len]))?;
+                    }
                     self.sync.signal_piece(q, ch, i as u32, any != 0);
                 }
             }
@@ -72,7 +81,11 @@ impl HostColl {
             // Peers may pack into their planes again once every rank has read them.
             self.sync.barrier(ch)
         })?;
-        self.counters.add(Moved::Wire((world - 1) * n * 2, (world - 1) * count));
+        // A bf16 input's bytes are any reduce-scatter's (as on GPUs: `wire_steps::moved`).
+        self.counters.add(match bf16 {
+            true => Moved::ReduceScatter((world - 1) * n * 2),
+            false => Moved::Wire((world - 1) * n * 2, (world - 1) * count),
+        });
         self.counters.add(Moved::Fallback(fallback.0, fallback.1));
         Ok(())
     }

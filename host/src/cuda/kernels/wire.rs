@@ -9,16 +9,19 @@ use crate::cuda::Stream;
 use crate::error::{Result, drv};
 
 /// The arguments of one bf16-wire pack: see `gpu-kernels/kernels/src/wire.rs`
-/// (`lowcon_wire_pack`) for their contract.
+/// (`lowcon_wire_pack_*`) for their contract.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct WirePackArgs {
-    /// This rank's f32 input (`world` chunks of `n`).
+    /// This rank's input (`world` chunks of `n`): f32, or bf16 (`src_bf16`: a bf16 input
+    /// with an f32 output, no low plane).
     pub src: u64,
+    pub src_bf16: bool,
     pub n: u64,
     /// The piece: elements `first .. first + len` of every chunk.
     pub first: u64,
     pub len: u64,
-    /// The workspace's high and low planes, `stride` elements between chunk slots.
+    /// The workspace's high and low planes (the low one unused for a bf16 source),
+    /// `stride` elements between chunk slots.
     pub hi: u64,
     pub lo: u64,
     pub stride: u64,
@@ -120,7 +123,7 @@ impl Kernels {
     /// `COLL_THREADS`).
     ///
     /// # Safety
-    /// `a` meets `lowcon_wire_pack`'s contract; everything it points to lives until the
+    /// `a` meets `lowcon_wire_pack_*`'s contract; everything it points to lives until the
     /// kernel has run.
     pub(crate) unsafe fn wire_pack(
         &self,
@@ -130,12 +133,12 @@ impl Kernels {
     ) -> Result<()> {
         let threads = threads.clamp(32, COLL_THREADS);
         let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
-        let mut l = stream.cuda_stream().launch_builder(&self.wire_pack);
+        let mut l = stream.cuda_stream().launch_builder(&self.wire_pack[usize::from(a.src_bf16)]);
         let vec_ok = a.vec_ok as u32;
         l.arg(&a.src).arg(&a.n).arg(&a.first).arg(&a.len).arg(&a.hi).arg(&a.lo).arg(&a.stride);
         l.arg(&a.rank).arg(&a.world).arg(&a.channel).arg(&a.piece).arg(&a.pads).arg(&a.sig);
         l.arg(&a.scratch).arg(&a.counter).arg(&vec_ok).arg(&a.read_reset);
-        // SAFETY: matches `lowcon_wire_pack`'s signature; validity is the caller's.
+        // SAFETY: matches `lowcon_wire_pack_*`'s signature; validity is the caller's.
         unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(wire_pack)"))?;
         Ok(())
     }
