@@ -8,12 +8,15 @@ before anything replaces them.
 
 Modes (`--modes`, comma separated):
 - `nccl`, `nccl-b`: FSDP2's defaults (NCCL). `nccl-b` is the A/A twin: the noise floor.
-- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,agsync=SYNC,rssync=SYNC,rsgraph=SYNC,arrival=A,ctas=N,rs_ctas=N,pieces=N,mem=M,agmem=M,rsmem=M,wire=W,launch=L,traffic=1,predict=0,batch=0,replays=0`:
+- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,agsync=SYNC,rssync=SYNC,rsgraph=SYNC,arrival=A,ctas=N,rs_ctas=N,pieces=N,mem=M,agmem=M,rsmem=M,wire=W,copyin=C,launch=L,traffic=1,predict=0,batch=0,replays=0`:
   lowcon's hooks (`lowcon.fsdp`), with options (`agmem`/`rsmem`, or `mem` for both:
   "torch", the default, or "pool": where the all-gather outputs and reduce-scatter
   inputs live; with "torch" peers read them in place through IPC mappings; `wire`:
   "auto", the default as in `lowcon.fsdp.install` (the bf16 wire for bf16 parameters
-  with an fp32 reduce, except for accumulated gradients), "bf16" or "fp32"; `launch`:
+  with an fp32 reduce, except for accumulated gradients), "bf16" or "fp32"; `copyin`:
+  "bf16", the default as in `lowcon.fsdp.install` (where the wire is hinted, FSDP2
+  copies its bf16 gradients in as bf16: NOTE [bf16 copy-in]), or "fp32" (FSDP2's own
+  fp32 copy-in, the path before 2026-11-28); `launch`:
   ce-reduce's `reduce_launch`, "pieces" or "once", the latter with `wire=fp32` only;
   `pieces`: the reduce-scatter's pipeline pieces, the wire's included; `agsync`/`rssync`:
   one collective's sync (eager calls); `rsgraph`: the reduce-scatter's `graph_sync`, which
@@ -304,12 +307,15 @@ def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
     wire = opts.get("wire", "auto")
     if wire not in ("auto", "bf16", "fp32"):
         raise ValueError(f"mode {name!r}: wire {wire!r}: expected auto, bf16 or fp32")
+    copy_in = opts.get("copyin", "bf16")
+    if copy_in not in ("bf16", "fp32"):
+        raise ValueError(f"mode {name!r}: copyin {copy_in!r}: expected bf16 or fp32")
     ag = lowcon.fsdp.LowconAllGather(group, opts.get("ag", "auto"), ag_opts.pop("sync", sync), agmem, **ag_opts)
     rs = lowcon.fsdp.LowconReduceScatter(group, opts.get("rs", "auto"), rs_opts.pop("sync", sync), None, rsmem,
-                                         wire=None if wire == "fp32" else wire, **rs_opts)
+                                         wire=None if wire == "fp32" else wire, copy_in=copy_in, **rs_opts)
     notes = {"lowcon": getattr(lowcon, "__version__", "?"), "all_gather": opts.get("ag", "auto"),
              "reduce_scatter": opts.get("rs", "auto"), "sync": sync, "all_gather_memory": agmem,
-             "reduce_scatter_memory": rsmem, "wire": wire,
+             "reduce_scatter_memory": rsmem, "wire": wire, "copy_in": copy_in,
              **{k: opts[k] for k in ("ctas", "rs_ctas", "launch", "pieces", "agsync", "rssync", "rsgraph", "arrival", "traffic",
                                      "predict", "batch", "replays") if k in opts}}
     predict = opts.get("predict", "1").lower() in ("1", "yes", "true", "on")
@@ -329,7 +335,7 @@ def floor_mode(name: str, group: Any) -> Mode:
 
     # The traffic instrument moves bytes through symmetric memory: the pool's.
     ag = FloorAllGather(lowcon.fsdp.LowconAllGather(group, memory="pool"))
-    rs = FloorReduceScatter(lowcon.fsdp.LowconReduceScatter(group, memory="pool"))
+    rs = FloorReduceScatter(lowcon.fsdp.LowconReduceScatter(group, memory="pool", copy_in="fp32"))
     return Mode(name, ag, rs, {"traffic": "copy engines, no sync, no reduction"}, pool=group, check_loss=False)
 
 

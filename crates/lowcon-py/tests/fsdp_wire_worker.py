@@ -10,19 +10,23 @@ An MLP of bf16 parameters (FSDP2 `fully_shard` per layer, `param_dtype=bf16`,
 - Gloo (the reference), with and without gradient accumulation (two micro-batches, the
   first without gradient sync);
 - lowcon with the fp32 wire (`reduce_scatter_wire=None`);
-- lowcon with `install`'s default (`"auto"`): the bf16 wire, and fp32 for the reduce of
-  accumulated gradients;
+- lowcon with `install`'s defaults (`"auto"`, `copy_in="bf16"`): FSDP2's bf16 gradients
+  copied in as bf16 and reduced into its fp32 output (NOTE [bf16 copy-in]), and fp32
+  for the reduce of accumulated gradients;
+- lowcon with the bf16 wire and FSDP2's fp32 copy-in (`copy_in="fp32"`);
 - lowcon with the bf16 wire forced on accumulated gradients (every piece falls back);
 - lowcon with the fp32 wire and ce-reduce's one reduction launch per call
   (`reduce_launch="once"`; `ll`'s small chunks at 2 ranks launch as they do).
 
-Every lowcon reduce-scatter is checked where it happens: the same input also goes through
-lowcon's fp32 ce-reduce, and the two outputs must be equal bit for bit. Then:
+Every lowcon reduce-scatter is checked where it happens: the same input (for a bf16
+copy-in, the bf16 buffer behind FSDP2's placeholder, upcast) also goes through lowcon's
+fp32 ce-reduce, and the two outputs must be equal bit for bit. Then:
 - the losses of every lowcon mode equal the fp32 wire's bit for bit (deterministic
   algorithms on GPUs), and Gloo's within max(1e-4 x |loss|, 10 x Gloo's run-to-run);
-- without accumulation, every reduce went over the bf16 wire and no piece fell back (the
-  fp32 inputs are bf16 values upcast); with accumulation and "auto", none went over it;
-  forced, pieces fell back (the counters, `Group.stats()`).
+- without accumulation, every reduce carried bf16: copied in as bf16 (no wire bytes, the
+  reduce-scatter bytes halved), or over the bf16 wire with no piece fallen back (the
+  fp32 inputs are bf16 values upcast); with accumulation and "auto", none did; forced,
+  pieces fell back, the copy-in having met fp32 gradients (the counters, `Group.stats()`).
 Prints "rank R: fsdp-wire ok: ..." on success.
 """
 
@@ -68,7 +72,11 @@ class Checked(lowcon.fsdp.LowconReduceScatter):
     def __call__(self, output_tensor, input_tensor, group=None, op=None, async_op=False):
         name, _ = lowcon.fsdp._op_name(dist.ReduceOp.SUM if op is None else op, None)
         want = torch.empty_like(output_tensor)
-        self.group.reduce_scatter(want, input_tensor, name, algorithm="ce-reduce", sync=self.options["sync"],
+        ref = input_tensor
+        if lowcon.fsdp._is_placeholder(input_tensor):
+            # NOTE [bf16 copy-in]: the buffer FSDP2's copy-in filled, as fp32.
+            ref = lowcon.fsdp._COPY_IN[input_tensor.data_ptr()].float()
+        self.group.reduce_scatter(want, ref, name, algorithm="ce-reduce", sync=self.options["sync"],
                                   channel=self.options.get("channel"))
         super().__call__(output_tensor, input_tensor, group, op, async_op)
         if not torch.equal(output_tensor.view(torch.int32), want.view(torch.int32)):
@@ -89,7 +97,7 @@ def train(mode, accumulate=False, wire="auto", **rs_options):
     fully_shard(model, mp_policy=mp)
     rs = None
     if mode == "lowcon":
-        lowcon.fsdp.install(model, g, reduce_scatter_wire=wire)
+        lowcon.fsdp.install(model, g, reduce_scatter_wire=wire, reduce_scatter_copy_in=rs_options.get("copy_in", "bf16"))
         rs = Checked(g, "auto", "kernel", wire=wire, **rs_options)
         for m in model.modules():
             if hasattr(m, "set_custom_reduce_scatter"):
@@ -140,6 +148,7 @@ def close(got, want, what):
 
 f32, rs32, m32 = train("lowcon", wire=None)
 auto, rsa, ma = train("lowcon", wire="auto")
+auto32, rsa32, ma32 = train("lowcon", wire="auto", copy_in="fp32")
 f32_acc, _, _ = train("lowcon", accumulate=True, wire=None)
 auto_acc, rsaa, maa = train("lowcon", accumulate=True, wire="auto")
 forced_acc, rsf, mf = train("lowcon", accumulate=True, wire="bf16")
@@ -153,15 +162,23 @@ else:
     fail("reduce_launch='once' with the bf16 wire was accepted")
 if rs32.wire_calls != 0 or m32["wire_bytes"] != 0:
     fail(f"reduce_scatter_wire=None sent {rs32.wire_calls} calls over the bf16 wire")
-if rsa.plain_calls != 0 or rsa.wire_calls == 0 or ma["fallback_pieces"] != 0 or ma["wire_bytes"] == 0:
-    fail(f"auto without accumulation: {rsa.wire_calls} wire and {rsa.plain_calls} fp32 calls, counters {ma}: "
+if (rsa.plain_calls != 0 or rsa.wire_calls == 0 or rsa.copy_in_calls != (rsa.wire_calls if world > 1 else 0)
+        or ma["fallback_pieces"] != 0 or ma["wire_bytes"] != 0
+        or ma["reduce_scatter_bytes"] - ma32["reduce_scatter_bytes"] != ma32["wire_bytes"]):
+    # (Both count the check's own fp32 reduce-scatters alike.)
+    fail(f"auto without accumulation: {rsa.wire_calls} hinted ({rsa.copy_in_calls} copied in as bf16) and "
+         f"{rsa.plain_calls} fp32 calls, counters {ma} (fp32 copy-in: {ma32}): every reduce should carry FSDP2's "
+         "bf16 gradients as they are, the bytes the bf16 wire would send")
+if rsa32.plain_calls != 0 or rsa32.copy_in_calls != 0 or ma32["fallback_pieces"] != 0 or (
+        world > 1 and ma32["wire_bytes"] == 0):
+    fail(f"auto, fp32 copy-in: {rsa32.wire_calls} wire and {rsa32.plain_calls} fp32 calls, counters {ma32}: "
          "every reduce should go over the bf16 wire with no fallback (bf16 gradients upcast)")
-if rsaa.wire_calls != 0 or rsaa.plain_calls == 0:
+if rsaa.wire_calls != 0 or rsaa.plain_calls == 0 or rsaa.copy_in_calls != 0:
     fail(f"auto with accumulation: {rsaa.wire_calls} reduces of accumulated gradients went over the bf16 wire")
-if rsf.wire_calls == 0 or mf["fallback_pieces"] == 0:
+if rsf.wire_calls == 0 or mf["fallback_pieces"] == 0 or rsf.copy_in_calls != 0:
     fail(f"the forced bf16 wire on accumulated gradients: {rsf.wire_calls} calls, counters {mf}: pieces should "
          "fall back")
-for what, got, want in [("auto", auto, f32), ("auto, accumulated", auto_acc, f32_acc),
+for what, got, want in [("auto", auto, f32), ("auto, fp32 copy-in", auto32, f32), ("auto, accumulated", auto_acc, f32_acc),
                         ("bf16 forced, accumulated", forced_acc, f32_acc), ("one launch per call", once, f32)]:
     if bits(got) != bits(want):
         fail(f"{what}: losses {got} are not the fp32 wire's {want} bit for bit")
@@ -169,11 +186,12 @@ d1 = close(f32, ref, "lowcon fp32")
 d2 = close(f32_acc, ref_acc, "lowcon fp32, accumulated")
 if rank == 0:
     print(f"Gloo losses: {' '.join(f'{x:.6f}' for x in ref)}; run to run {calib:.1e}")
-    print(f"lowcon vs Gloo: {d1:.2e}, accumulated {d2:.2e}; bf16 wire: {rsa.wire_calls} calls, "
-          f"{ma['wire_bytes']} wire bytes, {ma['fallback_pieces']} fallback pieces (fp32 would have sent "
-          f"{2 * ma['wire_bytes']}); forced on accumulated gradients: {mf['fallback_pieces']} of "
+    print(f"lowcon vs Gloo: {d1:.2e}, accumulated {d2:.2e}; bf16 copy-in: {rsa.copy_in_calls} calls, "
+          f"{ma['reduce_scatter_bytes'] - ma32['reduce_scatter_bytes']} bytes; bf16 wire: {rsa32.wire_calls} calls, "
+          f"{ma32['wire_bytes']} wire bytes, {ma32['fallback_pieces']} fallback pieces (fp32 would have sent "
+          f"{2 * ma32['wire_bytes']}); forced on accumulated gradients: {mf['fallback_pieces']} of "
           f"{mf['wire_pieces']} pieces fell back")
-print(f"rank {rank}: fsdp-wire ok: {Checked.checked} reduce-scatters bit-exact, 6 lowcon modes' losses equal the "
+print(f"rank {rank}: fsdp-wire ok: {Checked.checked} reduce-scatters bit-exact, 7 lowcon modes' losses equal the "
       f"fp32 wire's bit for bit, Gloo's within tolerance, {world} ranks, {BACKEND}", flush=True)
 dist.barrier()
 g.close()

@@ -22,8 +22,8 @@ def test_fsdp2_paired_on_the_host_backend(tmp_path):
     p = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
          str(BENCH), "--cpu", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "2", "--warmup", "1",
-         "--modes", "nccl,nccl-b,lowcon,lowcon@mem=pool,lowcon@agmem=pool,lowcon@wire=fp32,lowcon@wire=bf16,floor,"
-         "lowcon-pg,nocomm", "--method", "models", "--out", str(tmp_path)],
+         "--modes", "nccl,nccl-b,lowcon,lowcon@mem=pool,lowcon@agmem=pool,lowcon@wire=fp32,lowcon@wire=bf16,"
+         "lowcon@wire=bf16,copyin=fp32,floor,lowcon-pg,nocomm", "--method", "models", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=300,
     )
     out = p.stdout + p.stderr
@@ -33,16 +33,20 @@ def test_fsdp2_paired_on_the_host_backend(tmp_path):
     assert "host backend" in doc["skipped"]["floor"], doc["skipped"]
     (cfg,) = doc["configs"]
     checks = {m: v["check"] for m, v in cfg["losses"]["modes"].items()}
-    for m in ("lowcon", "lowcon@mem=pool", "lowcon@agmem=pool", "lowcon@wire=fp32", "lowcon@wire=bf16", "lowcon-pg"):
+    split = "lowcon@wire=bf16,copyin=fp32"
+    for m in ("lowcon", "lowcon@mem=pool", "lowcon@agmem=pool", "lowcon@wire=fp32", "lowcon@wire=bf16", split,
+              "lowcon-pg"):
         assert checks.get(m) == "ok", (m, checks, cfg["loss_curves"])
     # Bytes per step, counted: the bf16 wire sends half the fp32 reduce-scatter's bytes,
-    # none falling back (bf16 gradients upcast); the default (auto) is the wire.
+    # none falling back (bf16 gradients upcast); FSDP2's bf16 gradients copied in as bf16
+    # (NOTE [bf16 copy-in], the default) send the same bytes as a bf16 reduce-scatter's.
     b = cfg["bytes_per_step"]
-    fp32, bf16 = b["lowcon@wire=fp32"], b["lowcon@wire=bf16"]
+    fp32, bf16, wire = b["lowcon@wire=fp32"], b["lowcon@wire=bf16"], b[split]
     assert fp32["wire_bytes"] == 0 and fp32["reduce_scatter_bytes"] > 0, b
-    assert bf16["reduce_scatter_bytes"] == 0 and 2 * bf16["wire_bytes"] == fp32["reduce_scatter_bytes"], b
-    assert bf16["fallback_pieces"] == 0 and bf16["wire_pieces"] > 0, b
-    assert b["lowcon"]["wire_bytes"] == bf16["wire_bytes"], b
+    assert wire["reduce_scatter_bytes"] == 0 and 2 * wire["wire_bytes"] == fp32["reduce_scatter_bytes"], b
+    assert wire["fallback_pieces"] == 0 and wire["wire_pieces"] > 0, b
+    assert bf16["wire_bytes"] == 0 and 2 * bf16["reduce_scatter_bytes"] == fp32["reduce_scatter_bytes"], b
+    assert all(b["lowcon"][k] == bf16[k] for k in ("reduce_scatter_bytes", "wire_bytes", "all_gather_bytes")), b
     assert bf16["all_gather_bytes"] == fp32["all_gather_bytes"] > 0, b
     assert "bytes per step to and from peers" in out, out
     # Every configuration ends with the pool trimmed: everything lowcon's pool modes
@@ -94,8 +98,10 @@ def test_fsdp2_memory_only_needs_no_nccl(tmp_path):
     # the default's reading includes the pool mode's segments: measure the two in separate
     # processes, as the bench README says.)
     assert cfg["symmetric"]["lowcon@mem=pool"] > 0 and "vs nocomm-torch" in out and "median ms" not in out, out
-    # Bytes per step are counted in memory-only runs too (the default sends bf16 on the wire).
-    assert cfg["bytes_per_step"]["lowcon"]["wire_bytes"] > 0, cfg["bytes_per_step"]
+    # Bytes per step are counted in memory-only runs too (the default sends FSDP2's bf16
+    # gradients copied in as bf16: NOTE [bf16 copy-in]).
+    b = cfg["bytes_per_step"]["lowcon"]
+    assert b["reduce_scatter_bytes"] > 0 and b["wire_bytes"] == 0, cfg["bytes_per_step"]
 
 
 class _RecordingGroup:

@@ -104,3 +104,88 @@ def test_the_accumulation_watch_reaches_wrapped_hooks(wrapped):
     pg.fsdp_params = [FakeParamGroup.Param(True)]
     pg.post_backward()
     assert "bf16_exact" not in g.calls[-1] and rs._exact is False, g.calls[-1]
+
+
+class TensorRecorder(Recorder):
+    """A Recorder that also keeps each call's input and output tensors."""
+
+    def reduce_scatter(self, output, input, op, **options):
+        super().reduce_scatter(output, input, op, **options)
+        self.calls[-1].update(input=input, output=output)
+
+
+def foreach_reduce_steps(rs, grads, world):
+    """What torch 2.11's foreach_reduce does with the hook, in its order: allocate the
+    fp32 input, copy the gradients in (through the module function install patches),
+    allocate the output, call."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives as fc
+
+    numel = sum(g.numel() for g in grads)
+    inp = rs.allocate((numel,), dtype=torch.float32, device=torch.device("cpu"))
+    fc.foreach_reduce_scatter_copy_in(grads, inp, world)
+    out = rs.allocate((numel // world,), dtype=torch.float32, device=torch.device("cpu"))
+    rs(out, inp)
+    return inp, out
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_bf16_gradients_are_copied_in_as_bf16_and_reduced_into_fp32(world):
+    # NOTE [bf16 copy-in]: FSDP2's fp32 input is a placeholder over a bf16 buffer, which
+    # the patched copy-in fills in FSDP2's chunk order; the call reduces that buffer.
+    g = TensorRecorder(world)
+    rs = fsdp.LowconReduceScatter(g, wire="auto")
+    rs._exact = True
+    grads = [torch.randn(8 * world, 3).to(torch.bfloat16), torch.randn(4 * world).to(torch.bfloat16)]
+    inp, out = foreach_reduce_steps(rs, grads, world)
+    assert inp.dtype == torch.float32 and inp.stride() == (0,) and inp.numel() == 28 * world
+    (call,) = g.calls
+    assert call["input"].dtype == torch.bfloat16 and call["output"] is out and "bf16_exact" not in call
+    # What FSDP2's own copy-in would have written, upcast: the same values, in order.
+    want = torch.empty(28 * world, dtype=torch.float32)
+    torch._chunk_cat(grads, 0, world, out=want.view(world, -1))
+    assert torch.equal(call["input"].float(), want)
+    assert (rs.copy_in_calls, rs.wire_calls, rs.plain_calls) == (1, 1, 0)
+    assert not fsdp._COPY_IN, "the call took its buffer"
+    # FSDP2 holds the placeholder; its storage is the bf16 buffer's.
+    assert inp.untyped_storage().data_ptr() == call["input"].data_ptr()
+    # A pre-division (FSDP2 divides in place where it must) cannot be lost: it raises.
+    with pytest.raises(RuntimeError):
+        inp.div_(2.0)
+
+
+def test_the_copy_in_stays_fp32_where_it_must():
+    # No hint (accumulated gradients, wire None), one rank, or copy_in="fp32": FSDP2's own
+    # fp32 input, as before.
+    for world, wire, exact, copy_in in [(4, "auto", False, "bf16"), (4, None, True, "bf16"),
+                                        (1, "auto", True, "bf16"), (4, "auto", True, "fp32")]:
+        g = TensorRecorder(world)
+        rs = fsdp.LowconReduceScatter(g, wire=wire, copy_in=copy_in)
+        rs._exact = exact
+        inp, _ = foreach_reduce_steps(rs, [torch.randn(4 * world).to(torch.bfloat16)], world)
+        assert inp.stride() == (1,) and g.calls[0]["input"] is inp and rs.copy_in_calls == 0, (world, wire, copy_in)
+    with pytest.raises(fsdp.InvalidArgument, match="copy_in 'bf8'"):
+        fsdp.LowconReduceScatter(Recorder(2), wire="auto", copy_in="bf8")
+
+
+def test_gradients_that_are_not_bf16_fill_a_real_fp32_input():
+    # The copy-in meets fp32 gradients (accumulated ones, with wire="bf16"): FSDP2's own
+    # fp32 copy-in into a real input, reduced as the wire's hinted call.
+    g = TensorRecorder(2)
+    rs = fsdp.LowconReduceScatter(g, wire="bf16")
+    grads = [torch.randn(16)]
+    inp, _ = foreach_reduce_steps(rs, grads, 2)
+    (call,) = g.calls
+    assert call["input"].dtype == torch.float32 and call["input"].stride() == (1,)
+    assert torch.equal(call["input"], torch.cat([grads[0][:8], grads[0][8:]]))
+    assert call["wire"] == "bf16" and rs.copy_in_calls == 0 and rs.wire_calls == 1
+
+
+def test_a_placeholder_without_its_buffer_is_an_error():
+    g = TensorRecorder(2)
+    rs = fsdp.LowconReduceScatter(g, wire="auto")
+    rs._exact = True
+    inp = rs.allocate((64,), dtype=torch.float32, device=torch.device("cpu"))
+    fsdp._COPY_IN.pop(inp.data_ptr())
+    out = rs.allocate((32,), dtype=torch.float32, device=torch.device("cpu"))
+    with pytest.raises(fsdp.InvalidArgument, match="without FSDP2's copy-in"):
+        rs(out, inp)

@@ -598,6 +598,21 @@ fn a_bf16_input_into_f32_packs_on_sm_direct_and_copies_on_ce_reduce() {
         let e = p.reduce_scatter(&call, &many).unwrap_err().to_string();
         assert!(e.contains("pipeline 65"), "{e}");
     }
+    // FSDP2's bf16 copy-in (lowcon.fsdp, NOTE [bf16 copy-in]): the shipped tables pack it
+    // on sm-direct at 4 ranks, as the wire, and copy it in place on ce-reduce at 2.
+    let fsdp = ReduceScatterOptions { context: Context::Fsdp, ..Default::default() };
+    for (device, world, algorithm) in [
+        ("NVIDIA H100 80GB HBM3", 4, RsAlgo::SmDirect),
+        ("NVIDIA H200", 4, RsAlgo::SmDirect),
+        ("NVIDIA H100 80GB HBM3", 2, RsAlgo::CeReduce),
+        ("NVIDIA H200", 2, RsAlgo::CeReduce),
+    ] {
+        let plan = rs(&planner(device, world), &call, &fsdp);
+        assert_eq!((plan.algorithm, plan.ctas, plan.carry), (algorithm, 64, Carry::Bf16In), "{device} x{world}");
+        assert_eq!(plan.packs(), algorithm == RsAlgo::SmDirect);
+        assert_eq!(plan.map_ordinary, algorithm == RsAlgo::CeReduce, "{device} x{world}");
+        assert!(plan.origin.contains(&format!("-w{world}.txt")), "{}", plan.origin);
+    }
     // One rank packs for no one: the plan reduces its own chunk on ce-reduce.
     let one = rs(&planner("NVIDIA H100 80GB HBM3", 1), &call, &named(ReduceScatterAlgorithm::SmDirect));
     assert_eq!((one.algorithm, one.carry, one.packs()), (RsAlgo::CeReduce, Carry::Bf16In, false));

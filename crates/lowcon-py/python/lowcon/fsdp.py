@@ -41,6 +41,22 @@ the wire for every fp32 input; None: no hint, the planner's choice, which with t
 shipped tables is fp32 on the wire). The torch backend's `pg.reduce_scatter_wire` takes
 the same words with the same meanings.
 
+NOTE [bf16 copy-in]: FSDP2 copies the bf16 gradients into the reduce-scatter's fp32 input
+(`foreach_reduce_scatter_copy_in`, a cast: 2 bytes read, 4 written per element), and the
+wire's pack then read those 4 bytes back to write the top and bottom halves (4 more): 10
+bytes of SM traffic per element beside the GEMMs, for bytes whose bottom halves are zero.
+With `copy_in="bf16"` (the default) a hook that would hint bf16-exact gradients instead
+hands FSDP2 a placeholder for the fp32 input (a zero-stride view of a bf16 buffer, so
+FSDP2 keeps that buffer alive exactly as long as it keeps its input), `install` has
+FSDP2's copy-in fill the bf16 buffer instead (a copy: 4 bytes an element), and the call
+reduces the bf16 buffer into FSDP2's fp32 output (a bf16 input into f32: the sum is
+the fp32 one bit for bit, as the upcast values are exact). The planner decides how that
+call runs (the tables' `dtype=bf16 out=f32` rules; sm-direct packs it as top halves,
+half the split wire's planes). A copy-in that meets gradients that are not bf16 fills a
+real fp32 input instead (FSDP2's own path); an in-place write to the placeholder (a
+pre-division) raises instead of being lost; one rank never gets one. `copy_in="fp32"`
+keeps FSDP2's fp32 copy-in.
+
 Reduce-scatter ops: FSDP2 passes SUM, AVG, or PREMUL_SUM(1/f) after
 `set_gradient_divide_factor(f)`. torch does not expose PREMUL_SUM's factor in Python, so
 give the same factor to `install(..., gradient_divide_factor=f)`, which sets it on the
@@ -135,6 +151,50 @@ def _op_name(op, factor):
     raise InvalidArgument(f"reduce op {op!r}: lowcon takes SUM, AVG, MIN, MAX and PREMUL_SUM")
 
 
+_COPY_INS = ("bf16", "fp32")
+# NOTE [bf16 copy-in]: each placeholder handed out (by its data pointer) -> the buffer
+# FSDP2's copy-in fills (bf16; fp32 where the gradients were not bf16).
+_COPY_IN = {}
+
+
+def _is_placeholder(t):
+    """Whether `t` is a bf16 copy-in placeholder: a 1-d fp32 view of stride 0."""
+    return t.dim() == 1 and t.numel() > 1 and t.stride() == (0,) and t.dtype == torch.float32
+
+
+def _patch_copy_in():
+    """Has FSDP2's copy-in fill the bf16 buffer behind a placeholder (NOTE [bf16 copy-in]);
+    every other input as before. Once per process; False where this torch has no
+    `foreach_reduce_scatter_copy_in` (the hooks then keep FSDP2's fp32 copy-in)."""
+    try:
+        from torch.distributed.fsdp._fully_shard import _fsdp_collectives as fc
+    except ImportError:
+        return False
+    original = getattr(fc, "foreach_reduce_scatter_copy_in", None)
+    if original is None:
+        return False
+    if getattr(original, "_lowcon_copy_in", False):
+        return True
+
+    def copy_in(unsharded_grads, reduce_scatter_input, world_size):
+        if not _is_placeholder(reduce_scatter_input):
+            return original(unsharded_grads, reduce_scatter_input, world_size)
+        key = reduce_scatter_input.data_ptr()
+        buf = _COPY_IN.get(key)
+        if buf is None:
+            raise InvalidArgument("FSDP2's copy-in got a lowcon placeholder that no hook handed out")
+        if any(g.dtype != torch.bfloat16 for g in unsharded_grads):
+            # Not bf16 gradients: FSDP2's own fp32 copy-in, into a real input.
+            buf = torch.empty(reduce_scatter_input.shape, dtype=torch.float32, device=reduce_scatter_input.device)
+            _COPY_IN[key] = buf
+        return original(unsharded_grads, buf, world_size)
+
+    copy_in._lowcon_copy_in = True
+    copy_in.wrapped = original
+    fc.foreach_reduce_scatter_copy_in = copy_in
+    return True
+
+
 class LowconReduceScatter(_Comm, _ReduceScatter):
     """FSDP2's reduce-scatter on lowcon, accumulating in f32.
 
@@ -151,9 +211,11 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
     _CHANNEL = "fsdp/reduce-scatter"
 
     def __init__(self, group, algorithm="auto", sync="auto", gradient_divide_factor=None, memory="torch",
-                 wire=None, **options):
+                 wire=None, copy_in="bf16", **options):
         if wire not in _WIRES:
             raise InvalidArgument(f"rank {group.rank}: wire {wire!r}: expected \"auto\", \"bf16\" or None")
+        if copy_in not in _COPY_INS:
+            raise InvalidArgument(f"rank {group.rank}: copy_in {copy_in!r}: expected \"bf16\" or \"fp32\"")
         if options.get("reduce_launch") == "once" and wire is not None:
             # NOTE [one launch per call]: the wire's reduction is launched per piece.
             raise InvalidArgument(f"rank {group.rank}: reduce_launch=\"once\" needs wire=None (the bf16 wire "
@@ -167,6 +229,10 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
         self._pending_input = None  # (numel, dtype) of the last input handed out
         self.wire_calls = 0  # reduce-scatters hinted bf16-exact (the planner may send them as bf16)
         self.plain_calls = 0  # and not
+        # NOTE [bf16 copy-in]: on where FSDP2's copy-in can be steered (one rank never).
+        self.copy_in = copy_in
+        self._copy_in = copy_in == "bf16" and group.world_size > 1 and _patch_copy_in()
+        self.copy_in_calls = 0  # reduce-scatters of FSDP2's bf16 gradients as they are (of wire_calls)
 
     def allocate(self, size, *, dtype, device):
         """The input (torch's memory by default, the pool with memory="pool"); the output
@@ -177,15 +243,42 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
         pending, self._pending_input = self._pending_input, None
         if pending == (numel * self.group.world_size, dtype):
             return torch.empty([int(s) for s in size], dtype=dtype, device=device)
-        block = super().allocate(size, dtype=dtype, device=device)
         self._pending_input = (numel, dtype)
-        return block
+        if self._copy_in and dtype == torch.float32 and numel % 2 == 0 and len(size) == 1 and self._hinted():
+            # NOTE [bf16 copy-in]: FSDP2 fills the bf16 buffer; it holds the placeholder,
+            # whose storage is the buffer's, as long as it would hold its input.
+            buf = super().allocate(size, dtype=torch.bfloat16, device=device)
+            placeholder = buf.view(torch.float32)[:1].expand(numel)
+            _COPY_IN[placeholder.data_ptr()] = buf
+            return placeholder
+        return super().allocate(size, dtype=dtype, device=device)
+
+    def _hinted(self):
+        """Whether an fp32 reduce now carries bf16-exact gradients (the hint's condition)."""
+        return self.wire == "bf16" or (self.wire == "auto" and self._exact)
 
     def __call__(self, output_tensor, input_tensor, group=None, op=None, async_op=False):
         _check_group(self.group, group)
         name, scale = _op_name(dist.ReduceOp.SUM if op is None else op, self.gradient_divide_factor)
         options = self.options
-        if input_tensor.dtype == torch.float32 and (self.wire == "bf16" or (self.wire == "auto" and self._exact)):
+        if _is_placeholder(input_tensor):
+            # NOTE [bf16 copy-in]: the buffer FSDP2's copy-in filled.
+            buf = _COPY_IN.pop(input_tensor.data_ptr(), None)
+            if buf is None:
+                raise InvalidArgument(f"rank {self.group.rank}: a bf16 copy-in placeholder reached the "
+                                      "reduce-scatter without FSDP2's copy-in (torch's foreach_reduce changed?)")
+            if buf.dtype == torch.bfloat16:
+                self.wire_calls += 1
+                self.copy_in_calls += 1
+                self.group.reduce_scatter(output_tensor, buf, name, **options)
+                if scale is not None:
+                    output_tensor.mul_(scale)
+                return None
+            # Not bf16 gradients after all: FSDP2's fp32 input, read on this stream.
+            if buf.is_cuda:
+                buf.record_stream(torch.cuda.current_stream(buf.device))
+            input_tensor = buf
+        if input_tensor.dtype == torch.float32 and self._hinted():
             # NOTE [bf16 wire]: "auto" hints, and the planner decides whether the top halves
             # go alone; "bf16" asks for the wire, as an explicit option does.
             options = dict(options, bf16_exact=True)
@@ -257,6 +350,7 @@ def install(
     all_gather_memory="torch",
     reduce_scatter_memory="torch",
     reduce_scatter_wire="auto",
+    reduce_scatter_copy_in="bf16",
 ):
     """Set lowcon's all-gather and reduce-scatter on every FSDP module of `model` (after
     `fully_shard`, before the first forward). Returns the number of modules set.
@@ -273,7 +367,10 @@ def install(
     a copy with ce-pull and ce-reduce. reduce_scatter_wire: "auto" (the bf16 wire for the
     modules with param_dtype=bf16 and reduce_dtype=fp32, except for a reduce of gradients
     accumulated without sync), "bf16" (every fp32 reduce-scatter) or None (see the module
-    docs); one line says what was chosen.
+    docs); one line says what was chosen. reduce_scatter_copy_in: "bf16" (the default:
+    where the wire is hinted, FSDP2 copies its bf16 gradients in as bf16 and lowcon
+    reduces them into the fp32 output, NOTE [bf16 copy-in]) or "fp32" (FSDP2's own
+    fp32 copy-in).
     """
     from torch.distributed.fsdp import FSDPModule
 
@@ -282,7 +379,8 @@ def install(
                               "\"auto\", \"bf16\" or None")
     ag = LowconAllGather(group, all_gather, sync, all_gather_memory, **(all_gather_options or {}))
     rs = LowconReduceScatter(group, reduce_scatter, sync, gradient_divide_factor, reduce_scatter_memory,
-                             wire=reduce_scatter_wire, **(reduce_scatter_options or {}))
+                             wire=reduce_scatter_wire, copy_in=reduce_scatter_copy_in,
+                             **(reduce_scatter_options or {}))
     n, wired = 0, 0
     for m in model.modules():
         if isinstance(m, FSDPModule):
@@ -308,5 +406,7 @@ def install(
             what = f"every fp32 reduce-scatter of {n} modules hints bf16-exact gradients (bf16 on the wire, fp32-exact)"
         else:
             what = "the bf16 wire is off (reduce_scatter_wire=None)"
+        if reduce_scatter_wire is not None and rs._copy_in:
+            what += "; hinted gradients are copied in as bf16 (reduce_scatter_copy_in=\"bf16\")"
         print(f"lowcon.fsdp: {what}", flush=True)
     return n
