@@ -27,6 +27,11 @@
 #   STEPS_ONLY      an extended regex: only the steps whose names match run (e.g.
 #                   "coll-mapped|FSDP2"; set-up steps always run)
 #   SHARED_GPU      the GPU to share (default 0)
+#   SHARED_LOGS     the log folder (default /tmp/shared with $OUT, else bundle/logs-shared):
+#                   one per instance where instances run side by side on several GPUs of
+#                   one box (each with SHARED_GPU, SHARED_TAR and different SHARED_WORLDS;
+#                   its summary then goes to SHARED_TAR's name with -summary.txt)
+#   SHARED_SKIP_INSTALL=1  the wheel and pytest are installed already (side-by-side runs)
 #   SHRINKS         live shrinks in the leak check (default 100)
 #   SHARED_MPS=0    do not start MPS (time-sliced contexts: correct, about 200x slower
 #                   barriers)
@@ -40,12 +45,18 @@ if [ ! -x "$L" ]; then
   exit 2
 fi
 if [ -n "${OUT:-}" ]; then
-  out=/tmp/shared; rm -rf "$out"; SHARED_TAR=${SHARED_TAR:-$OUT/shared.tgz}
+  out=${SHARED_LOGS:-/tmp/shared}; rm -rf "$out"; SHARED_TAR=${SHARED_TAR:-$OUT/shared.tgz}
 else
-  out=$here/logs-shared
+  out=${SHARED_LOGS:-$here/logs-shared}
 fi
 mkdir -p "$out"
 : > "$out/summary.txt"
+# The wheel installed by the caller (instances run side by side must not reinstall it at once).
+[ -n "${SHARED_SKIP_INSTALL:-}" ] && touch "$out/.wheel"
+# Where the summary goes beside the tarball: $OUT/summary.txt, or for an instance with
+# logs of its own (SHARED_LOGS) TAR-summary.txt beside its tarball.
+summary_copy=${OUT:+$OUT/summary.txt}
+[ -n "${SHARED_LOGS:-}" ] && [ -n "${SHARED_TAR:-}" ] && summary_copy=${SHARED_TAR%.tgz}-summary.txt
 # shellcheck source=scripts/gpu-steps.sh
 . "$here/gpu-steps.sh"
 steps_budget "${SHARED_BUDGET:-560}"
@@ -87,7 +98,7 @@ stop_mps() {
   rm -rf "$mps_dir"
 }
 trap 'exit 143' TERM INT
-trap 'stop_mps; if [ -n "${SHARED_TAR:-}" ]; then tar -C "$out" -czf "$SHARED_TAR" . 2>/dev/null; [ -n "${OUT:-}" ] && cp "$out/summary.txt" "$OUT/summary.txt"; fi' EXIT
+trap 'stop_mps; if [ -n "${SHARED_TAR:-}" ]; then tar -C "$out" -czf "$SHARED_TAR" . 2>/dev/null; [ -n "$summary_copy" ] && cp "$out/summary.txt" "$summary_copy"; fi' EXIT
 if [ "${SHARED_MPS:-1}" = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; then
   export CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
