@@ -57,6 +57,7 @@ cp scripts/gpu-planner.sh bundle/gpu-planner.sh
 cp scripts/gpu-arrival.sh bundle/gpu-arrival.sh
 cp scripts/gpu-stall.sh bundle/gpu-stall.sh
 cp scripts/gpu-builds.sh bundle/gpu-builds.sh
+cp scripts/gpu-copy-in.sh bundle/gpu-copy-in.sh
 chmod +x bundle/run.sh bundle/gpu-dead-peer.sh bundle/gpu-fsdp2.sh bundle/gpu-shared.sh
 du -sh bundle
 # --pack: the bundle as one xz tarball, bundle/bundle.txz (about 12 MiB against 36), for a
