@@ -599,18 +599,15 @@ fn a_bf16_input_into_f32_packs_on_sm_direct_and_copies_on_ce_reduce() {
         assert!(e.contains("pipeline 65"), "{e}");
     }
     // FSDP2's bf16 copy-in (lowcon.fsdp, NOTE [bf16 copy-in]): the shipped tables pack it
-    // on sm-direct at 4 ranks, as the wire, and copy it in place on ce-reduce at 2.
+    // on sm-direct, 64 CTAs, at 4 ranks (at most 8 pieces) and at 2 (at most 4): no
+    // mapping, so no host rendezvous at any call.
     let fsdp = ReduceScatterOptions { context: Context::Fsdp, ..Default::default() };
-    for (device, world, algorithm) in [
-        ("NVIDIA H100 80GB HBM3", 4, RsAlgo::SmDirect),
-        ("NVIDIA H200", 4, RsAlgo::SmDirect),
-        ("NVIDIA H100 80GB HBM3", 2, RsAlgo::CeReduce),
-        ("NVIDIA H200", 2, RsAlgo::CeReduce),
-    ] {
+    for (device, world, max) in
+        [("NVIDIA H100 80GB HBM3", 4, 8), ("NVIDIA H200", 4, 8), ("NVIDIA H100 80GB HBM3", 2, 4), ("NVIDIA H200", 2, 4)]
+    {
         let plan = rs(&planner(device, world), &call, &fsdp);
-        assert_eq!((plan.algorithm, plan.ctas, plan.carry), (algorithm, 64, Carry::Bf16In), "{device} x{world}");
-        assert_eq!(plan.packs(), algorithm == RsAlgo::SmDirect);
-        assert_eq!(plan.map_ordinary, algorithm == RsAlgo::CeReduce, "{device} x{world}");
+        assert_eq!((plan.algorithm, plan.ctas, plan.carry), (RsAlgo::SmDirect, 64, Carry::Bf16In), "{device} x{world}");
+        assert!(plan.packs() && !plan.map_ordinary && plan.pieces == max, "{plan:?}");
         assert!(plan.origin.contains(&format!("-w{world}.txt")), "{}", plan.origin);
     }
     // One rank packs for no one: the plan reduces its own chunk on ce-reduce.
