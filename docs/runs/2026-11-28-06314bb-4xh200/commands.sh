@@ -4,7 +4,7 @@
 # record. Calls 1 and 2 ran the bundle of 06314bb, call 3 that of bd8bd83 (the 2-rank
 # tables' rule for FSDP2's bf16 copy-in moved from ce-reduce to sm-direct; nothing else).
 set -euo pipefail
-: "${OUT:?the device tool's folder}"
+: "${OUT:?the folder of the device tool}"
 tar -xJf bundle/bundle.txz && cp scripts/gpu-*.sh bundle/
 # 1 (06314bb): 4096x12 with a sync each step at 4 GPUs; 8192x4 at 2 GPUs; peak memory
 # per plan in jobs of their own.

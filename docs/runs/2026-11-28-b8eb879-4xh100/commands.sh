@@ -2,7 +2,7 @@
 # The two device calls of this run (nvidia-h100-x4), from the repository root with the
 # bundle of b8eb879 carried (scripts/gpu-bundle.sh --pack): kept for the record.
 set -euo pipefail
-: "${OUT:?the device tool's folder}"
+: "${OUT:?the folder of the device tool}"
 tar -xJf bundle/bundle.txz && cp scripts/gpu-*.sh bundle/
 # 1: coll-wire at 4 GPUs, FSDP2 paired at 4 GPUs and at 2 (GPUs 0 and 1).
 COMMIT=b8eb879 PARTS="check fsdp fsdp2" STEPS_ONLY='coll-wire|paired' \
