@@ -235,7 +235,6 @@ unsafe fn pack<S: PackSrc>(
     }
 }
 
-
 macro_rules! wire_pack_kernel {
     ($name:ident, $src:ty, $e:ty) => {
         /// One bf16-wire pack of piece `piece` (module note). Launch with any number of
