@@ -6,18 +6,25 @@ rewritten with the winner first and the evidence above it (NOTE [tuning tables])
     python3 fsdp2_tune.py --table box.txt --nproc 4 --sweep 8192x4:1024    # FSDP2 rows measured here (minutes)
     LOWCON_TUNING=box.txt python3 train.py                                  # every rank loads it
 
-The candidates (`variants`): the table's first FSDP2 row for fp32 gradients over the
-bf16 wire (mode `lowcon`, run with `LOWCON_TUNING` set to the table); the other
+Which rows: `--copy-in bf16` (the default, what `lowcon.fsdp` sends with bf16 parameters
+and an fp32 reduce: NOTE [bf16 copy-in]) measures the rows for FSDP2's bf16 gradients
+copied in as bf16 (`reduce-scatter context=fsdp dtype=bf16 out=f32 ...`); `--copy-in fp32`
+the rows for its fp32 gradients over the bf16 wire (`context=fsdp dtype=f32 exact=yes
+... wire=bf16`), with every lowcon mode run as `copyin=fp32`.
+
+The candidates (`variants`): the table's first FSDP2 row of that kind (mode `lowcon`,
+run with `LOWCON_TUNING` set to the table); the other
 algorithm (`lowcon@rs=ce-reduce` or `lowcon@rs=sm-direct`: the table's row for it where
-it has one, which is what a caller naming it runs); and the first row with 32 and 128
+it has one, which is what a caller naming it runs; for a bf16 input, ce-reduce reads it
+in place, `map=yes`, as FSDP2's ordinary-memory rule has it); and the first row with 32 and 128
 CTAs and with kernel sync (`lowcon@rs_ctas=32`, `lowcon@rs_ctas=128`,
 `lowcon@rssync=kernel`). A variant replaces the row only where its median step ratio to
 NCCL's is lower at every shape measured and its 95% interval lies below the row's at
 one at least, and only if the A/A twin's interval lies within [0.98, 1.02]; otherwise
-the row stays, and the comment says why. The FSDP2 wire rows (exactly the selectors
-context=fsdp dtype=f32 exact=yes; rows bounded by bytes, mode or memory kind are left
-alone) are rewritten with the comments right above them: the winner first, then the
-other candidates' rows, so a caller naming an algorithm still gets its row.
+the row stays, and the comment says why. The rows of that kind (exactly its selectors;
+rows bounded by bytes, mode or memory kind are left alone) are rewritten with the
+comments right above them: the winner first, then the other candidates' rows, so a
+caller naming an algorithm still gets its row.
 """
 
 from __future__ import annotations
@@ -35,22 +42,46 @@ AA_BOUNDS = (0.98, 1.02)
 
 
 # A rule's selectors (host/src/plan/table.rs); the other keys are choices.
-SELECTORS = ("context", "dtype", "mem", "bytes", "exact", "mode")
-FSDP_WIRE = {"context": "fsdp", "dtype": "f32", "exact": "yes"}
+SELECTORS = ("context", "dtype", "out", "mem", "bytes", "exact", "mode")
+# The two kinds of FSDP2 rows, by copy-in: their selectors exactly, the wire they send,
+# what the rewritten block's comment calls them.
+FAMILIES = {
+    "bf16": ({"context": "fsdp", "dtype": "bf16", "out": "f32"}, None,
+             "FSDP2's bf16 gradients copied in as bf16 (NOTE [bf16 copy-in])"),
+    "fp32": ({"context": "fsdp", "dtype": "f32", "exact": "yes"}, "bf16", "FSDP2's fp32 gradients over the bf16 wire"),
+}
 
 
 def _keys(line: str) -> Dict[str, str]:
     return dict(w.split("=", 1) for w in line.split()[1:] if "=" in w)
 
 
-def is_fsdp_wire_row(line: str) -> bool:
-    """A reduce-scatter rule for any of FSDP2's fp32 gradients over the bf16 wire: these
+def is_fsdp_row(line: str, copy_in: str = "bf16") -> bool:
+    """A reduce-scatter rule for FSDP2's gradients of that copy-in (FAMILIES): its
     selectors exactly (no byte range, mode or memory kind: such rows are left alone)."""
     words = line.split()
     if not words or words[0] != "reduce-scatter":
         return False
     keys = _keys(line)
-    return {k: v for k, v in keys.items() if k in SELECTORS} == FSDP_WIRE and keys.get("wire") == "bf16"
+    sel, wire, _ = FAMILIES[copy_in]
+    return {k: v for k, v in keys.items() if k in SELECTORS} == sel and keys.get("wire") == wire
+
+
+def is_fsdp_wire_row(line: str) -> bool:
+    """A rule for FSDP2's fp32 gradients over the bf16 wire (`is_fsdp_row`, fp32 copy-in)."""
+    return is_fsdp_row(line, "fp32")
+
+
+def family(row: str) -> str:
+    """The copy-in a row of FSDP2's is for."""
+    return "bf16" if _keys(row).get("dtype") == "bf16" else "fp32"
+
+
+def mode_for(mode: str, copy_in: str) -> str:
+    """The paired run's mode spec: with the fp32 copy-in, every lowcon mode says so."""
+    if copy_in == "bf16":
+        return mode
+    return mode + ("," if "@" in mode else "@") + "copyin=fp32"
 
 
 def edit_row(row: str, changes: Dict[str, Optional[str]]) -> str:
@@ -75,15 +106,21 @@ def variants(rows: Sequence[str]) -> Dict[str, str]:
     where there is one (the planner's first rule that names it), so that row is what the
     mode measures; else the first row with that algorithm and the planner's pieces."""
     row = rows[0]
+    kind = family(row)
     algo = _keys(row).get("algorithm", "auto")
-    out = {"lowcon": row}
+    out = {mode_for("lowcon", kind): row}
     for other in ("ce-reduce", "sm-direct"):
         if algo != other:
             named = next((r for r in rows if _keys(r).get("algorithm") == other), None)
-            out[f"lowcon@rs={other}"] = named or edit_row(row, {"algorithm": other, "piece": None, "max_pieces": None})
+            changes: Dict[str, Optional[str]] = {"algorithm": other, "piece": None, "max_pieces": None}
+            if kind == "bf16":
+                # ce-reduce reads a bf16 input in place (FSDP2's ordinary-memory rule);
+                # sm-direct packs it and maps nothing.
+                changes["map"] = "yes" if other == "ce-reduce" else None
+            out[mode_for(f"lowcon@rs={other}", kind)] = named or edit_row(row, changes)
     for ctas in (32, 128):
-        out[f"lowcon@rs_ctas={ctas}"] = edit_row(row, {"ctas": str(ctas)})
-    out["lowcon@rssync=kernel"] = edit_row(row, {"sync": "kernel"})
+        out[mode_for(f"lowcon@rs_ctas={ctas}", kind)] = edit_row(row, {"ctas": str(ctas)})
+    out[mode_for("lowcon@rssync=kernel", kind)] = edit_row(row, {"sync": "kernel"})
     return out
 
 
@@ -136,14 +173,16 @@ def choose(configs: Sequence[Dict[str, Any]], modes: Sequence[str]) -> Tuple[str
 
 
 def rewrite(text: str, rows: Dict[str, str], best: str, evidence: Sequence[str], source: str) -> str:
-    """The table `text` with its FSDP2 wire rows replaced: `best`'s row first, the other
-    variants' after it (each once), the evidence in comments above; `source` appended to
-    its source line."""
+    """The table `text` with its FSDP2 rows of `rows`' kind replaced: `best`'s row first,
+    the other variants' after it (each once), the evidence in comments above; `source`
+    appended to its source line."""
     lines = text.splitlines()
-    # The comments right above each wire row described the rows replaced: they go too.
+    kind = family(next(iter(rows.values())))
+    is_row = lambda line: is_fsdp_row(line, kind)  # noqa: E731
+    # The comments right above each such row described the rows replaced: they go too.
     drop = set()
     for i, line in enumerate(lines):
-        if is_fsdp_wire_row(line):
+        if is_row(line):
             drop.add(i)
             j = i - 1
             while j >= 0 and lines[j].startswith("#") and j not in drop:
@@ -151,9 +190,10 @@ def rewrite(text: str, rows: Dict[str, str], best: str, evidence: Sequence[str],
                 j -= 1
     out: List[str] = []
     placed = False
-    block = [f"# FSDP2's fp32 gradients over the bf16 wire, measured by fsdp2_tune.py ({source}):"]
+    block = [f"# {FAMILIES[kind][2]}, measured by fsdp2_tune.py ({source}):"]
     block += [f"# {e}" for e in evidence]
-    block.append(f"# Chosen: {best}" + ("" if best == "lowcon" else " (resolved faster than the table's row)"))
+    own = next(iter(rows))
+    block.append(f"# Chosen: {best}" + ("" if best == own else " (resolved faster than the table's row)"))
     ordered = [rows[best]] + [r for m, r in rows.items() if m != best]
     seen = set()
     for r in ordered:
@@ -161,7 +201,7 @@ def rewrite(text: str, rows: Dict[str, str], best: str, evidence: Sequence[str],
             seen.add(r)
             block.append(r)
     for i, line in enumerate(lines):
-        if is_fsdp_wire_row(line) and not placed:
+        if is_row(line) and not placed:
             out += block
             placed = True
         if i in drop:
@@ -196,13 +236,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--results", help="a paired.json already measured: rewrite from it, run nothing")
     p.add_argument("--dry-run", action="store_true", help="print the paired run's command and the candidates")
     p.add_argument("--cpu", action="store_true", help="the host backend (a smoke test of the script)")
+    p.add_argument("--copy-in", choices=tuple(FAMILIES), default="bf16",
+                   help="which rows: FSDP2's bf16 gradients copied in as bf16 (lowcon.fsdp's default), or its fp32 "
+                        "gradients over the bf16 wire (copy_in=\"fp32\")")
     args = p.parse_args(argv)
     with open(args.table) as f:
         text = f.read()
-    table_rows = [line.strip() for line in text.splitlines() if is_fsdp_wire_row(line)]
+    table_rows = [line.strip() for line in text.splitlines() if is_fsdp_row(line, args.copy_in)]
     if not table_rows:
-        print(f"fsdp2_tune: {args.table} has no FSDP2 wire row (reduce-scatter context=fsdp dtype=f32 exact=yes "
-              "wire=bf16 ...): start from lowcon bench tune's table", file=sys.stderr)
+        sel, wire, what = FAMILIES[args.copy_in]
+        want = " ".join(f"{k}={v}" for k, v in sel.items()) + (f" ... wire={wire}" if wire else " ...")
+        print(f"fsdp2_tune: {args.table} has no row for {what} (reduce-scatter {want}): start from lowcon bench "
+              "tune's table", file=sys.stderr)
         return 2
     rows = variants(table_rows)
     args.out = args.out or os.path.splitext(os.path.abspath(args.table))[0] + "-fsdp2"

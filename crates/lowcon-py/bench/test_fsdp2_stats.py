@@ -599,7 +599,9 @@ def test_fsdp2_tune_replaces_a_row_only_when_a_variant_is_resolved_faster():
 
     row = ("reduce-scatter context=fsdp dtype=f32 exact=yes algorithm=sm-direct wire=bf16 ctas=64 sync=memop "
            "piece=64M max_pieces=8")
-    rows = ft.variants([row])
+    # The wire's rows are FSDP2's fp32 copy-in's: every lowcon mode runs with copyin=fp32.
+    rows = {k.replace("@copyin=fp32", "").replace(",copyin=fp32", ""): v for k, v in ft.variants([row]).items()}
+    assert all("copyin=fp32" in k for k in ft.variants([row]))
     modes = list(rows)
     assert modes[0] == "lowcon" and rows["lowcon"] == row
     assert rows["lowcon@rs=ce-reduce"] == ("reduce-scatter context=fsdp dtype=f32 exact=yes algorithm=ce-reduce "
@@ -608,12 +610,20 @@ def test_fsdp2_tune_replaces_a_row_only_when_a_variant_is_resolved_faster():
     # The table's own ce-reduce row is what a caller naming ce-reduce runs, so it stands
     # for that mode; from a ce-reduce row, sm-direct is a candidate too (a table can switch back).
     own = "reduce-scatter context=fsdp dtype=f32 exact=yes algorithm=ce-reduce wire=bf16 ctas=16 sync=kernel"
-    assert ft.variants([row, own])["lowcon@rs=ce-reduce"] == own
+    assert ft.variants([row, own])["lowcon@rs=ce-reduce,copyin=fp32"] == own
     back = ft.variants([own])
-    assert "lowcon@rs=ce-reduce" not in back and "algorithm=sm-direct" in back["lowcon@rs=sm-direct"]
+    assert "lowcon@rs=ce-reduce,copyin=fp32" not in back and "algorithm=sm-direct" in back["lowcon@rs=sm-direct,copyin=fp32"]
     # Rows bounded by bytes, mode or memory kind are not FSDP2's wire rows to rewrite.
     assert ft.is_fsdp_wire_row(row) and not ft.is_fsdp_wire_row(row.replace("exact=yes", "exact=yes bytes=..1M"))
     assert not ft.is_fsdp_wire_row(row.replace(" wire=bf16", ""))
+    # The bf16 copy-in's rows (NOTE [bf16 copy-in]): their own selectors, modes as they are,
+    # ce-reduce reading the bf16 input in place.
+    bf = "reduce-scatter context=fsdp dtype=bf16 out=f32 algorithm=sm-direct ctas=64 sync=memop piece=32M max_pieces=8"
+    assert ft.is_fsdp_row(bf) and not ft.is_fsdp_row(row) and not ft.is_fsdp_wire_row(bf)
+    assert not ft.is_fsdp_row(bf.replace(" out=f32", ""))
+    vb = ft.variants([bf])
+    assert list(vb)[0] == "lowcon" and vb["lowcon@rs=ce-reduce"] == (
+        "reduce-scatter context=fsdp dtype=bf16 out=f32 algorithm=ce-reduce ctas=64 sync=memop map=yes")
     base = {"lowcon": (0.90, 0.89, 0.91), "lowcon@rs=ce-reduce": (0.95, 0.94, 0.96), "lowcon@rs_ctas=32": (0.905, 0.89, 0.92),
             "lowcon@rs_ctas=128": (0.93, 0.92, 0.94), "lowcon@rssync=kernel": (0.90, 0.88, 0.92)}
     modes = [m for m in modes if m in base]
@@ -631,37 +641,50 @@ def test_fsdp2_tune_replaces_a_row_only_when_a_variant_is_resolved_faster():
     assert ft.choose([_tune_config("8192x4", faster, aa=None)], modes)[0] == "lowcon"
 
 
-def test_fsdp2_tune_rewrites_the_tables_fsdp2_rows(tmp_path):
+def _tune_results(tmp_path, st):
+    results = tmp_path / "paired.json"
+    results.write_text(json.dumps({"env": {"device_name": "NVIDIA H100 80GB HBM3", "world_size": 4},
+                                   "configs": [dict(_tune_config("8192x4", st), rounds=20)]}))
+    return results
+
+
+@pytest.mark.parametrize("copy_in", ["bf16", "fp32"])
+def test_fsdp2_tune_rewrites_the_tables_fsdp2_rows(tmp_path, copy_in):
     import fsdp2_tune as ft
 
     shipped = os.path.join(HERE, "..", "..", "..", "host", "src", "plan", "tables", "h100-w4.txt")
     text = open(shipped).read()
     table = tmp_path / "box.txt"
     table.write_text(text)
-    rows = ft.variants([line for line in text.splitlines() if ft.is_fsdp_wire_row(line)])
-    st = {"lowcon": (0.90, 0.89, 0.91), "lowcon@rs=ce-reduce": (0.95, 0.94, 0.96), "lowcon@rs_ctas=32": (0.91, 0.90, 0.92),
-          "lowcon@rs_ctas=128": (0.85, 0.84, 0.86), "lowcon@rssync=kernel": (0.90, 0.88, 0.92), "nccl-ce": (0.95, 0.94, 0.96)}
-    results = tmp_path / "paired.json"
-    results.write_text(json.dumps({"env": {"device_name": "NVIDIA H100 80GB HBM3", "world_size": 4},
-                                   "configs": [dict(_tune_config("8192x4", st), rounds=20)]}))
-    assert ft.main(["--table", str(table), "--results", str(results)]) == 0
+    is_row = lambda line: ft.is_fsdp_row(line, copy_in)  # noqa: E731
+    rows = ft.variants([line for line in text.splitlines() if is_row(line)])
+    m = lambda mode: ft.mode_for(mode, copy_in)  # noqa: E731
+    st = {m("lowcon"): (0.90, 0.89, 0.91), m("lowcon@rs=ce-reduce"): (0.95, 0.94, 0.96),
+          m("lowcon@rs_ctas=32"): (0.91, 0.90, 0.92), m("lowcon@rs_ctas=128"): (0.85, 0.84, 0.86),
+          m("lowcon@rssync=kernel"): (0.90, 0.88, 0.92), "nccl-ce": (0.95, 0.94, 0.96)}
+    results = _tune_results(tmp_path, st)
+    assert ft.main(["--table", str(table), "--results", str(results), "--copy-in", copy_in]) == 0
     out = table.read_text().splitlines()
-    fsdp = [line for line in out if ft.is_fsdp_wire_row(line)]
-    assert fsdp[0] == rows["lowcon@rs_ctas=128"] and rows["lowcon"] in fsdp and len(fsdp) == len(set(fsdp)) == 5
-    assert any(line.startswith("# Chosen: lowcon@rs_ctas=128") for line in out)
-    # The comments that described the old rows went with them.
-    assert not any("A caller who names ce-reduce" in line or "34% [33, 34]" in line for line in out)
+    fsdp = [line for line in out if is_row(line)]
+    best = m("lowcon@rs_ctas=128")
+    assert fsdp[0] == rows[best] and rows[m("lowcon")] in fsdp and len(fsdp) == len(set(fsdp)) == 5, fsdp
+    assert any(line.startswith(f"# Chosen: {best}") for line in out)
+    assert any(ft.FAMILIES[copy_in][2] in line for line in out)
+    # The comments that described the old rows went with them; the other kind's stay.
+    gone, kept = ("A caller who names ce-reduce", "32 MiB of bf16") if copy_in == "fp32" else \
+        ("32 MiB of bf16", "A caller who names ce-reduce")
+    assert not any(gone in line for line in out) and any(kept in line for line in out)
     assert next(line for line in out if line.startswith("source ")).endswith(
         f"FSDP2 rows: {__import__('datetime').date.today()}, 4 ranks of NVIDIA H100 80GB HBM3, 8192x4:1024, 20 rounds "
         f"({results})")
     # Every other rule is kept, in its order.
-    others = [line for line in text.splitlines() if line and not line.startswith("#") and not ft.is_fsdp_wire_row(line)
+    others = [line for line in text.splitlines() if line and not line.startswith("#") and not is_row(line)
               and not line.startswith("source ")]
     assert [line for line in out if line in others] == others
-    # A table with no FSDP2 wire row is refused, unchanged.
+    # A table with no such row is refused, unchanged.
     bare = tmp_path / "bare.txt"
     bare.write_text("lowcon-tuning 1\nmachine gpu=X world=2\nsource s\nall-gather algorithm=ce-pull\n")
-    assert ft.main(["--table", str(bare), "--results", str(results)]) == 2
+    assert ft.main(["--table", str(bare), "--results", str(results), "--copy-in", copy_in]) == 2
     assert bare.read_text().endswith("all-gather algorithm=ce-pull\n")
 
 
