@@ -62,7 +62,9 @@ pub(crate) fn ctas_of(
 /// A closure that enqueues one call of `im` on a stream.
 #[allow(clippy::too_many_arguments)]
 /// With `wire` (reduce-scatter), lowcon's calls reduce f32 (`shard / 4` elements per
-/// rank) over that wire (NOTE [bf16 wire]), and NCCL's the same element count.
+/// rank) over that wire (NOTE [bf16 wire]), and NCCL's the same element count; with
+/// `bf16_in`, lowcon's calls reduce the same element count of bf16 into f32 (FSDP2's bf16
+/// copy-in).
 pub(crate) fn caller<'a>(
     g: &'a GpuGroup,
     kind: Kind,
@@ -71,10 +73,13 @@ pub(crate) fn caller<'a>(
     buf_a: &'a SymmetricBuffer,
     buf_b: &'a SymmetricBuffer,
     comms: &'a [NcclComm],
-    (ctas, wire): (Option<u32>, Option<DType>),
+    (ctas, wire, bf16_in): (Option<u32>, Option<DType>, bool),
 ) -> Res<Caller<'a>> {
     let (world, rank) = (g.world_size(), g.rank());
-    let dt = if wire.is_some() && kind == Kind::ReduceScatter { DType::F32 } else { DType::Bf16 };
+    let carried = (wire.is_some() || bf16_in) && kind == Kind::ReduceScatter;
+    // The element count is the f32 call's; lowcon's input is bf16 with `bf16_in`.
+    let dt = if carried { DType::F32 } else { DType::Bf16 };
+    let in_dt = if bf16_in && kind == Kind::ReduceScatter { DType::Bf16 } else { dt };
     let (in_n, out_n) = match kind {
         Kind::AllGather => (shard / 2, world * shard / 2),
         Kind::ReduceScatter => (world * shard / dt.size(), shard / dt.size()),
@@ -103,7 +108,7 @@ pub(crate) fn caller<'a>(
                         ..Default::default()
                     };
                     Box::new(move |s: &Stream| {
-                        let ib = DeviceBuf::symmetric(buf_a, 0, in_n, dt)?;
+                        let ib = DeviceBuf::symmetric(buf_a, 0, in_n, in_dt)?;
                         let ob = DeviceBuf::symmetric(buf_b, 0, out_n, dt)?;
                         Ok(g.reduce_scatter(ib, ob, ReduceOp::Sum, s, &o)?)
                     })

@@ -108,6 +108,11 @@ pub struct SaturatedOptions {
     /// element count in f32 and in bf16. busbw counts the f32 bytes; the wire (and NCCL's
     /// bf16) carries half.
     pub wire: Option<lowcon::DType>,
+    /// A bf16 input reduced into f32 (FSDP2's bf16 copy-in, NOTE [bf16 copy-in] in
+    /// `lowcon/fsdp.py`): lowcon's calls reduce `shard / 4` bf16 elements per rank into f32,
+    /// NCCL reduces the same element count in f32 and in bf16. bw counts the f32 bytes
+    /// (the shard), as with `wire`.
+    pub bf16_in: bool,
 }
 
 /// Above this many calls per window the run prints a note on the driver's queue depth
@@ -459,6 +464,12 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
             a.trials,
             a.trials
         );
+        if a.bf16_in {
+            println!(
+                "# reduce-scatter of a bf16 input into f32 (FSDP2's bf16 copy-in): lowcon reduces bf16 into f32; NCCL \
+                 reduces the same elements in f32 and in bf16; bw counts the f32 bytes (the shard), the bf16 rows carry half"
+            );
+        }
         if let Some(w) = a.wire {
             println!(
                 "# reduce-scatter over the {w} wire: lowcon reduces f32 values that are {w}-exact, sending {w}; NCCL \
@@ -511,6 +522,7 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
         }
         let nccl_types = match (kind, a.wire) {
             (Kind::ReduceScatter, Some(w)) => vec![lowcon::DType::F32, w],
+            (Kind::ReduceScatter, None) if a.bf16_in => vec![lowcon::DType::F32, lowcon::DType::Bf16],
             _ => vec![lowcon::DType::Bf16],
         };
         for (_, ce, _) in &comms {
@@ -532,6 +544,7 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
                             Impl::Lowcon { algo, method } => {
                                 let w = match (kind, a.wire) {
                                     (Kind::ReduceScatter, Some(w)) => format!(" f32 wire={w}"),
+                                    (Kind::ReduceScatter, None) if a.bf16_in => " bf16 into f32".to_string(),
                                     _ => String::new(),
                                 };
                                 format!("lowcon {algo} {}{w}", method.name())
@@ -540,6 +553,7 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
                                 let n = if *ce { "nccl-ce" } else { "nccl" };
                                 match (kind, a.wire) {
                                     (Kind::ReduceScatter, Some(_)) => format!("{n} {dtype}"),
+                                    (Kind::ReduceScatter, None) if a.bf16_in => format!("{n} {dtype}"),
                                     _ => n.to_string(),
                                 }
                             }
@@ -548,7 +562,8 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
                         };
                         let key =
                             format!("sat/{}/{shard}/{prio_name}/{}/{name}", kind.name(), enq.name()).replace(' ', "_");
-                        let mut coll = caller(&g, kind, im, shard, &buf_a, &buf_b, &comms, (a.ctas, a.wire))?;
+                        let carried = (a.ctas, a.wire, a.bf16_in);
+                        let mut coll = caller(&g, kind, im, shard, &buf_a, &buf_b, &comms, carried)?;
                         let res = measure(&mut setup, &comm, enq, &key, shard, &mut *coll);
                         let (calls, call_ms, f) = match res {
                             Ok(x) => x,

@@ -305,6 +305,12 @@ pub struct OverlapFlags {
     /// bf16; busbw counts the f32 bytes.
     #[arg(long)]
     wire: Option<String>,
+    /// Reduce-scatter of a bf16 input into f32 (saturated mode; FSDP2's bf16 copy-in, what
+    /// `lowcon.fsdp` sends): lowcon reduces `--shard / 4` bf16 elements per rank into f32
+    /// (ce-reduce or sm-direct), NCCL the same elements in f32 and in bf16; busbw counts
+    /// the f32 bytes.
+    #[arg(long)]
+    bf16_in: bool,
     #[command(flatten)]
     out: OutputFlags,
 }
@@ -489,6 +495,9 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
     if wire.is_some() && shards.iter().any(|&s| s % 4 != 0) {
         return Err(format!("--wire: --shard {:?} must be a multiple of 4 bytes (f32)", f.shard).into());
     }
+    if f.bf16_in {
+        check_bf16_in(f, saturated, wire.is_some(), &shards)?;
+    }
     let mut kinds = Vec::new();
     for c in f.collective.split(',') {
         kinds.push(match c.trim() {
@@ -536,6 +545,9 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             algorithms.extend(s.algorithms.into_iter().filter(|x| !matches!(x.as_str(), "sm-oneshot" | "ll" | "auto")));
             (methods, ctas) = (s.methods, s.ctas.first().copied().flatten());
         }
+        if f.bf16_in {
+            check_bf16_in_algorithms(&algorithms)?;
+        }
         let priorities = list(&f.priority, Vec::new, |x| match x {
             "high" => Ok(StreamPriority::High),
             "default" => Ok(StreamPriority::Default),
@@ -562,6 +574,7 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             null_local: f.null_local,
             prelude_ms: f.prelude_ms,
             wire,
+            bf16_in: f.bf16_in,
         };
         let rows = lowcon_bench::saturated::run(&a)?;
         return report::write_saturated(&(&f.out).into(), &rows);
@@ -586,6 +599,31 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     report::write(&(&f.out).into(), &[], &all)
+}
+
+/// `overlap --bf16-in`'s refusals: the saturated mode, no wire beside it, f32-sized shards,
+/// and only the reduce-scatters that take a bf16 input into f32.
+fn check_bf16_in(f: &OverlapFlags, saturated: bool, wire: bool, shards: &[usize]) -> Result<(), String> {
+    if !saturated || wire {
+        return Err("--bf16-in: the saturated mode only (--mode saturated), without --wire".into());
+    }
+    if shards.iter().any(|&s| s % 4 != 0) {
+        return Err(format!("--bf16-in: --shard {:?} must be a multiple of 4 bytes (the f32 output)", f.shard));
+    }
+    Ok(())
+}
+
+/// `overlap --bf16-in`: every reduce-scatter algorithm asked for takes a bf16 input into
+/// f32 (`RsCaps::bf16_in`), else the refusal names it and the ones that do.
+fn check_bf16_in_algorithms(algorithms: &[String]) -> Result<(), String> {
+    for a in algorithms {
+        let Ok((algo, _)) = lowcon_bench::rs_variant(a) else { continue };
+        if algo.named().is_some_and(|x| !x.caps().bf16_in) {
+            let can = lowcon::RsAlgo::names_where(|c| c.bf16_in).join(", ");
+            return Err(format!("--bf16-in: {a} cannot reduce a bf16 input into f32 (only {can})"));
+        }
+    }
+    Ok(())
 }
 
 /// Runs `lowcon launch` of this executable with `args`; errors if the job failed.

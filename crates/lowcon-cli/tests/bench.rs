@@ -117,6 +117,25 @@ fn bad_bench_arguments_are_clear_errors() {
             &["bench", "overlap", "--collective", "bogus"][..],
             "collective \"bogus\": expected all-gather or reduce-scatter",
         ),
+        // FSDP2's bf16 copy-in beside a saturated GEMM: the saturated mode, no wire beside
+        // it, f32-sized shards, the algorithms that take a bf16 input into f32.
+        (&["bench", "overlap", "--mode", "burst", "--bf16-in"][..], "--bf16-in: the saturated mode only"),
+        (&["bench", "overlap", "--mode", "saturated", "--bf16-in", "--wire", "bf16"][..], "without --wire"),
+        (&["bench", "overlap", "--mode", "saturated", "--bf16-in", "--shard", "6"][..], "multiple of 4 bytes"),
+        (
+            &[
+                "bench",
+                "overlap",
+                "--mode",
+                "saturated",
+                "--collective",
+                "reduce-scatter",
+                "--bf16-in",
+                "--algorithms",
+                "sm-direct,tma-reduce",
+            ][..],
+            "--bf16-in: tma-reduce cannot reduce a bf16 input into f32 (only ce-reduce, sm-direct)",
+        ),
     ] {
         let out = Command::new(LOWCON).args(args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
