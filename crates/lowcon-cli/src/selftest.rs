@@ -169,7 +169,8 @@ pub(crate) enum Scenario {
     /// Collectives: one rank leaves mid-loop (SIGKILL, or `--exit exit`: `_exit(0)`);
     /// the others must name it. GPU: `--elems` f32 per rank (default 16384), `--staged`
     /// from ordinary buffers, `--wire`: bf16-wire reduce-scatters instead, launched as one
-    /// graph from the second call on (NOTE [wire replays]).
+    /// graph from the second call on (NOTE [wire replays]); `--bf16-in`: reduce-scatters
+    /// of a bf16 input into f32 on sm-direct (FSDP2's bf16 copy-in), packed and replayed alike.
     CollDeadPeer {
         #[arg(long, default_value = "host")]
         backend: String,
@@ -185,6 +186,8 @@ pub(crate) enum Scenario {
         staged: bool,
         #[arg(long, conflicts_with = "staged")]
         wire: bool,
+        #[arg(long, conflicts_with_all = ["staged", "wire"])]
+        bf16_in: bool,
         #[arg(long, default_value_t = 10_000)]
         timeout_ms: u64,
         #[arg(long)]
@@ -366,10 +369,11 @@ pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
                 _ => coll::Runner::from_env(false, None).and_then(|r| coll::host_stress(&r, iters, streams)),
             },
         ),
-        Scenario::CollDeadPeer { backend, victim, kill_at, exit, elems, staged, wire, timeout_ms, method } => {
-            let call = match (staged, wire) {
-                (_, true) => dead_peer::DeadPeerCall::Wire,
-                (true, _) => dead_peer::DeadPeerCall::Staged,
+        Scenario::CollDeadPeer { backend, victim, kill_at, exit, elems, staged, wire, bf16_in, timeout_ms, method } => {
+            let call = match (staged, wire, bf16_in) {
+                (_, _, true) => dead_peer::DeadPeerCall::Bf16In,
+                (_, true, _) => dead_peer::DeadPeerCall::Wire,
+                (true, _, _) => dead_peer::DeadPeerCall::Staged,
                 _ => dead_peer::DeadPeerCall::AllGather,
             };
             let victim = victim.unwrap_or(world - 1);

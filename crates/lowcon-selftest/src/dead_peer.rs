@@ -44,6 +44,9 @@ pub enum DeadPeerCall {
     /// bf16-wire reduce-scatters of ordinary buffers: from the second call on, each is
     /// launched as one graph (NOTE [wire replays]), so the victim dies between replays.
     Wire,
+    /// Reduce-scatters of a bf16 input into f32 on sm-direct (FSDP2's bf16 copy-in), of
+    /// ordinary buffers: packed as the wire is (`RsPlan::packs`) and replayed alike.
+    Bf16In,
 }
 
 /// GPU backend: [`dead_peer_loop`] over `call`s of `count` f32 elements per rank (the
@@ -62,8 +65,10 @@ pub fn gpu_dead_peer(
     let run = Runner::from_env(true, Some(timeout))?;
     let r = run.gpu("coll-dead-peer")?;
     let (rank, world) = (r.g.rank(), r.g.world_size());
+    let packs = matches!(call, DeadPeerCall::Wire | DeadPeerCall::Bf16In);
     let coll = match call {
         DeadPeerCall::Wire => Coll::ReduceScatter(ReduceScatterAlgorithm::Auto, ReduceOp::Sum),
+        DeadPeerCall::Bf16In => Coll::ReduceScatter(ReduceScatterAlgorithm::SmDirect, ReduceOp::Sum),
         _ => Coll::AllGather(AllGatherAlgorithm::Auto),
     };
     let case = Case {
@@ -79,6 +84,7 @@ pub fn gpu_dead_peer(
     };
     let (inp, out) = r.prepare(&case, &input_bytes(DType::F32, 7, rank, 0, case.in_count(world)))?;
     let wire = ReduceScatterOptions { wire: Some(DType::Bf16), ..case.rs_opts(ReduceScatterAlgorithm::Auto) };
+    let bf16_in = case.rs_opts(ReduceScatterAlgorithm::SmDirect);
     let res = dead_peer_loop(
         rank,
         victim,
@@ -87,10 +93,13 @@ pub fn gpu_dead_peer(
         1000,
         timeout,
         |_| {
-            let ib = inp.buf(0, case.in_count(world), case.dtype).map_err(lowcon::Error::InvalidArgument)?;
+            // A bf16 input takes the first half of the f32 case's input buffer.
+            let in_dtype = if call == DeadPeerCall::Bf16In { DType::Bf16 } else { case.dtype };
+            let ib = inp.buf(0, case.in_count(world), in_dtype).map_err(lowcon::Error::InvalidArgument)?;
             let ob = out.buf(0, case.out_count(world), case.dtype).map_err(lowcon::Error::InvalidArgument)?;
             match call {
                 DeadPeerCall::Wire => r.g.reduce_scatter(ib, ob, ReduceOp::Sum, r.stream, &wire),
+                DeadPeerCall::Bf16In => r.g.reduce_scatter(ib, ob, ReduceOp::Sum, r.stream, &bf16_in),
                 _ => r.g.all_gather(ib, ob, r.stream, &case.ag_opts(AllGatherAlgorithm::Auto)),
             }
         },
@@ -104,11 +113,11 @@ pub fn gpu_dead_peer(
     drop((inp, out));
     drop(run);
     lowcon::log::trace(rank, "buffers and group released");
-    // The loop's own verdict first; then, for the wire, that its calls replayed (a loop
-    // of eager calls would not test the graphs).
+    // The loop's own verdict first; then, for the calls that pack, that they replayed (a
+    // loop of eager calls would not test the graphs).
     let detail = res?;
-    if call == DeadPeerCall::Wire && world > 1 && matches!(replays, Ok(0)) {
-        return Err(format!("rank {rank}: coll-dead-peer --wire: no call was replayed (wire_replays 0)"));
+    if packs && world > 1 && matches!(replays, Ok(0)) {
+        return Err(format!("rank {rank}: coll-dead-peer {call:?}: no call was replayed (wire_replays 0)"));
     }
     Ok(detail)
 }
