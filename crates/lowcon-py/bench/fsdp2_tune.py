@@ -104,7 +104,8 @@ def variants(rows: Sequence[str]) -> Dict[str, str]:
     """The paired modes to run and the table row each stands for, the table's own first
     row first. A caller naming the other algorithm (`rs=...`) gets the table's row for it
     where there is one (the planner's first rule that names it), so that row is what the
-    mode measures; else the first row with that algorithm and the planner's pieces."""
+    mode measures; else the first row with that algorithm and the planner's pieces, its mode
+    naming the row's CTAs and sync."""
     row = rows[0]
     kind = family(row)
     algo = _keys(row).get("algorithm", "auto")
@@ -112,12 +113,20 @@ def variants(rows: Sequence[str]) -> Dict[str, str]:
     for other in ("ce-reduce", "sm-direct"):
         if algo != other:
             named = next((r for r in rows if _keys(r).get("algorithm") == other), None)
+            if named is not None:
+                out[mode_for(f"lowcon@rs={other}", kind)] = named
+                continue
+            # No row of its own: the mode names the row's CTAs and sync, so that the row
+            # written is what ran (else the table's first rule naming the algorithm would).
             changes: Dict[str, Optional[str]] = {"algorithm": other, "piece": None, "max_pieces": None}
             if kind == "bf16":
                 # ce-reduce reads a bf16 input in place (FSDP2's ordinary-memory rule);
                 # sm-direct packs it and maps nothing.
                 changes["map"] = "yes" if other == "ce-reduce" else None
-            out[mode_for(f"lowcon@rs={other}", kind)] = named or edit_row(row, changes)
+            keys = _keys(row)
+            mode = f"lowcon@rs={other}" + "".join(
+                f",{opt}={keys[k]}" for k, opt in (("ctas", "rs_ctas"), ("sync", "rssync")) if k in keys)
+            out[mode_for(mode, kind)] = edit_row(row, changes)
     for ctas in (32, 128):
         out[mode_for(f"lowcon@rs_ctas={ctas}", kind)] = edit_row(row, {"ctas": str(ctas)})
     out[mode_for("lowcon@rssync=kernel", kind)] = edit_row(row, {"sync": "kernel"})

@@ -600,7 +600,8 @@ def test_fsdp2_tune_replaces_a_row_only_when_a_variant_is_resolved_faster():
     row = ("reduce-scatter context=fsdp dtype=f32 exact=yes algorithm=sm-direct wire=bf16 ctas=64 sync=memop "
            "piece=64M max_pieces=8")
     # The wire's rows are FSDP2's fp32 copy-in's: every lowcon mode runs with copyin=fp32.
-    rows = {k.replace("@copyin=fp32", "").replace(",copyin=fp32", ""): v for k, v in ft.variants([row]).items()}
+    rows = {k.replace("@copyin=fp32", "").replace(",copyin=fp32", "").replace(",rs_ctas=64,rssync=memop", ""): v
+            for k, v in ft.variants([row]).items()}
     assert all("copyin=fp32" in k for k in ft.variants([row]))
     modes = list(rows)
     assert modes[0] == "lowcon" and rows["lowcon"] == row
@@ -612,7 +613,10 @@ def test_fsdp2_tune_replaces_a_row_only_when_a_variant_is_resolved_faster():
     own = "reduce-scatter context=fsdp dtype=f32 exact=yes algorithm=ce-reduce wire=bf16 ctas=16 sync=kernel"
     assert ft.variants([row, own])["lowcon@rs=ce-reduce,copyin=fp32"] == own
     back = ft.variants([own])
-    assert "lowcon@rs=ce-reduce,copyin=fp32" not in back and "algorithm=sm-direct" in back["lowcon@rs=sm-direct,copyin=fp32"]
+    assert "lowcon@rs=ce-reduce,copyin=fp32" not in back
+    # With no row of its own, the candidate's mode names the row's CTAs and sync: what ran
+    # is the row written.
+    assert "algorithm=sm-direct" in back["lowcon@rs=sm-direct,rs_ctas=16,rssync=kernel,copyin=fp32"]
     # Rows bounded by bytes, mode or memory kind are not FSDP2's wire rows to rewrite.
     assert ft.is_fsdp_wire_row(row) and not ft.is_fsdp_wire_row(row.replace("exact=yes", "exact=yes bytes=..1M"))
     assert not ft.is_fsdp_wire_row(row.replace(" wire=bf16", ""))
@@ -622,7 +626,7 @@ def test_fsdp2_tune_replaces_a_row_only_when_a_variant_is_resolved_faster():
     assert ft.is_fsdp_row(bf) and not ft.is_fsdp_row(row) and not ft.is_fsdp_wire_row(bf)
     assert not ft.is_fsdp_row(bf.replace(" out=f32", ""))
     vb = ft.variants([bf])
-    assert list(vb)[0] == "lowcon" and vb["lowcon@rs=ce-reduce"] == (
+    assert list(vb)[0] == "lowcon" and vb["lowcon@rs=ce-reduce,rs_ctas=64,rssync=memop"] == (
         "reduce-scatter context=fsdp dtype=bf16 out=f32 algorithm=ce-reduce ctas=64 sync=memop map=yes")
     base = {"lowcon": (0.90, 0.89, 0.91), "lowcon@rs=ce-reduce": (0.95, 0.94, 0.96), "lowcon@rs_ctas=32": (0.905, 0.89, 0.92),
             "lowcon@rs_ctas=128": (0.93, 0.92, 0.94), "lowcon@rssync=kernel": (0.90, 0.88, 0.92)}
@@ -659,7 +663,8 @@ def test_fsdp2_tune_rewrites_the_tables_fsdp2_rows(tmp_path, copy_in):
     is_row = lambda line: ft.is_fsdp_row(line, copy_in)  # noqa: E731
     rows = ft.variants([line for line in text.splitlines() if is_row(line)])
     m = lambda mode: ft.mode_for(mode, copy_in)  # noqa: E731
-    st = {m("lowcon"): (0.90, 0.89, 0.91), m("lowcon@rs=ce-reduce"): (0.95, 0.94, 0.96),
+    ce = next(k for k in rows if "rs=ce-reduce" in k)
+    st = {m("lowcon"): (0.90, 0.89, 0.91), ce: (0.95, 0.94, 0.96),
           m("lowcon@rs_ctas=32"): (0.91, 0.90, 0.92), m("lowcon@rs_ctas=128"): (0.85, 0.84, 0.86),
           m("lowcon@rssync=kernel"): (0.90, 0.88, 0.92), "nccl-ce": (0.95, 0.94, 0.96)}
     results = _tune_results(tmp_path, st)

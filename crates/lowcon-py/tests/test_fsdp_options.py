@@ -134,7 +134,7 @@ def test_bf16_gradients_are_copied_in_as_bf16_and_reduced_into_fp32(world):
     # the patched copy-in fills in FSDP2's chunk order; the call reduces that buffer.
     g = TensorRecorder(world)
     rs = fsdp.LowconReduceScatter(g, wire="auto")
-    rs._exact = True
+    rs._exact, rs._fsdp_world = True, world  # as install's post_backward wrapper says
     grads = [torch.randn(8 * world, 3).to(torch.bfloat16), torch.randn(4 * world).to(torch.bfloat16)]
     inp, out = foreach_reduce_steps(rs, grads, world)
     assert inp.dtype == torch.float32 and inp.stride() == (0,) and inp.numel() == 28 * world
@@ -154,15 +154,27 @@ def test_bf16_gradients_are_copied_in_as_bf16_and_reduced_into_fp32(world):
 
 
 def test_the_copy_in_stays_fp32_where_it_must():
-    # No hint (accumulated gradients, wire None), one rank, or copy_in="fp32": FSDP2's own
-    # fp32 input, as before.
-    for world, wire, exact, copy_in in [(4, "auto", False, "bf16"), (4, None, True, "bf16"),
-                                        (1, "auto", True, "bf16"), (4, "auto", True, "fp32")]:
+    # No hint (accumulated gradients, wire None), one rank, copy_in="fp32", an algorithm
+    # named that takes no bf16 input, FSDP2's reduce-scatter group not the lowcon group's
+    # size (FSDP2 copies a one-rank group's input itself), or no word from install's
+    # wrapper: FSDP2's own fp32 input, as before.
+    for world, wire, exact, copy_in, algorithm, fsdp_world in [
+        (4, "auto", False, "bf16", "auto", 4), (4, None, True, "bf16", "auto", 4), (1, "auto", True, "bf16", "auto", 1),
+        (4, "auto", True, "fp32", "auto", 4), (4, "auto", True, "bf16", "tma-reduce", 4),
+        (4, "auto", True, "bf16", "ll", 4), (4, "auto", True, "bf16", "auto", 1), (4, "auto", True, "bf16", "auto", None),
+    ]:
         g = TensorRecorder(world)
-        rs = fsdp.LowconReduceScatter(g, wire=wire, copy_in=copy_in)
-        rs._exact = exact
+        rs = fsdp.LowconReduceScatter(g, algorithm, wire=wire, copy_in=copy_in)
+        rs._exact, rs._fsdp_world = exact, fsdp_world
         inp, _ = foreach_reduce_steps(rs, [torch.randn(4 * world).to(torch.bfloat16)], world)
         assert inp.stride() == (1,) and g.calls[0]["input"] is inp and rs.copy_in_calls == 0, (world, wire, copy_in)
+    # The algorithms that take a bf16 input do get it.
+    for algorithm in ("ce-reduce", "sm-direct"):
+        g = TensorRecorder(4)
+        rs = fsdp.LowconReduceScatter(g, algorithm, wire="auto")
+        rs._exact, rs._fsdp_world = True, 4
+        foreach_reduce_steps(rs, [torch.randn(16).to(torch.bfloat16)], 4)
+        assert g.calls[0]["input"].dtype == torch.bfloat16 and g.calls[0]["algorithm"] == algorithm
     with pytest.raises(fsdp.InvalidArgument, match="copy_in 'bf8'"):
         fsdp.LowconReduceScatter(Recorder(2), wire="auto", copy_in="bf8")
 
@@ -172,6 +184,7 @@ def test_gradients_that_are_not_bf16_fill_a_real_fp32_input():
     # fp32 copy-in into a real input, reduced as the wire's hinted call.
     g = TensorRecorder(2)
     rs = fsdp.LowconReduceScatter(g, wire="bf16")
+    rs._fsdp_world = 2
     grads = [torch.randn(16)]
     inp, _ = foreach_reduce_steps(rs, grads, 2)
     (call,) = g.calls
@@ -180,10 +193,24 @@ def test_gradients_that_are_not_bf16_fill_a_real_fp32_input():
     assert call["wire"] == "bf16" and rs.copy_in_calls == 0 and rs.wire_calls == 1
 
 
+def test_a_placeholder_no_call_took_is_dropped_at_the_next_one():
+    # FSDP2 raising between allocate and the call leaves a placeholder behind: the hook's
+    # next input drops its buffer (one input in flight per hook), nothing accumulates.
+    g = TensorRecorder(2)
+    rs = fsdp.LowconReduceScatter(g, wire="auto")
+    rs._exact, rs._fsdp_world = True, 2
+    before = len(fsdp._COPY_IN)
+    first = rs.allocate((64,), dtype=torch.float32, device=torch.device("cpu"))
+    assert fsdp._is_placeholder(first) and len(fsdp._COPY_IN) == before + 1
+    inp, _ = foreach_reduce_steps(rs, [torch.randn(64).to(torch.bfloat16)], 2)
+    assert first.data_ptr() not in fsdp._COPY_IN and len(fsdp._COPY_IN) == before
+    assert g.calls[-1]["input"].dtype == torch.bfloat16
+
+
 def test_a_placeholder_without_its_buffer_is_an_error():
     g = TensorRecorder(2)
     rs = fsdp.LowconReduceScatter(g, wire="auto")
-    rs._exact = True
+    rs._exact, rs._fsdp_world = True, 2
     inp = rs.allocate((64,), dtype=torch.float32, device=torch.device("cpu"))
     fsdp._COPY_IN.pop(inp.data_ptr())
     out = rs.allocate((32,), dtype=torch.float32, device=torch.device("cpu"))

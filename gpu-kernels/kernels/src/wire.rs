@@ -501,7 +501,8 @@ wire_fixed!(wire5; 0: (0 0, 1 1, 2 2, 3 3, 4 4));
 wire_fixed!(wire6; 0: (0 0, 1 1, 2 2, 3 3, 4 4, 5 5));
 wire_fixed!(wire7; 0: (0 0, 1 1, 2 2, 3 3) 1: (0 4, 1 5, 2 6));
 
-/// The split bf16 wire's extra arguments (all null / zero for a bf16 input).
+/// The wire's extra arguments: the split wire's, or a bf16 input's read directly (the
+/// same, every flag clear); all null / zero for a bf16 input staged by ce-reduce.
 #[derive(Clone, Copy)]
 struct Wire {
     lo_bases: *const u64,
@@ -634,7 +635,9 @@ macro_rules! wire_reduce_kernel {
         /// See `wire_reduce`: `own` is this rank's chunk piece in its input, `staged` the
         /// piece's staging (`world - 1` slots `pe` apart; null: the peers' high planes at
         /// `hi_off`, read directly), `dst` the output piece;
-        /// `lo_bases` null for a bf16 input (then `flags`, `reset` and `stats` unused);
+        /// `lo_bases` null for a bf16 input staged by ce-reduce (then `flags`, `reset` and
+        /// `stats` unused); a bf16 input read directly passes the workspaces' bases and
+        /// its pieces' flags and words, every flag clear (`lowcon_wire_pack_bf16`);
         /// `read_sig` null: no "read" signal (then `counter` and `read_byte` unused).
         #[allow(clippy::too_many_arguments)]
         #[unsafe(no_mangle)]

@@ -8,9 +8,12 @@
 //! exact for every input, with three carry modes (`Carry`):
 //!
 //! - **`Same`**: the input's own type crosses the links (every call without a wire).
-//! - **`Bf16In`**: a bf16 input with an f32 output (callers holding bf16 gradients): the
-//!   bf16 input is the wire. `ce-reduce` copies peers' bf16 pieces as usual and
-//!   accumulates them in f32, in rank order, writing f32.
+//! - **`Bf16In`**: a bf16 input with an f32 output (callers holding bf16 gradients, and
+//!   `lowcon.fsdp`'s bf16 copy-in): the bf16 input is the wire. `ce-reduce` copies peers'
+//!   bf16 pieces as usual; `sm-direct` packs each chunk it sends into its high plane, as
+//!   the split wire's top halves with every flag clear, and reads the peers' planes
+//!   directly (`RsPlan::packs`, NOTE [the wire read directly]). Either accumulates in
+//!   f32, in rank order, writing f32.
 //! - **`Split`**: f32 in and out, `wire = bf16`. Each rank *packs* its input: the top 16
 //!   bits of each f32 of every chunk it sends go to the *high plane* of its symmetric
 //!   workspace, the bottom 16 bits to the *low plane*. The high half is the bf16 value

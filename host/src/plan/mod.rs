@@ -606,8 +606,11 @@ impl Planner {
         // calls of one type was measured with: `auto` takes sm-direct for it only from a
         // rule that names the output's type (`out`). ce-reduce copies the bf16 as it is,
         // as such calls always ran.
+        // As the planner's wire, it must not turn the caller's options into a refusal: a
+        // pipeline past `WIRE_PIECES` keeps such calls on ce-reduce.
         let bf16_in = call.input == DType::Bf16 && call.output == DType::F32;
-        let packs_ok = |r: &Rule, a: RsAlgo| !bf16_in || a != RsAlgo::SmDirect || r.sel.outs.is_some();
+        let packs_fit = opts.pipeline.is_none_or(|p| p <= lowcon_abi::pad::WIRE_PIECES);
+        let packs_ok = |r: &Rule, a: RsAlgo| !bf16_in || a != RsAlgo::SmDirect || (r.sel.outs.is_some() && packs_fit);
         // A launch the caller names binds ce-reduce, the one algorithm with launches:
         // `auto` then picks among ce-reduce's rules (NOTE [one launch per call]).
         let launch_named = opts.reduce_launch.named().is_some();

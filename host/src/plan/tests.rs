@@ -162,6 +162,10 @@ fn integers_and_carried_types_skip_rules_they_cannot_run() {
     let q = Planner::with_table(m, t, "test".into());
     let plan = rs(&q, &big, &d);
     assert_eq!((plan.algorithm, plan.ctas, plan.packs()), (RsAlgo::SmDirect, 64, true));
+    // A caller's pipeline past the packs' signals keeps auto on ce-reduce, not a refusal.
+    let long = ReduceScatterOptions { pipeline: Some(100), ..Default::default() };
+    let plan = rs(&q, &big, &long);
+    assert_eq!((plan.algorithm, plan.pieces, plan.packs()), (RsAlgo::CeReduce, 100, false));
     assert_eq!(rs(&q, &rs_call(64 << 20, DType::Bf16), &d).ctas, 16, "bf16 into bf16: the other rule");
 }
 

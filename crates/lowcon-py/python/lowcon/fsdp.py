@@ -54,8 +54,12 @@ the fp32 one bit for bit, as the upcast values are exact). The planner decides h
 call runs (the tables' `dtype=bf16 out=f32` rules; sm-direct packs it as top halves,
 half the split wire's planes). A copy-in that meets gradients that are not bf16 fills a
 real fp32 input instead (FSDP2's own path); an in-place write to the placeholder (a
-pre-division) raises instead of being lost; one rank never gets one. `copy_in="fp32"`
-keeps FSDP2's fp32 copy-in.
+pre-division) raises instead of being lost. No placeholder where it could not be reduced:
+at one rank, for an algorithm named that takes no bf16 input (`ll`, the `tma` ones), for a
+reduce whose FSDP2 group is not the lowcon group's size (FSDP2 would copy a one-rank
+group's placeholder itself), or without the word of `install`'s post_backward wrapper. A
+placeholder no call took (FSDP2 raised between the two) is dropped at the hook's next
+input. `copy_in="fp32"` keeps FSDP2's fp32 copy-in.
 
 Reduce-scatter ops: FSDP2 passes SUM, AVG, or PREMUL_SUM(1/f) after
 `set_gradient_divide_factor(f)`. torch does not expose PREMUL_SUM's factor in Python, so
@@ -152,6 +156,8 @@ def _op_name(op, factor):
 
 
 _COPY_INS = ("bf16", "fp32")
+# The reduce-scatter algorithms that take a bf16 input into f32 (RsCaps::bf16_in), and auto.
+_BF16_IN = ("auto", "ce-reduce", "sm-direct")
 # NOTE [bf16 copy-in]: each placeholder handed out (by its data pointer) -> the buffer
 # FSDP2's copy-in fills (bf16; fp32 where the gradients were not bf16).
 _COPY_IN = {}
@@ -229,9 +235,17 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
         self._pending_input = None  # (numel, dtype) of the last input handed out
         self.wire_calls = 0  # reduce-scatters hinted bf16-exact (the planner may send them as bf16)
         self.plain_calls = 0  # and not
-        # NOTE [bf16 copy-in]: on where FSDP2's copy-in can be steered (one rank never).
+        # NOTE [bf16 copy-in]: on where FSDP2's copy-in can be steered (one rank never), and
+        # for the algorithms that reduce a bf16 input into f32 (a caller naming another
+        # keeps the fp32 copy-in, as before).
         self.copy_in = copy_in
-        self._copy_in = copy_in == "bf16" and group.world_size > 1 and _patch_copy_in()
+        self._copy_in = (copy_in == "bf16" and group.world_size > 1 and self.options.get("algorithm") in _BF16_IN
+                         and _patch_copy_in())
+        self._copy_in_key = None  # the placeholder handed out and not yet taken
+        # Set by install's post_backward wrapper for the reduce in progress: the size of
+        # FSDP2's reduce-scatter group (a placeholder only where it is the lowcon group's:
+        # FSDP2 copies a one-rank group's input itself, and would copy the placeholder).
+        self._fsdp_world = None
         self.copy_in_calls = 0  # reduce-scatters of FSDP2's bf16 gradients as they are (of wire_calls)
 
     def allocate(self, size, *, dtype, device):
@@ -244,12 +258,19 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
         if pending == (numel * self.group.world_size, dtype):
             return torch.empty([int(s) for s in size], dtype=dtype, device=device)
         self._pending_input = (numel, dtype)
-        if self._copy_in and dtype == torch.float32 and numel % 2 == 0 and len(size) == 1 and self._hinted():
+        # A placeholder this hook handed out that no call took (FSDP2 raised between the
+        # two): its buffer goes now (each hook has at most one input in flight).
+        stale, self._copy_in_key = self._copy_in_key, None
+        if stale is not None:
+            _COPY_IN.pop(stale, None)
+        if (self._copy_in and dtype == torch.float32 and numel % 2 == 0 and len(size) == 1 and self._hinted()
+                and self._fsdp_world == self.group.world_size):
             # NOTE [bf16 copy-in]: FSDP2 fills the bf16 buffer; it holds the placeholder,
             # whose storage is the buffer's, as long as it would hold its input.
             buf = super().allocate(size, dtype=torch.bfloat16, device=device)
             placeholder = buf.view(torch.float32)[:1].expand(numel)
-            _COPY_IN[placeholder.data_ptr()] = buf
+            self._copy_in_key = placeholder.data_ptr()
+            _COPY_IN[self._copy_in_key] = buf
             return placeholder
         return super().allocate(size, dtype=dtype, device=device)
 
@@ -264,6 +285,8 @@ class LowconReduceScatter(_Comm, _ReduceScatter):
         if _is_placeholder(input_tensor):
             # NOTE [bf16 copy-in]: the buffer FSDP2's copy-in filled.
             buf = _COPY_IN.pop(input_tensor.data_ptr(), None)
+            if self._copy_in_key == input_tensor.data_ptr():
+                self._copy_in_key = None
             if buf is None:
                 raise InvalidArgument(f"rank {self.group.rank}: a bf16 copy-in placeholder reached the "
                                       "reduce-scatter without FSDP2's copy-in (torch's foreach_reduce changed?)")
@@ -312,6 +335,16 @@ def _unwrap(hook):
     return getattr(hook, "wrapped", hook)
 
 
+def _reduce_scatter_world(pg):
+    """The size of the parameter group's reduce-scatter group in FSDP2 (1 where it has
+    none: a replicate-only mesh), as torch 2.11's `foreach_reduce` sees it."""
+    try:
+        g = pg._reduce_scatter_process_group
+    except Exception:  # noqa: BLE001 (no shard dimension: FSDP2 reduces nothing across ranks)
+        return 1
+    return g.size() if g is not None else 1
+
+
 def _watch_accumulation(pg):
     """Wraps the parameter group's post_backward (which reduces, through the group's
     reduce-scatter hook, `_reduce_scatter_comm` in torch 2.11): the reduce it makes sends
@@ -328,10 +361,12 @@ def _watch_accumulation(pg):
         if not isinstance(hook, LowconReduceScatter):
             return original(*args, **kwargs)
         hook._exact = not any(getattr(fp, "unsharded_accumulated_grad", None) is not None for fp in pg.fsdp_params)
+        hook._fsdp_world = _reduce_scatter_world(pg)
         try:
             return original(*args, **kwargs)
         finally:
             hook._exact = False
+            hook._fsdp_world = None
 
     pg.post_backward = post_backward
     pg._lowcon_wire_watched = True

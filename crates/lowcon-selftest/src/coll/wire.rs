@@ -240,14 +240,16 @@ pub fn wire_suite(r: &Runner, sync: SyncMethod, large: usize) -> Result<String, 
     }
     // A bf16 input into an f32 output, against the f32 call on the same values: copied
     // as it is (ce-reduce), or packed as top halves and read directly (sm-direct, NOTE
-    // [the wire read directly]; with more pieces than the planes' ring holds at 262_147).
-    let bf16_counts = [1usize, 7, 1003, 65_541, 262_147];
+    // [the wire read directly]; with more pieces than the planes' ring holds at 262_147;
+    // 65_536 keeps every piece 16-byte aligned, so the packs and reductions take their
+    // vector paths, as FSDP2's do).
+    let bf16_counts = [1usize, 7, 1003, 65_541, 262_147, 65_536];
     for (o, op) in ReduceOp::ALL.into_iter().enumerate() {
         for (k, &count) in bf16_counts.iter().enumerate() {
             if count == 262_147 && op != ReduceOp::Sum && op != ReduceOp::Max {
                 continue;
             }
-            let sm = (k + o) % 2 == 1 || count == 262_147;
+            let sm = (k + o) % 2 == 1 || k >= 4;
             let c = Typed {
                 op,
                 count,
@@ -258,6 +260,7 @@ pub fn wire_suite(r: &Runner, sync: SyncMethod, large: usize) -> Result<String, 
                 algorithm: if sm { ReduceScatterAlgorithm::SmDirect } else { ReduceScatterAlgorithm::CeReduce },
                 pipeline: match (sm, k) {
                     (true, 4) => Some(8),
+                    (true, 5) => Some(4),
                     (true, 2) => Some(3),
                     _ => None,
                 },
@@ -415,9 +418,10 @@ pub fn gpu_wire_graph(run: &Runner, sync: SyncMethod, replays: usize) -> Result<
     let split = Typed { count: 100_003, pipeline: Some(4), ..wire_case(sync, ch) };
     let bf16_in = Typed { input: DType::Bf16, wire: None, count: 50_001, op: ReduceOp::Avg, pipeline: None, ..split };
     // The bf16 input packed and read directly (`RsPlan::packs`), captured.
+    // 65_536: aligned pieces, the vector paths FSDP2's calls take.
     let bf16_direct = Typed {
         algorithm: ReduceScatterAlgorithm::SmDirect,
-        count: 70_001,
+        count: 65_536,
         op: ReduceOp::Sum,
         pipeline: Some(5),
         ..bf16_in

@@ -54,7 +54,7 @@ const MAX_GRAPHS: usize = 96;
 /// call) and each replays again from its second call.
 const MAX_SHAPES: usize = 1024;
 
-/// What makes two split-wire calls on a channel the same work, apart from buffers and
+/// What makes two calls that pack on a channel the same work, apart from buffers and
 /// CTAs: only what every rank has alike (the CTAs are capped per rank where ranks share a
 /// GPU unevenly, NOTE [shared CTAs], so they choose a graph, not the path).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
