@@ -14,7 +14,8 @@ An MLP of bf16 parameters (FSDP2 `fully_shard` per layer, `param_dtype=bf16`,
   copied in as bf16 and reduced into its fp32 output (NOTE [bf16 copy-in]), and fp32
   for the reduce of accumulated gradients;
 - lowcon with the bf16 wire and FSDP2's fp32 copy-in (`copy_in="fp32"`);
-- lowcon with the bf16 wire forced on accumulated gradients (every piece falls back);
+- lowcon with the bf16 wire forced (`reduce_scatter_wire="bf16"`: copied in as bf16), and
+  forced on accumulated gradients (the copy-in meets fp32 gradients: every piece falls back);
 - lowcon with the fp32 wire and ce-reduce's one reduction launch per call
   (`reduce_launch="once"`; `ll`'s small chunks at 2 ranks launch as they do).
 
@@ -152,6 +153,7 @@ auto32, rsa32, ma32 = train("lowcon", wire="auto", copy_in="fp32")
 f32_acc, _, _ = train("lowcon", accumulate=True, wire=None)
 auto_acc, rsaa, maa = train("lowcon", accumulate=True, wire="auto")
 forced_acc, rsf, mf = train("lowcon", accumulate=True, wire="bf16")
+forced, rsb, mb = train("lowcon", wire="bf16")
 once, _, _ = train("lowcon", wire=None, reduce_launch="once")
 try:
     Checked(g, "auto", "kernel", wire="auto", reduce_launch="once")
@@ -175,10 +177,14 @@ if rsa32.plain_calls != 0 or rsa32.copy_in_calls != 0 or ma32["fallback_pieces"]
          "every reduce should go over the bf16 wire with no fallback (bf16 gradients upcast)")
 if rsaa.wire_calls != 0 or rsaa.plain_calls == 0 or rsaa.copy_in_calls != 0:
     fail(f"auto with accumulation: {rsaa.wire_calls} reduces of accumulated gradients went over the bf16 wire")
+if world > 1 and (rsb.copy_in_calls == 0 or rsb.copy_in_calls != rsb.wire_calls):
+    fail(f"the bf16 wire forced (install(reduce_scatter_wire='bf16')): {rsb.copy_in_calls} of {rsb.wire_calls} "
+         "hinted calls copied in as bf16; want all (install's wrapper tells the hook FSDP2's group size)")
 if rsf.wire_calls == 0 or mf["fallback_pieces"] == 0 or rsf.copy_in_calls != 0:
     fail(f"the forced bf16 wire on accumulated gradients: {rsf.wire_calls} calls, counters {mf}: pieces should "
          "fall back")
-for what, got, want in [("auto", auto, f32), ("auto, fp32 copy-in", auto32, f32), ("auto, accumulated", auto_acc, f32_acc),
+for what, got, want in [("auto", auto, f32), ("auto, fp32 copy-in", auto32, f32), ("bf16 forced", forced, f32),
+                        ("auto, accumulated", auto_acc, f32_acc),
                         ("bf16 forced, accumulated", forced_acc, f32_acc), ("one launch per call", once, f32)]:
     if bits(got) != bits(want):
         fail(f"{what}: losses {got} are not the fp32 wire's {want} bit for bit")
@@ -191,7 +197,7 @@ if rank == 0:
           f"{ma32['wire_bytes']} wire bytes, {ma32['fallback_pieces']} fallback pieces (fp32 would have sent "
           f"{2 * ma32['wire_bytes']}); forced on accumulated gradients: {mf['fallback_pieces']} of "
           f"{mf['wire_pieces']} pieces fell back")
-print(f"rank {rank}: fsdp-wire ok: {Checked.checked} reduce-scatters bit-exact, 7 lowcon modes' losses equal the "
+print(f"rank {rank}: fsdp-wire ok: {Checked.checked} reduce-scatters bit-exact, 8 lowcon modes' losses equal the "
       f"fp32 wire's bit for bit, Gloo's within tolerance, {world} ranks, {BACKEND}", flush=True)
 dist.barrier()
 g.close()

@@ -43,8 +43,9 @@ the same words with the same meanings.
 
 NOTE [bf16 copy-in]: FSDP2 copies the bf16 gradients into the reduce-scatter's fp32 input
 (`foreach_reduce_scatter_copy_in`, a cast: 2 bytes read, 4 written per element), and the
-wire's pack then read those 4 bytes back to write the top and bottom halves (4 more): 10
-bytes of SM traffic per element beside the GEMMs, for bytes whose bottom halves are zero.
+wire's pack then read those 4 bytes back to write the top and bottom halves (4 more): 14
+bytes of SM traffic per element beside the GEMMs, for bytes whose bottom halves are zero
+(the copy-in and sm-direct's pack of a bf16 input: 8).
 With `copy_in="bf16"` (the default) a hook that would hint bf16-exact gradients instead
 hands FSDP2 a placeholder for the fp32 input (a zero-stride view of a bf16 buffer, so
 FSDP2 keeps that buffer alive exactly as long as it keeps its input), `install` has
@@ -427,6 +428,10 @@ def install(
             if reduce_scatter_wire == "auto" and pg is not None and _bf16_params_fp32_reduce(m):
                 _watch_accumulation(pg)
                 wired += 1
+            elif reduce_scatter_wire == "bf16" and pg is not None:
+                # Every fp32 reduce is hinted; the wrapper tells the hook the size of FSDP2's
+                # group, which the bf16 copy-in needs (NOTE [bf16 copy-in]).
+                _watch_accumulation(pg)
             n += 1
     if n == 0:
         raise InvalidArgument("install: the model has no FSDP modules: call fully_shard on it first")
