@@ -321,7 +321,13 @@ impl HostColl {
             // The split wire, or a bf16 input on sm-direct (`RsPlan::packs`). At one rank
             // the plan carries the f32 call itself (`Carry::Same`).
             _ if planned.packs() => {
-                return self.wire_reduce_scatter(input, output, (dtype, op), (opts.channel, planned.pieces), n_out);
+                return self.wire_reduce_scatter(
+                    input,
+                    output,
+                    (planned.carry, op),
+                    (opts.channel, planned.pieces),
+                    n_out,
+                );
             }
             _ => {}
         }

@@ -198,7 +198,7 @@ impl GpuColl {
             drop(st);
             let (world, n) = (self.sync.core.world, output.count);
             let count = crate::coll::wire::pieces(self.sync.core.rank, n, plan.pieces)?.1;
-            self.count(super::wire_steps::moved(world, n, count, input.dtype == crate::coll::DType::Bf16));
+            self.count(super::wire_steps::moved(world, n, count, plan.carry));
             self.counters.replayed(false);
             return Ok(());
         }

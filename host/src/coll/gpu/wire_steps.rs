@@ -55,8 +55,9 @@ use super::{GpuColl, ce_copy};
 use crate::coll::counters::Moved;
 use crate::coll::device_buf::DeviceBuf;
 use crate::coll::geometry::{PLANE_RING, STAGING_DEPTH};
+use crate::coll::wire::Carry;
 use crate::coll::wire::{Layout, pieces};
-use crate::coll::{DType, ReduceOp, RsAlgo};
+use crate::coll::{ReduceOp, RsAlgo};
 use crate::cuda::kernels::{COLL_THREADS, WirePackArgs, WireReduceArgs};
 use crate::cuda::{Stream, StreamPriority};
 use crate::error::Result;
@@ -83,7 +84,7 @@ impl GpuColl {
         let hint = plan.copy_hint;
         let direct = plan.algorithm == RsAlgo::SmDirect;
         // A bf16 input packs its values as the top halves: no low plane, no flags set.
-        let bf16 = input.dtype == DType::Bf16;
+        let bf16 = plan.carry == Carry::Bf16In;
         let esize = input.dtype.size();
         // NOTE [the wire read directly]: no staging ring (pieces of 0 elements in it).
         // NOTE [plane ring]: planes of `PLANE_RING` pieces where the call has more.
@@ -231,7 +232,7 @@ impl GpuColl {
                 self.exit(stream, ch, plan.sync, mode)?;
             }
         }
-        self.count(moved(world, n, count, bf16));
+        self.count(moved(world, n, count, plan.carry));
         // Registered before the channel is released (as every call).
         self.finish(stream, mode, None)?;
         drop(st);
@@ -239,13 +240,13 @@ impl GpuColl {
     }
 }
 
-/// What a packed call of `count` pieces of `n` elements per chunk moves: top halves (the
-/// split wire), or the bf16 input itself (`bf16`), counted as any reduce-scatter's bytes
-/// (as ce-reduce counts a bf16 input into f32).
-pub(super) fn moved(world: usize, n: usize, count: usize, bf16: bool) -> Moved {
-    match bf16 {
-        true => Moved::ReduceScatter((world - 1) * n * 2),
-        false => Moved::Wire((world - 1) * n * 2, (world - 1) * count),
+/// What a packed call carrying `carry` in `count` pieces of `n` elements per chunk moves:
+/// top halves (the split wire), or the bf16 input itself, counted as any reduce-scatter's
+/// bytes (as ce-reduce counts a bf16 input into f32).
+pub(super) fn moved(world: usize, n: usize, count: usize, carry: Carry) -> Moved {
+    match carry {
+        Carry::Bf16In => Moved::ReduceScatter((world - 1) * n * 2),
+        _ => Moved::Wire((world - 1) * n * 2, (world - 1) * count),
     }
 }
 

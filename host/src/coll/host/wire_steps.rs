@@ -11,24 +11,24 @@
 use super::{HostColl, HostInput};
 use crate::coll::counters::Moved;
 use crate::coll::reference::reduce_into;
-use crate::coll::wire::{Layout, pieces};
+use crate::coll::wire::{Carry, Layout, pieces};
 use crate::coll::{DType, ReduceOp};
 use crate::error::Result;
 
 impl HostColl {
     /// The packed reduce-scatter: `output` is f32, `input` f32 (the split wire) or bf16
-    /// (`dtype`; checked by the caller), `n` elements per chunk.
+    /// (`Carry::Bf16In`; checked by the caller), `n` elements per chunk.
     pub(super) fn wire_reduce_scatter(
         &self,
         input: HostInput<'_>,
         output: &mut [u8],
-        (dtype, op): (DType, ReduceOp),
+        (carry, op): (Carry, ReduceOp),
         (ch, planned): (u32, u32),
         n: usize,
     ) -> Result<()> {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         let (pe, count) = pieces(rank, n, planned)?;
-        let bf16 = dtype == DType::Bf16;
+        let bf16 = carry == Carry::Bf16In;
         let layout = Layout::new(world, n, pe, if bf16 { 1 } else { 2 });
         let mut fallback = (0, 0);
         self.with_workspace(ch, layout.bytes, |ws| {
