@@ -198,15 +198,24 @@ pub fn gpu_graph(r: &GpuRunner, sync: SyncMethod, replays: usize) -> Result<Stri
     .map(|c| Call::new(r, r.stream, c))
     .collect::<Result<Vec<_>, _>>()?;
     let (mut checked, mut eager_calls) = (0usize, 0usize);
+    // Where a replay's time goes (printed, not asserted): refilling the inputs, the
+    // replay to its synchronize, checking the outputs (the CPU reference), in ms.
+    let mut split = [Vec::new(), Vec::new(), Vec::new()];
     for i in 0..replays {
         let s = seed(base, i);
+        let t0 = Instant::now();
         for c in &calls {
             c.refill(r.stream, s, rank, world)?;
         }
+        let t1 = Instant::now();
         r.g.replay(&graph).map_err(|m| format!("rank {rank}: replay {i}: {m}"))?;
         r.g.synchronize(r.stream).map_err(|m| format!("rank {rank}: replay {i}: {m}"))?;
+        let t2 = Instant::now();
         for c in &calls {
             checked += c.check(r.stream, s, rank, world, &format!("replay {i}"))?;
+        }
+        for (v, (a, b)) in split.iter_mut().zip([(t0, t1), (t1, t2), (t2, Instant::now())]) {
+            v.push((b - a).as_secs_f64() * 1e3);
         }
         if i % 10 == 9 {
             let s = seed(base ^ 0xEA6E4, i);
@@ -224,11 +233,19 @@ pub fn gpu_graph(r: &GpuRunner, sync: SyncMethod, replays: usize) -> Result<Stri
     let host = replay_host_costs(r, &graph)?;
     let concurrent = two_streams(r, sync, replays.div_ceil(10))?;
     let waits = captured_sync(r, sync)?;
+    let [fill, replay, check] = split.map(median);
     Ok(format!(
         "{sync:?}: {} captured calls replayed {replays} times with {eager_calls} eager calls between, \
-         {concurrent}, {checked} elements checked; {waits}; refused: {refused}; {host}",
+         {concurrent}, {checked} elements checked; per replay (ms, medians): refill {fill:.2}, replay to \
+         synchronize {replay:.2}, check {check:.2}; {waits}; refused: {refused}; {host}",
         calls.len()
     ))
+}
+
+/// The median of `v` (0 for none).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// The host time of replaying `graph` and of its parts (NOTE [captured sync]): µs
@@ -259,11 +276,7 @@ fn replay_host_costs(r: &GpuRunner, graph: &Graph) -> Result<String, String> {
             v.push((at[k + 1] - at[k]).as_secs_f64() * 1e6);
         }
     }
-    let med = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let m: Vec<f64> = t.iter_mut().map(med).collect();
+    let m: Vec<f64> = t.into_iter().map(median).collect();
     let nodes = graph.node_counts().map_err(e)?;
     Ok(format!(
         "host µs per replay of {} nodes ({} memop): launch {:.1}, track_replay {:.1} (idle stream) / {:.1} (behind a \

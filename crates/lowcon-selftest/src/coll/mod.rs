@@ -25,6 +25,7 @@ use lowcon::{
 };
 use lowcon_abi::payload_word;
 use rand::Rng;
+use rayon::prelude::*;
 
 pub(crate) fn e(err: impl std::fmt::Display) -> String {
     err.to_string()
@@ -127,13 +128,20 @@ fn element(dtype: DType, seed: u64, rank: usize, i: usize, out: &mut [u8]) {
     }
 }
 
+/// Elements per task of the CPU reference's parallel loops (rayon): the reference of a
+/// replayed graph regenerates every rank's inputs each replay, which on one thread took
+/// most of `coll-graph`'s time at 4 ranks sharing a GPU.
+const PAR_ELEMS: usize = 1 << 16;
+
 /// `count` elements of rank `rank`'s input, from element `first`.
 pub fn input_bytes(dtype: DType, seed: u64, rank: usize, first: usize, count: usize) -> Vec<u8> {
     let s = dtype.size();
     let mut v = vec![0u8; count * s];
-    for (k, chunk) in v.chunks_exact_mut(s).enumerate() {
-        element(dtype, seed, rank, first + k, chunk);
-    }
+    v.par_chunks_mut(PAR_ELEMS * s).enumerate().for_each(|(t, part)| {
+        for (k, chunk) in part.chunks_exact_mut(s).enumerate() {
+            element(dtype, seed, rank, first + t * PAR_ELEMS + k, chunk);
+        }
+    });
     v
 }
 
@@ -220,7 +228,7 @@ fn compare(case: &Case, seed: u64, rank: usize, world: usize, got: &[u8]) -> (us
         Coll::ReduceScatter(_, op) if case.dtype.is_int() => {
             // Exact: wrapping sums in the type's width (computed here in i128), min, max.
             let ins: Vec<Vec<u8>> =
-                (0..world).map(|p| input_bytes(case.dtype, seed, p, rank * case.count, case.count)).collect();
+                (0..world).into_par_iter().map(|p| input_bytes(case.dtype, seed, p, rank * case.count, case.count)).collect();
             for k in 0..case.count {
                 let vals = ins.iter().map(|v| int_of(case.dtype, &v[k * s..(k + 1) * s]));
                 let want = match op {
@@ -239,26 +247,41 @@ fn compare(case: &Case, seed: u64, rank: usize, world: usize, got: &[u8]) -> (us
         }
         Coll::ReduceScatter(algorithm, op) => {
             let ins: Vec<Vec<u8>> =
-                (0..world).map(|p| input_bytes(case.dtype, seed, p, rank * case.count, case.count)).collect();
+                (0..world).into_par_iter().map(|p| input_bytes(case.dtype, seed, p, rank * case.count, case.count)).collect();
             let (rel, abs) = tolerance(case.dtype);
-            for k in 0..case.count {
-                let vals = ins.iter().map(|v| as_f64(case.dtype, &v[k * s..(k + 1) * s]));
-                let want = match op {
-                    ReduceOp::Sum => vals.sum::<f64>(),
-                    ReduceOp::Avg => vals.sum::<f64>() / world as f64,
-                    ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
-                    ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
-                };
-                let abs_sum: f64 = ins.iter().map(|v| as_f64(case.dtype, &v[k * s..(k + 1) * s]).abs()).sum();
-                let slack = push_slack(algorithm, case.dtype, world, abs_sum);
-                let have = as_f64(case.dtype, &got[k * s..(k + 1) * s]);
-                let ok = (have - want).abs() <= rel * want.abs() + abs + slack; // false for NaN (poison)
-                if !ok {
-                    if wrong == 0 {
-                        first = format!("element {k}: got {have}, want {want}");
+            // Per task of PAR_ELEMS elements: its wrong count and its first wrong one.
+            let parts: Vec<(usize, Option<String>)> = (0..case.count.div_ceil(PAR_ELEMS))
+                .into_par_iter()
+                .map(|t| {
+                    let (mut n, mut first) = (0usize, None);
+                    for k in t * PAR_ELEMS..((t + 1) * PAR_ELEMS).min(case.count) {
+                        let vals = ins.iter().map(|v| as_f64(case.dtype, &v[k * s..(k + 1) * s]));
+                        let want = match op {
+                            ReduceOp::Sum => vals.sum::<f64>(),
+                            ReduceOp::Avg => vals.sum::<f64>() / world as f64,
+                            ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
+                            ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
+                        };
+                        let abs_sum: f64 =
+                            ins.iter().map(|v| as_f64(case.dtype, &v[k * s..(k + 1) * s]).abs()).sum();
+                        let slack = push_slack(algorithm, case.dtype, world, abs_sum);
+                        let have = as_f64(case.dtype, &got[k * s..(k + 1) * s]);
+                        let ok = (have - want).abs() <= rel * want.abs() + abs + slack; // false for NaN (poison)
+                        if !ok {
+                            if n == 0 {
+                                first = Some(format!("element {k}: got {have}, want {want}"));
+                            }
+                            n += 1;
+                        }
                     }
-                    wrong += 1;
+                    (n, first)
+                })
+                .collect();
+            for (n, f) in parts {
+                if wrong == 0 && let Some(f) = f {
+                    first = f;
                 }
+                wrong += n;
             }
         }
     }
