@@ -7,8 +7,9 @@
 #   check    coll-wire at 2 real GPUs (the bf16 input on sm-direct, replays), and a rank
 #            SIGKILLed between the replays of a bf16 input packed by sm-direct (kernel, memop)
 #   overlap  beside a saturated 8192^3 GEMM, 256 MiB per rank: the reduce-scatter FSDP2
-#            ships (`bench overlap --bf16-in`, sm-direct at each of OVERLAP_CTAS, then
-#            ce-reduce; NCCL and NCCL-CE in f32 and bf16) and the all-gather (ce-pull)
+#            ships (`bench overlap --bf16-in`, each of OVERLAP_RS, ALGORITHM:CTAS entries;
+#            NCCL and NCCL-CE in f32 and bf16) and the all-gather (ce-pull; OVERLAP_AG=
+#            leaves it out); OVERLAP_FLAGS replaces --bf16-in (empty: a bf16 reduce-scatter)
 #   fsdp2    FSDP2 paired at 2 ranks, 8192x4 and 4096x12 at 1024 tokens, fp32 reduce, 20
 #            rounds: NCCL, its A/A twin, lowcon as shipped, its fp32 copy-in, NCCL-CE,
 #            no communication (W2_SWEEP, W2_ROUNDS, W2_S override)
@@ -38,16 +39,19 @@ if has check; then
   done
 fi
 if has overlap; then
-  for c in ${OVERLAP_CTAS:-64 16}; do
-    st "overlap rs bf16-in sm-direct ctas=$c w=2" "overlap-rs-sm$c.txt" 150 "${l2[@]}" "$L" bench overlap \
-      --collective reduce-scatter --bf16-in --algorithms sm-direct --ctas "$c" --shard 256M --priority high --no-null \
-      --json "$out/overlap-rs-sm$c.json"
+  # OVERLAP_RS: ALGORITHM:CTAS entries (a bench variant such as ce-reduce/once, and a CTA
+  # count or "default"); NCCL and NCCL-CE beside the first only.
+  nccl=()
+  read -r -a rsflags <<< "${OVERLAP_FLAGS---bf16-in}"
+  for e in ${OVERLAP_RS:-sm-direct:64 sm-direct:16 ce-reduce:default}; do
+    a=${e%%:*} c=${e##*:} tag=${e//[:\/]/-}
+    st "overlap rs ${rsflags[*]} $a ctas=$c w=2" "overlap-rs-$tag.txt" 150 "${l2[@]}" "$L" bench overlap \
+      --collective reduce-scatter "${rsflags[@]}" --algorithms "$a" --ctas "$c" --shard 256M --priority high --no-null \
+      "${nccl[@]}" --json "$out/overlap-rs-$tag.json"
+    nccl=(--no-nccl)
   done
-  st "overlap rs bf16-in ce-reduce w=2" overlap-rs-ce.txt 150 "${l2[@]}" "$L" bench overlap \
-    --collective reduce-scatter --bf16-in --algorithms ce-reduce --shard 256M --priority high --no-null --no-nccl \
-    --json "$out/overlap-rs-ce.json"
-  st "overlap ag ce-pull w=2" overlap-ag.txt 120 "${l2[@]}" "$L" bench overlap --collective all-gather \
-    --algorithms ce-pull --shard 256M --priority high --no-null --json "$out/overlap-ag.json"
+  [ -n "${OVERLAP_AG-1}" ] && st "overlap ag ce-pull w=2" overlap-ag.txt 120 "${l2[@]}" "$L" bench overlap \
+    --collective all-gather --algorithms ce-pull --shard 256M --priority high --no-null --json "$out/overlap-ag.json"
 fi
 if [[ $parts == *" fsdp2 "* || $parts == *" mem2 "* || $parts == *" small "* ]]; then
   p=()

@@ -69,7 +69,7 @@ fn fused_kernels_take_their_head_as_one_parameter_read_in_place() {
     // be read as an address; had the kernels copied the head to local memory, their
     // depots would have grown by 64 bytes. The depots below are those of the 11 scalar
     // parameters the head replaced (2026-11-25): the one-shot all-gather's and
-    // rs_direct's are their own arrays.
+    // rs_direct's (the bf16-into-f32 one's too: the same code) are their own arrays.
     assert_eq!(std::mem::size_of::<lowcon_abi::FusedHead>(), 64);
     for name in kernel_names::FUSED {
         let body = entry_body(name);
@@ -78,7 +78,7 @@ fn fused_kernels_take_their_head_as_one_parameter_read_in_place() {
         assert!(body.contains(&format!("[{name}_param_0+56]")), "{name} does not read its head's last field");
         let before = match name {
             n if n == kernel_names::ALLGATHER_ONESHOT => 48,
-            n if kernel_names::RS_DIRECT.contains(&n) => 64,
+            n if kernel_names::RS_DIRECT.contains(&n) || n == kernel_names::RS_DIRECT_BF16_IN => 64,
             _ => 0,
         };
         assert!(local_depot(name) <= before, "{name}: local depot {} bytes, was {before}", local_depot(name));
@@ -153,7 +153,8 @@ fn func_body(fragment: &str) -> &'static str {
 
 #[test]
 fn reductions_issue_16_byte_loads() {
-    for name in kernel_names::REDUCE.iter().chain(kernel_names::RS_DIRECT.iter()) {
+    let bf16_in = std::iter::once(&kernel_names::RS_DIRECT_BF16_IN);
+    for name in kernel_names::REDUCE.iter().chain(kernel_names::RS_DIRECT.iter()).chain(bf16_in) {
         assert!(entry_body(name).contains("ld.global.v4.u32"), "{name} lost its 16-byte loads");
     }
 }

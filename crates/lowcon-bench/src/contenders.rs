@@ -64,7 +64,8 @@ pub(crate) fn ctas_of(
 /// With `wire` (reduce-scatter), lowcon's calls reduce f32 (`shard / 4` elements per
 /// rank) over that wire (NOTE [bf16 wire]), and NCCL's the same element count; with
 /// `bf16_in`, lowcon's calls reduce the same element count of bf16 into f32 (FSDP2's bf16
-/// copy-in).
+/// copy-in); `map` is lowcon's `map_ordinary` for those calls (`Some(true)`: sm-direct reads
+/// the bf16 input where it is, NOTE [bf16 input read in place]).
 pub(crate) fn caller<'a>(
     g: &'a GpuGroup,
     kind: Kind,
@@ -73,7 +74,7 @@ pub(crate) fn caller<'a>(
     buf_a: &'a SymmetricBuffer,
     buf_b: &'a SymmetricBuffer,
     comms: &'a [NcclComm],
-    (ctas, wire, bf16_in): (Option<u32>, Option<DType>, bool),
+    (ctas, wire, bf16_in, map): (Option<u32>, Option<DType>, bool, Option<bool>),
 ) -> Res<Caller<'a>> {
     let (world, rank) = (g.world_size(), g.rank());
     let carried = (wire.is_some() || bf16_in) && kind == Kind::ReduceScatter;
@@ -105,6 +106,7 @@ pub(crate) fn caller<'a>(
                         sync: Some(sync),
                         ctas,
                         wire,
+                        map_ordinary: map,
                         ..Default::default()
                     };
                     Box::new(move |s: &Stream| {

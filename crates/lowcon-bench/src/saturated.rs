@@ -113,6 +113,10 @@ pub struct SaturatedOptions {
     /// NCCL reduces the same element count in f32 and in bf16. bw counts the f32 bytes
     /// (the shard), as with `wire`.
     pub bf16_in: bool,
+    /// lowcon's `map_ordinary` for its reduce-scatters (`--map-ordinary`; the plan's when
+    /// `None`): with `bf16_in`, `Some(true)` has sm-direct read the bf16 input where it is
+    /// instead of packing it (NOTE [bf16 input read in place]).
+    pub map: Option<bool>,
 }
 
 /// Above this many calls per window the run prints a note on the driver's queue depth
@@ -562,7 +566,7 @@ pub fn run(a: &SaturatedOptions) -> Res<Vec<SaturatedRow>> {
                         };
                         let key =
                             format!("sat/{}/{shard}/{prio_name}/{}/{name}", kind.name(), enq.name()).replace(' ', "_");
-                        let carried = (a.ctas, a.wire, a.bf16_in);
+                        let carried = (a.ctas, a.wire, a.bf16_in, a.map);
                         let mut coll = caller(&g, kind, im, shard, &buf_a, &buf_b, &comms, carried)?;
                         let res = measure(&mut setup, &comm, enq, &key, shard, &mut *coll);
                         let (calls, call_ms, f) = match res {

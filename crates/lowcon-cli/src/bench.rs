@@ -311,6 +311,11 @@ pub struct OverlapFlags {
     /// the f32 bytes.
     #[arg(long)]
     bf16_in: bool,
+    /// With --bf16-in: lowcon's `map_ordinary` (yes or no; default: the plan's). "yes" has
+    /// sm-direct read the bf16 input where it is, one launch per call, instead of packing
+    /// it into the wire's planes (what an FSDP2 rule with `map=yes` sends).
+    #[arg(long, value_parser = ["yes", "no"])]
+    map_ordinary: Option<String>,
     #[command(flatten)]
     out: OutputFlags,
 }
@@ -489,6 +494,9 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
         return Err(format!("--shard {:?}: sizes must be even and at least 2 bytes (bf16)", f.shard).into());
     }
     let wire = f.wire.as_deref().map(str::parse::<lowcon::DType>).transpose()?;
+    if f.map_ordinary.is_some() && !f.bf16_in {
+        return Err("--map-ordinary: with --bf16-in only (how sm-direct reads a bf16 input)".into());
+    }
     if wire.is_some() && !saturated {
         return Err("--wire: the saturated mode only (--mode saturated)".into());
     }
@@ -575,6 +583,7 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             prelude_ms: f.prelude_ms,
             wire,
             bf16_in: f.bf16_in,
+            map: f.map_ordinary.as_deref().map(|m| m == "yes"),
         };
         let rows = lowcon_bench::saturated::run(&a)?;
         return report::write_saturated(&(&f.out).into(), &rows);

@@ -120,6 +120,7 @@ fn bad_bench_arguments_are_clear_errors() {
         // FSDP2's bf16 copy-in beside a saturated GEMM: the saturated mode, no wire beside
         // it, f32-sized shards, the algorithms that take a bf16 input into f32.
         (&["bench", "overlap", "--mode", "burst", "--bf16-in"][..], "--bf16-in: the saturated mode only"),
+        (&["bench", "overlap", "--map-ordinary", "yes"][..], "--map-ordinary: with --bf16-in only"),
         (&["bench", "overlap", "--mode", "saturated", "--bf16-in", "--wire", "bf16"][..], "without --wire"),
         (&["bench", "overlap", "--mode", "saturated", "--bf16-in", "--shard", "6"][..], "multiple of 4 bytes"),
         (

@@ -8,7 +8,7 @@ before anything replaces them.
 
 Modes (`--modes`, comma separated):
 - `nccl`, `nccl-b`: FSDP2's defaults (NCCL). `nccl-b` is the A/A twin: the noise floor.
-- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,agsync=SYNC,rssync=SYNC,rsgraph=SYNC,arrival=A,ctas=N,rs_ctas=N,pieces=N,mem=M,agmem=M,rsmem=M,wire=W,copyin=C,launch=L,traffic=1,predict=0,batch=0,replays=0`:
+- `lowcon`, or `lowcon@ag=ALGO,rs=ALGO,sync=SYNC,agsync=SYNC,rssync=SYNC,rsgraph=SYNC,rsmap=B,arrival=A,ctas=N,rs_ctas=N,pieces=N,mem=M,agmem=M,rsmem=M,wire=W,copyin=C,launch=L,traffic=1,predict=0,batch=0,replays=0`:
   lowcon's hooks (`lowcon.fsdp`), with options (`agmem`/`rsmem`, or `mem` for both:
   "torch", the default, or "pool": where the all-gather outputs and reduce-scatter
   inputs live; with "torch" peers read them in place through IPC mappings; `wire`:
@@ -21,7 +21,9 @@ Modes (`--modes`, comma separated):
   `pieces`: the reduce-scatter's pipeline pieces, the wire's included; `agsync`/`rssync`:
   one collective's sync (eager calls); `rsgraph`: the reduce-scatter's `graph_sync`, which
   the wire's own graphs take (NOTE [replay sync]: `rsgraph=memop` is the graph with memop
-  waits that lowcon launched before b7a0fea; at b7a0fea `rssync` set it too); `arrival`: the all-gathers'
+  waits that lowcon launched before b7a0fea; at b7a0fea `rssync` set it too); `rsmap`: the
+  reduce-scatter's `map_ordinary` ("yes": sm-direct reads FSDP2's bf16 copy-in buffer
+  where it is, mapped per call, instead of packing it: NOTE [bf16 input read in place]); `arrival`: the all-gathers'
   `arrival` ("barrier", "in-order", "any-order": NOTE [arrival-driven all-gather]);
   `traffic=1`: the honest floor, NOTE [honest floor]: every call
   runs its plan's copies as the mode would, with no barrier, signal or SM kernel, so
@@ -294,6 +296,8 @@ def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
         rs_opts["sync"] = opts["rssync"]
     if "rsgraph" in opts:
         rs_opts["graph_sync"] = opts["rsgraph"]
+    if "rsmap" in opts:
+        rs_opts["map_ordinary"] = opts["rsmap"].lower() in ("1", "yes", "true", "on")
     if "arrival" in opts:
         ag_opts["arrival"] = opts["arrival"]
     traffic = opts.get("traffic", "0").lower() in ("1", "yes", "true", "on")
@@ -316,8 +320,8 @@ def lowcon_mode(name: str, opts: Dict[str, str], group: Any) -> Mode:
     notes = {"lowcon": getattr(lowcon, "__version__", "?"), "all_gather": opts.get("ag", "auto"),
              "reduce_scatter": opts.get("rs", "auto"), "sync": sync, "all_gather_memory": agmem,
              "reduce_scatter_memory": rsmem, "wire": wire, "copy_in": copy_in,
-             **{k: opts[k] for k in ("ctas", "rs_ctas", "launch", "pieces", "agsync", "rssync", "rsgraph", "arrival", "traffic",
-                                     "predict", "batch", "replays") if k in opts}}
+             **{k: opts[k] for k in ("ctas", "rs_ctas", "launch", "pieces", "agsync", "rssync", "rsgraph", "rsmap", "arrival",
+                                     "traffic", "predict", "batch", "replays") if k in opts}}
     predict = opts.get("predict", "1").lower() in ("1", "yes", "true", "on")
     batch = opts.get("batch", "1").lower() in ("1", "yes", "true", "on")
     replays = opts.get("replays", "1").lower() in ("1", "yes", "true", "on")

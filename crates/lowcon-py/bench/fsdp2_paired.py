@@ -49,7 +49,7 @@ DEFAULT_MODES = "nccl,nccl-b,lowcon,nccl-ce,nocomm"
 DEFAULT_SWEEP = "2048x8:256,1024,4096,16384;4096x12:256,1024,4096,16384;8192x4:256,1024,4096,16384"
 
 
-LOWCON_KEYS = ("ag", "rs", "sync", "agsync", "rssync", "rsgraph", "arrival", "ctas", "rs_ctas", "pieces", "launch",
+LOWCON_KEYS = ("ag", "rs", "sync", "agsync", "rssync", "rsgraph", "rsmap", "arrival", "ctas", "rs_ctas", "pieces", "launch",
                "mem", "agmem", "rsmem", "wire", "copyin", "traffic", "predict", "batch", "replays")
 KINDS = ("nccl", "nccl-b", "lowcon", "nccl-ce", "floor", "lowcon-pg", "nocomm", "nocomm-torch")
 # The modes `--hsdp` runs on its replicate x shard mesh (the others build groups of their own

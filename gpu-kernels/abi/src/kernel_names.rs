@@ -21,6 +21,11 @@ pub const ALLGATHER_ONESHOT: &str = "lowcon_allgather_oneshot";
 pub const REDUCE: [&str; 3] = ["lowcon_reduce_f32", "lowcon_reduce_f16", "lowcon_reduce_bf16"];
 /// `rs_direct_<dtype>(...)`: reads and reduces the peers' chunks over NVLink (sm-direct).
 pub const RS_DIRECT: [&str; 3] = ["lowcon_rs_direct_f32", "lowcon_rs_direct_f16", "lowcon_rs_direct_bf16"];
+/// `rs_direct_bf16_f32(...)`: sm-direct of a bf16 input into an f32 output: reads the
+/// peers' bf16 chunks over NVLink (`off` in bytes, as [`RS_DIRECT`]) and writes their
+/// reduction in f32 (the f32 kernel's, in rank order, of the inputs widened to f32;
+/// never rounded to bf16). Its arguments are [`RS_DIRECT`]'s.
+pub const RS_DIRECT_BF16_IN: &str = "lowcon_rs_direct_bf16_f32";
 /// `reduce_int(..., dtype)`: ce-reduce's reduction of integers (`dtype` 0: i32, 1:
 /// i64, 2: u8; wrapping sums, in the element type).
 pub const REDUCE_INT: &str = "lowcon_reduce_int";
@@ -73,11 +78,12 @@ pub const REDUCE_ONCE: [&str; 3] = ["lowcon_reduce_once_f32", "lowcon_reduce_onc
 pub const SPIN: &str = "lowcon_spin";
 /// The fused kernels: their first parameter is [`FusedHead`](crate::FusedHead), by
 /// value (NOTE [fused head by value]).
-pub const FUSED: [&str; 11] = [
+pub const FUSED: [&str; 12] = [
     ALLGATHER_ONESHOT,
     RS_DIRECT[0],
     RS_DIRECT[1],
     RS_DIRECT[2],
+    RS_DIRECT_BF16_IN,
     RS_DIRECT_INT,
     TMA_REDUCE[0],
     TMA_REDUCE[1],
@@ -91,7 +97,7 @@ pub const FUSED: [&str; 11] = [
 /// within the registers a CTA of this size may use.
 pub const COLL_THREADS: u32 = 512;
 /// The kernels launched with [`COLL_THREADS`] threads.
-pub const COLL: [&str; 20] = [
+pub const COLL: [&str; 21] = [
     ALLGATHER_ONESHOT,
     REDUCE_ONCE[0],
     REDUCE_ONCE[1],
@@ -108,6 +114,7 @@ pub const COLL: [&str; 20] = [
     RS_DIRECT[0],
     RS_DIRECT[1],
     RS_DIRECT[2],
+    RS_DIRECT_BF16_IN,
     LL_ALLGATHER,
     LL_RS[0],
     LL_RS[1],
@@ -129,6 +136,7 @@ pub const ALL: &[&str] = &[
     RS_DIRECT[0],
     RS_DIRECT[1],
     RS_DIRECT[2],
+    RS_DIRECT_BF16_IN,
     REDUCE_INT,
     RS_DIRECT_INT,
     TMA_REDUCE[0],

@@ -97,7 +97,7 @@ unsafe fn reduce_once<T: Elem>(
         let f = first as usize;
         let src = staged_sources(own.wrapping_add(f), own_idx, staged.wrapping_add(f), stride);
         // SAFETY: the piece lies inside every source and `dst` (contract).
-        unsafe { reduce_part::<T, CUT>(src, nsrc, dst.wrapping_add(f), len, op, vec_ok != 0, start, step) };
+        unsafe { reduce_part::<T, T, CUT>(src, nsrc, dst.wrapping_add(f), len, op, vec_ok != 0, start, step) };
         i += 1;
     }
     // SAFETY: the channel's counter (contract).

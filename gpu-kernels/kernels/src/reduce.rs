@@ -2,6 +2,10 @@
 //! kernels that reduce staged chunks (`ce-reduce`) and peers' memory directly over NVLink
 //! (`sm-direct`). Sources are added in rank order in `f32`, so every algorithm gives the
 //! result of a CPU reference that adds in rank order.
+//!
+//! The output is of the sources' type, except for sm-direct's bf16 input into f32
+//! (`lowcon_rs_direct_bf16_f32`): the same `f32` reduction, stored without rounding
+//! (see [`Out`]).
 
 use lowcon_abi::reduce_op;
 
@@ -140,6 +144,61 @@ impl Elem for Bf16 {
     }
 }
 
+/// Where a reduction of sources of type `T` stores its finished `f32`s: `T` itself
+/// (rounded by `T::pack` / `T::from_f32`), or `f32` for bf16 sources (a bf16 input
+/// reduced into an f32 output). Implemented by the output element type.
+pub(crate) trait Out<T: Elem>: Copy {
+    /// Stores the `T::VEC` finished values `a` of source vector `at` (elements
+    /// `at * T::VEC..` of `dst`), in 16-byte stores.
+    ///
+    /// # Safety
+    /// `dst` 16-byte aligned and valid for `(at + 1) * T::VEC` elements.
+    unsafe fn store_vec(dst: *mut Self, at: u64, a: &[f32; 8]);
+
+    /// Stores the finished value `x` as element `i` of `dst`.
+    ///
+    /// # Safety
+    /// `dst` valid for `i + 1` elements.
+    unsafe fn store(dst: *mut Self, i: u64, x: f32);
+}
+
+impl<T: Elem> Out<T> for T {
+    #[inline(always)]
+    unsafe fn store_vec(dst: *mut T, at: u64, a: &[f32; 8]) {
+        // SAFETY: the caller's contract: one vector of `T::VEC` elements.
+        unsafe { dst.cast::<V16>().add(at as usize).write(T::pack(a)) };
+    }
+
+    #[inline(always)]
+    unsafe fn store(dst: *mut T, i: u64, x: f32) {
+        // SAFETY: the caller's contract.
+        unsafe { dst.add(i as usize).write(T::from_f32(x)) };
+    }
+}
+
+impl Out<Bf16> for f32 {
+    /// Eight `f32`s per 16-byte bf16 vector: two 16-byte stores, at vectors `2 * at` and
+    /// `2 * at + 1` of `dst`.
+    #[inline(always)]
+    unsafe fn store_vec(dst: *mut f32, at: u64, a: &[f32; 8]) {
+        let d = dst.cast::<V16>();
+        let lo = V16([a[0].to_bits(), a[1].to_bits(), a[2].to_bits(), a[3].to_bits()]);
+        let hi = V16([a[4].to_bits(), a[5].to_bits(), a[6].to_bits(), a[7].to_bits()]);
+        // SAFETY: the caller's contract: `dst` valid for `(at + 1) * 8` f32s, i.e. for
+        // `2 * at + 2` vectors.
+        unsafe {
+            d.add(2 * at as usize).write(lo);
+            d.add(2 * at as usize + 1).write(hi);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn store(dst: *mut f32, i: u64, x: f32) {
+        // SAFETY: the caller's contract.
+        unsafe { dst.add(i as usize).write(x) };
+    }
+}
+
 #[inline(always)]
 pub(crate) fn combine(op: u32, acc: f32, x: f32) -> f32 {
     match op {
@@ -155,16 +214,17 @@ pub(crate) fn finish(op: u32, acc: f32, world: u32) -> f32 {
 }
 
 /// Reduces `nsrc` sources of `n` elements into `dst` (`src(i)` gives source `i`, in rank
-/// order), this thread's share of the grid-stride `(start, step)`.
+/// order), this thread's share of the grid-stride `(start, step)`; `dst` is of the
+/// sources' type or another [`Out`] of it.
 ///
 /// # Safety
 /// Every source and `dst` valid for `n` elements; when `vec`, all 16-byte aligned.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(crate) unsafe fn reduce_part<T: Elem, const CUT: u32>(
+pub(crate) unsafe fn reduce_part<T: Elem, D: Out<T>, const CUT: u32>(
     src: impl Fn(u32) -> *const T,
     nsrc: u32,
-    dst: *mut T,
+    dst: *mut D,
     n: u64,
     op: u32,
     vec: bool,
@@ -179,19 +239,18 @@ pub(crate) unsafe fn reduce_part<T: Elem, const CUT: u32>(
         for (k, pk) in p.iter_mut().enumerate().take(nsrc as usize) {
             *pk = src(k as u32).cast::<V16>();
         }
-        let d = dst.cast::<V16>();
         // SAFETY: (each arm) forwarded from the caller; `p` holds the first `nsrc`
         // sources, exactly as many as the arm reads.
         unsafe {
             match nsrc {
-                2 => reduce_vec2::<T, CUT>(&p, d, nv, op, start, step),
-                3 => reduce_vec3::<T, CUT>(&p, d, nv, op, start, step),
-                4 => reduce_vec4::<T, CUT>(&p, d, nv, op, start, step),
-                5 => reduce_vec5::<T, CUT>(&p, d, nv, op, start, step),
-                6 => reduce_vec6::<T, CUT>(&p, d, nv, op, start, step),
-                7 => reduce_vec7::<T, CUT>(&p, d, nv, op, start, step),
-                8 => reduce_vec8::<T, CUT>(&p, d, nv, op, start, step),
-                _ => reduce_vec_any::<T>(&src, nsrc, dst, nv, op, start, step),
+                2 => reduce_vec2::<T, D, CUT>(&p, dst, nv, op, start, step),
+                3 => reduce_vec3::<T, D, CUT>(&p, dst, nv, op, start, step),
+                4 => reduce_vec4::<T, D, CUT>(&p, dst, nv, op, start, step),
+                5 => reduce_vec5::<T, D, CUT>(&p, dst, nv, op, start, step),
+                6 => reduce_vec6::<T, D, CUT>(&p, dst, nv, op, start, step),
+                7 => reduce_vec7::<T, D, CUT>(&p, dst, nv, op, start, step),
+                8 => reduce_vec8::<T, D, CUT>(&p, dst, nv, op, start, step),
+                _ => reduce_vec_any::<T, D>(&src, nsrc, dst, nv, op, start, step),
             }
         }
     }
@@ -203,7 +262,7 @@ pub(crate) unsafe fn reduce_part<T: Elem, const CUT: u32>(
             for s in 1..nsrc {
                 acc = combine(op, acc, src(s).add(i as usize).read().to_f32());
             }
-            *dst.add(i as usize) = T::from_f32(finish(op, acc, nsrc));
+            D::store(dst, i, finish(op, acc, nsrc));
         }
         i += step;
     }
@@ -243,9 +302,17 @@ macro_rules! reduce_vec_fixed {
     ($name:ident, $lanes:expr, $($k:tt),+) => {
         /// # Safety
         /// As [`reduce_part`] with `vec`: `p` holds one 16-byte-aligned source per index,
-        /// each valid for `nv` vectors, and `d` valid for `nv` vectors.
+        /// each valid for `nv` vectors, and `d` 16-byte aligned and valid for `nv * T::VEC`
+        /// elements.
         #[inline(always)]
-        unsafe fn $name<T: Elem, const CUT: u32>(p: &[*const V16], d: *mut V16, nv: u64, op: u32, start: u64, step: u64) {
+        unsafe fn $name<T: Elem, D: Out<T>, const CUT: u32>(
+            p: &[*const V16],
+            d: *mut D,
+            nv: u64,
+            op: u32,
+            start: u64,
+            step: u64,
+        ) {
             let nsrc = [$($k),+].len() as u32;
             // `CUT` fewer positions (at least one) for callers with more live state.
             let lanes: u64 = if $lanes > CUT { ($lanes - CUT) as u64 } else { 1 };
@@ -262,15 +329,15 @@ macro_rules! reduce_vec_fixed {
                 let x3 = load_sources!(p, at[3], live(3, at[3]); $($k),+);
                 // SAFETY: (each) stores only to positions below `nv`.
                 unsafe {
-                    d.add(at[0] as usize).write(combine_sources!(T, x0, op, nsrc; $($k),+));
+                    D::store_vec(d, at[0], &combine_sources!(T, x0, op, nsrc; $($k),+));
                     if live(1, at[1]) {
-                        d.add(at[1] as usize).write(combine_sources!(T, x1, op, nsrc; $($k),+));
+                        D::store_vec(d, at[1], &combine_sources!(T, x1, op, nsrc; $($k),+));
                     }
                     if live(2, at[2]) {
-                        d.add(at[2] as usize).write(combine_sources!(T, x2, op, nsrc; $($k),+));
+                        D::store_vec(d, at[2], &combine_sources!(T, x2, op, nsrc; $($k),+));
                     }
                     if live(3, at[3]) {
-                        d.add(at[3] as usize).write(combine_sources!(T, x3, op, nsrc; $($k),+));
+                        D::store_vec(d, at[3], &combine_sources!(T, x3, op, nsrc; $($k),+));
                     }
                 }
                 i += lanes * step;
@@ -291,7 +358,8 @@ macro_rules! load_sources {
     };
 }
 
-/// `op` over the tuple `$x` of sources in rank order, finished and packed.
+/// `op` over the tuple `$x` of sources in rank order, finished (the first `VEC` values
+/// of the `[f32; 8]`; the output's `store_vec` packs them).
 macro_rules! combine_sources {
     ($t:ident, $x:ident, $op:ident, $nsrc:ident; $($k:tt),+) => {{
         let mut a = $t::unpack($x.0);
@@ -306,13 +374,15 @@ macro_rules! combine_sources {
         for e in a.iter_mut().take($t::VEC) {
             *e = finish($op, *e, $nsrc);
         }
-        $t::pack(&a)
+        a
     }};
 }
 
 // Positions per thread per pass: the most that fit in the 128 registers a 512-thread
 // CTA allows without spilling in any dtype (`ptxas -v`; `host/tests/ptx.rs` fails on
-// spills). 4 at 2-3 sources, 3 at 4, 2 at 5-7 and 1 at 8 (2 spilled there).
+// spills). 4 at 2-3 sources, 3 at 4, 2 at 5-7 and 1 at 8 (2 spilled there). The
+// bf16-into-f32 kernel (two stores per vector, no rounding) fits the same counts
+// (`CUT` 0; ptxas for sm_90: 124 registers, no spills).
 reduce_vec_fixed!(reduce_vec2, 4, 0, 1);
 reduce_vec_fixed!(reduce_vec3, 4, 0, 1, 2);
 reduce_vec_fixed!(reduce_vec4, 3, 0, 1, 2, 3);
@@ -324,12 +394,12 @@ reduce_vec_fixed!(reduce_vec8, 1, 0, 1, 2, 3, 4, 5, 6, 7);
 /// The vector part of [`reduce_part`] for any number of sources (more than 8).
 ///
 /// # Safety
-/// As [`reduce_vec`].
+/// As [`reduce_part`] with `vec`, `nv` vectors of `T::VEC` elements.
 #[inline(always)]
-unsafe fn reduce_vec_any<T: Elem>(
+unsafe fn reduce_vec_any<T: Elem, D: Out<T>>(
     src: &impl Fn(u32) -> *const T,
     nsrc: u32,
-    dst: *mut T,
+    dst: *mut D,
     nv: u64,
     op: u32,
     start: u64,
@@ -369,10 +439,9 @@ unsafe fn reduce_vec_any<T: Elem>(
             }
             // SAFETY: as above.
             unsafe {
-                let d = dst.cast::<V16>();
-                d.add(i as usize).write(T::pack(&a));
+                D::store_vec(dst, i, &a);
                 if two {
-                    d.add(j as usize).write(T::pack(&b));
+                    D::store_vec(dst, j, &b);
                 }
             }
             i += 2 * step;
@@ -422,24 +491,35 @@ unsafe fn reduce_staged<T: Elem>(
     let src = staged_sources(own, own_idx, staged, stride);
     let (start, step) = grid_stride();
     // SAFETY: forwarded from the caller.
-    unsafe { reduce_part::<T, 0>(src, nsrc, dst, n, op, vec_ok != 0, start, step) };
+    unsafe { reduce_part::<T, T, 0>(src, nsrc, dst, n, op, vec_ok != 0, start, step) };
 }
 
-/// sm-direct: reduces chunk `rank` of every peer's input (`bases[p] + off`) into `dst`,
-/// reading over NVLink, with optionally fused barriers.
+/// sm-direct: reduces chunk `rank` of every peer's input (`bases[p] + off`, `off` in
+/// bytes) into `dst`, reading over NVLink, with optionally fused barriers. `dst` is of
+/// the inputs' type `T`, or `f32` for a bf16 input ([`Out`]).
 ///
 /// # Safety
-/// As [`lowcon_allgather_oneshot`], with every `bases[p] + off` valid for `n` elements.
+/// As [`lowcon_allgather_oneshot`], with every `bases[p] + off` valid for `n` elements
+/// of `T` and `dst` for `n` of `D`; `vec_ok` only if every `bases[p] + off` and `dst`
+/// are 16-byte aligned.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn rs_direct<T: Elem>(f: Fused, bases: *const u64, off: u64, dst: *mut T, n: u64, op: u32, vec_ok: u32) {
+unsafe fn rs_direct<T: Elem, D: Out<T>>(
+    f: Fused,
+    bases: *const u64,
+    off: u64,
+    dst: *mut D,
+    n: u64,
+    op: u32,
+    vec_ok: u32,
+) {
     // SAFETY: the caller's contract.
     if unsafe { f.enter() } {
         // SAFETY: i < world entries in `bases`.
         let src = |i: u32| unsafe { (*bases.add(i as usize) + off) as *const T };
         let (start, step) = grid_stride();
         // SAFETY: forwarded from the caller.
-        unsafe { reduce_part::<T, 0>(src, f.world, dst, n, op, vec_ok != 0, start, step) };
+        unsafe { reduce_part::<T, D, 0>(src, f.world, dst, n, op, vec_ok != 0, start, step) };
     }
     // SAFETY: the caller's contract.
     unsafe { f.exit() };
@@ -482,7 +562,7 @@ macro_rules! reduce_kernels {
                 vec_ok: u32,
             ) |f| {
                 // SAFETY: forwarded from the caller.
-                unsafe { rs_direct::<$t>(f, bases, off, dst, n, op, vec_ok) };
+                unsafe { rs_direct::<$t, $t>(f, bases, off, dst, n, op, vec_ok) };
             }
         }
     };
@@ -491,3 +571,25 @@ macro_rules! reduce_kernels {
 reduce_kernels!(f32, lowcon_reduce_f32, lowcon_rs_direct_f32);
 reduce_kernels!(F16, lowcon_reduce_f16, lowcon_rs_direct_f16);
 reduce_kernels!(Bf16, lowcon_reduce_bf16, lowcon_rs_direct_bf16);
+
+fused_kernel! {
+    /// sm-direct of a bf16 input into an f32 output (see `rs_direct`): every
+    /// `bases[p] + off` (`off` in bytes) holds `n` bf16 sources, `dst` receives `n` f32s,
+    /// each the f32 reduction in rank order that `lowcon_rs_direct_f32` computes of the
+    /// sources widened to f32, never rounded to bf16. `vec_ok`: every `bases[p] + off`
+    /// and `dst` are 16-byte aligned (8 bf16 per 16-byte load, 8 f32 in two stores).
+    ///
+    /// # Safety
+    /// See `rs_direct`.
+    fn lowcon_rs_direct_bf16_f32(
+        bases: *const u64,
+        off: u64,
+        dst: *mut f32,
+        n: u64,
+        op: u32,
+        vec_ok: u32,
+    ) |f| {
+        // SAFETY: forwarded from the caller.
+        unsafe { rs_direct::<Bf16, f32>(f, bases, off, dst, n, op, vec_ok) };
+    }
+}

@@ -52,8 +52,10 @@ use super::check::{align256, check_all_gather, check_reduce_scatter, grow_to, no
 use super::counters::{Counters, Moved};
 use super::device_buf::DeviceBuf;
 use super::geometry::{piece_elems, tma_split};
+use super::wire::Carry;
 use super::{AgAlgo, AllGatherOptions, ArrivalForm, ReduceOp, ReduceScatterOptions, RsAlgo};
 use crate::cuda::kernels::TmaArgs;
+use crate::cuda::raw::mem_op::Op;
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::SymmetricBuffer;
@@ -647,7 +649,8 @@ impl GpuColl {
             }
             _ => {}
         }
-        // The plan maps inputs of eager ce-reduce calls only (NOTE [mapped ordinary memory]).
+        // The plan maps inputs of eager ce-reduce calls (NOTE [mapped ordinary memory]), and
+        // of sm-direct's bf16 input read in place (NOTE [bf16 input read in place]).
         let mapped = plan.map_ordinary && !input.is_symmetric();
         let stage_in = !input.is_symmetric() && !mapped;
         if stage_in && !opts.allow_staging {
@@ -673,7 +676,9 @@ impl GpuColl {
         let (mapped, stage_in) = (peers.is_some(), stage_in || (mapped && peers.is_none()));
         let in_len = if stage_in { align256(world * chunk) } else { 0 };
         let ce = algorithm == RsAlgo::CeReduce;
-        let need = in_len + if ce { ce_reduce::stage_bytes(world, n, pe, esize, once) } else { 0 };
+        // sm-direct's kernel reads the mapped peers' addresses from a table in the workspace.
+        let table = if mapped && algorithm == RsAlgo::SmDirect { align256(8 * world) } else { 0 };
+        let need = in_len + table + if ce { ce_reduce::stage_bytes(world, n, pe, esize, once) } else { 0 };
         self.prepare(&mut st, ch, mode, need, 1 + 2 * pieces)?;
         let ws = st.workspace.as_ref();
         let copy = st.copy.as_ref().expect("prepared");
@@ -717,6 +722,38 @@ impl GpuColl {
                         hint: plan.copy_hint,
                     };
                     self.ce_reduce(&c)?;
+                }
+                // NOTE [bf16 input read in place]: the peers' bf16 chunks read where they
+                // are (symmetric, or mapped), one launch, nothing packed.
+                RsAlgo::SmDirect if carry == Carry::Bf16In => {
+                    let at = (rank * chunk) as u64;
+                    let bases = match &peers {
+                        Some(a) => {
+                            let t = ws.expect("workspace sized for the table").local_ptr() + in_len as u64;
+                            let ops: Vec<Op> = (0..world)
+                                .flat_map(|p| {
+                                    let (w, at) = (a.addrs[p], t + 8 * p as u64);
+                                    [Op::Write(at, w as u32), Op::Write(at + 4, (w >> 32) as u32)]
+                                })
+                                .collect();
+                            // SAFETY: the table is inside this rank's workspace (sized above),
+                            // which the channel's calls use in stream order.
+                            raw::mem_op::batch(stream.raw(), &ops, true)?;
+                            (t, a.addrs.iter().all(|&b| (b + at).is_multiple_of(16)))
+                        }
+                        None => {
+                            let src = src.expect("symmetric, or mapped");
+                            (src.bases(), (src.off as u64 + at).is_multiple_of(16))
+                        }
+                    };
+                    let off = match &src {
+                        Some(s) => s.off as u64 + at,
+                        None => at,
+                    };
+                    let vec_ok = bases.1 && out.is_multiple_of(16);
+                    self.one_shot(stream, (ch, plan.sync, mode), |f| {
+                        kernels.rs_direct_bf16_in(stream, f, ctas, bases.0, off, out, n as u64, op.code(), vec_ok)
+                    })?;
                 }
                 RsAlgo::SmDirect => {
                     let src = src.expect("kernels read symmetric inputs");

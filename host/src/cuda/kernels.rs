@@ -41,6 +41,8 @@ pub struct Kernels {
     allgather_oneshot: CudaFunction,
     reduce: [CudaFunction; 3],
     rs_direct: [CudaFunction; 3],
+    /// sm-direct of a bf16 input into an f32 output (`lowcon_rs_direct_bf16_f32`).
+    rs_direct_bf16_in: CudaFunction,
     tma_reduce: [CudaFunction; 3],
     /// The dynamic shared memory each `tma_reduce` kernel has been allowed so far
     /// (`CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`; 48 KiB without it).
@@ -192,6 +194,7 @@ impl Kernels {
             allgather_oneshot: f(names::ALLGATHER_ONESHOT)?,
             reduce: [f(names::REDUCE[0])?, f(names::REDUCE[1])?, f(names::REDUCE[2])?],
             rs_direct: [f(names::RS_DIRECT[0])?, f(names::RS_DIRECT[1])?, f(names::RS_DIRECT[2])?],
+            rs_direct_bf16_in: f(names::RS_DIRECT_BF16_IN)?,
             tma_reduce: [f(names::TMA_REDUCE[0])?, f(names::TMA_REDUCE[1])?, f(names::TMA_REDUCE[2])?],
             tma_smem: Default::default(),
             tma_push_reduce: [
@@ -395,6 +398,39 @@ impl Kernels {
         l.arg(&bases).arg(&off).arg(&dst).arg(&n).arg(&op).arg(&vec_ok);
         // SAFETY: matches `lowcon_rs_direct_*`'s signature; validity is the caller's.
         unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(rs_direct)"))?;
+        Ok(())
+    }
+
+    /// Enqueues the sm-direct reduce-scatter of a bf16 input into an f32 output
+    /// (`lowcon_rs_direct_bf16_f32`): every rank's bf16 chunk at `bases[p] + off` (`off`
+    /// in bytes, as for [`Kernels::rs_direct`]) reduced in f32, in rank order, into `n`
+    /// f32s at `dst`, bit for bit the f32 kernel's result on the inputs widened to f32.
+    /// Launched as `rs_direct`'s floats are.
+    ///
+    /// # Safety
+    /// As [`Kernels::allgather_oneshot`], with every `bases[p] + off` valid for `n` bf16
+    /// elements and `dst` for `n` f32s; `vec_ok` only if every `bases[p] + off` and `dst`
+    /// are 16-byte aligned.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn rs_direct_bf16_in(
+        &self,
+        stream: &Stream,
+        f: FusedArgs,
+        ctas: u32,
+        bases: u64,
+        off: u64,
+        dst: u64,
+        n: u64,
+        op: u32,
+        vec_ok: bool,
+    ) -> Result<()> {
+        let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (COLL_THREADS, 1, 1), shared_mem_bytes: 0 };
+        let vec_ok = vec_ok as u32;
+        let mut l = stream.cuda_stream().launch_builder(&self.rs_direct_bf16_in);
+        l.arg(&f);
+        l.arg(&bases).arg(&off).arg(&dst).arg(&n).arg(&op).arg(&vec_ok);
+        // SAFETY: matches `lowcon_rs_direct_bf16_f32`'s signature; validity is the caller's.
+        unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(rs_direct_bf16_in)"))?;
         Ok(())
     }
 

@@ -209,9 +209,11 @@ impl RsPlan {
     /// Whether the call packs what it sends into its workspace's planes, signalled piece
     /// by piece (`coll::gpu::wire_steps`): the split wire on every algorithm that carries
     /// it, and a bf16 input on sm-direct, whose reductions read the packed bf16 over
-    /// NVLink (NOTE [the wire read directly]). ce-reduce copies a bf16 input as it is.
+    /// NVLink (NOTE [the wire read directly]), unless `map_ordinary` says its peers read
+    /// it where it is (NOTE [bf16 input read in place]). ce-reduce copies a bf16 input
+    /// as it is.
     pub fn packs(&self) -> bool {
-        runnable::packs(self.carry, self.algorithm)
+        runnable::packs(self.carry, self.algorithm, self.map_ordinary)
     }
 
     /// The plan as `key=value` pairs (what the bindings and `lowcon info` show).
@@ -658,9 +660,18 @@ impl Planner {
             (Carry::Bf16In, RsAlgo::SmDirect) if self.machine.world <= 1 => RsAlgo::CeReduce,
             _ => algorithm,
         };
+        // What the backend does: eager ce-reduce calls only (NOTE [mapped ordinary memory]),
+        // and sm-direct's bf16 input, read where it is instead of packed (NOTE [bf16 input
+        // read in place]): an ordinary one mapped (eager calls), a symmetric one as it is
+        // (captured calls too).
+        let map_asked = opts.map_ordinary.or(rule.and_then(|r| r.choose.map)).unwrap_or(false);
+        let map_ordinary = match runnable::bf16_on_sm_direct(carry, algorithm) {
+            true => map_asked && (call.input_symmetric || !call.captured),
+            false => map_asked && !call.captured && algorithm.caps().map_ordinary,
+        };
         // A pipeline's pieces, and a packed wire's (sm-direct's too).
         let caps = algorithm.caps();
-        let packs = runnable::packs(carry, algorithm);
+        let packs = runnable::packs(carry, algorithm, map_ordinary);
         let pieces = match (caps.pipelined || packs, opts.pipeline) {
             (true, Some(p)) => p,
             (true, None) => {
@@ -674,7 +685,7 @@ impl Planner {
             _ => 1,
         };
         runnable::check_ints(rank, call.input, asked, call.op)?;
-        runnable::check_wire(rank, carry, (asked, pieces), call.input, call.output)?;
+        runnable::check_wire(rank, carry, (asked, pieces, map_ordinary), call.input, call.output)?;
         runnable::check_op(rank, asked, call.op)?;
         let launch = match opts.reduce_launch.named() {
             None => rule.and_then(|r| r.choose.launch).and_then(ReduceLaunch::named).unwrap_or(LaunchForm::Pieces),
@@ -688,10 +699,6 @@ impl Planner {
         let sync = self.sync(call.captured, (opts.sync, opts.graph_sync), rule);
         // NOTE [replay sync]: lowcon's own graph of an eager call waits as a captured call.
         let replay_sync = self.sync(true, (opts.sync, opts.graph_sync), rule);
-        // What the backend does: eager ce-reduce calls only (NOTE [mapped ordinary memory]).
-        let map_ordinary = opts.map_ordinary.or(rule.and_then(|r| r.choose.map)).unwrap_or(false)
-            && !call.captured
-            && algorithm.caps().map_ordinary;
         let origin = self.origin(named.is_none(), rule);
         // NOTE [plan settings].
         let set = self.settings();
@@ -713,7 +720,10 @@ impl Planner {
             map_ordinary,
             tma,
             // NOTE [wire replays]: eager calls that pack.
-            replays: set.wire_replays && runnable::packs(carry, algorithm) && !call.captured && !opts.traffic,
+            replays: set.wire_replays
+                && runnable::packs(carry, algorithm, map_ordinary)
+                && !call.captured
+                && !opts.traffic,
             copy_hint: set.copy_hint,
             ll_overlap: self.ll_overlap(algorithm == RsAlgo::Ll),
             memop_batch: set.memop_batch,

@@ -62,9 +62,15 @@ pub(crate) fn carry(rank: usize, input: DType, output: DType, wire: Option<DType
 
 /// Whether a call carrying `carry` on `algorithm` packs what it sends into its
 /// workspace's planes, signalled piece by piece: the split wire, and a bf16 input on
-/// sm-direct (NOTE [the wire read directly]; `RsPlan::packs`).
-pub(crate) fn packs(carry: Carry, algorithm: RsAlgo) -> bool {
-    carry == Carry::Split || (carry == Carry::Bf16In && algorithm == RsAlgo::SmDirect)
+/// sm-direct unless its peers read it where it is (`in_place`: NOTE [bf16 input read in
+/// place]; NOTE [the wire read directly]; `RsPlan::packs`).
+pub(crate) fn packs(carry: Carry, algorithm: RsAlgo, in_place: bool) -> bool {
+    carry == Carry::Split || (bf16_on_sm_direct(carry, algorithm) && !in_place)
+}
+
+/// A bf16 input into f32 on sm-direct: packed into the wire's planes, or read in place.
+pub(crate) fn bf16_on_sm_direct(carry: Carry, algorithm: RsAlgo) -> bool {
+    carry == Carry::Bf16In && algorithm == RsAlgo::SmDirect
 }
 
 /// Whether `a` can run `call` (what the planner's `auto` picks among): integers reduce
@@ -132,15 +138,16 @@ pub(crate) fn check_wire_pieces(rank: usize, want: u32) -> Result<()> {
 
 /// Refuses an algorithm that cannot send `carry`'s wire (naming the ones that can), or
 /// more pieces than the split wire has signals for (at any world size, one rank
-/// included, where nothing crosses and the call runs as an f32 one).
+/// included, where nothing crosses and the call runs as an f32 one); `in_place`: a bf16
+/// input on sm-direct read where it is, which packs nothing.
 pub(crate) fn check_wire(
     rank: usize,
     carry: Carry,
-    (algorithm, pieces): (RsAlgo, u32),
+    (algorithm, pieces, in_place): (RsAlgo, u32, bool),
     input: DType,
     output: DType,
 ) -> Result<()> {
-    if packs(carry, algorithm) {
+    if packs(carry, algorithm, in_place) {
         check_wire_pieces(rank, pieces)?;
     }
     // The split wire read directly is sm-direct's (NOTE [the wire read directly] in
@@ -229,26 +236,30 @@ mod tests {
     #[test]
     fn the_wire_runs_where_declared_and_the_others_refuse_by_name() {
         use RsAlgo as A;
-        check_wire(0, Carry::Same, (A::Ll, 1), F32, F32).unwrap();
+        check_wire(0, Carry::Same, (A::Ll, 1, false), F32, F32).unwrap();
         // The wire read directly (NOTE [the wire read directly]): the split wire's planes,
         // or a bf16 input packed as top halves, at most `WIRE_PIECES` pieces either way.
-        check_wire(0, Carry::Split, (A::SmDirect, 4), F32, F32).unwrap();
-        check_wire(0, Carry::Bf16In, (A::SmDirect, 8), Bf16, F32).unwrap();
-        let e = check_wire(2, Carry::Bf16In, (A::SmDirect, 65), Bf16, F32).unwrap_err().to_string();
+        check_wire(0, Carry::Split, (A::SmDirect, 4, false), F32, F32).unwrap();
+        check_wire(0, Carry::Bf16In, (A::SmDirect, 8, false), Bf16, F32).unwrap();
+        let e = check_wire(2, Carry::Bf16In, (A::SmDirect, 65, false), Bf16, F32).unwrap_err().to_string();
         assert!(e.contains("rank 2: pipeline 65"), "{e}");
         // ce-reduce copies a bf16 input as it is: no signals per piece, no cap.
-        check_wire(0, Carry::Bf16In, (A::CeReduce, 65), Bf16, F32).unwrap();
-        assert!(packs(Carry::Bf16In, A::SmDirect) && packs(Carry::Split, A::CeReduce));
-        assert!(!packs(Carry::Bf16In, A::CeReduce) && !packs(Carry::Same, A::SmDirect));
+        check_wire(0, Carry::Bf16In, (A::CeReduce, 65, false), Bf16, F32).unwrap();
+        assert!(packs(Carry::Bf16In, A::SmDirect, false) && packs(Carry::Split, A::CeReduce, false));
+        assert!(!packs(Carry::Bf16In, A::CeReduce, false) && !packs(Carry::Same, A::SmDirect, false));
+        // A bf16 input read in place packs nothing, and has no piece limit; the split wire
+        // packs whatever `in_place` says.
+        assert!(!packs(Carry::Bf16In, A::SmDirect, true) && packs(Carry::Split, A::SmDirect, true));
+        check_wire(0, Carry::Bf16In, (A::SmDirect, 65, true), Bf16, F32).unwrap();
         for c in [Carry::Split, Carry::Bf16In] {
-            check_wire(0, c, (A::CeReduce, 64), F32, F32).unwrap();
+            check_wire(0, c, (A::CeReduce, 64, false), F32, F32).unwrap();
             let kernels = [A::TmaReduce, A::TmaReduceEvict, A::TmaPushReduce, A::Ll];
             for a in kernels {
-                let e = check_wire(1, c, (a, 1), Bf16, F32).unwrap_err().to_string();
+                let e = check_wire(1, c, (a, 1, false), Bf16, F32).unwrap_err().to_string();
                 assert!(e.contains("rank 1") && e.contains(a.name()) && e.contains("bf16 into f32"), "{e}");
             }
         }
-        let e = check_wire(2, Carry::Split, (A::CeReduce, 65), F32, F32).unwrap_err().to_string();
+        let e = check_wire(2, Carry::Split, (A::CeReduce, 65, false), F32, F32).unwrap_err().to_string();
         assert!(e.contains("rank 2: pipeline 65") && e.contains("at most 64"), "{e}");
     }
 

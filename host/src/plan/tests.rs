@@ -620,6 +620,50 @@ fn a_bf16_input_into_f32_packs_on_sm_direct_and_copies_on_ce_reduce() {
 }
 
 #[test]
+fn a_bf16_input_read_in_place_packs_nothing() {
+    // NOTE [bf16 input read in place]: a rule (or the caller) with `map` has sm-direct read
+    // a bf16 input into f32 where it is: mapped when ordinary (eager calls only: a
+    // captured ordinary input packs), as it is when symmetric (captured too); one piece,
+    // no replays of the wire's graphs.
+    let text = "lowcon-tuning 1\nmachine gpu=H200 world=4\nsource test\n\
+                reduce-scatter context=fsdp dtype=bf16 out=f32 algorithm=sm-direct ctas=16 sync=memop map=yes\n";
+    let p = h200_w4_with("mine.txt", text);
+    let fsdp = ReduceScatterOptions { context: Context::Fsdp, ..Default::default() };
+    let call = |input_symmetric, captured| RsCall {
+        chunk: 64 << 20,
+        input: DType::Bf16,
+        output: DType::F32,
+        op: ReduceOp::Sum,
+        input_symmetric,
+        captured,
+    };
+    for (symmetric, captured, in_place) in
+        [(false, false, true), (true, false, true), (true, true, true), (false, true, false)]
+    {
+        let plan = rs(&p, &call(symmetric, captured), &fsdp);
+        assert_eq!((plan.algorithm, plan.ctas, plan.carry), (RsAlgo::SmDirect, 16, Carry::Bf16In), "{plan:?}");
+        assert_eq!((plan.map_ordinary, plan.packs()), (in_place, !in_place), "{symmetric} {captured}: {plan:?}");
+        if in_place {
+            assert!(plan.pieces == 1 && !plan.replays, "{plan:?}");
+        }
+    }
+    // The caller's `map_ordinary` wins over the rule's either way.
+    let no = ReduceScatterOptions { map_ordinary: Some(false), ..fsdp };
+    assert!(rs(&p, &call(false, false), &no).packs());
+    let named = ReduceScatterOptions {
+        algorithm: ReduceScatterAlgorithm::SmDirect,
+        map_ordinary: Some(true),
+        pipeline: Some(65),
+        ..Default::default()
+    };
+    // Read in place, nothing is packed: the wire's piece limit does not apply.
+    assert!(!rs(&p, &call(false, false), &named).packs());
+    // An f32 call is not a bf16 input: sm-direct's `map` changes nothing there.
+    let f32_call = RsCall { input: DType::F32, ..call(false, false) };
+    assert!(!rs(&p, &f32_call, &ReduceScatterOptions { map_ordinary: Some(true), ..named }).map_ordinary);
+}
+
+#[test]
 fn no_shipped_table_sends_the_wire_without_the_hint() {
     // lowcon.fsdp's and the torch backend's `reduce_scatter_wire=None` give no hint and
     // no wire of their own: the shipped tables then keep f32 on the wire.

@@ -227,8 +227,10 @@ fn compare(case: &Case, seed: u64, rank: usize, world: usize, got: &[u8]) -> (us
         }
         Coll::ReduceScatter(_, op) if case.dtype.is_int() => {
             // Exact: wrapping sums in the type's width (computed here in i128), min, max.
-            let ins: Vec<Vec<u8>> =
-                (0..world).into_par_iter().map(|p| input_bytes(case.dtype, seed, p, rank * case.count, case.count)).collect();
+            let ins: Vec<Vec<u8>> = (0..world)
+                .into_par_iter()
+                .map(|p| input_bytes(case.dtype, seed, p, rank * case.count, case.count))
+                .collect();
             for k in 0..case.count {
                 let vals = ins.iter().map(|v| int_of(case.dtype, &v[k * s..(k + 1) * s]));
                 let want = match op {
@@ -246,8 +248,10 @@ fn compare(case: &Case, seed: u64, rank: usize, world: usize, got: &[u8]) -> (us
             }
         }
         Coll::ReduceScatter(algorithm, op) => {
-            let ins: Vec<Vec<u8>> =
-                (0..world).into_par_iter().map(|p| input_bytes(case.dtype, seed, p, rank * case.count, case.count)).collect();
+            let ins: Vec<Vec<u8>> = (0..world)
+                .into_par_iter()
+                .map(|p| input_bytes(case.dtype, seed, p, rank * case.count, case.count))
+                .collect();
             let (rel, abs) = tolerance(case.dtype);
             // Per task of PAR_ELEMS elements: its wrong count and its first wrong one.
             let parts: Vec<(usize, Option<String>)> = (0..case.count.div_ceil(PAR_ELEMS))
@@ -262,8 +266,7 @@ fn compare(case: &Case, seed: u64, rank: usize, world: usize, got: &[u8]) -> (us
                             ReduceOp::Min => vals.fold(f64::INFINITY, f64::min),
                             ReduceOp::Max => vals.fold(f64::NEG_INFINITY, f64::max),
                         };
-                        let abs_sum: f64 =
-                            ins.iter().map(|v| as_f64(case.dtype, &v[k * s..(k + 1) * s]).abs()).sum();
+                        let abs_sum: f64 = ins.iter().map(|v| as_f64(case.dtype, &v[k * s..(k + 1) * s]).abs()).sum();
                         let slack = push_slack(algorithm, case.dtype, world, abs_sum);
                         let have = as_f64(case.dtype, &got[k * s..(k + 1) * s]);
                         let ok = (have - want).abs() <= rel * want.abs() + abs + slack; // false for NaN (poison)
@@ -278,7 +281,9 @@ fn compare(case: &Case, seed: u64, rank: usize, world: usize, got: &[u8]) -> (us
                 })
                 .collect();
             for (n, f) in parts {
-                if wrong == 0 && let Some(f) = f {
+                if wrong == 0
+                    && let Some(f) = f
+                {
                     first = f;
                 }
                 wrong += n;

@@ -28,14 +28,18 @@ pub struct Typed {
     pub channel: u32,
     /// Pieces (`None`: the default).
     pub pipeline: Option<u32>,
+    /// `map_ordinary` (`None`: the plan's): for a bf16 input on sm-direct, whether the
+    /// peers read it where it is instead of packing it (NOTE [bf16 input read in place]).
+    pub map: Option<bool>,
 }
 
 impl Typed {
     pub(crate) fn name(&self) -> String {
         let w = self.wire.map_or(String::new(), |w| format!(" wire {w}"));
         let p = self.pipeline.map_or(String::new(), |p| format!(" {p} pieces"));
+        let m = self.map.map_or(String::new(), |m| format!(" map_ordinary={m}"));
         format!(
-            "reduce-scatter/{}/{} {} -> {}{w} x{}{p} {}{} {:?}",
+            "reduce-scatter/{}/{} {} -> {}{w} x{}{p}{m} {}{} {:?}",
             self.algorithm,
             self.op,
             self.input,
@@ -53,6 +57,7 @@ impl Typed {
             channel: self.channel,
             pipeline: self.pipeline,
             wire: self.wire,
+            map_ordinary: self.map,
             ..Default::default()
         }
         .with_sync(self.sync)
@@ -60,6 +65,13 @@ impl Typed {
 
     /// The same call on lowcon's f32 path: f32 in and out, no wire, ce-reduce.
     pub(crate) fn f32_twin(&self) -> Self {
-        Self { algorithm: ReduceScatterAlgorithm::CeReduce, input: DType::F32, output: DType::F32, wire: None, ..*self }
+        Self {
+            algorithm: ReduceScatterAlgorithm::CeReduce,
+            input: DType::F32,
+            output: DType::F32,
+            wire: None,
+            map: None,
+            ..*self
+        }
     }
 }

@@ -168,6 +168,7 @@ fn wire_case(sync: SyncMethod, channel: u32) -> Typed {
         sync,
         channel,
         pipeline: None,
+        map: None,
     }
 }
 
@@ -243,20 +244,24 @@ pub fn wire_suite(r: &Runner, sync: SyncMethod, large: usize) -> Result<String, 
     // [the wire read directly]; with more pieces than the planes' ring holds at 262_147;
     // 65_536 keeps every piece 16-byte aligned, so the packs and reductions take their
     // vector paths, as FSDP2's do).
-    let bf16_counts = [1usize, 7, 1003, 65_541, 262_147, 65_536];
+    // The last three: sm-direct reading the bf16 input where it is (NOTE [bf16 input read
+    // in place]): symmetric (aligned and not), and ordinary memory mapped (eager).
+    let bf16_counts = [1usize, 7, 1003, 65_541, 262_147, 65_536, 65_536, 1003, 65_541];
     for (o, op) in ReduceOp::ALL.into_iter().enumerate() {
         for (k, &count) in bf16_counts.iter().enumerate() {
             if count == 262_147 && op != ReduceOp::Sum && op != ReduceOp::Max {
                 continue;
             }
+            let in_place = k >= 6;
             let sm = (k + o) % 2 == 1 || k >= 4;
             let c = Typed {
                 op,
                 count,
                 input: DType::Bf16,
                 wire: if k % 2 == 0 { None } else { Some(DType::Bf16) },
-                symmetric: k % 2 == 0,
-                misalign: if k == 3 { 3 } else { 0 },
+                symmetric: if in_place { k < 8 } else { k % 2 == 0 },
+                misalign: if k == 3 || k == 7 { 3 } else { 0 },
+                map: in_place.then_some(true),
                 algorithm: if sm { ReduceScatterAlgorithm::SmDirect } else { ReduceScatterAlgorithm::CeReduce },
                 pipeline: match (sm, k) {
                     (true, 4) => Some(8),

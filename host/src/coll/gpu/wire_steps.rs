@@ -30,6 +30,22 @@
 //! wire's pack read the f32 copy-in and wrote both halves (6 bytes an element on the
 //! SMs, and 6 more for the copy-in, against 4 and 4).
 //!
+//! NOTE [bf16 input read in place]
+//! Packing is a copy into planes that the peers can read, signalled piece by piece: a
+//! pack launch and a reduction launch per piece. Beside a GEMM that holds every SM, each
+//! launch waits for a GEMM kernel to end (NOTE [one launch per call]), so a packed call
+//! of several pieces finishes a fraction of the calls one launch would (2x H200,
+//! 2026-11-28, ea8ac1c, 256 MiB per rank beside a saturated 8192³ GEMM: 49 GB/s at 64
+//! CTAs, where sm-direct's single launch over a symmetric bf16 input moved 154-166).
+//! Where the plan's `map_ordinary` says so, sm-direct reads a bf16 input where it is
+//! instead: a symmetric input as it is, an ordinary one through the peers' IPC mappings
+//! of it (an address exchange per call: `coll::gpu::mapped`, a host rendezvous, since
+//! reduce-scatter inputs are not predicted), with one fused kernel
+//! (`lowcon_rs_direct_bf16_f32`) between the entry and exit barriers: the peers' bf16
+//! chunks added to this rank's in f32, in rank order, bit for bit the packed path's
+//! result. Nothing is packed, so no planes (no workspace beyond the mapped addresses'
+//! table) and no pieces; a captured call of an ordinary input cannot exchange, and packs.
+//!
 //! NOTE [plane ring]
 //! The planes were the size of the input less one chunk (3/4 of it at 4 ranks): FSDP2's
 //! largest reduce-scatter at 8192x4 kept 2.26 GiB of them per rank, which put lowcon's
