@@ -12,7 +12,7 @@
 #            leaves it out); OVERLAP_FLAGS replaces --bf16-in (empty: a bf16 reduce-scatter)
 #   fsdp2    FSDP2 paired at 2 ranks, 8192x4 and 4096x12 at 1024 tokens, fp32 reduce, 20
 #            rounds: NCCL, its A/A twin, lowcon as shipped, its fp32 copy-in, NCCL-CE,
-#            no communication (W2_SWEEP, W2_ROUNDS, W2_S override)
+#            no communication (W2_SWEEP, W2_ROUNDS, W2_S, W2_MODES override)
 #   mem2     peak memory at 2 ranks, 8192x4, lowcon as shipped in a job of its own beside
 #            NCCL (a job's modes share one group and its workspaces)
 #   small    small messages at 2 ranks (gpu-planner.sh's part, SMALL_REPEAT sweeps, 3)
@@ -60,7 +60,7 @@ if [[ $parts == *" fsdp2 "* || $parts == *" mem2 "* || $parts == *" small "* ]];
   st "gpu-planner.sh ${p[*]} w=2" planner.txt 420 env OUT="$out" PARTS="${p[*]}" SMALL_NPROC=2 \
     SMALL_REPEAT="${SMALL_REPEAT:-3}" FSDP2_W2_SWEEP="${W2_SWEEP:-8192x4:1024;4096x12:1024}" \
     FSDP2_W2_ROUNDS="${W2_ROUNDS:-20}" FSDP2_W2_S="${W2_S:-240}" \
-    FSDP2_W2_MODES="nccl,nccl-b,lowcon,lowcon@copyin=fp32,nccl-ce,nocomm" BUDGET="${PLANNER_BUDGET:-400}" \
+    FSDP2_W2_MODES="${W2_MODES:-nccl,nccl-b,lowcon,lowcon@copyin=fp32,nccl-ce,nocomm}" BUDGET="${PLANNER_BUDGET:-400}" \
     bash "$here/gpu-planner.sh"
   mkdir -p "$out/mem2"
   has mem2 && st "gpu-planner.sh fsdp2 w=2, peak memory" mem2.txt 90 env OUT="$out/mem2" PARTS=fsdp2 \
