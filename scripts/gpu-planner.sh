@@ -41,7 +41,8 @@
 #   deadpeer a rank dies at 4 ranks (SIGKILL, kernel and memop sync; a clean exit under 16 MiB
 #           staged calls; one during graph replays; SIGKILL and a clean exit between the bf16
 #           wire's own graph launches, SIGKILL between those of a bf16 input packed by
-#           sm-direct): the survivors name it (gpu-dead-peer.sh)
+#           sm-direct, and between calls that read it in place): the survivors name it
+#           (gpu-dead-peer.sh)
 #   graphcost the host's time per cudaGraphLaunch by what the graph holds (kernels, memop waits,
 #           copies, the wire's shapes), with 8 and 32 hardware queues, and with the host's
 #           caches flushed before each call
@@ -119,6 +120,8 @@ if has deadpeer; then
   for m in kernel memop; do
     st "dead peer w=4 $m (SIGKILL, bf16 input packed, replays)" deadpeer.txt 80 \
       env DP_ARGS="--bf16-in --elems 1048576" bash "$here/gpu-dead-peer.sh" 0,1,2,3 4 "$m" "$L" "$out" 200
+    st "dead peer w=4 $m (SIGKILL, bf16 input read in place)" deadpeer.txt 80 \
+      env DP_ARGS="--bf16-in --in-place --elems 1048576" bash "$here/gpu-dead-peer.sh" 0,1,2,3 4 "$m" "$L" "$out" 200
   done
 fi
 read -r -a extra <<< "${FSDP2_ARGS:-}"

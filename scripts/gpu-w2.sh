@@ -5,7 +5,8 @@
 # root. Logs go to /tmp/w2 and leave as $OUT/w2.tgz (one file), with $OUT/summary.txt.
 # Parts:
 #   check    coll-wire at 2 real GPUs (the bf16 input on sm-direct, replays), and a rank
-#            SIGKILLed between the replays of a bf16 input packed by sm-direct (kernel, memop)
+#            SIGKILLed between the replays of a bf16 input packed by sm-direct, and between
+#            the calls that read it in place (kernel, memop)
 #   overlap  beside a saturated 8192^3 GEMM, 256 MiB per rank: the reduce-scatter FSDP2
 #            ships (`bench overlap --bf16-in`, each of OVERLAP_RS, ALGORITHM:CTAS entries;
 #            NCCL and NCCL-CE in f32 and bf16) and the all-gather (ce-pull; OVERLAP_AG=
@@ -14,7 +15,7 @@
 #            rounds: NCCL, its A/A twin, lowcon as shipped, its fp32 copy-in, NCCL-CE,
 #            no communication (W2_SWEEP, W2_ROUNDS, W2_S, W2_MODES override)
 #   mem2     peak memory at 2 ranks, 8192x4, lowcon as shipped in a job of its own beside
-#            NCCL (a job's modes share one group and its workspaces)
+#            NCCL (a job's modes share one group and its workspaces; W2_MEM_MODES overrides)
 #   small    small messages at 2 ranks (gpu-planner.sh's part, SMALL_REPEAT sweeps, 3)
 # COMMIT names the commit measured. Exit status 0 only if every step passed.
 set -uo pipefail
@@ -36,6 +37,8 @@ if has check; then
   for m in kernel memop; do
     st "dead peer w=2 $m (SIGKILL, bf16 input packed, replays)" deadpeer.txt 80 \
       env DP_ARGS="--bf16-in --elems 1048576" bash "$here/gpu-dead-peer.sh" 0,1 2 "$m" "$L" "$out" 200
+    st "dead peer w=2 $m (SIGKILL, bf16 input read in place)" deadpeer.txt 80 \
+      env DP_ARGS="--bf16-in --in-place --elems 1048576" bash "$here/gpu-dead-peer.sh" 0,1 2 "$m" "$L" "$out" 200
   done
 fi
 if has overlap; then
@@ -64,7 +67,7 @@ if [[ $parts == *" fsdp2 "* || $parts == *" mem2 "* || $parts == *" small "* ]];
     bash "$here/gpu-planner.sh"
   mkdir -p "$out/mem2"
   has mem2 && st "gpu-planner.sh fsdp2 w=2, peak memory" mem2.txt 90 env OUT="$out/mem2" PARTS=fsdp2 \
-    FSDP2_W2_SWEEP="8192x4:1024" FSDP2_W2_ROUNDS=6 FSDP2_W2_S=60 FSDP2_W2_MODES="nccl,lowcon,nocomm" BUDGET=75 \
+    FSDP2_W2_SWEEP="8192x4:1024" FSDP2_W2_ROUNDS=6 FSDP2_W2_S=60 FSDP2_W2_MODES="${W2_MEM_MODES:-nccl,lowcon,nocomm}" BUDGET=75 \
     bash "$here/gpu-planner.sh"
 fi
 cat "$out/summary.txt"

@@ -170,7 +170,9 @@ pub(crate) enum Scenario {
     /// the others must name it. GPU: `--elems` f32 per rank (default 16384), `--staged`
     /// from ordinary buffers, `--wire`: bf16-wire reduce-scatters instead, launched as one
     /// graph from the second call on (NOTE [wire replays]); `--bf16-in`: reduce-scatters
-    /// of a bf16 input into f32 on sm-direct (FSDP2's bf16 copy-in), packed and replayed alike.
+    /// of a bf16 input into f32 on sm-direct (FSDP2's bf16 copy-in), packed and replayed alike;
+    /// `--bf16-in --in-place`: the same read in place (`map_ordinary`: an address exchange
+    /// per call, then one kernel).
     CollDeadPeer {
         #[arg(long, default_value = "host")]
         backend: String,
@@ -188,6 +190,8 @@ pub(crate) enum Scenario {
         wire: bool,
         #[arg(long, conflicts_with_all = ["staged", "wire"])]
         bf16_in: bool,
+        #[arg(long, requires = "bf16_in")]
+        in_place: bool,
         #[arg(long, default_value_t = 10_000)]
         timeout_ms: u64,
         #[arg(long)]
@@ -369,8 +373,21 @@ pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
                 _ => coll::Runner::from_env(false, None).and_then(|r| coll::host_stress(&r, iters, streams)),
             },
         ),
-        Scenario::CollDeadPeer { backend, victim, kill_at, exit, elems, staged, wire, bf16_in, timeout_ms, method } => {
+        Scenario::CollDeadPeer {
+            backend,
+            victim,
+            kill_at,
+            exit,
+            elems,
+            staged,
+            wire,
+            bf16_in,
+            in_place,
+            timeout_ms,
+            method,
+        } => {
             let call = match (staged, wire, bf16_in) {
+                (_, _, true) if in_place => dead_peer::DeadPeerCall::Bf16InPlace,
                 (_, _, true) => dead_peer::DeadPeerCall::Bf16In,
                 (_, true, _) => dead_peer::DeadPeerCall::Wire,
                 (true, _, _) => dead_peer::DeadPeerCall::Staged,

@@ -47,6 +47,9 @@ pub enum DeadPeerCall {
     /// Reduce-scatters of a bf16 input into f32 on sm-direct (FSDP2's bf16 copy-in), of
     /// ordinary buffers: packed as the wire is (`RsPlan::packs`) and replayed alike.
     Bf16In,
+    /// The same, read in place (`map_ordinary`, NOTE [bf16 input read in place]): an
+    /// address exchange per call, then one kernel; nothing packed or replayed.
+    Bf16InPlace,
 }
 
 /// GPU backend: [`dead_peer_loop`] over `call`s of `count` f32 elements per rank (the
@@ -68,7 +71,9 @@ pub fn gpu_dead_peer(
     let packs = matches!(call, DeadPeerCall::Wire | DeadPeerCall::Bf16In);
     let coll = match call {
         DeadPeerCall::Wire => Coll::ReduceScatter(ReduceScatterAlgorithm::Auto, ReduceOp::Sum),
-        DeadPeerCall::Bf16In => Coll::ReduceScatter(ReduceScatterAlgorithm::SmDirect, ReduceOp::Sum),
+        DeadPeerCall::Bf16In | DeadPeerCall::Bf16InPlace => {
+            Coll::ReduceScatter(ReduceScatterAlgorithm::SmDirect, ReduceOp::Sum)
+        }
         _ => Coll::AllGather(AllGatherAlgorithm::Auto),
     };
     let case = Case {
@@ -85,6 +90,7 @@ pub fn gpu_dead_peer(
     let (inp, out) = r.prepare(&case, &input_bytes(DType::F32, 7, rank, 0, case.in_count(world)))?;
     let wire = ReduceScatterOptions { wire: Some(DType::Bf16), ..case.rs_opts(ReduceScatterAlgorithm::Auto) };
     let bf16_in = case.rs_opts(ReduceScatterAlgorithm::SmDirect);
+    let in_place = ReduceScatterOptions { map_ordinary: Some(true), ..bf16_in };
     let res = dead_peer_loop(
         rank,
         victim,
@@ -94,12 +100,14 @@ pub fn gpu_dead_peer(
         timeout,
         |_| {
             // A bf16 input takes the first half of the f32 case's input buffer.
-            let in_dtype = if call == DeadPeerCall::Bf16In { DType::Bf16 } else { case.dtype };
+            let bf16 = matches!(call, DeadPeerCall::Bf16In | DeadPeerCall::Bf16InPlace);
+            let in_dtype = if bf16 { DType::Bf16 } else { case.dtype };
             let ib = inp.buf(0, case.in_count(world), in_dtype).map_err(lowcon::Error::InvalidArgument)?;
             let ob = out.buf(0, case.out_count(world), case.dtype).map_err(lowcon::Error::InvalidArgument)?;
             match call {
                 DeadPeerCall::Wire => r.g.reduce_scatter(ib, ob, ReduceOp::Sum, r.stream, &wire),
                 DeadPeerCall::Bf16In => r.g.reduce_scatter(ib, ob, ReduceOp::Sum, r.stream, &bf16_in),
+                DeadPeerCall::Bf16InPlace => r.g.reduce_scatter(ib, ob, ReduceOp::Sum, r.stream, &in_place),
                 _ => r.g.all_gather(ib, ob, r.stream, &case.ag_opts(AllGatherAlgorithm::Auto)),
             }
         },
