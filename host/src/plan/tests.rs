@@ -603,15 +603,20 @@ fn a_bf16_input_into_f32_packs_on_sm_direct_and_copies_on_ce_reduce() {
         assert!(e.contains("pipeline 65"), "{e}");
     }
     // FSDP2's bf16 copy-in (lowcon.fsdp, NOTE [bf16 copy-in]): the shipped tables pack it
-    // on sm-direct, 64 CTAs, at 4 ranks (at most 8 pieces) and at 2 (at most 4): no
-    // mapping, so no host rendezvous at any call.
+    // on sm-direct, 64 CTAs, at 4 ranks (at most 8 pieces) and at 2 on H100 (at most 4):
+    // no mapping, so no host rendezvous at any call. 2x H200 reads it in place on 16 CTAs
+    // (NOTE [bf16 input read in place]), one piece, mapped (a rendezvous per call).
     let fsdp = ReduceScatterOptions { context: Context::Fsdp, ..Default::default() };
-    for (device, world, max) in
-        [("NVIDIA H100 80GB HBM3", 4, 8), ("NVIDIA H200", 4, 8), ("NVIDIA H100 80GB HBM3", 2, 4), ("NVIDIA H200", 2, 4)]
-    {
+    for (device, world, max, ctas) in [
+        ("NVIDIA H100 80GB HBM3", 4, 8, 64),
+        ("NVIDIA H200", 4, 8, 64),
+        ("NVIDIA H100 80GB HBM3", 2, 4, 64),
+        ("NVIDIA H200", 2, 1, 16),
+    ] {
         let plan = rs(&planner(device, world), &call, &fsdp);
-        assert_eq!((plan.algorithm, plan.ctas, plan.carry), (RsAlgo::SmDirect, 64, Carry::Bf16In), "{device} x{world}");
-        assert!(plan.packs() && !plan.map_ordinary && plan.pieces == max, "{plan:?}");
+        assert_eq!((plan.algorithm, plan.ctas, plan.carry), (RsAlgo::SmDirect, ctas, Carry::Bf16In), "{device} x{world}");
+        let packed = ctas == 64;
+        assert_eq!((plan.packs(), plan.map_ordinary, plan.pieces), (packed, !packed, max), "{plan:?}");
         assert!(plan.origin.contains(&format!("-w{world}.txt")), "{}", plan.origin);
     }
     // One rank packs for no one: the plan reduces its own chunk on ce-reduce.
