@@ -614,7 +614,11 @@ fn a_bf16_input_into_f32_packs_on_sm_direct_and_copies_on_ce_reduce() {
         ("NVIDIA H200", 2, 1, 16),
     ] {
         let plan = rs(&planner(device, world), &call, &fsdp);
-        assert_eq!((plan.algorithm, plan.ctas, plan.carry), (RsAlgo::SmDirect, ctas, Carry::Bf16In), "{device} x{world}");
+        assert_eq!(
+            (plan.algorithm, plan.ctas, plan.carry),
+            (RsAlgo::SmDirect, ctas, Carry::Bf16In),
+            "{device} x{world}"
+        );
         let packed = ctas == 64;
         assert_eq!((plan.packs(), plan.map_ordinary, plan.pieces), (packed, !packed, max), "{plan:?}");
         assert!(plan.origin.contains(&format!("-w{world}.txt")), "{}", plan.origin);
