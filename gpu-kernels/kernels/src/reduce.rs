@@ -576,11 +576,15 @@ fused_kernel! {
     /// sm-direct of a bf16 input into an f32 output (see `rs_direct`): every
     /// `bases[p] + off` (`off` in bytes) holds `n` bf16 sources, `dst` receives `n` f32s,
     /// each the f32 reduction in rank order that `lowcon_rs_direct_f32` computes of the
-    /// sources widened to f32, never rounded to bf16. `vec_ok`: every `bases[p] + off`
-    /// and `dst` are 16-byte aligned (8 bf16 per 16-byte load, 8 f32 in two stores).
+    /// sources widened to f32, never rounded to bf16. `vec_ok`: `dst` is 16-byte aligned;
+    /// the kernel takes its vector path (8 bf16 per 16-byte load, 8 f32 in two stores)
+    /// only if every `bases[p] + off` is too, which it checks itself.
+    /// `gate` (null: none): the verify word that `bases` waits for (`sync::gate`), with
+    /// `rank`, `channel`, `timeout_ns` and `err` for its timeout's report.
     ///
     /// # Safety
-    /// See `rs_direct`.
+    /// See `rs_direct`; `gate` null or valid mapped memory, `err` a valid `ErrorRecord`;
+    /// `bases` read only after the gate.
     fn lowcon_rs_direct_bf16_f32(
         bases: *const u64,
         off: u64,
@@ -588,8 +592,28 @@ fused_kernel! {
         n: u64,
         op: u32,
         vec_ok: u32,
+        gate: *const u32,
+        gate_value: u32,
+        rank: u32,
+        channel: u32,
+        timeout_ns: u64,
+        err: *mut lowcon_abi::ErrorRecord,
     ) |f| {
+        // NOTE [addresses predicted]: `bases` holds predicted peer addresses until the
+        // verify word `gate` reaches `gate_value` (the verifier rewrites any that missed
+        // first); null: none predicted.
         // SAFETY: forwarded from the caller.
-        unsafe { rs_direct::<Bf16, f32>(f, bases, off, dst, n, op, vec_ok) };
+        unsafe { crate::sync::gate(gate, gate_value, rank, channel, timeout_ns, err) };
+        // The sources' alignment is known only once `bases` is final (after the gate): the
+        // caller's `vec_ok` speaks for `off` and `dst`.
+        let mut aligned = vec_ok != 0;
+        let mut p = 0;
+        while aligned && p < f.world {
+            // SAFETY: p < world entries in `bases`, final after the gate.
+            aligned = unsafe { (*bases.add(p as usize) + off) }.is_multiple_of(16);
+            p += 1;
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { rs_direct::<Bf16, f32>(f, bases, off, dst, n, op, aligned as u32) };
     }
 }

@@ -178,6 +178,46 @@ pub unsafe extern "ptx-kernel" fn lowcon_wait_signal(
     unsafe { wait(pads, rank, world, peer, channel, pad::P2P, epoch, timeout_ns, err) };
 }
 
+/// The gate of a kernel that reads peer addresses predicted by the host (NOTE [addresses
+/// predicted]): thread 0 of each CTA waits until `word` (the verify word) reaches
+/// `value`, as `lowcon_wait_word` does, and the CTA's barrier hands its acquire to the
+/// other threads. No gate when `word` is null. A timeout or the group's abort reports
+/// in `err` and lets the CTA go on (the group has failed; nothing it computes is used).
+///
+/// # Safety
+/// `word` null or valid mapped memory for the kernel's life; `err` a valid
+/// `ErrorRecord`; every thread of the CTA calls it.
+#[inline(always)]
+pub(crate) unsafe fn gate(
+    word: *const u32,
+    value: u32,
+    rank: u32,
+    channel: u32,
+    timeout_ns: u64,
+    err: *mut ErrorRecord,
+) {
+    if word.is_null() {
+        return;
+    }
+    if thread_idx_x() == 0 {
+        // SAFETY: forwarded from the caller.
+        if let Err(t) = unsafe { wait_epoch_acquire_sys_or_abort(word, value, timeout_ns, err.cast::<u32>()) } {
+            let rec = ErrorRecord {
+                code: status::WAIT_TIMEOUT,
+                rank,
+                peer: ErrorRecord::NO_PEER,
+                channel,
+                expected: value as u64,
+                observed: t.observed as u64,
+                waited_ns: t.waited_ns,
+            };
+            // SAFETY: forwarded from the caller.
+            unsafe { report_error(err, rec) };
+        }
+    }
+    sync_threads_or(false);
+}
+
 /// Waits until the word at `word` (pinned host memory the host writes: the verify word
 /// of NOTE [addresses predicted]) reaches `value` (wrapping, as epochs), then acquires.
 /// A kernel, not a stream memory operation, so that the wait does not hold up other

@@ -516,7 +516,8 @@ impl GpuColl {
                             let armed = v.arm(&self.sync, stream, ch)?;
                             let call = Arc::new(CallNumber::default());
                             let (seq, number) = (st.map_seq, call.clone());
-                            let job = verify::Job { channel: ch, seq, call, prediction, armed, out, shard, hint };
+                            let fix = verify::Fix::Shards { out, shard, hint };
+                            let job = verify::Job { channel: ch, seq, call, prediction, armed, fix };
                             v.wait(&self.sync, stream, ch, seq)?;
                             // At once (no driver call between), and before the channel is
                             // released: jobs queue in call order.
@@ -662,16 +663,22 @@ impl GpuColl {
         let ctas = plan.ctas;
         let ch = opts.channel;
         let mut st = self.channel(ch);
+        // NOTE [addresses predicted]: for sm-direct reading a bf16 input in place, whose
+        // kernel waits for the verifier before it reads the addresses (ce-reduce's copies
+        // would need a fix of every piece's copies and reductions: not predicted).
+        let predict = algorithm == RsAlgo::SmDirect && carry == Carry::Bf16In && !opts.traffic;
         let peers = match mapped {
             true => self.exchange(
                 &mut st,
-                (opts.allow_staging, false),
+                (opts.allow_staging, predict),
                 ch,
                 (input.ptr, input.bytes()),
                 "reduce-scatter input",
             )?,
             false => None,
         };
+        // The watchdog's number of a predicted call, for the verifier's mappings.
+        let mut registered = None;
         // A rank that cannot share: every rank stages instead.
         let (mapped, stage_in) = (peers.is_some(), stage_in || (mapped && peers.is_none()));
         let in_len = if stage_in { align256(world * chunk) } else { 0 };
@@ -724,10 +731,13 @@ impl GpuColl {
                     self.ce_reduce(&c)?;
                 }
                 // NOTE [bf16 input read in place]: the peers' bf16 chunks read where they
-                // are (symmetric, or mapped), one launch, nothing packed.
+                // are (symmetric, or mapped), one launch, nothing packed. Mapped addresses
+                // go to a table in the workspace; predicted ones (NOTE [addresses
+                // predicted]) are checked by the verifier, which rewrites a missed one in
+                // the table before it writes the word the kernel waits for.
                 RsAlgo::SmDirect if carry == Carry::Bf16In => {
                     let at = (rank * chunk) as u64;
-                    let bases = match &peers {
+                    let (bases, off, gate) = match &peers {
                         Some(a) => {
                             let t = ws.expect("workspace sized for the table").local_ptr() + in_len as u64;
                             let ops: Vec<Op> = (0..world)
@@ -739,20 +749,41 @@ impl GpuColl {
                             // SAFETY: the table is inside this rank's workspace (sized above),
                             // which the channel's calls use in stream order.
                             raw::mem_op::batch(stream.raw(), &ops, true)?;
-                            (t, a.addrs.iter().all(|&b| (b + at).is_multiple_of(16)))
+                            let gate = match a.prediction() {
+                                Some(prediction) => {
+                                    // Submitted before the kernel that waits for it is
+                                    // launched (NOTE [nothing between the wait and its job]):
+                                    // the fix waits for `after`, recorded after the table.
+                                    let v = &self.mapping.verifier;
+                                    let armed = v.arm(&self.sync, stream, ch)?;
+                                    let call = Arc::new(CallNumber::default());
+                                    let (seq, number) = (st.map_seq, call.clone());
+                                    let fix = verify::Fix::Table { table: t };
+                                    let job = verify::Job { channel: ch, seq, call, prediction, armed, fix };
+                                    v.submit(&self.sync, &self.mapping.maps, job)?;
+                                    registered = Some(number);
+                                    Some((v.word(ch), seq as u32))
+                                }
+                                None => None,
+                            };
+                            (t, at, gate)
                         }
                         None => {
                             let src = src.expect("symmetric, or mapped");
-                            (src.bases(), (src.off as u64 + at).is_multiple_of(16))
+                            (src.bases(), src.off as u64 + at, None)
                         }
                     };
-                    let off = match &src {
-                        Some(s) => s.off as u64 + at,
-                        None => at,
-                    };
-                    let vec_ok = bases.1 && out.is_multiple_of(16);
+                    let vec_ok = off.is_multiple_of(16) && out.is_multiple_of(16);
+                    let (pad, n) = (self.sync.pad_args(), n as u64);
                     self.one_shot(stream, (ch, plan.sync, mode), |f| {
-                        kernels.rs_direct_bf16_in(stream, f, ctas, bases.0, off, out, n as u64, op.code(), vec_ok)
+                        kernels.rs_direct_bf16_in(
+                            stream,
+                            (f, pad, ch),
+                            ctas,
+                            (bases, off, out, n),
+                            (op.code(), vec_ok),
+                            gate,
+                        )
                     })?;
                 }
                 RsAlgo::SmDirect => {
@@ -804,7 +835,12 @@ impl GpuColl {
         self.count(Moved::ReduceScatter((world - 1) * chunk));
         // Registered before the channel is released, so that no other user of the
         // channel can retire the workspace ahead of this call's sequence number.
-        self.finish(stream, mode, peers.as_ref())?;
+        let call = self.finish(stream, mode, peers.as_ref());
+        if let Some(number) = registered {
+            // A call never registered keeps its mappings open (never "completed").
+            self.mapping.maps.registered(&number, *call.as_ref().unwrap_or(&(u64::MAX / 2)));
+        }
+        call?;
         drop(st);
         Ok(())
     }

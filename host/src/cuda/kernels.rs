@@ -407,28 +407,31 @@ impl Kernels {
     /// f32s at `dst`, bit for bit the f32 kernel's result on the inputs widened to f32.
     /// Launched as `rs_direct`'s floats are.
     ///
+    /// `gate`: the verify word (a device pointer to pinned memory) and the value the kernel
+    /// waits for before it reads `bases` (NOTE [addresses predicted]); `None`: no wait.
+    ///
     /// # Safety
     /// As [`Kernels::allgather_oneshot`], with every `bases[p] + off` valid for `n` bf16
-    /// elements and `dst` for `n` f32s; `vec_ok` only if every `bases[p] + off` and `dst`
-    /// are 16-byte aligned.
+    /// elements once the gate opens and `dst` for `n` f32s; `vec_ok` only if every
+    /// `bases[p] + off` and `dst` are 16-byte aligned; the gate's word live until the
+    /// kernel has run.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn rs_direct_bf16_in(
         &self,
         stream: &Stream,
-        f: FusedArgs,
+        (f, pad, channel): (FusedArgs, PadArgs, u32),
         ctas: u32,
-        bases: u64,
-        off: u64,
-        dst: u64,
-        n: u64,
-        op: u32,
-        vec_ok: bool,
+        (bases, off, dst, n): (u64, u64, u64, u64),
+        (op, vec_ok): (u32, bool),
+        gate: Option<(u64, u32)>,
     ) -> Result<()> {
         let cfg = LaunchConfig { grid_dim: (ctas, 1, 1), block_dim: (COLL_THREADS, 1, 1), shared_mem_bytes: 0 };
         let vec_ok = vec_ok as u32;
+        let (word, value) = gate.unwrap_or((0, 0));
         let mut l = stream.cuda_stream().launch_builder(&self.rs_direct_bf16_in);
         l.arg(&f);
         l.arg(&bases).arg(&off).arg(&dst).arg(&n).arg(&op).arg(&vec_ok);
+        l.arg(&word).arg(&value).arg(&pad.rank).arg(&channel).arg(&pad.timeout_ns).arg(&pad.err);
         // SAFETY: matches `lowcon_rs_direct_bf16_f32`'s signature; validity is the caller's.
         unsafe { timed_launch(&mut l, cfg) }.map_err(drv("cuLaunchKernel(rs_direct_bf16_in)"))?;
         Ok(())

@@ -204,6 +204,11 @@ pub fn gpu_mapped(r: &GpuRunner, sync: SyncMethod) -> Result<String, String> {
     let (c, k) = predicted_calls(r, sync)?;
     checked += c;
     calls += k;
+    // The same for a reduce-scatter that reads a bf16 input in place (NOTE [bf16 input
+    // read in place]): a miss is fixed in the kernel's address table.
+    let (c, k) = predicted_reduce_scatters(r, sync)?;
+    checked += c;
+    calls += k;
     // Sizes that differ between ranks: refused on every rank, naming the size.
     let n = 1000 + if rank == 0 { 8 } else { 0 };
     let out = legacy(r, 4 * (n + 8) * world)?;
@@ -310,6 +315,92 @@ pub fn two_threads(r: &GpuRunner, calls_per_thread: u64) -> Result<(usize, usize
         checked += res?;
     }
     Ok((checked, 2 * calls_per_thread as usize))
+}
+
+/// sm-direct reading a bf16 input into f32 in place (NOTE [bf16 input read in place])
+/// from ordinary memory, with predicted addresses, every result checked bit for bit
+/// against the f32 rank-order sum: as [`predicted_calls`], 12 identical calls (one host
+/// rendezvous, 11 predicted), then every rank but 0 alternating between two
+/// allocations, one of them made anew halfway: rank 0's predictions miss, and the
+/// verifier rewrites the kernel's address table before the kernel reads it. Returns the
+/// checked elements and the calls.
+fn predicted_reduce_scatters(r: &GpuRunner, sync: SyncMethod) -> Result<(usize, usize), String> {
+    let (rank, world) = (r.g.rank(), r.g.world_size());
+    let n = 3 << 17;
+    let opts = ReduceScatterOptions {
+        algorithm: ReduceScatterAlgorithm::SmDirect,
+        sync: Some(sync),
+        channel: 3,
+        map_ordinary: Some(true),
+        ctas: Some(16),
+        ..Default::default()
+    };
+    let seed = seed_of_rank0(|mine| r.g.all_gather_bytes("mapped-predicted-rs", mine))?;
+    let out = legacy(r, 4 * n)?;
+    let mut bufs = [legacy(r, 2 * n * world)?, legacy(r, 2 * n * world)?];
+    let mut checked = 0;
+    let mut call = |src: u64, s: u64, what: &str| -> Result<(), String> {
+        let data = input_bytes(DType::Bf16, s, rank, 0, n * world);
+        // SAFETY: `src` holds world * n bf16 and `out` n f32; synchronous copies.
+        unsafe {
+            r.stream.copy_from_host(src, &data).map_err(e)?;
+            r.stream.fill(out.ptr(), 0xFF, 4 * n).map_err(e)?;
+        }
+        // SAFETY: both live past the call, which is synchronised below.
+        let (ib, ob) = unsafe {
+            (DeviceBuf::from_raw(src, n * world, DType::Bf16), DeviceBuf::from_raw(out.ptr(), n, DType::F32))
+        };
+        r.g.reduce_scatter(ib, ob, ReduceOp::Sum, r.stream, &opts).map_err(|m| format!("rank {rank}: {what}: {m}"))?;
+        r.g.synchronize(r.stream).map_err(|m| format!("rank {rank}: {what}: {m}"))?;
+        let mut got = vec![0u8; 4 * n];
+        // SAFETY: `out` holds n f32; synchronous copy.
+        unsafe { r.stream.copy_to_host(&mut got, out.ptr()) }.map_err(e)?;
+        let ins: Vec<Vec<u8>> = (0..world).map(|p| input_bytes(DType::Bf16, s, p, rank * n, n)).collect();
+        for k in 0..n {
+            let v = |p: usize| f32::from_bits((u16::from_le_bytes([ins[p][2 * k], ins[p][2 * k + 1]]) as u32) << 16);
+            let want = (1..world).fold(v(0), |acc, p| acc + v(p));
+            let have = f32::from_le_bytes(got[4 * k..4 * k + 4].try_into().expect("4 bytes"));
+            if have.to_bits() != want.to_bits() {
+                return Err(format!(
+                    "rank {rank}: {what}: element {k} is {have}, want {want} (the f32 rank-order sum)"
+                ));
+            }
+        }
+        checked += n;
+        Ok(())
+    };
+    let before = r.g.stats().map_err(e)?;
+    for i in 0..12u64 {
+        call(bufs[0].ptr(), seed ^ i, &format!("predicted reduce-scatter, same call {i}"))?;
+    }
+    let mid = r.g.stats().map_err(e)?;
+    let (meets, predicted) =
+        (mid.host_rendezvous - before.host_rendezvous, mid.predicted_calls - before.predicted_calls);
+    if meets != 1 || predicted != 11 || mid.mispredicted_calls != before.mispredicted_calls {
+        return Err(format!(
+            "rank {rank}: 12 identical reduce-scatters read in place made {meets} host rendezvous (want 1) and \
+             predicted {predicted} (want 11), {} mispredicted (want 0)",
+            mid.mispredicted_calls - before.mispredicted_calls
+        ));
+    }
+    for i in 0..12u64 {
+        if rank != 0 && i == 6 {
+            bufs[1] = legacy(r, 2 * n * world)?;
+        }
+        let src = if rank == 0 { bufs[0].ptr() } else { bufs[(i % 2) as usize].ptr() };
+        call(src, seed ^ (100 + i), &format!("predicted reduce-scatter, moving peers, call {i}"))?;
+    }
+    let end = r.g.stats().map_err(e)?;
+    let missed = end.mispredicted_calls - mid.mispredicted_calls;
+    if rank == 0 && missed < 11 {
+        return Err(format!(
+            "rank 0: peers alternating buffers: {missed} of 12 reduce-scatters mispredicted (want 11)"
+        ));
+    }
+    if rank != 0 && missed != 0 {
+        return Err(format!("rank {rank}: rank 0 kept its buffer, yet {missed} reduce-scatters mispredicted"));
+    }
+    Ok((checked, 24))
 }
 
 /// Predicted addresses (NOTE [addresses predicted]), every result checked: 12 calls on

@@ -57,6 +57,7 @@ use std::time::{Duration, Instant};
 
 use lowcon_abi::pad::CHANNELS;
 
+use crate::cuda::raw::mem_op::Op;
 use crate::cuda::{Event, Stream, StreamPriority, raw};
 use crate::error::{Error, Result};
 use crate::memory::gpu::Drain;
@@ -64,7 +65,7 @@ use crate::memory::mapped::{CallNumber, PeerMaps, Prediction, Verified};
 use crate::memory::pinned::Pinned;
 use crate::sync::gpu::GpuSync;
 
-/// A predicted all-gather handed to the verifier.
+/// A predicted call handed to the verifier.
 pub(super) struct Job {
     pub(super) channel: u32,
     /// The call's number in the channel's address exchange.
@@ -73,11 +74,29 @@ pub(super) struct Job {
     pub(super) call: Arc<CallNumber>,
     pub(super) prediction: Prediction,
     pub(super) armed: Armed,
-    /// Peer `p`'s shard lands at `out + p * shard`, `shard` bytes.
-    pub(super) out: u64,
-    pub(super) shard: usize,
-    /// The plan's `copy_hint`, for a fix-up copy.
-    pub(super) hint: bool,
+    /// What a missed prediction's fix does.
+    pub(super) fix: Fix,
+}
+
+/// How a predicted call's misses are fixed before its word is written.
+pub(super) enum Fix {
+    /// An all-gather's copies: peer `p`'s shard lands at `out + p * shard`, `shard`
+    /// bytes, copied again from where it is (with the plan's `copy_hint`).
+    Shards { out: u64, shard: usize, hint: bool },
+    /// A reduce-scatter read in place (NOTE [bf16 input read in place]): peer `p`'s
+    /// address is the `u64` at `table + 8 * p` in this rank's workspace, which the
+    /// kernel reads only after the word; a miss rewrites it.
+    Table { table: u64 },
+}
+
+impl Fix {
+    /// The buffer whose address was predicted, in errors.
+    fn what(&self) -> &'static str {
+        match self {
+            Fix::Shards { .. } => "all-gather input",
+            Fix::Table { .. } => "reduce-scatter input",
+        }
+    }
 }
 
 /// What [`Verifier::arm`] made for a job.
@@ -166,6 +185,12 @@ impl Verifier {
         // SAFETY: a word of the live pinned allocation (it lives as long as the group's
         // collectives, which drain before it goes); the job's check writes it.
         unsafe { sync.device.kernels()?.wait_word(stream, sync.pad_args(), word, seq as u32, channel) }
+    }
+
+    /// The device address of `channel`'s verify word (pinned memory): what a kernel that
+    /// reads predicted addresses waits for (`lowcon_rs_direct_bf16_f32`'s gate).
+    pub(super) fn word(&self, channel: u32) -> u64 {
+        self.shared.words.dev + 4 * channel as u64
     }
 
     /// An event from the pool (events return to it once their job is done).
@@ -316,13 +341,14 @@ enum Checked {
 /// `since` with a peer missing, or at once when its process is gone.
 fn check(sync: &GpuSync, maps: &PeerMaps, job: &Job, since: Instant) -> Result<Checked> {
     let core = &sync.core;
-    let misses = match maps.verify(core, (job.channel, job.seq), &job.prediction, &job.call, "all-gather input")? {
+    let what = job.fix.what();
+    let misses = match maps.verify(core, (job.channel, job.seq), &job.prediction, &job.call, what)? {
         Verified::Done(m) => m,
         Verified::Pending(p) => {
             // Before the caller's wait kernel times out (the group's timeout), so that
             // the error names what the verifier waited for.
             core.keep_waiting(p, since, core.timeout.mul_f64(0.75), || {
-                format!("its all-gather input's address of call {} on channel {}", job.seq, job.channel)
+                format!("its {what}'s address of call {} on channel {}", job.seq, job.channel)
             })?;
             return Ok(Checked::Pending);
         }
@@ -331,14 +357,29 @@ fn check(sync: &GpuSync, maps: &PeerMaps, job: &Job, since: Instant) -> Result<C
         return Ok(Checked::Done);
     }
     let stream = &job.armed.fix;
-    // SAFETY: (the whole block) the destinations are the caller's output (live: the
-    // caller's stream waits for the verify word before anything after the call); the
-    // sources are peer allocations opened and kept open until the call completed
-    // (`verify`); the peers' exit barriers wait for this rank's, which follows the word.
-    unsafe {
-        stream.wait(&job.armed.after)?;
-        for m in &misses {
-            raw::mem_op::copy(stream.raw(), job.out + (m.peer * job.shard) as u64, m.addr, job.shard, job.hint)?;
+    stream.wait(&job.armed.after)?;
+    match job.fix {
+        // SAFETY: (the block) the destinations are the caller's output (live: the caller's
+        // stream waits for the verify word before anything after the call); the sources
+        // are peer allocations opened and kept open until the call completed (`verify`);
+        // the peers' exit barriers wait for this rank's, which follows the word.
+        Fix::Shards { out, shard, hint } => unsafe {
+            for m in &misses {
+                raw::mem_op::copy(stream.raw(), out + (m.peer * shard) as u64, m.addr, shard, hint)?;
+            }
+        },
+        Fix::Table { table } => {
+            let ops: Vec<Op> = misses
+                .iter()
+                .flat_map(|m| {
+                    let at = table + 8 * m.peer as u64;
+                    [Op::Write(at, m.addr as u32), Op::Write(at + 4, (m.addr >> 32) as u32)]
+                })
+                .collect();
+            // SAFETY: the table is in this rank's workspace, which the call holds until
+            // it completed (after the word); the kernel reads it only after the word, and
+            // the addresses are peer allocations kept open until the call completed.
+            unsafe { raw::mem_op::batch(stream.raw(), &ops, true)? };
         }
     }
     stream.record(&job.armed.fixed)?;
