@@ -37,5 +37,16 @@ bea1cb6) # the 2x H200 table reads it in place: FSDP2 confirmation, overlap, col
   OVERLAP_FLAGS="--bf16-in --map-ordinary yes" OVERLAP_RS="sm-direct:16" OVERLAP_AG='' PARTS=overlap BUDGET=60 \
     bash bundle/gpu-w2.sh
   SHARED_PARTS=rust SHARED_WORLDS="3 4" STEPS_ONLY="coll-wire" SHARED_BUDGET=150 bash bundle/gpu-shared.sh ;;
-*) call "usage: commands.sh ea8ac1c-a|ea8ac1c-b|ea8ac1c-shared|dad3642|c3f69d0|bea1cb6"; exit 2 ;;
+bea1cb6-profile) # host µs per hook, a rendezvous per reduce-scatter
+  COMMIT=bea1cb6 PARTS=profile PROFILE_NPROC=2 PROFILE_SWEEP="8192x4:1024;4096x12:1024" PROFILE_MODES="nccl,lowcon" \
+    PROFILE_ROUNDS=16 PROFILE_S=220 BUDGET=230 CUDA_VISIBLE_DEVICES=0,1 bash bundle/gpu-planner.sh ;;
+56bee51) # predicted addresses: coll-mapped, coll-wire, host µs per hook, the step
+  export CUDA_VISIBLE_DEVICES=0,1 L=bundle/lowcon
+  timeout 100 $L launch --nproc-per-node 2 -- $L selftest coll-mapped
+  timeout 60 $L launch --nproc-per-node 2 -- $L selftest coll-wire --backend gpu
+  COMMIT=56bee51 PARTS="profile fsdp2" PROFILE_NPROC=2 PROFILE_SWEEP="8192x4:1024;4096x12:1024" \
+    PROFILE_MODES="nccl,lowcon" PROFILE_ROUNDS=16 PROFILE_S=100 FSDP2_W2_SWEEP="8192x4:1024" FSDP2_W2_ROUNDS=20 \
+    FSDP2_W2_S=90 FSDP2_W2_MODES="nccl,nccl-b,lowcon,lowcon@rsmap=no,rs_ctas=64,nccl-ce,nocomm" BUDGET=190 \
+    bash bundle/gpu-planner.sh ;;
+*) call "usage: commands.sh ea8ac1c-a|ea8ac1c-b|ea8ac1c-shared|dad3642|c3f69d0|bea1cb6|bea1cb6-profile|56bee51"; exit 2 ;;
 esac

@@ -39,12 +39,18 @@
 //! CTAs, where sm-direct's single launch over a symmetric bf16 input moved 154-166).
 //! Where the plan's `map_ordinary` says so, sm-direct reads a bf16 input where it is
 //! instead: a symmetric input as it is, an ordinary one through the peers' IPC mappings
-//! of it (an address exchange per call: `coll::gpu::mapped`, a host rendezvous, since
-//! reduce-scatter inputs are not predicted), with one fused kernel
-//! (`lowcon_rs_direct_bf16_f32`) between the entry and exit barriers: the peers' bf16
-//! chunks added to this rank's in f32, in rank order, bit for bit the packed path's
-//! result. Nothing is packed, so no planes (no workspace beyond the mapped addresses'
-//! table) and no pieces; a captured call of an ordinary input cannot exchange, and packs.
+//! of it (`coll::gpu::mapped`), with one fused kernel (`lowcon_rs_direct_bf16_f32`)
+//! between the entry and exit barriers: the peers' bf16 chunks added to this rank's in
+//! f32, in rank order, bit for bit the packed path's result. The peers' addresses go to
+//! a table in the workspace (one memop batch). A call this rank made before predicts
+//! them (NOTE [addresses predicted]): the kernel's threads wait at its gate for the
+//! channel's verify word before they read the table, and the verifier, handed the job
+//! before the kernel is launched, rewrites a missed address in the table (on its fix
+//! stream, after the call's table writes) before it writes the word; so no host
+//! rendezvous in steady state, and a miss costs a table write, never a wrong read. The
+//! kernel checks the sources' alignment itself once the table is final (its vector
+//! path needs all of them 16-byte aligned). Nothing is packed, so no planes and no
+//! pieces; a captured call of an ordinary input cannot exchange, and packs.
 //!
 //! NOTE [plane ring]
 //! The planes were the size of the input less one chunk (3/4 of it at 4 ranks): FSDP2's
