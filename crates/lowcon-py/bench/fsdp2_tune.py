@@ -16,7 +16,10 @@ The candidates (`variants`): the table's first FSDP2 row of that kind (mode `low
 run with `LOWCON_TUNING` set to the table); the other
 algorithm (`lowcon@rs=ce-reduce` or `lowcon@rs=sm-direct`: the table's row for it where
 it has one, which is what a caller naming it runs; for a bf16 input, ce-reduce reads it
-in place, `map=yes`, as FSDP2's ordinary-memory rule has it); and the first row with 32 and 128
+in place, `map=yes`, as FSDP2's ordinary-memory rule has it); for a bf16 input on
+sm-direct, the row reading it in place on 16 CTAs (`lowcon@rsmap=yes,rs_ctas=16`, NOTE
+[bf16 input read in place]) or, from such a row, packing it on 64
+(`lowcon@rsmap=no,rs_ctas=64`); and the first row with 32 and 128
 CTAs and with kernel sync (`lowcon@rs_ctas=32`, `lowcon@rs_ctas=128`,
 `lowcon@rssync=kernel`). A variant replaces the row only where its median step ratio to
 NCCL's is lower at every shape measured and its 95% interval lies below the row's at
@@ -127,6 +130,14 @@ def variants(rows: Sequence[str]) -> Dict[str, str]:
             mode = f"lowcon@rs={other}" + "".join(
                 f",{opt}={keys[k]}" for k, opt in (("ctas", "rs_ctas"), ("sync", "rssync")) if k in keys)
             out[mode_for(mode, kind)] = edit_row(row, changes)
+    if kind == "bf16" and algo == "sm-direct":
+        # NOTE [bf16 input read in place]: sm-direct reading the bf16 input where it is
+        # (one launch, 16 CTAs: the 2x H200 rule), or packing it (64 CTAs), whichever the
+        # row does not.
+        if _keys(row).get("map") == "yes":
+            out[mode_for("lowcon@rsmap=no,rs_ctas=64", kind)] = edit_row(row, {"map": None, "ctas": "64"})
+        else:
+            out[mode_for("lowcon@rsmap=yes,rs_ctas=16", kind)] = edit_row(row, {"map": "yes", "ctas": "16"})
     for ctas in (32, 128):
         out[mode_for(f"lowcon@rs_ctas={ctas}", kind)] = edit_row(row, {"ctas": str(ctas)})
     out[mode_for("lowcon@rssync=kernel", kind)] = edit_row(row, {"sync": "kernel"})

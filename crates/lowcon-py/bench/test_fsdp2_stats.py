@@ -628,6 +628,13 @@ def test_fsdp2_tune_replaces_a_row_only_when_a_variant_is_resolved_faster():
     vb = ft.variants([bf])
     assert list(vb)[0] == "lowcon" and vb["lowcon@rs=ce-reduce,rs_ctas=64,rssync=memop"] == (
         "reduce-scatter context=fsdp dtype=bf16 out=f32 algorithm=ce-reduce ctas=64 sync=memop map=yes")
+    # NOTE [bf16 input read in place]: a packing row's candidate reads it in place on 16
+    # CTAs, and an in-place row's packs it on 64; the row written is the one that ran.
+    assert vb["lowcon@rsmap=yes,rs_ctas=16"] == (
+        "reduce-scatter context=fsdp dtype=bf16 out=f32 algorithm=sm-direct ctas=16 sync=memop piece=32M "
+        "max_pieces=8 map=yes")
+    inplace = ft.variants([vb["lowcon@rsmap=yes,rs_ctas=16"]])
+    assert "lowcon@rsmap=yes,rs_ctas=16" not in inplace and inplace["lowcon@rsmap=no,rs_ctas=64"] == bf
     base = {"lowcon": (0.90, 0.89, 0.91), "lowcon@rs=ce-reduce": (0.95, 0.94, 0.96), "lowcon@rs_ctas=32": (0.905, 0.89, 0.92),
             "lowcon@rs_ctas=128": (0.93, 0.92, 0.94), "lowcon@rssync=kernel": (0.90, 0.88, 0.92)}
     modes = [m for m in modes if m in base]
@@ -672,7 +679,8 @@ def test_fsdp2_tune_rewrites_the_tables_fsdp2_rows(tmp_path, copy_in):
     out = table.read_text().splitlines()
     fsdp = [line for line in out if is_row(line)]
     best = m("lowcon@rs_ctas=128")
-    assert fsdp[0] == rows[best] and rows[m("lowcon")] in fsdp and len(fsdp) == len(set(fsdp)) == 5, fsdp
+    assert fsdp[0] == rows[best] and rows[m("lowcon")] in fsdp and len(fsdp) == len(set(fsdp)) == len(rows), fsdp
+    assert len(rows) == (6 if copy_in == "bf16" else 5), rows  # bf16: sm-direct read in place too
     assert any(line.startswith(f"# Chosen: {best}") for line in out)
     assert any(ft.FAMILIES[copy_in][2] in line for line in out)
     # The comments that described the old rows went with them; the other kind's stay.
