@@ -610,7 +610,7 @@ fused_kernel! {
         let mut p = 0;
         while aligned && p < f.world {
             // SAFETY: p < world entries in `bases`, final after the gate.
-            aligned = unsafe { (*bases.add(p as usize) + off) }.is_multiple_of(16);
+            aligned = unsafe { *bases.add(p as usize) + off }.is_multiple_of(16);
             p += 1;
         }
         // SAFETY: forwarded from the caller.
