@@ -53,7 +53,8 @@ macro_rules! fused_kernel {
 }
 pub(crate) use fused_kernel;
 
-/// Where a fused kernel synchronises; unused (all zero) when `fused == 0`.
+/// Where a fused kernel synchronises: the barrier fields are unused (zero) when
+/// `fused == 0`, but `rank` and `world` are always set (the kernels' own loops use them).
 #[derive(Clone, Copy)]
 pub(crate) struct Fused {
     pub(crate) pads: *const *mut u32,

@@ -737,7 +737,7 @@ impl GpuColl {
                 // the table before it writes the word the kernel waits for.
                 RsAlgo::SmDirect if carry == Carry::Bf16In => {
                     let at = (rank * chunk) as u64;
-                    let (bases, off, gate) = match &peers {
+                    let (bases, off, job) = match &peers {
                         Some(a) => {
                             let t = ws.expect("workspace sized for the table").local_ptr() + in_len as u64;
                             let ops: Vec<Op> = (0..world)
@@ -749,24 +749,20 @@ impl GpuColl {
                             // SAFETY: the table is inside this rank's workspace (sized above),
                             // which the channel's calls use in stream order.
                             raw::mem_op::batch(stream.raw(), &ops, true)?;
-                            let gate = match a.prediction() {
+                            // A predicted call's job: armed here (the fix waits for `after`,
+                            // recorded after the table), submitted right after the kernel
+                            // that waits for it is launched (NOTE [nothing between the wait
+                            // and its job]; a launch that fails submits nothing).
+                            let job = match a.prediction() {
                                 Some(prediction) => {
-                                    // Submitted before the kernel that waits for it is
-                                    // launched (NOTE [nothing between the wait and its job]):
-                                    // the fix waits for `after`, recorded after the table.
-                                    let v = &self.mapping.verifier;
-                                    let armed = v.arm(&self.sync, stream, ch)?;
+                                    let armed = self.mapping.verifier.arm(&self.sync, stream, ch)?;
                                     let call = Arc::new(CallNumber::default());
-                                    let (seq, number) = (st.map_seq, call.clone());
                                     let fix = verify::Fix::Table { table: t };
-                                    let job = verify::Job { channel: ch, seq, call, prediction, armed, fix };
-                                    v.submit(&self.sync, &self.mapping.maps, job)?;
-                                    registered = Some(number);
-                                    Some((v.word(ch), seq as u32))
+                                    Some(verify::Job { channel: ch, seq: st.map_seq, call, prediction, armed, fix })
                                 }
                                 None => None,
                             };
-                            (t, at, gate)
+                            (t, at, job)
                         }
                         None => {
                             let src = src.expect("symmetric, or mapped");
@@ -775,6 +771,8 @@ impl GpuColl {
                     };
                     let vec_ok = off.is_multiple_of(16) && out.is_multiple_of(16);
                     let (pad, n) = (self.sync.pad_args(), n as u64);
+                    let v = &self.mapping.verifier;
+                    let gate = job.as_ref().map(|j| (v.word(ch), j.seq as u32));
                     self.one_shot(stream, (ch, plan.sync, mode), |f| {
                         kernels.rs_direct_bf16_in(
                             stream,
@@ -783,7 +781,13 @@ impl GpuColl {
                             (bases, off, out, n),
                             (op.code(), vec_ok),
                             gate,
-                        )
+                        )?;
+                        if let Some(job) = job {
+                            let number = job.call.clone();
+                            v.submit(&self.sync, &self.mapping.maps, job)?;
+                            registered = Some(number);
+                        }
+                        Ok(())
                     })?;
                 }
                 RsAlgo::SmDirect => {

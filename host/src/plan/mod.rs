@@ -685,7 +685,10 @@ impl Planner {
             _ => 1,
         };
         runnable::check_ints(rank, call.input, asked, call.op)?;
-        runnable::check_wire(rank, carry, (asked, pieces, map_ordinary), call.input, call.output)?;
+        // The refusals follow the algorithm asked for: read in place as it would be.
+        let asked_in_place =
+            runnable::bf16_on_sm_direct(carry, asked) && map_asked && (call.input_symmetric || !call.captured);
+        runnable::check_wire(rank, carry, (asked, pieces, asked_in_place), call.input, call.output)?;
         runnable::check_op(rank, asked, call.op)?;
         let launch = match opts.reduce_launch.named() {
             None => rule.and_then(|r| r.choose.launch).and_then(ReduceLaunch::named).unwrap_or(LaunchForm::Pieces),

@@ -605,7 +605,7 @@ fn a_bf16_input_into_f32_packs_on_sm_direct_and_copies_on_ce_reduce() {
     // FSDP2's bf16 copy-in (lowcon.fsdp, NOTE [bf16 copy-in]): the shipped tables pack it
     // on sm-direct, 64 CTAs, at 4 ranks (at most 8 pieces) and at 2 on H100 (at most 4):
     // no mapping, so no host rendezvous at any call. 2x H200 reads it in place on 16 CTAs
-    // (NOTE [bf16 input read in place]), one piece, mapped (a rendezvous per call).
+    // (NOTE [bf16 input read in place]), one piece, mapped (its addresses predicted).
     let fsdp = ReduceScatterOptions { context: Context::Fsdp, ..Default::default() };
     for (device, world, max, ctas) in [
         ("NVIDIA H100 80GB HBM3", 4, 8, 64),
@@ -665,8 +665,13 @@ fn a_bf16_input_read_in_place_packs_nothing() {
         pipeline: Some(65),
         ..Default::default()
     };
-    // Read in place, nothing is packed: the wire's piece limit does not apply.
+    // Read in place, nothing is packed: the wire's piece limit does not apply, at one rank
+    // too (where the call runs on ce-reduce, the refusals follow sm-direct's asked).
     assert!(!rs(&p, &call(false, false), &named).packs());
+    let one = planner("NVIDIA H200", 1);
+    assert!(
+        one.reduce_scatter(&call(true, true), &named).is_ok() && p.reduce_scatter(&call(true, true), &named).is_ok()
+    );
     // An f32 call is not a bf16 input: sm-direct's `map` changes nothing there.
     let f32_call = RsCall { input: DType::F32, ..call(false, false) };
     assert!(!rs(&p, &f32_call, &ReduceScatterOptions { map_ordinary: Some(true), ..named }).map_ordinary);
