@@ -318,11 +318,9 @@ pub fn two_threads(r: &GpuRunner, calls_per_thread: u64) -> Result<(usize, usize
 }
 
 /// sm-direct reading a bf16 input into f32 in place (NOTE [bf16 input read in place])
-/// from ordinary memory, with predicted addresses, every result checked bit for bit
-/// against the f32 rank-order sum: as [`predicted_calls`], 12 identical calls (one host
-/// rendezvous, 11 predicted), then every rank but 0 alternating between two
-/// allocations, one of them made anew halfway: rank 0's predictions miss, and the
-/// verifier rewrites the kernel's address table before the kernel reads it. Returns the
+/// from ordinary memory, with predicted addresses ([`predicted_phases`]), every result
+/// checked bit for bit against the f32 rank-order sum: rank 0's missed predictions are
+/// rewritten in the kernel's address table before the kernel reads it. Returns the
 /// checked elements and the calls.
 fn predicted_reduce_scatters(r: &GpuRunner, sync: SyncMethod) -> Result<(usize, usize), String> {
     let (rank, world) = (r.g.rank(), r.g.world_size());
@@ -347,9 +345,8 @@ fn predicted_reduce_scatters(r: &GpuRunner, sync: SyncMethod) -> Result<(usize, 
     }
     let seed = seed_of_rank0(|mine| r.g.all_gather_bytes("mapped-predicted-rs", mine))?;
     let out = legacy(r, 4 * n)?;
-    let mut bufs = [legacy(r, 2 * n * world)?, legacy(r, 2 * n * world)?];
     let mut checked = 0;
-    let mut call = |src: u64, s: u64, what: &str| -> Result<(), String> {
+    let call = |src: u64, s: u64, what: &str| -> Result<(), String> {
         let data = input_bytes(DType::Bf16, s, rank, 0, n * world);
         // SAFETY: `src` holds world * n bf16 and `out` n f32; synchronous copies.
         unsafe {
@@ -379,46 +376,14 @@ fn predicted_reduce_scatters(r: &GpuRunner, sync: SyncMethod) -> Result<(usize, 
         checked += n;
         Ok(())
     };
-    let before = r.g.stats().map_err(e)?;
-    for i in 0..12u64 {
-        call(bufs[0].ptr(), seed ^ i, &format!("predicted reduce-scatter, same call {i}"))?;
-    }
-    let mid = r.g.stats().map_err(e)?;
-    let (meets, predicted) =
-        (mid.host_rendezvous - before.host_rendezvous, mid.predicted_calls - before.predicted_calls);
-    if meets != 1 || predicted != 11 || mid.mispredicted_calls != before.mispredicted_calls {
-        return Err(format!(
-            "rank {rank}: 12 identical reduce-scatters read in place made {meets} host rendezvous (want 1) and \
-             predicted {predicted} (want 11), {} mispredicted (want 0)",
-            mid.mispredicted_calls - before.mispredicted_calls
-        ));
-    }
-    for i in 0..12u64 {
-        if rank != 0 && i == 6 {
-            bufs[1] = legacy(r, 2 * n * world)?;
-        }
-        let src = if rank == 0 { bufs[0].ptr() } else { bufs[(i % 2) as usize].ptr() };
-        call(src, seed ^ (100 + i), &format!("predicted reduce-scatter, moving peers, call {i}"))?;
-    }
-    let end = r.g.stats().map_err(e)?;
-    let missed = end.mispredicted_calls - mid.mispredicted_calls;
-    if rank == 0 && missed < 11 {
-        return Err(format!(
-            "rank 0: peers alternating buffers: {missed} of 12 reduce-scatters mispredicted (want 11)"
-        ));
-    }
-    if rank != 0 && missed != 0 {
-        return Err(format!("rank {rank}: rank 0 kept its buffer, yet {missed} reduce-scatters mispredicted"));
-    }
+    let names = ("reduce-scatters read in place", "reduce-scatters", "predicted reduce-scatter, ");
+    predicted_phases(r, seed, (2 * n * world, names), call)?;
     Ok((checked, 24))
 }
 
-/// Predicted addresses (NOTE [addresses predicted]), every result checked: 12 calls on
-/// the same buffers make one host rendezvous (the first) on every rank and predict the
-/// other 11; then rank 0 keeps its input while every other rank alternates between two
-/// allocations and, halfway, frees one and allocates it again (a new buffer id, most
-/// likely at the same address): rank 0's predictions miss and are fixed by copies, the
-/// others' hold. Returns the checked elements and the calls. The copies wait for each
+/// Predicted addresses of all-gathers ([`predicted_phases`]), every result checked: rank
+/// 0's missed predictions are fixed by copies. Returns the checked elements and the
+/// calls. The copies wait for each
 /// peer on a stream of its own (`any-order`, with memop sync; NOTE [arrival-driven
 /// all-gather]), so a fix's copy must land after the joined streams' copies.
 fn predicted_calls(r: &GpuRunner, sync: SyncMethod) -> Result<(usize, usize), String> {
@@ -434,47 +399,63 @@ fn predicted_calls(r: &GpuRunner, sync: SyncMethod) -> Result<(usize, usize), St
     };
     let seed = seed_of_rank0(|mine| r.g.all_gather_bytes("mapped-predicted", mine))?;
     let out = legacy(r, 4 * n * world)?;
-    let mut bufs = [legacy(r, 4 * n)?, legacy(r, 4 * n)?];
     let mut checked = 0;
-    let upload = |ptr: u64, s: u64| -> Result<(), String> {
+    let call = |src: u64, s: u64, what: &str| -> Result<(), String> {
         let data = input_bytes(DType::F32, s, rank, 0, n);
-        // SAFETY: `ptr` holds n f32; synchronous copy.
-        unsafe { r.stream.copy_from_host(ptr, &data) }.map_err(e)
+        // SAFETY: `src` holds n f32; synchronous copy.
+        unsafe { r.stream.copy_from_host(src, &data) }.map_err(e)?;
+        checked += gather_checked(r, r.stream, &opts, src, out.ptr(), n, s, what)?;
+        Ok(())
     };
+    predicted_phases(r, seed, (4 * n, ("map_ordinary calls", "calls", "")), call)?;
+    Ok((checked, 24))
+}
+
+/// The two phases of a predicted-address check (NOTE [addresses predicted]), `call(src,
+/// seed, what)` making and checking one call from `src`: 12 calls from the same buffer
+/// (one host rendezvous, 11 predicted, none missed), then 12 where rank 0 keeps its
+/// buffer while every other rank alternates between two of `bytes` and, halfway, frees
+/// one and allocates it again (a new buffer id, most likely at the same address): rank
+/// 0 predicts all 12 (its call never changes) and misses whenever the peers' buffer
+/// differs from its last call's, every call but the first; the others' predictions
+/// hold. `names`: the calls in the first phase's error, in the second's, and the prefix
+/// of each call's `what`.
+fn predicted_phases(
+    r: &GpuRunner,
+    seed: u64,
+    (bytes, (identical, plural, prefix)): (usize, (&str, &str, &str)),
+    mut call: impl FnMut(u64, u64, &str) -> Result<(), String>,
+) -> Result<(), String> {
+    let rank = r.g.rank();
+    let mut bufs = [legacy(r, bytes)?, legacy(r, bytes)?];
     let before = r.g.stats().map_err(e)?;
     for i in 0..12u64 {
-        upload(bufs[0].ptr(), seed ^ i)?;
-        checked +=
-            gather_checked(r, r.stream, &opts, bufs[0].ptr(), out.ptr(), n, seed ^ i, &format!("same call {i}"))?;
+        call(bufs[0].ptr(), seed ^ i, &format!("{prefix}same call {i}"))?;
     }
     let mid = r.g.stats().map_err(e)?;
     let (meets, predicted) =
         (mid.host_rendezvous - before.host_rendezvous, mid.predicted_calls - before.predicted_calls);
     if meets != 1 || predicted != 11 || mid.mispredicted_calls != before.mispredicted_calls {
         return Err(format!(
-            "rank {rank}: 12 identical map_ordinary calls made {meets} host rendezvous (want 1) and predicted \
-             {predicted} (want 11), {} mispredicted (want 0)",
+            "rank {rank}: 12 identical {identical} made {meets} host rendezvous (want 1) and predicted {predicted} \
+             (want 11), {} mispredicted (want 0)",
             mid.mispredicted_calls - before.mispredicted_calls
         ));
     }
     for i in 0..12u64 {
         if rank != 0 && i == 6 {
-            bufs[1] = legacy(r, 4 * n)?;
+            bufs[1] = legacy(r, bytes)?;
         }
         let src = if rank == 0 { bufs[0].ptr() } else { bufs[(i % 2) as usize].ptr() };
-        let s = seed ^ (100 + i);
-        upload(src, s)?;
-        checked += gather_checked(r, r.stream, &opts, src, out.ptr(), n, s, &format!("moving peers, call {i}"))?;
+        call(src, seed ^ (100 + i), &format!("{prefix}moving peers, call {i}"))?;
     }
     let end = r.g.stats().map_err(e)?;
     let missed = end.mispredicted_calls - mid.mispredicted_calls;
-    // Rank 0 predicts all 12 (its call never changes) and misses whenever the peers'
-    // buffer differs from its last call's: every call but the first.
     if rank == 0 && missed < 11 {
-        return Err(format!("rank 0: peers alternating buffers: {missed} of 12 calls mispredicted (want 11)"));
+        return Err(format!("rank 0: peers alternating buffers: {missed} of 12 {plural} mispredicted (want 11)"));
     }
     if rank != 0 && missed != 0 {
-        return Err(format!("rank {rank}: rank 0 kept its buffer, yet {missed} calls mispredicted"));
+        return Err(format!("rank {rank}: rank 0 kept its buffer, yet {missed} {plural} mispredicted"));
     }
-    Ok((checked, 24))
+    Ok(())
 }
