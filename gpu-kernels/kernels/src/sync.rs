@@ -201,21 +201,33 @@ pub(crate) unsafe fn gate(
     }
     if thread_idx_x() == 0 {
         // SAFETY: forwarded from the caller.
-        if let Err(t) = unsafe { wait_epoch_acquire_sys_or_abort(word, value, timeout_ns, err.cast::<u32>()) } {
-            let rec = ErrorRecord {
-                code: status::WAIT_TIMEOUT,
-                rank,
-                peer: ErrorRecord::NO_PEER,
-                channel,
-                expected: value as u64,
-                observed: t.observed as u64,
-                waited_ns: t.waited_ns,
-            };
-            // SAFETY: forwarded from the caller.
-            unsafe { report_error(err, rec) };
-        }
+        unsafe { wait_word(word, value, rank, channel, timeout_ns, err) };
     }
     sync_threads_or(false);
+}
+
+/// This thread waits until `word` reaches `value` (wrapping, as epochs), then acquires;
+/// a timeout or the group's abort reports in `err` (as `WAIT_TIMEOUT`, no peer) and
+/// returns.
+///
+/// # Safety
+/// `word` is valid mapped memory; `err` a valid `ErrorRecord`.
+#[inline(always)]
+unsafe fn wait_word(word: *const u32, value: u32, rank: u32, channel: u32, timeout_ns: u64, err: *mut ErrorRecord) {
+    // SAFETY: forwarded from the caller.
+    if let Err(t) = unsafe { wait_epoch_acquire_sys_or_abort(word, value, timeout_ns, err.cast::<u32>()) } {
+        let rec = ErrorRecord {
+            code: status::WAIT_TIMEOUT,
+            rank,
+            peer: ErrorRecord::NO_PEER,
+            channel,
+            expected: value as u64,
+            observed: t.observed as u64,
+            waited_ns: t.waited_ns,
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { report_error(err, rec) };
+    }
 }
 
 /// Waits until the word at `word` (pinned host memory the host writes: the verify word
@@ -236,17 +248,5 @@ pub unsafe extern "ptx-kernel" fn lowcon_wait_word(
     err: *mut ErrorRecord,
 ) {
     // SAFETY: forwarded from the caller.
-    if let Err(t) = unsafe { wait_epoch_acquire_sys_or_abort(word, value, timeout_ns, err.cast::<u32>()) } {
-        let rec = ErrorRecord {
-            code: status::WAIT_TIMEOUT,
-            rank,
-            peer: ErrorRecord::NO_PEER,
-            channel,
-            expected: value as u64,
-            observed: t.observed as u64,
-            waited_ns: t.waited_ns,
-        };
-        // SAFETY: forwarded from the caller.
-        unsafe { report_error(err, rec) };
-    }
+    unsafe { wait_word(word, value, rank, channel, timeout_ns, err) };
 }
