@@ -17,12 +17,15 @@
 #   mem2     peak memory at 2 ranks, 8192x4, lowcon as shipped in a job of its own beside
 #            NCCL (a job's modes share one group and its workspaces; W2_MEM_MODES overrides)
 #   small    small messages at 2 ranks (gpu-planner.sh's part, SMALL_REPEAT sweeps, 3)
+# W2_NPROC=4 runs check and overlap at 4 ranks (GPUs 0-3) on a 4-GPU box; fsdp2, mem2 and
+# small stay at 2 (gpu-planner.sh has the 4-rank FSDP2 parts).
 # COMMIT names the commit measured. Exit status 0 only if every step passed.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=/tmp/w2; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0,1}
+np=${W2_NPROC:-2}
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 $((np - 1)))}
 parts=" ${PARTS:-check overlap small} "
 has() { [[ $parts == *" $1 "* ]]; }
 trap 'tar -C "$out" -czf "${OUT:-$here}/w2.tgz" . 2>/dev/null; cp "$out/summary.txt" "${OUT:-$here}/" 2>/dev/null' EXIT
@@ -30,15 +33,15 @@ trap 'tar -C "$out" -czf "${OUT:-$here}/w2.tgz" . 2>/dev/null; cp "$out/summary.
 . "$here/gpu-steps.sh"
 steps_budget "${BUDGET:-540}"
 L="$here/lowcon"
-l2=("$L" launch --nproc-per-node 2 --tee --)
+l2=("$L" launch --nproc-per-node "$np" --tee --)
 { nvidia-smi -L; nvidia-smi topo -m; echo "commit ${COMMIT:-?}"; } > "$out/smi.txt" 2>&1
 if has check; then
-  st "coll-wire w=2" check.txt 90 "${l2[@]}" "$L" selftest coll-wire --backend gpu --replays 20
+  st "coll-wire w=$np" check.txt 90 "${l2[@]}" "$L" selftest coll-wire --backend gpu --replays 20
   for m in kernel memop; do
-    st "dead peer w=2 $m (SIGKILL, bf16 input packed, replays)" deadpeer.txt 80 \
-      env DP_ARGS="--bf16-in --elems 1048576" bash "$here/gpu-dead-peer.sh" 0,1 2 "$m" "$L" "$out" 200
-    st "dead peer w=2 $m (SIGKILL, bf16 input read in place)" deadpeer.txt 80 \
-      env DP_ARGS="--bf16-in --in-place --elems 1048576" bash "$here/gpu-dead-peer.sh" 0,1 2 "$m" "$L" "$out" 200
+    st "dead peer w=$np $m (SIGKILL, bf16 input packed, replays)" deadpeer.txt 80 \
+      env DP_ARGS="--bf16-in --elems 1048576" bash "$here/gpu-dead-peer.sh" "$CUDA_VISIBLE_DEVICES" "$np" "$m" "$L" "$out" 200
+    st "dead peer w=$np $m (SIGKILL, bf16 input read in place)" deadpeer.txt 80 \
+      env DP_ARGS="--bf16-in --in-place --elems 1048576" bash "$here/gpu-dead-peer.sh" "$CUDA_VISIBLE_DEVICES" "$np" "$m" "$L" "$out" 200
   done
 fi
 if has overlap; then
@@ -48,12 +51,12 @@ if has overlap; then
   read -r -a rsflags <<< "${OVERLAP_FLAGS---bf16-in}"
   for e in ${OVERLAP_RS:-sm-direct:64 sm-direct:16 ce-reduce:default}; do
     a=${e%%:*} c=${e##*:} tag=${e//[:\/]/-}
-    st "overlap rs ${rsflags[*]} $a ctas=$c w=2" "overlap-rs-$tag.txt" 150 "${l2[@]}" "$L" bench overlap \
+    st "overlap rs ${rsflags[*]} $a ctas=$c w=$np" "overlap-rs-$tag.txt" 150 "${l2[@]}" "$L" bench overlap \
       --collective reduce-scatter "${rsflags[@]}" --algorithms "$a" --ctas "$c" --shard 256M --priority high --no-null \
       "${nccl[@]}" --json "$out/overlap-rs-$tag.json"
     nccl=(--no-nccl)
   done
-  [ -n "${OVERLAP_AG-1}" ] && st "overlap ag ce-pull w=2" overlap-ag.txt 120 "${l2[@]}" "$L" bench overlap \
+  [ -n "${OVERLAP_AG-1}" ] && st "overlap ag ce-pull w=$np" overlap-ag.txt 120 "${l2[@]}" "$L" bench overlap \
     --collective all-gather --algorithms ce-pull --shard 256M --priority high --no-null --json "$out/overlap-ag.json"
 fi
 if [[ $parts == *" fsdp2 "* || $parts == *" mem2 "* || $parts == *" small "* ]]; then
