@@ -52,14 +52,9 @@ fn build() -> Result<(), Box<dyn std::error::Error>> {
         KernelBuild::from_env(kernels, out_dir.join("kernels-target"))?.build_cached(&key_inputs, cache.as_ref())?
     };
     let text = std::fs::read_to_string(&ptx).map_err(|e| format!("cannot read {}: {e}", ptx.display()))?;
-    use lowcon_abi::kernel_names::{
-        COLL, COLL_THREADS, LL_ALLGATHER, LL_RS, PUSH_THREADS, TMA_PUSH_REDUCE, TMA_REDUCE, TMA_THREADS,
-    };
+    use lowcon_abi::kernel_names::{COLL, COLL_THREADS, PUSH_THREADS, TMA_PUSH_REDUCE, TMA_REDUCE, TMA_THREADS};
     let text = lowcon_build::declare_shared(&text)?;
     let text = lowcon_build::set_max_threads(&text, &COLL, COLL_THREADS)?;
-    // NOTE [LL loads batched] (gpu-kernels/kernels/src/ll.rs): the LL kernels hold a batch
-    // of lines in registers; at two CTAs per SM (64 registers) they spilled.
-    let text = lowcon_build::set_min_ctas(&text, &[LL_ALLGATHER, LL_RS[0], LL_RS[1], LL_RS[2]], 1)?;
     let text = lowcon_build::set_max_threads(&text, &TMA_REDUCE, TMA_THREADS)?;
     let text = lowcon_build::set_max_threads(&text, &TMA_PUSH_REDUCE, PUSH_THREADS)?;
     std::fs::write(&dest, text).map_err(|e| format!("cannot write {}: {e}", dest.display()))?;

@@ -16,7 +16,7 @@
 //!    followed by `globaldce`, then `llc -mcpu=sm_XX -mattr=+ptx80` to PTX.
 //! 3. `host/build.rs` post-processes the PTX: [`declare_shared`] adds the dynamic
 //!    shared-memory array the bulk-copy kernels use, [`set_max_threads`] the launch
-//!    bounds, [`set_min_ctas`] the LL kernels' one CTA per SM (their registers).
+//!    bounds.
 //!
 //! This keeps the whole pipeline in Rust and in the repository, needs no CUDA toolkit at
 //! build time, and fails with an error that names the missing tool or component.
@@ -471,43 +471,6 @@ pub fn set_max_threads(ptx: &str, kernels: &[&str], threads: u32) -> Result<Stri
     Ok(out)
 }
 
-/// Declares `.minnctapersm ctas` after the `.maxntid` line of each named kernel of `ptx`
-/// (put there by [`set_max_threads`], which must run first). Without it `ptxas` holds a
-/// kernel of 512 threads to 64 registers (room for two CTAs per SM) and spills past them;
-/// with `1` it may use up to 128. Errors if a kernel is missing or has no `.maxntid`; a
-/// kernel that already has the directive keeps it.
-pub fn set_min_ctas(ptx: &str, kernels: &[&str], ctas: u32) -> Result<String, String> {
-    let mut out = String::with_capacity(ptx.len() + kernels.len() * 24);
-    let mut done = Vec::new();
-    let mut pending: Option<&str> = None;
-    let mut lines = ptx.lines().peekable();
-    while let Some(line) = lines.next() {
-        out.push_str(line);
-        out.push('\n');
-        if let Some(name) = pending {
-            if line.starts_with(".maxntid") {
-                if !lines.peek().is_some_and(|l| l.starts_with(".minnctapersm")) {
-                    out.push_str(&format!(".minnctapersm {ctas}\n"));
-                }
-                done.push(name);
-                pending = None;
-            } else if line.starts_with('{') {
-                return Err(format!("kernel {name} has no .maxntid (run set_max_threads first)"));
-            }
-            continue;
-        }
-        let decl = line.strip_prefix(".visible ").unwrap_or(line);
-        if let Some(rest) = decl.strip_prefix(".entry ") {
-            let name = rest.split('(').next().unwrap_or("").trim();
-            pending = kernels.iter().copied().find(|k| *k == name);
-        }
-    }
-    if let Some(missing) = kernels.iter().find(|k| !done.contains(k)) {
-        return Err(format!("kernel {missing} is not an entry of the PTX (cannot declare .minnctapersm)"));
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -524,20 +487,6 @@ mod tests {
         assert!(out.contains(".visible .entry b(\n)\n.maxntid 512, 1, 1\n{"), "{out}");
         assert_eq!(set_max_threads(&out, &["b"], 512).unwrap(), out, "processing twice changes nothing");
         let e = set_max_threads(ptx, &["c"], 512).unwrap_err();
-        assert!(e.contains("kernel c"), "{e}");
-    }
-
-    #[test]
-    fn declares_min_ctas_after_max_threads_on_named_entries_only() {
-        let ptx = ".visible .entry a(\n)\n{\n}\n.visible .entry b(\n)\n{\n}\n";
-        let e = set_min_ctas(ptx, &["b"], 1).unwrap_err();
-        assert!(e.contains("no .maxntid"), "{e}");
-        let ptx = set_max_threads(ptx, &["a", "b"], 512).unwrap();
-        let out = set_min_ctas(&ptx, &["b"], 1).unwrap();
-        assert_eq!(out.matches(".minnctapersm").count(), 1);
-        assert!(out.contains(".entry b(\n)\n.maxntid 512, 1, 1\n.minnctapersm 1\n{"), "{out}");
-        assert_eq!(set_min_ctas(&out, &["b"], 1).unwrap(), out, "processing twice changes nothing");
-        let e = set_min_ctas(&ptx, &["c"], 1).unwrap_err();
         assert!(e.contains("kernel c"), "{e}");
     }
 

@@ -68,12 +68,6 @@ unsafe fn ld_line(p: *const u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
-/// Whether a loaded line carries `flag` in both halves (NOTE [LL protocol]).
-#[inline(always)]
-fn has_flag(v: [u32; 4], flag: u32) -> bool {
-    v[1] == flag && v[3] == flag
-}
-
 /// Spins before a wait starts reading the clock.
 const SPINS_BEFORE_CLOCK: u32 = 64;
 /// Waiting before a wait first looks at the abort word, and between two looks.
@@ -88,36 +82,6 @@ const SPINS_BEFORE_CLOCK: u32 = 64;
 const ABORT_FIRST_NS: u64 = 1_000_000;
 const ABORT_EVERY_NS: u64 = 8_000_000;
 
-/// The lines a thread reads (or the sources it loads) before it looks at any of them.
-///
-/// NOTE [LL loads batched]: a thread of an LL round handles one line from each of its
-/// `world - 1` peers. Read one at a time, each wait's first load must return before the
-/// next is issued (the flag check branches on it), and the reduce-scatter's sends load
-/// their sources one per store (a store is an `asm!` that orders memory), so the
-/// latencies added up: three L2 or HBM round trips per thread at 4 ranks, seven at 8.
-/// The kernels now issue up to `BATCH` loads back to back, then check or store them in
-/// order; a line not yet there is waited for as before (`Waits::line_slow`), and the
-/// reduce-scatter still adds its sources in rank order, so the result is unchanged bit
-/// for bit. Every loop over a batch is unrolled by `batch!`, so the loaded lines stay in
-/// registers: with `for` loops LLVM kept them in local memory (128 bytes more stack
-/// frame), where storing a line waits for its load and so issues the next one late.
-const BATCH: usize = 4;
-
-/// Runs `$body` once for each index of a batch, `$j` a constant `usize` in each copy
-/// (NOTE [LL loads batched]); must list `0 .. BATCH`.
-macro_rules! batch {
-    ($j:ident => $body:block) => {{
-        batch!(@each $j $body 0 1 2 3)
-    }};
-    (@each $j:ident $body:block $($n:literal)*) => {{
-        const _: () = assert!([$($n),*].len() == BATCH);
-        $({
-            let $j: usize = $n;
-            $body
-        })*
-    }};
-}
-
 /// Where a round's waits report and how long they may take.
 #[derive(Clone, Copy)]
 struct Waits {
@@ -130,13 +94,27 @@ struct Waits {
 impl Waits {
     /// Waits until the line at `p` (from `peer`) carries `flag` in both halves and
     /// returns its payload; on a timeout or an abort fills the error record and returns
-    /// `None`. Called once a load of the line (NOTE [LL loads batched]) found it not yet
-    /// there. Out of line: its clock, back-off and abort state would otherwise share
-    /// registers with the kernels' loops (`ll_allgather` spilled 8 bytes with it inlined,
-    /// which `host/tests/ptx.rs` refuses).
+    /// `None`.
     ///
     /// # Safety
     /// `p` is a 16-byte-aligned line of this rank's LL buffer; `err` is valid.
+    #[inline(always)]
+    unsafe fn line(&self, p: *const u32, flag: u32, peer: u32) -> Option<(u32, u32)> {
+        // SAFETY: forwarded from the caller.
+        let v = unsafe { ld_line(p) };
+        if v[1] == flag && v[3] == flag {
+            return Some((v[0], v[2]));
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.line_slow(p, flag, peer) }
+    }
+
+    /// The spinning part of [`Waits::line`], out of line: its clock, back-off and abort
+    /// state would otherwise share registers with the kernels' loops (`ll_allgather`
+    /// spilled 8 bytes with it inlined, which `host/tests/ptx.rs` refuses).
+    ///
+    /// # Safety
+    /// As [`Waits::line`].
     #[inline(never)]
     unsafe fn line_slow(&self, p: *const u32, flag: u32, peer: u32) -> Option<(u32, u32)> {
         let mut spins = 0u32;
@@ -146,7 +124,7 @@ impl Waits {
         loop {
             // SAFETY: forwarded from the caller.
             let v = unsafe { ld_line(p) };
-            if has_flag(v, flag) {
+            if v[1] == flag && v[3] == flag {
                 return Some((v[0], v[2]));
             }
             spins += 1;
@@ -320,40 +298,11 @@ ll_kernel! {
             while i < n {
                 let off = (first + i) * 8;
                 let valid = (shard - off).min(8);
-                // NOTE [LL loads batched]: the peers' lines k0 .. k0 + m, loaded together.
-                let mut k0 = 1;
-                while k0 < world {
-                    let m = (world - k0).min(BATCH as u32);
-                    let peer = |j: usize| (rank + world - k0 - j as u32) % world;
-                    let at = |j: usize| (mine + peer(j) as u64 * slot + i * 16) as *const u32;
-                    let mut v = [[0u32; 4]; BATCH];
-                    batch!(j => {
-                        if (j as u32) < m {
-                            v[j] = ld_line(at(j));
-                        }
-                    });
-                    batch!(j => {
-                        if (j as u32) < m {
-                            let p = peer(j);
-                            // The batch's last line has none after it to read again.
-                            #[allow(unused_assignments)]
-                            let (lo, hi) = if has_flag(v[j], flag) {
-                                (v[j][0], v[j][2])
-                            } else {
-                                let Some(r) = w.line_slow(at(j), flag, p) else { return };
-                                // Waited: the lines after it are read again, so that none
-                                // is kept across the wait's call.
-                                batch!(k => {
-                                    if k > j && (k as u32) < m {
-                                        v[k] = ld_line(at(k));
-                                    }
-                                });
-                                r
-                            };
-                            store8(dst.add((p as u64 * shard + off) as usize), valid, aligned, lo, hi);
-                        }
-                    });
-                    k0 += m;
+                for k in 1..world {
+                    let p = (rank + world - k) % world;
+                    let line = (mine + p as u64 * slot + i * 16) as *const u32;
+                    let Some((lo, hi)) = w.line(line, flag, p) else { return };
+                    store8(dst.add((p as u64 * shard + off) as usize), valid, aligned, lo, hi);
                 }
                 i += step;
             }
@@ -402,26 +351,11 @@ unsafe fn ll_rs<T: Elem>(
         while i < n {
             let off = (first + i) * 8;
             let valid = (chunk - off).min(8);
-            // NOTE [LL loads batched]: the sources for peers k0 .. k0 + m, loaded together,
-            // then sent.
-            let mut k0 = 1;
-            while k0 < world {
-                let m = (world - k0).min(BATCH as u32);
-                let peer = |j: usize| (rank + k0 + j as u32) % world;
-                let mut v = [(0u32, 0u32); BATCH];
-                batch!(j => {
-                    if (j as u32) < m {
-                        v[j] = load8(src.add((peer(j) as u64 * chunk + off) as usize), valid, aligned);
-                    }
-                });
-                batch!(j => {
-                    if (j as u32) < m {
-                        let p = peer(j);
-                        let line = *bases.add(p as usize) + half_off + rank as u64 * slot + i * 16;
-                        st_line(line as *mut u32, v[j].0, v[j].1, flag);
-                    }
-                });
-                k0 += m;
+            for k in 1..world {
+                let p = (rank + k) % world;
+                let (lo, hi) = load8(src.add((p as u64 * chunk + off) as usize), valid, aligned);
+                let line = *bases.add(p as usize) + half_off + rank as u64 * slot + i * 16;
+                st_line(line as *mut u32, lo, hi, flag);
             }
             i += step;
         }
@@ -431,48 +365,18 @@ unsafe fn ll_rs<T: Elem>(
             let off = (first + i) * 8;
             let valid = (chunk - off).min(8);
             let mut acc = [0f32; 8];
-            // NOTE [LL loads batched]: sources s0 .. s0 + m (this rank's own chunk among
-            // them, read locally), loaded together, then added in rank order.
-            let mut s0 = 0;
-            while s0 < world {
-                let m = (world - s0).min(BATCH as u32);
-                let at = |j: usize| (mine + (s0 + j as u32) as u64 * slot + i * 16) as *const u32;
-                let mut v = [[0u32; 4]; BATCH];
-                batch!(j => {
-                    let s = s0 + j as u32;
-                    if s < s0 + m && s != rank {
-                        v[j] = ld_line(at(j));
-                    } else if s == rank {
-                        let (lo, hi) = load8(src.add((rank as u64 * chunk + off) as usize), valid, aligned);
-                        v[j] = [lo, flag, hi, flag];
-                    }
-                });
-                batch!(j => {
-                    let s = s0 + j as u32;
-                    if s < s0 + m {
-                        // The batch's last line has none after it to read again.
-                        #[allow(unused_assignments)]
-                        let (lo, hi) = if has_flag(v[j], flag) {
-                            (v[j][0], v[j][2])
-                        } else {
-                            let Some(r) = w.line_slow(at(j), flag, s) else { return };
-                            // Waited: the peers' lines after it are read again, so that
-                            // none is kept across the wait's call.
-                            batch!(k => {
-                                let t = s0 + k as u32;
-                                if k > j && t < s0 + m && t != rank {
-                                    v[k] = ld_line(at(k));
-                                }
-                            });
-                            r
-                        };
-                        let x = unpack_line::<T>(lo, hi);
-                        for e in 0..per_line {
-                            acc[e] = if s == 0 { x[e] } else { combine(op, acc[e], x[e]) };
-                        }
-                    }
-                });
-                s0 += m;
+            for s in 0..world {
+                let (lo, hi) = if s == rank {
+                    load8(src.add((rank as u64 * chunk + off) as usize), valid, aligned)
+                } else {
+                    let line = (mine + s as u64 * slot + i * 16) as *const u32;
+                    let Some(v) = w.line(line, flag, s) else { return };
+                    v
+                };
+                let x = unpack_line::<T>(lo, hi);
+                for e in 0..per_line {
+                    acc[e] = if s == 0 { x[e] } else { combine(op, acc[e], x[e]) };
+                }
             }
             for a in acc.iter_mut().take(per_line) {
                 *a = finish(op, *a, world);
