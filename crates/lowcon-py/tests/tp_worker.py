@@ -80,6 +80,11 @@ def check(g, dev):
             none, _ = tp.fused_all_gather_matmul(shards[r].to(dev), Bs[:1] and [Bs[0].to(dev)], gd, g, return_A=False)
             if none is not None:
                 fail("return_A=False returned A")
+            # tp_bench's `lowcon-merged` probe: the peers' pieces in at most two GEMMs.
+            poison(g, dev)
+            _, outs = tp.fused_all_gather_matmul(shards[r].to(dev), [B.to(dev) for B in Bs], gd, g, _merged=True)
+            for i, (o, B) in enumerate(zip(outs, Bs)):
+                close(o, A_ref @ B.double(), dtype, shard_shape[-1], f"merged all-gather-matmul out {i}, {dtype}, dim {gd}")
             n += 1
         for sd, a_shape in ((0, (4 * w, 32)), (1, (3, 2 * w, 32)), (0, (w, 5, 16))):
             for op in ("sum", "avg"):

@@ -173,7 +173,7 @@ def _workspace(g, st, stream, shape, dtype):
 
 
 def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sync="auto", _events=None,
-                            _serial=False):
+                            _serial=False, _merged=False):
     """All-gathers `A_shard` along `gather_dim` into A and returns (A or None,
     [A @ B for B in Bs]); each partial matmul starts when its piece has landed.
 
@@ -187,7 +187,8 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sy
     that holds every SM ran only when that GEMM ended, kernel or memop alike, and the
     peers' pieces were pulled only then (2x H200, 2026-11-26: 1.09-1.10x the GEMM alone
     at tokens 8192, hidden 8192, ffn 28672). (`_events`, `_serial`: the overlap test's
-    probes.)
+    probes; `_merged`: tp_bench's `lowcon-merged`, the peers' pieces in at most two GEMMs
+    after the last arrival.)
     """
     g = group_of(group)
     rank, world = g.rank, g.world_size
@@ -201,9 +202,9 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sy
     outs = [torch.empty((world * s0,) + rest[:-1] + (B.shape[1],), dtype=shard.dtype, device=shard.device)
             for B in Bs]
 
-    def piece(p, src):
+    def piece(p, src, n=1):  # the rows of pieces p .. p + n, from `src`
         for B, out in zip(Bs, outs):
-            torch.matmul(src, B, out=out[p * s0:(p + 1) * s0])
+            torch.matmul(src, B, out=out[p * s0:(p + n) * s0])
 
     with torch.no_grad():  # `out=` has no autograd: the autograd forms are below
         if not cuda:
@@ -214,12 +215,12 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sy
             for out in outs:  # no rows, or K = 0 (every product is 0)
                 out.zero_()
         else:
-            _overlapped(g, shard, gathered, piece, (rank, s0), sync, _events, _serial)
+            _overlapped(g, shard, gathered, piece, (rank, s0), sync, _events, _serial, _merged)
     A = gathered.movedim(0, gd) if return_A else None
     return A, [o.movedim(0, gd) for o in outs]
 
 
-def _overlapped(g, shard, gathered, piece, where, sync, _events, _serial):
+def _overlapped(g, shard, gathered, piece, where, sync, _events, _serial, _merged=False):
     """The GPU form of `fused_all_gather_matmul`: the all-gather with arrivals on the side
     stream, the own piece after its entry barrier, each other piece after its arrival."""
     rank, s0 = where
@@ -250,9 +251,19 @@ def _overlapped(g, shard, gathered, piece, where, sync, _events, _serial):
             _events["last_arrival"] = torch.cuda.Event(enable_timing=True)
             _events["last_arrival"].record(probe)
         piece(rank, shard)
-        for p in order[1:]:
-            arr.wait(p, cur)
-            piece(p, gathered[p * s0:(p + 1) * s0])
+        if _merged:
+            # The peers' rows in at most two GEMMs (those before this rank's, those after),
+            # once every piece has landed: fewer, larger GEMMs than one per arrival.
+            for p in order[1:]:
+                arr.wait(p, cur)
+            world = gathered.shape[0] // s0
+            for lo, hi in ((0, rank), (rank + 1, world)):
+                if hi > lo:
+                    piece(lo, gathered[lo * s0:hi * s0], hi - lo)
+        else:
+            for p in order[1:]:
+                arr.wait(p, cur)
+                piece(p, gathered[p * s0:(p + 1) * s0])
     finally:
         # The peers' reads of this shard end with the call (its exit barrier); the
         # blocks go back to torch only after the side stream's use, even on an error.
