@@ -26,6 +26,11 @@ out=/tmp/w2; rm -rf "$out"; mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 np=${W2_NPROC:-2}
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 $((np - 1)))}
+IFS=, read -r -a visible <<< "$CUDA_VISIBLE_DEVICES"
+if [ "${#visible[@]}" -lt "$np" ]; then
+  echo "gpu-w2.sh: W2_NPROC=$np ranks, but CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES names ${#visible[@]} GPUs" >&2
+  exit 2
+fi
 parts=" ${PARTS:-check overlap small} "
 has() { [[ $parts == *" $1 "* ]]; }
 trap 'tar -C "$out" -czf "${OUT:-$here}/w2.tgz" . 2>/dev/null; cp "$out/summary.txt" "${OUT:-$here}/" 2>/dev/null' EXIT

@@ -2,11 +2,11 @@
 # Small messages, two builds of lowcon alternating in one job: `small_ab.sh BASE NEW OUTDIR`
 # runs, ROUNDS times (3), a sweep of BASE then one of NEW for each collective and dtype
 # (AB_COLLS, AB_DTYPES), replayed and eager, 8 KiB to 1 MiB per rank, kernel sync, `auto`
-# and `ll` against NCCL, at NPROC ranks (4), each sweep's JSON into OUTDIR. Then prints,
-# for each size, the median over rounds of each build's time, and their ratio.
+# and `ll` (no NCCL), at NPROC ranks (4), each sweep's JSON into OUTDIR (emptied first).
+# Then prints, for each size, the median over rounds of each build's time, and their ratio.
 set -uo pipefail
 base=$1 new=$2 out=$3
-mkdir -p "$out"
+rm -rf "$out" && mkdir -p "$out"
 np=${NPROC:-4}
 for k in $(seq "${ROUNDS:-3}"); do
   for c in ${AB_COLLS:-all-gather reduce-scatter}; do
@@ -14,7 +14,7 @@ for k in $(seq "${ROUNDS:-3}"); do
       for b in base new; do
         L=$base; [ $b = new ] && L=$new
         timeout 60 "$L" launch --nproc-per-node "$np" --tee -- "$L" bench "$c" -b 8K -e 1M -f 2 -n 20 --reps 25 \
-          --dtype "$d" --sync kernel --graph --algorithms auto,ll --json "$out/$b-$c-$d-$k.json" \
+          --dtype "$d" --sync kernel --graph --algorithms auto,ll --no-nccl --json "$out/$b-$c-$d-$k.json" \
           > "$out/$b-$c-$d-$k.txt" 2>&1 || echo "small_ab: $b $c $d #$k failed ($?)"
       done
     done

@@ -202,7 +202,7 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sy
     outs = [torch.empty((world * s0,) + rest[:-1] + (B.shape[1],), dtype=shard.dtype, device=shard.device)
             for B in Bs]
 
-    def piece(p, src, n=1):  # the rows of pieces p .. p + n, from `src`
+    def piece(p, src, n=1):  # the rows of pieces p to p + n - 1, from `src`
         for B, out in zip(Bs, outs):
             torch.matmul(src, B, out=out[p * s0:(p + n) * s0])
 
