@@ -635,6 +635,12 @@ def test_fsdp2_tune_replaces_a_row_only_when_a_variant_is_resolved_faster():
         "max_pieces=8 map=yes")
     inplace = ft.variants([vb["lowcon@rsmap=yes,rs_ctas=16"]])
     assert "lowcon@rsmap=yes,rs_ctas=16" not in inplace and inplace["lowcon@rsmap=no,rs_ctas=64"] == bf
+    # The sync candidate is the one the row does not name: memop for a row with kernel
+    # sync or none (the 2x H200 row), kernel for a memop row.
+    w2 = "reduce-scatter context=fsdp dtype=bf16 out=f32 algorithm=sm-direct ctas=16 map=yes piece=32M max_pieces=4"
+    v2 = ft.variants([w2])
+    assert "lowcon@rssync=kernel" not in v2 and "sync=memop" in v2["lowcon@rssync=memop"], v2
+    assert "lowcon@rssync=memop" not in inplace and "sync=kernel" in inplace["lowcon@rssync=kernel"]
     base = {"lowcon": (0.90, 0.89, 0.91), "lowcon@rs=ce-reduce": (0.95, 0.94, 0.96), "lowcon@rs_ctas=32": (0.905, 0.89, 0.92),
             "lowcon@rs_ctas=128": (0.93, 0.92, 0.94), "lowcon@rssync=kernel": (0.90, 0.88, 0.92)}
     modes = [m for m in modes if m in base]
