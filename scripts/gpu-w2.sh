@@ -38,10 +38,10 @@ trap 'tar -C "$out" -czf "${OUT:-$here}/w2.tgz" . 2>/dev/null; cp "$out/summary.
 . "$here/gpu-steps.sh"
 steps_budget "${BUDGET:-540}"
 L="$here/lowcon"
-l2=("$L" launch --nproc-per-node "$np" --tee --)
+lw=("$L" launch --nproc-per-node "$np" --tee --)
 { nvidia-smi -L; nvidia-smi topo -m; echo "commit ${COMMIT:-?}"; } > "$out/smi.txt" 2>&1
 if has check; then
-  st "coll-wire w=$np" check.txt 90 "${l2[@]}" "$L" selftest coll-wire --backend gpu --replays 20
+  st "coll-wire w=$np" check.txt 90 "${lw[@]}" "$L" selftest coll-wire --backend gpu --replays 20
   for m in kernel memop; do
     st "dead peer w=$np $m (SIGKILL, bf16 input packed, replays)" deadpeer.txt 80 \
       env DP_ARGS="--bf16-in --elems 1048576" bash "$here/gpu-dead-peer.sh" "$CUDA_VISIBLE_DEVICES" "$np" "$m" "$L" "$out" 200
@@ -56,12 +56,12 @@ if has overlap; then
   read -r -a rsflags <<< "${OVERLAP_FLAGS---bf16-in}"
   for e in ${OVERLAP_RS:-sm-direct:64 sm-direct:16 ce-reduce:default}; do
     a=${e%%:*} c=${e##*:} tag=${e//[:\/]/-}
-    st "overlap rs ${rsflags[*]} $a ctas=$c w=$np" "overlap-rs-$tag.txt" 150 "${l2[@]}" "$L" bench overlap \
+    st "overlap rs ${rsflags[*]} $a ctas=$c w=$np" "overlap-rs-$tag.txt" 150 "${lw[@]}" "$L" bench overlap \
       --collective reduce-scatter "${rsflags[@]}" --algorithms "$a" --ctas "$c" --shard 256M --priority high --no-null \
       "${nccl[@]}" --json "$out/overlap-rs-$tag.json"
     nccl=(--no-nccl)
   done
-  [ -n "${OVERLAP_AG-1}" ] && st "overlap ag ce-pull w=$np" overlap-ag.txt 120 "${l2[@]}" "$L" bench overlap \
+  [ -n "${OVERLAP_AG-1}" ] && st "overlap ag ce-pull w=$np" overlap-ag.txt 120 "${lw[@]}" "$L" bench overlap \
     --collective all-gather --algorithms ce-pull --shard 256M --priority high --no-null --json "$out/overlap-ag.json"
 fi
 if [[ $parts == *" fsdp2 "* || $parts == *" mem2 "* || $parts == *" small "* ]]; then

@@ -251,19 +251,16 @@ def _overlapped(g, shard, gathered, piece, where, sync, _events, _serial, _merge
             _events["last_arrival"] = torch.cuda.Event(enable_timing=True)
             _events["last_arrival"].record(probe)
         piece(rank, shard)
+        for p in order[1:]:
+            arr.wait(p, cur)
+            if not _merged:
+                piece(p, gathered[p * s0:(p + 1) * s0])
         if _merged:
             # The peers' rows in at most two GEMMs (those before this rank's, those after),
             # once every piece has landed: fewer, larger GEMMs than one per arrival.
-            for p in order[1:]:
-                arr.wait(p, cur)
-            world = gathered.shape[0] // s0
-            for lo, hi in ((0, rank), (rank + 1, world)):
+            for lo, hi in ((0, rank), (rank + 1, len(order))):
                 if hi > lo:
                     piece(lo, gathered[lo * s0:hi * s0], hi - lo)
-        else:
-            for p in order[1:]:
-                arr.wait(p, cur)
-                piece(p, gathered[p * s0:(p + 1) * s0])
     finally:
         # The peers' reads of this shard end with the call (its exit barrier); the
         # blocks go back to torch only after the side stream's use, even on an error.
