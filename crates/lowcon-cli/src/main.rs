@@ -235,12 +235,16 @@ fn plans(machine: lowcon::plan::Machine) -> Result<(), Box<dyn std::error::Error
         s.copy_batch,
         s.memop_batch
     );
+    // FSDP2's two copy-ins (torch memory, context fsdp): the bf16 gradients reduced into
+    // f32, what lowcon.fsdp sends by default (NOTE [bf16 copy-in]), and the fp32 gradients
+    // over the bf16 wire (`copy_in="fp32"`).
     println!(
-        "{:>6}  {:<36} {:<46} {:<46}",
+        "{:>6}  {:<30} {:<38} {:<52} {:<44}",
         "bytes",
         "all-gather (symmetric)",
         "reduce-scatter bf16 (symmetric)",
-        "FSDP2: f32 gradients of bf16 params (torch memory)"
+        "FSDP2 reduce-scatter: bf16 copy-in (the default)",
+        "FSDP2: fp32 copy-in, bf16 wire"
     );
     for shift in [13, 16, 18, 20, 22, 24, 26, 28] {
         let b = 1usize << shift;
@@ -257,17 +261,27 @@ fn plans(machine: lowcon::plan::Machine) -> Result<(), Box<dyn std::error::Error
             captured: false,
         };
         let rs = p.reduce_scatter(&rs_call, &ReduceScatterOptions::default())?;
+        let fsdp = ReduceScatterOptions { context: Context::Fsdp, ..Default::default() };
+        let copy_in = RsCall { output: DType::F32, input_symmetric: false, ..rs_call };
+        let ci = p.reduce_scatter(&copy_in, &fsdp)?;
         let f = RsCall { input: DType::F32, output: DType::F32, input_symmetric: false, ..rs_call };
-        let fo = ReduceScatterOptions { context: Context::Fsdp, bf16_exact: true, ..Default::default() };
-        let fs = p.reduce_scatter(&f, &fo)?;
+        let fs = p.reduce_scatter(&f, &ReduceScatterOptions { bf16_exact: true, ..fsdp })?;
         let short = |a: &str, c: u32, extra: String, o: &str| {
             format!("{a} ctas={c}{extra} [{}]", o.rsplit('/').next().unwrap_or(o))
         };
+        let placed = if ci.map_ordinary {
+            " in place".to_string()
+        } else if ci.packs() {
+            format!(" packed pieces={}", ci.pieces)
+        } else {
+            format!(" pieces={}", ci.pieces)
+        };
         println!(
-            "{:>6}  {:<36} {:<46} {:<46}",
+            "{:>6}  {:<30} {:<38} {:<52} {:<44}",
             format_bytes(b),
             short(ag.algorithm.name(), ag.ctas, String::new(), &ag.origin),
             short(rs.algorithm.name(), rs.ctas, format!(" pieces={}", rs.pieces), &rs.origin),
+            short(ci.algorithm.name(), ci.ctas, format!("{placed} sync={}", ci.sync.name()), &ci.origin),
             short(
                 fs.algorithm.name(),
                 fs.ctas,

@@ -169,3 +169,32 @@ fn benchmarks_refuse_ranks_sharing_a_gpu() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("LOWCON_SHARE_GPU=\"yes\": expected 1"), "{err}");
 }
+
+#[test]
+fn info_shows_the_plan_of_fsdp2s_default_copy_in_and_of_the_fp32_wire() {
+    // Without a GPU, `lowcon info` plans for the host backend from its shipped table.
+    let out = Command::new(LOWCON).args(["info", "--world", "4"]).env_remove("LOWCON_TUNING").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("FSDP2 reduce-scatter: bf16 copy-in (the default)"), "{stdout}");
+    assert!(stdout.contains("FSDP2: fp32 copy-in, bf16 wire"), "{stdout}");
+    let row = stdout.lines().find(|l| l.trim_start().starts_with("64M")).expect("a 64M row");
+    assert!(row.contains("sm-direct ctas=16 packed pieces=4 sync=kernel [shipped:host.txt:8]"), "{row}");
+    assert!(row.contains("ce-reduce ctas=16 pieces=4 wire=bf16 [shipped:host.txt:7]"), "{row}");
+
+    // A table of the user's that reads the copy-in in place with memop waits: the column
+    // says so, and names the table's line.
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("mine.txt");
+    std::fs::write(
+        &table,
+        "lowcon-tuning 1\nmachine gpu=host world=*\nsource test\n\
+         reduce-scatter context=fsdp dtype=bf16 out=f32 algorithm=sm-direct ctas=32 map=yes sync=memop\n",
+    )
+    .unwrap();
+    let out = Command::new(LOWCON).args(["info", "--world", "4"]).env("LOWCON_TUNING", &table).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let row = stdout.lines().find(|l| l.trim_start().starts_with("64M")).expect("a 64M row");
+    assert!(row.contains("sm-direct ctas=32 in place sync=memop [mine.txt:4]"), "{row}");
+}
