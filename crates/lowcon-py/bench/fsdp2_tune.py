@@ -28,8 +28,10 @@ NCCL's is lower at every shape measured and its 95% interval lies below the row'
 one at least, and only if the A/A twin's interval lies within [0.98, 1.02]; otherwise
 the row stays, and the comment says why. The rows of that kind (exactly its selectors;
 rows bounded by bytes, mode or memory kind are left alone) are rewritten with the
-comments right above them: the winner first, then the other candidates' rows, so a
-caller naming an algorithm still gets its row.
+comments right above them: the winner first, then the first row of each other algorithm,
+so a caller naming an algorithm still gets its row; the other candidates' rows follow as
+comments (`# also measured ...`), since a rule behind an earlier one of its algorithm is
+never read.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 AA_BOUNDS = (0.98, 1.02)
+# The comment that keeps a measured variant no call would read (rewrite()).
+ALSO = "# also measured "
 
 
 # A rule's selectors (host/src/plan/table.rs); the other keys are choices.
@@ -197,14 +201,17 @@ def choose(configs: Sequence[Dict[str, Any]], modes: Sequence[str]) -> Tuple[str
 
 def rewrite(text: str, rows: Dict[str, str], best: str, evidence: Sequence[str], source: str) -> str:
     """The table `text` with its FSDP2 rows of `rows`' kind replaced: `best`'s row first,
-    the other variants' after it (each once), the evidence in comments above; `source`
-    appended to its source line."""
+    then the first row of each other algorithm (the one a caller naming it gets), the other
+    variants as comments (no rule behind an earlier one of its algorithm is ever read), the
+    evidence in comments above; `source` appended to its source line."""
     lines = text.splitlines()
     kind = family(next(iter(rows.values())))
     is_row = lambda line: is_fsdp_row(line, kind)  # noqa: E731
     # The comments right above each such row described the rows replaced: they go too.
     drop = set()
     for i, line in enumerate(lines):
+        if line.startswith(ALSO) and is_row(line[len(ALSO):].split(": ", 1)[-1]):
+            drop.add(i)  # a run before this one's unread variants
         if is_row(line):
             drop.add(i)
             j = i - 1
@@ -218,11 +225,15 @@ def rewrite(text: str, rows: Dict[str, str], best: str, evidence: Sequence[str],
     own = next(iter(rows))
     block.append(f"# Chosen: {best}" + ("" if best == own else " (resolved faster than the table's row)"))
     ordered = [rows[best]] + [r for m, r in rows.items() if m != best]
-    seen = set()
+    # The first rule naming an algorithm is the one every call of it gets (table.rs): a
+    # later row of the same algorithm would never be read, so it is kept as a comment.
+    seen, algorithms = set(), set()
     for r in ordered:
         if r not in seen:
             seen.add(r)
-            block.append(r)
+            algo = _keys(r).get("algorithm")
+            block.append(r if algo not in algorithms else f"{ALSO}(unread behind the {algo} row above): {r}")
+            algorithms.add(algo)
     for i, line in enumerate(lines):
         if is_row(line) and not placed:
             out += block
@@ -299,7 +310,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     gpu = env.get("device_name") or ("the host backend" if args.cpu else "this box")
     ranks = env.get("world_size", args.nproc)
     shapes = "; ".join(f"{c['shape']}:{c['tokens_per_rank']}" for c in configs)
+    # fsdp2_paired.py's results hold every round's step times: the count is their number.
     rounds = configs[0].get("rounds", args.rounds)
+    rounds = len(rounds) if isinstance(rounds, list) else rounds
     source = f"{datetime.date.today()}, {ranks} ranks of {gpu}, {shapes}, {rounds} rounds ({results})"
     with open(args.table, "w") as f:
         f.write(rewrite(text, rows, best, evidence, source))
