@@ -364,10 +364,15 @@ unsafe fn ll_rs<T: Elem>(
         while i < n {
             let off = (first + i) * 8;
             let valid = (chunk - off).min(8);
+            // NOTE [own chunk first]: this rank's own source is loaded before any wait. In
+            // rank order it comes after the lower ranks' lines, and loaded there, on every
+            // rank but 0, its latency came after the wait for those lines, on the call's
+            // critical path; issued here it overlaps them. The sum keeps rank order.
+            let own = load8(src.add((rank as u64 * chunk + off) as usize), valid, aligned);
             let mut acc = [0f32; 8];
             for s in 0..world {
                 let (lo, hi) = if s == rank {
-                    load8(src.add((rank as u64 * chunk + off) as usize), valid, aligned)
+                    own
                 } else {
                     let line = (mine + s as u64 * slot + i * 16) as *const u32;
                     let Some(v) = w.line(line, flag, s) else { return };
