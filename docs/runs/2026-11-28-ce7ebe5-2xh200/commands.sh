@@ -7,7 +7,7 @@
 set -uo pipefail
 : "${OUT:?the folder of the device tool}"
 tar -xJf bundle/bundle.txz && cp scripts/gpu-*.sh bundle/
-xz -dc bundle/lowcon-sb.xz > bundle/lowcon-sb && chmod +x bundle/lowcon-sb
+[ -f bundle/lowcon-sb.xz ] && xz -dc bundle/lowcon-sb.xz > bundle/lowcon-sb && chmod +x bundle/lowcon-sb
 case ${1:-} in
 1) # FSDP2 at 2 GPUs: the in-place rule's kernel sync against memop, and the packed rule before it;
    # then 4096x12 at 1024 tokens with a sync each step, 300 rounds
@@ -48,5 +48,18 @@ case ${1:-} in
   COMMIT=ce7ebe5 OUT=$OUT/n PARTS=fsdp2 W2_SWEEP="4096x12:1024" W2_ROUNDS=550 W2_S=420 \
     W2_MODES="nccl,nccl-b,lowcon,nccl-ce,nocomm" PLANNER_BUDGET=425 BUDGET=430 \
     FSDP2_ARGS="--sync-each-step" bash bundle/gpu-w2.sh ;;
-*) echo "usage: commands.sh 1|2|3|4" >&2; exit 2 ;;
+5) # the LL reduce-scatter loading its own source before the waits (branch ll-own-first, carried
+   # as bundle/lowcon-own.xz) against ce7ebe5: A/B at 2 ranks (the all-gathers, unchanged, as
+   # the control), coll-check at 2 real GPUs, coll-check and coll-wire at 3, 4 and 8 shared ranks
+  xz -dc bundle/lowcon-own.xz > bundle/lowcon-own && chmod +x bundle/lowcon-own
+  mkdir -p "$OUT/own"
+  NPROC=2 ROUNDS=4 AB_DTYPES="bf16 f32" bash scripts/probes/small_ab.sh bundle/lowcon bundle/lowcon-own /tmp/own-logs \
+    > "$OUT/own/summary.txt" 2>&1
+  for m in kernel memop; do
+    timeout 90 bundle/lowcon-own launch --nproc-per-node 2 --tee -- bundle/lowcon-own selftest coll-check --backend gpu --method "$m"
+  done > "$OUT/own/check.txt" 2>&1
+  rm -rf /tmp/bown && cp -r bundle /tmp/bown && cp bundle/lowcon-own /tmp/bown/lowcon
+  SHARED_PARTS=rust SHARED_GPU=0 SHARED_WORLDS="3 4 8" STEPS_ONLY="coll-check|coll-wire" SHARED_BUDGET=150 \
+    SHARED_TAR=$OUT/own/shared.tgz bash /tmp/bown/gpu-shared.sh ;;
+*) echo "usage: commands.sh 1|2|3|4|5" >&2; exit 2 ;;
 esac
