@@ -68,7 +68,9 @@ if [[ $parts == *" fsdp2 "* || $parts == *" mem2 "* || $parts == *" small "* ]];
   p=()
   has fsdp2 && p+=(fsdp2)
   has small && p+=(small)
-  st "gpu-planner.sh ${p[*]} w=2" planner.txt 420 env OUT="$out" PARTS="${p[*]}" SMALL_NPROC=2 \
+  # The step's deadline follows the FSDP2 run's own budget (W2_S) plus the small sweeps'
+  # time; the script's BUDGET still bounds it.
+  st "gpu-planner.sh ${p[*]} w=2" planner.txt $((${W2_S:-240} + 180)) env OUT="$out" PARTS="${p[*]}" SMALL_NPROC=2 \
     SMALL_REPEAT="${SMALL_REPEAT:-3}" FSDP2_W2_SWEEP="${W2_SWEEP:-8192x4:1024;4096x12:1024}" \
     FSDP2_W2_ROUNDS="${W2_ROUNDS:-20}" FSDP2_W2_S="${W2_S:-240}" \
     FSDP2_W2_MODES="${W2_MODES:-nccl,nccl-b,lowcon,lowcon@copyin=fp32,nccl-ce,nocomm}" BUDGET="${PLANNER_BUDGET:-400}" \
