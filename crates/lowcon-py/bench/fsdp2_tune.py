@@ -40,6 +40,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -148,7 +149,10 @@ def variants(rows: Sequence[str]) -> Dict[str, str]:
         out[mode_for(f"lowcon@rs_ctas={ctas}", kind)] = edit_row(row, {"ctas": str(ctas)})
     other_sync = "kernel" if _keys(row).get("sync") == "memop" else "memop"
     out[mode_for(f"lowcon@rssync={other_sync}", kind)] = edit_row(row, {"sync": other_sync})
-    return out
+    # A variant that is the table's row again (32 or 128 CTAs where the row has them)
+    # would only measure the row twice.
+    own = out[mode_for("lowcon", kind)]
+    return {m: r for m, r in out.items() if r != own or m == mode_for("lowcon", kind)}
 
 
 def _ci(stats: Dict[str, Any]) -> Tuple[float, float, float]:
@@ -203,7 +207,8 @@ def rewrite(text: str, rows: Dict[str, str], best: str, evidence: Sequence[str],
     """The table `text` with its FSDP2 rows of `rows`' kind replaced: `best`'s row first,
     then the first row of each other algorithm (the one a caller naming it gets), the other
     variants as comments (no rule behind an earlier one of its algorithm is ever read), the
-    evidence in comments above; `source` appended to its source line."""
+    evidence in comments above; `source` in its source line, as this kind's FSDP2 rows'
+    (replacing what a run before this one wrote there for this kind)."""
     lines = text.splitlines()
     kind = family(next(iter(rows.values())))
     is_row = lambda line: is_fsdp_row(line, kind)  # noqa: E731
@@ -215,7 +220,8 @@ def rewrite(text: str, rows: Dict[str, str], best: str, evidence: Sequence[str],
         if is_row(line):
             drop.add(i)
             j = i - 1
-            while j >= 0 and lines[j].startswith("#") and j not in drop:
+            # Another kind's unread variants (written below its rows) are not this one's.
+            while j >= 0 and lines[j].startswith("#") and not lines[j].startswith(ALSO) and j not in drop:
                 drop.add(j)
                 j -= 1
     out: List[str] = []
@@ -227,13 +233,21 @@ def rewrite(text: str, rows: Dict[str, str], best: str, evidence: Sequence[str],
     ordered = [rows[best]] + [r for m, r in rows.items() if m != best]
     # The first rule naming an algorithm is the one every call of it gets (table.rs): a
     # later row of the same algorithm would never be read, so it is kept as a comment.
-    seen, algorithms = set(), set()
+    # The rules first, then those comments, so the rules stay together.
+    seen, algorithms, unread = set(), set(), []
     for r in ordered:
         if r not in seen:
             seen.add(r)
             algo = _keys(r).get("algorithm")
-            block.append(r if algo not in algorithms else f"{ALSO}(unread behind the {algo} row above): {r}")
-            algorithms.add(algo)
+            if algo in algorithms:
+                unread.append(f"{ALSO}(unread behind the {algo} row above): {r}")
+            else:
+                block.append(r)
+                algorithms.add(algo)
+    block += unread
+    # This kind's evidence in the source line replaces the one a run before this one wrote.
+    mine = f"; FSDP2 {kind} rows: "
+    earlier = re.compile(re.escape(mine) + r".*?(?=; FSDP2 \w+ rows: |$)")
     for i, line in enumerate(lines):
         if is_row(line) and not placed:
             out += block
@@ -241,7 +255,7 @@ def rewrite(text: str, rows: Dict[str, str], best: str, evidence: Sequence[str],
         if i in drop:
             continue
         if line.startswith("source "):
-            line = f"{line}; FSDP2 rows: {source}"
+            line = f"{earlier.sub('', line)}{mine}{source}"
         out.append(line)
     if not placed:
         out += [""] + block

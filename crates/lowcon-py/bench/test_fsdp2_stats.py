@@ -691,12 +691,18 @@ def test_fsdp2_tune_rewrites_the_tables_fsdp2_rows(tmp_path, copy_in):
     assert fsdp == [rows[best], rows[ce]], fsdp
     also = [line for line in out if line.startswith("# also measured (unread behind the sm-direct row above): ")]
     assert sorted(line.split(": ", 1)[1] for line in also) == sorted(r for k, r in rows.items() if k not in (best, ce))
-    # Tuned again: the earlier run's comments go with its rows, nothing piles up.
+    # Tuned again from the same results: the earlier run's comments and source go with its
+    # rows; the row (now 128 CTAs) has no 128-CTA variant any more, and stays.
+    rows_again = ft.variants(fsdp)
+    assert m("lowcon@rs_ctas=128") not in rows_again and rows_again[m("lowcon")] == rows[best], rows_again
     assert ft.main(["--table", str(table), "--results", str(results), "--copy-in", copy_in]) == 0
     again = table.read_text().splitlines()
-    also_again = [line for line in again if line.startswith("# also measured ")]
-    rows_again = ft.variants([line for line in out if is_row(line)])
-    assert len(also_again) == len(set(also_again)) <= len(set(rows_again.values())) - 1, also_again
+    ce_again = next(k for k in rows_again if "rs=ce-reduce" in k)
+    assert [line for line in again if is_row(line)] == [rows[best], rows[ce]]
+    also_again = sorted(line.split(": ", 1)[1] for line in again if line.startswith("# also measured "))
+    assert also_again == sorted(r for k, r in rows_again.items() if k not in (m("lowcon"), ce_again)), also_again
+    assert sum(line.startswith("# Chosen: ") for line in again) == 1
+    assert next(line for line in again if line.startswith("source ")).count(f"; FSDP2 {copy_in} rows: ") == 1
     assert len(rows) == (6 if copy_in == "bf16" else 5), rows  # bf16: sm-direct read in place too
     assert any(line.startswith(f"# Chosen: {best}") for line in out)
     assert any(ft.FAMILIES[copy_in][2] in line for line in out)
@@ -705,8 +711,8 @@ def test_fsdp2_tune_rewrites_the_tables_fsdp2_rows(tmp_path, copy_in):
         ("32 MiB of bf16", "A caller who names ce-reduce")
     assert not any(gone in line for line in out) and any(kept in line for line in out)
     assert next(line for line in out if line.startswith("source ")).endswith(
-        f"FSDP2 rows: {__import__('datetime').date.today()}, 4 ranks of NVIDIA H100 80GB HBM3, 8192x4:1024, 20 rounds "
-        f"({results})")
+        f"; FSDP2 {copy_in} rows: {__import__('datetime').date.today()}, 4 ranks of NVIDIA H100 80GB HBM3, 8192x4:1024, "
+        f"20 rounds ({results})")
     # Every other rule is kept, in its order.
     others = [line for line in text.splitlines() if line and not line.startswith("#") and not is_row(line)
               and not line.startswith("source ")]
@@ -716,6 +722,43 @@ def test_fsdp2_tune_rewrites_the_tables_fsdp2_rows(tmp_path, copy_in):
     bare.write_text("lowcon-tuning 1\nmachine gpu=X world=2\nsource s\nall-gather algorithm=ce-pull\n")
     assert ft.main(["--table", str(bare), "--results", str(results), "--copy-in", copy_in]) == 2
     assert bare.read_text().endswith("all-gather algorithm=ce-pull\n")
+
+
+def test_fsdp2_tune_ce_reduce_winning_and_both_kinds_tuned_in_turn(tmp_path):
+    import fsdp2_tune as ft
+
+    shipped = os.path.join(HERE, "..", "..", "..", "host", "src", "plan", "tables", "h100-w4.txt")
+    text = open(shipped).read()
+    table = tmp_path / "box.txt"
+    table.write_text(text)
+    kept = {}
+    for copy_in in ("fp32", "bf16"):
+        is_row = lambda line, k=copy_in: ft.is_fsdp_row(line, k)  # noqa: E731
+        rows = ft.variants([line for line in table.read_text().splitlines() if is_row(line)])
+        m = lambda mode, k=copy_in: ft.mode_for(mode, k)  # noqa: E731
+        ce = next(k for k in rows if "rs=ce-reduce" in k)
+        st = {m("lowcon"): (0.90, 0.89, 0.91), ce: (0.80, 0.79, 0.81), m("lowcon@rs_ctas=32"): (0.91, 0.90, 0.92)}
+        results = tmp_path / copy_in / "paired.json"
+        results.parent.mkdir()
+        results.write_text(json.dumps({"env": {"device_name": "NVIDIA H100 80GB HBM3", "world_size": 4},
+                                       "configs": [dict(_tune_config("8192x4", st), rounds=[{"nccl": 1.0}] * 20)]}))
+        assert ft.main(["--table", str(table), "--results", str(results), "--copy-in", copy_in]) == 0
+        out = table.read_text().splitlines()
+        # ce-reduce won: its row first, then the table's own sm-direct row (what a caller
+        # naming sm-direct gets), the other sm-direct variants as comments after both.
+        assert [line for line in out if is_row(line)] == [rows[ce], rows[m("lowcon")]]
+        unread = [line for line in out if line.startswith(f"{ft.ALSO}(unread behind the sm-direct row above): ")
+                  and is_row(line.split(": ", 1)[1])]
+        assert sorted(line.split(": ", 1)[1] for line in unread) == \
+            sorted(r for k, r in rows.items() if k not in (ce, m("lowcon")))
+        last_rule = max(i for i, line in enumerate(out) if is_row(line))
+        assert all(out.index(line) > last_rule for line in unread)
+        kept[copy_in] = unread
+    # Tuning the bf16 rows kept the fp32 rows' comments, and the source names both runs.
+    out = table.read_text().splitlines()
+    assert all(line in out for line in kept["fp32"]), kept["fp32"]
+    source = next(line for line in out if line.startswith("source "))
+    assert source.count("; FSDP2 fp32 rows: ") == 1 and source.count("; FSDP2 bf16 rows: ") == 1, source
 
 
 def test_step_decomposition_classes_streams_by_fsdps_annotations_then_kernel_names(tmp_path):
