@@ -5,8 +5,9 @@
 
 reads every `small-*.json` under the folders (gpu-planner.sh's `small` part: one `lowcon
 bench` sweep per file, JSON lines), takes for each collective, dtype, eager or replayed,
-and size the median over sweeps of lowcon `auto`'s time and of NCCL's, and prints a
-Markdown table of `auto / NCCL` in µs, with `*` where `auto` is slower, and a count of
+and size the median over sweeps of lowcon `auto`'s time, NCCL's and NCCL-CE's, and prints
+one Markdown table per rank count and lowcon sync method, of `auto / NCCL / NCCL-CE` in µs,
+`*` where `auto` is slower than NCCL and `+` where slower than NCCL-CE, with a count of
 those cells. Each sweep's own time is already a median (docs/benchmarks.md says how).
 """
 import glob
@@ -18,56 +19,78 @@ from collections import defaultdict
 
 
 def load(dirs):
-    t = defaultdict(list)  # (bench, dtype, graph, size, impl) -> [us], one per sweep
-    ranks = set()
+    """(ranks, sync) -> {(bench, dtype, graph, size, impl): [µs, one per sweep]}: lowcon's
+    `auto` rows under the sync they ran with, NCCL's and NCCL-CE's under every sync of
+    their rank count (they have none of their own)."""
+    lowcon, nccl = defaultdict(lambda: defaultdict(list)), defaultdict(lambda: defaultdict(list))
     for d in dirs:
         for f in sorted(glob.glob(os.path.join(d, "**", "small-*.json"), recursive=True)):
             for line in open(f):
                 r = json.loads(line)
                 impl = r["implementation"]
-                if impl == "lowcon" and r["algorithm"] != "auto":
-                    continue
-                if impl not in ("lowcon", "nccl"):
-                    continue
-                ranks.add(r["ranks"])
-                t[(r["bench"], r["dtype"], r["graph"], r["size"], impl)].append(r["time_us"])
-    return t, ranks
+                key = (r["bench"], r["dtype"], r["graph"], r["size"], impl)
+                if impl == "lowcon" and r["algorithm"] == "auto":
+                    lowcon[(r["ranks"], r["sync"])][key].append(r["time_us"])
+                elif impl in ("nccl", "nccl-ce"):
+                    nccl[r["ranks"]][key].append(r["time_us"])
+    return {g: {**nccl[g[0]], **t} for g, t in lowcon.items()}
 
 
 def size_label(b):
     return f"{b >> 20}M" if b >= 1 << 20 else f"{b >> 10}K"
 
 
+def table(t):
+    """The Markdown table of one (ranks, sync) group, and its counts."""
+    sizes = sorted({k[3] for k in t})
+    rows = sorted({k[:3] for k in t})
+    sweeps = sorted({len(v) for v in t.values()})
+    lines = [f"µs, `auto` / NCCL / NCCL-CE, median of {'/'.join(map(str, sweeps))} sweeps (* where `auto` is "
+             "slower than NCCL, + where slower than NCCL-CE):", "",
+             "| | " + " | ".join(size_label(s) for s in sizes) + " |", "|---|" + "---:|" * len(sizes)]
+    counts = {"nccl": [0, 0], "nccl-ce": [0, 0]}  # impl -> [auto slower, cells]
+    for bench, dtype, graph in rows:
+        out = []
+        for s in sizes:
+            a = t.get((bench, dtype, graph, s, "lowcon"))
+            if not a:
+                out.append("-")
+                continue
+            ma = statistics.median(a)
+            cell, marks = [f"{ma:.1f}"], ""
+            for impl, mark in (("nccl", "*"), ("nccl-ce", "+")):
+                o = t.get((bench, dtype, graph, s, impl))
+                if not o:
+                    cell.append("-")
+                    continue
+                mo = statistics.median(o)
+                cell.append(f"{mo:.1f}")
+                counts[impl][1] += 1
+                if ma > mo:
+                    counts[impl][0] += 1
+                    marks += mark
+            out.append(" / ".join(cell) + (f" {marks}" if marks else ""))
+        mode = "replayed" if graph else "eager"
+        lines.append(f"| {bench} {dtype}, {mode} | " + " | ".join(out) + " |")
+    lines.append("")
+    for impl, name in (("nccl", "NCCL"), ("nccl-ce", "NCCL-CE")):
+        if counts[impl][1]:
+            lines.append(f"`auto` slower than {name} in {counts[impl][0]} of {counts[impl][1]} cells")
+    return lines
+
+
 def main(argv):
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
-    t, ranks = load(argv)
-    if not t:
+    groups = load(argv)
+    if not groups:
         print(f"small_table: no small-*.json under {' '.join(argv)}", file=sys.stderr)
         return 1
-    sizes = sorted({k[3] for k in t})
-    rows = sorted({k[:3] for k in t}, key=lambda k: (k[0], k[1], k[2]))
-    sweeps = {len(v) for v in t.values()}
-    print(f"ranks {sorted(ranks)}, µs, `auto` / NCCL, median of {'/'.join(map(str, sorted(sweeps)))} sweeps (* where `auto` is slower):\n")
-    print("| | " + " | ".join(size_label(s) for s in sizes) + " |")
-    print("|---|" + "---:|" * len(sizes))
-    slower = cells = 0
-    for bench, dtype, graph in rows:
-        out = []
-        for s in sizes:
-            a, n = t.get((bench, dtype, graph, s, "lowcon")), t.get((bench, dtype, graph, s, "nccl"))
-            if not a or not n:
-                out.append("-")
-                continue
-            ma, mn = statistics.median(a), statistics.median(n)
-            cells += 1
-            star = " *" if ma > mn else ""
-            slower += ma > mn
-            out.append(f"{ma:.1f} / {mn:.1f}{star}")
-        mode = "replayed" if graph else "eager"
-        print(f"| {bench} {dtype}, {mode} | " + " | ".join(out) + " |")
-    print(f"\n`auto` slower than NCCL in {slower} of {cells} cells")
+    for (ranks, sync), t in sorted(groups.items()):
+        print(f"## {ranks} ranks, lowcon with {sync} sync\n")
+        print("\n".join(table(t)))
+        print()
     return 0
 
 
