@@ -237,15 +237,16 @@ fn plans(machine: lowcon::plan::Machine) -> Result<(), Box<dyn std::error::Error
     );
     // FSDP2's two copy-ins (torch memory, context fsdp): the bf16 gradients reduced into
     // f32, what lowcon.fsdp sends by default (NOTE [bf16 copy-in]), and the fp32 gradients
-    // over the bf16 wire (`copy_in="fp32"`).
-    println!(
-        "{:>6}  {:<30} {:<38} {:<52} {:<44}",
-        "bytes",
-        "all-gather (symmetric)",
-        "reduce-scatter bf16 (symmetric)",
-        "FSDP2 reduce-scatter: bf16 copy-in (the default)",
-        "FSDP2: fp32 copy-in, bf16 wire"
-    );
+    // over the bf16 wire (`copy_in="fp32"`). Every column plans an input of the row's
+    // bytes per rank, in its own element type. The cells are built first, so that each
+    // column is as wide as its widest cell.
+    let mut rows: Vec<[String; 5]> = vec![[
+        "bytes".to_string(),
+        "all-gather (symmetric)".to_string(),
+        "reduce-scatter bf16 (symmetric)".to_string(),
+        "FSDP2 bf16 copy-in (the default)".to_string(),
+        "FSDP2 fp32 copy-in (bf16 wire)".to_string(),
+    ]];
     for shift in [13, 16, 18, 20, 22, 24, 26, 28] {
         let b = 1usize << shift;
         let ag = p.all_gather(
@@ -269,15 +270,16 @@ fn plans(machine: lowcon::plan::Machine) -> Result<(), Box<dyn std::error::Error
         let short = |a: &str, c: u32, extra: String, o: &str| {
             format!("{a} ctas={c}{extra} [{}]", o.rsplit('/').next().unwrap_or(o))
         };
+        // Read in place: eager calls (a captured ordinary input is packed, NOTE [bf16
+        // input read in place]).
         let placed = if ci.map_ordinary {
-            " in place".to_string()
+            " in place (eager)".to_string()
         } else if ci.packs() {
             format!(" packed pieces={}", ci.pieces)
         } else {
             format!(" pieces={}", ci.pieces)
         };
-        println!(
-            "{:>6}  {:<30} {:<38} {:<52} {:<44}",
+        rows.push([
             format_bytes(b),
             short(ag.algorithm.name(), ag.ctas, String::new(), &ag.origin),
             short(rs.algorithm.name(), rs.ctas, format!(" pieces={}", rs.pieces), &rs.origin),
@@ -286,9 +288,18 @@ fn plans(machine: lowcon::plan::Machine) -> Result<(), Box<dyn std::error::Error
                 fs.algorithm.name(),
                 fs.ctas,
                 format!(" pieces={} wire={}", fs.pieces, fs.wire.map_or("f32", |w| w.name())),
-                &fs.origin
-            )
-        );
+                &fs.origin,
+            ),
+        ]);
+    }
+    let width: Vec<usize> = (0..5).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    println!("bytes: per rank, of each column's input (its own element type)");
+    for r in &rows {
+        let mut line = format!("{:>w$}", r[0], w = width[0]);
+        for (c, cell) in r.iter().enumerate().skip(1) {
+            line += &format!("  {cell:<w$}", w = width[c]);
+        }
+        println!("{}", line.trim_end());
     }
     Ok(())
 }

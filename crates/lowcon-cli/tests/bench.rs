@@ -176,8 +176,15 @@ fn info_shows_the_plan_of_fsdp2s_default_copy_in_and_of_the_fp32_wire() {
     let out = Command::new(LOWCON).args(["info", "--world", "4"]).env_remove("LOWCON_TUNING").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("FSDP2 reduce-scatter: bf16 copy-in (the default)"), "{stdout}");
-    assert!(stdout.contains("FSDP2: fp32 copy-in, bf16 wire"), "{stdout}");
+    assert!(stdout.contains("FSDP2 bf16 copy-in (the default)"), "{stdout}");
+    assert!(stdout.contains("FSDP2 fp32 copy-in (bf16 wire)"), "{stdout}");
+    // The columns line up: each header starts where its cells do.
+    let header = stdout.lines().find(|l| l.contains("all-gather (symmetric)")).expect("the header");
+    let row = stdout.lines().find(|l| l.trim_start().starts_with("8K")).expect("an 8K row");
+    for name in ["reduce-scatter bf16 (symmetric)", "FSDP2 bf16 copy-in (the default)", "FSDP2 fp32 copy-in (bf16 wire)"] {
+        let at = header.find(name).unwrap();
+        assert!(at > 0 && &row[at - 2..at] == "  " && row.as_bytes()[at] != b' ', "{name}:\n{header}\n{row}");
+    }
     let row = stdout.lines().find(|l| l.trim_start().starts_with("64M")).expect("a 64M row");
     assert!(row.contains("sm-direct ctas=16 packed pieces=4 sync=kernel [shipped:host.txt:8]"), "{row}");
     assert!(row.contains("ce-reduce ctas=16 pieces=4 wire=bf16 [shipped:host.txt:7]"), "{row}");
@@ -196,5 +203,5 @@ fn info_shows_the_plan_of_fsdp2s_default_copy_in_and_of_the_fp32_wire() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     let row = stdout.lines().find(|l| l.trim_start().starts_with("64M")).expect("a 64M row");
-    assert!(row.contains("sm-direct ctas=32 in place sync=memop [mine.txt:4]"), "{row}");
+    assert!(row.contains("sm-direct ctas=32 in place (eager) sync=memop [mine.txt:4]"), "{row}");
 }
