@@ -181,7 +181,9 @@ fn info_shows_the_plan_of_fsdp2s_default_copy_in_and_of_the_fp32_wire() {
     // The columns line up: each header starts where its cells do.
     let header = stdout.lines().find(|l| l.contains("all-gather (symmetric)")).expect("the header");
     let row = stdout.lines().find(|l| l.trim_start().starts_with("8K")).expect("an 8K row");
-    for name in ["reduce-scatter bf16 (symmetric)", "FSDP2 bf16 copy-in (the default)", "FSDP2 fp32 copy-in (bf16 wire)"] {
+    for name in
+        ["reduce-scatter bf16 (symmetric)", "FSDP2 bf16 copy-in (the default)", "FSDP2 fp32 copy-in (bf16 wire)"]
+    {
         let at = header.find(name).unwrap();
         assert!(at > 0 && &row[at - 2..at] == "  " && row.as_bytes()[at] != b' ', "{name}:\n{header}\n{row}");
     }
