@@ -365,9 +365,9 @@ unsafe fn ll_rs<T: Elem>(
             let off = (first + i) * 8;
             let valid = (chunk - off).min(8);
             // NOTE [own chunk first]: this rank's own source is loaded before any wait. In
-            // rank order it comes after the lower ranks' lines, and loaded there, on every
-            // rank but 0, its latency came after the wait for those lines, on the call's
-            // critical path; issued here it overlaps them. The sum keeps rank order.
+            // rank order it comes after the lower ranks' lines; loaded at its place, on every
+            // rank but 0 its latency would follow the wait for those lines, on the call's
+            // critical path. Issued here, it overlaps them. The sum keeps rank order.
             let own = load8(src.add((rank as u64 * chunk + off) as usize), valid, aligned);
             let mut acc = [0f32; 8];
             for s in 0..world {
