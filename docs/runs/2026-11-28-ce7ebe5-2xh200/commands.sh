@@ -61,5 +61,11 @@ case ${1:-} in
   rm -rf /tmp/bown && cp -r bundle /tmp/bown && cp bundle/lowcon-own /tmp/bown/lowcon
   SHARED_PARTS=rust SHARED_GPU=0 SHARED_WORLDS="3 4 8" STEPS_ONLY="coll-check|coll-wire" SHARED_BUDGET=150 \
     SHARED_TAR=$OUT/own/shared.tgz bash /tmp/bown/gpu-shared.sh ;;
-*) echo "usage: commands.sh 1|2|3|4|5" >&2; exit 2 ;;
+6) # with the bundle of 354c63e (ce7ebe5 plus the LL own-source change): the host's time per
+   # FSDP2 hook at 2 GPUs, the 2x H200 rule (kernel sync) against memop sync, with NCCL
+  mkdir -p "$OUT/p"
+  COMMIT=354c63e OUT=$OUT/p PARTS=profile PROFILE_NPROC=2 PROFILE_SWEEP="8192x4:1024;4096x12:1024" \
+    PROFILE_MODES="nccl,lowcon,lowcon@rssync=memop" PROFILE_ROUNDS=16 PROFILE_S=200 BUDGET=205 \
+    CUDA_VISIBLE_DEVICES=0,1 bash bundle/gpu-planner.sh ;;
+*) echo "usage: commands.sh 1|2|3|4|5|6" >&2; exit 2 ;;
 esac
