@@ -136,14 +136,17 @@ def load(paths: List[str]) -> List[Dict[str, Any]]:
             doc = json.load(f)
         if doc.get("schema") != SCHEMA:
             raise SystemExit(f"{p}: not a {SCHEMA} document (schema {doc.get('schema')!r})")
+        world = doc.get("env", {}).get("world_size")
         for c in doc["configs"]:
             c["_dir"] = os.path.dirname(os.path.abspath(p))  # where its traces lie
+            # The paired stats, the bound and the loss check are functions of the raw
+            # rounds and curves alone: computed again with today's rules (NOTE [removed,
+            # paired], NOTE [loss tolerance]), so older files read the same way.
+            if world and "stats" in c and c.get("rounds") and c.get("modes"):
+                st.analyse(c, world)
+            elif "loss_curves" in c:
+                c["losses"] = st.judge_losses(c["loss_curves"])
         docs.extend(doc["configs"])
-    for d in docs:
-        # The loss check is a function of the curves alone: judged again with today's
-        # rule (NOTE [loss tolerance]), so older files read the same way.
-        if "loss_curves" in d:
-            d["losses"] = st.judge_losses(d["loss_curves"])
     return docs
 
 

@@ -166,6 +166,21 @@ def test_removed_share_and_bound():
         st.bound_ms(rs, None, world=2, bound_world=1)
 
 
+def test_removed_share_pairs_each_round():
+    # NOTE [removed, paired]: each mode's step over NCCL's in its own round. Unpaired
+    # medians (nccl 100, lowcon 95, nocomm 80) would say 25%; the rounds say lowcon takes
+    # 0.9 of NCCL's step where the bound takes 0.8: half the excess.
+    rs = [{"nccl": 100.0, "lowcon": 90.0, "nocomm": 80.0},
+          {"nccl": 200.0, "lowcon": 95.0, "nocomm": 160.0},
+          {"nccl": 100.0, "lowcon": 180.0, "nocomm": 80.0}]
+    b = st.bound_ms(rs)
+    assert st.removed_share("lowcon", b)(rs) == pytest.approx(0.5)
+    assert st.pair_stats(rs, ["nccl", "lowcon", "nocomm"], b)["lowcon"]["removed"] == pytest.approx(0.5)
+    # A world-1 bound (below the rounds' own nocomm by the optimizer's share) moves Rb
+    # by that share of NCCL's median step: 0.8 - 10/100.
+    assert st.removed_share("lowcon", b - 10.0)(rs) == pytest.approx(1 - (0.9 - 0.7) / (1 - 0.7))
+
+
 def test_pair_stats_noise_and_verdicts():
     rs = rounds_of(40, seed=4, noise=0.01, nccl_b=1.0, lowcon=0.9, slow=1.2, nocomm=0.8)
     b = st.bound_ms(rs)
@@ -282,6 +297,15 @@ def test_report_command_line(tmp_path):
     res = subprocess.run([sys.executable, os.path.join(HERE, "fsdp2_paired.py"), "--report", str(path)],
                          capture_output=True, text=True, check=True)
     assert "lowcon" in res.stdout and "faster" in res.stdout
+    # A file written before NOTE [removed, paired] (its stored share forged here) is read
+    # with today's rule: the share printed comes from its rounds.
+    old = st.analyse(synthetic_config(), 2)
+    fresh = old["stats"]["lowcon"]["removed"]
+    old["stats"]["lowcon"].update(removed=0.123, removed_lo=0.1, removed_hi=0.2)
+    path.write_text(json.dumps({"schema": fp.SCHEMA, "env": {"world_size": 2}, "configs": [old]}))
+    res = subprocess.run([sys.executable, os.path.join(HERE, "fsdp2_paired.py"), "--report", str(path)],
+                         capture_output=True, text=True, check=True)
+    assert "12%" not in res.stdout and f"{fresh:.0%}" in res.stdout, res.stdout
     path.write_text(json.dumps({"schema": "other"}))
     res = subprocess.run([sys.executable, os.path.join(HERE, "fsdp2_paired.py"), "--report", str(path)],
                          capture_output=True, text=True)
