@@ -136,17 +136,9 @@ def load(paths: List[str]) -> List[Dict[str, Any]]:
             doc = json.load(f)
         if doc.get("schema") != SCHEMA:
             raise SystemExit(f"{p}: not a {SCHEMA} document (schema {doc.get('schema')!r})")
-        world = doc.get("env", {}).get("world_size")
-        for c in doc["configs"]:
+        for c in st.reanalyse(doc):
             c["_dir"] = os.path.dirname(os.path.abspath(p))  # where its traces lie
-            # The paired stats, the bound and the loss check are functions of the raw
-            # rounds and curves alone: computed again with today's rules (NOTE [removed,
-            # paired], NOTE [loss tolerance]), so older files read the same way.
-            if world and "stats" in c and c.get("rounds") and c.get("modes"):
-                st.analyse(c, world)
-            elif "loss_curves" in c:
-                c["losses"] = st.judge_losses(c["loss_curves"])
-        docs.extend(doc["configs"])
+            docs.append(c)
     return docs
 
 
@@ -379,8 +371,6 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
     if args.profile:
         doc["profile"] = profile(modes, step, batch, clock, device, args, rank, cfg, reduce_dtype)
     st.analyse(doc, world_for)
-    if doc["bound_ms"]:
-        doc["comm_over_bound"] = doc["comm_ms"] / doc["bound_ms"]
     if "nccl" in doc["stats"]:
         doc["mfu_nccl"] = fm.mfu(fm.step_flops(cfg, world), doc["stats"]["nccl"]["median_ms"] / 1e3, world)
     del built, records

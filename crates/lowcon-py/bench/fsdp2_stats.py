@@ -77,8 +77,8 @@ def median_of(mode: str) -> Callable[[Sequence[Round]], float]:
     return lambda rs: statistics.median(r[mode] for r in rs)
 
 
-def removed_share(mode: str, bound: float, ref: str = REFERENCE,
-                  correction: Optional[float] = None) -> Callable[[Sequence[Round]], float]:
+def removed_share(mode: str, bound: float, correction: float,
+                  ref: str = REFERENCE) -> Callable[[Sequence[Round]], float]:
     """The share of ref's excess over the bound that mode removes, from paired ratios:
     1 - (R(mode) - Rb) / (1 - Rb), where R(x) is the median over rounds of x's step over
     ref's in the same round (`median_ratio`) and Rb the bound's. 1 means mode reaches the
@@ -86,19 +86,20 @@ def removed_share(mode: str, bound: float, ref: str = REFERENCE,
     excess.
 
     NOTE [removed, paired]: where the rounds hold the bound's own mode (`nocomm`), Rb is
-    paired too: R(nocomm), less `correction` (what `bound_ms` took off the median
-    `nocomm` step, a world-1 bound's optimizer share; by default the median `nocomm` of
-    these rounds minus `bound`) over ref's median step. Else Rb = bound / median(ref).
+    paired too: R(nocomm), less `correction` over ref's median step. `correction` is what
+    `bound_ms` took off the median `nocomm` step of all the run's rounds (a world-1
+    bound's optimizer share; 0 for a bound measured at the run's world), fixed for every
+    bootstrap resample: recomputed per resample, it would add each resample's jitter of
+    the median `nocomm` and undo the pairing. Else Rb = bound / median(ref).
     Until 2026-11-28 the share came from each mode's own median step, which pairs
     nothing. Where host spikes fall unevenly on the modes (4096x12 at 1024 tokens, 2x
     H200), that made the A/A twin "remove" 15% and NCCL-CE 2% while its paired ratio was
-    0.948; the paired share gives 1% and 28%, and agrees with the old one within 3
-    points on the steady rows (docs/runs/2026-11-28-ce7ebe5-2xh200)."""
+    0.948; the paired share gives 1% and 28%. On the rows of docs/benchmarks.md's first
+    table the two agree within 3 points (docs/runs/2026-11-28-ce7ebe5-2xh200)."""
     def stat(rs: Sequence[Round]) -> float:
         ref_med = statistics.median(r[ref] for r in rs)
-        if rs and all(BOUND in r for r in rs):
-            corr = correction if correction is not None else statistics.median(r[BOUND] for r in rs) - bound
-            rb = statistics.median(r[BOUND] / r[ref] for r in rs) - corr / ref_med
+        if all(BOUND in r for r in rs):
+            rb = statistics.median(r[BOUND] / r[ref] for r in rs) - correction / ref_med
         else:
             rb = bound / ref_med
         if rb >= 1.0:
@@ -148,11 +149,9 @@ def pair_stats(rounds: Sequence[Round], modes: Sequence[str], bound: Optional[fl
             row["excess_ms"] = s["median"] - bound
             if m not in (ref, BOUND):
                 # The bound's correction, fixed over the resamples (NOTE [removed, paired]).
-                corr = None
-                if all(BOUND in r for r in rs):
-                    corr = statistics.median(r[BOUND] for r in rs) - bound
+                corr = statistics.median(r[BOUND] for r in rs) - bound if all(BOUND in r for r in rs) else 0.0
                 row["removed"], row["removed_lo"], row["removed_hi"] = bootstrap(
-                    rs, removed_share(m, bound, ref, corr), seed=seed)
+                    rs, removed_share(m, bound, corr, ref), seed=seed)
         out[m] = row
     return out
 
@@ -400,6 +399,7 @@ def analyse(doc: Dict[str, Any], world: int) -> Dict[str, Any]:
     paired stats, the noise floor, the loss check and each mode's missed targets."""
     rounds = doc["rounds"]
     modes = doc["modes"]
+    doc["analysed_world"] = world  # what a later reading analyses it for (reanalyse)
     b = bound_ms(rounds, doc.get("opt_rounds"), world, doc.get("bound_world"))
     doc["bound_ms"] = b
     doc["stats"] = pair_stats(rounds, modes, b, seed=doc.get("seed", 12345))
@@ -407,8 +407,30 @@ def analyse(doc: Dict[str, Any], world: int) -> Dict[str, Any]:
     if "loss_curves" in doc:
         doc["losses"] = judge_losses(doc["loss_curves"])
     doc["missed"] = {m: check_targets(doc, m, doc["regime"]) for m in modes if m not in (REFERENCE, TWIN, BOUND)}
+    if b and doc.get("comm_ms") is not None:
+        doc["comm_over_bound"] = doc["comm_ms"] / b
     if doc["noise"] is not None and doc["noise"] > NOISE_TARGET:
         # A row whose A/A twin strays this far resolves no target: say so, once.
         doc["missed"][TWIN] = [f"A/A noise {doc['noise']:.3f} > {NOISE_TARGET}: this row resolves nothing "
                                "(more rounds, --sync-each-step, or drop it)"]
     return doc
+
+
+def reanalyse(doc: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """A results file's configurations, each analysed again from its raw rounds and
+    curves with today's rules (NOTE [removed, paired], NOTE [loss tolerance]), so that
+    older files read the same way, for the world it was analysed for when it ran: its
+    `analysed_world`; in files older than that field, the world of a `--bound-for-world`
+    run (args), else the run's own. Memory-only and failed configurations, and files that
+    name no world, keep what they recorded (their loss check judged again)."""
+    env_world = doc.get("env", {}).get("world_size")
+    bound_for = (doc.get("args") or {}).get("bound_for_world")
+    out = []
+    for c in doc.get("configs", []):
+        world = c.get("analysed_world") or (bound_for if bound_for and c.get("bound_world") else None) or env_world
+        if world and "stats" in c and c.get("rounds") and c.get("modes") and "regime" in c:
+            analyse(c, world)
+        elif "loss_curves" in c:
+            c["losses"] = judge_losses(c["loss_curves"])
+        out.append(c)
+    return out

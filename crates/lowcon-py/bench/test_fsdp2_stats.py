@@ -154,9 +154,9 @@ def test_removed_share_and_bound():
     rs = [{"nccl": 110.0, "lowcon": 104.0, "nocomm": 100.0}] * 5
     b = st.bound_ms(rs)
     assert b == 100.0
-    assert st.removed_share("lowcon", b)(rs) == pytest.approx(0.6)
-    assert st.removed_share("lowcon", 100.0)([{"nccl": 110.0, "lowcon": 112.0}]) == pytest.approx(-0.2)
-    assert math.isnan(st.removed_share("lowcon", 120.0)(rs))  # NCCL under the bound: no excess to remove
+    assert st.removed_share("lowcon", b, 0.0)(rs) == pytest.approx(0.6)
+    assert st.removed_share("lowcon", 100.0, 0.0)([{"nccl": 110.0, "lowcon": 112.0}]) == pytest.approx(-0.2)
+    assert math.isnan(st.removed_share("lowcon", 120.0, -20.0)(rs))  # NCCL under the bound: no excess to remove
     assert st.bound_ms([{"nccl": 1.0}]) is None
     # measured at world 1 for a 2-rank run: half the optimizer's time comes off
     opt = [{"nocomm": 10.0}] * 5
@@ -174,11 +174,41 @@ def test_removed_share_pairs_each_round():
           {"nccl": 200.0, "lowcon": 95.0, "nocomm": 160.0},
           {"nccl": 100.0, "lowcon": 180.0, "nocomm": 80.0}]
     b = st.bound_ms(rs)
-    assert st.removed_share("lowcon", b)(rs) == pytest.approx(0.5)
+    assert st.removed_share("lowcon", b, 0.0)(rs) == pytest.approx(0.5)
     assert st.pair_stats(rs, ["nccl", "lowcon", "nocomm"], b)["lowcon"]["removed"] == pytest.approx(0.5)
     # A world-1 bound (below the rounds' own nocomm by the optimizer's share) moves Rb
     # by that share of NCCL's median step: 0.8 - 10/100.
-    assert st.removed_share("lowcon", b - 10.0)(rs) == pytest.approx(1 - (0.9 - 0.7) / (1 - 0.7))
+    assert st.removed_share("lowcon", b - 10.0, 10.0)(rs) == pytest.approx(1 - (0.9 - 0.7) / (1 - 0.7))
+    assert st.pair_stats(rs, ["nccl", "lowcon", "nocomm"], b - 10.0)["lowcon"]["removed"] == \
+        pytest.approx(1 - (0.9 - 0.7) / (1 - 0.7))
+
+
+def test_removed_share_interval_keeps_the_pairing():
+    # The machine drifts 100 -> 160 ms; every round lowcon takes 0.9 of NCCL's step and
+    # nocomm 0.8: the paired share is 50% in every resample, so its interval is a point.
+    # A correction recomputed per resample (the median nocomm of the resample less the
+    # bound) would follow the drift and widen it.
+    rs = [{"nccl": 100.0 + 1.5 * i, "lowcon": 0.9 * (100.0 + 1.5 * i), "nocomm": 0.8 * (100.0 + 1.5 * i)}
+          for i in range(41)]
+    s = st.pair_stats(rs, ["nccl", "lowcon", "nocomm"], st.bound_ms(rs))["lowcon"]
+    assert s["removed"] == pytest.approx(0.5)
+    assert s["removed_lo"] == pytest.approx(0.5) and s["removed_hi"] == pytest.approx(0.5)
+
+
+def test_a_report_reads_a_bound_for_another_world_as_it_was_run(tmp_path):
+    # A `--bound-for-world 2` run at one rank: env says world 1, the analysis was for 2
+    # (half the optimizer's time off the bound); reading it again keeps that, from the
+    # config's analysed_world or, in older files, from its args.
+    c = st.analyse(synthetic_config(bound_world=1), world=2)
+    bound = c["bound_ms"]
+    for drop_field in (False, True):
+        doc = json.loads(json.dumps({"schema": fp.SCHEMA, "env": {"world_size": 1},
+                                     "args": {"bound_for_world": 2}, "configs": [c]}))
+        if drop_field:
+            del doc["configs"][0]["analysed_world"]
+        (tmp_path / "p.json").write_text(json.dumps(doc))
+        again = fp.load([str(tmp_path / "p.json")])[0]
+        assert again["bound_ms"] == pytest.approx(bound) and again["analysed_world"] == 2
 
 
 def test_pair_stats_noise_and_verdicts():

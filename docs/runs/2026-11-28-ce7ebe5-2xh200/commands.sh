@@ -67,5 +67,13 @@ case ${1:-} in
   COMMIT=354c63e OUT=$OUT/p PARTS=profile PROFILE_NPROC=2 PROFILE_SWEEP="8192x4:1024;4096x12:1024" \
     PROFILE_MODES="nccl,lowcon,lowcon@rssync=memop" PROFILE_ROUNDS=16 PROFILE_S=200 BUDGET=205 \
     CUDA_VISIBLE_DEVICES=0,1 bash bundle/gpu-planner.sh ;;
-*) echo "usage: commands.sh 1|2|3|4|5|6" >&2; exit 2 ;;
+7) # the same lease as 6: LL lines loaded in batches of 2 (branch ll-batch2-main, bc1dd89, carried
+   # as bundle/lowcon-b2.xz) against 354c63e at 2 ranks, and its coll-check
+  xz -dc bundle/lowcon-b2.xz > bundle/lowcon-b2 && chmod +x bundle/lowcon-b2
+  mkdir -p "$OUT/b2"
+  NPROC=2 ROUNDS=3 bash scripts/probes/small_ab.sh bundle/lowcon bundle/lowcon-b2 /tmp/ab-b2 > "$OUT/b2/summary.txt" 2>&1
+  for m in kernel memop; do
+    timeout 60 bundle/lowcon-b2 launch --nproc-per-node 2 --tee -- bundle/lowcon-b2 selftest coll-check --backend gpu --method "$m"
+  done > "$OUT/b2/check.txt" 2>&1 ;;
+*) echo "usage: commands.sh 1|2|3|4|5|6|7" >&2; exit 2 ;;
 esac
