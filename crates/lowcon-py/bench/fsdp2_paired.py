@@ -272,12 +272,35 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
     pool_after: List[int] = []
     pools = [m for m in modes if m.pool is not None]
     wall0 = time.perf_counter()
+    def align() -> None:
+        """Every rank's GPU idle and every host past a barrier, outside any timed region,
+        so that the next step starts level on every rank.
+
+        NOTE [aligned steps]: `nocomm` runs no collective, so nothing keeps the ranks in
+        step through it; where the step is host-bound they drift apart, and the next
+        step's first collective waits for the last rank, on the clock of the others. In
+        the 4096x12 runs at 1024 tokens with `--sync-each-step` (which synchronises each
+        rank's GPU once per round, no barrier), the step right after `nocomm` took +30 ms at
+        4 GPUs (4x H200, fd82cbc) and +7 ms at 2 (2x H200, ce7ebe5), and the round's first
+        step +7-17 ms; since the order is shuffled, those fell on the modes unevenly, which
+        is the spread that left these rows unresolved (scripts/probes/paired_order.py sizes
+        it from a results file). `--align after-nocomm` aligns the ranks after `nocomm`;
+        `every-step` before every step, which also gives every step the same start from an
+        idle GPU. Neither is the default until a GPU run shows it narrows the A/A noise."""
+        if cuda:
+            torch.cuda.synchronize(device)
+        dist.barrier()
+
+    after_bound = False  # the step before ran no collective (nocomm)
     for r in range(args.warmup + args.rounds):
         tokens = batch(r)
         order = order_rng.sample(modes, len(modes))
         rnd = {}
         for m in order:
+            if args.align == "every-step" or (args.align == "after-nocomm" and after_bound):
+                align()
             rnd[m.name] = step(m, tokens)
+            after_bound = m.name.startswith(st.BOUND)
             if pools:
                 pool_after.append(pools[0].pool_bytes())
         if args.sync_each_step and cuda:
@@ -600,6 +623,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--profile-ranks", choices=("0", "all"), default="0",
                    help="whose traces --profile keeps: rank 0's, or every rank's (trace-...-MODE.rankR.json.gz)")
     p.add_argument("--sync-each-step", action="store_true", help="synchronise after every round")
+    p.add_argument("--align", choices=("none", "after-nocomm", "every-step"), default="none",
+                   help="synchronise the GPU and pass a barrier, untimed, before each step "
+                        "that follows nocomm (no collective keeps the ranks in step through it) or before every "
+                        "step (each step then starts from an idle GPU: no step pays for its round's first place; "
+                        "NOTE [aligned steps])")
     p.add_argument("--bound-for-world", type=int, default=0,
                    help="this run measures the nocomm bound for a run of this many ranks (optimizer-corrected)")
     p.add_argument("--max-seq", type=int, default=fm.MAX_SEQ)

@@ -18,6 +18,23 @@ pytest.importorskip("torch")
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "fsdp2_paired.py"
 
 
+@pytest.mark.parametrize("align", ["after-nocomm", "every-step"])
+def test_fsdp2_paired_aligns_the_ranks_when_asked(tmp_path, align):
+    # NOTE [aligned steps]: a synchronisation and a barrier before the steps named, the
+    # run otherwise as usual (every mode timed, the option recorded with the results).
+    p = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+         str(BENCH), "--cpu", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "3", "--warmup", "1",
+         "--modes", "nccl,lowcon,nocomm", "--align", align, "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads((tmp_path / "paired.json").read_text())
+    assert doc["args"]["align"] == align
+    (cfg,) = doc["configs"]
+    assert len(cfg["rounds"]) == 3 and all(set(r) == {"nccl", "lowcon", "nocomm"} for r in cfg["rounds"])
+
+
 def test_fsdp2_paired_on_the_host_backend(tmp_path):
     p = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
