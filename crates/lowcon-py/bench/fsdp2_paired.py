@@ -282,7 +282,9 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         the 4096x12 runs at 1024 tokens with `--sync-each-step` (which synchronises each
         rank's GPU once per round, no barrier), the step right after `nocomm` took +30 ms at
         4 GPUs (4x H200, fd82cbc) and +7 ms at 2 (2x H200, ce7ebe5), and the round's first
-        step +7-17 ms; since the order is shuffled, those fell on the modes unevenly, which
+        step +7-17 ms (on the same 4x H200 box NCCL's step after `nocomm` also took +9 ms of
+        67 in HSDP 2048x8 and of 123 in transformers' Llama at 2048 tokens; on 4x H100,
+        b8eb879, nothing); since the order is shuffled, those fell on the modes unevenly, which
         is the spread that left these rows unresolved (scripts/probes/paired_order.py sizes
         it from a results file). `--align after-nocomm` aligns the ranks after `nocomm`;
         `every-step` before every step, which also gives every step the same start from an
