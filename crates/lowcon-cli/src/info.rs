@@ -71,6 +71,10 @@ fn plans(machine: lowcon::plan::Machine) -> Result<(), Box<dyn std::error::Error
         "FSDP2 bf16 copy-in (the default)".to_string(),
         "FSDP2 fp32 copy-in (bf16 wire)".to_string(),
     ]];
+    // A cell: the algorithm, its CTAs, what else the column shows, and the rule's line.
+    let short = |a: &str, c: u32, extra: String, o: &str| {
+        format!("{a} ctas={c}{extra} [{}]", o.rsplit('/').next().unwrap_or(o))
+    };
     for shift in [13, 16, 18, 20, 22, 24, 26, 28] {
         let b = 1usize << shift;
         let ag = p.all_gather(
@@ -91,9 +95,6 @@ fn plans(machine: lowcon::plan::Machine) -> Result<(), Box<dyn std::error::Error
         let ci = p.reduce_scatter(&copy_in, &fsdp)?;
         let f = RsCall { input: DType::F32, output: DType::F32, input_symmetric: false, ..rs_call };
         let fs = p.reduce_scatter(&f, &ReduceScatterOptions { bf16_exact: true, ..fsdp })?;
-        let short = |a: &str, c: u32, extra: String, o: &str| {
-            format!("{a} ctas={c}{extra} [{}]", o.rsplit('/').next().unwrap_or(o))
-        };
         // Read in place: eager calls (a captured ordinary input is packed, NOTE [bf16
         // input read in place]).
         let placed = if ci.map_ordinary {

@@ -272,6 +272,7 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
     pool_after: List[int] = []
     pools = [m for m in modes if m.pool is not None]
     wall0 = time.perf_counter()
+
     def align() -> None:
         """Every rank's GPU idle and every host past a barrier, outside any timed region,
         so that the next step starts level on every rank.
