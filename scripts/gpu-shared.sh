@@ -26,7 +26,10 @@
 #                   at 2 3 4, python at 8)
 #   STEPS_ONLY      an extended regex: only the steps whose names match run (e.g.
 #                   "coll-mapped|FSDP2"; set-up steps always run)
-#   SHARED_GPU      the GPU to share (default 0)
+#   SHARED_GPU      the GPU to share (default 0), or a list ("0,1"): the ranks then go
+#                   round-robin over those GPUs (rank r on the (r mod n)-th), so that at 4
+#                   and 8 ranks on a 2-GPU box every rank has peers on its own GPU and
+#                   across NVLink: the nearest this box comes to 8 GPUs (correctness only)
 #   SHARED_LOGS     the log folder (default /tmp/shared with $OUT, else bundle/logs-shared):
 #                   one per instance where instances run side by side on several GPUs of
 #                   one box (each with SHARED_GPU, SHARED_TAR and different SHARED_WORLDS;
@@ -67,6 +70,8 @@ has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
 # NVLink multicast stays off on shared machines (shared/GPU.md).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export LOWCON_REQUIRE_GPU=1 LOWCON_SHARE_GPU=1 CUDA_VISIBLE_DEVICES=${SHARED_GPU:-0}
+IFS=, read -r -a shared_gpus <<< "${SHARED_GPU:-0}"
+ngpu=${#shared_gpus[@]}
 # Each MPS client asks for the 8 hardware work queues a process has without MPS: with
 # fewer, lowcon's calls on several streams share a queue and can deadlock across ranks
 # (seen at 2 ranks under MPS: coll-stress's two streams stopped at their 6th call).
@@ -116,10 +121,11 @@ if [ "${SHARED_MPS:-1}" = 1 ] && command -v nvidia-cuda-mps-control >/dev/null; 
 fi
 if [ "$mps" = on ]; then
   # A client of this daemon numbers the GPUs the daemon sees, not the machine's: the
-  # daemon sees SHARED_GPU alone, its device 0 (with CUDA_VISIBLE_DEVICES=1 kept, every
-  # rank's cuInit found no device; seen 2026-11-27 running two instances on a 2-GPU box).
-  export CUDA_VISIBLE_DEVICES=0
-  echo "gpu-shared: MPS daemon started on GPU ${SHARED_GPU:-0} (pipes in $mps_dir/pipe)" | tee -a "$out/summary.txt"
+  # daemon sees SHARED_GPU alone, its devices 0 .. n-1 (with CUDA_VISIBLE_DEVICES=1 kept,
+  # every rank's cuInit found no device; seen 2026-11-27 running two instances on a 2-GPU box).
+  CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((ngpu - 1)))
+  export CUDA_VISIBLE_DEVICES
+  echo "gpu-shared: MPS daemon started on GPU(s) ${SHARED_GPU:-0} (pipes in $mps_dir/pipe)" | tee -a "$out/summary.txt"
 else
   echo "gpu-shared: MPS is not running (disabled, missing or failed to start): the ranks' contexts are" \
     "time-sliced; the checks are the same, the barriers far slower" | tee -a "$out/summary.txt"
@@ -135,7 +141,7 @@ if has rust; then
      '$L' launch --nproc-per-node 1 --tee -- '$L' selftest coll-wire --backend gpu --replays 5"
 fi
 for w in $worlds; do
-  run=("$L" launch --nproc-per-node "$w" --gpus 1 --tee --)
+  run=("$L" launch --nproc-per-node "$w" --gpus "$ngpu" --tee --)
   if has rust; then
     st "w=$w gpu-mapping" "rust-w$w.txt" 60 "${run[@]}" "$L" selftest gpu-mapping
     st "w=$w gpu-same-device refused without the opt-in" "rust-w$w.txt" 60 \
@@ -203,9 +209,9 @@ for w in $worlds; do
     st "w=$w tp: ${TP_CALLS:-1000} calls eager and ${TP_CALLS:-1000} replays, every piece current" "tp-w$w.txt" 240 \
       "${run[@]}" python3 "$pyt/tp_worker.py" fresh "${TP_CALLS:-1000}"
     st "w=$w tp: the last rank dies, the others get a named error and drained streams" "tp-w$w.txt" 120 \
-      "$L" launch --nproc-per-node "$w" --gpus 1 --keep-going --tee -- python3 "$pyt/tp_worker.py" dead
+      "$L" launch --nproc-per-node "$w" --gpus "$ngpu" --keep-going --tee -- python3 "$pyt/tp_worker.py" dead
     st "w=$w tp: a producer that calls the group is refused, the group aborted" "tp-w$w.txt" 60 \
-      "$L" launch --nproc-per-node "$w" --gpus 1 --keep-going --tee -- python3 "$pyt/tp_worker.py" reenter
+      "$L" launch --nproc-per-node "$w" --gpus "$ngpu" --keep-going --tee -- python3 "$pyt/tp_worker.py" reenter
     st "w=$w tp: the TP MLP example trains as DTensor's parallelize_module does" "tp-w$w.txt" 200 \
       "${run[@]}" python3 "$repo/crates/lowcon-py/examples/tp_mlp.py"
   fi
@@ -225,7 +231,7 @@ for w in $worlds; do
       python3 -m torch.distributed.run --nproc-per-node "$w" --master-port $((port + 20)) "$pyt/gpu_fsdp_worker.py"
     if [ "$w" = 2 ] || [ "$w" = 4 ]; then
       st "w=$w python: FSDP2 over the bf16 wire, bit-exact vs fp32, with and without accumulation" \
-        "python-fsdp-wire-w$w.txt" 300 env LOWCON_PYTEST_BACKEND=gpu LOWCON_PYTEST_LAUNCH="--gpus 1" \
+        "python-fsdp-wire-w$w.txt" 300 env LOWCON_PYTEST_BACKEND=gpu LOWCON_PYTEST_LAUNCH="--gpus $ngpu" \
         LOWCON_PYTEST_WIRE_WORLDS="$w" python3 -m pytest -q -s -p no:cacheprovider "$pyt/test_fsdp2_wire.py"
     fi
     if [ "$w" = 2 ]; then
@@ -240,7 +246,7 @@ for w in $worlds; do
     fi
     if [ "$w" = 3 ]; then
       st "w=3 python: FSDP2 shrinks 3 -> 2, re-shards a checkpoint, ends at the no-death loss" \
-        "python-fsdp-shrink.txt" 300 env LOWCON_PYTEST_LAUNCH="--gpus 1" \
+        "python-fsdp-shrink.txt" 300 env LOWCON_PYTEST_LAUNCH="--gpus $ngpu" \
         python3 -m pytest -q -s -p no:cacheprovider "$pyt/test_fsdp2_shrink.py"
     fi
   fi
