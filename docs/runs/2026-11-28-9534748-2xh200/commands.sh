@@ -20,5 +20,14 @@ case ${1:-} in
    # across NVLink): the Rust suites and the fused TP ops, under MPS
   GRAPH_REPLAYS=200 SHRINKS=20 SHARED_GPU=0,1 SHARED_WORLDS="4 8" SHARED_PARTS="rust tp" SHARED_BUDGET=480 \
     SHARED_TAR=$OUT/mixed.tgz bash bundle/gpu-shared.sh ;;
-*) echo "usage: commands.sh 1|2" >&2; exit 2 ;;
+3) # call 1's aligned half again, its barrier now on a gloo group of its own (call 1's, on the
+   # default NCCL group, had not finished in 245 s): 10 rounds first, then 300
+  mkdir -p "$OUT/a10" "$OUT/al"
+  COMMIT=9534748+ OUT=$OUT/a10 PARTS=fsdp2 W2_SWEEP="4096x12:1024" W2_ROUNDS=10 W2_S=80 \
+    W2_MODES="nccl,nccl-b,lowcon,lowcon@rssync=kernel,nccl-ce,nocomm" PLANNER_BUDGET=85 BUDGET=90 \
+    FSDP2_ARGS="--sync-each-step --align every-step" bash bundle/gpu-w2.sh &&
+  COMMIT=9534748+ OUT=$OUT/al PARTS=fsdp2 W2_SWEEP="4096x12:1024" W2_ROUNDS=300 W2_S=245 \
+    W2_MODES="nccl,nccl-b,lowcon,lowcon@rssync=kernel,nccl-ce,nocomm" PLANNER_BUDGET=255 BUDGET=260 \
+    FSDP2_ARGS="--sync-each-step --align every-step" bash bundle/gpu-w2.sh ;;
+*) echo "usage: commands.sh 1|2|3" >&2; exit 2 ;;
 esac
