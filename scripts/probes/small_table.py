@@ -9,6 +9,9 @@ and size the median over sweeps of lowcon `auto`'s time, NCCL's and NCCL-CE's, a
 one Markdown table per rank count and lowcon sync method, of `auto / NCCL / NCCL-CE` in µs,
 `*` where `auto` is slower than NCCL and `+` where slower than NCCL-CE, with a count of
 those cells. Each sweep's own time is already a median (docs/benchmarks.md says how).
+Where the sweeps kept their batches' spread (`time_us_min`, `time_us_max`, since
+2026-11-28), a second table gives `auto`'s: the fastest batch and the slowest over every
+sweep, so a cell's noise shows beside its median.
 """
 import glob
 import json
@@ -21,7 +24,8 @@ from collections import defaultdict
 def load(dirs):
     """(ranks, sync) -> {(bench, dtype, graph, size, impl): [µs, one per sweep]}: lowcon's
     `auto` rows under the sync they ran with, NCCL's and NCCL-CE's under every sync of
-    their rank count (they have none of their own)."""
+    their rank count (they have none of their own). `auto`'s batches' spread goes under
+    impl "spread", as (fastest, slowest) per sweep."""
     lowcon, nccl = defaultdict(lambda: defaultdict(list)), defaultdict(lambda: defaultdict(list))
     for d in dirs:
         for f in sorted(glob.glob(os.path.join(d, "**", "small-*.json"), recursive=True)):
@@ -31,6 +35,9 @@ def load(dirs):
                 key = (r["bench"], r["dtype"], r["graph"], r["size"], impl)
                 if impl == "lowcon" and r["algorithm"] == "auto":
                     lowcon[(r["ranks"], r["sync"])][key].append(r["time_us"])
+                    if r.get("time_us_min") is not None and r.get("time_us_max") is not None:
+                        lowcon[(r["ranks"], r["sync"])][key[:4] + ("spread",)].append(
+                            (r["time_us_min"], r["time_us_max"]))
                 elif impl in ("nccl", "nccl-ce"):
                     nccl[r["ranks"]][key].append(r["time_us"])
     return {g: {**nccl[g[0]], **t} for g, t in lowcon.items()}
@@ -44,7 +51,7 @@ def table(t):
     """The Markdown table of one (ranks, sync) group, and its counts."""
     sizes = sorted({k[3] for k in t})
     rows = sorted({k[:3] for k in t})
-    sweeps = sorted({len(v) for v in t.values()})
+    sweeps = sorted({len(v) for k, v in t.items() if k[4] != "spread"})
     lines = [f"µs, `auto` / NCCL / NCCL-CE, median of {'/'.join(map(str, sweeps))} sweeps (* where `auto` is "
              "slower than NCCL, + where slower than NCCL-CE):", "",
              "| | " + " | ".join(size_label(s) for s in sizes) + " |", "|---|" + "---:|" * len(sizes)]
@@ -76,6 +83,17 @@ def table(t):
     for impl, name in (("nccl", "NCCL"), ("nccl-ce", "NCCL-CE")):
         if counts[impl][1]:
             lines.append(f"`auto` slower than {name} in {counts[impl][0]} of {counts[impl][1]} cells")
+    if any(k[4] == "spread" for k in t):
+        lines += ["", "`auto`'s batches, µs: the fastest - the slowest over every sweep (the slowest rank's "
+                  "fastest batch, the slowest batch of any rank):", "",
+                  "| | " + " | ".join(size_label(s) for s in sizes) + " |", "|---|" + "---:|" * len(sizes)]
+        for bench, dtype, graph in rows:
+            out = []
+            for s in sizes:
+                sp = t.get((bench, dtype, graph, s, "spread"))
+                out.append(f"{min(lo for lo, _ in sp):.1f}-{max(hi for _, hi in sp):.1f}" if sp else "-")
+            mode = "replayed" if graph else "eager"
+            lines.append(f"| {bench} {dtype}, {mode} | " + " | ".join(out) + " |")
     return lines
 
 

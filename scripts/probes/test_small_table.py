@@ -55,3 +55,24 @@ def test_rank_counts_and_syncs_are_tabled_apart(tmp_path):
 def test_no_sweeps_is_an_error(tmp_path):
     r = _run(tmp_path)
     assert r.returncode == 1 and "no small-*.json" in r.stderr
+
+
+def test_the_batches_spread_when_the_sweeps_kept_it(tmp_path):
+    # Two sweeps with the spread, one without: the second table takes the fastest and the
+    # slowest batch over the sweeps that kept it; without any, there is no second table.
+    rows = []
+    for k, (lo, hi) in enumerate([(4.5, 6.0), (4.2, 9.5), (None, None)], 1):
+        r = _row("lowcon", "auto", True, 8192, 5.0)
+        if lo is not None:
+            r.update(time_us_min=lo, time_us_max=hi)
+        (tmp_path / f"small-reduce-scatter-bf16-{k}.json").write_text(
+            json.dumps(r) + "\n" + json.dumps(_row("nccl", "nccl", True, 8192, 6.0)) + "\n")
+    out = _run(tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "median of 3 sweeps" in out.stdout
+    assert "`auto`'s batches" in out.stdout and "| reduce-scatter bf16, replayed | 4.2-9.5 |" in out.stdout
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "small-reduce-scatter-bf16-1.json").write_text(json.dumps(_row("lowcon", "auto", True, 8192, 5.0)) + "\n")
+    out = _run(plain)
+    assert out.returncode == 0 and "`auto`'s batches" not in out.stdout, out.stdout

@@ -462,6 +462,8 @@ mod tests {
             wire: None,
             wire_busbw_gbs: None,
             host_only: false,
+            time_us_min: None,
+            time_us_max: None,
         }
     }
 

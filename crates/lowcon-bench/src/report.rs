@@ -110,7 +110,7 @@ pub fn write_saturated(out: &Output, rows: &[SaturatedRow]) -> Res<()> {
 /// Prints the column names of the sweep table.
 pub fn print_sweep_columns() {
     println!(
-        "{:>12} {:>12} {:>12}  {:<34} {:>10} {:>10} {:>10} {:>8} {:>9} {:>10}",
+        "{:>12} {:>12} {:>12}  {:<34} {:>10} {:>10} {:>10} {:>8} {:>9} {:>10}  {}",
         "size/rank",
         "total",
         "count",
@@ -120,7 +120,8 @@ pub fn print_sweep_columns() {
         "busbw",
         "#wrong",
         "host(us)",
-        "wire busbw"
+        "wire busbw",
+        "batches(us)"
     );
 }
 
@@ -130,7 +131,7 @@ pub fn print_sweep_row(r: &SweepRow) {
     // `--host-only` rows keep no device time.
     let device = |v: f64, digits: usize| if r.host_only { "-".to_string() } else { format!("{v:.digits$}") };
     println!(
-        "{:>12} {:>12} {:>12}  {:<34} {:>10} {:>10} {:>10} {:>8} {:>9} {:>10}",
+        "{:>12} {:>12} {:>12}  {:<34} {:>10} {:>10} {:>10} {:>8} {:>9} {:>10}  {}",
         r.size,
         r.total,
         r.count,
@@ -140,8 +141,18 @@ pub fn print_sweep_row(r: &SweepRow) {
         device(r.busbw_gbs, 2),
         wrong,
         r.host_us.map_or("-".to_string(), |h| format!("{h:.2}")),
-        r.wire_busbw_gbs.map_or("-".to_string(), |b| format!("{b:.2}"))
+        r.wire_busbw_gbs.map_or("-".to_string(), |b| format!("{b:.2}")),
+        batch_range(r)
     );
+}
+
+/// The fastest and slowest batch of a row (`SweepRow::time_us_min`, `time_us_max`), as
+/// the sweep table's last column: "lo-hi" µs per call, `-` where none was kept.
+pub fn batch_range(r: &SweepRow) -> String {
+    match (r.time_us_min, r.time_us_max) {
+        (Some(lo), Some(hi)) if !r.host_only => format!("{lo:.1}-{hi:.1}"),
+        _ => "-".to_string(),
+    }
 }
 
 /// Prints the column names of the overlap table.
@@ -315,6 +326,8 @@ pub(crate) mod tests {
             wire: None,
             wire_busbw_gbs: None,
             host_only: false,
+            time_us_min: None,
+            time_us_max: None,
         }
     }
 
@@ -375,6 +388,23 @@ pub(crate) mod tests {
         let r = SweepRow { ctas: None, pipeline: Some(4), ..sweep_row("lowcon", 1024) };
         assert_eq!(r.label(), "lowcon ce-pull kernel pieces=4");
         assert_eq!(sweep_row("nccl-ce", 1024).label(), "nccl-ce");
+    }
+
+    #[test]
+    fn the_sweep_table_shows_the_batches_spread_and_old_rows_read_back_without_it() {
+        let r = SweepRow { time_us_min: Some(4.84), time_us_max: Some(12.06), ..sweep_row("lowcon", 1024) };
+        assert_eq!(batch_range(&r), "4.8-12.1");
+        assert_eq!(batch_range(&sweep_row("lowcon", 1024)), "-");
+        let mut host = r.clone();
+        host.host_only();
+        assert_eq!(batch_range(&host), "-");
+        // A row of a run before the spread was kept.
+        let mut old = serde_json::to_value(&r).unwrap();
+        for k in ["time_us_min", "time_us_max"] {
+            assert!(old.as_object_mut().unwrap().remove(k).is_some(), "{k}");
+        }
+        let old: SweepRow = serde_json::from_value(old).unwrap();
+        assert_eq!((old.time_us_min, old.time_us_max, old.time_us), (None, None, r.time_us));
     }
 
     #[test]

@@ -169,6 +169,8 @@ fn row(
         wire: None,
         wire_busbw_gbs: None,
         host_only: false,
+        time_us_min: None,
+        time_us_max: None,
     }
 }
 
@@ -354,27 +356,41 @@ struct Timed {
 }
 
 /// Device and host µs per call: the median batch of each (they may come from different
-/// batches).
+/// batches), and the fastest and slowest batch's device µs per call (the spread).
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct PerCall {
     device_us: f64,
     host_us: f64,
+    device_range_us: (f64, f64),
 }
 
+/// What a configuration without replays sends for them (every rank sends as many numbers).
+const NO_REPLAY: PerCall = PerCall { device_us: 0.0, host_us: 0.0, device_range_us: (0.0, 0.0) };
+
 impl Timed {
-    /// As the numbers [`gather_max`] folds: eager device, eager host, replayed device,
-    /// replayed host (zeros without a replay, so every rank sends four).
-    fn values(&self) -> [f64; 4] {
-        let r = self.replay.unwrap_or(PerCall { device_us: 0.0, host_us: 0.0 });
-        [self.eager.device_us, self.eager.host_us, r.device_us, r.host_us]
+    /// As the numbers [`gather_max`] folds: for the eager calls, then the replays (zeros
+    /// without, so every rank sends eight), the device and host µs and the fastest and
+    /// slowest batch's device µs. Folded by max, the range becomes the slowest rank's
+    /// fastest batch and the slowest batch of any rank, so it holds the median's fold.
+    fn values(&self) -> [f64; 8] {
+        let r = self.replay.unwrap_or(NO_REPLAY);
+        let e = self.eager;
+        [
+            e.device_us,
+            e.host_us,
+            e.device_range_us.0,
+            e.device_range_us.1,
+            r.device_us,
+            r.host_us,
+            r.device_range_us.0,
+            r.device_range_us.1,
+        ]
     }
 
     /// Back from [`Timed::values`] (folded over ranks); `graph`: whether replays were timed.
     fn from_values(v: &[f64], graph: bool) -> Self {
-        Timed {
-            eager: PerCall { device_us: v[0], host_us: v[1] },
-            replay: graph.then(|| PerCall { device_us: v[2], host_us: v[3] }),
-        }
+        let at = |i: usize| PerCall { device_us: v[i], host_us: v[i + 1], device_range_us: (v[i + 2], v[i + 3]) };
+        Timed { eager: at(0), replay: graph.then(|| at(4)) }
     }
 }
 
@@ -384,12 +400,17 @@ impl Timed {
 /// device time and host time per call) and the replayed one (the replays' device time
 /// and the host's share of a replay per call).
 fn host_split(mk: impl Fn(f64) -> SweepRow, t: &Timed) -> Vec<SweepRow> {
-    let Some(replay) = t.replay else {
-        return vec![SweepRow { graph: false, host_us: None, ..mk(t.eager.device_us) }];
+    let timed = |p: &PerCall, graph: bool, host_us: Option<f64>| SweepRow {
+        graph,
+        host_us,
+        time_us_min: Some(p.device_range_us.0),
+        time_us_max: Some(p.device_range_us.1),
+        ..mk(p.device_us)
     };
-    let eager = SweepRow { graph: false, host_us: Some(t.eager.host_us), ..mk(t.eager.device_us) };
-    let replayed = SweepRow { graph: true, host_us: Some(replay.host_us), ..mk(replay.device_us) };
-    vec![eager, replayed]
+    match t.replay {
+        None => vec![timed(&t.eager, false, None)],
+        Some(replay) => vec![timed(&t.eager, false, Some(t.eager.host_us)), timed(&replay, true, Some(replay.host_us))],
+    }
 }
 
 /// Times `call` as described in the module docs on this rank: `reps` batches of `iters`
@@ -458,7 +479,9 @@ fn batches(
         g.synchronize(stream)?;
         device.push(e0.elapsed_ms(e1)? as f64 * 1e3 / iters as f64);
     }
-    Ok(PerCall { device_us: median(&device), host_us: median(&host) })
+    let lo = device.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = device.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    Ok(PerCall { device_us: median(&device), host_us: median(&host), device_range_us: (lo, hi) })
 }
 
 /// NCCL's rows: default mode, then copy-engine mode where this NCCL supports it.
@@ -585,6 +608,7 @@ mod tests {
         assert_eq!((eager.host_us, replayed.host_us), (Some(6.5), Some(0.2)));
         for r in &rows {
             assert!(r.host_only && r.time_us == 0.0 && r.busbw_gbs == 0.0 && r.wire_busbw_gbs.is_none());
+            assert_eq!((r.time_us_min, r.time_us_max), (None, None));
         }
         // Only graph sweeps without NCCL keep host rows (the CLI says so before this).
         for a in [
@@ -597,8 +621,9 @@ mod tests {
     }
 
     fn timed(graph: bool) -> Timed {
-        // Eager: 12 µs on the device, 6.5 µs of host per call; replayed: 5 and 0.2.
-        Timed::from_values(&[12.0, 6.5, 5.0, 0.2], graph)
+        // Eager: 12 µs on the device (batches 11 to 20), 6.5 µs of host per call; replayed:
+        // 5 (4.8 to 5.5) and 0.2.
+        Timed::from_values(&[12.0, 6.5, 11.0, 20.0, 5.0, 0.2, 4.8, 5.5], graph)
     }
 
     #[test]
@@ -610,6 +635,9 @@ mod tests {
         let (eager, replayed) = (&rows[0], &rows[1]);
         assert_eq!((eager.graph, eager.time_us, eager.host_us), (false, 12.0, Some(6.5)));
         assert_eq!((replayed.graph, replayed.time_us, replayed.host_us), (true, 5.0, Some(0.2)));
+        // Each row keeps its own batches' spread.
+        let range = |r: &SweepRow| (r.time_us_min, r.time_us_max);
+        assert_eq!((range(eager), range(replayed)), ((Some(11.0), Some(20.0)), (Some(4.8), Some(5.5))));
         // Each row's bandwidths follow its own time: 2 × 64 KiB in 12 and in 5 µs.
         let gbs = |us: f64| (2 * (64 << 10)) as f64 / (us * 1e-6) / 1e9;
         assert!((eager.algbw_gbs - gbs(12.0)).abs() < 1e-9, "{eager:?}");
@@ -647,32 +675,27 @@ mod tests {
         let rows = host_split(mk, &timed(false));
         assert_eq!(rows.len(), 1);
         assert_eq!((rows[0].graph, rows[0].time_us, rows[0].host_us, rows[0].wrong), (false, 12.0, None, Some(0)));
+        assert_eq!((rows[0].time_us_min, rows[0].time_us_max), (Some(11.0), Some(20.0)));
     }
 
     #[test]
     fn timings_survive_the_fold_over_ranks_in_order() {
-        let t = Timed {
-            eager: PerCall { device_us: 12.0, host_us: 6.5 },
-            replay: Some(PerCall { device_us: 5.0, host_us: 0.2 }),
-        };
-        assert_eq!(t.values(), [12.0, 6.5, 5.0, 0.2]);
+        let pc = |device_us, host_us, lo, hi| PerCall { device_us, host_us, device_range_us: (lo, hi) };
+        let t = Timed { eager: pc(12.0, 6.5, 11.0, 20.0), replay: Some(pc(5.0, 0.2, 4.8, 5.5)) };
+        assert_eq!(t.values(), [12.0, 6.5, 11.0, 20.0, 5.0, 0.2, 4.8, 5.5]);
         assert_eq!(Timed::from_values(&t.values(), true), t);
         let plain = Timed { replay: None, ..t };
-        assert_eq!(plain.values(), [12.0, 6.5, 0.0, 0.0]);
+        assert_eq!(plain.values(), [12.0, 6.5, 11.0, 20.0, 0.0, 0.0, 0.0, 0.0]);
         assert_eq!(Timed::from_values(&plain.values(), false), plain);
-        // Two ranks: the max of each number, as `gather_max` folds them.
-        let other = Timed {
-            eager: PerCall { device_us: 13.0, host_us: 6.0 },
-            replay: Some(PerCall { device_us: 4.0, host_us: 0.3 }),
-        };
+        // Two ranks: the max of each number, as `gather_max` folds them. The range stays
+        // around the median: the slowest rank's fastest batch up to the slowest batch.
+        let other = Timed { eager: pc(13.0, 6.0, 12.5, 14.0), replay: Some(pc(4.0, 0.3, 3.9, 6.0)) };
         let mx = crate::stats::max_over_ranks(&[t.values().to_vec(), other.values().to_vec()]);
-        assert_eq!(
-            Timed::from_values(&mx, true),
-            Timed {
-                eager: PerCall { device_us: 13.0, host_us: 6.5 },
-                replay: Some(PerCall { device_us: 5.0, host_us: 0.3 })
-            }
-        );
+        let folded = Timed::from_values(&mx, true);
+        assert_eq!(folded, Timed { eager: pc(13.0, 6.5, 12.5, 20.0), replay: Some(pc(5.0, 0.3, 4.8, 6.0)) });
+        for p in [folded.eager, folded.replay.unwrap()] {
+            assert!(p.device_range_us.0 <= p.device_us && p.device_us <= p.device_range_us.1, "{p:?}");
+        }
     }
 
     #[test]

@@ -27,9 +27,17 @@ fn a_host_backend_sweep_prints_the_table_writes_its_files_and_plots() {
     // Sizes 1K, 4K, 16K for each named reduce-scatter algorithm, none wrong.
     let rows: Vec<&str> = stdout.lines().filter(|l| l.contains("  lowcon ")).collect();
     assert_eq!(rows.len(), 3 * lowcon::ReduceScatterAlgorithm::NAMED.len(), "{stdout}");
-    // The last three columns: #wrong (0), host(us) (only with --graph) and wire busbw
-    // (only with --wire).
-    assert!(rows.iter().all(|l| l.split_whitespace().rev().take(3).eq(["-", "-", "0"])), "{stdout}");
+    // The last four columns: #wrong (0), host(us) (only with --graph), wire busbw (only
+    // with --wire) and the batches' spread ("fastest-slowest" µs per call, which holds the
+    // median in the time column).
+    for l in &rows {
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        let n = cols.len();
+        assert_eq!(cols[n - 4..n - 1], ["0", "-", "-"], "{l}");
+        let (lo, hi) = cols[n - 1].split_once('-').unwrap_or_else(|| panic!("the spread column: {l}"));
+        let (lo, hi, t): (f64, f64, f64) = (lo.parse().unwrap(), hi.parse().unwrap(), cols[n - 7].parse().unwrap());
+        assert!(lo <= t + 0.05 && t <= hi + 0.05, "{lo} <= {t} <= {hi}: {l}");
+    }
     assert_eq!(std::fs::read_to_string(&json).unwrap().lines().count(), rows.len());
     assert_eq!(std::fs::read_to_string(&csv).unwrap().lines().count(), rows.len() + 1);
     assert!(std::fs::metadata(&png).unwrap().len() > 0);
@@ -64,7 +72,7 @@ fn a_sweep_over_the_bf16_wire_runs_both_algorithms_that_carry_it_and_shows_busbw
             .lines()
             .find(|l| l.contains(&format!("lowcon {algo} host wire=bf16")))
             .unwrap_or_else(|| panic!("the wire's {algo} row: {stdout}"));
-        assert_ne!(row.split_whitespace().last(), Some("-"), "the table shows the wire's busbw: {row}");
+        assert_ne!(row.split_whitespace().rev().nth(1), Some("-"), "the table shows the wire's busbw: {row}");
     }
     let text = std::fs::read_to_string(&json).unwrap();
     let rows: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -95,7 +103,7 @@ fn an_all_gather_sweep_names_each_arrival_and_checks_it() {
             .lines()
             .find(|l| l.contains(&format!("lowcon ce-pull/{arrival} host")))
             .unwrap_or_else(|| panic!("the {arrival} row: {stdout}"));
-        let wrong = row.split_whitespace().rev().nth(2);
+        let wrong = row.split_whitespace().rev().nth(3);
         assert_eq!(wrong, Some("0"), "checked, nothing wrong: {row}");
     }
 }

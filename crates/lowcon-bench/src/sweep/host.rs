@@ -81,9 +81,12 @@ pub fn host(a: &SweepOptions) -> Res<Vec<SweepRow>> {
             } else {
                 None
             };
-            let mx = gather_max(g, &format!("sweep/{algo}/{size}"), &[us, wrong.unwrap_or(0) as f64])?;
+            // The batches' spread, folded as on GPUs (`Timed::values`).
+            let lo = per.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = per.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let mx = gather_max(g, &format!("sweep/{algo}/{size}"), &[us, wrong.unwrap_or(0) as f64, lo, hi])?;
             let r = row(a, world, "lowcon", algo, "host", None, size, mx[0], wrong.map(|_| mx[1] as u64));
-            let r = with_wire(r, a.wire, a.dtype);
+            let r = SweepRow { time_us_min: Some(mx[2]), time_us_max: Some(mx[3]), ..with_wire(r, a.wire, a.dtype) };
             if rank == 0 {
                 report::print_sweep_row(&r);
             }
