@@ -110,7 +110,7 @@ pub fn write_saturated(out: &Output, rows: &[SaturatedRow]) -> Res<()> {
 /// Prints the column names of the sweep table.
 pub fn print_sweep_columns() {
     println!(
-        "{:>12} {:>12} {:>12}  {:<34} {:>10} {:>10} {:>10} {:>8} {:>9} {:>10}  {}",
+        "{:>12} {:>12} {:>12}  {:<34} {:>10} {:>10} {:>10} {:>8} {:>9} {:>10}  batches(us)",
         "size/rank",
         "total",
         "count",
@@ -120,8 +120,7 @@ pub fn print_sweep_columns() {
         "busbw",
         "#wrong",
         "host(us)",
-        "wire busbw",
-        "batches(us)"
+        "wire busbw"
     );
 }
 
