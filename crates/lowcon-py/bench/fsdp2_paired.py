@@ -273,29 +273,41 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
     pools = [m for m in modes if m.pool is not None]
     wall0 = time.perf_counter()
 
-    def align() -> None:
-        """Every rank's GPU idle and every host past a barrier, outside any timed region,
-        so that the next step starts level on every rank.
+    aligned = {"gpu": 0, "host": 0}  # the steps aligned, warm-up included (recorded)
+
+    def align(gpu: bool) -> None:
+        """Every host past a barrier, outside any timed region, so that the next step starts
+        level on every rank; with `gpu`, every rank's GPU idle first.
 
         NOTE [aligned steps]: `nocomm` runs no collective, so nothing keeps the ranks in
         step through it; where the step is host-bound they drift apart, and the next
         step's first collective waits for the last rank, on the clock of the others. In
         the 4096x12 runs at 1024 tokens with `--sync-each-step` (which synchronises each
         rank's GPU once per round, no barrier), the step right after `nocomm` took +30 ms at
-        4 GPUs (4x H200, fd82cbc) and +7 ms at 2 (2x H200, ce7ebe5), and the round's first
-        step +7-17 ms (on the same 4x H200 box NCCL's step after `nocomm` also took +9 ms of
-        67 in HSDP 2048x8 and of 123 in transformers' Llama at 2048 tokens; on 4x H100,
-        b8eb879, nothing); since the order is shuffled, those fell on the modes unevenly, which
-        is the spread that left these rows unresolved (scripts/probes/paired_order.py sizes
-        it from a results file). `--align after-nocomm` aligns the ranks after `nocomm`;
-        `every-step` before every step, which also gives every step the same start from an
-        idle GPU. Neither is the default until a GPU run shows it narrows the A/A noise."""
-        if cuda:
+        4 GPUs (4x H200, fd82cbc) and +7 to +15 ms at 2 (2x H200, ce7ebe5 and 9534748), and
+        the round's first step +7-20 ms (on the same 4x H200 box NCCL's step after `nocomm`
+        also took +9 ms of 67 in HSDP 2048x8 and of 123 in transformers' Llama at 2048
+        tokens; on 4x H100, b8eb879, nothing); since the order is shuffled, those fell on the
+        modes unevenly, which is the spread that left these rows unresolved
+        (scripts/probes/paired_order.py sizes it from a results file).
+
+        `--align every-step` synchronises the GPU and passes the barrier before every step:
+        no step then follows another. On 2x H200 (9534748, one lease, 300 rounds each) that
+        took both effects out and narrowed the intervals (A/A noise 0.008 against 0.011,
+        lowcon's interval 0.017 wide against 0.055), but it measures another regime: every
+        step pays the start from an idle GPU (+16 ms of NCCL's 97, the same for each mode),
+        and NCCL-CE's share went from 26% to -12% while lowcon's stayed 58-80%. Training runs
+        steps back to back, so it is not the default. `--align after-nocomm` passes the
+        barrier alone (the GPU keeps `nocomm`'s tail queued, as after any step) before the
+        step after `nocomm`, which takes the drift out and leaves the steps back to back;
+        not yet run on a GPU."""
+        aligned["gpu" if gpu else "host"] += 1
+        if gpu and cuda:
             torch.cuda.synchronize(device)
-        # A host barrier (gloo): the GPUs are idle already, and a barrier on the default
-        # (NCCL) group would put a collective of its own between the measured ones. With
-        # one, every-step at 2x H200 (9534748) had not finished 300 rounds in 245 s,
-        # where the same run without it took 201 s.
+        # A host barrier (gloo): a barrier on the default (NCCL) group would put a
+        # collective of its own between the measured ones. With one, every-step at 2x H200
+        # (9534748) had not finished 300 rounds in 245 s, where the same run without it
+        # took 201 s.
         dist.barrier(group=args.align_group)
 
     after_bound = False  # the step before ran no collective (nocomm)
@@ -304,8 +316,10 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         order = order_rng.sample(modes, len(modes))
         rnd = {}
         for m in order:
-            if args.align == "every-step" or (args.align == "after-nocomm" and after_bound):
-                align()
+            if args.align == "every-step":
+                align(gpu=True)
+            elif args.align == "after-nocomm" and after_bound:
+                align(gpu=False)
             rnd[m.name] = step(m, tokens)
             after_bound = m.name.startswith(st.BOUND)
             if pools:
@@ -366,6 +380,7 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         "rounds": [dict(zip(names, row)) for row in step_ms.tolist()],
         "opt_rounds": [dict(zip(names, row)) for row in opt_ms.tolist()],
         "wall_ms_per_round": 1e3 * wall / max(1, args.rounds),
+        "aligned_steps": aligned,
         "memory": dict(zip(names, mem_t.tolist())),
         "memory_method": "this rank's parameter and optimizer-state shards + torch's peak allocation during the "
                          "step above its value after zero_grad (activations, gradients, NCCL's buffers from "
@@ -633,10 +648,10 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="whose traces --profile keeps: rank 0's, or every rank's (trace-...-MODE.rankR.json.gz)")
     p.add_argument("--sync-each-step", action="store_true", help="synchronise after every round")
     p.add_argument("--align", choices=("none", "after-nocomm", "every-step"), default="none",
-                   help="synchronise the GPU and pass a barrier, untimed, before each step "
-                        "that follows nocomm (no collective keeps the ranks in step through it) or before every "
-                        "step (each step then starts from an idle GPU: no step pays for its round's first place; "
-                        "NOTE [aligned steps])")
+                   help="untimed, before each step that follows nocomm (no collective keeps the ranks in "
+                        "step through it): a host barrier, the steps still back to back; or before every step: "
+                        "the GPU synchronised and a host barrier, so every step starts from an idle GPU (another "
+                        "regime: narrower intervals, each step slower by the same start; NOTE [aligned steps])")
     p.add_argument("--bound-for-world", type=int, default=0,
                    help="this run measures the nocomm bound for a run of this many ranks (optimizer-corrected)")
     p.add_argument("--max-seq", type=int, default=fm.MAX_SEQ)

@@ -6,6 +6,7 @@ from the pool, outputs from torch) and FSDP2 on a `lowcon` process group must tr
 same model. Skipped where torch is not installed."""
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,16 @@ def test_fsdp2_paired_aligns_the_ranks_when_asked(tmp_path, align):
     assert doc["args"]["align"] == align
     (cfg,) = doc["configs"]
     assert len(cfg["rounds"]) == 3 and all(set(r) == {"nccl", "lowcon", "nocomm"} for r in cfg["rounds"])
+    # The steps aligned, warm-up round included: every-step, all 4 x 3 after a GPU
+    # synchronisation; after-nocomm, each step that follows a nocomm (a round's first
+    # follows the last of the round before), with the host barrier alone.
+    if align == "every-step":
+        assert cfg["aligned_steps"] == {"gpu": 12, "host": 0}, cfg["aligned_steps"]
+    else:
+        last = random.Random(cfg["seed"] * 7919 + 1)
+        orders = [last.sample(cfg["modes"], 3) for _ in range(4)]
+        want = sum(o.count("nocomm") for o in orders) - (orders[-1][-1] == "nocomm")
+        assert cfg["aligned_steps"] == {"gpu": 0, "host": want}, (cfg["aligned_steps"], orders)
 
 
 def test_fsdp2_paired_on_the_host_backend(tmp_path):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The device calls behind this folder (2026-11-28, nvidia-h200-x2: 2x H200; 4x and H100 were
 # not lent), each from the repository root with the bundle of 9534748 carried (carry
-# ["bundle"], scripts/gpu-bundle.sh --pack). Kept for the record: `bash commands.sh N` runs call N.
+# ["bundle"], scripts/gpu-bundle.sh --pack), the tree at edb1a6f (calls 1 and 2) and at
+# 28f65f8 (calls 3 and 4: --align's barrier on a gloo group since d5b0c1e). `bash commands.sh N` runs call N.
 set -uo pipefail
 : "${OUT:?the folder of the device tool}"
 tar -xJf bundle/bundle.txz && cp scripts/gpu-*.sh bundle/
@@ -29,5 +30,11 @@ case ${1:-} in
   COMMIT=9534748+ OUT=$OUT/al PARTS=fsdp2 W2_SWEEP="4096x12:1024" W2_ROUNDS=300 W2_S=245 \
     W2_MODES="nccl,nccl-b,lowcon,lowcon@rssync=kernel,nccl-ce,nocomm" PLANNER_BUDGET=255 BUDGET=260 \
     FSDP2_ARGS="--sync-each-step --align every-step" bash bundle/gpu-w2.sh ;;
-*) echo "usage: commands.sh 1|2|3" >&2; exit 2 ;;
+4) # right after call 3, on its lease: call 1's plain half again (no --align), for the A/A
+   # noise and the order effects of one box side by side
+  mkdir -p "$OUT/pl"
+  COMMIT=9534748+ OUT=$OUT/pl PARTS=fsdp2 W2_SWEEP="4096x12:1024" W2_ROUNDS=300 W2_S=245 \
+    W2_MODES="nccl,nccl-b,lowcon,lowcon@rssync=kernel,nccl-ce,nocomm" PLANNER_BUDGET=255 BUDGET=260 \
+    FSDP2_ARGS="--sync-each-step" bash bundle/gpu-w2.sh ;;
+*) echo "usage: commands.sh 1|2|3|4" >&2; exit 2 ;;
 esac
