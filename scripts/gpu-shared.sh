@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # lowcon's multi-rank GPU suites on ONE GPU: 2, 3, 4 and 8 ranks sharing it
-# (LOWCON_SHARE_GPU=1), under MPS when its daemon starts. For checking correctness on a
-# 1-GPU machine; nothing here measures speed (nothing crosses NVLink, and the ranks share
-# the copy engines and SMs). scripts/gpu-bundle.sh copies it into the bundle:
+# (LOWCON_SHARE_GPU=1), under MPS when its daemon starts; or, with SHARED_GPU a list, on
+# those GPUs round-robin. For checking correctness on a 1- or 2-GPU machine; nothing here
+# measures speed (the ranks share the copy engines and SMs; on one GPU nothing crosses
+# NVLink). scripts/gpu-bundle.sh copies it into the bundle:
 #
 #     bash bundle/gpu-shared.sh          # $OUT/shared.tgz and $OUT/summary.txt, else bundle/logs-shared
 #
@@ -69,8 +70,10 @@ has() { case " $parts " in *" $1 "*) return 0;; esac; return 1; }
 
 # NVLink multicast stays off on shared machines (shared/GPU.md).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export LOWCON_REQUIRE_GPU=1 LOWCON_SHARE_GPU=1 CUDA_VISIBLE_DEVICES=${SHARED_GPU:-0}
-IFS=, read -r -a shared_gpus <<< "${SHARED_GPU:-0}"
+SHARED_GPU=${SHARED_GPU:-0}
+SHARED_GPU=${SHARED_GPU// /}
+export LOWCON_REQUIRE_GPU=1 LOWCON_SHARE_GPU=1 CUDA_VISIBLE_DEVICES=$SHARED_GPU
+IFS=, read -r -a shared_gpus <<< "$SHARED_GPU"
 ngpu=${#shared_gpus[@]}
 # Each MPS client asks for the 8 hardware work queues a process has without MPS: with
 # fewer, lowcon's calls on several streams share a queue and can deadlock across ranks

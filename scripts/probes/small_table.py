@@ -84,8 +84,8 @@ def table(t):
         if counts[impl][1]:
             lines.append(f"`auto` slower than {name} in {counts[impl][0]} of {counts[impl][1]} cells")
     if any(k[4] == "spread" for k in t):
-        lines += ["", "`auto`'s batches, µs: the fastest - the slowest over every sweep (the slowest rank's "
-                  "fastest batch, the slowest batch of any rank):", "",
+        lines += ["", "`auto`'s batches, µs: the fastest - the slowest over every sweep (the max over ranks "
+                  "of each rank's fastest batch, the slowest batch of any rank):", "",
                   "| | " + " | ".join(size_label(s) for s in sizes) + " |", "|---|" + "---:|" * len(sizes)]
         for bench, dtype, graph in rows:
             out = []

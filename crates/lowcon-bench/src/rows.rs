@@ -48,10 +48,10 @@ pub struct SweepRow {
     /// Only `host_us` was kept (`--host-only`): the device columns are 0 and print `-`.
     #[serde(default)]
     pub host_only: bool,
-    /// The spread of `time_us` over the `reps` batches, µs per call: the slowest rank's
-    /// fastest batch (`time_us_min`) and the slowest batch of any rank (`time_us_max`),
-    /// so they hold `time_us`, the max over ranks of each rank's median batch. Absent in
-    /// rows written before 2026-11-28.
+    /// The spread of `time_us` over the `reps` batches, µs per call: the max over ranks of
+    /// each rank's fastest batch (`time_us_min`) and the slowest batch of any rank
+    /// (`time_us_max`), so they hold `time_us`, the max over ranks of each rank's median
+    /// batch. Absent in rows written before 2026-11-28.
     #[serde(default)]
     pub time_us_min: Option<f64>,
     #[serde(default)]

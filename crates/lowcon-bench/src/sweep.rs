@@ -370,8 +370,9 @@ const NO_REPLAY: PerCall = PerCall { device_us: 0.0, host_us: 0.0, device_range_
 impl Timed {
     /// As the numbers [`gather_max`] folds: for the eager calls, then the replays (zeros
     /// without, so every rank sends eight), the device and host µs and the fastest and
-    /// slowest batch's device µs. Folded by max, the range becomes the slowest rank's
-    /// fastest batch and the slowest batch of any rank, so it holds the median's fold.
+    /// slowest batch's device µs. Folded by max, the range becomes the max over ranks of
+    /// each rank's fastest batch and the slowest batch of any rank, so it holds the
+    /// median's fold.
     fn values(&self) -> [f64; 8] {
         let r = self.replay.unwrap_or(NO_REPLAY);
         let e = self.eager;
@@ -688,7 +689,8 @@ mod tests {
         assert_eq!(plain.values(), [12.0, 6.5, 11.0, 20.0, 0.0, 0.0, 0.0, 0.0]);
         assert_eq!(Timed::from_values(&plain.values(), false), plain);
         // Two ranks: the max of each number, as `gather_max` folds them. The range stays
-        // around the median: the slowest rank's fastest batch up to the slowest batch.
+        // around the median: the max over ranks of each rank's fastest batch up to the
+        // slowest batch of any rank.
         let other = Timed { eager: pc(13.0, 6.0, 12.5, 14.0), replay: Some(pc(4.0, 0.3, 3.9, 6.0)) };
         let mx = crate::stats::max_over_ranks(&[t.values().to_vec(), other.values().to_vec()]);
         let folded = Timed::from_values(&mx, true);

@@ -273,7 +273,9 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
     pools = [m for m in modes if m.pool is not None]
     wall0 = time.perf_counter()
 
-    aligned = {"gpu": 0, "host": 0}  # the steps aligned, warm-up included (recorded)
+    # The steps aligned, warm-up included (recorded): after a GPU synchronisation and the
+    # barrier (asked for; on --cpu there is nothing to synchronise), or the barrier alone.
+    aligned = {"sync_and_barrier": 0, "barrier": 0}
 
     def align(gpu: bool) -> None:
         """Every host past a barrier, outside any timed region, so that the next step starts
@@ -284,30 +286,34 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         step's first collective waits for the last rank, on the clock of the others. In
         the 4096x12 runs at 1024 tokens with `--sync-each-step` (which synchronises each
         rank's GPU once per round, no barrier), the step right after `nocomm` took +30 ms at
-        4 GPUs (4x H200, fd82cbc) and +7 to +15 ms at 2 (2x H200, ce7ebe5 and 9534748), and
-        the round's first step +7-20 ms (on the same 4x H200 box NCCL's step after `nocomm`
+        4 GPUs (4x H200, fd82cbc, 2026-11-28) and +7 ms at 2 (2x H200, ce7ebe5), and the
+        round's first step +7-17 ms; on 2x H200 at 9534748 (2026-11-28), against each mode's
+        other steps, +8 to +18 ms after `nocomm` and +16 to +26 first in the round, lowcon's
+        the most (on the same 4x H200 box NCCL's step after `nocomm`
         also took +9 ms of 67 in HSDP 2048x8 and of 123 in transformers' Llama at 2048
         tokens; on 4x H100, b8eb879, nothing); since the order is shuffled, those fell on the
         modes unevenly, which is the spread that left these rows unresolved
         (scripts/probes/paired_order.py sizes it from a results file).
 
         `--align every-step` synchronises the GPU and passes the barrier before every step:
-        no step then follows another. On 2x H200 (9534748, one lease, 300 rounds each) that
-        took both effects out and narrowed the intervals (A/A noise 0.008 against 0.011,
-        lowcon's interval 0.017 wide against 0.055), but it measures another regime: every
-        step pays the start from an idle GPU (+16 ms of NCCL's 97, the same for each mode),
-        and NCCL-CE's share went from 26% to -12% while lowcon's stayed 58-80%. Training runs
-        steps back to back, so it is not the default. `--align after-nocomm` passes the
+        no step then follows another. On 2x H200 (9534748, 2026-11-28, one lease, 300 rounds
+        each) that took both effects out and narrowed the intervals (A/A noise 0.008 against
+        0.011, lowcon's interval 0.017 wide against 0.055), but it measures another regime:
+        every step starts from an idle GPU, which added 12 to 17 ms to each mode's median
+        (NCCL's 101.5 -> 113.6, lowcon's 93.3 -> 110.2, NCCL-CE's +15), not a constant: it
+        takes away part of what a mode gains from steps run back to back, so the shares move
+        (lowcon's 80% -> 58%, NCCL-CE's 26% -> -12%). Training runs steps back to back, so
+        it is not the default. `--align after-nocomm` passes the
         barrier alone (the GPU keeps `nocomm`'s tail queued, as after any step) before the
         step after `nocomm`, which takes the drift out and leaves the steps back to back;
         not yet run on a GPU."""
-        aligned["gpu" if gpu else "host"] += 1
+        aligned["sync_and_barrier" if gpu else "barrier"] += 1
         if gpu and cuda:
             torch.cuda.synchronize(device)
         # A host barrier (gloo): a barrier on the default (NCCL) group would put a
         # collective of its own between the measured ones. With one, every-step at 2x H200
-        # (9534748) had not finished 300 rounds in 245 s, where the same run without it
-        # took 201 s.
+        # (9534748, 2026-11-28) had not finished 300 rounds in 245 s, where the same run
+        # without it took 201 s (docs/runs/2026-11-28-9534748-2xh200).
         dist.barrier(group=args.align_group)
 
     after_bound = False  # the step before ran no collective (nocomm)
@@ -651,7 +657,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                    help="untimed, before each step that follows nocomm (no collective keeps the ranks in "
                         "step through it): a host barrier, the steps still back to back; or before every step: "
                         "the GPU synchronised and a host barrier, so every step starts from an idle GPU (another "
-                        "regime: narrower intervals, each step slower by the same start; NOTE [aligned steps])")
+                        "regime: narrower intervals, each step 12-17 ms slower on 2x H200, by mode; NOTE [aligned "
+                        "steps])")
     p.add_argument("--bound-for-world", type=int, default=0,
                    help="this run measures the nocomm bound for a run of this many ranks (optimizer-corrected)")
     p.add_argument("--max-seq", type=int, default=fm.MAX_SEQ)

@@ -26,7 +26,7 @@ def test_fsdp2_paired_aligns_the_ranks_when_asked(tmp_path, align):
     p = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
          str(BENCH), "--cpu", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "3", "--warmup", "1",
-         "--modes", "nccl,lowcon,nocomm", "--align", align, "--out", str(tmp_path)],
+         "--modes", "nccl,lowcon,nocomm", "--align", align, "--seed", "13", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=300,
     )
     assert p.returncode == 0, p.stdout + p.stderr
@@ -36,14 +36,19 @@ def test_fsdp2_paired_aligns_the_ranks_when_asked(tmp_path, align):
     assert len(cfg["rounds"]) == 3 and all(set(r) == {"nccl", "lowcon", "nocomm"} for r in cfg["rounds"])
     # The steps aligned, warm-up round included: every-step, all 4 x 3 after a GPU
     # synchronisation; after-nocomm, each step that follows a nocomm (a round's first
-    # follows the last of the round before), with the host barrier alone.
+    # follows the last of the round before), with the host barrier alone. Seed 13's orders
+    # ([lowcon, nocomm, nccl] [nocomm, lowcon, nccl] [nccl, lowcon, nocomm] [lowcon, nccl,
+    # nocomm]) give 3: one within a round, one after a round's first step, one across
+    # rounds, none after the last step; aligning before each nocomm or at each round's
+    # first step would count 4.
     if align == "every-step":
-        assert cfg["aligned_steps"] == {"gpu": 12, "host": 0}, cfg["aligned_steps"]
+        assert cfg["aligned_steps"] == {"sync_and_barrier": 12, "barrier": 0}, cfg["aligned_steps"]
     else:
-        last = random.Random(cfg["seed"] * 7919 + 1)
-        orders = [last.sample(cfg["modes"], 3) for _ in range(4)]
+        rng = random.Random(cfg["seed"] * 7919 + 1)
+        orders = [rng.sample(cfg["modes"], 3) for _ in range(4)]
         want = sum(o.count("nocomm") for o in orders) - (orders[-1][-1] == "nocomm")
-        assert cfg["aligned_steps"] == {"gpu": 0, "host": want}, (cfg["aligned_steps"], orders)
+        assert want == 3, orders
+        assert cfg["aligned_steps"] == {"sync_and_barrier": 0, "barrier": want}, (cfg["aligned_steps"], orders)
 
 
 def test_fsdp2_paired_on_the_host_backend(tmp_path):
