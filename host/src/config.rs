@@ -110,6 +110,44 @@ pub fn debug() -> bool {
 // copy-engine hint, wire replays, memop batches) are read by the planner:
 // `crate::plan::settings` (NOTE [plan settings]).
 
+/// The settings above that have a fixed form, checked when a group is made (every
+/// creation meets its peers through `rendezvous`): a malformed value is an error naming
+/// the variable and the form it takes, not a default taken in silence (`LOWCON_TIMEOUT_MS=abc`
+/// used to wait the default 60 s with a warning; `LOWCON_MEM_HANDLES=foo` to run as `auto`).
+pub fn check() -> crate::error::Result<()> {
+    check_with(|name| std::env::var(name).ok())
+}
+
+/// [`check`] over `get` (a variable's value, `None`: unset).
+fn check_with(get: impl Fn(&str) -> Option<String>) -> crate::error::Result<()> {
+    let bad = |name: &str, v: &str, want: &str| {
+        Err(crate::error::Error::InvalidArgument(format!("{name}={v:?}: expected {want}")))
+    };
+    for name in ["LOWCON_TIMEOUT_MS", "LOWCON_SETUP_TIMEOUT_MS"] {
+        if let Some(v) = get(name)
+            && v.trim().parse::<u64>().is_err()
+        {
+            return bad(name, &v, "a whole number of milliseconds");
+        }
+    }
+    if let Some(v) = get("LOWCON_DEBUG")
+        && !matches!(v.as_str(), "" | "0" | "1")
+    {
+        return bad("LOWCON_DEBUG", &v, "1 (log) or 0");
+    }
+    if let Some(v) = get("LOWCON_MEM_HANDLES")
+        && !matches!(v.as_str(), "auto" | "vmm" | "ipc")
+    {
+        return bad("LOWCON_MEM_HANDLES", &v, "auto, vmm or ipc");
+    }
+    if let Some(v) = get(DEVICE_ENV)
+        && v.trim().parse::<usize>().is_err()
+    {
+        return bad(DEVICE_ENV, &v, "a device index (a non-negative integer)");
+    }
+    Ok(())
+}
+
 fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
     match v.trim().parse() {
@@ -134,6 +172,32 @@ fn env_u64(name: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn malformed_settings_are_refused_naming_the_variable() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |n: &str| pairs.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string())
+        };
+        assert!(check_with(env(&[])).is_ok());
+        let ok: &'static [(&str, &str)] = &[
+            ("LOWCON_TIMEOUT_MS", " 5000"),
+            ("LOWCON_SETUP_TIMEOUT_MS", "0"),
+            ("LOWCON_DEBUG", "1"),
+            ("LOWCON_MEM_HANDLES", "ipc"),
+            ("LOWCON_DEVICE", "3"),
+        ];
+        assert!(check_with(env(ok)).is_ok());
+        for (pairs, want) in [
+            (&[("LOWCON_TIMEOUT_MS", "abc")][..], "LOWCON_TIMEOUT_MS=\"abc\": expected a whole number of milliseconds"),
+            (&[("LOWCON_SETUP_TIMEOUT_MS", "10s")][..], "LOWCON_SETUP_TIMEOUT_MS=\"10s\""),
+            (&[("LOWCON_DEBUG", "yes")][..], "LOWCON_DEBUG=\"yes\": expected 1 (log) or 0"),
+            (&[("LOWCON_MEM_HANDLES", "foo")][..], "LOWCON_MEM_HANDLES=\"foo\": expected auto, vmm or ipc"),
+            (&[("LOWCON_DEVICE", "x")][..], "LOWCON_DEVICE=\"x\""),
+        ] {
+            let e = check_with(env(pairs)).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
+    }
 
     #[test]
     fn share_gpu_values() {

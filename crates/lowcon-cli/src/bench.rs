@@ -6,6 +6,7 @@ mod reduce_kernels;
 
 use std::path::{Path, PathBuf};
 
+use crate::selftest::Backend;
 use clap::{Args, Subcommand};
 use lowcon::SyncMethod;
 use lowcon::cuda::StreamPriority;
@@ -58,13 +59,13 @@ pub struct SweepFlags {
     #[arg(short = 'f', long = "stepfactor", default_value_t = 4)]
     factor: usize,
     /// Timed calls per batch.
-    #[arg(short = 'n', long, default_value_t = 20)]
+    #[arg(short = 'n', long, default_value_t = 20, value_parser = at_least_one)]
     iters: usize,
     /// Untimed calls first.
     #[arg(short = 'w', long, default_value_t = 5)]
     warmup: usize,
     /// Timed batches (the median batch counts).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = at_least_one)]
     reps: usize,
     /// Element type.
     #[arg(long, default_value = "bf16")]
@@ -98,9 +99,9 @@ pub struct SweepFlags {
     /// replayed, each with its own device µs and host µs per call (GPU only).
     #[arg(long)]
     graph: bool,
-    /// `gpu`, or `host` for the CPU backend.
-    #[arg(long, default_value = "gpu")]
-    backend: String,
+    /// `gpu`, or `host` for the CPU backend (no GPU needed).
+    #[arg(long, value_enum, default_value_t = Backend::Gpu)]
+    backend: Backend,
     /// Reduce-scatter: the type on the peer links (`bf16` with `--dtype f32`: the bf16
     /// wire, NOTE [bf16 wire]). Rows then show busbw on the f32 bytes and on the wire's,
     /// and NCCL runs f32 and bf16.
@@ -129,6 +130,25 @@ pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
         _ => (s, 1),
     };
     num.parse::<usize>().map(|n| n * mult).map_err(|e| format!("size {s:?}: {e}"))
+}
+
+/// A count of 1 or more (`-n`, `--reps`): 0 would time nothing (it used to time one
+/// call, under a header that said 0).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// One entry of `--ctas` or `--pipeline`: a count of 1 or more.
+fn positive(x: &str, what: &str) -> Result<u32, String> {
+    match x.parse::<u32>() {
+        Ok(0) => Err(format!("{what} {x:?}: must be at least 1 (or `default`)")),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{what} {x:?}: {e}")),
+    }
 }
 
 fn list<T>(s: &str, all: impl Fn() -> Vec<T>, parse: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
@@ -166,15 +186,12 @@ impl SweepFlags {
             || vec![SyncMethod::Kernel, SyncMethod::StreamMemop],
             |x| x.parse::<SyncMethod>().map_err(|e| e.to_string()),
         )?;
-        let ctas = list(
-            &self.ctas,
-            || vec![None],
-            |x| if x == "default" { Ok(None) } else { x.parse().map(Some).map_err(|e| format!("ctas {x:?}: {e}")) },
-        )?;
+        let ctas =
+            list(&self.ctas, || vec![None], |x| if x == "default" { Ok(None) } else { positive(x, "ctas").map(Some) })?;
         let pipeline = list(
             &self.pipeline,
             || vec![None],
-            |x| if x == "default" { Ok(None) } else { x.parse().map(Some).map_err(|e| format!("pipeline {x:?}: {e}")) },
+            |x| if x == "default" { Ok(None) } else { positive(x, "pipeline").map(Some) },
         )?;
         if self.min == 0 || self.min > self.max {
             return Err(format!("sizes: -b {} must be at least 1 and at most -e {}", self.min, self.max));
@@ -230,7 +247,7 @@ impl SweepFlags {
             nccl: !self.no_nccl,
             staged: self.staged,
             graph: self.graph,
-            backend_host: self.backend == "host",
+            backend_host: self.backend == Backend::Host,
             wire,
             inexact: self.inexact,
             host_only: self.host_only,
@@ -465,7 +482,7 @@ fn refuse_shared_gpus() -> Result<(), Box<dyn std::error::Error>> {
         return Err(format!(
             "{}=1 lets ranks share a GPU, for correctness checks only: timings of ranks sharing a GPU \
              mean nothing (no NVLink, shared copy engines and SMs), so lowcon bench does not run; unset it \
-             and run one rank per GPU",
+             and run one rank per GPU (on a machine without GPUs, the host backend needs no sharing either)",
             lowcon::config::SHARE_GPU_ENV
         )
         .into());
@@ -477,7 +494,13 @@ fn sweep(f: &SweepFlags, kind: Kind) -> Result<(), Box<dyn std::error::Error>> {
     // SAFETY: called before anything in this process starts a thread.
     unsafe { lowcon_bench::no_nvls() };
     f.out.check()?;
-    lowcon_bench::sweep::run(&f.options(kind)?, &(&f.out).into())
+    let opts = f.options(kind)?;
+    if f.backend == Backend::Gpu && matches!(lowcon::cuda::device_count(), Err(lowcon::Error::NoDriver)) {
+        return Err(
+            format!("{}; with no GPU, `--backend host` runs the sweep on the CPU", lowcon::Error::NoDriver).into()
+        );
+    }
+    lowcon_bench::sweep::run(&opts, &(&f.out).into())
 }
 
 fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
@@ -533,7 +556,7 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
             no_nccl: f.no_nccl,
             staged: false,
             graph: false,
-            backend: "gpu".into(),
+            backend: Backend::Gpu,
             // The reduce-scatter's algorithms with a wire: ce-reduce, sm-direct (checked there).
             wire: f.wire.clone().filter(|_| kind == Kind::ReduceScatter),
             inexact: false,

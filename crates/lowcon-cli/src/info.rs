@@ -5,7 +5,14 @@ pub fn info(world: Option<usize>) -> Result<(), Box<dyn std::error::Error>> {
     let kernels = lowcon::cuda::PTX.matches(".visible .entry ").count();
     let target = lowcon::cuda::PTX.lines().find_map(|l| l.strip_prefix(".target ")).unwrap_or("?");
     println!("lowcon {}: {kernels} kernels embedded, PTX target {target}", env!("CARGO_PKG_VERSION"));
-    let env_world = std::env::var("WORLD_SIZE").ok().and_then(|w| w.parse::<usize>().ok());
+    // WORLD_SIZE, where set, must be a world (a malformed one is refused, not taken for 2).
+    let env_world = match std::env::var("WORLD_SIZE") {
+        Ok(w) => match w.parse::<usize>() {
+            Ok(n) if n >= 1 => Some(n),
+            _ => return Err(format!("WORLD_SIZE={w:?}: expected a number of ranks, 1 or more").into()),
+        },
+        Err(_) => None,
+    };
     match lowcon::cuda::device_count() {
         Err(lowcon::Error::NoDriver) => {
             println!("{}", lowcon::Error::NoDriver);

@@ -74,8 +74,8 @@ enum Command {
     /// would pick for a few sizes, from which tuning table or model.
     Info {
         /// Ranks to plan for (default: WORLD_SIZE, else the visible GPUs, else 2).
-        #[arg(long)]
-        world: Option<usize>,
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+        world: Option<u16>,
     },
     /// Write the embedded PTX to a directory (usable as LOWCON_PTX_DIR on machines
     /// without a nightly toolchain).
@@ -150,7 +150,7 @@ fn main() -> ExitCode {
         Command::Store(cmd) => store_cmd::run(cmd).map(|()| 0),
         Command::Selftest { scenario } => selftest::run(scenario),
         Command::Bench(b) => bench::run(*b).map(|()| 0),
-        Command::Info { world } => info::info(world).map(|()| 0),
+        Command::Info { world } => info::info(world.map(usize::from)).map(|()| 0),
         Command::Ptx { out } => ptx(&out).map(|()| 0),
     };
     match r {

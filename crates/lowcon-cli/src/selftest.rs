@@ -3,7 +3,22 @@
 
 use std::time::Duration;
 
-use clap::Subcommand;
+use clap::{Subcommand, ValueEnum};
+
+/// Where a collective scenario runs (`--backend`): a misspelt value is refused, never
+/// taken for the host backend (a GPU check must not pass on the CPU).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Backend {
+    /// lowcon's host backend: CPU shared memory, no GPU.
+    Host,
+    /// GPUs, one per rank (or shared with LOWCON_SHARE_GPU=1).
+    Gpu,
+}
+
+/// `--method`: checked when parsed (`kernel`, `memop`), whatever the backend.
+fn sync_method(s: &str) -> Result<String, String> {
+    s.parse::<lowcon::SyncMethod>().map(|_| s.to_string()).map_err(|e| e.to_string())
+}
 
 #[derive(Subcommand)]
 pub(crate) enum Scenario {
@@ -41,7 +56,7 @@ pub(crate) enum Scenario {
         iters: u64,
         #[arg(long, default_value_t = 200)]
         max_delay_us: u64,
-        #[arg(long)]
+        #[arg(long, value_parser = sync_method)]
         method: Option<String>,
     },
     /// GPU: copy-engine publish then signal, every word checked.
@@ -50,19 +65,19 @@ pub(crate) enum Scenario {
         rounds: u32,
         #[arg(long, default_value_t = 1024)]
         words: usize,
-        #[arg(long)]
+        #[arg(long, value_parser = sync_method)]
         method: Option<String>,
     },
     /// GPU: one rank skips a barrier; the others must time out naming it.
     GpuSkipBarrier {
         #[arg(long, default_value_t = 1000)]
         timeout_ms: u64,
-        #[arg(long)]
+        #[arg(long, value_parser = sync_method)]
         method: Option<String>,
     },
     /// GPU: one rank exits abruptly; the others must name it.
     GpuDeadPeer {
-        #[arg(long)]
+        #[arg(long, value_parser = sync_method)]
         method: Option<String>,
     },
     /// GPU: ranks ask for different sizes.
@@ -75,35 +90,33 @@ pub(crate) enum Scenario {
     GpuMemoryRelease,
     /// Collectives: every algorithm, dtype and op against a CPU reference.
     CollCheck {
-        /// `host` or `gpu`.
-        #[arg(long, default_value = "host")]
-        backend: String,
+        #[arg(long, value_enum, default_value_t = Backend::Host)]
+        backend: Backend,
         /// Elements per rank of the largest case.
         #[arg(long, default_value_t = 300_001)]
         large: usize,
-        #[arg(long)]
+        #[arg(long, value_parser = sync_method)]
         method: Option<String>,
     },
     /// The bf16 wire of reduce-scatter (NOTE [bf16 wire]): f32 over bf16 and bf16 into
     /// f32, every op, exact and inexact data, bit for bit against the f32 path, with the
     /// counters checked; on GPUs also captured in a CUDA graph.
     CollWire {
-        /// `host` or `gpu`.
-        #[arg(long, default_value = "host")]
-        backend: String,
+        #[arg(long, value_enum, default_value_t = Backend::Host)]
+        backend: Backend,
         /// Elements per rank of the largest case.
         #[arg(long, default_value_t = 300_001)]
         large: usize,
         /// GPU: graph replays (0: no graph).
         #[arg(long, default_value_t = 20)]
         replays: usize,
-        #[arg(long)]
+        #[arg(long, value_parser = sync_method)]
         method: Option<String>,
     },
     /// GPU collectives with `map_ordinary`: peers read ordinary (cuMemAlloc) inputs in
     /// place; differing sizes and unshareable memory refused on every rank.
     CollMapped {
-        #[arg(long)]
+        #[arg(long, value_parser = sync_method)]
         method: Option<String>,
         /// Only the part with two threads on two channels at once (kernel sync), this
         /// many calls per thread: a quick reproducer of a stall there (scripts/gpu-stall.sh).
@@ -115,8 +128,8 @@ pub(crate) enum Scenario {
     /// shrink, and pass the correctness suite on the new group. `--healthy N` instead
     /// shrinks a live group N times and checks that nothing leaks.
     CollShrink {
-        #[arg(long, default_value = "host")]
-        backend: String,
+        #[arg(long, value_enum, default_value_t = Backend::Host)]
+        backend: Backend,
         /// Comma-separated ranks that die.
         #[arg(long, alias = "victim")]
         victims: Option<String>,
@@ -124,7 +137,7 @@ pub(crate) enum Scenario {
         kill_at: usize,
         #[arg(long, default_value_t = 10_000)]
         timeout_ms: u64,
-        #[arg(long)]
+        #[arg(long, value_parser = sync_method)]
         method: Option<String>,
         #[arg(long)]
         healthy: Option<usize>,
@@ -141,7 +154,7 @@ pub(crate) enum Scenario {
     /// and eager calls between; two graphs on two streams; what a capture refuses. With
     /// `--kill-at`, rank `--victim` dies at that replay and the others must name it.
     CollGraph {
-        #[arg(long)]
+        #[arg(long, value_parser = sync_method)]
         method: Option<String>,
         #[arg(long, default_value_t = 1000)]
         replays: usize,
@@ -157,13 +170,13 @@ pub(crate) enum Scenario {
     /// Collectives: back-to-back calls cycling through every algorithm, on one or two
     /// streams (threads on the host backend) at once, every output checked.
     CollStress {
-        #[arg(long, default_value = "host")]
-        backend: String,
+        #[arg(long, value_enum, default_value_t = Backend::Host)]
+        backend: Backend,
         #[arg(long, default_value_t = 1000)]
         iters: usize,
         #[arg(long, default_value_t = 2)]
         streams: usize,
-        #[arg(long)]
+        #[arg(long, value_parser = sync_method)]
         method: Option<String>,
     },
     /// Collectives: one rank leaves mid-loop (SIGKILL, or `--exit exit`: `_exit(0)`);
@@ -174,8 +187,8 @@ pub(crate) enum Scenario {
     /// `--bf16-in --in-place`: the same read in place (`map_ordinary`: an address exchange
     /// per call, then one kernel).
     CollDeadPeer {
-        #[arg(long, default_value = "host")]
-        backend: String,
+        #[arg(long, value_enum, default_value_t = Backend::Host)]
+        backend: Backend,
         #[arg(long)]
         victim: Option<usize>,
         #[arg(long, default_value_t = 300)]
@@ -194,7 +207,7 @@ pub(crate) enum Scenario {
         in_place: bool,
         #[arg(long, default_value_t = 10_000)]
         timeout_ms: u64,
-        #[arg(long)]
+        #[arg(long, value_parser = sync_method)]
         method: Option<String>,
     },
     /// Collectives never wait for the GPU: `calls` back-to-back collectives (every
@@ -209,13 +222,13 @@ pub(crate) enum Scenario {
         /// bf16 elements per rank of the large size.
         #[arg(long, default_value_t = 32 << 20)]
         large: usize,
-        #[arg(long)]
+        #[arg(long, value_parser = sync_method)]
         method: Option<String>,
     },
     /// Collectives: bad arguments are refused with clear errors, nothing enqueued.
     CollBadInput {
-        #[arg(long, default_value = "host")]
-        backend: String,
+        #[arg(long, value_enum, default_value_t = Backend::Host)]
+        backend: Backend,
     },
 }
 
@@ -278,7 +291,7 @@ pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
         Scenario::GpuMemoryRelease => ("gpu-memory-release", gpu_ranks::memory_release()),
         Scenario::CollCheck { backend, large, method } => {
             // One runner on either backend (lowcon::Group); host groups have no sync methods.
-            let gpu = backend == "gpu";
+            let gpu = backend == Backend::Gpu;
             let r = per_backend_method(gpu, &method, |m| {
                 let r = coll::Runner::from_env(gpu, None)?;
                 let suite = coll::run_suite(&r, &coll::suite(m, large))?;
@@ -287,7 +300,7 @@ pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
             ("coll-check", r)
         }
         Scenario::CollWire { backend, large, replays, method } => {
-            let gpu = backend == "gpu";
+            let gpu = backend == Backend::Gpu;
             let r = per_backend_method(gpu, &method, |m| {
                 let r = coll::Runner::from_env(gpu, None)?;
                 let suite = coll::wire_suite(&r, m, large)?;
@@ -333,7 +346,7 @@ pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
             ),
         ),
         Scenario::CollShrink { backend, healthy: Some(n), .. } => {
-            ("coll-shrink", lowcon_selftest::shrink::healthy_shrinks(n, backend == "gpu"))
+            ("coll-shrink", lowcon_selftest::shrink::healthy_shrinks(n, backend == Backend::Gpu))
         }
         Scenario::CollShrink {
             backend,
@@ -357,20 +370,22 @@ pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
                 None => vec![world - 1],
             };
             let t = Duration::from_millis(timeout_ms);
-            let r = match backend.as_str() {
-                "gpu" => lowcon_selftest::shrink::gpu_shrink(&victims, kill_at, t, methods(&method)?[0]),
-                _ => lowcon_selftest::shrink::host_shrink(&victims, kill_at, t, dier, late),
+            let r = match backend {
+                Backend::Gpu => lowcon_selftest::shrink::gpu_shrink(&victims, kill_at, t, methods(&method)?[0]),
+                Backend::Host => lowcon_selftest::shrink::host_shrink(&victims, kill_at, t, dier, late),
             };
             ("coll-shrink", r)
         }
         Scenario::CollStress { backend, iters, streams, method } => (
             "coll-stress",
-            match backend.as_str() {
-                "gpu" => per_method(&method, |m| {
+            match backend {
+                Backend::Gpu => per_method(&method, |m| {
                     let r = coll::Runner::from_env(true, None)?;
                     coll::gpu_stress(&r.gpu("coll-stress")?, iters, streams, m)
                 }),
-                _ => coll::Runner::from_env(false, None).and_then(|r| coll::host_stress(&r, iters, streams)),
+                Backend::Host => {
+                    coll::Runner::from_env(false, None).and_then(|r| coll::host_stress(&r, iters, streams))
+                }
             },
         ),
         Scenario::CollDeadPeer {
@@ -398,9 +413,11 @@ pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
             let exit: dead_peer::Exit = exit.parse()?;
             (
                 "coll-dead-peer",
-                match backend.as_str() {
-                    "gpu" => dead_peer::gpu_dead_peer(victim, kill_at, exit, elems, call, t, methods(&method)?[0]),
-                    _ => dead_peer::host_dead_peer(victim, kill_at, exit, t),
+                match backend {
+                    Backend::Gpu => {
+                        dead_peer::gpu_dead_peer(victim, kill_at, exit, elems, call, t, methods(&method)?[0])
+                    }
+                    Backend::Host => dead_peer::host_dead_peer(victim, kill_at, exit, t),
                 },
             )
         }
@@ -409,9 +426,9 @@ pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
         }
         Scenario::CollBadInput { backend } => (
             "coll-bad-input",
-            match backend.as_str() {
-                "gpu" => coll::gpu_bad_input(),
-                _ => coll::host_bad_input(),
+            match backend {
+                Backend::Gpu => coll::gpu_bad_input(),
+                Backend::Host => coll::host_bad_input(),
             },
         ),
     };

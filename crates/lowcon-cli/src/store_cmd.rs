@@ -5,7 +5,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use clap::Subcommand;
-use lowcon_store::{ClientOptions, RankEnv, ServerOptions, StoreClient, StoreServer};
+use lowcon_store::{ClientOptions, ServerOptions, StoreClient, StoreServer};
 
 #[derive(Subcommand)]
 pub enum StoreCommand {
@@ -37,11 +37,14 @@ pub enum StoreCommand {
         #[arg(long)]
         addr: Option<String>,
     },
-    /// Wait until WORLD_SIZE ranks (from the environment) reach the barrier NAME.
+    /// Wait until `--world-size` ranks (default: WORLD_SIZE from the environment) reach
+    /// the barrier NAME.
     Barrier {
         name: String,
         #[arg(long)]
         addr: Option<String>,
+        #[arg(long)]
+        world_size: Option<usize>,
         #[arg(long, default_value_t = 60.0)]
         timeout: f64,
     },
@@ -82,9 +85,18 @@ pub fn run(cmd: StoreCommand) -> Result<(), Box<dyn std::error::Error>> {
             println!();
         }
         StoreCommand::Add { key, delta, addr } => println!("{}", connect(addr)?.add(&key, delta)?),
-        StoreCommand::Barrier { name, addr, timeout } => {
-            let env = RankEnv::from_env()?;
-            connect(addr)?.barrier(&name, env.world_size, secs(timeout)?)?;
+        StoreCommand::Barrier { name, addr, world_size, timeout } => {
+            let world = match world_size {
+                Some(w) => w,
+                None => match std::env::var("WORLD_SIZE") {
+                    Ok(w) => w.trim().parse().map_err(|_| format!("WORLD_SIZE={w:?}: expected a number of ranks"))?,
+                    Err(_) => return Err("store barrier: give --world-size, or set WORLD_SIZE".into()),
+                },
+            };
+            if world == 0 {
+                return Err("store barrier: a world of 0 ranks".into());
+            }
+            connect(addr)?.barrier(&name, world, secs(timeout)?)?;
         }
     }
     Ok(())

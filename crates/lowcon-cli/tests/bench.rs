@@ -215,3 +215,24 @@ fn info_shows_the_plan_of_fsdp2s_default_copy_in_and_of_the_fp32_wire() {
     let row = stdout.lines().find(|l| l.trim_start().starts_with("64M")).expect("a 64M row");
     assert!(row.contains("sm-direct ctas=32 in place (eager) sync=memop [mine.txt:4]"), "{row}");
 }
+
+#[test]
+fn bad_counts_and_worlds_are_refused_before_anything_runs() {
+    for (args, env, want) in [
+        (&["bench", "all-gather", "--backend", "host", "-n", "0"][..], None, "'--iters <ITERS>': must be at least 1"),
+        (&["bench", "all-gather", "--backend", "host", "--reps", "0"][..], None, "must be at least 1"),
+        (&["bench", "all-gather", "--backend", "cpu"][..], None, "invalid value 'cpu' for '--backend <BACKEND>'"),
+        (&["bench", "reduce-scatter", "--backend", "host", "--ctas", "8,0"][..], None, "ctas \"0\": must be at least 1"),
+        (&["info", "--world", "0"][..], None, "0 is not in 1..=1024"),
+        (&["info"][..], Some(("WORLD_SIZE", "abc")), "WORLD_SIZE=\"abc\": expected a number of ranks"),
+    ] {
+        let mut c = Command::new(LOWCON);
+        c.args(args);
+        if let Some((k, v)) = env {
+            c.env(k, v);
+        }
+        let out = c.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(want), "{args:?}: {err}");
+    }
+}

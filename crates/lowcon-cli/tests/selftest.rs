@@ -374,3 +374,33 @@ fn ranks_started_like_torchrun_meet_through_a_store_rank_0_hosts() {
         assert!(text.contains(&format!("rank {r}: coll-check ok")) && text.contains(" 0 wrong"), "{text}");
     }
 }
+
+#[test]
+fn a_misspelt_backend_or_method_is_refused_not_run_on_the_host() {
+    // `--backend GPU` used to run the host backend and pass: a GPU check passing on the CPU.
+    for (args, want) in [
+        (&["selftest", "coll-check", "--backend", "GPU"][..], "invalid value 'GPU' for '--backend <BACKEND>'"),
+        (&["selftest", "coll-stress", "--backend", "cuda"][..], "invalid value 'cuda' for '--backend <BACKEND>'"),
+        (&["selftest", "coll-check", "--method", "foo"][..], "sync method \"foo\": expected `kernel` or `memop`"),
+        (&["selftest", "gpu-dead-peer", "--method", "fast"][..], "sync method \"fast\""),
+    ] {
+        let out = Command::new(LOWCON).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?} ran: {}", String::from_utf8_lossy(&out.stdout));
+    }
+}
+
+#[test]
+fn malformed_settings_fail_group_creation_naming_the_variable() {
+    for (var, value, want) in [
+        ("LOWCON_TIMEOUT_MS", "abc", "LOWCON_TIMEOUT_MS=\"abc\": expected a whole number of milliseconds"),
+        ("LOWCON_DEBUG", "yes", "LOWCON_DEBUG=\"yes\": expected 1 (log) or 0"),
+        ("LOWCON_MEM_HANDLES", "foo", "LOWCON_MEM_HANDLES=\"foo\": expected auto, vmm or ipc"),
+    ] {
+        let (ok, text) = run(2, &["coll-bad-input"], &[(var, value)]);
+        assert!(!ok, "{var}={value} ran:\n{text}");
+        assert!(text.contains(want), "{var}={value}:\n{text}");
+    }
+}

@@ -367,6 +367,7 @@ impl GroupCore {
         timeout: Duration,
         gone: Watch<'_>,
     ) -> Result<Self> {
+        crate::config::check()?;
         let setup = crate::config::setup_timeout().max(timeout);
         if world == 0 || rank >= world {
             return Err(Error::InvalidArgument(format!("rank {rank} is not within a world of {world}")));

@@ -385,15 +385,17 @@ impl StoreClient {
                 "barrier {name:?}: {arrived} arrivals for a world of {world_size} (ranks disagree on the world size?)"
             )));
         }
-        self.wait(&[&format!("{base}/done")], timeout).map_err(|e| match e {
-            StoreError::Timeout { addr, secs, .. } => StoreError::Timeout {
-                addr,
-                op: "barrier",
-                keys: format!("{base}/done (only some of {world_size} ranks arrived)"),
-                secs,
-            },
-            e => e,
-        })
+        match self.wait(&[&format!("{base}/done")], timeout) {
+            Err(StoreError::Timeout { addr, secs, .. }) => {
+                // How many came, read once more now (adding 0), so the error says it.
+                let came = match self.add(&format!("{base}/arrived"), 0) {
+                    Ok(n) => format!("{n} of {world_size} ranks arrived"),
+                    Err(_) => format!("only some of {world_size} ranks arrived"),
+                };
+                Err(StoreError::Timeout { addr, op: "barrier", keys: format!("{base}/done ({came})"), secs })
+            }
+            r => r,
+        }
     }
 
     /// Every rank contributes `data`; returns all ranks' contributions in rank order.

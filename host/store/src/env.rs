@@ -127,7 +127,19 @@ fn host_at(addr: &str) -> Result<Arc<StoreServer>, StoreError> {
     if let Some(s) = m.get(addr).and_then(Weak::upgrade) {
         return Ok(s);
     }
-    let s = Arc::new(StoreServer::start(addr, ServerOptions::from_env())?);
+    let s = match StoreServer::start(addr, ServerOptions::from_env()) {
+        Ok(s) => Arc::new(s),
+        // Rank 0 hosts the store: a port in use is most often a second RANK=0.
+        Err(StoreError::Bind { addr, source, .. }) if source.kind() == std::io::ErrorKind::AddrInUse => {
+            return Err(StoreError::Bind {
+                addr,
+                source,
+                hint: " (rank 0 hosts the store there: is another process of this job running as RANK=0, or \
+                       an earlier job's store still on the port? LOWCON_STORE_PORT picks another port)",
+            });
+        }
+        Err(e) => return Err(e),
+    };
     m.insert(addr.to_string(), Arc::downgrade(&s));
     Ok(s)
 }
@@ -178,6 +190,16 @@ mod tests {
         let c = host_at("127.0.0.1:0").unwrap();
         assert!(!std::ptr::eq(Arc::as_ptr(&c), first) || Arc::strong_count(&c) == 1);
         assert_eq!(Arc::strong_count(&c), 1);
+    }
+
+    #[test]
+    fn a_port_held_by_another_process_says_what_may_hold_it() {
+        // Another process's socket (here a listener of this test, not a hosted store).
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = held.local_addr().unwrap().to_string();
+        let e = host_at(&addr).err().expect("the port is held").to_string();
+        assert!(e.contains(&format!("cannot start the lowcon store on {addr}")), "{e}");
+        assert!(e.contains("RANK=0") && e.contains("LOWCON_STORE_PORT"), "{e}");
     }
 
     #[test]

@@ -22,7 +22,11 @@ pub enum StoreError {
     #[error("store {op} at {addr} timed out after {secs:.1} s waiting for key(s) {keys}")]
     Timeout { addr: String, op: &'static str, keys: String, secs: f64 },
     /// The server closed the connection in the middle of a call (it died or shut down).
-    #[error("the lowcon store at {addr} closed the connection during {op} of key(s) {keys}")]
+    #[error(
+        "the lowcon store at {addr} closed the connection during {op} of key(s) {keys}: the process hosting it \
+         (rank 0 when no launcher does) has exited or stopped it, most often after an error of its own; its \
+         output says which"
+    )]
     Disconnected { addr: String, op: &'static str, keys: String },
     /// Any other socket error during a call.
     #[error("store {op} of key(s) {keys} at {addr}: {source}")]
@@ -45,11 +49,12 @@ pub enum StoreError {
     /// A launcher/torchrun environment variable is missing or malformed.
     #[error("environment variable {var}: {reason}")]
     Env { var: &'static str, reason: String },
-    /// The server could not start (bind failed, ...).
-    #[error("cannot start the lowcon store on {addr}: {source}")]
+    /// The server could not start (bind failed, ...); `hint`: what may hold the address.
+    #[error("cannot start the lowcon store on {addr}: {source}{hint}")]
     Bind {
         addr: String,
         #[source]
         source: io::Error,
+        hint: &'static str,
     },
 }

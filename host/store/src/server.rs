@@ -352,7 +352,7 @@ pub struct StoreServer {
 impl StoreServer {
     /// Binds `bind` (e.g. `127.0.0.1:0`) and starts serving.
     pub fn start(bind: &str, opts: ServerOptions) -> Result<Self, StoreError> {
-        let bind_err = |source| StoreError::Bind { addr: bind.to_string(), source };
+        let bind_err = |source| StoreError::Bind { addr: bind.to_string(), source, hint: "" };
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("lowcon-store")
