@@ -222,7 +222,11 @@ fn bad_counts_and_worlds_are_refused_before_anything_runs() {
         (&["bench", "all-gather", "--backend", "host", "-n", "0"][..], None, "'--iters <ITERS>': must be at least 1"),
         (&["bench", "all-gather", "--backend", "host", "--reps", "0"][..], None, "must be at least 1"),
         (&["bench", "all-gather", "--backend", "cpu"][..], None, "invalid value 'cpu' for '--backend <BACKEND>'"),
-        (&["bench", "reduce-scatter", "--backend", "host", "--ctas", "8,0"][..], None, "ctas \"0\": must be at least 1"),
+        (
+            &["bench", "reduce-scatter", "--backend", "host", "--ctas", "8,0"][..],
+            None,
+            "ctas \"0\": must be at least 1",
+        ),
         (&["info", "--world", "0"][..], None, "0 is not in 1..=1024"),
         (&["info"][..], Some(("WORLD_SIZE", "abc")), "WORLD_SIZE=\"abc\": expected a number of ranks"),
     ] {

@@ -1,6 +1,5 @@
 //! The two backends behind a Python `Group`, and the operations they share.
 
-use lowcon::SyncMethod;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
@@ -33,8 +32,4 @@ pub(crate) fn join(py: Python<'_>, make: impl FnOnce() -> lowcon::Result<Backend
         })
         .map_err(|e| PyRuntimeError::new_err(format!("lowcon: cannot start a thread: {e}")))?;
     recv_or_signal(py, rx).map_err(|(e, _)| e)?.map(Group::wrap).map_err(to_py)
-}
-
-pub(crate) fn sync_method(s: &str) -> PyResult<SyncMethod> {
-    s.parse().map_err(to_py)
 }

@@ -6,8 +6,15 @@ use crate::errors::to_py;
 use lowcon::{CollOptions, Context, DType};
 
 /// A sync method by name, or `None` for "auto" (the planner's choice).
-fn sync_choice(s: &str) -> PyResult<Option<lowcon::SyncMethod>> {
-    if s == "auto" { Ok(None) } else { crate::sync_method(s).map(Some) }
+fn sync_choice(rank: usize, s: &str) -> Result<Option<lowcon::SyncMethod>, lowcon::Error> {
+    match s {
+        "auto" => Ok(None),
+        _ => s.parse().map(Some).map_err(|_| {
+            lowcon::Error::InvalidArgument(format!(
+                "rank {rank}: sync {s:?}: expected \"auto\", \"kernel\" or \"memop\""
+            ))
+        }),
+    }
 }
 
 /// The hints a call passes to the planner (NOTE [one planner]).
@@ -25,6 +32,7 @@ impl Default for Hints<'_> {
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
+    rank: usize,
     algorithm: &str,
     (sync, graph_sync): (&str, &str),
     ctas: Option<u32>,
@@ -35,20 +43,29 @@ pub(crate) fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
     (wire, reduce_launch): (Option<&str>, &str),
     hints: Hints<'_>,
 ) -> PyResult<CollOptions<A>> {
+    // Every refusal names the rank, as the library's own errors do.
+    let on_rank = |e: lowcon::Error| {
+        to_py(match e {
+            lowcon::Error::InvalidArgument(m) if !m.starts_with("rank ") => {
+                lowcon::Error::InvalidArgument(format!("rank {rank}: {m}"))
+            }
+            e => e,
+        })
+    };
     Ok(CollOptions {
-        algorithm: algorithm.parse().map_err(to_py)?,
-        sync: sync_choice(sync)?,
-        graph_sync: sync_choice(graph_sync)?,
+        algorithm: algorithm.parse().map_err(on_rank)?,
+        sync: sync_choice(rank, sync).map_err(on_rank)?,
+        graph_sync: sync_choice(rank, graph_sync).map_err(on_rank)?,
         ctas,
         pipeline,
         // Resolved per call from the stream when not given (`Channels::for_stream`).
         channel: channel.unwrap_or(u32::MAX),
         allow_staging,
         map_ordinary,
-        wire: wire.map(str::parse::<DType>).transpose().map_err(to_py)?,
-        reduce_launch: reduce_launch.parse().map_err(to_py)?,
+        wire: wire.map(str::parse::<DType>).transpose().map_err(on_rank)?,
+        reduce_launch: reduce_launch.parse().map_err(on_rank)?,
         arrival: lowcon::Arrival::Auto,
-        context: hints.context.parse::<Context>().map_err(to_py)?,
+        context: hints.context.parse::<Context>().map_err(on_rank)?,
         bf16_exact: hints.bf16_exact,
         traffic: false,
     })

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 
-use crate::backend::{Backend, is_gpu, join, sync_method};
+use crate::backend::{Backend, is_gpu, join};
 use crate::channels::Channels;
 
 use errors::{invalid, to_py};
@@ -179,6 +179,7 @@ impl Group {
         arrival: &str,
     ) -> PyResult<()> {
         let mut opts = options(
+            self.rank,
             algorithm,
             (sync, graph_sync),
             ctas,
@@ -223,7 +224,18 @@ impl Group {
     ) -> PyResult<()> {
         let op: ReduceOp = op.parse().map_err(to_py)?;
         let hints = Hints { context: "tp", bf16_exact: false };
-        let opts = options("auto", ("auto", "auto"), ctas, None, channel, false, Some(false), (None, "auto"), hints)?;
+        let opts = options(
+            self.rank,
+            "auto",
+            ("auto", "auto"),
+            ctas,
+            None,
+            channel,
+            false,
+            Some(false),
+            (None, "auto"),
+            hints,
+        )?;
         // The producer is Python: its exception is kept here and raised as it is, not as
         // the library's error.
         let raised: Arc<Mutex<Option<PyErr>>> = Arc::new(Mutex::new(None));
@@ -275,6 +287,7 @@ impl Group {
     ) -> PyResult<()> {
         let op: ReduceOp = op.parse().map_err(to_py)?;
         let mut opts = options(
+            self.rank,
             algorithm,
             (sync, graph_sync),
             ctas,
@@ -438,6 +451,7 @@ impl Group {
         let fields = match kind {
             "all-gather" => {
                 let o = options::<lowcon::AllGatherAlgorithm>(
+                    self.rank,
                     algorithm,
                     (sync, graph_sync),
                     ctas,
@@ -454,6 +468,7 @@ impl Group {
             }
             "reduce-scatter" => {
                 let o = options::<lowcon::ReduceScatterAlgorithm>(
+                    self.rank,
                     algorithm,
                     (sync, graph_sync),
                     ctas,
