@@ -196,6 +196,13 @@ impl SweepFlags {
         if self.min == 0 || self.min > self.max {
             return Err(format!("sizes: -b {} must be at least 1 and at most -e {}", self.min, self.max));
         }
+        if !self.min.is_multiple_of(dtype.size()) {
+            return Err(format!(
+                "sizes: -b {} is not a whole number of {dtype} elements ({} bytes each)",
+                self.min,
+                dtype.size()
+            ));
+        }
         let wire = self.wire.as_deref().map(str::parse::<lowcon::DType>).transpose().map_err(|e| e.to_string())?;
         // The wire of an f32 call runs on ce-reduce and sm-direct (NOTE [the wire read
         // directly]): `all` means those two, and any other is refused now, not after the
@@ -540,8 +547,9 @@ fn overlap(f: &OverlapFlags) -> Result<(), Box<dyn std::error::Error>> {
     let sync = f.sync.clone().unwrap_or_else(|| "kernel,memop".into());
     let options = |kind: Kind| {
         let flags = SweepFlags {
-            min: 1,
-            max: 1,
+            // Sizes unused here (the overlap has its own): whole elements of any dtype.
+            min: 8,
+            max: 8,
             factor: 2,
             iters: 1,
             warmup: 0,

@@ -227,6 +227,11 @@ fn bad_counts_and_worlds_are_refused_before_anything_runs() {
             None,
             "ctas \"0\": must be at least 1",
         ),
+        (
+            &["bench", "all-gather", "--backend", "host", "-b", "1001"][..],
+            None,
+            "-b 1001 is not a whole number of bf16",
+        ),
         (&["info", "--world", "0"][..], None, "0 is not in 1..=1024"),
         (&["info"][..], Some(("WORLD_SIZE", "abc")), "WORLD_SIZE=\"abc\": expected a number of ranks"),
     ] {

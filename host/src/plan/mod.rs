@@ -776,6 +776,8 @@ pub fn announce(planner: &Result<Planner>) -> String {
     match planner {
         Ok(p) if p.settings().wire_replays => p.fingerprint(),
         Ok(p) => format!("{} {REPLAYS_OFF}", p.fingerprint()),
+        // The reason alone: `agree` wraps it in an error of its own kind.
+        Err(Error::InvalidArgument(m)) => format!("error: {m}"),
         Err(e) => format!("error: {e}"),
     }
 }

@@ -335,6 +335,8 @@ fn ranks_must_agree_on_the_table() {
     let bad = announce(&Err(Error::InvalidArgument("LOWCON_TUNING=\"x\": cannot read".into())));
     let e = agree(&[&a, &bad]).unwrap_err().to_string();
     assert!(e.contains("rank 1: no planner") && e.contains("cannot read"), "{e}");
+    // The reason once, not wrapped in a second "invalid argument".
+    assert_eq!(e.matches("invalid argument").count(), 1, "{e}");
     // NOTE [wire replays]: a rank that turned them off is named.
     let off = format!("{a} [LOWCON_WIRE_REPLAYS=0]");
     assert!(agree(&[&off, &off]).is_ok());
