@@ -57,6 +57,13 @@ pub const MAX_CONNECTIONS_ENV: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
 /// The variable naming a rank's device.
 pub const DEVICE_ENV: &str = "LOWCON_DEVICE";
 
+/// The value of `name` as a device index (`LOWCON_DEVICE`, `LOCAL_RANK`).
+fn device_index(name: &str, v: &str) -> crate::error::Result<usize> {
+    v.trim().parse::<usize>().map_err(|_| {
+        crate::error::Error::InvalidArgument(format!("{name}={v:?}: expected a device index (a non-negative integer)"))
+    })
+}
+
 /// [`crate::cuda::rank_device`]'s rule, from the variables' values (`None`: unset) and, in shared
 /// mode, the number of visible devices.
 pub fn pick_device(
@@ -66,18 +73,11 @@ pub fn pick_device(
     share: bool,
     visible: Option<usize>,
 ) -> crate::error::Result<usize> {
-    let num = |name: &str, v: &str| {
-        v.trim().parse::<usize>().map_err(|_| {
-            crate::error::Error::InvalidArgument(format!(
-                "{name}={v:?}: expected a device index (a non-negative integer)"
-            ))
-        })
-    };
     if let Some(v) = lowcon_device {
-        return num(DEVICE_ENV, v);
+        return device_index(DEVICE_ENV, v);
     }
     let local = match local_rank {
-        Some(v) => num("LOCAL_RANK", v)?,
+        Some(v) => device_index("LOCAL_RANK", v)?,
         None => rank,
     };
     match (share, visible) {
@@ -136,14 +136,12 @@ fn check_with(get: impl Fn(&str) -> Option<String>) -> crate::error::Result<()> 
         return bad("LOWCON_DEBUG", &v, "1 (log) or 0");
     }
     if let Some(v) = get("LOWCON_MEM_HANDLES")
-        && !matches!(v.as_str(), "auto" | "vmm" | "ipc")
+        && v.parse::<crate::HandleKind>().is_err()
     {
         return bad("LOWCON_MEM_HANDLES", &v, "auto, vmm or ipc");
     }
-    if let Some(v) = get(DEVICE_ENV)
-        && v.trim().parse::<usize>().is_err()
-    {
-        return bad(DEVICE_ENV, &v, "a device index (a non-negative integer)");
+    if let Some(v) = get(DEVICE_ENV) {
+        device_index(DEVICE_ENV, &v)?;
     }
     Ok(())
 }

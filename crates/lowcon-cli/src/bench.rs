@@ -6,7 +6,7 @@ mod reduce_kernels;
 
 use std::path::{Path, PathBuf};
 
-use crate::selftest::Backend;
+use crate::Backend;
 use clap::{Args, Subcommand};
 use lowcon::SyncMethod;
 use lowcon::cuda::StreamPriority;

@@ -11,7 +11,17 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Where a collective runs (`selftest`'s and `bench`'s `--backend`): a misspelt value is
+/// refused, never taken for the host backend (a GPU check must not pass on the CPU).
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Backend {
+    /// lowcon's host backend: CPU shared memory, no GPU.
+    Host,
+    /// GPUs, one per rank (or shared with LOWCON_SHARE_GPU=1).
+    Gpu,
+}
 
 #[derive(Parser)]
 #[command(name = "lowcon", version, about = "Low-contention collectives for NVLink GPU boxes")]

@@ -3,21 +3,14 @@
 
 use std::time::Duration;
 
-use clap::{Subcommand, ValueEnum};
+use clap::Subcommand;
+use lowcon::SyncMethod;
 
-/// Where a collective scenario runs (`--backend`): a misspelt value is refused, never
-/// taken for the host backend (a GPU check must not pass on the CPU).
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Backend {
-    /// lowcon's host backend: CPU shared memory, no GPU.
-    Host,
-    /// GPUs, one per rank (or shared with LOWCON_SHARE_GPU=1).
-    Gpu,
-}
+use crate::Backend;
 
-/// `--method`: checked when parsed (`kernel`, `memop`), whatever the backend.
-fn sync_method(s: &str) -> Result<String, String> {
-    s.parse::<lowcon::SyncMethod>().map(|_| s.to_string()).map_err(|e| e.to_string())
+/// `--method`: parsed with the CLI (`kernel`, `memop`), whatever the backend.
+fn sync_method(s: &str) -> Result<SyncMethod, String> {
+    s.parse().map_err(|e: lowcon::Error| e.to_string())
 }
 
 #[derive(Subcommand)]
@@ -57,7 +50,7 @@ pub(crate) enum Scenario {
         #[arg(long, default_value_t = 200)]
         max_delay_us: u64,
         #[arg(long, value_parser = sync_method)]
-        method: Option<String>,
+        method: Option<SyncMethod>,
     },
     /// GPU: copy-engine publish then signal, every word checked.
     GpuPublishSignal {
@@ -66,19 +59,19 @@ pub(crate) enum Scenario {
         #[arg(long, default_value_t = 1024)]
         words: usize,
         #[arg(long, value_parser = sync_method)]
-        method: Option<String>,
+        method: Option<SyncMethod>,
     },
     /// GPU: one rank skips a barrier; the others must time out naming it.
     GpuSkipBarrier {
         #[arg(long, default_value_t = 1000)]
         timeout_ms: u64,
         #[arg(long, value_parser = sync_method)]
-        method: Option<String>,
+        method: Option<SyncMethod>,
     },
     /// GPU: one rank exits abruptly; the others must name it.
     GpuDeadPeer {
         #[arg(long, value_parser = sync_method)]
-        method: Option<String>,
+        method: Option<SyncMethod>,
     },
     /// GPU: ranks ask for different sizes.
     GpuMismatchedSize,
@@ -96,7 +89,7 @@ pub(crate) enum Scenario {
         #[arg(long, default_value_t = 300_001)]
         large: usize,
         #[arg(long, value_parser = sync_method)]
-        method: Option<String>,
+        method: Option<SyncMethod>,
     },
     /// The bf16 wire of reduce-scatter (NOTE [bf16 wire]): f32 over bf16 and bf16 into
     /// f32, every op, exact and inexact data, bit for bit against the f32 path, with the
@@ -111,13 +104,13 @@ pub(crate) enum Scenario {
         #[arg(long, default_value_t = 20)]
         replays: usize,
         #[arg(long, value_parser = sync_method)]
-        method: Option<String>,
+        method: Option<SyncMethod>,
     },
     /// GPU collectives with `map_ordinary`: peers read ordinary (cuMemAlloc) inputs in
     /// place; differing sizes and unshareable memory refused on every rank.
     CollMapped {
         #[arg(long, value_parser = sync_method)]
-        method: Option<String>,
+        method: Option<SyncMethod>,
         /// Only the part with two threads on two channels at once (kernel sync), this
         /// many calls per thread: a quick reproducer of a stall there (scripts/gpu-stall.sh).
         #[arg(long)]
@@ -138,7 +131,7 @@ pub(crate) enum Scenario {
         #[arg(long, default_value_t = 10_000)]
         timeout_ms: u64,
         #[arg(long, value_parser = sync_method)]
-        method: Option<String>,
+        method: Option<SyncMethod>,
         #[arg(long)]
         healthy: Option<usize>,
         /// Host backend: this rank dies (SIGKILL) this many ms into its shrink
@@ -155,7 +148,7 @@ pub(crate) enum Scenario {
     /// `--kill-at`, rank `--victim` dies at that replay and the others must name it.
     CollGraph {
         #[arg(long, value_parser = sync_method)]
-        method: Option<String>,
+        method: Option<SyncMethod>,
         #[arg(long, default_value_t = 1000)]
         replays: usize,
         #[arg(long)]
@@ -177,7 +170,7 @@ pub(crate) enum Scenario {
         #[arg(long, default_value_t = 2)]
         streams: usize,
         #[arg(long, value_parser = sync_method)]
-        method: Option<String>,
+        method: Option<SyncMethod>,
     },
     /// Collectives: one rank leaves mid-loop (SIGKILL, or `--exit exit`: `_exit(0)`);
     /// the others must name it. GPU: `--elems` f32 per rank (default 16384), `--staged`
@@ -208,7 +201,7 @@ pub(crate) enum Scenario {
         #[arg(long, default_value_t = 10_000)]
         timeout_ms: u64,
         #[arg(long, value_parser = sync_method)]
-        method: Option<String>,
+        method: Option<SyncMethod>,
     },
     /// Collectives never wait for the GPU: `calls` back-to-back collectives (every
     /// algorithm, two streams) at two sizes; the host enqueue time must be a small
@@ -223,7 +216,7 @@ pub(crate) enum Scenario {
         #[arg(long, default_value_t = 32 << 20)]
         large: usize,
         #[arg(long, value_parser = sync_method)]
-        method: Option<String>,
+        method: Option<SyncMethod>,
     },
     /// Collectives: bad arguments are refused with clear errors, nothing enqueued.
     CollBadInput {
@@ -232,18 +225,15 @@ pub(crate) enum Scenario {
     },
 }
 
-fn methods(m: &Option<String>) -> Result<Vec<lowcon::SyncMethod>, Box<dyn std::error::Error>> {
-    match m {
-        None => Ok(vec![lowcon::SyncMethod::Kernel, lowcon::SyncMethod::StreamMemop]),
-        Some(s) => Ok(vec![s.parse()?]),
-    }
+/// The methods a scenario runs: the one asked for, else both.
+fn methods(m: &Option<SyncMethod>) -> Vec<SyncMethod> {
+    m.map_or_else(|| vec![SyncMethod::Kernel, SyncMethod::StreamMemop], |m| vec![m])
 }
 
 /// Runs `f` once per method, joining the details; the first failure wins.
-fn per_method(m: &Option<String>, f: impl Fn(lowcon::SyncMethod) -> Result<String, String>) -> Result<String, String> {
-    let ms = methods(m).map_err(|e| e.to_string())?;
+fn per_method(m: &Option<SyncMethod>, f: impl Fn(SyncMethod) -> Result<String, String>) -> Result<String, String> {
     let mut out = Vec::new();
-    for method in ms {
+    for method in methods(m) {
         out.push(f(method)?);
     }
     Ok(out.join("; "))
@@ -252,10 +242,10 @@ fn per_method(m: &Option<String>, f: impl Fn(lowcon::SyncMethod) -> Result<Strin
 /// As [`per_method`] on GPUs; a host group runs once (its calls have no sync method).
 fn per_backend_method(
     gpu: bool,
-    m: &Option<String>,
-    f: impl Fn(lowcon::SyncMethod) -> Result<String, String>,
+    m: &Option<SyncMethod>,
+    f: impl Fn(SyncMethod) -> Result<String, String>,
 ) -> Result<String, String> {
-    if gpu { per_method(m, f) } else { f(lowcon::SyncMethod::Kernel) }
+    if gpu { per_method(m, f) } else { f(SyncMethod::Kernel) }
 }
 
 pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
@@ -342,7 +332,7 @@ pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
                 k,
                 exit.parse()?,
                 Duration::from_millis(timeout_ms),
-                methods(&method)?[0],
+                methods(&method)[0],
             ),
         ),
         Scenario::CollShrink { backend, healthy: Some(n), .. } => {
@@ -371,7 +361,7 @@ pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
             };
             let t = Duration::from_millis(timeout_ms);
             let r = match backend {
-                Backend::Gpu => lowcon_selftest::shrink::gpu_shrink(&victims, kill_at, t, methods(&method)?[0]),
+                Backend::Gpu => lowcon_selftest::shrink::gpu_shrink(&victims, kill_at, t, methods(&method)[0]),
                 Backend::Host => lowcon_selftest::shrink::host_shrink(&victims, kill_at, t, dier, late),
             };
             ("coll-shrink", r)
@@ -415,7 +405,7 @@ pub(crate) fn run(s: Scenario) -> Result<i32, Box<dyn std::error::Error>> {
                 "coll-dead-peer",
                 match backend {
                     Backend::Gpu => {
-                        dead_peer::gpu_dead_peer(victim, kill_at, exit, elems, call, t, methods(&method)?[0])
+                        dead_peer::gpu_dead_peer(victim, kill_at, exit, elems, call, t, methods(&method)[0])
                     }
                     Backend::Host => dead_peer::host_dead_peer(victim, kill_at, exit, t),
                 },

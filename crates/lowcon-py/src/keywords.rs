@@ -6,13 +6,11 @@ use crate::errors::to_py;
 use lowcon::{CollOptions, Context, DType};
 
 /// A sync method by name, or `None` for "auto" (the planner's choice).
-fn sync_choice(rank: usize, s: &str) -> Result<Option<lowcon::SyncMethod>, lowcon::Error> {
+fn sync_choice(s: &str) -> Result<Option<lowcon::SyncMethod>, lowcon::Error> {
     match s {
         "auto" => Ok(None),
         _ => s.parse().map(Some).map_err(|_| {
-            lowcon::Error::InvalidArgument(format!(
-                "rank {rank}: sync {s:?}: expected \"auto\", \"kernel\" or \"memop\""
-            ))
+            lowcon::Error::InvalidArgument(format!("sync {s:?}: expected \"auto\", \"kernel\" or \"memop\""))
         }),
     }
 }
@@ -46,16 +44,14 @@ pub(crate) fn options<A: std::str::FromStr<Err = lowcon::Error> + Default>(
     // Every refusal names the rank, as the library's own errors do.
     let on_rank = |e: lowcon::Error| {
         to_py(match e {
-            lowcon::Error::InvalidArgument(m) if !m.starts_with("rank ") => {
-                lowcon::Error::InvalidArgument(format!("rank {rank}: {m}"))
-            }
+            lowcon::Error::InvalidArgument(m) => lowcon::Error::InvalidArgument(format!("rank {rank}: {m}")),
             e => e,
         })
     };
     Ok(CollOptions {
         algorithm: algorithm.parse().map_err(on_rank)?,
-        sync: sync_choice(rank, sync).map_err(on_rank)?,
-        graph_sync: sync_choice(rank, graph_sync).map_err(on_rank)?,
+        sync: sync_choice(sync).map_err(on_rank)?,
+        graph_sync: sync_choice(graph_sync).map_err(on_rank)?,
         ctas,
         pipeline,
         // Resolved per call from the stream when not given (`Channels::for_stream`).

@@ -375,6 +375,9 @@ impl StoreClient {
     /// Reusable: each client counts its calls per name, so the k-th barrier of a name
     /// only meets other clients' k-th barriers (every rank must call it equally often).
     pub fn barrier(&mut self, name: &str, world_size: usize, timeout: Duration) -> Result<(), StoreError> {
+        if world_size == 0 {
+            return Err(StoreError::InvalidArgument(format!("barrier {name:?}: a world of 0 ranks")));
+        }
         let generation = self.next_generation(&format!("barrier/{name}"));
         let base = format!("lowcon/barrier/{name}/{generation}");
         let arrived = self.add(&format!("{base}/arrived"), 1)?;
