@@ -135,8 +135,9 @@ fn check_with(get: impl Fn(&str) -> Option<String>) -> crate::error::Result<()> 
     {
         return bad("LOWCON_DEBUG", &v, "1 (log) or 0");
     }
+    // The names `memory::HandleKind` parses (config sits below memory: no import).
     if let Some(v) = get("LOWCON_MEM_HANDLES")
-        && v.parse::<crate::HandleKind>().is_err()
+        && !matches!(v.as_str(), "auto" | "vmm" | "ipc")
     {
         return bad("LOWCON_MEM_HANDLES", &v, "auto, vmm or ipc");
     }
