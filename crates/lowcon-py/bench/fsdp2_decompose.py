@@ -8,9 +8,15 @@ same model with no communication) into the compute stream's extra idle and extra
 time (NOTE [step decomposition]). Tested on synthetic traces in `test_fsdp2_stats.py`.
 
 NOTE [step decomposition]
-The compute stream is the stream with the most kernel time. Its kernels are the same
-sequence in every mode (the model's), so the i-th kernel of a mode is the i-th of the
-base: the decomposition refuses traces where the names differ.
+The compute stream is the stream with the most kernel time outside communication
+kernels (NCCL's and lowcon's: where the step waits on its all-gathers, NCCL's spinning
+kernels can outlast the model's, 4x H200 2026-11-28). Its kernels are the same sequence
+in every mode (the model's), so the i-th kernel of a mode is the i-th of the base: the
+decomposition refuses traces where the names differ. Names are compared without their
+template arguments: lowcon's in-place reduce-scatter leaves FSDP2's `chunk_cat` copying
+bf16 bytes (`chunk_cat_cuda_kernel<char, char>`) where the others cast to f32
+(`<float, c10::BFloat16>`), the same kernel of the same step, whose time difference is
+part of the busy split.
 
 - *Idle*: every gap between two compute-stream operations inside the step (from its first
   GPU operation to its last, any stream). A gap before kernel k is split at the moment
@@ -89,6 +95,12 @@ def family(name: str) -> str:
         if pat.search(name):
             return fam
     return "other"
+
+
+def kernel_name(name: str) -> str:
+    """A kernel's name without its template arguments and parameters (NOTE [step
+    decomposition]): `void f<float, c10::BFloat16>(float*)` -> `void f`."""
+    return re.split(r"[<(]", name, maxsplit=1)[0].strip()
 
 
 def _stream(e: Dict[str, Any]) -> Any:
@@ -173,8 +185,10 @@ def decompose(events: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         raise ValueError("no GPU operations in the trace (was it profiled with CUDA activities?)")
     busy: Dict[Any, float] = {}
     for e in gpu:
-        if e["cat"] == "kernel":
+        if e["cat"] == "kernel" and not COMM_KERNEL.search(e.get("name", "")):
             busy[_stream(e)] = busy.get(_stream(e), 0.0) + e["dur"]
+    if not busy:
+        raise ValueError("no kernels but communication ones in the trace: no compute stream")
     compute = max(busy, key=lambda s: busy[s])
     classes = stream_classes(gpu, compute)
     ops = sorted((e for e in gpu if _stream(e) == compute), key=lambda e: e["ts"])
@@ -248,10 +262,13 @@ def decompose(events: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
 def compare(mode: Dict[str, Any], base: Dict[str, Any], name: str = "mode") -> Dict[str, Any]:
     """The mode's excess over the base: span, idle by cause, and the compute kernels' extra
     time by family and by what ran beside them (NOTE [step decomposition])."""
-    if len(mode["ops"]) != len(base["ops"]) or any(
-            a[0] != b[0] for a, b in zip(mode["ops"], base["ops"])):
+    if len(mode["ops"]) != len(base["ops"]):
         raise ValueError(f"{name}: its compute stream runs {len(mode['ops'])} operations, the base's "
-                         f"{len(base['ops'])}, or in another order: not the same model's step")
+                         f"{len(base['ops'])}: not the same model's step")
+    for i, (a, b) in enumerate(zip(mode["ops"], base["ops"])):
+        if kernel_name(a[0]) != kernel_name(b[0]):
+            raise ValueError(f"{name}: its compute stream's operation {i} is {a[0][:60]!r}, the base's "
+                             f"{b[0][:60]!r}: not the same model's step")
     extra: Dict[str, Dict[str, float]] = {}
     for (nm, ts, dur, _), (_, _, bdur, _) in zip(mode["ops"], base["ops"]):
         more = dur - bdur

@@ -604,8 +604,38 @@ def test_step_decomposition_splits_idle_by_cause_and_busy_by_neighbour():
     # mode, span, excess, idle, all-gather fwd / bwd+final, reduce-scatter, other, host, end, busy, tail
     assert row[1:4] == ["0.9", "+0.0", "-0.1"] and row[-4:] == ["-0.1", "+0.1", "0.0", "(+0.0)"], text
     assert "lowcon  gemm    +0.10  +0.05" in text, text
-    with pytest.raises(ValueError, match="not the same model's step"):
+    with pytest.raises(ValueError, match="operation 0 is 'a', the base's 'nvjet_gemm': not the same model's step"):
         fd.compare(fd.decompose(_step_trace(names=("a", "b", "c"))), base, "x")
+
+
+def test_step_decomposition_finds_the_model_beside_long_collective_kernels_and_matches_kernels_by_name():
+    import fsdp2_decompose as fd
+
+    base = fd.decompose(_step_trace(reduce_beside=False))
+    # An NCCL kernel spinning longer than every model kernel together (a step that waits on
+    # its all-gathers, 4x H200 2026-11-28): the compute stream is still the model's.
+    ev = _step_trace(reduce_beside=False)
+    ev.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+               "ts": 0.0, "dur": 900.0, "args": {"stream": 31, "correlation": 9}})
+    nccl = fd.decompose(ev)
+    assert [o[0] for o in nccl["ops"]] == ["nvjet_gemm", "elementwise", "nvjet_gemm"]
+    assert fd.compare(nccl, base, "nccl")["extra_busy_ms"] == pytest.approx(0.0)
+    # The same kernel with other template arguments (chunk_cat copying bf16 bytes where the
+    # base casts to f32) is the same step's kernel; another kernel is not.
+    cast = ("void chunk_cat_cuda_kernel<float, c10::BFloat16>(float**)", "elementwise", "nvjet_gemm")
+    copy = ("void chunk_cat_cuda_kernel<char, char>(char**)", "elementwise", "nvjet_gemm")
+    r = fd.compare(fd.decompose(_step_trace(reduce_beside=False, names=copy)),
+                   fd.decompose(_step_trace(reduce_beside=False, names=cast)), "lowcon")
+    assert r["excess_ms"] == pytest.approx(0.0)
+    assert fd.kernel_name(copy[0]) == fd.kernel_name(cast[0]) == "void chunk_cat_cuda_kernel"
+    other = ("void chunk_cat_other<char>(char**)", "elementwise", "nvjet_gemm")
+    with pytest.raises(ValueError, match="operation 0"):
+        fd.compare(fd.decompose(_step_trace(reduce_beside=False, names=other)),
+                   fd.decompose(_step_trace(reduce_beside=False, names=cast)), "lowcon")
+    # A trace of communication kernels alone has no compute stream.
+    only = [e for e in ev if e.get("cat") != "kernel" or e["name"].startswith("nccl")]
+    with pytest.raises(ValueError, match="no compute stream"):
+        fd.decompose(only)
 
 
 def test_step_decomposition_from_the_paired_report(tmp_path):
