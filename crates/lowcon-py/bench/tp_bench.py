@@ -15,8 +15,8 @@ Modes (each op): `gemm` (the matmul alone, on the gathered / unreduced operand),
 `lowcon-memop` (the all-gather-matmul with `sync="memop"`: its first GEMM does not wait
 for the entry barrier, NOTE [memop start] in lowcon/tp.py), `lowcon-c128` (the
 matmul-reduce-scatter's final reduction on 128 CTAs),
-`lowcon-merged` (the all-gather-matmul's peers' pieces in at most two GEMMs after the
-last arrival, instead of one GEMM per arrival: fewer, larger GEMMs),
+`lowcon-each` (the all-gather-matmul with `gemms="each"`: one GEMM per peer's piece as it
+lands, instead of the default's at most two after the last arrival, NOTE [merged GEMMs]),
 `lowcon-unfused` (lowcon's all-gather or reduce-scatter, then / after the matmul),
 `nccl-unfused` (NCCL's), `symm-mem` (torch.ops.symm_mem's fused op; skipped where it
 cannot run, with the reason printed). Each round times every mode `--iters` times with
@@ -66,7 +66,7 @@ GEMM_MARKS = ("gemm", "nvjet", "cutlass", "xmma", "wgmma")
 # torch.cuda._sleep's spin_kernel: torch.ops.symm_mem's matmul-reduce-scatter launches
 # that one itself).
 MARKER = "FillFunctor<short>"
-FUSED_MODES = ("lowcon", "lowcon-twin", "lowcon-memop", "lowcon-c128", "lowcon-merged", "symm-mem")
+FUSED_MODES = ("lowcon", "lowcon-twin", "lowcon-memop", "lowcon-c128", "lowcon-each", "symm-mem")
 
 
 def is_gemm(name):
@@ -405,8 +405,8 @@ def main():
                 return lambda: tp.fused_all_gather_matmul(x, [w_up], 0, g, return_A=False)
             if mode == "lowcon-memop":
                 return lambda: tp.fused_all_gather_matmul(x, [w_up], 0, g, return_A=False, sync="memop")
-            if mode == "lowcon-merged":
-                return lambda: tp.fused_all_gather_matmul(x, [w_up], 0, g, return_A=False, _merged=True)
+            if mode == "lowcon-each":
+                return lambda: tp.fused_all_gather_matmul(x, [w_up], 0, g, return_A=False, gemms="each")
             if mode == "lowcon-unfused":
                 return lambda: (g.all_gather(x_full, x), torch.matmul(x_full, w_up))
             if mode == "nccl-unfused":
@@ -416,7 +416,7 @@ def main():
         else:
             if mode == "gemm":
                 return lambda: torch.matmul(h, w_down)
-            if mode in ("lowcon", "lowcon-twin", "lowcon-memop", "lowcon-merged"):
+            if mode in ("lowcon", "lowcon-twin", "lowcon-memop", "lowcon-each"):
                 return lambda: tp.fused_matmul_reduce_scatter(h, w_down, "sum", 0, g)
             if mode == "lowcon-c128":
                 return lambda: tp.fused_matmul_reduce_scatter(h, w_down, "sum", 0, g, ctas=128)

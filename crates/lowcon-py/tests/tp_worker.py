@@ -80,11 +80,12 @@ def check(g, dev):
             none, _ = tp.fused_all_gather_matmul(shards[r].to(dev), Bs[:1] and [Bs[0].to(dev)], gd, g, return_A=False)
             if none is not None:
                 fail("return_A=False returned A")
-            # tp_bench's `lowcon-merged` probe: the peers' pieces in at most two GEMMs.
+            # One GEMM per arriving piece (tp_bench's `lowcon-each`), not the default's merged ones.
             poison(g, dev)
-            _, outs = tp.fused_all_gather_matmul(shards[r].to(dev), [B.to(dev) for B in Bs], gd, g, _merged=True)
+            _, outs = tp.fused_all_gather_matmul(shards[r].to(dev), [B.to(dev) for B in Bs], gd, g, gemms="each")
             for i, (o, B) in enumerate(zip(outs, Bs)):
-                close(o, A_ref @ B.double(), dtype, shard_shape[-1], f"merged all-gather-matmul out {i}, {dtype}, dim {gd}")
+                close(o, A_ref @ B.double(), dtype, shard_shape[-1],
+                      f"all-gather-matmul (gemms=each) out {i}, {dtype}, dim {gd}")
             n += 1
         for sd, a_shape in ((0, (4 * w, 32)), (1, (3, 2 * w, 32)), (0, (w, 5, 16))):
             for op in ("sum", "avg"):
@@ -168,6 +169,7 @@ def bad(g, dev):
     expect("gather_dim last", lambda: tp.fused_all_gather_matmul(a, [b], 1, g), "gather_dim", "last dim")
     expect("dtypes", lambda: tp.fused_all_gather_matmul(a, [b.bfloat16()], 0, g), "B[0]", "dtypes")
     expect("float16", lambda: tp.fused_all_gather_matmul(a.half(), [b.half()], 0, g), "float16")
+    expect("gemms", lambda: tp.fused_all_gather_matmul(a, [b], 0, g, gemms="pairs"), "gemms", "pairs", "each")
     expect("scatter_dim", lambda: tp.fused_matmul_reduce_scatter(a, b, "sum", -3, g), "scatter_dim", "-3")
     expect("B shape", lambda: tp.fused_matmul_reduce_scatter(a, torch.ones(4, 4, device=dev), "sum", 0, g), "B[0]")
     expect("reduce_op", lambda: tp.fused_matmul_reduce_scatter(a, b, "max", 0, g), "reduce_op")

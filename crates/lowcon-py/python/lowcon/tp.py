@@ -172,8 +172,8 @@ def _workspace(g, st, stream, shape, dtype):
     return ws[:n].view(shape)
 
 
-def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sync="auto", _events=None,
-                            _serial=False, _merged=False):
+def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sync="auto", gemms="merged",
+                            _events=None, _serial=False):
     """All-gathers `A_shard` along `gather_dim` into A and returns (A or None,
     [A @ B for B in Bs]); each partial matmul starts when its piece has landed.
 
@@ -186,12 +186,17 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sy
     for the all-gather's entry barrier (`Arrivals.wait_started`): a barrier behind a GEMM
     that holds every SM ran only when that GEMM ended, kernel or memop alike, and the
     peers' pieces were pulled only then (2x H200, 2026-11-26: 1.09-1.10x the GEMM alone
-    at tokens 8192, hidden 8192, ffn 28672). (`_events`, `_serial`: the overlap test's
-    probes; `_merged`: tp_bench's `lowcon-merged`, the peers' pieces in at most two GEMMs
-    after the last arrival.)
+    at tokens 8192, hidden 8192, ffn 28672).
+
+    `gemms`: how the peers' pieces are multiplied once they land (NOTE [merged GEMMs]):
+    "merged" (the default), in at most two GEMMs, the rows before this rank's and those
+    after, once every piece has landed; "each", one GEMM per piece as it lands. At 2 ranks
+    they are the same. (`_events`, `_serial`: the overlap test's probes.)
     """
     g = group_of(group)
     rank, world = g.rank, g.world_size
+    if gemms not in ("merged", "each"):
+        raise InvalidArgument(f"rank {rank}: fused_all_gather_matmul: gemms={gemms!r}: \"merged\" or \"each\"")
     Bs = list(Bs)
     _check(rank, A_shard, Bs, "fused_all_gather_matmul")
     gd = _dim(gather_dim, A_shard.dim(), "gather_dim", rank)
@@ -215,12 +220,22 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sy
             for out in outs:  # no rows, or K = 0 (every product is 0)
                 out.zero_()
         else:
-            _overlapped(g, shard, gathered, piece, (rank, s0), sync, _events, _serial, _merged)
+            _overlapped(g, shard, gathered, piece, (rank, s0), sync, _events, _serial, gemms == "merged")
     A = gathered.movedim(0, gd) if return_A else None
     return A, [o.movedim(0, gd) for o in outs]
 
 
-def _overlapped(g, shard, gathered, piece, where, sync, _events, _serial, _merged=False):
+# NOTE [merged GEMMs]: one GEMM per arriving piece starts each GEMM as early as its rows
+# land, but at 4 ranks and more the pieces are small GEMMs (a quarter of the rows or less)
+# that run below the GEMM's full rate, and the copies of a batched pull land close
+# together anyway. Multiplying the peers' rows in at most two GEMMs (those before this
+# rank's rows and those after: the output is one block each) once the last piece lands,
+# the own piece's GEMM overlapping the copies, was faster: 4x H200, 2026-11-28 (9fbdb43),
+# tokens 8192, hidden 8192, ffn 28672, 20 rounds paired: 0.937 of one GEMM per piece
+# (10th-90th percentile of the rounds 0.903-0.992, the A/A twin's 0.980-1.010), 1.075x the
+# GEMM alone against symm_mem's 1.099x (0.969 of symm_mem's, 0.957-0.991). At 2 ranks
+# the two are one GEMM. H100 and 8 ranks are not measured; `gemms="each"` keeps the other.
+def _overlapped(g, shard, gathered, piece, where, sync, _events, _serial, merged):
     """The GPU form of `fused_all_gather_matmul`: the all-gather with arrivals on the side
     stream, the own piece after its entry barrier, each other piece after its arrival."""
     rank, s0 = where
@@ -253,9 +268,9 @@ def _overlapped(g, shard, gathered, piece, where, sync, _events, _serial, _merge
         piece(rank, shard)
         for p in order[1:]:
             arr.wait(p, cur)
-            if not _merged:
+            if not merged:
                 piece(p, gathered[p * s0:(p + 1) * s0])
-        if _merged:
+        if merged:
             # The peers' rows in at most two GEMMs (those before this rank's, those after),
             # once every piece has landed: fewer, larger GEMMs than one per arrival.
             for lo, hi in ((0, rank), (rank + 1, len(order))):
