@@ -17,6 +17,9 @@ for the entry barrier, NOTE [memop start] in lowcon/tp.py), `lowcon-c128` (the
 matmul-reduce-scatter's final reduction on 128 CTAs),
 `lowcon-each` (the all-gather-matmul with `gemms="each"`: one GEMM per peer's piece as it
 lands, instead of the default's at most two after the last arrival, NOTE [merged GEMMs]),
+`lowcon-merged` (the all-gather-matmul as `lowcon`; the matmul-reduce-scatter's probe
+`_gemms="merged"`: the chunks in at most three GEMMs, each chunk released when its GEMM
+is done),
 `lowcon-unfused` (lowcon's all-gather or reduce-scatter, then / after the matmul),
 `nccl-unfused` (NCCL's), `symm-mem` (torch.ops.symm_mem's fused op; skipped where it
 cannot run, with the reason printed). Each round times every mode `--iters` times with
@@ -66,7 +69,7 @@ GEMM_MARKS = ("gemm", "nvjet", "cutlass", "xmma", "wgmma")
 # torch.cuda._sleep's spin_kernel: torch.ops.symm_mem's matmul-reduce-scatter launches
 # that one itself).
 MARKER = "FillFunctor<short>"
-FUSED_MODES = ("lowcon", "lowcon-twin", "lowcon-memop", "lowcon-c128", "lowcon-each", "symm-mem")
+FUSED_MODES = ("lowcon", "lowcon-twin", "lowcon-memop", "lowcon-c128", "lowcon-each", "lowcon-merged", "symm-mem")
 
 
 def is_gemm(name):
@@ -401,7 +404,7 @@ def main():
         if op == "ag-mm":
             if mode == "gemm":
                 return lambda: torch.matmul(x_full, w_up)
-            if mode in ("lowcon", "lowcon-twin", "lowcon-c128"):
+            if mode in ("lowcon", "lowcon-twin", "lowcon-c128", "lowcon-merged"):
                 return lambda: tp.fused_all_gather_matmul(x, [w_up], 0, g, return_A=False)
             if mode == "lowcon-memop":
                 return lambda: tp.fused_all_gather_matmul(x, [w_up], 0, g, return_A=False, sync="memop")
@@ -418,6 +421,8 @@ def main():
                 return lambda: torch.matmul(h, w_down)
             if mode in ("lowcon", "lowcon-twin", "lowcon-memop", "lowcon-each"):
                 return lambda: tp.fused_matmul_reduce_scatter(h, w_down, "sum", 0, g)
+            if mode == "lowcon-merged":
+                return lambda: tp.fused_matmul_reduce_scatter(h, w_down, "sum", 0, g, _gemms="merged")
             if mode == "lowcon-c128":
                 return lambda: tp.fused_matmul_reduce_scatter(h, w_down, "sum", 0, g, ctas=128)
             if mode == "lowcon-unfused":

@@ -36,3 +36,24 @@ def test_the_tp_mlp_example_trains_as_dtensor_does():
     assert rc == 0, out
     for r in range(2):
         assert f"rank {r}: tp_mlp: ok on 2 ranks (cpu)" in out, out
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
+def test_merged_chunks_are_written_before_their_release_in_any_world(world):
+    # NOTE [merged GEMMs], the matmul-reduce-scatter's probe: the released reduce-scatter
+    # asks for chunks rank + 1, ..., rank in turn and releases each right after; a block's
+    # first chunk computes the whole block, so each chunk must be written by then.
+    import torch
+    from lowcon.tp import _merged_chunks
+
+    m = 3
+    for rank in range(world):
+        A = torch.randn(world * m, 2, 5, dtype=torch.float64)
+        B = torch.randn(5, 4, dtype=torch.float64)
+        ws = torch.full((world, m, 2, 4), float("nan"), dtype=torch.float64)
+        produce = _merged_chunks(A, B, ws, (rank, world, m))
+        for i in range(world):
+            d = (rank + i + 1) % world
+            produce(d)
+            assert not torch.isnan(ws[d]).any(), (world, rank, d)
+        assert torch.allclose(ws.view(world * m, 2, 4), A @ B)

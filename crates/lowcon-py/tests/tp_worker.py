@@ -99,6 +99,10 @@ def check(g, dev):
                     full = full / w
                 want = full.chunk(w, dim=sd)[r]
                 close(out, want, dtype, a_shape[-1] * w, f"matmul-reduce-scatter {op}, {dtype}, dim {sd}")
+                # tp_bench's `lowcon-merged` probe: the chunks in at most three GEMMs.
+                poison(g, dev)
+                out = tp.fused_matmul_reduce_scatter(As[r].to(dev), Bs[r].to(dev), op, sd, g, _gemms="merged")
+                close(out, want, dtype, a_shape[-1] * w, f"matmul-reduce-scatter (_gemms=merged) {op}, {dtype}, dim {sd}")
                 n += 1
     # A non-contiguous shard is copied.
     seed += 1
@@ -173,6 +177,7 @@ def bad(g, dev):
     expect("scatter_dim", lambda: tp.fused_matmul_reduce_scatter(a, b, "sum", -3, g), "scatter_dim", "-3")
     expect("B shape", lambda: tp.fused_matmul_reduce_scatter(a, torch.ones(4, 4, device=dev), "sum", 0, g), "B[0]")
     expect("reduce_op", lambda: tp.fused_matmul_reduce_scatter(a, b, "max", 0, g), "reduce_op")
+    expect("_gemms", lambda: tp.fused_matmul_reduce_scatter(a, b, "sum", 0, g, _gemms="x"), "_gemms", "'x'")
     if g.world_size > 1:
         odd = torch.ones(g.world_size + 1, 16, device=dev)
         expect("rows", lambda: tp.fused_matmul_reduce_scatter(odd, b, "sum", 0, g), "divisible", "scatter_dim")

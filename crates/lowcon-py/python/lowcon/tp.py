@@ -285,19 +285,23 @@ def _overlapped(g, shard, gathered, piece, where, sync, _events, _serial, merged
             gathered.record_stream(side)
 
 
-def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group, *, ctas=None):
+def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group, *, ctas=None, _gemms="each"):
     """reduce-scatters `A @ B` along `scatter_dim`: returns this rank's part, of
     `A.shape[scatter_dim] / world` rows there. `reduce_op` "sum" or "avg".
 
     On a GPU group the matmul runs one destination chunk at a time, each released to its
     owner as soon as it is written (`Group.reduce_scatter_released`). float32 or bfloat16;
     `scatter_dim` a leading dim, divisible by the world; a non-contiguous A is copied.
+    (`_gemms="merged"`: tp_bench's `lowcon-merged` probe, NOTE [merged GEMMs] for this op:
+    the peers' chunks in at most two GEMMs, each chunk released when its GEMM is done.)
     """
     g = group_of(group)
     rank, world = g.rank, g.world_size
     _check(rank, A, [B], "fused_matmul_reduce_scatter")
     if reduce_op not in ("sum", "avg"):
         raise InvalidArgument(f"rank {rank}: fused_matmul_reduce_scatter: reduce_op {reduce_op!r}: sum or avg")
+    if _gemms not in ("merged", "each"):
+        raise InvalidArgument(f"rank {rank}: fused_matmul_reduce_scatter: _gemms={_gemms!r}: \"merged\" or \"each\"")
     sd = _dim(scatter_dim, A.dim(), "scatter_dim", rank)
     cuda = _gpu(g, A, rank, "fused_matmul_reduce_scatter")
     Am = A.movedim(sd, 0)
@@ -322,8 +326,32 @@ def fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group, *, ctas=Non
         def produce(d):
             torch.matmul(Am[d * m:(d + 1) * m], B, out=ws[d])
 
+        if _gemms == "merged":
+            produce = _merged_chunks(Am, B, ws, (rank, world, m))
+
         g.reduce_scatter_released(out.view(-1), ws.view(-1), produce, reduce_op, ctas=ctas)
     return out.movedim(0, sd)
+
+
+def _merged_chunks(Am, B, ws, where):
+    """A `produce` for `reduce_scatter_released` that computes the chunks in at most three
+    GEMMs (NOTE [merged GEMMs]): it is called for chunks rank + 1, ..., world - 1, 0, ...,
+    rank in turn (NOTE [release rounds]), so the rows of rank + 1 .. world - 1, then those
+    of 0 .. rank - 1, then this rank's own, are each one contiguous block of A and of the
+    workspace. The first chunk of a block computes the whole block; the others, released
+    after it on the same stream, are already written."""
+    rank, world, m = where
+    blocks = {rank: rank + 1}  # the first chunk of each block -> the block's end
+    if rank > 0:
+        blocks[0] = rank
+    if rank + 1 < world:
+        blocks[rank + 1] = world
+
+    def produce(d):
+        end = blocks.get(d)
+        if end is not None and end > d:
+            torch.matmul(Am[d * m:end * m], B, out=ws[d:end].view((end - d) * m, *ws.shape[2:]))
+    return produce
 
 
 class _AllGatherMatmul(torch.autograd.Function):
