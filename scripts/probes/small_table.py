@@ -11,7 +11,10 @@ one Markdown table per rank count and lowcon sync method, of `auto / NCCL / NCCL
 those cells. Each sweep's own time is already a median (docs/benchmarks.md says how).
 Where the sweeps kept their batches' spread (`time_us_min`, `time_us_max`, since
 2026-11-28), a second table gives `auto`'s: the fastest batch and the slowest over every
-sweep, so a cell's noise shows beside its median.
+sweep, so a cell's noise shows beside its median. Where they kept each batch
+(`batches_us`, since 2026-11-28's 4x H200 run), a third gives `auto`'s slow batches: how
+many took over SLOW (1.5) times their sweep's fastest, of how many, and in how many
+sweeps the first batch was one of them: one slow batch a sweep, or half of them.
 """
 import glob
 import json
@@ -38,6 +41,9 @@ def load(dirs):
                     if r.get("time_us_min") is not None and r.get("time_us_max") is not None:
                         lowcon[(r["ranks"], r["sync"])][key[:4] + ("spread",)].append(
                             (r["time_us_min"], r["time_us_max"]))
+                    if r.get("batches_us"):
+                        lowcon[(r["ranks"], r["sync"])][key[:4] + ("batches",)].append(
+                            [float(x) for x in r["batches_us"].split()])
                 elif impl in ("nccl", "nccl-ce"):
                     nccl[r["ranks"]][key].append(r["time_us"])
     return {g: {**nccl[g[0]], **t} for g, t in lowcon.items()}
@@ -51,7 +57,7 @@ def table(t):
     """The Markdown table of one (ranks, sync) group, and its counts."""
     sizes = sorted({k[3] for k in t})
     rows = sorted({k[:3] for k in t})
-    sweeps = sorted({len(v) for k, v in t.items() if k[4] != "spread"})
+    sweeps = sorted({len(v) for k, v in t.items() if k[4] not in ("spread", "batches")})
     lines = [f"µs, `auto` / NCCL / NCCL-CE, median of {'/'.join(map(str, sweeps))} sweeps (* where `auto` is "
              "slower than NCCL, + where slower than NCCL-CE):", "",
              "| | " + " | ".join(size_label(s) for s in sizes) + " |", "|---|" + "---:|" * len(sizes)]
@@ -94,7 +100,31 @@ def table(t):
                 out.append(f"{min(lo for lo, _ in sp):.1f}-{max(hi for _, hi in sp):.1f}" if sp else "-")
             mode = "replayed" if graph else "eager"
             lines.append(f"| {bench} {dtype}, {mode} | " + " | ".join(out) + " |")
+    if any(k[4] == "batches" for k in t):
+        lines += ["", f"`auto`'s slow batches (over {SLOW}x their sweep's fastest): slow / all, and `first k` where "
+                  "the first batch was slow in k sweeps:", "",
+                  "| | " + " | ".join(size_label(s) for s in sizes) + " |", "|---|" + "---:|" * len(sizes)]
+        for bench, dtype, graph in rows:
+            out = []
+            for s in sizes:
+                sweeps_b = t.get((bench, dtype, graph, s, "batches"))
+                out.append(slow_cell(sweeps_b) if sweeps_b else "-")
+            mode = "replayed" if graph else "eager"
+            lines.append(f"| {bench} {dtype}, {mode} | " + " | ".join(out) + " |")
     return lines
+
+
+SLOW = 1.5
+
+
+def slow_cell(sweeps):
+    """`slow/all[, first k]` over the sweeps' batch lists (NOTE in the module docs)."""
+    slow = total = first = 0
+    for b in sweeps:
+        fast = min(b)
+        marks = [x > SLOW * fast for x in b]
+        slow, total, first = slow + sum(marks), total + len(b), first + marks[0]
+    return f"{slow}/{total}" + (f", first {first}" if first else "")
 
 
 def main(argv):

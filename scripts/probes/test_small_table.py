@@ -71,8 +71,24 @@ def test_the_batches_spread_when_the_sweeps_kept_it(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "median of 3 sweeps" in out.stdout
     assert "`auto`'s batches" in out.stdout and "| reduce-scatter bf16, replayed | 4.2-9.5 |" in out.stdout
+    assert "slow batches" not in out.stdout  # no sweep kept its batches
     plain = tmp_path / "plain"
     plain.mkdir()
     (plain / "small-reduce-scatter-bf16-1.json").write_text(json.dumps(_row("lowcon", "auto", True, 8192, 5.0)) + "\n")
     out = _run(plain)
     assert out.returncode == 0 and "`auto`'s batches" not in out.stdout, out.stdout
+
+
+def test_the_slow_batches_when_the_sweeps_kept_each(tmp_path):
+    # Two sweeps of eager 8K: the first with its first batch slow (2 of 4 over 1.5x its
+    # fastest), the second with none; the replayed row keeps no batches.
+    for k, b in enumerate(["12.0 5.0 5.2 9.0", "5.1 5.0 5.3 5.2"], 1):
+        r = _row("lowcon", "auto", False, 8192, 5.2)
+        r.update(time_us_min=5.0, time_us_max=12.0, batches_us=b)
+        rows = [r, _row("lowcon", "auto", True, 8192, 4.0), _row("nccl", "nccl", False, 8192, 6.0)]
+        (tmp_path / f"small-reduce-scatter-bf16-{k}.json").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    out = _run(tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "median of 2 sweeps" in out.stdout, out.stdout
+    assert "| reduce-scatter bf16, eager | 2/8, first 1 |" in out.stdout, out.stdout
+    assert "| reduce-scatter bf16, replayed | - |" in out.stdout, out.stdout

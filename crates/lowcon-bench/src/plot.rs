@@ -464,6 +464,7 @@ mod tests {
             host_only: false,
             time_us_min: None,
             time_us_max: None,
+            batches_us: None,
         }
     }
 

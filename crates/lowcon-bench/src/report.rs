@@ -327,6 +327,7 @@ pub(crate) mod tests {
             host_only: false,
             time_us_min: None,
             time_us_max: None,
+            batches_us: None,
         }
     }
 

@@ -56,6 +56,12 @@ pub struct SweepRow {
     pub time_us_min: Option<f64>,
     #[serde(default)]
     pub time_us_max: Option<f64>,
+    /// Each batch's µs per call, in the order run, space-separated: for each batch the max
+    /// over ranks (the ranks start each batch together, so a batch's slowest rank sets
+    /// everyone's time). Whether a spread is one slow batch or many, and which. Absent in
+    /// rows written before 2026-11-28's 4x H200 run, and in NCCL's rows before then too.
+    #[serde(default)]
+    pub batches_us: Option<String>,
 }
 
 impl SweepRow {
@@ -64,7 +70,7 @@ impl SweepRow {
     pub fn host_only(&mut self) {
         self.host_only = true;
         (self.time_us, self.algbw_gbs, self.busbw_gbs, self.wire_busbw_gbs) = (0.0, 0.0, 0.0, None);
-        (self.time_us_min, self.time_us_max) = (None, None);
+        (self.time_us_min, self.time_us_max, self.batches_us) = (None, None, None);
     }
 
     /// The series label used in tables and plots.

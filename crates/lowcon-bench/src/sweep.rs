@@ -171,6 +171,7 @@ fn row(
         host_only: false,
         time_us_min: None,
         time_us_max: None,
+        batches_us: None,
     }
 }
 
@@ -349,50 +350,58 @@ fn case_for(a: &SweepOptions, algo: &str, m: SyncMethod, count: usize) -> Res<Ca
 /// Per-call times of one configuration, µs: the eager calls' (device and host), and with
 /// `--graph` the replays' (device, and the host's share of a replay). What
 /// [`time_calls`] measured on one rank, or after [`gather_max`] the max over ranks.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 struct Timed {
     eager: PerCall,
     replay: Option<PerCall>,
 }
 
 /// Device and host µs per call: the median batch of each (they may come from different
-/// batches), and the fastest and slowest batch's device µs per call (the spread).
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// batches), the fastest and slowest batch's device µs per call (the spread), and each
+/// batch's device µs per call in order.
+#[derive(Clone, Debug, PartialEq)]
 struct PerCall {
     device_us: f64,
     host_us: f64,
     device_range_us: (f64, f64),
+    batches_us: Vec<f64>,
 }
-
-/// What a configuration without replays sends for them (every rank sends as many numbers).
-const NO_REPLAY: PerCall = PerCall { device_us: 0.0, host_us: 0.0, device_range_us: (0.0, 0.0) };
 
 impl Timed {
     /// As the numbers [`gather_max`] folds: for the eager calls, then the replays (zeros
-    /// without, so every rank sends eight), the device and host µs and the fastest and
-    /// slowest batch's device µs. Folded by max, the range becomes the max over ranks of
+    /// without, so every rank sends as many), the device and host µs and the fastest and
+    /// slowest batch's device µs; then each eager batch's device µs, then each replayed
+    /// batch's (zeros without). Folded by max, the range becomes the max over ranks of
     /// each rank's fastest batch and the slowest batch of any rank, so it holds the
-    /// median's fold.
-    fn values(&self) -> [f64; 8] {
-        let r = self.replay.unwrap_or(NO_REPLAY);
-        let e = self.eager;
-        [
-            e.device_us,
-            e.host_us,
-            e.device_range_us.0,
-            e.device_range_us.1,
-            r.device_us,
-            r.host_us,
-            r.device_range_us.0,
-            r.device_range_us.1,
-        ]
+    /// median's fold, and each batch the time of its slowest rank (the ranks start each
+    /// batch together).
+    fn values(&self) -> Vec<f64> {
+        let e = &self.eager;
+        let zeros = PerCall { device_us: 0.0, host_us: 0.0, device_range_us: (0.0, 0.0), batches_us: vec![] };
+        let r = self.replay.as_ref().unwrap_or(&zeros);
+        let mut v = vec![e.device_us, e.host_us, e.device_range_us.0, e.device_range_us.1];
+        v.extend([r.device_us, r.host_us, r.device_range_us.0, r.device_range_us.1]);
+        v.extend(&e.batches_us);
+        v.extend((0..e.batches_us.len()).map(|i| r.batches_us.get(i).copied().unwrap_or(0.0)));
+        v
     }
 
     /// Back from [`Timed::values`] (folded over ranks); `graph`: whether replays were timed.
     fn from_values(v: &[f64], graph: bool) -> Self {
-        let at = |i: usize| PerCall { device_us: v[i], host_us: v[i + 1], device_range_us: (v[i + 2], v[i + 3]) };
-        Timed { eager: at(0), replay: graph.then(|| at(4)) }
+        let n = v.len().saturating_sub(8) / 2;
+        let at = |i: usize, b: usize| PerCall {
+            device_us: v[i],
+            host_us: v[i + 1],
+            device_range_us: (v[i + 2], v[i + 3]),
+            batches_us: v[8 + b * n..8 + (b + 1) * n].to_vec(),
+        };
+        Timed { eager: at(0, 0), replay: graph.then(|| at(4, 1)) }
     }
+}
+
+/// Batch times as [`SweepRow::batches_us`] keeps them (None for none).
+pub(crate) fn batches_text(us: &[f64]) -> Option<String> {
+    (!us.is_empty()).then(|| us.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" "))
 }
 
 /// The table rows of one timed configuration, `mk` building a row for a device time
@@ -406,11 +415,12 @@ fn host_split(mk: impl Fn(f64) -> SweepRow, t: &Timed) -> Vec<SweepRow> {
         host_us,
         time_us_min: Some(p.device_range_us.0),
         time_us_max: Some(p.device_range_us.1),
+        batches_us: batches_text(&p.batches_us),
         ..mk(p.device_us)
     };
-    match t.replay {
+    match &t.replay {
         None => vec![timed(&t.eager, false, None)],
-        Some(replay) => vec![timed(&t.eager, false, Some(t.eager.host_us)), timed(&replay, true, Some(replay.host_us))],
+        Some(replay) => vec![timed(&t.eager, false, Some(t.eager.host_us)), timed(replay, true, Some(replay.host_us))],
     }
 }
 
@@ -482,7 +492,7 @@ fn batches(
     }
     let lo = device.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = device.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    Ok(PerCall { device_us: median(&device), host_us: median(&host), device_range_us: (lo, hi) })
+    Ok(PerCall { device_us: median(&device), host_us: median(&host), device_range_us: (lo, hi), batches_us: device })
 }
 
 /// NCCL's rows: default mode, then copy-engine mode where this NCCL supports it.
@@ -681,23 +691,47 @@ mod tests {
 
     #[test]
     fn timings_survive_the_fold_over_ranks_in_order() {
-        let pc = |device_us, host_us, lo, hi| PerCall { device_us, host_us, device_range_us: (lo, hi) };
-        let t = Timed { eager: pc(12.0, 6.5, 11.0, 20.0), replay: Some(pc(5.0, 0.2, 4.8, 5.5)) };
-        assert_eq!(t.values(), [12.0, 6.5, 11.0, 20.0, 5.0, 0.2, 4.8, 5.5]);
+        let pc = |device_us, host_us, lo, hi, batches: &[f64]| PerCall {
+            device_us,
+            host_us,
+            device_range_us: (lo, hi),
+            batches_us: batches.to_vec(),
+        };
+        let t = Timed {
+            eager: pc(12.0, 6.5, 11.0, 20.0, &[11.0, 12.0, 20.0]),
+            replay: Some(pc(5.0, 0.2, 4.8, 5.5, &[4.8, 5.0, 5.5])),
+        };
+        let head = [12.0, 6.5, 11.0, 20.0, 5.0, 0.2, 4.8, 5.5];
+        assert_eq!(t.values(), [&head[..], &[11.0, 12.0, 20.0, 4.8, 5.0, 5.5]].concat());
         assert_eq!(Timed::from_values(&t.values(), true), t);
-        let plain = Timed { replay: None, ..t };
-        assert_eq!(plain.values(), [12.0, 6.5, 11.0, 20.0, 0.0, 0.0, 0.0, 0.0]);
+        let plain = Timed { replay: None, ..t.clone() };
+        assert_eq!(plain.values(), [&head[..4], &[0.0; 4], &[11.0, 12.0, 20.0], &[0.0; 3]].concat());
         assert_eq!(Timed::from_values(&plain.values(), false), plain);
         // Two ranks: the max of each number, as `gather_max` folds them. The range stays
         // around the median: the max over ranks of each rank's fastest batch up to the
-        // slowest batch of any rank.
-        let other = Timed { eager: pc(13.0, 6.0, 12.5, 14.0), replay: Some(pc(4.0, 0.3, 3.9, 6.0)) };
-        let mx = crate::stats::max_over_ranks(&[t.values().to_vec(), other.values().to_vec()]);
+        // slowest batch of any rank; each batch becomes its slowest rank's.
+        let other = Timed {
+            eager: pc(13.0, 6.0, 12.5, 14.0, &[14.0, 12.5, 13.0]),
+            replay: Some(pc(4.0, 0.3, 3.9, 6.0, &[6.0, 3.9, 4.0])),
+        };
+        let mx = crate::stats::max_over_ranks(&[t.values(), other.values()]);
         let folded = Timed::from_values(&mx, true);
-        assert_eq!(folded, Timed { eager: pc(13.0, 6.5, 12.5, 20.0), replay: Some(pc(5.0, 0.3, 4.8, 6.0)) });
-        for p in [folded.eager, folded.replay.unwrap()] {
+        assert_eq!(
+            folded,
+            Timed {
+                eager: pc(13.0, 6.5, 12.5, 20.0, &[14.0, 12.5, 20.0]),
+                replay: Some(pc(5.0, 0.3, 4.8, 6.0, &[6.0, 5.0, 5.5])),
+            }
+        );
+        for p in [&folded.eager, folded.replay.as_ref().unwrap()] {
             assert!(p.device_range_us.0 <= p.device_us && p.device_us <= p.device_range_us.1, "{p:?}");
         }
+        // The rows keep each batch, in order; none without batches.
+        let a = options(Kind::AllGather, true);
+        let rows = host_split(|us| row(&a, 2, "lowcon", "ll", "kernel", None, 8 << 10, us, None), &folded);
+        assert_eq!(rows[0].batches_us.as_deref(), Some("14.00 12.50 20.00"));
+        assert_eq!(rows[1].batches_us.as_deref(), Some("6.00 5.00 5.50"));
+        assert_eq!(batches_text(&[]), None);
     }
 
     #[test]

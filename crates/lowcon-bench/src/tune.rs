@@ -265,6 +265,7 @@ mod tests {
             host_only: false,
             time_us_min: None,
             time_us_max: None,
+            batches_us: None,
         }
     }
 

@@ -84,9 +84,16 @@ pub fn host(a: &SweepOptions) -> Res<Vec<SweepRow>> {
             // The batches' spread, folded as on GPUs (`Timed::values`).
             let lo = per.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = per.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let mx = gather_max(g, &format!("sweep/{algo}/{size}"), &[us, wrong.unwrap_or(0) as f64, lo, hi])?;
+            let mut values = vec![us, wrong.unwrap_or(0) as f64, lo, hi];
+            values.extend(&per);
+            let mx = gather_max(g, &format!("sweep/{algo}/{size}"), &values)?;
             let r = row(a, world, "lowcon", algo, "host", None, size, mx[0], wrong.map(|_| mx[1] as u64));
-            let r = SweepRow { time_us_min: Some(mx[2]), time_us_max: Some(mx[3]), ..with_wire(r, a.wire, a.dtype) };
+            let r = SweepRow {
+                time_us_min: Some(mx[2]),
+                time_us_max: Some(mx[3]),
+                batches_us: super::batches_text(&mx[4..]),
+                ..with_wire(r, a.wire, a.dtype)
+            };
             if rank == 0 {
                 report::print_sweep_row(&r);
             }
