@@ -29,10 +29,5 @@ case ${1:-} in
   mkdir -p "$OUT/n"
   COMMIT=9fbdb43 OUT=$OUT/n PARTS=fsdp FSDP2_ARGS="--sync-each-step" FSDP_SWEEP="4096x12:1024" \
     FSDP_ROUNDS="${ROUNDS:-480}" FSDP_MODES="nccl,nccl-b,lowcon,nccl-ce,nocomm" FSDP_S=540 BUDGET=545 bash bundle/gpu-planner.sh ;;
-4) # eager small calls at 4 ranks under host-side variants; the LL timeline (kernels and gaps)
-  mkdir -p "$OUT/j" "$OUT/tl" /tmp/ej-out
-  timeout 200 bash scripts/probes/eager_jitter.sh bundle/lowcon /tmp/ej > /tmp/ej-out/summary.txt 2>&1
-  cp -r /tmp/ej /tmp/ej-out/runs && tar -czf "$OUT/j/ej.tgz" -C /tmp ej-out
-  COMMIT=9fbdb43 OUT=$OUT/tl PARTS=timeline BUDGET=130 bash bundle/gpu-planner.sh ;;
-*) echo "usage: commands.sh 1|2|3|4" >&2; exit 2 ;;
+*) echo "usage: commands.sh 1|2|3" >&2; exit 2 ;;
 esac
