@@ -45,5 +45,5 @@ scripts/capi-check.sh host target/debug/lowcon target/debug crates/lowcon-capi/i
 step "Python package: the wheel, then its tests on the host backend (2 and 3 ranks)"
 scripts/build-python.sh
 python3 -m pytest -q -n 3 --dist worksteal --durations=10 crates/lowcon-py/tests crates/lowcon-py/bench/test_fsdp2_stats.py \
-  scripts/probes/test_small_table.py scripts/probes/test_paired_order.py
+  scripts/probes/test_small_table.py scripts/probes/test_paired_order.py scripts/probes/test_slow_batches.py
 step "done"
