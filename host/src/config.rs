@@ -106,6 +106,17 @@ pub fn debug() -> bool {
     std::env::var("LOWCON_DEBUG").is_ok_and(|v| v == "1")
 }
 
+/// `LOWCON_CHECK_CALLS=1`: before each collective call, the ranks compare what they are
+/// about to do (the collective, the elements a rank, the types, the operator, the
+/// channel) through the store, and a call the ranks disagree on fails on every rank with
+/// an error listing each rank's call, instead of a hang, a timeout or a wrong result
+/// (NOTE [checked calls], like PyTorch's `TORCH_DISTRIBUTED_DEBUG=DETAIL`). For
+/// debugging: it costs a store round trip per call (hundreds of µs) and leaves a few
+/// dozen bytes a rank per call in the store. Unset, empty or `0`: off; `1`: on.
+pub fn check_calls() -> bool {
+    std::env::var("LOWCON_CHECK_CALLS").is_ok_and(|v| v.trim() == "1")
+}
+
 // The execution settings a plan carries (the TMA ring, LL launch overlap, the
 // copy-engine hint, wire replays, memop batches) are read by the planner:
 // `crate::plan::settings` (NOTE [plan settings]).
@@ -134,6 +145,11 @@ fn check_with(get: impl Fn(&str) -> Option<String>) -> crate::error::Result<()> 
         && !matches!(v.as_str(), "" | "0" | "1")
     {
         return bad("LOWCON_DEBUG", &v, "1 (log) or 0");
+    }
+    if let Some(v) = get("LOWCON_CHECK_CALLS")
+        && !matches!(v.trim(), "" | "0" | "1")
+    {
+        return bad("LOWCON_CHECK_CALLS", &v, "1 (the ranks compare each call) or 0");
     }
     // The names `memory::HandleKind` parses (config sits below memory: no import).
     if let Some(v) = get("LOWCON_MEM_HANDLES")
@@ -184,6 +200,7 @@ mod tests {
             ("LOWCON_DEBUG", "1"),
             ("LOWCON_MEM_HANDLES", "ipc"),
             ("LOWCON_DEVICE", "3"),
+            ("LOWCON_CHECK_CALLS", "1"),
         ];
         assert!(check_with(env(ok)).is_ok());
         for (pairs, want) in [
@@ -192,6 +209,7 @@ mod tests {
             (&[("LOWCON_DEBUG", "yes")][..], "LOWCON_DEBUG=\"yes\": expected 1 (log) or 0"),
             (&[("LOWCON_MEM_HANDLES", "foo")][..], "LOWCON_MEM_HANDLES=\"foo\": expected auto, vmm or ipc"),
             (&[("LOWCON_DEVICE", "x")][..], "LOWCON_DEVICE=\"x\""),
+            (&[("LOWCON_CHECK_CALLS", "yes")][..], "LOWCON_CHECK_CALLS=\"yes\": expected 1"),
         ] {
             let e = check_with(env(pairs)).unwrap_err().to_string();
             assert!(e.contains(want), "{e}");

@@ -250,3 +250,30 @@ def test_the_shared_gpu_variables(monkeypatch):
     monkeypatch.setenv("LOWCON_DEVICE", "gpu1")
     with pytest.raises(lowcon.InvalidArgument, match='LOWCON_DEVICE="gpu1"'):
         lowcon.device_index()
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_checked_calls_name_every_ranks_call_when_the_ranks_disagree(ranks):
+    # NOTE [checked calls]: LOWCON_CHECK_CALLS=1 on every rank.
+    rc, out = launch(ranks, "checkcalls", "host", env={"LOWCON_CHECK_CALLS": "1"})
+    assert rc == 0, out
+    for r in range(ranks):
+        assert f"rank {r}: checkcalls ok" in out, out
+
+
+def test_checked_calls_must_be_on_on_every_rank_or_none(tmp_path):
+    # Rank 1 alone with the check on: group creation refuses, naming the setting.
+    script = tmp_path / "one.py"
+    script.write_text("import os, lowcon\n"
+                      "if os.environ['RANK'] == '1':\n"
+                      "    os.environ['LOWCON_CHECK_CALLS'] = '1'\n"
+                      "try:\n"
+                      "    lowcon.init('host', timeout=20)\n"
+                      "except lowcon.Error as e:\n"
+                      "    print('rank', os.environ['RANK'], 'refused:', e, flush=True)\n")
+    p = subprocess.run([LOWCON, "launch", "--nproc-per-node", "2", "--tee", "--", sys.executable, str(script)],
+                       capture_output=True, text=True, timeout=120)
+    out = p.stdout + p.stderr
+    for r in range(2):
+        assert f"rank {r} refused:" in out, out
+    assert "LOWCON_CHECK_CALLS is on on rank 1 but off on rank 0" in out, out

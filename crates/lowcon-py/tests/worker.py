@@ -11,6 +11,10 @@ dead: the last rank SIGKILLs itself; the others must get lowcon.PeerError naming
 pool: tensors from the symmetric pool (g.empty): collectives in place on them against
 numpy, offsets that agree across ranks, reuse, stats; then a rank that allocates out of
 order must make every rank raise, naming the disagreement (LOWCON_POOL_CHECK_EVERY=1).
+checkcalls (LOWCON_CHECK_CALLS=1 on every rank): calls the ranks agree on run; an
+all-gather where rank 0 asks for 1008 elements and the others 1000, and a reduce-scatter
+where the last rank asks for max and the others sum, raise lowcon.InvalidArgument on every
+rank naming each rank's call; the group still works after.
 Prints "rank R: <mode> ok: ..." and exits 0 on success.
 """
 
@@ -478,9 +482,43 @@ def sigint(g):
     fail("the all-gather returned although rank 1 never joined")
 
 
+def checkcalls(g):
+    """NOTE [checked calls]: disagreements fail on every rank, naming every rank's call."""
+    r, w = g.rank, g.world_size
+    out = np.full(8 * w, np.nan, np.float32)
+    g.all_gather(out, np.full(8, r, np.float32))  # agreed: runs
+    if not np.array_equal(out, np.repeat(np.arange(w, dtype=np.float32), 8)):
+        fail(f"agreed all-gather: {out}")
+    n = 1008 if r == 0 else 1000
+    try:
+        g.all_gather(np.zeros(n * w, np.float32), np.zeros(n, np.float32))
+    except lowcon.InvalidArgument as e:
+        msg = str(e)
+        want = [f"rank {r}:", "disagree", "rank 0: all-gather of 1008 f32 into", f"{1008 * w} f32",
+                "all-gather of 1000 f32 into", f"{1000 * w} f32"]
+        if any(x not in msg for x in want):
+            fail(f"the mismatched all-gather's error misses one of {want}: {msg}")
+    else:
+        fail("an all-gather the ranks disagree on ran")
+    op = "max" if r == w - 1 else "sum"
+    try:
+        g.reduce_scatter(np.zeros(4, np.float32), np.ones(4 * w, np.float32), op)
+    except lowcon.InvalidArgument as e:
+        last = f"rank {w - 1}: reduce-scatter (max)"
+        if last not in str(e) or "reduce-scatter (sum)" not in str(e):
+            fail(f"the mismatched reduce-scatter's error names neither {last!r} nor the others' sum: {e}")
+    else:
+        fail("a reduce-scatter the ranks disagree on ran")
+    res = np.full(4, np.nan, np.float32)
+    g.reduce_scatter(res, np.ones(4 * w, np.float32), "sum")  # the group still works
+    if not np.array_equal(res, np.full(4, w, np.float32)):
+        fail(f"the reduce-scatter after the refusals: {res}")
+    return "disagreements refused on every rank, naming each rank's call"
+
+
 g = lowcon.init(BACKEND, timeout=20)
 result = {"check": check, "bad": bad, "dead": dead, "sigint": sigint, "pool": pool,
-          "twogroups": twogroups, "pystore": pystore, "wire": wire}[MODE](g)
+          "twogroups": twogroups, "pystore": pystore, "wire": wire, "checkcalls": checkcalls}[MODE](g)
 print(f"rank {g.rank}: {MODE} ok: {result}", flush=True)
 if MODE not in ("dead", "sigint", "pool"):
     g.close()

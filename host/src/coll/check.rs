@@ -1,10 +1,24 @@
 //! Argument checks shared by both backends, and the workspace layout helpers (alignment,
 //! growth, rotated peer order, staging slots).
 
-use super::{DType, ReduceLaunch};
+use super::{DType, ReduceLaunch, ReduceOp};
 use crate::error::{Error, Result};
 
 /// Checks an all-gather's sizes; returns the shard bytes.
+/// What a collective call is, as every rank writes it for the others to compare (NOTE
+/// [checked calls] in `crate::rendezvous`): the collective (and operator), the input's
+/// and the output's elements and types, the channel.
+pub(crate) fn call_text(
+    what: &str,
+    op: Option<ReduceOp>,
+    (n_in, t_in): (usize, DType),
+    (n_out, t_out): (usize, DType),
+    channel: u32,
+) -> String {
+    let op = op.map(|o| format!(" ({})", o.name())).unwrap_or_default();
+    format!("{what}{op} of {n_in} {t_in} into {n_out} {t_out} on channel {channel}")
+}
+
 pub(crate) fn check_all_gather(
     rank: usize,
     world: usize,

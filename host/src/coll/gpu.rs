@@ -48,7 +48,9 @@ mod wire_steps;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::check::{align256, check_all_gather, check_reduce_scatter, grow_to, no_wire, rotated, staged_slot};
+use super::check::{
+    align256, call_text, check_all_gather, check_reduce_scatter, grow_to, no_wire, rotated, staged_slot,
+};
 use super::counters::{Counters, Moved};
 use super::device_buf::DeviceBuf;
 use super::geometry::{piece_elems, tma_split};
@@ -319,6 +321,10 @@ impl GpuColl {
         }
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
+        // NOTE [checked calls]: before anything is enqueued.
+        self.sync.core.check_call(|| {
+            call_text("all-gather", None, (input.count, input.dtype), (output.count, output.dtype), opts.channel)
+        })?;
         no_wire(rank, (opts.wire, opts.reduce_launch), input.dtype)?;
         let shard = check_all_gather(rank, world, (input.count, input.dtype), (output.count, output.dtype))?;
         if shard == 0 {
@@ -605,6 +611,16 @@ impl GpuColl {
         opts.check(rank)?;
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
+        // NOTE [checked calls]: before anything is planned or enqueued.
+        self.sync.core.check_call(|| {
+            call_text(
+                "reduce-scatter",
+                Some(op),
+                (input.count, input.dtype),
+                (output.count, output.dtype),
+                opts.channel,
+            )
+        })?;
         let captured = mode == Mode::Captured;
         // NOTE [one planner]: the plan refuses what no algorithm can run as asked; what
         // is left to check here is the arguments.

@@ -17,7 +17,7 @@ use std::borrow::Cow;
 
 use std::sync::Mutex;
 
-use super::check::{check_all_gather, check_reduce_scatter, grow_to, no_wire, rotated};
+use super::check::{call_text, check_all_gather, check_reduce_scatter, grow_to, no_wire, rotated};
 use super::counters::{Counters, Moved};
 use super::geometry::{piece_elems, tma_split};
 use super::reference::{reduce_into, reduce_into_as};
@@ -171,6 +171,10 @@ impl HostColl {
         input.check(rank)?;
         let n_in = elems(rank, "all-gather input", input.len(), dtype)?;
         let n_out = elems(rank, "all-gather output", output.len(), output_dtype)?;
+        // NOTE [checked calls]: before anything moves.
+        self.sync
+            .core
+            .check_call(|| call_text("all-gather", None, (n_in, dtype), (n_out, output_dtype), opts.channel))?;
         no_wire(rank, (opts.wire, opts.reduce_launch), dtype)?;
         let shard = check_all_gather(rank, world, (n_in, dtype), (n_out, output_dtype))?;
         if shard == 0 {
@@ -289,6 +293,10 @@ impl HostColl {
         input.check(rank)?;
         let n_in = elems(rank, "reduce-scatter input", input.len(), dtype)?;
         let n_out = elems(rank, "reduce-scatter output", output.len(), out_dtype)?;
+        // NOTE [checked calls]: before anything moves.
+        self.sync
+            .core
+            .check_call(|| call_text("reduce-scatter", Some(op), (n_in, dtype), (n_out, out_dtype), opts.channel))?;
         let input_symmetric = matches!(input, HostInput::Symmetric { .. });
         let call = RsCall {
             chunk: n_out.saturating_mul(dtype.size()),

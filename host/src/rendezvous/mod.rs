@@ -63,6 +63,9 @@ pub(crate) struct GroupCore {
     /// Set with `failed`; shared with the group's buffers, whose release then waits
     /// only briefly for the device (streams may be stuck on a dead peer).
     pub(crate) broken: Arc<AtomicBool>,
+    /// `LOWCON_CHECK_CALLS=1` on every rank (NOTE [checked calls]), and the calls checked.
+    check_calls: bool,
+    calls_checked: std::sync::atomic::AtomicU64,
 }
 
 /// What `from_env` constructors start from: a store client, this rank, the world, and
@@ -353,6 +356,32 @@ fn name_missing_ranks(e: lowcon_store::StoreError, name: &str, generation: u64, 
     }
 }
 
+/// "on" for "1", "off" otherwise (a peer's `check_calls` fact).
+fn on_off(v: &str) -> &'static str {
+    if v == "1" { "on" } else { "off" }
+}
+
+/// Each distinct call of `calls` (one per rank, in rank order) with the ranks that made
+/// it: "ranks 0, 2: all-gather of 1000 f32 a rank, channel 0; rank 1: ...".
+fn disagreement(calls: &[Vec<u8>]) -> String {
+    let mut groups: Vec<(&[u8], Vec<usize>)> = Vec::new();
+    for (r, c) in calls.iter().enumerate() {
+        match groups.iter_mut().find(|(call, _)| *call == c.as_slice()) {
+            Some((_, ranks)) => ranks.push(r),
+            None => groups.push((c, vec![r])),
+        }
+    }
+    groups
+        .iter()
+        .map(|(call, ranks)| {
+            let who = ranks.iter().map(|r| r.to_string()).collect::<Vec<_>>().join(", ");
+            let s = if ranks.len() > 1 { "s" } else { "" };
+            format!("rank{s} {who}: {}", String::from_utf8_lossy(call))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 impl GroupCore {
     /// Collective: exchanges `extra` facts, checks the world fits on one host, agrees on
     /// a group id and connects the socket mesh. `gone` says whether a rank is known to
@@ -383,6 +412,8 @@ impl GroupCore {
         me.fields.push(("boot_id".into(), boot_id()));
         me.fields.push(("pid".into(), std::process::id().to_string()));
         me.fields.push(("world".into(), world.to_string()));
+        let check_calls = crate::config::check_calls();
+        me.fields.push(("check_calls".into(), u8::from(check_calls).to_string()));
         if rank == 0 {
             use rand::RngCore;
             let id = format!("{:016x}", rand::rng().next_u64());
@@ -401,6 +432,14 @@ impl GroupCore {
                 return Err(Error::Rendezvous(format!(
                     "rank {r} was started with a world of {} but rank {rank} with {world}",
                     info.get("world")
+                )));
+            }
+            if info.get("check_calls") != infos[0].get("check_calls") {
+                return Err(Error::InvalidArgument(format!(
+                    "LOWCON_CHECK_CALLS is {} on rank {r} but {} on rank 0: every rank must compare its calls, \
+                     or none (NOTE [checked calls])",
+                    on_off(info.get("check_calls")),
+                    on_off(infos[0].get("check_calls"))
                 )));
             }
             if info.get("boot_id") != infos[0].get("boot_id") {
@@ -433,7 +472,38 @@ impl GroupCore {
             next_alloc: Mutex::new(0),
             failed: Mutex::new(None),
             broken: Arc::new(AtomicBool::new(false)),
+            check_calls,
+            calls_checked: Default::default(),
         })
+    }
+
+    /// NOTE [checked calls]: with `LOWCON_CHECK_CALLS=1` (on every rank: group creation
+    /// checks), each collective call first meets the other ranks' in the store with what
+    /// it is about to do (`call`: the collective, its elements a rank, types, operator and
+    /// channel, written the same way on every rank), before it enqueues or moves
+    /// anything. Ranks that disagree (one asks for 1008 elements a rank, the others for
+    /// 1000; one all-gathers while the others reduce-scatter; one skipped a call) then
+    /// fail together with an error naming every rank's call, where they would otherwise
+    /// wait for each other until the timeout, name a peer as gone, or, with sizes that
+    /// still fit, compute garbage. A rank that makes no call at all is named after the
+    /// timeout, as missing from the store. Off by default: a store round trip per call.
+    pub(crate) fn check_call(&self, call: impl FnOnce() -> String) -> Result<()> {
+        if !self.check_calls {
+            return Ok(());
+        }
+        let n = self.calls_checked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let mine = call();
+        let all = self
+            .all_gather("checked-call", mine.as_bytes(), self.timeout)
+            .map_err(|e| e.during(format!("checking collective call {n} with the other ranks ({mine})")))?;
+        if all.iter().all(|c| c.as_slice() == mine.as_bytes()) {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "rank {}: the ranks disagree on collective call {n} (LOWCON_CHECK_CALLS): {}",
+            self.rank,
+            disagreement(&all)
+        )))
     }
 
     pub(crate) fn store(&self) -> MutexGuard<'_, StoreSlot> {
@@ -631,6 +701,15 @@ mod tests {
         assert_eq!(clock.rendezvous.load(Ordering::Relaxed), 2);
         assert_eq!(clock.mailbox_waits.load(Ordering::Relaxed), 1);
         assert!(mailbox_ns >= 3_000_000 && rdv_ns >= mailbox_ns + 2_000_000, "{rdv_ns} {mailbox_ns}");
+    }
+
+    #[test]
+    fn a_disagreement_lists_each_call_with_its_ranks_in_rank_order() {
+        // NOTE [checked calls].
+        let calls: Vec<Vec<u8>> =
+            ["ag 1008", "ag 1000", "ag 1000", "rs 8"].iter().map(|c| c.as_bytes().to_vec()).collect();
+        assert_eq!(disagreement(&calls), "rank 0: ag 1008; ranks 1, 2: ag 1000; rank 3: rs 8");
+        assert_eq!((on_off("1"), on_off("0"), on_off("")), ("on", "off", "off"));
     }
 
     #[test]

@@ -75,6 +75,11 @@ impl GpuColl {
         opts.check(rank)?;
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
+        // NOTE [checked calls].
+        self.sync.core.check_call(|| {
+            let (i, o) = ((input.count, input.dtype), (output.count, output.dtype));
+            crate::coll::check::call_text("released reduce-scatter", Some(op), i, o, opts.channel)
+        })?;
         let refuse = |why: String| Err(Error::InvalidArgument(format!("rank {rank}: released reduce-scatter: {why}")));
         if input.dtype.is_int() || input.dtype != output.dtype {
             return refuse(format!(
