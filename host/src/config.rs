@@ -106,13 +106,13 @@ pub fn debug() -> bool {
     std::env::var("LOWCON_DEBUG").is_ok_and(|v| v == "1")
 }
 
-/// `LOWCON_CHECK_CALLS=1`: before each collective call, the ranks compare what they are
-/// about to do (the collective, the elements a rank, the types, the operator, the
-/// channel) through the store, and a call the ranks disagree on fails on every rank with
-/// an error listing each rank's call, instead of a hang, a timeout or a wrong result
-/// (NOTE [checked calls], like PyTorch's `TORCH_DISTRIBUTED_DEBUG=DETAIL`). For
-/// debugging: it costs a store round trip per call (hundreds of µs) and leaves a few
-/// dozen bytes a rank per call in the store. Unset, empty or `0`: off; `1`: on.
+/// `LOWCON_CHECK_CALLS=1`: before each all-gather and reduce-scatter, the ranks compare
+/// what they are about to do (the collective, the operator, the input's and the output's
+/// sizes and types, every option) through the store, and a call the ranks disagree on
+/// fails on every rank with an error listing each rank's call, instead of a hang, a
+/// timeout or a wrong result (NOTE [checked calls], like PyTorch's
+/// `TORCH_DISTRIBUTED_DEBUG=DETAIL`). For debugging: it costs a store round trip per call
+/// and leaves each rank's call text in the store. Unset, empty or `0`: off; `1`: on.
 pub fn check_calls() -> bool {
     std::env::var("LOWCON_CHECK_CALLS").is_ok_and(|v| v.trim() == "1")
 }

@@ -7,16 +7,18 @@ use crate::error::{Error, Result};
 /// Checks an all-gather's sizes; returns the shard bytes.
 /// What a collective call is, as every rank writes it for the others to compare (NOTE
 /// [checked calls] in `crate::rendezvous`): the collective (and operator), the input's
-/// and the output's elements and types, the channel.
+/// and the output's sizes (`unit`: elements on GPUs, bytes on the host backend, whose
+/// buffers are bytes) and types, and every option.
 pub(crate) fn call_text(
     what: &str,
     op: Option<ReduceOp>,
     (n_in, t_in): (usize, DType),
     (n_out, t_out): (usize, DType),
-    channel: u32,
+    unit: &str,
+    opts: &impl std::fmt::Debug,
 ) -> String {
     let op = op.map(|o| format!(" ({})", o.name())).unwrap_or_default();
-    format!("{what}{op} of {n_in} {t_in} into {n_out} {t_out} on channel {channel}")
+    format!("{what}{op} of {n_in} {unit} {t_in} into {n_out} {unit} {t_out}, {opts:?}")
 }
 
 pub(crate) fn check_all_gather(

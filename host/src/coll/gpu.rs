@@ -314,6 +314,9 @@ impl GpuColl {
         // NOTE [host time]: the whole call, timed.
         let _call = self.sync.core.clock.call();
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
+        // NOTE [checked calls]: before any check of this rank's own, and anything enqueued.
+        let (i, o) = ((input.count, input.dtype), (output.count, output.dtype));
+        self.sync.core.check_call(opts.channel, || call_text("all-gather", None, i, o, "elements", opts))?;
         let mode = self.sync.begin(stream)?;
         opts.check(rank)?;
         if let Some(a) = arrivals {
@@ -321,10 +324,6 @@ impl GpuColl {
         }
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
-        // NOTE [checked calls]: before anything is enqueued.
-        self.sync.core.check_call(|| {
-            call_text("all-gather", None, (input.count, input.dtype), (output.count, output.dtype), opts.channel)
-        })?;
         no_wire(rank, (opts.wire, opts.reduce_launch), input.dtype)?;
         let shard = check_all_gather(rank, world, (input.count, input.dtype), (output.count, output.dtype))?;
         if shard == 0 {
@@ -607,20 +606,13 @@ impl GpuColl {
         // NOTE [host time]: the whole call, timed.
         let _call = self.sync.core.clock.call();
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
+        // NOTE [checked calls]: before any check of this rank's own, and anything enqueued.
+        let (i, o) = ((input.count, input.dtype), (output.count, output.dtype));
+        self.sync.core.check_call(opts.channel, || call_text("reduce-scatter", Some(op), i, o, "elements", opts))?;
         let mode = self.sync.begin(stream)?;
         opts.check(rank)?;
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
-        // NOTE [checked calls]: before anything is planned or enqueued.
-        self.sync.core.check_call(|| {
-            call_text(
-                "reduce-scatter",
-                Some(op),
-                (input.count, input.dtype),
-                (output.count, output.dtype),
-                opts.channel,
-            )
-        })?;
         let captured = mode == Mode::Captured;
         // NOTE [one planner]: the plan refuses what no algorithm can run as asked; what
         // is left to check here is the arguments.

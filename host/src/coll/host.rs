@@ -166,15 +166,14 @@ impl HostColl {
         let _call = self.sync.core.clock.call();
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         self.sync.core.check_usable()?;
+        // NOTE [checked calls]: before any check of this rank's own, and anything moved.
+        let (i, o) = ((input.len(), dtype), (output.len(), output_dtype));
+        self.sync.core.check_call(opts.channel, || call_text("all-gather", None, i, o, "bytes of", opts))?;
         opts.check(rank)?;
         no_traffic(rank, opts.traffic)?;
         input.check(rank)?;
         let n_in = elems(rank, "all-gather input", input.len(), dtype)?;
         let n_out = elems(rank, "all-gather output", output.len(), output_dtype)?;
-        // NOTE [checked calls]: before anything moves.
-        self.sync
-            .core
-            .check_call(|| call_text("all-gather", None, (n_in, dtype), (n_out, output_dtype), opts.channel))?;
         no_wire(rank, (opts.wire, opts.reduce_launch), dtype)?;
         let shard = check_all_gather(rank, world, (n_in, dtype), (n_out, output_dtype))?;
         if shard == 0 {
@@ -288,15 +287,14 @@ impl HostColl {
         let _call = self.sync.core.clock.call();
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         self.sync.core.check_usable()?;
+        // NOTE [checked calls]: before any check of this rank's own, and anything moved.
+        let (i, o) = ((input.len(), dtype), (output.len(), out_dtype));
+        self.sync.core.check_call(opts.channel, || call_text("reduce-scatter", Some(op), i, o, "bytes of", opts))?;
         opts.check(rank)?;
         no_traffic(rank, opts.traffic)?;
         input.check(rank)?;
         let n_in = elems(rank, "reduce-scatter input", input.len(), dtype)?;
         let n_out = elems(rank, "reduce-scatter output", output.len(), out_dtype)?;
-        // NOTE [checked calls]: before anything moves.
-        self.sync
-            .core
-            .check_call(|| call_text("reduce-scatter", Some(op), (n_in, dtype), (n_out, out_dtype), opts.channel))?;
         let input_symmetric = matches!(input, HostInput::Symmetric { .. });
         let call = RsCall {
             chunk: n_out.saturating_mul(dtype.size()),

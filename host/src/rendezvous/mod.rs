@@ -63,9 +63,8 @@ pub(crate) struct GroupCore {
     /// Set with `failed`; shared with the group's buffers, whose release then waits
     /// only briefly for the device (streams may be stuck on a dead peer).
     pub(crate) broken: Arc<AtomicBool>,
-    /// `LOWCON_CHECK_CALLS=1` on every rank (NOTE [checked calls]), and the calls checked.
+    /// `LOWCON_CHECK_CALLS=1` on every rank (NOTE [checked calls]).
     check_calls: bool,
-    calls_checked: std::sync::atomic::AtomicU64,
 }
 
 /// What `from_env` constructors start from: a store client, this rank, the world, and
@@ -327,6 +326,11 @@ pub(crate) fn hung_up(mesh: &Mesh) -> impl Fn(usize) -> Option<Left> + '_ {
 /// the peers' sockets again.
 const WATCH_SLICE: Duration = Duration::from_millis(100);
 
+/// How long [`GroupCore::check_call`] holds the store in one wait for the other ranks'
+/// calls (NOTE [checked calls]): short, so that a thread checking a call on another
+/// channel gets the store between slices.
+const CHECK_SLICE: Duration = Duration::from_millis(5);
+
 /// The ranks whose part of round `generation` of all-gather `name` a store timeout says
 /// is missing (its keys end in the ranks; the store quotes them, a Python store names
 /// one key bare).
@@ -362,7 +366,7 @@ fn on_off(v: &str) -> &'static str {
 }
 
 /// Each distinct call of `calls` (one per rank, in rank order) with the ranks that made
-/// it: "ranks 0, 2: all-gather of 1000 f32 a rank, channel 0; rank 1: ...".
+/// it, in the order of their first rank: "ranks 0, 2: CALL; rank 1: OTHER CALL".
 fn disagreement(calls: &[Vec<u8>]) -> String {
     let mut groups: Vec<(&[u8], Vec<usize>)> = Vec::new();
     for (r, c) in calls.iter().enumerate() {
@@ -473,35 +477,68 @@ impl GroupCore {
             failed: Mutex::new(None),
             broken: Arc::new(AtomicBool::new(false)),
             check_calls,
-            calls_checked: Default::default(),
         })
     }
 
     /// NOTE [checked calls]: with `LOWCON_CHECK_CALLS=1` (on every rank: group creation
     /// checks), each collective call first meets the other ranks' in the store with what
-    /// it is about to do (`call`: the collective, its elements a rank, types, operator and
-    /// channel, written the same way on every rank), before it enqueues or moves
+    /// it is about to do (`call`: the collective, operator, elements and types in and out,
+    /// and every option, channel and algorithm among them, written the same way on every
+    /// rank), before any check of its own arguments and before it enqueues or moves
     /// anything. Ranks that disagree (one asks for 1008 elements a rank, the others for
-    /// 1000; one all-gathers while the others reduce-scatter; one skipped a call) then
-    /// fail together with an error naming every rank's call, where they would otherwise
-    /// wait for each other until the timeout, name a peer as gone, or, with sizes that
-    /// still fit, compute garbage. A rank that makes no call at all is named after the
-    /// timeout, as missing from the store. Off by default: a store round trip per call.
-    pub(crate) fn check_call(&self, call: impl FnOnce() -> String) -> Result<()> {
+    /// 1000; one all-gathers while the others reduce-scatter; one asks for another
+    /// algorithm) then fail together with an error naming every rank's call, where they
+    /// would otherwise wait for each other until the timeout, name a peer as gone, or,
+    /// with sizes that still fit, compute garbage. Calls are counted per channel (each
+    /// channel's calls come in one order on every rank; two threads on two channels may
+    /// interleave differently), and the wait for the others holds the store only a slice
+    /// at a time, so a thread checking on another channel is not held up. A rank that
+    /// makes no call, or an error other than a disagreement (a timeout, a peer gone),
+    /// fails the group, named. Barriers, traffic calls and graph replays are not checked
+    /// (a captured call is checked when captured). Off by default: a store round trip per
+    /// call.
+    pub(crate) fn check_call(&self, channel: u32, call: impl FnOnce() -> String) -> Result<()> {
+        use lowcon_store::kv::all_gather_key;
         if !self.check_calls {
             return Ok(());
         }
-        let n = self.calls_checked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let mine = call();
-        let all = self
-            .all_gather("checked-call", mine.as_bytes(), self.timeout)
-            .map_err(|e| e.during(format!("checking collective call {n} with the other ranks ({mine})")))?;
+        let name = format!("group/{}/checked-call/channel-{channel}", self.group_id);
+        let (rank, world) = (self.rank, self.world);
+        // Post this rank's call under the store lock; wait for the others' a slice at a time.
+        let posted = {
+            let mut s = self.store();
+            let n = s.next(&name);
+            s.store.set(&all_gather_key(&name, n, rank), mine.as_bytes()).map(|()| (n, s.store.clone()))
+        };
+        let (n, mut store) = posted.map_err(|e| self.fail(e.into()))?;
+        let keys: Vec<String> = (0..world).map(|r| all_gather_key(&name, n, r)).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let gone = hung_up(&self.mesh);
+        let start = std::time::Instant::now();
+        let all = loop {
+            let left = self.timeout.saturating_sub(start.elapsed());
+            match store.multi_get(&refs, left.min(CHECK_SLICE).max(Duration::from_millis(1))) {
+                Ok(v) => break v,
+                Err(e @ lowcon_store::StoreError::Timeout { .. }) => {
+                    let missing = missing_ranks(&e, &name, n, world);
+                    if let Some((peer, why)) = missing.iter().find_map(|&p| Some((p, gone(p)?))) {
+                        let what = format!("its part of checked call {n} on channel {channel} in the store");
+                        return Err(self.fail(why.error(rank, peer, what)));
+                    }
+                    if start.elapsed() >= self.timeout {
+                        let e = name_missing_ranks(e, &name, n, rank, world);
+                        return Err(self.fail(e.during(format!("checking call {n} on channel {channel} ({mine})"))));
+                    }
+                }
+                Err(e) => return Err(self.fail(e.into())),
+            }
+        };
         if all.iter().all(|c| c.as_slice() == mine.as_bytes()) {
             return Ok(());
         }
         Err(Error::InvalidArgument(format!(
-            "rank {}: the ranks disagree on collective call {n} (LOWCON_CHECK_CALLS): {}",
-            self.rank,
+            "rank {rank}: the ranks disagree on call {n} on channel {channel} (LOWCON_CHECK_CALLS): {}",
             disagreement(&all)
         )))
     }

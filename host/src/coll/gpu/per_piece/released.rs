@@ -71,15 +71,15 @@ impl GpuColl {
         produce: &mut dyn FnMut(usize) -> Result<()>,
     ) -> Result<()> {
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
+        // NOTE [checked calls]: before any check of this rank's own, and anything enqueued.
+        self.sync.core.check_call(opts.channel, || {
+            let (i, o) = ((input.count, input.dtype), (output.count, output.dtype));
+            crate::coll::check::call_text("released reduce-scatter", Some(op), i, o, "elements", opts)
+        })?;
         let mode = self.sync.begin(stream)?;
         opts.check(rank)?;
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
-        // NOTE [checked calls].
-        self.sync.core.check_call(|| {
-            let (i, o) = ((input.count, input.dtype), (output.count, output.dtype));
-            crate::coll::check::call_text("released reduce-scatter", Some(op), i, o, opts.channel)
-        })?;
         let refuse = |why: String| Err(Error::InvalidArgument(format!("rank {rank}: released reduce-scatter: {why}")));
         if input.dtype.is_int() || input.dtype != output.dtype {
             return refuse(format!(
