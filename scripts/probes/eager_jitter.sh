@@ -5,7 +5,7 @@
 # 1 MiB per rank (`auto` with kernel sync, NCCL beside), once per variant:
 #   plain     as a user runs it
 #   pin2      each rank's process bound to two cores of its own (16 r, 16 r + 1: its
-#             calling thread and lowcon's watchdog do not migrate)
+#             calling thread and lowcon's threads stay on them, off the other ranks')
 #   overlap0  LOWCON_LL_OVERLAP=0 (NOTE [LL launch overlap] off)
 # and prints, per size, each variant's median over rounds of `auto`'s time and of its
 # slowest batch, and NCCL's time: whether the erratic eager cells (a batch's spread 6 to

@@ -12,7 +12,7 @@ those cells. Each sweep's own time is already a median (docs/benchmarks.md says 
 Where the sweeps kept their batches' spread (`time_us_min`, `time_us_max`, since
 2026-11-28), a second table gives `auto`'s: the fastest batch and the slowest over every
 sweep, so a cell's noise shows beside its median. Where they kept each batch
-(`batches_us`, since 2026-11-28's 4x H200 run), a third gives `auto`'s slow batches: how
+(`batches_us`, since 4d54bbc, 2026-11-28), a third gives `auto`'s slow batches: how
 many took over SLOW (1.5) times their sweep's fastest, of how many, and in how many
 sweeps the first batch was one of them: one slow batch a sweep, or half of them.
 """

@@ -59,7 +59,7 @@ pub struct SweepRow {
     /// Each batch's µs per call, in the order run, space-separated: for each batch the max
     /// over ranks (the ranks start each batch together, so a batch's slowest rank sets
     /// everyone's time). Whether a spread is one slow batch or many, and which. Absent in
-    /// rows written before 2026-11-28's 4x H200 run, and in NCCL's rows before then too.
+    /// rows written before 4d54bbc (2026-11-28).
     #[serde(default)]
     pub batches_us: Option<String>,
 }

@@ -98,9 +98,26 @@ def family(name: str) -> str:
 
 
 def kernel_name(name: str) -> str:
-    """A kernel's name without its template arguments and parameters (NOTE [step
-    decomposition]): `void f<float, c10::BFloat16>(float*)` -> `void f`."""
-    return re.split(r"[<(]", name, maxsplit=1)[0].strip()
+    """A kernel's name without its template arguments and its parameter list (NOTE [step
+    decomposition]): `void f<float, c10::BFloat16>(float*)` -> `void f`; parentheses
+    inside the name (`at::native::(anonymous namespace)::g<...>(...)`) stay."""
+    out, depth = [], 0
+    for ch in name:
+        if ch == "<":
+            depth += 1
+        elif ch == ">" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    s = "".join(out).strip()
+    if s.endswith(")"):  # the trailing parameter list, balanced
+        depth = 0
+        for i in range(len(s) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(s[i], 0)
+            if depth == 0:
+                s = s[:i].strip()
+                break
+    return s
 
 
 def _stream(e: Dict[str, Any]) -> Any:

@@ -307,11 +307,11 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         barrier alone (the GPU keeps `nocomm`'s tail queued, as after any step) before the
         step after `nocomm`, which takes the drift out and leaves the steps back to back.
         On 4x H200 (9fbdb43, 2026-11-28, one lease, 480 rounds each, `--sync-each-step`)
-        the step after `nocomm` took +3 to +6 ms with it against +24 to +33 ms without, the
-        A/A noise was 0.010 against 0.026 (the row resolved), and the shares stayed
-        (lowcon's 37% [28, 45] against 37% [25, 47], NCCL-CE's -20% against -19%); but
-        the steps after the other modes ran 3-5 ms slower with it, and `nocomm`'s median
-        rose 3.3 ms, so one run does not make it the default: use it to resolve a
+        the step after `nocomm` took +6.5 to +7.6 ms over each mode's steps after the other
+        modes with it, against +26.6 to +32.9 without, the A/A noise was 0.010 against 0.026
+        (the row resolved), and the shares stayed (lowcon's 37% [28, 45] against 37% [25,
+        47], NCCL-CE's -20% against -19%); but `nocomm`'s median rose 3.3 ms (the other
+        modes' -0.1 to +1.6), so one run does not make it the default: use it to resolve a
         host-bound row, and say so."""
         aligned["sync_and_barrier" if gpu else "barrier"] += 1
         if gpu and cuda:

@@ -628,6 +628,11 @@ def test_step_decomposition_finds_the_model_beside_long_collective_kernels_and_m
                    fd.decompose(_step_trace(reduce_beside=False, names=cast)), "lowcon")
     assert r["excess_ms"] == pytest.approx(0.0)
     assert fd.kernel_name(copy[0]) == fd.kernel_name(cast[0]) == "void chunk_cat_cuda_kernel"
+    # Parentheses inside the name are the name's: two kernels of an anonymous namespace differ.
+    a = "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<float>(float*)"
+    b = "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>(int, float*)"
+    assert fd.kernel_name(a) == "void at::native::(anonymous namespace)::multi_tensor_apply_kernel"
+    assert fd.kernel_name(a) != fd.kernel_name(b)
     other = ("void chunk_cat_other<char>(char**)", "elementwise", "nvjet_gemm")
     with pytest.raises(ValueError, match="operation 0"):
         fd.compare(fd.decompose(_step_trace(reduce_beside=False, names=other)),

@@ -226,9 +226,10 @@ def fused_all_gather_matmul(A_shard, Bs, gather_dim, group, *, return_A=True, sy
 
 
 # NOTE [merged GEMMs]: one GEMM per arriving piece starts each GEMM as early as its rows
-# land, but at 4 ranks and more the pieces are small GEMMs (a quarter of the rows or less)
-# that run below the GEMM's full rate, and the copies of a batched pull land close
-# together anyway. Multiplying the peers' rows in at most two GEMMs (those before this
+# land, but at 4 ranks and more the pieces are small GEMMs (a quarter of the rows or
+# less). Why fewer, larger GEMMs win is not measured (a small GEMM's lower rate, the
+# copies of a batched pull landing close together, are the guesses); that they win is.
+# Multiplying the peers' rows in at most two GEMMs (those before this
 # rank's rows and those after: the output is one block each) once the last piece lands,
 # the own piece's GEMM overlapping the copies, was faster: 4x H200, 2026-11-28 (9fbdb43),
 # tokens 8192, hidden 8192, ffn 28672, 20 rounds paired: 0.937 of one GEMM per piece
