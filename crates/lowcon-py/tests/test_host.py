@@ -277,3 +277,38 @@ def test_checked_calls_must_be_on_on_every_rank_or_none(tmp_path):
     for r in range(2):
         assert f"rank {r} refused:" in out, out
     assert "LOWCON_CHECK_CALLS is on on rank 1 but off on rank 0" in out, out
+
+
+def test_two_threads_starting_two_channels_in_another_order_get_an_error_not_each_others_data(tmp_path):
+    # NOTE [allocations agreed]: rank 0 starts channel 1 first, rank 1 channel 2 first, from
+    # two threads each. Their first allocations (a channel's LL buffer or workspace) used to
+    # pair across channels when equal in size, and each call read the other's data.
+    script = tmp_path / "two_threads.py"
+    script.write_text(
+        "import os, threading, time, numpy as np, lowcon\n"
+        "g = lowcon.init('host', timeout=20)\n"
+        "r, w = g.rank, g.world_size\n"
+        "errors, results = [], {}\n"
+        "def run(ch, delay):\n"
+        "    time.sleep(delay)\n"
+        "    out = np.zeros(8 * w, np.float32)\n"
+        "    try:\n"
+        "        g.all_gather(out, np.full(8, r + ch, np.float32), channel=ch)\n"
+        "        results[ch] = out\n"
+        "    except lowcon.Error as e:\n"
+        "        errors.append(str(e))\n"
+        "d = (0.0, 0.2) if r == 0 else (0.2, 0.0)\n"
+        "ts = [threading.Thread(target=run, args=(ch, t)) for ch, t in ((1, d[0]), (2, d[1]))]\n"
+        "[t.start() for t in ts]; [t.join() for t in ts]\n"
+        "wrong = [ch for ch, out in results.items()\n"
+        "         if not np.array_equal(out, np.repeat(np.arange(w, dtype=np.float32) + ch, 8))]\n"
+        "print(f'rank {r}: {len(errors)} errors, wrong channels {wrong}:', ' | '.join(errors), flush=True)\n")
+    p = subprocess.run([LOWCON, "launch", "--nproc-per-node", "2", "--tee", "--keep-going", "--", sys.executable,
+                        str(script)], capture_output=True, text=True, timeout=120)
+    out = p.stdout + p.stderr
+    for r in range(2):
+        line = next((x for x in out.splitlines() if f"rank {r}: " in x and "errors, wrong channels" in x), None)
+        assert line is not None, out
+        assert "wrong channels []" in line, out  # never each other's data
+        assert "2 errors" in line and "must allocate in the same order" in line, out
+        assert "channel 1's" in line and "channel 2's" in line, out

@@ -253,7 +253,7 @@ impl GpuColl {
             )));
         }
         if need > have {
-            let grown = self.sync.alloc(grow_to(have, need))?;
+            let grown = self.sync.alloc(grow_to(have, need), &format!("channel {channel}'s workspace"))?;
             // The old one may still be in use by calls in flight: the watchdog frees it
             // once they are done (a call never waits for the GPU).
             // A workspace that captured calls use stays for the group's life: their

@@ -136,7 +136,7 @@ impl HostColl {
         let have = ws.as_ref().map_or(0, |b| b.len());
         if need > have {
             *ws = None;
-            *ws = Some(alloc(&self.sync.core, grow_to(have, need))?);
+            *ws = Some(alloc(&self.sync.core, grow_to(have, need), &format!("channel {channel}'s workspace"))?);
         }
         f(ws.as_ref())
     }

@@ -275,7 +275,7 @@ impl GpuGroup {
     /// Collective: a symmetric buffer of `bytes` on every rank (all must ask the same),
     /// zero-filled.
     pub fn alloc(&self, bytes: usize) -> Result<SymmetricBuffer> {
-        self.sync().alloc(bytes)
+        self.sync().alloc(bytes, "a buffer the caller allocates")
     }
 
     /// Collective: every rank contributes `data` (a small blob) through the store and

@@ -141,7 +141,7 @@ impl HostGroup {
     /// Collective: a symmetric buffer of `bytes` on every rank (all must ask the same).
     pub fn alloc(&self, bytes: usize) -> Result<HostBuffer> {
         self.core().check_usable()?;
-        crate::memory::host::alloc(self.core(), bytes)
+        crate::memory::host::alloc(self.core(), bytes, "a buffer the caller allocates")
     }
 
     /// Collective: every rank contributes `data` (a small blob) through the store and

@@ -226,11 +226,17 @@ impl Drop for SymmetricBuffer {
 
 /// Collective: a symmetric buffer of `bytes` on every rank of `core` (all must ask the
 /// same), zero-filled, every peer's copy mapped here.
-pub(crate) fn alloc(core: &GroupCore, device: &Device, handles: HandleKind, bytes: usize) -> Result<SymmetricBuffer> {
+pub(crate) fn alloc(
+    core: &GroupCore,
+    device: &Device,
+    handles: HandleKind,
+    bytes: usize,
+    purpose: &str,
+) -> Result<SymmetricBuffer> {
     if bytes == 0 {
         return Err(Error::InvalidArgument("symmetric buffers must hold at least one byte".into()));
     }
-    let tag = core.agree_on_alloc(bytes)?;
+    let tag = core.agree_on_alloc(bytes, purpose)?;
     device.bind_to_thread()?;
     // Zero-fill and the pointer upload run here, so the allocation waits for nothing
     // but itself.

@@ -119,12 +119,12 @@ impl HostBuffer {
 }
 
 /// Collective: a symmetric buffer of `bytes` on every rank of `core` (all must ask the
-/// same), zero-filled.
-pub(crate) fn alloc(core: &GroupCore, bytes: usize) -> Result<HostBuffer> {
+/// same, for the same `purpose`: NOTE [allocations agreed]), zero-filled.
+pub(crate) fn alloc(core: &GroupCore, bytes: usize, purpose: &str) -> Result<HostBuffer> {
     if bytes == 0 {
         return Err(Error::InvalidArgument("symmetric buffers must hold at least one byte".into()));
     }
-    let tag = core.agree_on_alloc(bytes)?;
+    let tag = core.agree_on_alloc(bytes, purpose)?;
     let name = format!("lowcon-{}-{tag}", core.group_id);
     let fd = nix::sys::memfd::memfd_create(name.as_str(), nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
         .map_err(|e| Error::Os { call: format!("memfd_create for a {bytes}-byte buffer"), source: e })?;

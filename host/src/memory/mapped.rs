@@ -280,7 +280,7 @@ impl PeerMaps {
     /// Collective: the mailbox (a few tens of KiB of shared host memory per rank).
     pub(crate) fn new(core: &GroupCore, device: &Device) -> Result<Self> {
         let consumed = lowcon_abi::pad::CHANNELS as usize * core.world * 8;
-        let mailbox = alloc(core, SLOTS * ENTRY + consumed)?;
+        let mailbox = alloc(core, SLOTS * ENTRY + consumed, "the mapping mailbox")?;
         Ok(Self {
             mailbox,
             cache: Mutex::new(Cache::default()),

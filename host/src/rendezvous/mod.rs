@@ -688,28 +688,51 @@ impl GroupCore {
     }
 
     /// Collective: the next allocation's tag, after checking every rank asked for the
-    /// same size (an error naming the ranks and sizes otherwise).
-    pub(crate) fn agree_on_alloc(&self, bytes: usize) -> Result<u64> {
+    /// same size for the same purpose (an error naming the ranks, sizes and purposes
+    /// otherwise).
+    ///
+    /// NOTE [allocations agreed]: allocations are matched by one sequence per group, so
+    /// ranks must allocate in the same order. Two threads that first use two channels in
+    /// one order on one rank and the other on another (a documented misuse: grow
+    /// workspaces from one thread at a time, or `reserve_workspace` first) used to pair
+    /// one rank's channel-1 workspace with another's channel-2 workspace when the sizes
+    /// were equal, and the calls then read each other's data in silence (host backend,
+    /// 2026-11-28). Each rank now says what the allocation is for (`purpose`: which
+    /// channel's workspace or LL buffer, the pads, a caller's buffer), so a mismatch is
+    /// an error on every rank naming both, never a wrong result.
+    pub(crate) fn agree_on_alloc(&self, bytes: usize, purpose: &str) -> Result<u64> {
         let tag = {
             let mut n = self.next_alloc.lock().unwrap_or_else(|p| p.into_inner());
             *n += 1;
             *n
         };
         let gone = hung_up(&self.mesh);
-        let sizes = self.store().all_gather_watching(
+        let mut mine = (bytes as u64).to_le_bytes().to_vec();
+        mine.extend_from_slice(purpose.as_bytes());
+        let asks = self.store().all_gather_watching(
             &format!("group/{}/alloc/{tag}", self.group_id),
             self.rank,
             self.world,
-            &(bytes as u64).to_le_bytes(),
+            &mine,
             self.setup_timeout,
             &gone,
         )?;
-        for (r, s) in sizes.iter().enumerate() {
-            let theirs = s.as_slice().try_into().map(u64::from_le_bytes).unwrap_or(u64::MAX);
+        for (r, s) in asks.iter().enumerate() {
+            let theirs = s.get(..8).and_then(|b| b.try_into().ok()).map_or(u64::MAX, u64::from_le_bytes);
+            let what = String::from_utf8_lossy(s.get(8..).unwrap_or_default());
             if theirs != bytes as u64 {
                 return Err(Error::Rendezvous(format!(
-                    "symmetric allocation {tag}: rank {r} asked for {theirs} bytes but rank {} asked for {bytes} \
-                     (every rank must allocate the same size)",
+                    "symmetric allocation {tag}: rank {r} asked for {theirs} bytes ({what}) but rank {} asked for \
+                     {bytes} ({purpose}) (every rank must allocate the same size)",
+                    self.rank
+                )));
+            }
+            if what != purpose {
+                return Err(Error::Rendezvous(format!(
+                    "symmetric allocation {tag}: rank {r} allocates {what} but rank {} allocates {purpose}: ranks \
+                     must allocate in the same order (two threads starting two channels at once? make each \
+                     channel's first calls from one thread, or reserve its workspace first; NOTE [allocations \
+                     agreed])",
                     self.rank
                 )));
             }

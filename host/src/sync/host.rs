@@ -25,7 +25,7 @@ impl HostSync {
     pub(crate) fn new(core: GroupCore) -> Result<Self> {
         // The whole pad buffer's layout, though only the slots, the piece words and the
         // bf16 wire's flags are used here.
-        let pads = alloc(&core, pad::buffer_bytes(core.world as u32))?;
+        let pads = alloc(&core, pad::buffer_bytes(core.world as u32), "the signal pads")?;
         Ok(Self { epochs: Mutex::new(Epochs::new(core.world)), core, pads })
     }
 

@@ -39,7 +39,7 @@ impl GpuColl {
                 self.sync.core.rank
             )));
         }
-        let buf = self.sync.alloc(lowcon_abi::ll::BUFFER_BYTES as usize)?;
+        let buf = self.sync.alloc(lowcon_abi::ll::BUFFER_BYTES as usize, &format!("channel {channel}'s LL buffer"))?;
         // SAFETY: the buffer is this rank's, `len()` bytes, alive (kept in the channel
         // state, retired through the watchdog like workspaces).
         unsafe { raw::mem_op::fill(stream.raw(), buf.local_ptr(), 0, buf.len())? };

@@ -61,7 +61,8 @@ impl HostColl {
         let mut st = self.ll[channel as usize].lock().unwrap_or_else(|p| p.into_inner());
         if st.buf.is_none() {
             // Fresh shared memory is zeroed: no line holds a flag yet.
-            st.buf = Some(alloc(&self.sync.core, ll::BUFFER_BYTES as usize)?);
+            st.buf =
+                Some(alloc(&self.sync.core, ll::BUFFER_BYTES as usize, &format!("channel {channel}'s LL buffer"))?);
             st.seq = 1;
             self.sync.barrier(channel)?;
         }

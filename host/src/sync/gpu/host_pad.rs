@@ -50,7 +50,7 @@ impl HostPad {
     pub(crate) fn new(core: &GroupCore, device: &Device, drain: Drain) -> Result<Self> {
         let slots = pad::bytes(core.world as u32) / 4;
         let bytes = (slots * 4).next_multiple_of(PAGE);
-        let buf = alloc(core, bytes)?;
+        let buf = alloc(core, bytes, "the host pad")?;
         device.bind_to_thread()?;
         let mut me =
             Self { slots, buf: ManuallyDrop::new(buf), dev: Vec::new(), registered: 0, device: device.clone(), drain };

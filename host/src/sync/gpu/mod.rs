@@ -101,7 +101,7 @@ impl GpuSync {
     pub(crate) fn new(core: GroupCore, device: Device, (handles, memop_batch): (HandleKind, bool)) -> Result<Self> {
         device.kernels()?;
         let world = core.world as u32;
-        let pads = alloc(&core, &device, handles, pad::buffer_bytes(world))?;
+        let pads = alloc(&core, &device, handles, pad::buffer_bytes(world), "the signal pads")?;
         let host_pad = HostPad::new(&core, &device, Drain::new(&core))?;
         let err = HostRecord::new(&device, Drain::new(&core))?;
         let pad_mirror = Pinned::new(&device, pad::bytes(world), Drain::new(&core))?;
@@ -208,10 +208,11 @@ impl GpuSync {
         self.epochs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Collective: a symmetric buffer of `bytes` on every rank.
-    pub(crate) fn alloc(&self, bytes: usize) -> Result<SymmetricBuffer> {
+    /// Collective: a symmetric buffer of `bytes` on every rank, for `purpose` (NOTE
+    /// [allocations agreed]).
+    pub(crate) fn alloc(&self, bytes: usize, purpose: &str) -> Result<SymmetricBuffer> {
         self.core.check_usable()?;
-        alloc(&self.core, &self.device, self.handles, bytes)
+        alloc(&self.core, &self.device, self.handles, bytes, purpose)
     }
 
     pub(crate) fn pad_args(&self) -> PadArgs {
