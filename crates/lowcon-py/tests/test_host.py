@@ -312,3 +312,40 @@ def test_two_threads_starting_two_channels_in_another_order_get_an_error_not_eac
         assert "wrong channels []" in line, out  # never each other's data
         assert "2 errors" in line and "must allocate in the same order" in line, out
         assert "channel 1's" in line and "channel 2's" in line, out
+
+
+def test_two_threads_starting_two_channels_at_the_same_moment_agree_or_fail_together(tmp_path):
+    # NOTE [allocations agreed]: started together (a barrier), the threads' allocations come
+    # in whatever order each rank's lock gives them: both ranks then succeed (same order) or
+    # both fail naming the allocations (different orders); never wrong data, never a hang.
+    script = tmp_path / "at_once.py"
+    script.write_text(
+        "import threading, numpy as np, lowcon\n"
+        "g = lowcon.init('host', timeout=10)\n"
+        "r, w = g.rank, g.world_size\n"
+        "for chans in ((1, 2), (3, 4), (5, 6), (7, 8)):\n"
+        "    go, errors, wrong = threading.Barrier(2), [], []\n"
+        "    def run(ch):\n"
+        "        go.wait()\n"
+        "        out = np.zeros(8 * w, np.float32)\n"
+        "        try:\n"
+        "            g.all_gather(out, np.full(8, r + ch, np.float32), channel=ch)\n"
+        "            if not np.array_equal(out, np.repeat(np.arange(w, dtype=np.float32) + ch, 8)):\n"
+        "                wrong.append(ch)\n"
+        "        except lowcon.Error as e:\n"
+        "            errors.append('same order' in str(e))\n"
+        "    ts = [threading.Thread(target=run, args=(ch,)) for ch in chans]\n"
+        "    [t.start() for t in ts]; [t.join() for t in ts]\n"
+        "    print(f'rank {r} channels {chans}: errors {errors} wrong {wrong}', flush=True)\n")
+    p = subprocess.run([LOWCON, "launch", "--nproc-per-node", "2", "--tee", "--", sys.executable, str(script)],
+                       capture_output=True, text=True, timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    for chans in ((1, 2), (3, 4), (5, 6), (7, 8)):
+        lines = [x for x in out.splitlines() if f"channels {chans}:" in x]
+        assert len(lines) == 2, out
+        for line in lines:
+            assert "wrong []" in line, out
+            assert "errors []" in line or "errors [True, True]" in line, out
+        # Both ranks alike: both ran, or both refused.
+        assert ("errors []" in lines[0]) == ("errors []" in lines[1]), out

@@ -135,8 +135,10 @@ impl HostColl {
         let mut ws = self.workspaces[channel as usize].lock().unwrap_or_else(|p| p.into_inner());
         let have = ws.as_ref().map_or(0, |b| b.len());
         if need > have {
-            *ws = None;
-            *ws = Some(alloc(&self.sync.core, grow_to(have, need), &format!("channel {channel}'s workspace"))?);
+            // The old one stays until the new one exists: a refused allocation leaves
+            // this rank's workspace as the peers' are.
+            let grown = alloc(&self.sync.core, grow_to(have, need), &format!("channel {channel}'s workspace"))?;
+            *ws = Some(grown);
         }
         f(ws.as_ref())
     }

@@ -236,6 +236,8 @@ pub(crate) fn alloc(
     if bytes == 0 {
         return Err(Error::InvalidArgument("symmetric buffers must hold at least one byte".into()));
     }
+    // NOTE [allocations agreed]: the tag and the exchange in one order.
+    let _serial = core.alloc_serial.lock().unwrap_or_else(|p| p.into_inner());
     let tag = core.agree_on_alloc(bytes, purpose)?;
     device.bind_to_thread()?;
     // Zero-fill and the pointer upload run here, so the allocation waits for nothing

@@ -124,6 +124,8 @@ pub(crate) fn alloc(core: &GroupCore, bytes: usize, purpose: &str) -> Result<Hos
     if bytes == 0 {
         return Err(Error::InvalidArgument("symmetric buffers must hold at least one byte".into()));
     }
+    // NOTE [allocations agreed]: the tag and the exchange in one order.
+    let _serial = core.alloc_serial.lock().unwrap_or_else(|p| p.into_inner());
     let tag = core.agree_on_alloc(bytes, purpose)?;
     let name = format!("lowcon-{}-{tag}", core.group_id);
     let fd = nix::sys::memfd::memfd_create(name.as_str(), nix::sys::memfd::MFdFlags::MFD_CLOEXEC)

@@ -58,6 +58,9 @@ pub(crate) struct GroupCore {
     /// where the store can (lowcon's can; a framework's wait ends at its timeout).
     store_interrupt: Option<lowcon_store::StoreInterrupter>,
     next_alloc: Mutex<u64>,
+    /// Held by a symmetric allocation from its tag through its handle exchange (NOTE
+    /// [allocations agreed]): a rank's tags then come in the order its exchanges do.
+    pub(crate) alloc_serial: Mutex<()>,
     /// The first failure, as reported.
     failed: Mutex<Option<Error>>,
     /// Set with `failed`; shared with the group's buffers, whose release then waits
@@ -474,6 +477,7 @@ impl GroupCore {
             clock: store.clock.clone(),
             store: Mutex::new(store),
             next_alloc: Mutex::new(0),
+            alloc_serial: Mutex::new(()),
             failed: Mutex::new(None),
             broken: Arc::new(AtomicBool::new(false)),
             check_calls,
@@ -492,9 +496,12 @@ impl GroupCore {
     /// with sizes that still fit, compute garbage. Calls are counted per channel (each
     /// channel's calls come in one order on every rank; two threads on two channels may
     /// interleave differently), and the wait for the others holds the store only a slice
-    /// at a time, so a thread checking on another channel is not held up. A rank that
-    /// makes no call, or an error other than a disagreement (a timeout, a peer gone),
-    /// fails the group, named. Barriers, traffic calls and graph replays are not checked
+    /// at a time, so a thread checking on another channel is not held up by it (other
+    /// store waits, an allocation's or a user's all-gather, still hold the store whole).
+    /// Ranks that disagree on the channel never meet: that shows as a timeout. A rank
+    /// that makes no call, or an error other than a disagreement (a timeout, a peer gone),
+    /// fails the group, named. Barriers, the honest floor's traffic calls
+    /// (`all_gather_traffic`, `reduce_scatter_traffic`) and graph replays are not checked
     /// (a captured call is checked when captured). Off by default: a store round trip per
     /// call.
     pub(crate) fn check_call(&self, channel: u32, call: impl FnOnce() -> String) -> Result<()> {
@@ -502,6 +509,8 @@ impl GroupCore {
         if !self.check_calls {
             return Ok(());
         }
+        // A failed group refuses at once, as the call itself would.
+        self.check_usable()?;
         let mine = call();
         let name = format!("group/{}/checked-call/channel-{channel}", self.group_id);
         let (rank, world) = (self.rank, self.world);
@@ -517,16 +526,22 @@ impl GroupCore {
         let gone = hung_up(&self.mesh);
         let start = std::time::Instant::now();
         let all = loop {
+            self.check_usable()?;
             let left = self.timeout.saturating_sub(start.elapsed());
             match store.multi_get(&refs, left.min(CHECK_SLICE).max(Duration::from_millis(1))) {
                 Ok(v) => break v,
                 Err(e @ lowcon_store::StoreError::Timeout { .. }) => {
                     let missing = missing_ranks(&e, &name, n, world);
                     if let Some((peer, why)) = missing.iter().find_map(|&p| Some((p, gone(p)?))) {
-                        let what = format!("its part of checked call {n} on channel {channel} in the store");
+                        let what = format!("waiting for its part of checked call {n} on channel {channel}");
                         return Err(self.fail(why.error(rank, peer, what)));
                     }
                     if start.elapsed() >= self.timeout {
+                        let mut e = e;
+                        // The whole wait's timeout, not the last slice's.
+                        if let lowcon_store::StoreError::Timeout { secs, .. } = &mut e {
+                            *secs = self.timeout.as_secs_f64();
+                        }
                         let e = name_missing_ranks(e, &name, n, rank, world);
                         return Err(self.fail(e.during(format!("checking call {n} on channel {channel} ({mine})"))));
                     }
@@ -720,19 +735,19 @@ impl GroupCore {
         for (r, s) in asks.iter().enumerate() {
             let theirs = s.get(..8).and_then(|b| b.try_into().ok()).map_or(u64::MAX, u64::from_le_bytes);
             let what = String::from_utf8_lossy(s.get(8..).unwrap_or_default());
-            if theirs != bytes as u64 {
-                return Err(Error::Rendezvous(format!(
-                    "symmetric allocation {tag}: rank {r} asked for {theirs} bytes ({what}) but rank {} asked for \
-                     {bytes} ({purpose}) (every rank must allocate the same size)",
-                    self.rank
-                )));
-            }
             if what != purpose {
                 return Err(Error::Rendezvous(format!(
                     "symmetric allocation {tag}: rank {r} allocates {what} but rank {} allocates {purpose}: ranks \
-                     must allocate in the same order (two threads starting two channels at once? make each \
-                     channel's first calls from one thread, or reserve its workspace first; NOTE [allocations \
-                     agreed])",
+                     must allocate in the same order (threads growing channels' buffers in different orders? \
+                     grow them from one thread at a time; on GPUs reserve_workspace does it ahead; NOTE \
+                     [allocations agreed])",
+                    self.rank
+                )));
+            }
+            if theirs != bytes as u64 {
+                return Err(Error::Rendezvous(format!(
+                    "symmetric allocation {tag}: rank {r} asked for {theirs} bytes but rank {} asked for {bytes} \
+                     ({purpose}; every rank must allocate the same size)",
                     self.rank
                 )));
             }
