@@ -15,6 +15,8 @@ import pytest
 pytest.importorskip("torch")
 
 HERE = Path(__file__).resolve().parent
+from ports import free_port  # noqa: E402 (P and P + 1 free: the torch store binds MASTER_PORT)
+
 LOWCON = os.environ.get("LOWCON_BIN", str(HERE.parents[2] / "target" / "debug" / "lowcon"))
 WORLDS = [int(w) for w in os.environ.get("LOWCON_PYTEST_WIRE_WORLDS", "2 4").split()]
 
@@ -22,7 +24,7 @@ WORLDS = [int(w) for w in os.environ.get("LOWCON_PYTEST_WIRE_WORLDS", "2 4").spl
 @pytest.mark.parametrize("world", WORLDS)
 def test_fsdp2_over_the_bf16_wire_trains_as_over_fp32(world):
     p = subprocess.run(
-        [LOWCON, "launch", "--nproc-per-node", str(world), "--tee",
+        [LOWCON, "launch", "--nproc-per-node", str(world), "--tee", "--master-port", str(free_port()),
          *os.environ.get("LOWCON_PYTEST_LAUNCH", "").split(), "--", sys.executable, str(HERE / "fsdp_wire_worker.py")],
         capture_output=True, text=True, timeout=600,
     )

@@ -14,12 +14,15 @@ import pytest
 pytest.importorskip("torch")
 
 HERE = Path(__file__).resolve().parent
+from ports import free_port  # noqa: E402 (P and P + 1 free)
 LOWCON = os.environ.get("LOWCON_BIN", str(HERE.parents[2] / "target" / "debug" / "lowcon"))
 
 
 def launch(n, *cmd):
-    p = subprocess.run([LOWCON, "launch", "--nproc-per-node", str(n), "--tee", "--", sys.executable, *cmd],
-                       capture_output=True, text=True, timeout=300)
+    # A port of its own: the TP example's torch store binds MASTER_PORT, and `lowcon launch`
+    # defaults to torch's 29500, which a test running beside it may hold (seen on CI).
+    p = subprocess.run([LOWCON, "launch", "--nproc-per-node", str(n), "--tee", "--master-port", str(free_port()), "--",
+                        sys.executable, *cmd], capture_output=True, text=True, timeout=300)
     return p.returncode, p.stdout + p.stderr
 
 
