@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-SLOW = 1.5
+from small_table import SLOW  # one threshold for both probes
 
 
 def main(argv):

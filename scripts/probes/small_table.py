@@ -90,27 +90,23 @@ def table(t):
         if counts[impl][1]:
             lines.append(f"`auto` slower than {name} in {counts[impl][0]} of {counts[impl][1]} cells")
     if any(k[4] == "spread" for k in t):
-        lines += ["", "`auto`'s batches, µs: the fastest - the slowest over every sweep (the max over ranks "
-                  "of each rank's fastest batch, the slowest batch of any rank):", "",
-                  "| | " + " | ".join(size_label(s) for s in sizes) + " |", "|---|" + "---:|" * len(sizes)]
-        for bench, dtype, graph in rows:
-            out = []
-            for s in sizes:
-                sp = t.get((bench, dtype, graph, s, "spread"))
-                out.append(f"{min(lo for lo, _ in sp):.1f}-{max(hi for _, hi in sp):.1f}" if sp else "-")
-            mode = "replayed" if graph else "eager"
-            lines.append(f"| {bench} {dtype}, {mode} | " + " | ".join(out) + " |")
+        lines += side_table(t, rows, sizes, "spread", "`auto`'s batches, µs: the fastest - the slowest over every "
+                            "sweep (the max over ranks of each rank's fastest batch, the slowest batch of any rank):",
+                            lambda sp: f"{min(lo for lo, _ in sp):.1f}-{max(hi for _, hi in sp):.1f}")
     if any(k[4] == "batches" for k in t):
-        lines += ["", f"`auto`'s slow batches (over {SLOW}x their sweep's fastest): slow / all, and `first k` where "
-                  "the first batch was slow in k sweeps:", "",
-                  "| | " + " | ".join(size_label(s) for s in sizes) + " |", "|---|" + "---:|" * len(sizes)]
-        for bench, dtype, graph in rows:
-            out = []
-            for s in sizes:
-                sweeps_b = t.get((bench, dtype, graph, s, "batches"))
-                out.append(slow_cell(sweeps_b) if sweeps_b else "-")
-            mode = "replayed" if graph else "eager"
-            lines.append(f"| {bench} {dtype}, {mode} | " + " | ".join(out) + " |")
+        lines += side_table(t, rows, sizes, "batches", f"`auto`'s slow batches (over {SLOW}x their sweep's fastest): "
+                            "slow / all, and `first k` where the first batch was slow in k sweeps:", slow_cell)
+    return lines
+
+
+def side_table(t, rows, sizes, kind, title, cell):
+    """A table of `auto`'s `kind` entries (one per sweep) per row and size, each cell
+    `cell(entries)`, "-" where none."""
+    lines = ["", title, "", "| | " + " | ".join(size_label(s) for s in sizes) + " |", "|---|" + "---:|" * len(sizes)]
+    for bench, dtype, graph in rows:
+        out = [cell(e) if (e := t.get((bench, dtype, graph, s, kind))) else "-" for s in sizes]
+        mode = "replayed" if graph else "eager"
+        lines.append(f"| {bench} {dtype}, {mode} | " + " | ".join(out) + " |")
     return lines
 
 

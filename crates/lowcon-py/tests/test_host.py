@@ -22,10 +22,15 @@ LOWCON = os.environ.get("LOWCON_BIN", str(REPO / "target" / "debug" / "lowcon"))
 
 
 def launch(n, *args, timeout=240, env=None):
+    return launch_script(n, WORKER, *args, timeout=timeout, env=env)
+
+
+def launch_script(n, script, *args, flags=(), timeout=240, env=None):
+    """`script` on `n` ranks under `lowcon launch` (with its `flags`): (exit code, output)."""
     if not Path(LOWCON).exists():
         pytest.fail(f"no lowcon binary at {LOWCON}: build it (cargo build -p lowcon-cli) or set LOWCON_BIN")
     p = subprocess.run(
-        [LOWCON, "launch", "--nproc-per-node", str(n), "--tee", "--", sys.executable, WORKER, *args],
+        [LOWCON, "launch", "--nproc-per-node", str(n), "--tee", *flags, "--", sys.executable, str(script), *args],
         capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
     )
     return p.returncode, p.stdout + p.stderr
@@ -271,9 +276,7 @@ def test_checked_calls_must_be_on_on_every_rank_or_none(tmp_path):
                       "    lowcon.init('host', timeout=20)\n"
                       "except lowcon.Error as e:\n"
                       "    print('rank', os.environ['RANK'], 'refused:', e, flush=True)\n")
-    p = subprocess.run([LOWCON, "launch", "--nproc-per-node", "2", "--tee", "--", sys.executable, str(script)],
-                       capture_output=True, text=True, timeout=120)
-    out = p.stdout + p.stderr
+    _, out = launch_script(2, script, timeout=120)
     for r in range(2):
         assert f"rank {r} refused:" in out, out
     assert "LOWCON_CHECK_CALLS is on on rank 1 but off on rank 0" in out, out
@@ -303,9 +306,7 @@ def test_two_threads_starting_two_channels_in_another_order_get_an_error_not_eac
         "wrong = [ch for ch, out in results.items()\n"
         "         if not np.array_equal(out, np.repeat(np.arange(w, dtype=np.float32) + ch, 8))]\n"
         "print(f'rank {r}: {len(errors)} errors, wrong channels {wrong}:', ' | '.join(errors), flush=True)\n")
-    p = subprocess.run([LOWCON, "launch", "--nproc-per-node", "2", "--tee", "--keep-going", "--", sys.executable,
-                        str(script)], capture_output=True, text=True, timeout=120)
-    out = p.stdout + p.stderr
+    _, out = launch_script(2, script, flags=("--keep-going",), timeout=120)
     for r in range(2):
         line = next((x for x in out.splitlines() if f"rank {r}: " in x and "errors, wrong channels" in x), None)
         assert line is not None, out
@@ -337,10 +338,8 @@ def test_two_threads_starting_two_channels_at_the_same_moment_agree_or_fail_toge
         "    ts = [threading.Thread(target=run, args=(ch,)) for ch in chans]\n"
         "    [t.start() for t in ts]; [t.join() for t in ts]\n"
         "    print(f'rank {r} channels {chans}: errors {errors} wrong {wrong}', flush=True)\n")
-    p = subprocess.run([LOWCON, "launch", "--nproc-per-node", "2", "--tee", "--", sys.executable, str(script)],
-                       capture_output=True, text=True, timeout=120)
-    out = p.stdout + p.stderr
-    assert p.returncode == 0, out
+    rc, out = launch_script(2, script, timeout=120)
+    assert rc == 0, out
     for chans in ((1, 2), (3, 4), (5, 6), (7, 8)):
         lines = [x for x in out.splitlines() if f"channels {chans}:" in x]
         assert len(lines) == 2, out

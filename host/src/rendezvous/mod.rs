@@ -244,32 +244,9 @@ impl StoreSlot {
         let _waiting = clock.rendezvous();
         let generation = self.next(name);
         self.store.set(&all_gather_key(name, generation, rank), data)?;
-        let keys: Vec<String> = (0..world).map(|r| all_gather_key(name, generation, r)).collect();
-        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let start = std::time::Instant::now();
-        loop {
-            // Never a zero slice: some stores read a zero timeout as "wait forever".
-            let left = timeout.saturating_sub(start.elapsed());
-            let slice = left.min(WATCH_SLICE).max(Duration::from_millis(1));
-            match self.store.multi_get(&refs, slice) {
-                Ok(v) => return Ok(v),
-                Err(mut e @ lowcon_store::StoreError::Timeout { .. }) => {
-                    if let Some((peer, left)) =
-                        missing_ranks(&e, name, generation, world).into_iter().find_map(|p| Some((p, gone(p)?)))
-                    {
-                        return Err(left.error(rank, peer, format!("waiting for its part of {name:?} in the store")));
-                    }
-                    if start.elapsed() >= timeout {
-                        // The whole wait's timeout, not the last slice's.
-                        if let lowcon_store::StoreError::Timeout { secs, .. } = &mut e {
-                            *secs = timeout.as_secs_f64();
-                        }
-                        return Err(name_missing_ranks(e, name, generation, rank, world));
-                    }
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+        let what = format!("{name:?} in the store");
+        let round = Round { name, generation, rank, world, what: &what };
+        collect(&mut self.store, &round, (timeout, WATCH_SLICE), gone, &|| Ok(()))
     }
 
     /// A barrier of `world` ranks.
@@ -323,6 +300,57 @@ impl Left {
 /// A watch of the mesh's sockets alone.
 pub(crate) fn hung_up(mesh: &Mesh) -> impl Fn(usize) -> Option<Left> + '_ {
     move |p| mesh.peer_hung_up(p).then_some(Left::HungUp)
+}
+
+/// One all-gather round in the store: `rank`'s part of round `generation` of `name` among
+/// `world` ranks, `what` naming it in errors ("waiting for its part of WHAT").
+struct Round<'a> {
+    name: &'a str,
+    generation: u64,
+    rank: usize,
+    world: usize,
+    what: &'a str,
+}
+
+/// Every rank's part of `round`, in rank order, waiting in slices of `slice` up to
+/// `timeout` (each slice holds `store`, no more), failing as soon as a rank still missing
+/// will not come (`gone`) or `usable` says the group failed; a timeout names the ranks
+/// missing and gives the whole wait's length.
+fn collect(
+    store: &mut Shared,
+    round: &Round<'_>,
+    (timeout, slice): (Duration, Duration),
+    gone: Watch<'_>,
+    usable: &dyn Fn() -> Result<()>,
+) -> Result<Vec<Vec<u8>>> {
+    use lowcon_store::kv::all_gather_key;
+    let Round { name, generation, rank, world, what } = *round;
+    let keys: Vec<String> = (0..world).map(|r| all_gather_key(name, generation, r)).collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let start = std::time::Instant::now();
+    loop {
+        usable()?;
+        // Never a zero slice: some stores read a zero timeout as "wait forever".
+        let left = timeout.saturating_sub(start.elapsed());
+        match store.multi_get(&refs, left.min(slice).max(Duration::from_millis(1))) {
+            Ok(v) => return Ok(v),
+            Err(mut e @ lowcon_store::StoreError::Timeout { .. }) => {
+                if let Some((peer, left)) =
+                    missing_ranks(&e, name, generation, world).into_iter().find_map(|p| Some((p, gone(p)?)))
+                {
+                    return Err(left.error(rank, peer, format!("waiting for its part of {what}")));
+                }
+                if start.elapsed() >= timeout {
+                    // The whole wait's timeout, not the last slice's.
+                    if let lowcon_store::StoreError::Timeout { secs, .. } = &mut e {
+                        *secs = timeout.as_secs_f64();
+                    }
+                    return Err(name_missing_ranks(e, name, generation, rank, world));
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// How long each wait of [`StoreSlot::all_gather_watching`] lasts before it looks at
@@ -521,34 +549,12 @@ impl GroupCore {
             s.store.set(&all_gather_key(&name, n, rank), mine.as_bytes()).map(|()| (n, s.store.clone()))
         };
         let (n, mut store) = posted.map_err(|e| self.fail(e.into()))?;
-        let keys: Vec<String> = (0..world).map(|r| all_gather_key(&name, n, r)).collect();
-        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let what = format!("checked call {n} on channel {channel}");
+        let round = Round { name: &name, generation: n, rank, world, what: &what };
         let gone = hung_up(&self.mesh);
-        let start = std::time::Instant::now();
-        let all = loop {
-            self.check_usable()?;
-            let left = self.timeout.saturating_sub(start.elapsed());
-            match store.multi_get(&refs, left.min(CHECK_SLICE).max(Duration::from_millis(1))) {
-                Ok(v) => break v,
-                Err(e @ lowcon_store::StoreError::Timeout { .. }) => {
-                    let missing = missing_ranks(&e, &name, n, world);
-                    if let Some((peer, why)) = missing.iter().find_map(|&p| Some((p, gone(p)?))) {
-                        let what = format!("waiting for its part of checked call {n} on channel {channel}");
-                        return Err(self.fail(why.error(rank, peer, what)));
-                    }
-                    if start.elapsed() >= self.timeout {
-                        let mut e = e;
-                        // The whole wait's timeout, not the last slice's.
-                        if let lowcon_store::StoreError::Timeout { secs, .. } = &mut e {
-                            *secs = self.timeout.as_secs_f64();
-                        }
-                        let e = name_missing_ranks(e, &name, n, rank, world);
-                        return Err(self.fail(e.during(format!("checking call {n} on channel {channel} ({mine})"))));
-                    }
-                }
-                Err(e) => return Err(self.fail(e.into())),
-            }
-        };
+        // The group checked each slice: a failed group refuses at once, as the call would.
+        let all = collect(&mut store, &round, (self.timeout, CHECK_SLICE), &gone, &|| self.check_usable())
+            .map_err(|e| self.fail(e.during(format!("checking call {n} on channel {channel} ({mine})"))))?;
         if all.iter().all(|c| c.as_slice() == mine.as_bytes()) {
             return Ok(());
         }
