@@ -13,18 +13,40 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-/// Something that completes: a CUDA event in the library, a flag in the tests.
-pub(crate) trait Completion {
+/// Something that completes: a CUDA event in the library (shared, so the watchdog can
+/// query it off the lock: NOTE [completions off the lock]), a flag in the tests.
+pub(crate) trait Completion: Clone {
     /// Whether the work before it has finished. A query error counts as finished (the
     /// error resurfaces on the stream itself).
     fn complete(&self) -> bool;
 }
 
-impl Completion for crate::cuda::Event {
+impl Completion for std::sync::Arc<crate::cuda::Event> {
     fn complete(&self) -> bool {
         self.is_complete().unwrap_or(true)
     }
 }
+
+/// NOTE [completions off the lock]: the watchdog used to query, under the lock every call
+/// takes to register itself, one event per call completed since its last round, stopping
+/// at the first incomplete one. Eager calls of 5 µs complete 200 a millisecond, so each
+/// 1 ms round held the lock for 200 queries while the caller's next call waited for it:
+/// one batch of 20 calls in about six took 20-35 µs a call instead of 5 (2x H200, eager
+/// bf16 sweeps at 2 ranks, 2026-11-28, ba1124e; with a 5 ms round the stall grew to 2-11
+/// ms once a round, so it scaled with the calls per round). Now a round copies the
+/// events it will look at under the lock ([`InFlight::probe`]: up to [`PROBE`] per
+/// stream, from the front), queries them with the lock released
+/// ([`InFlight::completed`]), and takes the lock again only to retire what completed
+/// ([`InFlight::retire`]). And it queries few: a stream runs its calls in the order they
+/// were tracked (each call is tracked by the thread that enqueued it, right after it; two
+/// threads enqueuing on one stream at once would make the ranks disagree on the order of
+/// its calls, which lowcon does not support), so when the newest probed call is complete
+/// every probed call is, and one query settles the usual round; otherwise the scan from
+/// the front stops at the first incomplete call, as before.
+pub(crate) const PROBE: usize = 512;
+
+/// What a round looks at: per stream, its first calls (sequence number and completion).
+pub(crate) type Probe<E> = Vec<(u64, Vec<(u64, E)>)>;
 
 struct StreamCalls<E> {
     stream: u64,
@@ -72,12 +94,58 @@ impl<E: Completion> InFlight<E> {
     }
 
     /// Retires every call seen complete at the front of its stream and returns the
-    /// longest head time among the streams with calls left (`None`: nothing in flight).
+    /// longest head time among the streams with calls left (`None`: nothing in flight):
+    /// [`InFlight::probe`], [`InFlight::completed`] and [`InFlight::retire`] in one, for
+    /// a caller that holds no lock others wait for (the tests).
+    #[cfg(test)]
     pub(crate) fn poll(&mut self, now: Instant) -> Option<Duration> {
+        let done = Self::completed(&self.probe());
+        self.retire(&done, now)
+    }
+
+    /// The calls a round looks at (NOTE [completions off the lock]): per stream with
+    /// calls, up to [`PROBE`] from its front, their completions cloned.
+    pub(crate) fn probe(&self) -> Probe<E> {
+        self.streams
+            .iter()
+            .filter(|s| !s.calls.is_empty())
+            .map(|s| (s.stream, s.calls.iter().take(PROBE).map(|(seq, e)| (*seq, e.clone())).collect()))
+            .collect()
+    }
+
+    /// Per stream of `probe`, the last sequence number seen complete from its front (none
+    /// if its first call is not), querying as few as the stream's order allows (NOTE
+    /// [completions off the lock]). Needs no lock.
+    pub(crate) fn completed(probe: &Probe<E>) -> Vec<(u64, u64)> {
+        let mut done = Vec::new();
+        for (stream, calls) in probe {
+            let Some((last, newest)) = calls.last() else { continue };
+            if newest.complete() {
+                done.push((*stream, *last));
+                continue;
+            }
+            // The newest probed is not done: the first incomplete from the front, as the
+            // stream runs them (the newest bounds the scan).
+            let upto = calls[..calls.len() - 1].iter().take_while(|(_, e)| e.complete()).last().map(|(seq, _)| *seq);
+            if let Some(seq) = upto {
+                done.push((*stream, seq));
+            }
+        }
+        done
+    }
+
+    /// Retires, on each stream of `done`, the calls up to its sequence number (seen
+    /// complete, [`InFlight::completed`]); returns the longest head time among the streams
+    /// with calls left (`None`: nothing in flight). Calls tracked since the probe are
+    /// newer, and stay.
+    pub(crate) fn retire(&mut self, done: &[(u64, u64)], now: Instant) -> Option<Duration> {
         let mut longest: Option<Duration> = None;
         for s in &mut self.streams {
+            let upto = done.iter().find(|(stream, _)| *stream == s.stream).map(|(_, seq)| *seq);
             let mut advanced = false;
-            while s.calls.front().is_some_and(|(_, e)| e.complete()) {
+            while let Some(upto) = upto
+                && s.calls.front().is_some_and(|(seq, _)| *seq <= upto)
+            {
                 let (_, e) = s.calls.pop_front().expect("front exists");
                 self.free.push(e);
                 self.pending -= 1;
@@ -195,9 +263,10 @@ mod tests {
     use super::*;
 
     #[derive(Clone, Default)]
-    struct Flag(Rc<Cell<bool>>);
+    struct Flag(Rc<Cell<bool>>, Rc<Cell<usize>>);
     impl Completion for Flag {
         fn complete(&self) -> bool {
+            self.1.set(self.1.get() + 1);
             self.0.get()
         }
     }
@@ -227,6 +296,60 @@ mod tests {
         assert_eq!(q.pending(), 0);
         // Both events are free for reuse.
         assert!(q.take_free().is_some() && q.take_free().is_some() && q.take_free().is_none());
+    }
+
+    #[test]
+    fn a_round_queries_the_newest_call_first_and_retires_only_what_it_probed() {
+        // NOTE [completions off the lock].
+        let t0 = Instant::now();
+        let mut q = InFlight::default();
+        let queries = Rc::new(Cell::new(0));
+        let flag = || Flag(Rc::default(), queries.clone());
+        let calls: Vec<Flag> = (0..200).map(|_| flag()).collect();
+        for c in &calls {
+            q.push(7, c.clone(), t0);
+        }
+        // All 200 done: one query (the newest) settles the round.
+        calls.iter().for_each(Flag::set);
+        let probe = q.probe();
+        // Calls tracked after the probe (while the lock is released) stay, done or not.
+        let late = flag();
+        late.set();
+        q.push(7, late.clone(), t0);
+        let done = InFlight::completed(&probe);
+        assert_eq!((done.clone(), queries.get()), (vec![(7, 200)], 1));
+        drop(probe);
+        assert_eq!(q.retire(&done, t0 + MS), Some(Duration::ZERO));
+        assert_eq!((q.pending(), q.done_before(201), q.done_before(202)), (1, true, false));
+        // The newest not done: the scan from the front stops at the first call not done.
+        let more: Vec<Flag> = (0..5).map(|_| flag()).collect();
+        for c in &more {
+            q.push(7, c.clone(), t0);
+        }
+        more[0].set();
+        more[1].set();
+        more[3].set(); // done, but behind one that is not
+        queries.set(0);
+        let done = InFlight::completed(&q.probe());
+        // The newest (not done), then late, more[0], more[1], more[2] (not done).
+        assert_eq!((done.clone(), queries.get()), (vec![(7, 203)], 5));
+        q.retire(&done, t0 + 2 * MS);
+        assert_eq!((q.pending(), q.done_before(204), q.done_before(205)), (3, true, false));
+        // Nothing done on a stream: nothing retired there, its head time goes on.
+        let done = InFlight::completed(&q.probe());
+        assert_eq!(done, vec![]);
+        assert_eq!(q.retire(&done, t0 + 5 * MS), Some(3 * MS));
+        // A round looks at PROBE calls a stream at most; the rest wait for the next.
+        let mut q = InFlight::default();
+        for _ in 0..PROBE + 10 {
+            let f = flag();
+            f.set();
+            q.push(1, f, t0);
+        }
+        let done = InFlight::completed(&q.probe());
+        assert_eq!(done, vec![(1, PROBE as u64)]);
+        assert_eq!(q.retire(&done, t0), Some(Duration::ZERO));
+        assert_eq!(q.poll(t0), None);
     }
 
     #[test]

@@ -14,7 +14,7 @@ pub(crate) mod watchdog;
 pub(crate) mod wire_pieces;
 
 use std::sync::atomic::AtomicBool;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use lowcon_abi::pad;
@@ -52,7 +52,7 @@ pub(crate) struct GpuSync {
     side: Stream,
     /// The collective calls in flight (the watchdog retires them); `wake` tells the
     /// watchdog that calls arrived, or that it must stop (`stopping`).
-    inflight: Mutex<InFlight<Event>>,
+    inflight: Mutex<InFlight<Arc<Event>>>,
     wake: Condvar,
     /// The watchdog sleeps on `wake` with its long idle tick (set and read under
     /// `inflight`'s lock): only then does a new call wake it (NOTE [watchdog wakes]).
@@ -147,7 +147,7 @@ impl GpuSync {
         let free = self.inflight.lock().unwrap_or_else(|p| p.into_inner()).take_free();
         let ev = match free {
             Some(e) => e,
-            None => stream.event(false)?,
+            None => Arc::new(stream.event(false)?),
         };
         // Not under the lock: recording takes a slot in the stream's queue and blocks
         // while the driver's queue is full, and the watchdog must still get the lock then

@@ -142,10 +142,17 @@ impl GpuSync {
     fn round(&self) -> bool {
         let rank = self.core.rank;
         let now = Instant::now();
+        // NOTE [completions off the lock]: the events are queried with the lock released,
+        // so a caller registering its next call never waits for the queries.
+        let probe = self.inflight.lock().unwrap_or_else(|p| p.into_inner()).probe();
+        let done = {
+            let _step = self.watch_step.enter(Step::Poll);
+            InFlight::completed(&probe)
+        };
+        drop(probe);
         let (head_wait, unused) = {
             let mut q = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-            let _step = self.watch_step.enter(Step::Poll);
-            let w = q.poll(now);
+            let w = q.retire(&done, now);
             self.watch_step.set_head_wait(w);
             (w, self.take_unused(&q))
         };
@@ -213,7 +220,7 @@ impl GpuSync {
     }
 
     /// Takes the retired workspaces whose last users have completed.
-    fn take_unused(&self, q: &InFlight<Event>) -> Vec<SymmetricBuffer> {
+    fn take_unused(&self, q: &InFlight<Arc<Event>>) -> Vec<SymmetricBuffer> {
         let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
         let (done, keep): (Vec<_>, Vec<_>) = retired.drain(..).partition(|(seq, _)| q.done_before(*seq));
         *retired = keep;
