@@ -352,6 +352,80 @@ mod tests {
         assert_eq!(q.poll(t0), None);
     }
 
+    /// A completion shared between threads, for the concurrent round below.
+    #[derive(Clone, Default)]
+    struct Shared(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl Completion for Shared {
+        fn complete(&self) -> bool {
+            self.0.load(std::sync::atomic::Ordering::Acquire)
+        }
+    }
+
+    #[test]
+    fn rounds_off_the_lock_retire_only_completed_calls_while_calls_keep_coming() {
+        // NOTE [completions off the lock]: a caller thread tracks 20 000 calls on two
+        // streams, a "device" thread completes each stream's calls in order, and the
+        // watchdog's rounds probe under the lock, query off it and retire under it. No
+        // round may retire a call not yet complete, and every call is retired in the end.
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex};
+        const N: usize = 20_000;
+        let q: Arc<Mutex<InFlight<Shared>>> = Arc::default();
+        let issued: Arc<Mutex<Vec<Shared>>> = Arc::default();
+        let done = Arc::new(AtomicBool::new(false));
+        let caller = {
+            let (q, issued) = (q.clone(), issued.clone());
+            std::thread::spawn(move || {
+                for i in 0..N {
+                    let c = Shared::default();
+                    issued.lock().unwrap().push(c.clone());
+                    q.lock().unwrap().push((i % 2) as u64, c, Instant::now());
+                }
+            })
+        };
+        let device = {
+            let (issued, done) = (issued.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut next = 0;
+                while next < N {
+                    let batch: Vec<Shared> = issued.lock().unwrap()[next..].iter().take(37).cloned().collect();
+                    for c in &batch {
+                        c.0.store(true, Ordering::Release);
+                    }
+                    next += batch.len();
+                    std::thread::yield_now();
+                }
+                done.store(true, Ordering::Release);
+            })
+        };
+        let mut retired = 0usize;
+        loop {
+            let finished = done.load(Ordering::Acquire);
+            let probe = q.lock().unwrap().probe();
+            let seen = InFlight::completed(&probe);
+            drop(probe);
+            let mut g = q.lock().unwrap();
+            let before = g.pending();
+            // Every call up to each stream's mark must be complete (the device completes in
+            // the order of tracking, so this is what a stream's order guarantees).
+            for s in &g.streams {
+                if let Some((_, upto)) = seen.iter().find(|(st, _)| *st == s.stream) {
+                    assert!(s.calls.iter().filter(|(seq, _)| seq <= upto).all(|(_, c)| c.complete()));
+                }
+            }
+            g.retire(&seen, Instant::now());
+            retired += before - g.pending();
+            if finished && g.pending() == 0 && caller.is_finished() {
+                break;
+            }
+        }
+        caller.join().unwrap();
+        device.join().unwrap();
+        assert_eq!(retired, N);
+        let g = q.lock().unwrap();
+        assert!(g.done_before(N as u64 + 1) && g.streams.is_empty());
+    }
+
     #[test]
     fn streams_are_judged_separately() {
         let t0 = Instant::now();
