@@ -141,7 +141,6 @@ impl GpuSync {
     /// One round: observe, decide, act. Returns whether calls are still in flight.
     fn round(&self) -> bool {
         let rank = self.core.rank;
-        let now = Instant::now();
         // NOTE [completions off the lock]: the events are queried with the lock released,
         // so a caller registering its next call never waits for the queries.
         let probe = self.inflight.lock().unwrap_or_else(|p| p.into_inner()).probe();
@@ -152,7 +151,7 @@ impl GpuSync {
         drop(probe);
         let (head_wait, unused) = {
             let mut q = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-            let w = q.retire(&done, now);
+            let w = q.retire(&done, Instant::now());
             self.watch_step.set_head_wait(w);
             (w, self.take_unused(&q))
         };
