@@ -666,6 +666,16 @@ fn enqueue_clock() -> std::collections::HashMap<&'static str, (u64, u64)> {
     lowcon::cuda::enqueued::Enqueue::ALL.iter().map(|k| (k.name(), t[*k as usize])).collect()
 }
 
+/// This thread's host phases so far (NOTE [host phases] in `lowcon::cuda::enqueued`):
+/// phase ("checks", "plan", "exchange", "verify", "finish") to (calls, nanoseconds), each
+/// less the enqueues inside it. With `enqueue_clock()` around a call, what is left of
+/// its host time is the rest of the library and the binding.
+#[pyfunction]
+fn host_phases() -> std::collections::HashMap<&'static str, (u64, u64)> {
+    let t = lowcon::cuda::enqueued::phase_totals();
+    lowcon::cuda::enqueued::Phase::ALL.iter().map(|k| (k.name(), t[*k as usize])).collect()
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Group>()?;
@@ -674,6 +684,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(placement::device_index, m)?)?;
     m.add_function(wrap_pyfunction!(placement::share_gpu, m)?)?;
     m.add_function(wrap_pyfunction!(enqueue_clock, m)?)?;
+    m.add_function(wrap_pyfunction!(host_phases, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

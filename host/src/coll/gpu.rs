@@ -56,6 +56,7 @@ use super::device_buf::DeviceBuf;
 use super::geometry::{piece_elems, tma_split};
 use super::wire::Carry;
 use super::{AgAlgo, AllGatherOptions, ArrivalForm, ReduceOp, ReduceScatterOptions, RsAlgo};
+use crate::cuda::enqueued::{Phase, phase};
 use crate::cuda::kernels::TmaArgs;
 use crate::cuda::raw::mem_op::Op;
 use crate::cuda::{Event, Stream, StreamPriority, raw};
@@ -313,6 +314,8 @@ impl GpuColl {
     ) -> Result<()> {
         // NOTE [host time]: the whole call, timed.
         let _call = self.sync.core.clock.call();
+        // NOTE [host phases].
+        let checks = phase(Phase::Checks);
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         // NOTE [checked calls]: before any check of this rank's own, and anything enqueued.
         let (i, o) = ((input.count, input.dtype), (output.count, output.dtype));
@@ -330,7 +333,11 @@ impl GpuColl {
             return arrivals.map_or(Ok(()), |a| a.record_all(stream));
         }
         let captured = mode == Mode::Captured;
-        let plan = self.plan_all_gather(shard, &input, &output, captured, opts);
+        drop(checks);
+        let plan = {
+            let _t = phase(Phase::Plan);
+            self.plan_all_gather(shard, &input, &output, captured, opts)
+        };
         let algorithm = plan.algorithm;
         // A traffic call (NOTE [honest floor]) passes no barrier: ce-pull only, whose
         // copies write this rank's memory alone.
@@ -392,13 +399,16 @@ impl GpuColl {
         // shard as it lands (a fix would land after), nor for traffic calls.
         let predict = arrivals.is_none() && !opts.traffic;
         let peers = match mapped {
-            true => self.exchange(
-                &mut st,
-                (opts.allow_staging, predict),
-                ch,
-                (input.ptr, input.bytes()),
-                "all-gather input",
-            )?,
+            true => {
+                let _t = phase(Phase::Exchange);
+                self.exchange(
+                    &mut st,
+                    (opts.allow_staging, predict),
+                    ch,
+                    (input.ptr, input.bytes()),
+                    "all-gather input",
+                )?
+            }
             false => None,
         };
         // A rank that cannot share: every rank stages instead.
@@ -517,6 +527,7 @@ impl GpuColl {
                         }
                         if let Some(prediction) = prediction {
                             // NOTE [nothing between the wait and its job] (verify.rs).
+                            let _t = phase(Phase::Verify);
                             let v = &self.mapping.verifier;
                             let armed = v.arm(&self.sync, stream, ch)?;
                             let call = Arc::new(CallNumber::default());
@@ -576,6 +587,7 @@ impl GpuColl {
         })();
         // Registered before the channel is released, so that no other user of the
         // channel can retire the workspace ahead of this call's sequence number.
+        let finish = phase(Phase::Finish);
         let call = match &enqueued {
             Ok(()) => self.finish(stream, mode, peers.as_ref()),
             Err(e) => Err(e.failure_copy()),
@@ -584,6 +596,7 @@ impl GpuColl {
             // A call never registered keeps its mappings open (never "completed").
             self.mapping.maps.registered(&number, *call.as_ref().unwrap_or(&(u64::MAX / 2)));
         }
+        drop(finish);
         enqueued?;
         call?;
         self.count(Moved::AllGather((world - 1) * shard));
@@ -605,6 +618,8 @@ impl GpuColl {
     ) -> Result<()> {
         // NOTE [host time]: the whole call, timed.
         let _call = self.sync.core.clock.call();
+        // NOTE [host phases].
+        let checks = phase(Phase::Checks);
         let (rank, world) = (self.sync.core.rank, self.sync.core.world);
         // NOTE [checked calls]: before any check of this rank's own, and anything enqueued.
         let (i, o) = ((input.count, input.dtype), (output.count, output.dtype));
@@ -614,9 +629,13 @@ impl GpuColl {
         self.check_buf("input", &input)?;
         self.check_buf("output", &output)?;
         let captured = mode == Mode::Captured;
+        drop(checks);
         // NOTE [one planner]: the plan refuses what no algorithm can run as asked; what
         // is left to check here is the arguments.
-        let plan = self.plan_reduce_scatter(&input, &output, op, captured, opts)?;
+        let plan = {
+            let _t = phase(Phase::Plan);
+            self.plan_reduce_scatter(&input, &output, op, captured, opts)?
+        };
         let chunk = check_reduce_scatter(rank, world, (input.count, input.dtype), (output.count, output.dtype))?;
         let dt = input.dtype.kernel_index()?;
         if chunk == 0 {
@@ -676,13 +695,16 @@ impl GpuColl {
         // would need a fix of every piece's copies and reductions: not predicted).
         let predict = algorithm == RsAlgo::SmDirect && carry == Carry::Bf16In && !opts.traffic;
         let peers = match mapped {
-            true => self.exchange(
-                &mut st,
-                (opts.allow_staging, predict),
-                ch,
-                (input.ptr, input.bytes()),
-                "reduce-scatter input",
-            )?,
+            true => {
+                let _t = phase(Phase::Exchange);
+                self.exchange(
+                    &mut st,
+                    (opts.allow_staging, predict),
+                    ch,
+                    (input.ptr, input.bytes()),
+                    "reduce-scatter input",
+                )?
+            }
             false => None,
         };
         // The watchdog's number of a predicted call, for the verifier's mappings.
@@ -763,6 +785,7 @@ impl GpuColl {
                             // and its job]; a launch that fails submits nothing).
                             let job = match a.prediction() {
                                 Some(prediction) => {
+                                    let _t = phase(Phase::Verify);
                                     let armed = self.mapping.verifier.arm(&self.sync, stream, ch)?;
                                     let call = Arc::new(CallNumber::default());
                                     let fix = verify::Fix::Table { table: t };
@@ -791,6 +814,7 @@ impl GpuColl {
                             gate,
                         )?;
                         if let Some(job) = job {
+                            let _t = phase(Phase::Verify);
                             let number = job.call.clone();
                             v.submit(&self.sync, &self.mapping.maps, job)?;
                             registered = Some(number);
@@ -847,11 +871,13 @@ impl GpuColl {
         self.count(Moved::ReduceScatter((world - 1) * chunk));
         // Registered before the channel is released, so that no other user of the
         // channel can retire the workspace ahead of this call's sequence number.
+        let finish = phase(Phase::Finish);
         let call = self.finish(stream, mode, peers.as_ref());
         if let Some(number) = registered {
             // A call never registered keeps its mappings open (never "completed").
             self.mapping.maps.registered(&number, *call.as_ref().unwrap_or(&(u64::MAX / 2)));
         }
+        drop(finish);
         call?;
         drop(st);
         Ok(())

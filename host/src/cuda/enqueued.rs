@@ -73,6 +73,82 @@ pub fn totals() -> [(u64, u64); 4] {
     CLOCK.with(Cell::get)
 }
 
+/// NOTE [host phases]: the rest of a GPU collective call's host time, by what the library
+/// does besides enqueueing. Each phase is timed exclusive of the enqueues made inside
+/// it (those are the enqueue clock's), so the enqueues, the phases and what neither
+/// covers add up to the call: `hook_cost.py` prints the three, per call. Per thread, as
+/// the enqueue clock; two clock reads and one read of that clock per phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// The call's checks before its plan (checked calls, sizes, buffers, options).
+    Checks,
+    /// The planner's decision.
+    Plan,
+    /// The addresses of mapped ordinary memory: this rank's entry and the peers'
+    /// (predicted, or a host rendezvous: NOTE [addresses predicted]).
+    Exchange,
+    /// A predicted call's check armed and handed to the verifier thread.
+    Verify,
+    /// The call's registration with the watchdog (NOTE [host time] counts the call).
+    Finish,
+}
+
+impl Phase {
+    /// Every phase, in [`phase_totals`]' order.
+    pub const ALL: [Phase; 5] = [Phase::Checks, Phase::Plan, Phase::Exchange, Phase::Verify, Phase::Finish];
+
+    /// The phase's name: "checks", "plan", "exchange", "verify", "finish".
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Checks => "checks",
+            Phase::Plan => "plan",
+            Phase::Exchange => "exchange",
+            Phase::Verify => "verify",
+            Phase::Finish => "finish",
+        }
+    }
+}
+
+thread_local! {
+    /// Calls and nanoseconds per phase, this thread's.
+    static PHASES: Cell<[(u64, u64); 5]> = const { Cell::new([(0, 0); 5]) };
+}
+
+/// This thread's enqueue nanoseconds so far, all kinds.
+fn enqueue_ns() -> u64 {
+    totals().iter().fold(0u64, |a, e| a.saturating_add(e.1))
+}
+
+/// Adds its lifetime, less the enqueues made meanwhile, to one phase when dropped.
+pub(crate) struct PhaseTimed {
+    phase: Phase,
+    start: Instant,
+    enqueued: u64,
+}
+
+impl Drop for PhaseTimed {
+    fn drop(&mut self) {
+        let ns = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let own = ns.saturating_sub(enqueue_ns().saturating_sub(self.enqueued));
+        PHASES.with(|c| {
+            let mut v = c.get();
+            let e = &mut v[self.phase as usize];
+            *e = (e.0 + 1, e.1.saturating_add(own));
+            c.set(v);
+        });
+    }
+}
+
+/// A phase starts: timed until the guard drops, less the enqueues inside it.
+pub(crate) fn phase(phase: Phase) -> PhaseTimed {
+    PhaseTimed { phase, start: Instant::now(), enqueued: enqueue_ns() }
+}
+
+/// This thread's phases so far: (calls, nanoseconds) per phase, in [`Phase::ALL`]'s order.
+pub fn phase_totals() -> [(u64, u64); 5] {
+    PHASES.with(Cell::get)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +170,25 @@ mod tests {
         assert_eq!(totals()[Enqueue::Launch as usize].0, after[Enqueue::Launch as usize].0);
         let names: Vec<_> = Enqueue::ALL.iter().map(|k| k.name()).collect();
         assert_eq!(names, ["launch", "memop", "copy", "event"]);
+    }
+
+    #[test]
+    fn a_phase_counts_its_time_less_the_enqueues_inside_it() {
+        let before = phase_totals();
+        {
+            let _p = phase(Phase::Exchange);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let _e = time(Enqueue::Launch);
+            std::thread::sleep(std::time::Duration::from_millis(60));
+        }
+        let after = phase_totals();
+        let (calls, ns) = (after[2].0 - before[2].0, after[2].1 - before[2].1);
+        assert_eq!(calls, 1);
+        // 20 ms of its own, 60 inside an enqueue: the phase keeps the 20 (and scheduling noise).
+        assert!((20_000_000..55_000_000).contains(&ns), "{ns} ns");
+        let others: Vec<u64> = (0..5).filter(|&k| k != 2).map(|k| after[k].0 - before[k].0).collect();
+        assert_eq!(others, [0, 0, 0, 0]);
+        let names: Vec<_> = Phase::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names, ["checks", "plan", "exchange", "verify", "finish"]);
     }
 }

@@ -13,7 +13,7 @@ Errors are `lowcon.Error` subclasses whose messages name the rank, the peer or t
 """
 
 from ._errors import CudaError, Error, InvalidArgument, PeerError
-from ._native import __version__, device_count, device_index, enqueue_clock, share_gpu
+from ._native import __version__, device_count, device_index, enqueue_clock, host_phases, share_gpu
 from ._native import Group as _NativeGroup
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "device_count",
     "device_index",
     "enqueue_clock",
+    "host_phases",
     "share_gpu",
     "from_process_group",
     "from_store",
