@@ -48,5 +48,9 @@ case ${1:-} in
   mkdir -p "$OUT/n"
   COMMIT=50a49dd OUT=$OUT/n PARTS=fsdp FSDP2_ARGS="--sync-each-step --align after-nocomm" FSDP_SWEEP="4096x12:1024" \
     FSDP_ROUNDS="${ROUNDS:-480}" FSDP_MODES="nccl,nccl-b,lowcon,nccl-ce,nocomm" FSDP_S=540 BUDGET=545 bash bundle/gpu-planner.sh ;;
-*) echo "usage: commands.sh 1|2|3|4" >&2; exit 2 ;;
+6) # the honest floor (NOTE [honest floor]) beside the shipped path, 4096x12 at 1024 tokens, as call 4
+  mkdir -p "$OUT/n"
+  COMMIT=50a49dd OUT=$OUT/n PARTS=fsdp FSDP2_ARGS="--sync-each-step --align after-nocomm" FSDP_SWEEP="4096x12:1024" \
+    FSDP_ROUNDS=1000 FSDP_MODES="nccl,nccl-b,lowcon,lowcon@traffic=1,nocomm" FSDP_S=270 BUDGET=275 bash bundle/gpu-planner.sh ;;
+*) echo "usage: commands.sh 1|2|3|4|6" >&2; exit 2 ;;
 esac
