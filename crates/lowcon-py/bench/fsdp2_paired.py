@@ -197,6 +197,11 @@ def choose_method(args: argparse.Namespace, cfg: fm.ModelConfig, n_modes: int, w
     return "models" if n_modes * per_model + activations < 0.7 * free else "switch"
 
 
+# Rounds between two checks of the time budget within a configuration (NOTE [budget within
+# a configuration]).
+DEADLINE_EVERY = 4
+
+
 def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: argparse.Namespace,
                device: Any, index: int) -> Dict[str, Any]:
     import torch
@@ -323,6 +328,7 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         dist.barrier(group=args.align_group)
 
     after_bound = False  # the step before ran no collective (nocomm)
+    cut = None  # the rounds done when the time budget stopped the configuration
     for r in range(args.warmup + args.rounds):
         tokens = batch(r)
         order = order_rng.sample(modes, len(modes))
@@ -340,6 +346,20 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
             torch.cuda.synchronize(device)
         if r >= args.warmup:
             records.append(rnd)
+            # NOTE [budget within a configuration]: the time budget also ends a
+            # configuration's rounds, at a round's end, every DEADLINE_EVERY rounds, from
+            # 2 rounds on: rank 0's clock decides, through a gloo broadcast (host only, no
+            # collective on the GPU between the measured steps), so every rank stops at
+            # the same round and the rounds done are analysed and written. Before, a run
+            # past its budget was killed mid-configuration by the caller's deadline and
+            # left nothing (4x H200, 2026-11-28: 1000 rounds of 4096x12 in 270 s).
+            done = len(records)
+            if args.time_budget and done >= 2 and done % DEADLINE_EVERY == 0 and done < args.rounds:
+                flag = torch.tensor([1.0 if time.perf_counter() - args.t_start > args.time_budget else 0.0])
+                dist.broadcast(flag, src=0, group=args.deadline_group)
+                if flag.item():
+                    cut = done
+                    break
         if r == args.warmup - 1:
             if cuda:
                 torch.cuda.synchronize(device)
@@ -391,7 +411,8 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         "order": "shuffled per round", "warmup_rounds": args.warmup,
         "rounds": [dict(zip(names, row)) for row in step_ms.tolist()],
         "opt_rounds": [dict(zip(names, row)) for row in opt_ms.tolist()],
-        "wall_ms_per_round": 1e3 * wall / max(1, args.rounds),
+        "wall_ms_per_round": 1e3 * wall / max(1, len(records)),
+        "rounds_cut": None if cut is None else {"planned": args.rounds, "done": cut, "why": "time budget"},
         "aligned_steps": aligned,
         "memory": dict(zip(names, mem_t.tolist())),
         "memory_method": "this rank's parameter and optimizer-state shards + torch's peak allocation during the "
@@ -553,6 +574,8 @@ def worker(args: argparse.Namespace) -> int:
     specs = args.mode_specs
     # --align's barrier: a host group of its own (run_config's align()).
     args.align_group = dist.new_group(backend="gloo") if args.align != "none" else None
+    # NOTE [budget within a configuration]: the host group that agrees on the deadline.
+    args.deadline_group = dist.new_group(backend="gloo") if args.time_budget else None
     # HSDP: one replicate x shard mesh for every model; lowcon's group over the shard dim.
     args.mesh, shard_pg = None, None
     if args.hsdp > 1:
@@ -583,13 +606,13 @@ def worker(args: argparse.Namespace) -> int:
             t = torch.tensor([float(nccl_internal)], dtype=torch.float64, device=device)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             env["nccl_internal_bytes"] = args.nccl_internal = int(t.item())
-    doc: Dict[str, Any] = {"schema": SCHEMA, "env": env, "args": {k: v for k, v in vars(args).items() if k not in ("mesh", "align_group")},
+    doc: Dict[str, Any] = {"schema": SCHEMA, "env": env, "args": {k: v for k, v in vars(args).items() if k not in ("mesh", "align_group", "deadline_group", "t_start")},
                            "hsdp": args.hsdp, "skipped": skipped,
                            "notes": {m.name: m.notes for m in modes if m.notes}, "configs": []}
     if rank == 0:
         print(f"torch {env['torch']}, {world} x {env.get('device_name', device)}; modes "
               f"{[m.name for m in modes]}; skipped {skipped}", flush=True)
-    t_start = time.perf_counter()
+    t_start = args.t_start = time.perf_counter()
     json_path = os.path.join(args.out, "paired.json") if args.out else None
     configs = fm.parse_sweep(args.sweep, args.max_seq, args.model)
     index = 0
@@ -624,6 +647,9 @@ def worker(args: argparse.Namespace) -> int:
                           flush=True)
                 elif "stats" in c:
                     print(st.format_rows([c]), flush=True)
+                    if c.get("rounds_cut"):
+                        print(f"  the time budget ended it after {c['rounds_cut']['done']} of "
+                              f"{c['rounds_cut']['planned']} rounds", flush=True)
                     print(f"  method {c['method']}, bound {c['bound_ms'] if c['bound_ms'] is None else round(c['bound_ms'], 2)} ms, "
                           f"noise {c['noise']}, missed {c['missed']}, {time.perf_counter() - t0:.1f} s", flush=True)
                 else:
@@ -673,7 +699,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         "proportions (needs transformers)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--lr", type=float, default=1e-4)
-    p.add_argument("--time-budget", type=float, default=0.0, help="seconds; later configurations are skipped")
+    p.add_argument("--time-budget", type=float, default=0.0,
+                   help="seconds; a configuration's rounds stop at it (the rounds done are kept, checked every "
+                        "4 rounds), and later configurations are skipped")
     p.add_argument("--cpu", action="store_true", help="gloo and lowcon's host backend (a smoke test)")
     p.add_argument("--hsdp", type=int, default=1, metavar="R",
                    help="HSDP: every model on a replicate x shard mesh of R replicas of world/R shards; FSDP2 "

@@ -184,3 +184,23 @@ def test_the_hf_llama_model_is_the_one_the_arithmetic_counts():
     attn = fm.blocks(model)[0].self_attn
     assert attn.k_proj.out_features == cfg.kv_heads * cfg.head_dim == 512  # 4 heads: 4 kv heads (min(8, 4))
     assert fm.blocks(model)[0].mlp.gate_proj.out_features == cfg.ffn
+
+
+def test_the_time_budget_ends_a_configuration_and_keeps_its_rounds(tmp_path):
+    # NOTE [budget within a configuration]: 40 rounds planned, 0.5 s of budget: the rounds
+    # stop at a check (every 4 rounds, from the 4th), on every rank alike, and the rounds
+    # done are analysed and written, saying so.
+    p = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+         str(BENCH), "--cpu", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "40", "--warmup", "1",
+         "--modes", "nccl,nccl-b,nocomm", "--time-budget", "0.5", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    (cfg,) = json.loads((tmp_path / "paired.json").read_text())["configs"]
+    cut = cfg["rounds_cut"]
+    assert cut is not None and cut["planned"] == 40 and cut["why"] == "time budget", cfg.get("rounds_cut")
+    assert 4 <= cut["done"] < 40 and cut["done"] % 4 == 0, cut
+    assert len(cfg["rounds"]) == cut["done"] and "stats" in cfg, cfg.keys()
+    assert f"after {cut['done']} of 40 rounds" in out, out
