@@ -77,7 +77,10 @@ pub fn totals() -> [(u64, u64); 4] {
 /// does besides enqueueing. Each phase is timed exclusive of the enqueues made inside
 /// it (those are the enqueue clock's), so the enqueues, the phases and what neither
 /// covers add up to the call: `hook_cost.py` prints the three, per call. Per thread, as
-/// the enqueue clock; two clock reads and one read of that clock per phase.
+/// the enqueue clock; two clock reads and one read of that clock per phase. Timed on the
+/// GPU all-gather and reduce-scatter (`coll/gpu.rs`): every call's checks and plan; the
+/// exchange, the verifier's hand-off and the registration where the call runs them there
+/// (the `ll` calls and the packed wire's, which return early, report checks and plan only).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
     /// The call's checks before its plan (checked calls, sizes, buffers, options).
