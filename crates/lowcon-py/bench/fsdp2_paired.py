@@ -153,7 +153,7 @@ def report(paths: List[str], plot: Optional[str] = None) -> int:
         print(st.format_rows(docs))
     if plot:
         print(write_plot(docs, plot))
-    for text in (st.format_bytes(docs), st.format_own_memory(docs), fprof.format_profile(docs),
+    for text in (st.format_host(docs), st.format_bytes(docs), st.format_own_memory(docs), fprof.format_profile(docs),
                  fdec.format_profiled(docs)):
         if text:
             print(text)
@@ -252,6 +252,7 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         else:
             # Each mode has its model, but the lowcon modes share one group.
             fmodes.group_switches(mode)
+        h0 = time.perf_counter()
         t0 = clock.mark()
         opt.zero_grad(set_to_none=True)
         if cuda:
@@ -266,7 +267,9 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         o0 = clock.mark()
         opt.step()
         t1 = clock.mark()
-        rec = {"marks": (t0, o0, t1), "loss": loss.detach()}
+        # NOTE [host per step]: the host's time to issue the step (from its first mark to
+        # its last, no synchronisation).
+        rec = {"marks": (t0, o0, t1), "loss": loss.detach(), "host_ms": 1e3 * (time.perf_counter() - h0)}
         if cuda:
             rec["transient"] = torch.cuda.max_memory_allocated(device) - at_start
         return rec
@@ -374,8 +377,10 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
                            dtype=torch.float64, device=device)
     opt_ms = torch.tensor([[clock.ms(rec[n]["marks"][1], rec[n]["marks"][2]) for n in names] for rec in records],
                           dtype=torch.float64, device=device)
+    host_ms = torch.tensor([[rec[n]["host_ms"] for n in names] for rec in records], dtype=torch.float64, device=device)
     dist.all_reduce(step_ms, op=dist.ReduceOp.MAX)
     dist.all_reduce(opt_ms, op=dist.ReduceOp.MAX)
+    dist.all_reduce(host_ms, op=dist.ReduceOp.MAX)
     losses = torch.stack([torch.stack([rec[n]["loss"].float() for n in names]) for rec in records]).double()
     dist.all_reduce(losses)
     losses /= world
@@ -411,6 +416,7 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         "order": "shuffled per round", "warmup_rounds": args.warmup,
         "rounds": [dict(zip(names, row)) for row in step_ms.tolist()],
         "opt_rounds": [dict(zip(names, row)) for row in opt_ms.tolist()],
+        "host_rounds": [dict(zip(names, row)) for row in host_ms.tolist()],
         "wall_ms_per_round": 1e3 * wall / max(1, len(records)),
         "rounds_cut": None if cut is None else {"planned": args.rounds, "done": cut, "why": "time budget"},
         "aligned_steps": aligned,
@@ -660,8 +666,9 @@ def worker(args: argparse.Namespace) -> int:
                     os.replace(json_path + ".tmp", json_path)
     if rank == 0:
         print(st.format_memory(doc["configs"]) if args.memory_only else st.format_rows(doc["configs"]), flush=True)
-        if st.format_bytes(doc["configs"]):
-            print(st.format_bytes(doc["configs"]), flush=True)
+        for text in (st.format_host(doc["configs"]), st.format_bytes(doc["configs"])):
+            if text:
+                print(text, flush=True)
     dist.barrier()
     if group is not None:
         group.close()

@@ -322,6 +322,43 @@ def format_rows(docs: Sequence[Dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def host_stats(doc: Dict[str, Any]) -> Dict[str, Dict[str, float]]:
+    """NOTE [host per step]: per mode, the median host ms to issue a step (`host_rounds`,
+    the slowest rank's), its median over the step's GPU time (`rounds`, paired by round:
+    near 1 or above, the host sets the step's pace; well below, the GPU does), and its
+    median excess over the no-communication mode's in the same round (the host time the
+    mode's collectives add). Empty for runs before host times were kept."""
+    host, gpu = doc.get("host_rounds"), doc.get("rounds")
+    if not host or not gpu:
+        return {}
+    bound = next((m for m in host[0] if m.startswith(BOUND)), None)
+    out = {}
+    for m in host[0]:
+        row = {"host_ms": quantile([r[m] for r in host], 0.5),
+               "host_over_step": quantile([h[m] / g[m] for h, g in zip(host, gpu) if g[m] > 0], 0.5)}
+        if bound is not None and m != bound:
+            row["host_excess_ms"] = quantile([r[m] - r[bound] for r in host], 0.5)
+        out[m] = row
+    return out
+
+
+def format_host(docs: Sequence[Dict[str, Any]]) -> str:
+    """The host's time to issue a step, per configuration and mode (`host_stats`)."""
+    head = ("shape", "tok/rank", "rdtype", "mode", "host ms/step", "host / step", f"host over {BOUND}")
+    lines = []
+    for d in docs:
+        for m, h in host_stats(d).items():
+            lines.append((d["shape"], str(d["tokens_per_rank"]), d["reduce_dtype"], m, _fmt(h["host_ms"], ".2f"),
+                          _fmt(h["host_over_step"], ".3f"), _fmt(h.get("host_excess_ms"), "+.2f")))
+    if not lines:
+        return ""
+    widths = [max(len(h), *(len(str(l[i])) for l in lines)) for i, h in enumerate(head)]
+    out = ["the host's time to issue a step, median, the slowest rank's (NOTE [host per step]):",
+           "  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
+    out.extend("  ".join(str(c).ljust(w) for c, w in zip(l, widths)) for l in lines)
+    return "\n".join(out)
+
+
 def format_bytes(docs: Sequence[Dict[str, Any]]) -> str:
     """Bytes per step to and from peers, per rank, as lowcon's counters saw them
     (`bytes_per_step`): every byte, the bf16 wire's top halves, its fallbacks."""

@@ -967,3 +967,24 @@ def test_two_builds_are_compared_through_nccl(tmp_path):
         fb.report(fb.load_runs([f"base={tmp_path / 'a'}", f"new={tmp_path / 'd'}"]))
     with pytest.raises(SystemExit, match="expected LABEL=RUN_DIR"):
         fb.load_runs(["nolabel"])
+
+
+def test_host_per_step_is_paired_by_round_against_nocomm():
+    # NOTE [host per step]: the host's ms to issue each step beside the step's GPU time.
+    gpu = [{"nccl": 100.0, "lowcon": 95.0, "nocomm": 90.0}, {"nccl": 110.0, "lowcon": 96.0, "nocomm": 92.0},
+           {"nccl": 104.0, "lowcon": 94.0, "nocomm": 91.0}]
+    host = [{"nccl": 80.0, "lowcon": 94.0, "nocomm": 89.0}, {"nccl": 82.0, "lowcon": 97.0, "nocomm": 90.0},
+            {"nccl": 81.0, "lowcon": 93.0, "nocomm": 88.0}]
+    doc = {"shape": "4096x12", "tokens_per_rank": 1024, "reduce_dtype": "fp32", "rounds": gpu, "host_rounds": host}
+    h = st.host_stats(doc)
+    assert h["lowcon"]["host_ms"] == 94.0 and h["nocomm"]["host_ms"] == 89.0
+    # Paired within rounds: lowcon's host 5, 7 and 5 ms over nocomm's.
+    assert h["lowcon"]["host_excess_ms"] == 5.0 and "host_excess_ms" not in h["nocomm"]
+    assert h["nccl"]["host_excess_ms"] == -8.0
+    # host / step per round, then the median: lowcon's host sets the pace, NCCL's does not.
+    assert h["lowcon"]["host_over_step"] == pytest.approx(94.0 / 95.0)
+    assert h["nccl"]["host_over_step"] == pytest.approx(81.0 / 104.0)
+    text = st.format_host([doc])
+    assert "host ms/step" in text and "+5.00" in text and "-8.00" in text, text
+    # Runs from before host times were kept print nothing.
+    assert st.host_stats({"rounds": gpu}) == {} and st.format_host([{"rounds": gpu}]) == ""

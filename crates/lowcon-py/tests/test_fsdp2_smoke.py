@@ -203,4 +203,7 @@ def test_the_time_budget_ends_a_configuration_and_keeps_its_rounds(tmp_path):
     assert cut is not None and cut["planned"] == 40 and cut["why"] == "time budget", cfg.get("rounds_cut")
     assert 4 <= cut["done"] < 40 and cut["done"] % 4 == 0, cut
     assert len(cfg["rounds"]) == cut["done"] and "stats" in cfg, cfg.keys()
+    # NOTE [host per step]: the host's time per step is kept for every round and mode.
+    assert len(cfg["host_rounds"]) == cut["done"] and all(r["nccl"] > 0 for r in cfg["host_rounds"]), cfg["host_rounds"]
+    assert "the host's time to issue a step" in out, out
     assert f"after {cut['done']} of 40 rounds" in out, out
