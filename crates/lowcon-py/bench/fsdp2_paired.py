@@ -261,9 +261,16 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
             # backward and so count in the peak above it; lowcon's come from its pool).
             torch.cuda.reset_peak_memory_stats(device)
             at_start = torch.cuda.memory_allocated(device)
-        logits = fm.logits(model, tokens[:, :-1])
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
-        loss.backward()
+        # NOTE [gradient accumulation]: with --grad-accum K, K forward and backward passes a
+        # step, FSDP2 reducing only after the last (set_requires_gradient_sync): its
+        # gradients accumulate unsharded in fp32 meanwhile, so the reduce that follows
+        # carries no bf16 hint (lowcon.fsdp's accumulation watch) and goes as plain f32.
+        for k in range(args.grad_accum):
+            if args.grad_accum > 1:
+                model.set_requires_gradient_sync(k == args.grad_accum - 1)
+            logits = fm.logits(model, tokens[:, :-1])
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+            (loss / args.grad_accum if args.grad_accum > 1 else loss).backward()
         o0 = clock.mark()
         opt.step()
         t1 = clock.mark()
@@ -413,7 +420,7 @@ def run_config(cfg: fm.ModelConfig, reduce_dtype: str, modes: List[Any], args: a
         "key": f"{cfg.key}-{reduce_dtype}", "shape": cfg.shape, "width": cfg.width, "depth": cfg.depth,
         "seq": cfg.seq, "batch": cfg.batch, "tokens_per_rank": cfg.tokens_per_rank, "reduce_dtype": reduce_dtype,
         "params": fm.param_counts(cfg)["total"], "method": method, "modes": names, "seed": args.seed,
-        "order": "shuffled per round", "warmup_rounds": args.warmup,
+        "order": "shuffled per round", "warmup_rounds": args.warmup, "grad_accum": args.grad_accum,
         "rounds": [dict(zip(names, row)) for row in step_ms.tolist()],
         "opt_rounds": [dict(zip(names, row)) for row in opt_ms.tolist()],
         "host_rounds": [dict(zip(names, row)) for row in host_ms.tolist()],
@@ -704,6 +711,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     p.add_argument("--model", choices=fm.KINDS, default="blocks",
                    help="blocks: the stack written here; hf-llama: transformers' LlamaForCausalLM at Llama-3's "
                         "proportions (needs transformers)")
+    p.add_argument("--grad-accum", type=int, default=1, metavar="K",
+                   help="forward and backward passes a step, reducing after the last (NOTE [gradient accumulation]); "
+                        "the regime and bound columns count one")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--time-budget", type=float, default=0.0,
@@ -721,6 +731,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.report:
         return args
+    if args.grad_accum < 1:
+        p.error("--grad-accum must be at least 1")
     if args.rounds < 2:
         p.error("--rounds must be at least 2")
     try:

@@ -207,3 +207,34 @@ def test_the_time_budget_ends_a_configuration_and_keeps_its_rounds(tmp_path):
     assert len(cfg["host_rounds"]) == cut["done"] and all(r["nccl"] > 0 for r in cfg["host_rounds"]), cfg["host_rounds"]
     assert "the host's time to issue a step" in out, out
     assert f"after {cut['done']} of 40 rounds" in out, out
+
+
+def test_gradient_accumulation_reduces_plain_f32_and_trains_the_same_model(tmp_path):
+    # NOTE [gradient accumulation]: 2 passes a step, FSDP2 reducing after the second only.
+    # The accumulated gradients carry no bf16 hint, so lowcon reduces them as plain f32
+    # (4-byte elements on the links, no wire), and its model trains the reference's.
+    p = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+         str(BENCH), "--cpu", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "2", "--warmup", "1",
+         "--modes", "nccl,lowcon,nocomm", "--method", "models", "--grad-accum", "2", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    (cfg,) = json.loads((tmp_path / "paired.json").read_text())["configs"]
+    assert cfg["grad_accum"] == 2, cfg.get("grad_accum")
+    checks = {m: v["check"] for m, v in cfg["losses"]["modes"].items()}
+    assert checks.get("lowcon") == "ok", (checks, cfg["loss_curves"])
+    b = cfg["bytes_per_step"]["lowcon"]
+    assert b["wire_bytes"] == 0 and b["reduce_scatter_bytes"] > 0, b
+    # Without accumulation the same model's reduce-scatter sends bf16 (the copy-in): half.
+    p1 = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
+         str(BENCH), "--cpu", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "2", "--warmup", "1",
+         "--modes", "nccl,lowcon,nocomm", "--method", "models", "--out", str(tmp_path / "one")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert p1.returncode == 0, p1.stdout + p1.stderr
+    (one,) = json.loads((tmp_path / "one" / "paired.json").read_text())["configs"]
+    assert one["grad_accum"] == 1
+    assert 2 * one["bytes_per_step"]["lowcon"]["reduce_scatter_bytes"] == b["reduce_scatter_bytes"], (one["bytes_per_step"], b)
