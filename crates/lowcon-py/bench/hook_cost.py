@@ -28,7 +28,7 @@ from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGath
 
 
 # lowcon's host phases, in the order a call passes them (NOTE [host phases]).
-PHASES = ("checks", "plan", "exchange", "verify", "finish")
+PHASES = ("binding", "checks", "plan", "exchange", "prepare", "verify", "finish")
 
 
 def timed(fn, calls, sync, group=4, clock=None):

@@ -9,6 +9,7 @@ use crate::dlpack::{self, Place};
 use crate::errors::{invalid, to_py};
 use crate::wait::interruptible;
 use lowcon::cuda::Stream;
+use lowcon::cuda::enqueued::{Phase, phase};
 use lowcon::{Call, Memory, RawBuf};
 
 impl Group {
@@ -55,6 +56,8 @@ impl Group {
         stream: Option<isize>,
         on_current: bool,
     ) -> PyResult<()> {
+        // NOTE [host phases]: the conversion below, until the library's call.
+        let binding = phase(Phase::Binding);
         let view = |obj: &Bound<'py, PyAny>, what: &str| -> PyResult<dlpack::View<'py>> {
             if on_current && let Some(v) = dlpack::torch_view(obj, what)? {
                 return Ok(v);
@@ -80,6 +83,7 @@ impl Group {
         // Pool memory is symmetric: peers reach it in place, with no staging copy.
         let pool = self.pool.symmetric();
         let in_pool = pool.find(i.ptr, inp.bytes()).is_some() || pool.find(o.ptr, out.bytes()).is_some();
+        drop(binding);
         self.with(|b| {
             if in_pool {
                 self.check_pool(py, b)?;

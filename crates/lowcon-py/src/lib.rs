@@ -667,7 +667,8 @@ fn enqueue_clock() -> std::collections::HashMap<&'static str, (u64, u64)> {
 }
 
 /// This thread's host phases so far (NOTE [host phases] in `lowcon::cuda::enqueued`):
-/// phase ("checks", "plan", "exchange", "verify", "finish") to (calls, nanoseconds), each
+/// phase ("binding", "checks", "plan", "exchange", "prepare", "verify", "finish") to
+/// (calls, nanoseconds), each
 /// less the enqueues inside it. With `enqueue_clock()` around a call, what is left of
 /// its host time is the rest of the library and the binding.
 #[pyfunction]

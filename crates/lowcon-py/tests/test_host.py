@@ -236,7 +236,7 @@ def test_the_enqueue_clock_has_every_kind():
     assert lowcon.enqueue_clock() == before
     # NOTE [host phases]: the rest of a GPU call's library time, by phase, less its enqueues.
     phases = lowcon.host_phases()
-    assert sorted(phases) == ["checks", "exchange", "finish", "plan", "verify"]
+    assert sorted(phases) == ["binding", "checks", "exchange", "finish", "plan", "prepare", "verify"]
     assert all(isinstance(c, int) and isinstance(ns, int) and c >= 0 and ns >= 0 for c, ns in phases.values())
     assert lowcon.host_phases() == phases
 

@@ -417,7 +417,10 @@ impl GpuColl {
         // Any-order arrival (planned for eager memop ce-pull only): after the own shard's
         // fork and join, a fork, and a stream and a join event per peer but the first.
         let any_order = plan.arrival == ArrivalForm::AnyOrder;
-        self.prepare(&mut st, ch, mode, need, if any_order { 3 + world.saturating_sub(2) } else { 2 })?;
+        {
+            let _t = phase(Phase::Prepare);
+            self.prepare(&mut st, ch, mode, need, if any_order { 3 + world.saturating_sub(2) } else { 2 })?;
+        }
         if any_order {
             // world - 1 peers, the first on the caller's stream (none at world 1).
             while st.peers.len() < world.saturating_sub(2) {
@@ -716,7 +719,10 @@ impl GpuColl {
         // sm-direct's kernel reads the mapped peers' addresses from a table in the workspace.
         let table = if mapped && algorithm == RsAlgo::SmDirect { align256(8 * world) } else { 0 };
         let need = in_len + table + if ce { ce_reduce::stage_bytes(world, n, pe, esize, once) } else { 0 };
-        self.prepare(&mut st, ch, mode, need, 1 + 2 * pieces)?;
+        {
+            let _t = phase(Phase::Prepare);
+            self.prepare(&mut st, ch, mode, need, 1 + 2 * pieces)?;
+        }
         let ws = st.workspace.as_ref();
         let copy = st.copy.as_ref().expect("prepared");
         let out = output.ptr;

@@ -79,10 +79,15 @@ pub fn totals() -> [(u64, u64); 4] {
 /// covers add up to the call: `hook_cost.py` prints the three, per call. Per thread, as
 /// the enqueue clock; two clock reads and one read of that clock per phase. Timed on the
 /// GPU all-gather and reduce-scatter (`coll/gpu.rs`): every call's checks and plan; the
-/// exchange, the verifier's hand-off and the registration where the call runs them there
-/// (the `ll` calls and the packed wire's, which return early, report checks and plan only).
+/// exchange, the channel's preparation, the verifier's hand-off and the registration
+/// where the call runs them there (the `ll` calls and the packed wire's, which return
+/// early, report checks and plan only); and the Python binding's conversion of a call's
+/// tensors (`crates/lowcon-py`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
+    /// A binding's conversion of its arguments into the library's call (the Python
+    /// binding's tensor views and stream; `crates/lowcon-py`), before the call.
+    Binding,
     /// The call's checks before its plan (checked calls, sizes, buffers, options).
     Checks,
     /// The planner's decision.
@@ -90,6 +95,9 @@ pub enum Phase {
     /// The addresses of mapped ordinary memory: this rank's entry and the peers'
     /// (predicted, or a host rendezvous: NOTE [addresses predicted]).
     Exchange,
+    /// The channel's workspace, events and streams made ready for the call (a workspace
+    /// that grows is a collective allocation: a host rendezvous).
+    Prepare,
     /// A predicted call's check armed and handed to the verifier thread.
     Verify,
     /// The call's registration with the watchdog (NOTE [host time] counts the call).
@@ -98,14 +106,18 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, in [`phase_totals`]' order.
-    pub const ALL: [Phase; 5] = [Phase::Checks, Phase::Plan, Phase::Exchange, Phase::Verify, Phase::Finish];
+    pub const ALL: [Phase; 7] =
+        [Phase::Binding, Phase::Checks, Phase::Plan, Phase::Exchange, Phase::Prepare, Phase::Verify, Phase::Finish];
 
-    /// The phase's name: "checks", "plan", "exchange", "verify", "finish".
+    /// The phase's name: "binding", "checks", "plan", "exchange", "prepare", "verify",
+    /// "finish".
     pub fn name(self) -> &'static str {
         match self {
+            Phase::Binding => "binding",
             Phase::Checks => "checks",
             Phase::Plan => "plan",
             Phase::Exchange => "exchange",
+            Phase::Prepare => "prepare",
             Phase::Verify => "verify",
             Phase::Finish => "finish",
         }
@@ -114,7 +126,7 @@ impl Phase {
 
 thread_local! {
     /// Calls and nanoseconds per phase, this thread's.
-    static PHASES: Cell<[(u64, u64); 5]> = const { Cell::new([(0, 0); 5]) };
+    static PHASES: Cell<[(u64, u64); 7]> = const { Cell::new([(0, 0); 7]) };
 }
 
 /// This thread's enqueue nanoseconds so far, all kinds.
@@ -123,7 +135,7 @@ fn enqueue_ns() -> u64 {
 }
 
 /// Adds its lifetime, less the enqueues made meanwhile, to one phase when dropped.
-pub(crate) struct PhaseTimed {
+pub struct PhaseTimed {
     phase: Phase,
     start: Instant,
     enqueued: u64,
@@ -143,12 +155,12 @@ impl Drop for PhaseTimed {
 }
 
 /// A phase starts: timed until the guard drops, less the enqueues inside it.
-pub(crate) fn phase(phase: Phase) -> PhaseTimed {
+pub fn phase(phase: Phase) -> PhaseTimed {
     PhaseTimed { phase, start: Instant::now(), enqueued: enqueue_ns() }
 }
 
 /// This thread's phases so far: (calls, nanoseconds) per phase, in [`Phase::ALL`]'s order.
-pub fn phase_totals() -> [(u64, u64); 5] {
+pub fn phase_totals() -> [(u64, u64); 7] {
     PHASES.with(Cell::get)
 }
 
@@ -185,13 +197,15 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(60));
         }
         let after = phase_totals();
-        let (calls, ns) = (after[2].0 - before[2].0, after[2].1 - before[2].1);
+        let x = Phase::Exchange as usize;
+        let (calls, ns) = (after[x].0 - before[x].0, after[x].1 - before[x].1);
         assert_eq!(calls, 1);
         // 20 ms of its own, 60 inside an enqueue: the phase keeps the 20 (and scheduling noise).
         assert!((20_000_000..55_000_000).contains(&ns), "{ns} ns");
-        let others: Vec<u64> = (0..5).filter(|&k| k != 2).map(|k| after[k].0 - before[k].0).collect();
-        assert_eq!(others, [0, 0, 0, 0]);
+        let others: Vec<u64> = (0..7).filter(|&k| k != x).map(|k| after[k].0 - before[k].0).collect();
+        assert_eq!(others, [0, 0, 0, 0, 0, 0]);
         let names: Vec<_> = Phase::ALL.iter().map(|k| k.name()).collect();
-        assert_eq!(names, ["checks", "plan", "exchange", "verify", "finish"]);
+        assert_eq!(names, ["binding", "checks", "plan", "exchange", "prepare", "verify", "finish"]);
+        assert!(Phase::ALL.iter().enumerate().all(|(i, p)| *p as usize == i));
     }
 }
