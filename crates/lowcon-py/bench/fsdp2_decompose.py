@@ -60,7 +60,7 @@ import re
 import sys
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from fsdp2_profile import table
+from fsdp2_stats import table
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 # Communication kernels: NCCL's and lowcon's (gpu-kernels/abi/src/kernel_names.rs); of

@@ -30,7 +30,7 @@ from __future__ import annotations
 import bisect
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from fsdp2_stats import _fmt
+from fsdp2_stats import _fmt, table
 
 KINDS = ("all-gather", "reduce-scatter")
 # The kinds of enqueue (NOTE [enqueue clock]), as `lowcon.enqueue_clock()` names them.
@@ -120,14 +120,6 @@ def copy_rates(events: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         both = union_us([(s, t) for s, t, _ in ag + rs])
         out["overlap_ms"] = (out["all-gather"]["union_ms"] + out["reduce-scatter"]["union_ms"]) - both / 1e3
     return out
-
-
-def table(head: Sequence[str], lines: List[Sequence[str]], title: str) -> str:
-    """`title`, then `lines` under `head` in aligned columns."""
-    widths = [max([len(h), *(len(str(l[i])) for l in lines)]) for i, h in enumerate(head)]
-    out = [title, "  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
-    out.extend("  ".join(str(c).ljust(w) for c, w in zip(l, widths)) for l in lines)
-    return "\n".join(out)
 
 
 def _rate(c: Optional[Dict[str, Any]]) -> str:

@@ -287,6 +287,14 @@ def pool_growth(pool_after_step: Sequence[int]) -> Optional[str]:
     return None
 
 
+def table(head: Sequence[str], lines: List[Sequence[str]], title: str) -> str:
+    """`title`, then `lines` under `head` in aligned columns."""
+    widths = [max([len(h), *(len(str(l[i])) for l in lines)]) for i, h in enumerate(head)]
+    out = [title, "  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
+    out.extend("  ".join(str(c).ljust(w) for c, w in zip(l, widths)) for l in lines)
+    return "\n".join(out)
+
+
 def _fmt(x: Any, spec: str) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-"
@@ -352,11 +360,7 @@ def format_host(docs: Sequence[Dict[str, Any]]) -> str:
                           _fmt(h["host_over_step"], ".3f"), _fmt(h.get("host_excess_ms"), "+.2f")))
     if not lines:
         return ""
-    widths = [max(len(h), *(len(str(l[i])) for l in lines)) for i, h in enumerate(head)]
-    out = ["the host's time to issue a step, median, the slowest rank's (NOTE [host per step]):",
-           "  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
-    out.extend("  ".join(str(c).ljust(w) for c, w in zip(l, widths)) for l in lines)
-    return "\n".join(out)
+    return table(head, lines, "the host's time to issue a step, median, the slowest rank's (NOTE [host per step]):")
 
 
 def format_bytes(docs: Sequence[Dict[str, Any]]) -> str:
@@ -378,11 +382,7 @@ def format_bytes(docs: Sequence[Dict[str, Any]]) -> str:
                           pieces, meets, pred))
     if not lines:
         return ""
-    widths = [max(len(h), *(len(str(l[i])) for l in lines)) for i, h in enumerate(head)]
-    out = ["bytes per step to and from peers, one rank (lowcon's counters):",
-           "  ".join(h.ljust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
-    out.extend("  ".join(str(c).ljust(w) for c, w in zip(l, widths)) for l in lines)
-    return "\n".join(out)
+    return table(head, lines, "bytes per step to and from peers, one rank (lowcon's counters):")
 
 
 def format_own_memory(docs: Sequence[Dict[str, Any]]) -> str:

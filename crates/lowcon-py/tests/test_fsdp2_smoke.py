@@ -19,15 +19,22 @@ pytest.importorskip("torch")
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "fsdp2_paired.py"
 
 
+def run_bench(*args, nproc=2):
+    """fsdp2_paired.py on the CPU (`--cpu`, then `args`) under torchrun at `nproc` ranks."""
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port",
+         str(free_port()), str(BENCH), "--cpu", *args],
+        capture_output=True, text=True, timeout=300,
+    )
+
+
 @pytest.mark.parametrize("align", ["after-nocomm", "every-step"])
 def test_fsdp2_paired_aligns_the_ranks_when_asked(tmp_path, align):
     # NOTE [aligned steps]: a synchronisation and a barrier before the steps named, the
     # run otherwise as usual (every mode timed, the option recorded with the results).
-    p = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-         str(BENCH), "--cpu", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "3", "--warmup", "1",
-         "--modes", "nccl,lowcon,nocomm", "--align", align, "--seed", "13", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+    p = run_bench(
+        "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "3", "--warmup", "1",
+        "--modes", "nccl,lowcon,nocomm", "--align", align, "--seed", "13", "--out", str(tmp_path),
     )
     assert p.returncode == 0, p.stdout + p.stderr
     doc = json.loads((tmp_path / "paired.json").read_text())
@@ -52,12 +59,10 @@ def test_fsdp2_paired_aligns_the_ranks_when_asked(tmp_path, align):
 
 
 def test_fsdp2_paired_on_the_host_backend(tmp_path):
-    p = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-         str(BENCH), "--cpu", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "2", "--warmup", "1",
-         "--modes", "nccl,nccl-b,lowcon,lowcon@mem=pool,lowcon@agmem=pool,lowcon@wire=fp32,lowcon@wire=bf16,"
-         "lowcon@wire=bf16,copyin=fp32,floor,lowcon-pg,nocomm", "--method", "models", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+    p = run_bench(
+        "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "2", "--warmup", "1",
+        "--modes", "nccl,nccl-b,lowcon,lowcon@mem=pool,lowcon@agmem=pool,lowcon@wire=fp32,lowcon@wire=bf16,"
+        "lowcon@wire=bf16,copyin=fp32,floor,lowcon-pg,nocomm", "--method", "models", "--out", str(tmp_path),
     )
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
@@ -91,11 +96,9 @@ def test_hsdp_on_the_host_backend(tmp_path):
     """`--hsdp 2` at 4 ranks: every model on a 2 x 2 replicate x shard mesh, lowcon's hooks
     on the shard dimension (a group over that subgroup), FSDP2's replica all-reduce on gloo;
     lowcon trains the reference's model."""
-    p = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-port", str(free_port()),
-         str(BENCH), "--cpu", "--hsdp", "2", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "2",
-         "--warmup", "1", "--modes", "nccl,nccl-b,lowcon,nocomm", "--method", "models", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+    p = run_bench(
+        "--hsdp", "2", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "2",
+        "--warmup", "1", "--modes", "nccl,nccl-b,lowcon,nocomm", "--method", "models", "--out", str(tmp_path), nproc=4,
     )
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
@@ -117,11 +120,9 @@ def test_hsdp_refuses_modes_it_cannot_place():
 def test_fsdp2_memory_only_needs_no_nccl(tmp_path):
     """`--memory-only` (what ranks sharing a GPU can measure): peak memory per mode against
     nocomm-torch, no timing table."""
-    p = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-         str(BENCH), "--cpu", "--memory-only", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "2",
-         "--warmup", "1", "--modes", "lowcon,lowcon@mem=pool,lowcon-pg,nocomm-torch", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+    p = run_bench(
+        "--memory-only", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "2",
+        "--warmup", "1", "--modes", "lowcon,lowcon@mem=pool,lowcon-pg,nocomm-torch", "--out", str(tmp_path),
     )
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
@@ -190,11 +191,9 @@ def test_the_time_budget_ends_a_configuration_and_keeps_its_rounds(tmp_path):
     # NOTE [budget within a configuration]: 40 rounds planned, 0.5 s of budget: the rounds
     # stop at a check (every 4 rounds, from the 4th), on every rank alike, and the rounds
     # done are analysed and written, saying so.
-    p = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-         str(BENCH), "--cpu", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "40", "--warmup", "1",
-         "--modes", "nccl,nccl-b,nocomm", "--time-budget", "0.5", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+    p = run_bench(
+        "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "40", "--warmup", "1",
+        "--modes", "nccl,nccl-b,nocomm", "--time-budget", "0.5", "--out", str(tmp_path),
     )
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
@@ -213,11 +212,9 @@ def test_gradient_accumulation_reduces_plain_f32_and_trains_the_same_model(tmp_p
     # NOTE [gradient accumulation]: 2 passes a step, FSDP2 reducing after the second only.
     # The accumulated gradients carry no bf16 hint, so lowcon reduces them as plain f32
     # (4-byte elements on the links, no wire), and its model trains the reference's.
-    p = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-         str(BENCH), "--cpu", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "2", "--warmup", "1",
-         "--modes", "nccl,lowcon,nocomm", "--method", "models", "--grad-accum", "2", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+    p = run_bench(
+        "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "2", "--warmup", "1",
+        "--modes", "nccl,lowcon,nocomm", "--method", "models", "--grad-accum", "2", "--out", str(tmp_path),
     )
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
@@ -228,13 +225,12 @@ def test_gradient_accumulation_reduces_plain_f32_and_trains_the_same_model(tmp_p
     b = cfg["bytes_per_step"]["lowcon"]
     assert b["wire_bytes"] == 0 and b["reduce_scatter_bytes"] > 0, b
     # Without accumulation the same model's reduce-scatter sends bf16 (the copy-in): half.
-    p1 = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-         str(BENCH), "--cpu", "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "2", "--warmup", "1",
-         "--modes", "nccl,lowcon,nocomm", "--method", "models", "--out", str(tmp_path / "one")],
-        capture_output=True, text=True, timeout=300,
+    p1 = run_bench(
+        "--sweep", "128x1:16", "--reduce-dtypes", "fp32", "--rounds", "2", "--warmup", "1",
+        "--modes", "nccl,lowcon,nocomm", "--method", "models", "--out", str(tmp_path / "one"),
     )
     assert p1.returncode == 0, p1.stdout + p1.stderr
     (one,) = json.loads((tmp_path / "one" / "paired.json").read_text())["configs"]
     assert one["grad_accum"] == 1
-    assert 2 * one["bytes_per_step"]["lowcon"]["reduce_scatter_bytes"] == b["reduce_scatter_bytes"], (one["bytes_per_step"], b)
+    one_rs = one["bytes_per_step"]["lowcon"]["reduce_scatter_bytes"]
+    assert 2 * one_rs == b["reduce_scatter_bytes"], (one["bytes_per_step"], b)

@@ -244,6 +244,8 @@ impl GpuColl {
     /// captured call cannot grow it (NOTE [graph flags]): it is refused, naming what to
     /// reserve before the capture.
     fn prepare(&self, st: &mut ChannelState, channel: u32, mode: Mode, need: usize, events: usize) -> Result<()> {
+        // NOTE [host phases].
+        let _t = phase(Phase::Prepare);
         let have = st.workspace.as_ref().map_or(0, |w| w.len());
         if need > have && mode == Mode::Captured {
             return Err(Error::InvalidArgument(format!(
@@ -399,16 +401,13 @@ impl GpuColl {
         // shard as it lands (a fix would land after), nor for traffic calls.
         let predict = arrivals.is_none() && !opts.traffic;
         let peers = match mapped {
-            true => {
-                let _t = phase(Phase::Exchange);
-                self.exchange(
-                    &mut st,
-                    (opts.allow_staging, predict),
-                    ch,
-                    (input.ptr, input.bytes()),
-                    "all-gather input",
-                )?
-            }
+            true => self.exchange(
+                &mut st,
+                (opts.allow_staging, predict),
+                ch,
+                (input.ptr, input.bytes()),
+                "all-gather input",
+            )?,
             false => None,
         };
         // A rank that cannot share: every rank stages instead.
@@ -417,10 +416,7 @@ impl GpuColl {
         // Any-order arrival (planned for eager memop ce-pull only): after the own shard's
         // fork and join, a fork, and a stream and a join event per peer but the first.
         let any_order = plan.arrival == ArrivalForm::AnyOrder;
-        {
-            let _t = phase(Phase::Prepare);
-            self.prepare(&mut st, ch, mode, need, if any_order { 3 + world.saturating_sub(2) } else { 2 })?;
-        }
+        self.prepare(&mut st, ch, mode, need, if any_order { 3 + world.saturating_sub(2) } else { 2 })?;
         if any_order {
             // world - 1 peers, the first on the caller's stream (none at world 1).
             while st.peers.len() < world.saturating_sub(2) {
@@ -698,16 +694,13 @@ impl GpuColl {
         // would need a fix of every piece's copies and reductions: not predicted).
         let predict = algorithm == RsAlgo::SmDirect && carry == Carry::Bf16In && !opts.traffic;
         let peers = match mapped {
-            true => {
-                let _t = phase(Phase::Exchange);
-                self.exchange(
-                    &mut st,
-                    (opts.allow_staging, predict),
-                    ch,
-                    (input.ptr, input.bytes()),
-                    "reduce-scatter input",
-                )?
-            }
+            true => self.exchange(
+                &mut st,
+                (opts.allow_staging, predict),
+                ch,
+                (input.ptr, input.bytes()),
+                "reduce-scatter input",
+            )?,
             false => None,
         };
         // The watchdog's number of a predicted call, for the verifier's mappings.
@@ -719,10 +712,7 @@ impl GpuColl {
         // sm-direct's kernel reads the mapped peers' addresses from a table in the workspace.
         let table = if mapped && algorithm == RsAlgo::SmDirect { align256(8 * world) } else { 0 };
         let need = in_len + table + if ce { ce_reduce::stage_bytes(world, n, pe, esize, once) } else { 0 };
-        {
-            let _t = phase(Phase::Prepare);
-            self.prepare(&mut st, ch, mode, need, 1 + 2 * pieces)?;
-        }
+        self.prepare(&mut st, ch, mode, need, 1 + 2 * pieces)?;
         let ws = st.workspace.as_ref();
         let copy = st.copy.as_ref().expect("prepared");
         let out = output.ptr;

@@ -4,6 +4,7 @@
 
 use super::{ChannelState, GpuColl};
 use crate::cuda::Stream;
+use crate::cuda::enqueued::{Phase, phase};
 use crate::error::{Error, Result};
 use crate::memory::mapped::{Exchanged, Shared};
 
@@ -37,6 +38,8 @@ impl GpuColl {
         (ptr, bytes): (u64, usize),
         what: &str,
     ) -> Result<Option<Exchanged>> {
+        // NOTE [host phases].
+        let _t = phase(Phase::Exchange);
         // Advanced on every rank alike even when the call then errs: every rank took
         // part in the exchange, so the sequence numbers stay equal.
         st.map_seq += 1;
